@@ -1,0 +1,96 @@
+"""A human system ranking from the CRSArena-Dial pairwise votes: Bradley–Terry strengths.
+
+Model: P(i beats j) = p_i / (p_i + p_j). Fitted by Hunter's (2004) MM algorithm; a tie counts as
+half a win for each side. To keep every strength finite (a CRS that never won would get p = 0),
+each pair of CRSs also gets ``prior`` virtual ties. Reported rating: log p, centred to mean 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from face.data.schema import ArenaVote
+
+
+@dataclass(frozen=True)
+class PairCounts:
+    names: list[str]
+    wins: np.ndarray  # wins[i, j]: (half-)wins of i over j
+    games: np.ndarray  # games[i, j]: comparisons between i and j
+
+
+def pair_counts(votes: Sequence[ArenaVote], names: Sequence[str] | None = None,
+                weights: np.ndarray | None = None) -> PairCounts:
+    names = sorted(names or {v.crs1 for v in votes} | {v.crs2 for v in votes})
+    idx = {n: i for i, n in enumerate(names)}
+    k = len(names)
+    wins, games = np.zeros((k, k)), np.zeros((k, k))
+    w = np.ones(len(votes)) if weights is None else weights
+    for v, wt in zip(votes, w):
+        if v.crs1 == v.crs2 or v.crs1 not in idx or v.crs2 not in idx:
+            continue
+        i, j = idx[v.crs1], idx[v.crs2]
+        games[i, j] += wt
+        games[j, i] += wt
+        if v.winner is None:
+            wins[i, j] += 0.5 * wt
+            wins[j, i] += 0.5 * wt
+        else:
+            a, b = (i, j) if v.winner == v.crs1 else (j, i)
+            wins[a, b] += wt
+    return PairCounts(names, wins, games)
+
+
+def bradley_terry(counts: PairCounts, prior: float = 0.5, tol: float = 1e-10, max_iter: int = 10_000) -> np.ndarray:
+    """Log-strengths (mean 0) maximising the BT likelihood of the (regularised) counts."""
+    k = len(counts.names)
+    off = 1 - np.eye(k)
+    wins = counts.wins + 0.5 * prior * off
+    games = counts.games + prior * off
+    total_wins = wins.sum(1)
+    p = np.ones(k)
+    for _ in range(max_iter):
+        denom = (games / (p[:, None] + p[None, :])).sum(1)
+        new = total_wins / denom
+        new /= np.exp(np.log(new).mean())
+        if np.max(np.abs(new - p)) < tol:
+            p = new
+            break
+        p = new
+    r = np.log(p)
+    return r - r.mean()
+
+
+def ranking_table(votes: Sequence[ArenaVote], prior: float = 0.5) -> pd.DataFrame:
+    """Per CRS: Bradley–Terry rating, votes, wins, ties, losses, win rate (ties as half)."""
+    counts = pair_counts(votes)
+    rating = bradley_terry(counts, prior)
+    games = counts.games.sum(1)
+    wins = np.zeros(len(counts.names))
+    ties = np.zeros(len(counts.names))
+    idx = {n: i for i, n in enumerate(counts.names)}
+    for v in votes:
+        if v.winner is None:
+            ties[idx[v.crs1]] += 1
+            ties[idx[v.crs2]] += 1
+        else:
+            wins[idx[v.winner]] += 1
+    return pd.DataFrame({"crs": counts.names, "bt_rating": rating, "votes": games, "wins": wins, "ties": ties,
+                         "losses": games - wins - ties,
+                         "win_rate": (wins + 0.5 * ties) / np.maximum(games, 1)}).sort_values(
+        "bt_rating", ascending=False).reset_index(drop=True)
+
+
+def bootstrap_ratings(votes: Sequence[ArenaVote], names: Sequence[str], n_boot: int, seed: int,
+                      prior: float = 0.5) -> np.ndarray:
+    """B × k Bradley–Terry ratings, resampling votes with replacement."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n_boot, len(names)))
+    for b in range(n_boot):
+        w = np.bincount(rng.integers(0, len(votes), len(votes)), minlength=len(votes)).astype(float)
+        out[b] = bradley_terry(pair_counts(votes, names, w), prior)
+    return out

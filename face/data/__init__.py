@@ -1,0 +1,27 @@
+"""Data layer: fetch + verify upstream files, typed records, one loader per file."""
+
+from face.data.errors import DataError
+from face.data.fetch import ensure_data
+from face.data.manifest import MANIFEST
+from face.data.schema import Conversation, Instruction, Particle, Turn, TurnParticles
+
+CRSARENA_EVAL = "crsarena_eval/crs_arena_eval.json"
+RELEASED_RUN = "face_released/face_run.json"
+RELEASED_PARTICLES = "face_released/particles.jsonl"
+PUBLISHED_TABLE = "face_released/published_table2.json"
+ARENA_VOTES = {"open": "crsarena_dial/votes_open.csv", "closed": "crsarena_dial/votes_closed.csv"}
+ARENA_DIALOGUES = {"open": "crsarena_dial/crs_arena_dial_open.json", "closed": "crsarena_dial/crs_arena_dial_closed.json"}
+USR_FILES = {"topical_chat": "usr/tc_usr_data.json", "persona_chat": "usr/pc_usr_data.json"}
+
+
+def released_scores_file(aspect: str) -> str:
+    return f"face_released/run_files/{aspect}.jsonl"
+
+
+def released_instructions_file(aspect: str) -> str:
+    return f"face_released/top16_instructions/{aspect}.json"
+
+
+__all__ = ["DataError", "ensure_data", "MANIFEST", "Conversation", "Instruction", "Particle", "Turn",
+           "TurnParticles", "CRSARENA_EVAL", "RELEASED_RUN", "RELEASED_PARTICLES", "PUBLISHED_TABLE",
+           "ARENA_VOTES", "ARENA_DIALOGUES", "USR_FILES", "released_scores_file", "released_instructions_file"]

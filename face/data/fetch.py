@@ -1,0 +1,96 @@
+"""Make sure the data files exist in the data directory: verify, else copy from a mirror or download.
+
+Resolution order for each file: already in ``data_dir`` with the right sha256 -> done;
+else copied from ``mirror`` (a directory laid out like the data directory, e.g. ``../shared/data``);
+else downloaded from its pinned upstream URL. Every file is verified against the manifest; a
+file with the wrong checksum is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Iterable
+
+from face.data.errors import DataError
+from face.data.manifest import MANIFEST, DataFile
+
+log = logging.getLogger(__name__)
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _atomic_copy(write, dest: Path, entry: DataFile) -> None:
+    """Write to a temp file beside ``dest``, verify its sha256, then rename into place."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+        got = sha256_of(Path(tmp))
+        if got != entry.sha256:
+            raise DataError(dest, f"checksum mismatch after fetch: expected sha256 {entry.sha256}, got {got}")
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, download: bool = True,
+               timeout_s: float = 60.0) -> Path:
+    dest = data_dir / entry.local
+    if dest.exists():
+        got = sha256_of(dest)
+        if got == entry.sha256:
+            return dest
+        raise DataError(dest, f"checksum mismatch: expected sha256 {entry.sha256}, got {got}. "
+                              "The file was changed or is a different version; delete it to fetch it again.")
+    if mirror is not None:
+        src = Path(mirror) / entry.local
+        if src.exists():
+            log.info("copying %s from mirror %s", entry.local, mirror)
+            with open(src, "rb") as f:
+                _atomic_copy(lambda out: shutil.copyfileobj(f, out), dest, entry)
+            return dest
+        log.warning("mirror %s has no %s", mirror, entry.local)
+    if not download:
+        raise DataError(dest, "missing, no mirror copy, and downloading is disabled "
+                              "(set FACE_DATA_MIRROR or data.download=true)")
+    log.info("downloading %s", entry.url)
+    try:
+        with urllib.request.urlopen(entry.url, timeout=timeout_s) as resp:
+            _atomic_copy(lambda out: shutil.copyfileobj(resp, out), dest, entry)
+    except DataError:
+        raise
+    except OSError as e:  # URLError, timeouts, HTTP errors
+        raise DataError(dest, f"missing and could not be downloaded from {entry.url}: {e}. "
+                              "Without internet, point FACE_DATA_MIRROR at a copy of the data.") from None
+    return dest
+
+
+def ensure_data(data_dir: str | Path, files: Iterable[str] | None = None, mirror: str | Path | None = None,
+                download: bool = True) -> Path:
+    """Fetch and verify ``files`` (local paths from the manifest; default: all) into ``data_dir``."""
+    data_dir = Path(data_dir)
+    mirror_path = Path(mirror) if mirror else None
+    for name in (files if files is not None else MANIFEST):
+        if name not in MANIFEST:
+            raise DataError(data_dir / name, f"not a known data file; known: {', '.join(sorted(MANIFEST))}")
+        fetch_file(MANIFEST[name], data_dir, mirror_path, download)
+    return data_dir
+
+
+def data_checksums(files: Iterable[str] | None = None) -> dict[str, str]:
+    """The pinned sha256 of each file (for run tags)."""
+    return {name: MANIFEST[name].sha256 for name in (files if files is not None else MANIFEST)}

@@ -1,0 +1,124 @@
+"""Typed records for everything the project reads: conversations, particles, scores, votes, USR."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+USER, ASSISTANT = "USER", "ASST"
+DIALOGUE_ACTS = ("greeting", "preference elicitation", "recommendation", "goodbye", "others")
+NO_FEEDBACK = "NO_FEEDBACK_PROVIDED"
+SPLITS = ("redial", "opendialkg")
+
+
+@dataclass(frozen=True)
+class Turn:
+    turn_ind: int
+    role: str  # USER or ASST
+    utterance: str
+    labels: dict[str, float] = field(default_factory=dict)  # turn-level human labels (assistant turns)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    conv_id: str
+    turns: tuple[Turn, ...]
+    labels: dict[str, float] = field(default_factory=dict)  # dialogue-level human labels
+
+    @property
+    def system(self) -> str:
+        """The CRS model (e.g. ``kbrd``), from ``{system}_{dataset}_{uuid}``."""
+        return self.conv_id.split("_")[0]
+
+    @property
+    def split(self) -> str:
+        """The training dataset of the CRS (``redial`` or ``opendialkg``) — the paper's split."""
+        parts = self.conv_id.split("_")
+        return parts[1] if len(parts) >= 3 else "all"
+
+    @property
+    def crs(self) -> str:
+        """One of the 9 CRSs: ``{system}_{dataset}``."""
+        return f"{self.system}_{self.split}"
+
+    def assistant_turns(self) -> list[Turn]:
+        return [t for t in self.turns if t.role == ASSISTANT]
+
+    def turn(self, turn_ind: int) -> Turn:
+        for t in self.turns:
+            if t.turn_ind == turn_ind:
+                return t
+        raise KeyError(f"{self.conv_id}: no turn {turn_ind}")
+
+
+@dataclass(frozen=True)
+class Particle:
+    """One atomic unit of an assistant turn: what it does, what it mentions, how the user reacted."""
+
+    dialogue_act: str
+    mention: str
+    user_feedback: str = NO_FEEDBACK
+
+
+@dataclass(frozen=True)
+class TurnParticles:
+    conv_id: str
+    turn_ind: int
+    assistant_utterance: str
+    particles: tuple[Particle, ...]
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """An evaluation instruction (the released ones say "nugget" for particle)."""
+
+    instruction_id: str  # e.g. "itr54"
+    text: str
+    rank: int | None = None
+    source: str = ""  # e.g. "released_top16", "initial", "optimizer"
+
+
+@dataclass(frozen=True)
+class PublishedScore:
+    method: str
+    split: str  # redial | opendialkg
+    aspect: str
+    coefficient: str  # pearson | spearman
+    value: float | None
+
+
+@dataclass(frozen=True)
+class ArenaVote:
+    session_id: str
+    user_id: str
+    crs1: str
+    crs2: str
+    winner: str | None  # the winning CRS, or None for a tie
+    source: str  # "open" | "closed"
+
+
+@dataclass(frozen=True)
+class ArenaDialogue:
+    conv_id: str
+    crs: str
+    utterances: tuple[tuple[str, str], ...]  # (participant, utterance)
+    sentiment: str | None
+
+
+@dataclass(frozen=True)
+class USRResponse:
+    context_id: int
+    model: str
+    response: str
+    ratings: dict[str, tuple[float, ...]]  # aspect -> per-annotator ratings
+
+    def mean(self, aspect: str) -> float:
+        vals = self.ratings[aspect]
+        return sum(vals) / len(vals)
+
+
+@dataclass(frozen=True)
+class USRContext:
+    context_id: int
+    context: tuple[str, ...]  # turns
+    fact: str
+    responses: tuple[USRResponse, ...]

@@ -1,0 +1,56 @@
+"""Aggregation ablation: mean / median / max / min over a particle's instructions and over particles."""
+
+from __future__ import annotations
+
+import itertools
+
+import pandas as pd
+from omegaconf import DictConfig
+
+from face.aggregate import AGGREGATORS, aggregate
+from face.experiments.common import prepare, print_block
+from face.methods import required_files
+from face.methods.released import LABEL, load_scores
+from face.metaeval import meta_evaluate
+from face.report import figures
+from face.report.tables import order_aspects, write_table
+from face.tracking import Tracker
+
+
+def run(cfg: DictConfig) -> dict:
+    if cfg.method.name != "face_released":
+        raise ValueError("ablation_aggregation re-aggregates the released scores: use method=face_released")
+    a = cfg.ablation
+    with Tracker(cfg) as tracker:
+        tracker.log_config()
+        ctx = prepare(cfg, required_files(cfg, cfg.aspects), tracker)
+        scores = load_scores(ctx.data_dir, ctx.aspects, {c.conv_id for c in ctx.convs})
+        rows = []
+        for inst_agg, part_agg in itertools.product(a.instruction_aggs, a.particle_aggs):
+            for agg in (inst_agg, part_agg):
+                if agg not in AGGREGATORS:
+                    raise ValueError(f"unknown aggregator {agg!r}; choose from {AGGREGATORS}")
+            res = meta_evaluate(aggregate(scores, inst_agg, part_agg), ctx.convs, ctx.aspects,
+                                list(cfg.metaeval.splits), ["turn", "dialogue"], a.n_boot, cfg.seed,
+                                cfg.metaeval.confidence)
+            rows.append(res.assign(instruction_agg=inst_agg, particle_agg=part_agg,
+                                   setting=f"{inst_agg} / {part_agg}"))
+        results = order_aspects(pd.concat(rows, ignore_index=True))
+        cols = ["setting", "instruction_agg", "particle_agg", "aspect", "level", "split", "coefficient", "value",
+                "ci_low", "ci_high", "n"]
+        note = (f"{LABEL}; {ctx.subset}; {'no CIs' if a.n_boot == 0 else f'{a.n_boot} bootstrap resamples'}. "
+                "Setting = aggregator over a particle's instructions / over particles of a turn or dialogue.")
+        paths = write_table(results[cols], ctx.out_dir, "aggregation", f"Aggregation ablation. {note}")
+        for split in list(cfg.metaeval.splits):
+            for coef in ("pearson", "spearman"):
+                d = results[(results["split"] == split) & (results["coefficient"] == coef)]
+                paths.append(figures.aggregation_heatmap(
+                    d, "aspect", note, ctx.out_dir / "figures" / f"aggregation_{split}_{coef}.png",
+                    f"{coef} by aggregation — {split}"))
+        d = results[(results["split"] == "all") & (results["coefficient"] == "spearman")]
+        print_block(f"Spearman (pooled splits) by aggregation. {note}",
+                    d.pivot(index="setting", columns="aspect", values="value").reset_index())
+        tracker.log_metrics({f"{r.instruction_agg}_{r.particle_agg}.{r.level}.{r.aspect}.{r.split}.{r.coefficient}":
+                             r.value for r in results.itertuples(index=False)})
+        tracker.log_artifacts(paths, "results")
+        return {"results": results, "out_dir": ctx.out_dir}

@@ -1,0 +1,60 @@
+"""How many instructions are needed? Correlation for k random instructions out of 16 (several seeds)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from face.aggregate import aggregate, instruction_ids, random_instruction_subsets
+from face.experiments.common import prepare, print_block
+from face.methods import required_files
+from face.methods.released import LABEL, load_scores
+from face.metaeval import meta_evaluate
+from face.report import figures
+from face.report.tables import order_aspects, write_table
+from face.tracking import Tracker
+
+
+def run(cfg: DictConfig) -> dict:
+    if cfg.method.name != "face_released":
+        raise ValueError("ablation_num_instructions subsets the released per-instruction scores: use method=face_released")
+    a = cfg.ablation
+    with Tracker(cfg) as tracker:
+        tracker.log_config()
+        ctx = prepare(cfg, required_files(cfg, cfg.aspects), tracker)
+        scores = load_scores(ctx.data_dir, ctx.aspects, {c.conv_id for c in ctx.convs})
+        splits = list(cfg.metaeval.splits)
+        rows = []
+        jobs = [(asp, k, seed) for asp in ctx.aspects for k in a.ks for seed in range(a.n_seeds)]
+        for aspect, k, seed in tqdm(jobs, desc="k-instruction subsets", unit="subset", disable=None):
+            s = scores[scores["aspect"] == aspect]
+            ids = instruction_ids(s)
+            if k > len(ids):
+                raise ValueError(f"k={k} but {aspect} has only {len(ids)} instructions")
+            if k == len(ids) and seed > 0:
+                continue  # only one subset of size 16
+            subset = random_instruction_subsets(ids, k, [cfg.seed * 1000 + seed])[0]
+            res = meta_evaluate(aggregate(s, instructions=subset), ctx.convs, [aspect], splits,
+                                ["turn", "dialogue"], n_boot=0)
+            rows += [(aspect, r.split, r.coefficient, k, seed, r.value, ",".join(subset))
+                     for r in res.itertuples(index=False)]
+        raw = pd.DataFrame(rows, columns=["aspect", "split", "coefficient", "k", "seed", "value", "instructions"])
+        summary = (raw.groupby(["aspect", "split", "coefficient", "k"], sort=False)["value"]
+                   .agg(mean="mean", sd="std", n_subsets="size").reset_index().fillna({"sd": 0.0}))
+        summary = order_aspects(summary)
+        note = (f"{LABEL}; {ctx.subset}; k random instructions of 16, {a.n_seeds} seeds per k "
+                f"(one subset at k=16); mean ± sd over subsets.")
+        paths = write_table(summary, ctx.out_dir, "k_instructions", f"Correlation vs number of instructions k. {note}")
+        raw.to_csv(ctx.out_dir / "k_instructions_raw.csv", index=False)
+        paths.append(ctx.out_dir / "k_instructions_raw.csv")
+        for coef in ("pearson", "spearman"):
+            paths.append(figures.k_curve(summary[summary["split"] != "all"], coef, note,
+                                         ctx.out_dir / "figures" / f"k_curve_{coef}.png"))
+        wide = summary[(summary["coefficient"] == "spearman") & (summary["split"] == "all")].pivot(
+            index="aspect", columns="k", values="mean").reset_index()
+        print_block(f"Spearman (pooled splits), mean over subsets, by k. {note}", order_aspects(wide))
+        tracker.log_metrics({f"k{r.k}.{r.aspect}.{r.split}.{r.coefficient}.mean": r.mean
+                             for r in summary.itertuples(index=False)})
+        tracker.log_artifacts(paths, "results")
+        return {"summary": summary, "raw": raw, "out_dir": ctx.out_dir}

@@ -1,0 +1,96 @@
+"""Shared steps of the experiments: data preparation, evaluation, run files, reporting, logging."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+from omegaconf import DictConfig
+
+from face.aspects import canonical_aspect
+from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, ensure_data
+from face.data.crsarena import load_conversations, select
+from face.data.fetch import data_checksums
+from face.data.released import load_published_table
+from face.data.schema import Conversation
+from face.metaeval import meta_evaluate
+from face.report.tables import SPLIT_LABELS, to_markdown
+from face.runfile import write_run_file
+from face.tracking import Tracker, correlation_metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Context:
+    convs: list[Conversation]
+    aspects: list[str]
+    data_dir: Path
+    out_dir: Path  # tables and figures
+    run_dir: Path  # run files, per-particle files (Hydra output dir)
+    subset: str  # human-readable description of the data used
+
+
+def is_subset(cfg: DictConfig) -> bool:
+    d = cfg.dataset
+    return any(d.get(k) for k in ("limit", "systems", "splits"))
+
+
+def prepare(cfg: DictConfig, files: Sequence[str] = (), tracker: Tracker | None = None) -> Context:
+    """Fetch/verify the data, load CRSArena-Eval, select the configured subset, resolve output dirs."""
+    data_dir = Path(cfg.paths.data_dir)
+    needed = [CRSARENA_EVAL, PUBLISHED_TABLE, *files]
+    ensure_data(data_dir, needed, cfg.paths.get("data_mirror"), cfg.dataset.get("download", True))
+    if tracker is not None:
+        tracker.set_tags({f"data_sha256.{k}": v for k, v in data_checksums(needed).items()})
+    all_convs = load_conversations(data_dir / CRSARENA_EVAL)
+    d = cfg.dataset
+    convs = select(all_convs, list(d.systems) if d.get("systems") else None,
+                   list(d.splits) if d.get("splits") else None, d.get("limit"))
+    if not convs:
+        raise ValueError(f"the dataset selection (limit={d.get('limit')}, systems={d.get('systems')}, "
+                         f"splits={d.get('splits')}) matches no conversation")
+    aspects = [canonical_aspect(a) for a in cfg.aspects]
+    run_dir = Path(cfg.paths.output_dir)
+    if cfg.report.get("out_dir"):
+        out_dir = Path(cfg.report.out_dir)
+    elif is_subset(cfg):
+        out_dir = run_dir / "results"  # never overwrite the committed full-data results with a subset
+    else:
+        out_dir = Path(cfg.paths.results_dir) / cfg.task_name
+    n_turns = sum(len(c.assistant_turns()) for c in convs)
+    subset = (f"CRSArena-Eval, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
+              + (" (subset)" if is_subset(cfg) else ""))
+    log.info("%s; results -> %s", subset, out_dir)
+    return Context(convs, aspects, data_dir, out_dir, run_dir, subset)
+
+
+def published_table(ctx: Context) -> pd.DataFrame:
+    return load_published_table(ctx.data_dir / PUBLISHED_TABLE)
+
+
+def evaluate(cfg: DictConfig, preds, ctx: Context, levels=("turn", "dialogue", "system")) -> pd.DataFrame:
+    m = cfg.metaeval
+    return meta_evaluate(preds, ctx.convs, ctx.aspects, list(m.splits), levels, m.n_boot, cfg.seed, m.confidence)
+
+
+def save_run(preds, ctx: Context, tracker: Tracker, name: str = "run_file.json") -> Path:
+    path = write_run_file(preds, ctx.run_dir / name)
+    tracker.log_artifacts([path], "run")
+    return path
+
+
+def log_results(results: pd.DataFrame, tracker: Tracker, ctx: Context, prefix: str = "") -> None:
+    tracker.log_metrics(correlation_metrics(results, prefix))
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def print_block(title: str, df: pd.DataFrame, digits: int = 3) -> None:
+    print(f"\n== {title}\n{to_markdown(df, digits)}\n", flush=True)
+
+
+def split_label(split: str) -> str:
+    return SPLIT_LABELS.get(split, split)

@@ -1,0 +1,87 @@
+"""System level: one point per CRS (9). FACE's mean prediction vs (a) the mean human label of
+CRSArena-Eval and (b) a human ranking from the CRSArena-Dial arena votes (Bradley–Terry)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig
+
+from face import arena
+from face.data import ARENA_VOTES
+from face.data.arena import load_votes
+from face.experiments.common import prepare, print_block
+from face.methods import predict, required_files
+from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, meta_evaluate, rows_correlation, \
+    system_means, system_table
+from face.report import figures
+from face.report.tables import order_aspects, write_table
+from face.tracking import Tracker, correlation_metrics
+
+
+def _vs_arena(preds, ctx, aspect: str, votes, n_boot: int, seed: int, prior: float, conf: float) -> list[tuple]:
+    """FACE per-CRS means vs Bradley–Terry ratings, CI resampling conversations (within CRS) and votes."""
+    df = items(preds, ctx.convs, aspect).dropna(subset=["pred"])
+    names, means = system_means(df["pred"].to_numpy(), df["crs"].to_numpy())
+    rating = arena.bradley_terry(arena.pair_counts(votes, names), prior)
+    point = correlate(means[0], rating)
+    rng = np.random.default_rng(seed)
+    w = cluster_weights(df["conv_id"].to_numpy(), n_boot, rng, strata=df["crs"].to_numpy())
+    _, bmeans = system_means(df["pred"].to_numpy(), df["crs"].to_numpy(), w)
+    bratings = arena.bootstrap_ratings(votes, names, n_boot, seed + 1, prior)
+    rows = []
+    for c in COEFFICIENTS:
+        vals = rows_correlation(bmeans, bratings, c)
+        lo, hi = np.nanpercentile(vals, [50 * (1 - conf), 50 * (1 + conf)])
+        rows.append(("arena_bt", aspect, "all", c, point[c][0], point[c][1], lo, hi, len(names), 0))
+    return rows
+
+
+def run(cfg: DictConfig) -> dict:
+    with Tracker(cfg) as tracker:
+        tracker.log_config()
+        vote_files = [ARENA_VOTES[s] for s in cfg.arena.vote_sources]
+        ctx = prepare(cfg, [*required_files(cfg, cfg.aspects), *vote_files], tracker)
+        out = predict(cfg, ctx.convs, ctx.aspects, tracker)
+        m = cfg.metaeval
+        human = meta_evaluate(out.predictions, ctx.convs, ctx.aspects, ["all"], ["system"], m.n_boot, cfg.seed,
+                              m.confidence)
+        votes = [v for s in cfg.arena.vote_sources for v in load_votes(ctx.data_dir / ARENA_VOTES[s], s)]
+        ranking = arena.ranking_table(votes, cfg.arena.prior)
+        arena_rows = []
+        for aspect in ctx.aspects:
+            arena_rows += _vs_arena(out.predictions, ctx, aspect, votes, cfg.arena.n_boot, cfg.seed,
+                                    cfg.arena.prior, m.confidence)
+        vs_arena = pd.DataFrame(arena_rows, columns=human.columns)
+        # the two human rankings against each other (labels of CRSArena-Eval vs arena votes)
+        sys_tab = {a: system_table(out.predictions, ctx.convs, a) for a in ctx.aspects}
+        overall = sys_tab["dialogue_overall"] if "dialogue_overall" in sys_tab else next(iter(sys_tab.values()))
+        overall = overall.merge(ranking[["crs", "bt_rating", "votes", "win_rate"]], on="crs", how="left")
+        h_vs_a = correlate(overall["human"].to_numpy(), overall["bt_rating"].to_numpy())
+        results = pd.concat([human.assign(level="system_vs_human_labels"), vs_arena.assign(level="system_vs_arena_bt")])
+        results = order_aspects(results)
+        note = (f"{out.label}; {ctx.subset}; {len(votes)} arena votes ({', '.join(cfg.arena.vote_sources)}), "
+                f"Bradley–Terry with {cfg.arena.prior} virtual ties per pair; 95% CIs: {m.n_boot} resamples of "
+                f"conversations within each CRS (and {cfg.arena.n_boot} resamples of votes for the arena).")
+        paths = write_table(results, ctx.out_dir, "system_level", f"System-level correlations over the CRSs. {note}")
+        paths += write_table(ranking, ctx.out_dir, "arena_ranking",
+                             f"Human system ranking from {len(votes)} CRSArena-Dial votes (Bradley–Terry).")
+        paths += write_table(overall, ctx.out_dir, "system_means_dialogue_overall",
+                             f"Per-CRS means, dialogue_overall. Human labels vs arena rating: Spearman "
+                             f"{h_vs_a['spearman'][0]:.3f}, Kendall {h_vs_a['kendall'][0]:.3f}. {note}")
+        for a, tab in sys_tab.items():
+            paths.append(figures.system_scatter(
+                tab, f"{a}: FACE vs human, one point per CRS", note,
+                ctx.out_dir / "figures" / f"scatter_{a}.png"))
+        paths.append(figures.system_scatter(
+            overall.assign(human=overall["bt_rating"]), "dialogue_overall: FACE vs arena (Bradley–Terry)", note,
+            ctx.out_dir / "figures" / "scatter_dialogue_overall_vs_arena.png", y_label="arena BT rating (log-strength)"))
+        headline = results[(results["aspect"] == "dialogue_overall")]
+        print_block(f"System level, dialogue_overall. {note}", headline.drop(columns=["n_missing"]))
+        print_block("Arena ranking (Bradley–Terry)", ranking)
+        tracker.log_metrics(correlation_metrics(human))
+        tracker.log_metrics({k.replace("system.", "system_vs_arena.", 1): v
+                             for k, v in correlation_metrics(vs_arena.assign(level="system")).items()})
+        tracker.log_metrics({f"human_labels_vs_arena.{c}": h_vs_a[c][0] for c in COEFFICIENTS})
+        tracker.log_artifacts(paths, "results")
+        return {"results": results, "ranking": ranking, "out_dir": ctx.out_dir}

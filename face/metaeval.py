@@ -1,0 +1,310 @@
+"""Meta-evaluation: correlation of predictions with human labels at turn, dialogue and system level.
+
+- Turn level: one item per labelled assistant turn; dialogue level: one item per conversation.
+- Splits: ``redial`` / ``opendialkg`` (from the conversation id) and ``all`` (pooled).
+- System level: one point per CRS (``{system}_{dataset}``): mean prediction vs mean human label.
+- Coefficients: Pearson, Spearman, Kendall (tau-b, as scipy).
+- 95 % bootstrap CIs by resampling conversations (all turns of a drawn conversation come along; at
+  system level conversations are resampled within each CRS). Vectorised: every bootstrap replicate
+  is a row of integer weights, and the weighted coefficients below are exactly the coefficients of
+  the resampled data set (tested against scipy on the expanded sample).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from face.aggregate import Predictions
+from face.aspects import ASPECTS
+from face.data.schema import Conversation
+
+COEFFICIENTS = ("pearson", "spearman", "kendall")
+LEVELS = ("turn", "dialogue", "system")
+RESULT_COLUMNS = ["level", "aspect", "split", "coefficient", "value", "p_value", "ci_low", "ci_high", "n",
+                  "n_missing"]
+
+
+# ---------------------------------------------------------------- point estimates (scipy)
+
+def correlate(pred: np.ndarray, human: np.ndarray) -> dict[str, tuple[float, float]]:
+    """coefficient -> (value, p-value); NaN where undefined (fewer than 3 items or a constant side)."""
+    pred, human = np.asarray(pred, float), np.asarray(human, float)
+    if len(pred) < 3 or np.ptp(pred) == 0 or np.ptp(human) == 0:
+        return {c: (float("nan"), float("nan")) for c in COEFFICIENTS}
+    out = {}
+    for name, fn in (("pearson", stats.pearsonr), ("spearman", stats.spearmanr), ("kendall", stats.kendalltau)):
+        res = fn(pred, human)
+        out[name] = (float(res[0]), float(res[1]))
+    return out
+
+
+# ---------------------------------------------------------------- weighted (bootstrap) coefficients
+
+def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Pearson r of (x, y) repeated w times, for every row of the weight matrix ``w`` (B × n)."""
+    sw = w.sum(1)
+    sx, sy = w @ x, w @ y
+    sxx, syy, sxy = w @ (x * x), w @ (y * y), w @ (x * y)
+    cov = sw * sxy - sx * sy
+    var = (sw * sxx - sx * sx) * (sw * syy - sy * sy)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = cov / np.sqrt(var)
+    r[var <= 1e-12 * np.maximum(1.0, sw) ** 4] = np.nan
+    return r
+
+
+@dataclass(frozen=True)
+class _Ties:
+    """Sorted order of a vector and its groups of equal values (for vectorised ranking)."""
+
+    order: np.ndarray
+    starts: np.ndarray  # start of each tie group in sorted order
+    group_of_item: np.ndarray  # tie group of each item (original order)
+
+    @staticmethod
+    def of(x: np.ndarray) -> "_Ties":
+        order = np.argsort(x, kind="stable")
+        xs = x[order]
+        new = np.r_[True, xs[1:] != xs[:-1]]
+        starts = np.flatnonzero(new)
+        group_sorted = np.cumsum(new) - 1
+        group_of_item = np.empty(len(x), dtype=int)
+        group_of_item[order] = group_sorted
+        return _Ties(order, starts, group_of_item)
+
+    def group_weights(self, w: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(w[:, self.order], self.starts, axis=1)
+
+    def ranks(self, w: np.ndarray) -> np.ndarray:
+        """Average ranks (1-based) of each item within each weighted replicate."""
+        wg = self.group_weights(w)
+        below = np.cumsum(wg, axis=1) - wg
+        return (below + (wg + 1) / 2)[:, self.group_of_item]
+
+    def tied_pairs(self, w: np.ndarray) -> np.ndarray:
+        wg = self.group_weights(w)
+        return (wg * (wg - 1) / 2).sum(1)
+
+
+def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    tx, ty = _Ties.of(x), _Ties.of(y)
+    rx, ry = tx.ranks(w), ty.ranks(w)
+    sw = w.sum(1)
+    sx, sy = (w * rx).sum(1), (w * ry).sum(1)
+    cov = sw * (w * rx * ry).sum(1) - sx * sy
+    var = (sw * (w * rx * rx).sum(1) - sx * sx) * (sw * (w * ry * ry).sum(1) - sy * sy)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = cov / np.sqrt(var)
+    r[var <= 0] = np.nan
+    return r
+
+
+def weighted_kendall(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """Kendall tau-b of each weighted replicate: (C − D) / sqrt((n0 − n1)(n0 − n2)).
+
+    C − D = ½ wᵀ S w with S_ij = sign(x_i − x_j)·sign(y_i − y_j); copies of one item tie on both sides.
+    """
+    x32, y32 = x.astype(np.float32), y.astype(np.float32)
+    s = np.sign(x32[:, None] - x32[None, :])
+    s *= np.sign(y32[:, None] - y32[None, :])
+    tx, ty = _Ties.of(x), _Ties.of(y)
+    out = np.empty(len(w))
+    for i in range(0, len(w), chunk):
+        wc = w[i:i + chunk]
+        cd = 0.5 * (wc * (wc.astype(np.float32) @ s)).sum(1)
+        n = wc.sum(1)
+        n0 = n * (n - 1) / 2
+        denom = (n0 - tx.tied_pairs(wc)) * (n0 - ty.tied_pairs(wc))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[i:i + chunk] = np.where(denom > 0, cd / np.sqrt(np.maximum(denom, 0)), np.nan)
+    return out
+
+
+WEIGHTED = {"pearson": weighted_pearson, "spearman": weighted_spearman, "kendall": weighted_kendall}
+
+
+# ---------------------------------------------------------------- resampling
+
+def cluster_weights(clusters: np.ndarray, n_boot: int, rng: np.random.Generator,
+                    strata: np.ndarray | None = None) -> np.ndarray:
+    """B × n integer weights: resample clusters (conversations) with replacement, optionally within strata.
+
+    ``clusters`` gives each item's cluster; every item of a drawn cluster gets its cluster's count.
+    """
+    uniq, inv = np.unique(clusters, return_inverse=True)
+    k = len(uniq)
+    counts = np.zeros((n_boot, k))
+    if strata is None:
+        groups = [np.arange(k)]
+    else:
+        cluster_stratum = np.empty(k, dtype=object)
+        cluster_stratum[inv] = strata
+        groups = [np.flatnonzero(cluster_stratum == s) for s in pd.unique(cluster_stratum)]
+    for members in groups:
+        m = len(members)
+        draws = rng.integers(0, m, size=(n_boot, m))
+        flat = (draws + np.arange(n_boot)[:, None] * m).ravel()
+        counts[:, members] = np.bincount(flat, minlength=n_boot * m).reshape(n_boot, m)
+    return counts[:, inv]
+
+
+def bootstrap_ci(pred: np.ndarray, human: np.ndarray, clusters: np.ndarray, n_boot: int = 1000,
+                 seed: int = 0, confidence: float = 0.95,
+                 coefficients: Sequence[str] = COEFFICIENTS) -> dict[str, tuple[float, float]]:
+    """Percentile CI of each coefficient, resampling clusters (conversations)."""
+    if n_boot <= 0 or len(pred) < 3:
+        return {c: (float("nan"), float("nan")) for c in coefficients}
+    rng = np.random.default_rng(seed)
+    w = cluster_weights(np.asarray(clusters), n_boot, rng)
+    x, y = np.asarray(pred, float), np.asarray(human, float)
+    lo_q, hi_q = 50 * (1 - confidence), 50 * (1 + confidence)
+    out = {}
+    for c in coefficients:
+        vals = WEIGHTED[c](x, y, w)
+        if np.all(np.isnan(vals)):
+            out[c] = (float("nan"), float("nan"))
+        else:
+            lo, hi = np.nanpercentile(vals, [lo_q, hi_q])
+            out[c] = (float(lo), float(hi))
+    return out
+
+
+# ---------------------------------------------------------------- system level
+
+def _rows_rank(a: np.ndarray) -> np.ndarray:
+    return stats.rankdata(a, axis=1)
+
+
+def _rows_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a - a.mean(1, keepdims=True)
+    b = b - b.mean(1, keepdims=True)
+    den = np.sqrt((a * a).sum(1) * (b * b).sum(1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (a * b).sum(1) / den, np.nan)
+
+
+def _rows_kendall(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    i, j = np.triu_indices(a.shape[1], 1)
+    sa, sb = np.sign(a[:, i] - a[:, j]), np.sign(b[:, i] - b[:, j])
+    n0 = len(i)
+    den = (n0 - (sa == 0).sum(1)) * (n0 - (sb == 0).sum(1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (sa * sb).sum(1) / np.sqrt(den), np.nan)
+
+
+def rows_correlation(a: np.ndarray, b: np.ndarray, coefficient: str) -> np.ndarray:
+    """The coefficient between a[r] and b[r] for every row r (small n, e.g. 9 systems)."""
+    if coefficient == "pearson":
+        return _rows_pearson(a, b)
+    if coefficient == "spearman":
+        return _rows_pearson(_rows_rank(a), _rows_rank(b))
+    if coefficient == "kendall":
+        return _rows_kendall(a, b)
+    raise ValueError(f"unknown coefficient {coefficient!r}")
+
+
+def system_means(values: np.ndarray, systems: np.ndarray, w: np.ndarray | None = None) -> tuple[list, np.ndarray]:
+    """Mean of ``values`` per system (columns, sorted system names); one row per weight row."""
+    names = sorted(set(systems))
+    onehot = (np.asarray(systems)[:, None] == np.array(names)[None, :]).astype(float)
+    if w is None:
+        w = np.ones((1, len(values)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return names, (w @ (onehot * np.asarray(values, float)[:, None])) / (w @ onehot)
+
+
+# ---------------------------------------------------------------- items: predictions joined with labels
+
+def items(preds: Predictions, convs: Iterable[Conversation], aspect: str) -> pd.DataFrame:
+    """Labelled items of one aspect with their prediction (NaN where missing).
+
+    Columns: conv_id, turn_ind (turn level only), split, crs, human, pred.
+    """
+    level = ASPECTS[aspect].level
+    rows = []
+    for c in convs:
+        if level == "turn":
+            for t in c.assistant_turns():
+                if aspect in t.labels:
+                    rows.append((c.conv_id, t.turn_ind, c.split, c.crs, t.labels[aspect]))
+        elif aspect in c.labels:
+            rows.append((c.conv_id, -1, c.split, c.crs, c.labels[aspect]))
+    df = pd.DataFrame(rows, columns=["conv_id", "turn_ind", "split", "crs", "human"])
+    if level == "turn":
+        p = preds.turn[preds.turn["aspect"] == aspect][["conv_id", "turn_ind", "pred"]]
+        df = df.merge(p, on=["conv_id", "turn_ind"], how="left", validate="one_to_one")
+    else:
+        p = preds.dialogue[preds.dialogue["aspect"] == aspect][["conv_id", "pred"]]
+        df = df.merge(p, on="conv_id", how="left", validate="one_to_one")
+    return df
+
+
+def _split_frames(df: pd.DataFrame, splits: Sequence[str]) -> Iterable[tuple[str, pd.DataFrame]]:
+    for s in splits:
+        yield s, (df if s == "all" else df[df["split"] == s])
+
+
+def meta_evaluate(preds: Predictions, convs: Sequence[Conversation], aspects: Sequence[str] | None = None,
+                  splits: Sequence[str] = ("redial", "opendialkg", "all"), levels: Sequence[str] = LEVELS,
+                  n_boot: int = 1000, seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
+    """Every correlation, as a long table with columns ``RESULT_COLUMNS``.
+
+    ``level`` is ``turn`` / ``dialogue`` (each aspect at its own level) or ``system``.
+    Items without a prediction are dropped and counted in ``n_missing``.
+    """
+    aspects = list(aspects) if aspects is not None else preds.aspects
+    rows = []
+    for aspect in aspects:
+        df = items(preds, convs, aspect)
+        native = ASPECTS[aspect].level
+        for split, sdf in _split_frames(df, splits):
+            have = sdf.dropna(subset=["pred"])
+            n_missing = len(sdf) - len(have)
+            if native in levels:
+                point = correlate(have["pred"].to_numpy(), have["human"].to_numpy())
+                ci = bootstrap_ci(have["pred"].to_numpy(), have["human"].to_numpy(), have["conv_id"].to_numpy(),
+                                  n_boot, seed, confidence)
+                for c in COEFFICIENTS:
+                    rows.append((native, aspect, split, c, *point[c], *ci[c], len(have), n_missing))
+            if "system" in levels:
+                for c, (value, p, lo, hi, n) in system_correlations(have, n_boot, seed, confidence).items():
+                    rows.append(("system", aspect, split, c, value, p, lo, hi, n, n_missing))
+    return pd.DataFrame(rows, columns=RESULT_COLUMNS)
+
+
+def system_correlations(items_df: pd.DataFrame, n_boot: int = 1000, seed: int = 0, confidence: float = 0.95
+                        ) -> dict[str, tuple[float, float, float, float, int]]:
+    """coefficient -> (value, p, ci_low, ci_high, number of systems) over per-CRS means."""
+    pred, human = items_df["pred"].to_numpy(float), items_df["human"].to_numpy(float)
+    systems = items_df["crs"].to_numpy()
+    names, mp = system_means(pred, systems)
+    _, mh = system_means(human, systems)
+    point = correlate(mp[0], mh[0])
+    out = {}
+    if n_boot > 0 and len(names) >= 3:
+        rng = np.random.default_rng(seed)
+        convs = items_df["conv_id"].to_numpy()
+        w = cluster_weights(convs, n_boot, rng, strata=systems)
+        _, bp = system_means(pred, systems, w)
+        _, bh = system_means(human, systems, w)
+        lo_q, hi_q = 50 * (1 - confidence), 50 * (1 + confidence)
+    for c in COEFFICIENTS:
+        lo = hi = float("nan")
+        if n_boot > 0 and len(names) >= 3:
+            vals = rows_correlation(bp, bh, c)
+            if not np.all(np.isnan(vals)):
+                lo, hi = (float(v) for v in np.nanpercentile(vals, [lo_q, hi_q]))
+        out[c] = (point[c][0], point[c][1], lo, hi, len(names))
+    return out
+
+
+def system_table(preds: Predictions, convs: Sequence[Conversation], aspect: str) -> pd.DataFrame:
+    """Per-CRS mean prediction and mean human label (for the system-level scatter)."""
+    df = items(preds, convs, aspect).dropna(subset=["pred"])
+    return (df.groupby("crs").agg(pred=("pred", "mean"), human=("human", "mean"), n=("pred", "size"))
+            .reset_index().assign(aspect=aspect))

@@ -1,0 +1,88 @@
+"""Write a table three ways — Markdown for reading, CSV for code, LaTeX for papers — with a caption."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from face.aspects import ASPECTS
+
+ASPECT_ORDER = list(ASPECTS)
+SPLIT_LABELS = {"redial": "ReDial", "opendialkg": "OpenDialKG", "all": "pooled"}
+
+
+def _fmt(v: object, digits: int) -> str:
+    if isinstance(v, (float, np.floating)):
+        return "–" if np.isnan(v) else f"{v:.{digits}f}"
+    return str(v)
+
+
+def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v, digits) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def to_latex(df: pd.DataFrame, caption: str, digits: int = 3) -> str:
+    def esc(s: str) -> str:
+        return s.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
+
+    cols = [esc(str(c)) for c in df.columns]
+    body = [" & ".join(esc(_fmt(v, digits)) for v in row) + " \\\\" for row in df.itertuples(index=False)]
+    return "\n".join([
+        "\\begin{table}[t]", "\\centering", "\\small",
+        "\\begin{tabular}{" + "l" * 1 + "r" * (len(cols) - 1) + "}", "\\toprule",
+        " & ".join(cols) + " \\\\", "\\midrule", *body, "\\bottomrule", "\\end{tabular}",
+        f"\\caption{{{esc(caption)}}}", "\\end{table}", ""])
+
+
+def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str, digits: int = 3) -> list[Path]:
+    """``name.md`` (caption + table), ``name.csv`` (full precision), ``name.tex``; returns the paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, csv, tex = out_dir / f"{name}.md", out_dir / f"{name}.csv", out_dir / f"{name}.tex"
+    md.write_text(f"{caption}\n\n{to_markdown(df, digits)}\n", encoding="utf-8")
+    df.to_csv(csv, index=False)
+    tex.write_text(to_latex(df, caption, digits), encoding="utf-8")
+    return [md, csv, tex]
+
+
+def order_aspects(df: pd.DataFrame, col: str = "aspect") -> pd.DataFrame:
+    key = {a: i for i, a in enumerate(ASPECT_ORDER)}
+    return df.sort_values(col, key=lambda s: s.map(key), kind="stable").reset_index(drop=True)
+
+
+def comparison_table(ours: pd.DataFrame, published: pd.DataFrame, method: str = "FACE",
+                     splits: tuple[str, ...] = ("redial", "opendialkg"),
+                     coefficients: tuple[str, ...] = ("pearson", "spearman")) -> pd.DataFrame:
+    """Ours vs a published row: one line per (aspect, split, coefficient) with the delta.
+
+    ``ours``: meta-evaluation results (turn/dialogue level); ``published``: the published table.
+    """
+    mine = ours[ours["level"].isin(["turn", "dialogue"]) & ours["split"].isin(splits)
+                & ours["coefficient"].isin(coefficients)]
+    pub = published[published["method"] == method][["split", "aspect", "coefficient", "value"]]
+    df = mine.merge(pub.rename(columns={"value": "published"}), on=["split", "aspect", "coefficient"], how="left")
+    df = df.assign(ours=df["value"], delta=(df["value"].round(3) - df["published"]).round(4),
+                   within_0_001=(df["value"] - df["published"]).abs() <= 0.001 + 1e-9)
+    df["split"] = df["split"].map(SPLIT_LABELS)
+    out = df[["aspect", "level", "split", "coefficient", "ours", "ci_low", "ci_high", "published", "delta",
+              "within_0_001", "n"]]
+    return order_aspects(out)
+
+
+def wide_table2(comp: pd.DataFrame) -> pd.DataFrame:
+    """Paper layout: one row per aspect; per split and coefficient: ours / published."""
+    rows = []
+    for aspect, g in comp.groupby("aspect", sort=False):
+        row: dict[str, object] = {"aspect": aspect}
+        for r in g.itertuples(index=False):
+            tag = f"{r.split} {'r' if r.coefficient == 'pearson' else 'ρ'}"
+            row[f"{tag} ours"] = r.ours
+            row[f"{tag} paper"] = r.published
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,78 @@
+"""Run files in the FACE authors' format, so their evaluation script accepts ours and vice versa.
+
+``[{"conv_id", "turns": [{"turn_ind", "turn_level_pred": {aspect: float}}], "dial_level_pred": {aspect: float}}]``
+Legacy aliases ``dialog_overall`` / ``overall_impression`` are read as ``dialogue_overall``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
+from face.aspects import ASPECT_ALIASES, ASPECTS
+from face.data.errors import DataError
+from face.data.io import check_type, field, read_json
+
+
+def to_records(preds: Predictions) -> list[dict]:
+    convs: dict[str, dict] = {}
+
+    def conv(conv_id: str) -> dict:
+        return convs.setdefault(conv_id, {"conv_id": conv_id, "turns": {}, "dial_level_pred": {}})
+
+    for row in preds.turn.itertuples(index=False):
+        turns = conv(row.conv_id)["turns"]
+        turns.setdefault(int(row.turn_ind), {})[row.aspect] = float(row.pred)
+    for row in preds.dialogue.itertuples(index=False):
+        conv(row.conv_id)["dial_level_pred"][row.aspect] = float(row.pred)
+    return [{"conv_id": c["conv_id"],
+             "turns": [{"turn_ind": t, "turn_level_pred": p} for t, p in sorted(c["turns"].items())],
+             "dial_level_pred": c["dial_level_pred"]} for c in convs.values()]
+
+
+def write_run_file(preds: Predictions, path: str | Path) -> Path:
+    """Write atomically (a crash never leaves a half-written run file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(to_records(preds), f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def _aspect(name: str, path: Path, rec: str) -> str:
+    canon = ASPECT_ALIASES.get(name, name)
+    if canon not in ASPECTS:
+        raise DataError(path, f"unknown aspect {name!r}; known: {', '.join(ASPECTS)}", rec)
+    return canon
+
+
+def _value(v: object, path: Path, rec: str) -> float:
+    v = float(check_type(v, float, path, rec))
+    if math.isnan(v) or math.isinf(v):
+        raise DataError(path, f"prediction is {v}", rec)
+    return v
+
+
+def read_run_file(path: str | Path) -> Predictions:
+    path = Path(path)
+    raw = check_type(read_json(path), list, path, "top level")
+    turn_rows, dial_rows = [], []
+    for i, obj in enumerate(raw):
+        conv_id = field(obj, "conv_id", str, path, f"index {i}")
+        rec = f"conversation {conv_id!r}"
+        for j, t in enumerate(field(obj, "turns", list, path, rec) if "turns" in obj else []):
+            t_rec = f"{rec}, turns[{j}]"
+            turn_ind = field(t, "turn_ind", int, path, t_rec)
+            for name, v in field(t, "turn_level_pred", dict, path, t_rec).items():
+                turn_rows.append((_aspect(name, path, t_rec), conv_id, turn_ind, _value(v, path, f"{t_rec}, {name}")))
+        for name, v in (check_type(obj.get("dial_level_pred") or {}, dict, path, rec)).items():
+            dial_rows.append((_aspect(name, path, rec), conv_id, _value(v, path, f"{rec}, {name}")))
+    return Predictions(pd.DataFrame(turn_rows, columns=TURN_COLUMNS), pd.DataFrame(dial_rows, columns=DIALOGUE_COLUMNS))

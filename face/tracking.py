@@ -1,0 +1,154 @@
+"""MLflow tracking: one run per Hydra job; params, metrics, artifacts, tags and prompt versions.
+
+``Tracker`` is a thin wrapper so experiments never touch MLflow directly and tracking can be
+switched off (``tracking=none``) without changing experiment code.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def git_commit(root: str | Path) -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return "unknown"
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+class Tracker:
+    """Logs to MLflow when enabled, does nothing otherwise."""
+
+    def __init__(self, cfg: DictConfig):
+        t = cfg.tracking
+        self.enabled = bool(t.enabled)
+        self.cfg = cfg
+        self.run_id: str | None = None
+        if self.enabled:
+            import mlflow
+
+            self.mlflow = mlflow
+            mlflow.set_tracking_uri(t.tracking_uri)
+            mlflow.set_experiment(t.experiment_name)
+
+    def __enter__(self) -> "Tracker":
+        if self.enabled:
+            t = self.cfg.tracking
+            run = self.mlflow.start_run(run_name=t.get("run_name"))
+            self.run_id = run.info.run_id
+            resolved = OmegaConf.to_container(self.cfg, resolve=True)
+            params = {k: ("null" if v is None else str(v))[:6000] for k, v in flatten(resolved).items()}
+            self.mlflow.log_params(params)
+            self.set_tags({"git_commit": git_commit(self.cfg.paths.root_dir), "task_name": self.cfg.task_name})
+            sweep = self._sweep_tags()
+            if sweep:
+                self.set_tags(sweep)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.enabled:
+            self.mlflow.end_run(status="FAILED" if exc_type else "FINISHED")
+
+    def _sweep_tags(self) -> dict[str, str]:
+        try:
+            from hydra.core.hydra_config import HydraConfig
+
+            hc = HydraConfig.get()
+        except (ImportError, ValueError):
+            return {}
+        if str(hc.mode) != "RunMode.MULTIRUN":
+            return {}
+        return {"sweep_dir": str(hc.sweep.dir), "sweep_job": str(hc.job.num),
+                "sweep_overrides": ",".join(hc.overrides.task)}
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        if self.enabled:
+            self.mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+    def log_metrics(self, metrics: Mapping[str, float]) -> None:
+        if self.enabled:
+            clean = {k: float(v) for k, v in metrics.items() if v is not None and not math.isnan(float(v))}
+            self.mlflow.log_metrics(clean)
+
+    def log_artifacts(self, paths: Iterable[str | Path], subdir: str | None = None) -> None:
+        if self.enabled:
+            for p in paths:
+                p = Path(p)
+                if p.is_dir():
+                    self.mlflow.log_artifacts(str(p), artifact_path=subdir)
+                elif p.exists():
+                    self.mlflow.log_artifact(str(p), artifact_path=subdir)
+
+    def log_dict(self, obj: Any, name: str) -> None:
+        if self.enabled:
+            self.mlflow.log_dict(obj, name)
+
+    def log_config(self) -> None:
+        if self.enabled:
+            self.mlflow.log_text(OmegaConf.to_yaml(self.cfg, resolve=True), "config.yaml")
+
+    def register_instructions(self, aspect: str, instructions: Sequence[Any], source: str) -> str | None:
+        """Register an instruction set as a prompt version (only when its text changed); tag the run with it."""
+        if not (self.enabled and self.cfg.tracking.get("register_prompts", True)):
+            return None
+        from mlflow import genai
+
+        name = f"face-{aspect.replace('_', '-')}-{source.replace('_', '-')}"
+        text = "\n\n".join(f"### {i.instruction_id}\n{i.text}" for i in instructions)
+        try:
+            latest = genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
+        except Exception:  # noqa: BLE001 - registry lookups fail in many ways on old stores
+            latest = None
+        if latest is not None and latest.template == text:
+            version = latest
+        else:
+            version = genai.register_prompt(
+                name=name, template=text,
+                commit_message=f"{len(instructions)} {source} instructions for {aspect}",
+                tags={"aspect": aspect, "source": source, "instruction_ids": ",".join(i.instruction_id for i in instructions)})
+        uri = f"prompts:/{name}/{version.version}"
+        self.set_tags({f"prompt.{aspect}": uri})
+        return uri
+
+
+def metric_name(level: str, aspect: str, split: str, coefficient: str, suffix: str = "") -> str:
+    return f"{level}.{aspect}.{split}.{coefficient}" + (f".{suffix}" if suffix else "")
+
+
+def correlation_metrics(results, prefix: str = "") -> dict[str, float]:
+    """MLflow metrics ``{level}.{aspect}.{split}.{coefficient}`` (+ ``.ci_low`` / ``.ci_high``)."""
+    out = {}
+    for r in results.itertuples(index=False):
+        base = prefix + metric_name(r.level, r.aspect, r.split, r.coefficient)
+        out[base] = r.value
+        out[base + ".ci_low"] = r.ci_low
+        out[base + ".ci_high"] = r.ci_high
+    return out
+
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
