@@ -1,0 +1,64 @@
+"""Aggregation: turn = mean over the turn's particles × instructions; dialogue = over the conversation's."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from face.aggregate import aggregate, particle_scores, random_instruction_subsets
+
+ROWS = [  # aspect, conv, turn, particle, instruction, score
+    ("relevance", "c1", 1, 0, "i1", 1.0), ("relevance", "c1", 1, 0, "i2", 2.0),
+    ("relevance", "c1", 1, 1, "i1", 0.0), ("relevance", "c1", 1, 1, "i2", 0.0),
+    ("relevance", "c1", 3, 0, "i1", 2.0), ("relevance", "c1", 3, 0, "i2", 2.0),
+    ("understanding", "c1", 1, 0, "i1", 1.0), ("understanding", "c1", 1, 0, "i2", 1.0),
+    ("understanding", "c1", 3, 0, "i1", 2.0), ("understanding", "c1", 3, 0, "i2", 0.0),
+    ("understanding", "c1", 3, 1, "i1", 2.0), ("understanding", "c1", 3, 1, "i2", 2.0),
+]
+SCORES = pd.DataFrame(ROWS, columns=["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score"])
+
+
+def _turn(p, t):
+    return p.turn.set_index("turn_ind").loc[t, "pred"]
+
+
+def test_mean_over_particles_and_instructions():
+    p = aggregate(SCORES)
+    assert _turn(p, 1) == pytest.approx((1 + 2 + 0 + 0) / 4)
+    assert _turn(p, 3) == pytest.approx(2.0)
+    assert list(p.turn["aspect"].unique()) == ["relevance"]  # turn aspects only at turn level
+    assert p.dialogue.set_index("aspect").loc["understanding", "pred"] == pytest.approx(8 / 6)
+    assert list(p.dialogue["aspect"]) == ["understanding"]
+
+
+def test_other_aggregators():
+    assert _turn(aggregate(SCORES, "max", "max"), 1) == 2.0
+    assert _turn(aggregate(SCORES, "min", "mean"), 1) == pytest.approx(0.5)
+    assert _turn(aggregate(SCORES, "mean", "min"), 1) == 0.0
+    d = aggregate(SCORES, "mean", "median").dialogue["pred"].iloc[0]
+    assert d == pytest.approx(1.0)  # particle means 1, 1, 2 -> median 1
+
+
+def test_instruction_subset_and_errors():
+    assert _turn(aggregate(SCORES, instructions=["i2"]), 1) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="not in the scores"):
+        particle_scores(SCORES, instructions=["i9"])
+    with pytest.raises(ValueError, match="unknown aggregator"):
+        aggregate(SCORES, "mode")
+
+
+def test_summation_order_noise_cannot_break_ties():
+    # 0.1 + 0.2 + 0.3 differs from 0.3 + 0.2 + 0.1 in the last bit; the predictions must still tie
+    rows = [("relevance", "c", 1, 0, f"i{k}", v) for k, v in enumerate([0.1, 0.2, 0.3])]
+    rows += [("relevance", "c", 3, 0, f"i{k}", v) for k, v in enumerate([0.3, 0.2, 0.1])]
+    p = aggregate(pd.DataFrame(rows, columns=SCORES.columns))
+    assert _turn(p, 1) == _turn(p, 3)
+
+
+def test_random_subsets_reproducible():
+    ids = [f"i{k}" for k in range(16)]
+    a = random_instruction_subsets(ids, 4, [0, 1, 2])
+    assert a == random_instruction_subsets(ids, 4, [0, 1, 2])
+    assert all(len(s) == 4 and len(set(s)) == 4 for s in a) and a[0] != a[1]
+    with pytest.raises(ValueError):
+        random_instruction_subsets(ids, 17, [0])

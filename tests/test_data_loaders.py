@@ -1,0 +1,208 @@
+"""Loaders read every shipped file into typed records, and bad input fails with one clear DataError."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from face.aspects import ASPECTS
+from face.data import ARENA_DIALOGUES, ARENA_VOTES, CRSARENA_EVAL, PUBLISHED_TABLE, RELEASED_PARTICLES, USR_FILES, \
+    DataError, released_instructions_file, released_scores_file
+from face.data.arena import load_dialogues, load_votes
+from face.data.crsarena import load_conversations, select
+from face.data.released import load_instructions, load_particle_scores, load_published_table, \
+    load_released_particles
+from face.data.schema import ASSISTANT, DIALOGUE_ACTS, USER
+from face.data.usr import USR_ASPECTS, load_usr
+
+
+def test_crsarena_eval_has_467_conversations_9_crss_and_4473_utterances(data_dir):
+    convs = load_conversations(data_dir / CRSARENA_EVAL)
+    assert len(convs) == 467
+    assert sum(len(c.turns) for c in convs) == 4473
+    assert len({c.crs for c in convs}) == 9
+    assert {c.split for c in convs} == {"redial", "opendialkg"}
+    assert sum(1 for c in convs if c.split == "redial") == 267
+    c = convs[0]
+    assert c.turns[0].role == USER and c.turns[1].role == ASSISTANT
+    assert set(c.labels) >= {a for a, s in ASPECTS.items() if s.level == "dialogue"}
+    assert "relevance" in c.turns[1].labels
+
+
+def test_select_filters_by_system_split_and_limit(data_dir):
+    convs = load_conversations(data_dir / CRSARENA_EVAL)
+    assert {c.system for c in select(convs, systems=["kbrd"])} == {"kbrd"}
+    assert {c.crs for c in select(convs, systems=["kbrd_redial"])} == {"kbrd_redial"}
+    assert {c.split for c in select(convs, splits=["opendialkg"])} == {"opendialkg"}
+    assert len(select(convs, limit=3)) == 3
+
+
+def test_released_particles_2235_turns_6274_particles(data_dir):
+    rows = load_released_particles(data_dir / RELEASED_PARTICLES)
+    assert len(rows) == 2235
+    assert sum(len(r.particles) for r in rows) == 6274
+    assert {p.dialogue_act for r in rows for p in r.particles} <= set(DIALOGUE_ACTS)
+
+
+@pytest.mark.parametrize("aspect", list(ASPECTS))
+def test_released_scores_have_16_instructions_per_particle(data_dir, aspect):
+    df = load_particle_scores(data_dir / released_scores_file(aspect), aspect)
+    per_particle = df.groupby(["conv_id", "turn_ind", "particle_ind"], observed=True).size()
+    assert set(per_particle) == {16}
+    assert df["score"].between(0, 4).all()
+    ids = {i.instruction_id for i in load_instructions(data_dir / released_instructions_file(aspect))}
+    assert set(df["instruction_id"].unique()) == ids and len(ids) == 16
+
+
+def test_published_table_has_six_methods_two_splits(data_dir):
+    df = load_published_table(data_dir / PUBLISHED_TABLE)
+    assert set(df["split"]) == {"redial", "opendialkg"}
+    assert {"FACE", "FACE w/o train", "G-Eval", "LLM-Direct", "LLM-CoT+ICL", "UniEval"} == set(df["method"])
+    face = df[(df["method"] == "FACE") & (df["split"] == "redial") & (df["aspect"] == "dialogue_overall")]
+    assert face.set_index("coefficient")["value"].to_dict() == {"pearson": 0.712, "spearman": 0.668}
+    assert df[df["method"] == "UniEval"]["value"].isna().any()  # not reported values stay missing
+
+
+def test_arena_votes_and_dialogues(data_dir):
+    votes = [v for s, f in ARENA_VOTES.items() for v in load_votes(data_dir / f, s)]
+    assert len(votes) == 185
+    assert all(v.winner in (None, v.crs1, v.crs2) for v in votes)
+    dialogues = [d for f in ARENA_DIALOGUES.values() for d in load_dialogues(data_dir / f)]
+    assert len(dialogues) == 474
+
+
+@pytest.mark.parametrize("name,n_responses", [("topical_chat", 6), ("persona_chat", 5)])
+def test_usr_contexts(data_dir, name, n_responses):
+    ctxs = load_usr(data_dir / USR_FILES[name])
+    assert len(ctxs) == 60
+    assert all(len(c.responses) == n_responses for c in ctxs)
+    r = ctxs[0].responses[0]
+    assert set(r.ratings) == set(USR_ASPECTS) and len(r.ratings["Overall"]) == 3
+
+
+# ------------------------------------------------------------------ malformed input
+
+GOOD = {"conv_id": "kbrd_redial_x", "dialogue": [
+    {"turn_ind": 0, "role": "USER", "utterance": "hi"},
+    {"turn_ind": 1, "role": "ASST", "utterance": "hello", "turn_level_aggregated": {"relevance": 2}}],
+    "dial_level_aggregated": {"understanding": 1}}
+
+
+def _write(tmp_path: Path, obj, name="conv.json") -> Path:
+    p = tmp_path / name
+    p.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return p
+
+
+def _bad(tmp_path, obj, *expected: str):
+    with pytest.raises(DataError) as e:
+        load_conversations(_write(tmp_path, obj))
+    msg = str(e.value)
+    assert "conv.json" in msg
+    for part in expected:
+        assert part in msg, msg
+    return msg
+
+
+def test_good_minimal_conversation_loads(tmp_path):
+    [c] = load_conversations(_write(tmp_path, [GOOD]))
+    assert c.labels == {"understanding": 1.0} and c.turns[1].labels == {"relevance": 2.0}
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(DataError, match="nope.json.*file not found"):
+        load_conversations(tmp_path / "nope.json")
+
+
+def test_malformed_json_names_line(tmp_path):
+    _bad(tmp_path, '[{"conv_id": "a",', "malformed JSON", "line 1")
+
+
+def test_missing_key_names_conversation(tmp_path):
+    bad = {**GOOD}
+    del bad["dial_level_aggregated"]
+    _bad(tmp_path, [bad], "'kbrd_redial_x'", "missing key 'dial_level_aggregated'")
+
+
+def test_wrong_type_names_conversation_and_turn(tmp_path):
+    bad = json.loads(json.dumps(GOOD))
+    bad["dialogue"][1]["turn_ind"] = "one"
+    _bad(tmp_path, [bad], "'kbrd_redial_x'", "turn 1", "expected an integer")
+
+
+def test_wrong_label_type(tmp_path):
+    bad = json.loads(json.dumps(GOOD))
+    bad["dial_level_aggregated"]["understanding"] = "high"
+    _bad(tmp_path, [bad], "understanding", "expected a number")
+
+
+def test_unknown_aspect(tmp_path):
+    bad = json.loads(json.dumps(GOOD))
+    bad["dial_level_aggregated"]["charisma"] = 1
+    _bad(tmp_path, [bad], "unknown aspect 'charisma'")
+
+
+def test_non_alternating_roles(tmp_path):
+    bad = json.loads(json.dumps(GOOD))
+    bad["dialogue"][1]["role"] = "USER"
+    _bad(tmp_path, [bad], "roles do not alternate", "turns 0 and 1")
+
+
+def test_unknown_role(tmp_path):
+    bad = json.loads(json.dumps(GOOD))
+    bad["dialogue"][1]["role"] = "BOT"
+    _bad(tmp_path, [bad], "unknown role 'BOT'")
+
+
+def test_empty_dialogue(tmp_path):
+    _bad(tmp_path, [{**GOOD, "dialogue": []}], "empty dialogue", "'kbrd_redial_x'")
+
+
+def test_top_level_not_a_list(tmp_path):
+    _bad(tmp_path, {"conv_id": "x"}, "expected a list")
+
+
+def test_duplicate_conversation_id(tmp_path):
+    _bad(tmp_path, [GOOD, GOOD], "duplicate conversation id")
+
+
+def test_scores_file_bad_line_is_named(tmp_path):
+    p = tmp_path / "relevance.jsonl"
+    good = {"conv_id": "a_redial_1", "turns": {"1": {"particles": {"0": {"itr1": 1.0}}}}}
+    bad = {"conv_id": "a_redial_2", "turns": {"1": {"particles": {"0": {"itr1": "high"}}}}}
+    p.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(DataError, match=r"relevance.jsonl \[line 2, conversation 'a_redial_2', turn 1, particle 0, "
+                                        r"instruction 'itr1'\]: expected a number"):
+        load_particle_scores(p, "relevance")
+    p.write_text(json.dumps(good) + "\n{oops\n")
+    with pytest.raises(DataError, match=r"\[line 2\]: malformed JSON"):
+        load_particle_scores(p, "relevance")
+    with pytest.raises(DataError, match="unknown aspect 'charm'"):
+        load_particle_scores(p, "charm")
+
+
+def test_particles_unknown_act_is_named(tmp_path):
+    p = tmp_path / "particles.jsonl"
+    p.write_text(json.dumps({"conv_id": "a", "turn_ind": 1, "assistant_utterance": "x",
+                             "particles": [{"particle_ind": 0, "dialogue_act": "joke", "particle": "x",
+                                            "user_feedback": "y"}]}) + "\n")
+    with pytest.raises(DataError, match="line 1, conversation 'a', turn 1, particle 0.*unknown dialogue act 'joke'"):
+        load_released_particles(p)
+
+
+def test_votes_with_bad_winner_and_missing_column(tmp_path):
+    p = tmp_path / "votes.csv"
+    p.write_text("session_id,user_id,crs1,crs2,vote\ns,u,a,b,c\n")
+    with pytest.raises(DataError, match=r"votes.csv \[line 2\].*neither 'tie'"):
+        load_votes(p, "open")
+    p.write_text("session_id,user_id,crs1,vote\n")
+    with pytest.raises(DataError, match="missing columns"):
+        load_votes(p, "open")
+
+
+def test_usr_missing_ratings(tmp_path):
+    p = _write(tmp_path, [{"context": "a\nb", "fact": "f", "responses": [{"response": "r", "model": "m"}]}], "usr.json")
+    with pytest.raises(DataError, match=r"context 0, response 0.*missing key 'Understandable'"):
+        load_usr(p)

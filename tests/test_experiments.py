@@ -1,0 +1,152 @@
+"""Every offline experiment runs through Hydra, writes its reports and logs to MLflow (checked with the client)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from face.data import CRSARENA_EVAL
+from face.data.crsarena import load_conversations, select
+from face.metaeval import meta_evaluate
+from face.runfile import read_run_file
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["dataset.limit=40", "metaeval.n_boot=50"]
+
+
+def _run(cfg):
+    return importlib.import_module(cfg.runner).run(cfg)
+
+
+def _mlflow_run(cfg):
+    client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
+    exp = client.get_experiment_by_name(cfg.task_name)
+    [run] = client.search_runs([exp.experiment_id])
+    return client, run
+
+
+def _artifacts(client, run_id, path=""):
+    out = []
+    for f in client.list_artifacts(run_id, path):
+        out += _artifacts(client, run_id, f.path) if f.is_dir else [f.path]
+    return out
+
+
+def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory):
+    cfg = cfg_factory("experiment=reproduce_table2", "metaeval.n_boot=100", "report.out_dir=${paths.output_dir}/res")
+    out = _run(cfg)
+    comp = out["comparison"]
+    assert len(comp) == 28
+    assert comp["within_0_001"].all(), comp[~comp["within_0_001"]]
+    assert (comp["ours"] - comp["published"]).abs().max() <= 0.001 + 1e-9
+    for ext in ("md", "csv", "tex"):
+        assert (out["out_dir"] / f"table2_face.{ext}").exists()
+    assert len(list((out["out_dir"] / "figures").glob("bars_*.png"))) == 4
+
+    client, run = _mlflow_run(cfg)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["method.name"] == "face_released"
+    assert run.data.params["metaeval.n_boot"] == "100"
+    m = run.data.metrics
+    assert m["dialogue.dialogue_overall.redial.pearson"] == pytest.approx(0.712, abs=0.0005)
+    assert m["turn.relevance.opendialkg.spearman"] == pytest.approx(0.527, abs=0.0005)
+    assert m["dialogue.dialogue_overall.redial.pearson.ci_low"] < m["dialogue.dialogue_overall.redial.pearson"]
+    assert m["table2.values_within_0_001"] == 28
+    assert "system.dialogue_overall.all.spearman" in m
+    arts = _artifacts(client, run.info.run_id)
+    assert "run/run_file.json" in arts and "config.yaml" in arts
+    assert "results/table2_face.md" in arts and any(a.startswith("results/bars_") for a in arts)
+    tags = run.data.tags
+    assert tags["git_commit"] and tags["data_sha256.crsarena_eval/crs_arena_eval.json"].startswith("c4432965")
+    assert tags["prompt.relevance"].startswith("prompts:/face-relevance-released-top16/")
+
+
+def test_run_file_written_by_the_project_gives_the_reported_correlations(cfg_factory, data_dir):
+    cfg = cfg_factory("experiment=reproduce_table2", *SMALL, tracking=False)
+    out = _run(cfg)
+    preds = read_run_file(Path(cfg.paths.output_dir) / "run_file.json")
+    convs = select(load_conversations(data_dir / CRSARENA_EVAL), limit=40)
+    again = meta_evaluate(preds, convs, list(cfg.aspects), n_boot=0)
+    reported = out["results"]
+    merged = again.merge(reported, on=["level", "aspect", "split", "coefficient"], suffixes=("_file", "_run"))
+    assert len(merged) == len(reported)
+    assert (merged["value_file"] - merged["value_run"]).abs().max() < 1e-9
+
+
+def test_subset_runs_never_overwrite_committed_results(cfg_factory, tmp_path):
+    cfg = cfg_factory("experiment=reproduce_table2", *SMALL, tracking=False)
+    out = _run(cfg)
+    assert out["out_dir"] == Path(cfg.paths.output_dir) / "results"
+    assert "(subset)" in (out["out_dir"] / "table2_face.md").read_text()
+
+
+def test_system_level_reports_ci_and_arena(cfg_factory):
+    cfg = cfg_factory("experiment=system_level", "metaeval.n_boot=100", "arena.n_boot=30",
+                      "report.out_dir=${paths.output_dir}/res")
+    out = _run(cfg)
+    r = out["results"]
+    row = r[(r.level == "system_vs_human_labels") & (r.aspect == "dialogue_overall") & (r.coefficient == "spearman")]
+    assert row["value"].iloc[0] == pytest.approx(0.883, abs=0.005) and row["n"].iloc[0] == 9
+    assert row["ci_low"].iloc[0] < row["value"].iloc[0] <= row["ci_high"].iloc[0]
+    assert set(r.level) == {"system_vs_human_labels", "system_vs_arena_bt"}
+    assert len(out["ranking"]) == 9
+    assert (out["out_dir"] / "figures" / "scatter_dialogue_overall.png").exists()
+    _, run = _mlflow_run(cfg)
+    assert "system_vs_arena.dialogue_overall.all.kendall" in run.data.metrics
+
+
+def test_ablation_num_instructions_small(cfg_factory):
+    cfg = cfg_factory("experiment=ablation_num_instructions", "dataset.limit=60", "ablation.ks=[1,4,16]",
+                      "ablation.n_seeds=2", "aspects=[relevance,dialogue_overall]")
+    out = _run(cfg)
+    s = out["summary"]
+    assert set(s["k"]) == {1, 4, 16}
+    assert (s[s.k == 16]["n_subsets"] == 1).all() and (s[s.k == 1]["n_subsets"] == 2).all()
+    assert (out["out_dir"] / "figures" / "k_curve_spearman.png").exists()
+    _, run = _mlflow_run(cfg)
+    assert any(k.startswith("k16.relevance") for k in run.data.metrics)
+
+
+def test_ablation_aggregation_small(cfg_factory):
+    cfg = cfg_factory("experiment=ablation_aggregation", "dataset.limit=60", "ablation.instruction_aggs=[mean,max]",
+                      "ablation.particle_aggs=[mean,min]", "aspects=[relevance,efficiency]")
+    out = _run(cfg)
+    assert set(out["results"]["setting"]) == {"mean / mean", "mean / min", "max / mean", "max / min"}
+    assert (out["out_dir"] / "aggregation.tex").exists()
+
+
+def test_unknown_aggregator_is_rejected(cfg_factory):
+    cfg = cfg_factory("experiment=ablation_aggregation", "dataset.limit=10", "ablation.particle_aggs=[mode]",
+                      tracking=False)
+    with pytest.raises(ValueError, match="unknown aggregator 'mode'"):
+        _run(cfg)
+
+
+def test_cli_main_job_and_clear_error_on_bad_data(tmp_path, mirror):
+    env = {**os.environ, "FACE_DATA_DIR": str(tmp_path / "empty"), "FACE_DATA_MIRROR": str(tmp_path / "nomirror")}
+    bad = subprocess.run([sys.executable, "scripts/run.py", "tracking=none", "dataset.download=false",
+                          f"hydra.run.dir={tmp_path / 'out'}"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert "error:" in bad.stderr and "crs_arena_eval.json" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_cli_multirun_sweep(tmp_path, mirror):
+    env = {**os.environ, "FACE_DATA_DIR": str(tmp_path / "data"), "FACE_DATA_MIRROR": str(mirror)}
+    res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=reproduce_table2",
+                          "method.particle_agg=mean,max", "dataset.limit=30", "metaeval.n_boot=0",
+                          f"tracking.tracking_uri=sqlite:///{tmp_path / 'ml.db'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                          f"paths.results_dir={tmp_path / 'results'}"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'ml.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("reproduce_table2").experiment_id])
+    assert sorted(r.data.params["method.particle_agg"] for r in runs) == ["max", "mean"]
+    assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}
+    assert all(json.loads(json.dumps(r.data.tags))["sweep_dir"] == str(tmp_path / "sweep") for r in runs)

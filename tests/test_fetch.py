@@ -1,0 +1,74 @@
+"""The fetch step copies or downloads each file, verifies its sha256 and never keeps a bad file."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+
+from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, DataError, ensure_data
+from face.data import fetch as fetch_mod
+from face.data.manifest import MANIFEST
+
+
+def test_manifest_pins_every_file_to_a_commit():
+    assert len(MANIFEST) == 24
+    for entry in MANIFEST.values():
+        assert len(entry.commit) == 40 and len(entry.sha256) == 64
+        assert entry.url.startswith("https://raw.githubusercontent.com/") and entry.commit in entry.url
+
+
+def test_copy_from_mirror_verifies(tmp_path, mirror):
+    ensure_data(tmp_path, [PUBLISHED_TABLE], mirror=mirror, download=False)
+    assert fetch_mod.sha256_of(tmp_path / PUBLISHED_TABLE) == MANIFEST[PUBLISHED_TABLE].sha256
+
+
+def test_corrupt_mirror_file_is_rejected_and_not_kept(tmp_path, mirror):
+    bad_mirror = tmp_path / "mirror"
+    (bad_mirror / "face_released").mkdir(parents=True)
+    (bad_mirror / PUBLISHED_TABLE).write_text("{}")
+    dest = tmp_path / "data"
+    with pytest.raises(DataError, match="checksum mismatch"):
+        ensure_data(dest, [PUBLISHED_TABLE], mirror=bad_mirror, download=False)
+    assert not (dest / PUBLISHED_TABLE).exists()
+    assert not list((dest / "face_released").glob("*.part"))
+
+
+def test_existing_file_with_wrong_checksum_is_an_error(tmp_path, mirror):
+    (tmp_path / "face_released").mkdir()
+    (tmp_path / PUBLISHED_TABLE).write_text("tampered")
+    with pytest.raises(DataError, match="published_table2.json.*checksum mismatch.*delete it"):
+        ensure_data(tmp_path, [PUBLISHED_TABLE], mirror=mirror)
+
+
+def test_missing_without_mirror_or_download(tmp_path):
+    with pytest.raises(DataError, match="missing, no mirror copy, and downloading is disabled"):
+        ensure_data(tmp_path, [CRSARENA_EVAL], mirror=None, download=False)
+
+
+def test_unknown_file_name(tmp_path):
+    with pytest.raises(DataError, match="not a known data file"):
+        ensure_data(tmp_path, ["nope.json"], download=False)
+
+
+def test_download_path_verifies_and_writes(tmp_path, mirror, monkeypatch):
+    """The download code path, served from a file:// URL (no internet here)."""
+    src = mirror / PUBLISHED_TABLE
+    entry = dataclasses.replace(MANIFEST[PUBLISHED_TABLE])
+    monkeypatch.setattr(type(entry), "url", property(lambda self: src.as_uri()))
+    path = fetch_mod.fetch_file(entry, tmp_path / "d", mirror=None, download=True)
+    assert fetch_mod.sha256_of(path) == entry.sha256
+
+
+def test_download_failure_is_a_clear_error(tmp_path, monkeypatch):
+    entry = MANIFEST[PUBLISHED_TABLE]
+    monkeypatch.setattr(type(entry), "url", property(lambda self: (tmp_path / "absent.json").as_uri()))
+    with pytest.raises(DataError, match="could not be downloaded.*FACE_DATA_MIRROR"):
+        fetch_mod.fetch_file(entry, tmp_path / "d", mirror=None, download=True)
+
+
+def test_fetched_data_dir_is_complete(data_dir):
+    for name, entry in MANIFEST.items():
+        assert (data_dir / name).exists(), name
+    shutil.disk_usage(data_dir)  # the fixture itself went through ensure_data

@@ -1,0 +1,118 @@
+"""Correlations agree with scipy; vectorised bootstrap coefficients equal scipy on the resampled data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from face.aggregate import Predictions
+from face.data.schema import Conversation, Turn
+from face.metaeval import (COEFFICIENTS, WEIGHTED, bootstrap_ci, cluster_weights, correlate, meta_evaluate,
+                           rows_correlation, system_correlations)
+
+SCIPY = {"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_point_estimates_match_scipy(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=60)
+    y = x + rng.normal(size=60)
+    got = correlate(x, y)
+    for c in COEFFICIENTS:
+        assert got[c][0] == pytest.approx(SCIPY[c](x, y)[0], abs=1e-12)
+
+
+@pytest.mark.parametrize("coef", COEFFICIENTS)
+@pytest.mark.parametrize("seed", range(4))
+def test_weighted_coefficients_equal_scipy_on_expanded_sample(coef, seed):
+    rng = np.random.default_rng(seed)
+    n = 40
+    x = rng.integers(0, 5, n).astype(float)  # many ties, like human labels
+    y = np.round(rng.normal(size=n) + 0.3 * x, 1)
+    w = rng.integers(0, 4, (6, n)).astype(float)
+    got = WEIGHTED[coef](x, y, w)
+    for r in range(len(w)):
+        xe, ye = np.repeat(x, w[r].astype(int)), np.repeat(y, w[r].astype(int))
+        assert got[r] == pytest.approx(SCIPY[coef](xe, ye)[0], abs=1e-9)
+
+
+def test_rows_correlation_matches_scipy_per_row():
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 4, (20, 9)).astype(float), rng.normal(size=(20, 9))
+    for c in COEFFICIENTS:
+        got = rows_correlation(a, b, c)
+        want = [SCIPY[c](a[r], b[r])[0] for r in range(20)]
+        np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def test_cluster_weights_resample_whole_clusters_within_strata():
+    clusters = np.array(["a", "a", "b", "c", "c", "c", "d"])
+    strata = np.array(["s1", "s1", "s1", "s2", "s2", "s2", "s2"])
+    w = cluster_weights(clusters, 200, np.random.default_rng(0), strata)
+    assert (w[:, 0] == w[:, 1]).all() and (w[:, 3] == w[:, 4]).all()  # a conversation's turns move together
+    # s1 has 2 conversations (a, b): their counts always sum to 2; s2 (c, d) likewise
+    assert ((w[:, 0] + w[:, 2]) == 2).all() and ((w[:, 3] + w[:, 6]) == 2).all()
+
+
+def test_bootstrap_is_reproducible_and_seed_dependent():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=300)
+    y = x + rng.normal(size=300)
+    groups = np.repeat(np.arange(60), 5)
+    a = bootstrap_ci(x, y, groups, 500, seed=1)
+    b = bootstrap_ci(x, y, groups, 500, seed=1)
+    c = bootstrap_ci(x, y, groups, 500, seed=2)
+    assert a == b and a != c
+    point = correlate(x, y)
+    for coef in COEFFICIENTS:
+        lo, hi = a[coef]
+        assert lo < point[coef][0] < hi and hi - lo < 0.3
+
+
+def _toy(n_convs=30, seed=0):
+    """Conversations of 3 systems with one turn aspect and one dialogue aspect; predictions = label + noise."""
+    rng = np.random.default_rng(seed)
+    convs, turn_rows, dial_rows = [], [], []
+    for i in range(n_convs):
+        sys_ = ["kbrd", "barcor", "unicrs"][i % 3]
+        split = "redial" if i % 2 else "opendialkg"
+        cid = f"{sys_}_{split}_{i}"
+        turns = []
+        for t in range(3):
+            rel = int(rng.integers(0, 3))
+            turns += [Turn(2 * t, "USER", "u"), Turn(2 * t + 1, "ASST", "a", {"relevance": rel})]
+            turn_rows.append(("relevance", cid, 2 * t + 1, rel + rng.normal(0, 0.5)))
+        ov = int(rng.integers(0, 5))
+        convs.append(Conversation(cid, tuple(turns), {"dialogue_overall": ov}))
+        dial_rows.append(("dialogue_overall", cid, ov + rng.normal(0, 0.5)))
+    preds = Predictions(pd.DataFrame(turn_rows, columns=["aspect", "conv_id", "turn_ind", "pred"]),
+                        pd.DataFrame(dial_rows, columns=["aspect", "conv_id", "pred"]))
+    return convs, preds
+
+
+def test_meta_evaluate_levels_splits_and_missing_items():
+    convs, preds = _toy()
+    preds.turn = preds.turn.iloc[1:]  # one turn without prediction
+    res = meta_evaluate(preds, convs, ["relevance", "dialogue_overall"], n_boot=200)
+    assert set(res["level"]) == {"turn", "dialogue", "system"}
+    assert set(res["split"]) == {"redial", "opendialkg", "all"}
+    turn_all = res[(res.level == "turn") & (res.split == "all") & (res.coefficient == "pearson")].iloc[0]
+    assert turn_all["n"] == 89 and turn_all["n_missing"] == 1
+    df = preds.turn.merge(pd.DataFrame([(c.conv_id, t.turn_ind, t.labels["relevance"]) for c in convs
+                                        for t in c.assistant_turns()], columns=["conv_id", "turn_ind", "h"]))
+    assert turn_all["value"] == pytest.approx(stats.pearsonr(df["pred"], df["h"])[0])
+    assert turn_all["ci_low"] < turn_all["value"] < turn_all["ci_high"]
+    sys_rows = res[(res.level == "system") & (res.split == "all")]
+    assert (sys_rows["n"] == 6).all()  # 3 systems × 2 datasets = 6 CRSs
+
+
+def test_system_level_uses_per_system_means():
+    df = pd.DataFrame({"conv_id": list("abcdef"), "crs": ["s1", "s1", "s2", "s2", "s3", "s3"],
+                       "pred": [1, 3, 2, 2, 5, 7], "human": [0, 2, 1, 1, 3, 3]})
+    out = system_correlations(df, n_boot=100)
+    # means: pred (2, 2, 6), human (1, 1, 3)
+    assert out["pearson"][0] == pytest.approx(1.0)
+    assert out["pearson"][4] == 3
