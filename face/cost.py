@@ -1,0 +1,72 @@
+"""What a live run will cost, before anything is sent: LLM calls, HTTP requests, tokens, price.
+
+Pure counting from the planned prompts. A *call* is one sampled completion (the paper counts
+those: 16 instructions × 5 samples × 2.83 particles ≈ 226 scoring calls per aspect per assistant
+turn); an HTTP request may carry several samples when the endpoint returns n > 1 per request.
+Input tokens are estimated at ~4 characters per token, output tokens from typical answer sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import pandas as pd
+
+from face.data.schema import ASSISTANT, Conversation, Instruction
+from face.particles import Decomposition, decompose_messages
+from face.scoring import Unit, score_messages
+from face.llm.usage import cost_usd, estimate_input_tokens, estimate_tokens
+
+
+@dataclass
+class StageCost:
+    stage: str
+    assistant_turns: int
+    units: int
+    calls: int
+    http_requests: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+    @property
+    def calls_per_turn(self) -> float:
+        return self.calls / max(self.assistant_turns, 1)
+
+
+def decomposition_cost(convs: Sequence[Conversation], k: int, n_per_request: int, output_tokens: int,
+                       price_in: float, price_out: float) -> StageCost:
+    turns = [(c, t) for c in convs for t in c.turns if t.role == ASSISTANT]
+    http = math.ceil(k / n_per_request)
+    tin = sum(estimate_input_tokens(decompose_messages(c, t)) for c, t in turns) * http
+    tout = len(turns) * k * output_tokens
+    return StageCost("decompose", len(turns), len(turns), len(turns) * k, len(turns) * http, tin, tout,
+                     cost_usd(tin, tout, price_in, price_out))
+
+
+def scoring_cost(aspect: str, units: Sequence[Unit], instructions: Sequence[Instruction],
+                 convs: dict[str, Conversation], n_turns: int, estimator: str, n: int, n_per_request: int,
+                 output_tokens: int, price_in: float, price_out: float) -> StageCost:
+    samples = n if estimator == "sampling" else 1
+    http_per = math.ceil(samples / n_per_request)
+    base = sum(estimate_input_tokens(score_messages(u, convs[u.conv_id], "")) for u in units)
+    instr_tokens = sum(estimate_tokens(len(i.text)) for i in instructions)
+    tin = (base * len(instructions) + instr_tokens * len(units)) * http_per
+    calls = len(units) * len(instructions) * samples
+    tout = calls * output_tokens
+    return StageCost(f"score:{aspect}", n_turns, len(units), calls, len(units) * len(instructions) * http_per,
+                     tin, tout, cost_usd(tin, tout, price_in, price_out))
+
+
+def cost_table(stages: Sequence[StageCost]) -> pd.DataFrame:
+    df = pd.DataFrame([{**asdict(s), "calls_per_turn": s.calls_per_turn} for s in stages])
+    total = df[["calls", "http_requests", "input_tokens", "output_tokens", "cost_usd"]].sum()
+    df.loc[len(df)] = {"stage": "total", "assistant_turns": df["assistant_turns"].max(), "units": df["units"].sum(),
+                       **total.to_dict(), "calls_per_turn": total["calls"] / max(df["assistant_turns"].max(), 1)}
+    return df
+
+
+def particles_per_turn(decomps: dict[tuple[str, int], Decomposition]) -> float:
+    return sum(len(d.particles) for d in decomps.values()) / max(len(decomps), 1)

@@ -1,0 +1,61 @@
+"""Several method variants on the same data, side by side: correlations and LLM cost per variant.
+
+``cfg.variants`` is a list of ``{name, overrides}``; ``overrides`` are merged into ``cfg.method``.
+Used by ablation_scoring (sampling n = 1 / 5 / 20 vs logprobs) and ablation_particles_source.
+The response cache makes shared work free: n = 20 reuses the samples of n = 5 and n = 1.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from face.experiments.common import evaluate, prepare, print_block
+from face.methods import predict, required_files
+from face.report.tables import order_aspects, write_table
+from face.tracking import Tracker, correlation_metrics
+
+USAGE_KEYS = ("llm_calls", "llm_http_requests", "llm_cache_hits", "llm_input_tokens", "llm_output_tokens",
+              "llm_cost_usd")
+
+
+def variant_cfg(cfg: DictConfig, overrides) -> DictConfig:
+    new = OmegaConf.merge(cfg, {"method": OmegaConf.to_container(overrides, resolve=True)})
+    return new
+
+
+def run(cfg: DictConfig) -> dict:
+    with Tracker(cfg) as tracker:
+        tracker.log_config()
+        files = sorted({f for v in cfg.variants for f in required_files(variant_cfg(cfg, v.overrides), cfg.aspects)})
+        ctx = prepare(cfg, files, tracker)
+        rows, usage_rows, labels = [], [], {}
+        for v in cfg.variants:
+            vcfg = variant_cfg(cfg, v.overrides)
+            out = predict(vcfg, ctx.convs, ctx.aspects, tracker)
+            labels[v.name] = out.label
+            tracker.log_metrics({f"{v.name}.{k}": val for k, val in out.metrics.items()})
+            tracker.log_artifacts(out.artifacts, f"run/{v.name}")
+            if out.dry_run:
+                continue
+            res = evaluate(vcfg, out.predictions, ctx, levels=("turn", "dialogue", "system")).assign(variant=v.name)
+            rows.append(res)
+            usage_rows.append({"variant": v.name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}})
+            tracker.log_metrics(correlation_metrics(res, prefix=f"{v.name}."))
+        if not rows:
+            print("Dry run: nothing was sent.", flush=True)
+            return {"dry_run": True, "out_dir": ctx.out_dir}
+        results = order_aspects(pd.concat(rows, ignore_index=True))
+        usage = pd.DataFrame(usage_rows)
+        note = f"{ctx.subset}. Variants: " + " | ".join(f"{k}: {lab}" for k, lab in labels.items())
+        wide = results[results["split"] == "all"].pivot_table(index=["level", "aspect", "coefficient"],
+                                                                columns="variant", values="value").reset_index()
+        paths = write_table(results, ctx.out_dir, "variants_correlations", f"{cfg.task_name}. {note}", digits=4)
+        paths += write_table(wide, ctx.out_dir, "variants_side_by_side",
+                             f"{cfg.task_name}, pooled splits, side by side. {note}")
+        paths += write_table(usage, ctx.out_dir, "variants_llm_usage", f"LLM calls and tokens per variant. {note} "
+                             "Calls served from the response cache are counted as cache hits.", digits=0)
+        print_block(f"{cfg.task_name}, pooled splits. {note}", wide)
+        print_block("LLM usage per variant", usage, digits=0)
+        tracker.log_artifacts(paths, "results")
+        return {"results": results, "usage": usage, "out_dir": ctx.out_dir}
