@@ -1,0 +1,117 @@
+"""Persistent per-sample LLM cache: one SQLite file (WAL mode) in cache_dir.
+
+One row per *sample*: key = sha256 of the canonical JSON of everything that
+determines that sample (model, messages, sampling parameters, response format,
+logprob settings, base seed, sample index). The API key and the base_url are
+never part of a key or a row. Each sample is committed as soon as it arrives,
+so a killed run loses nothing that finished. WAL + busy_timeout + one short
+transaction per write make it safe for many asyncio tasks (one connection,
+one thread) and for several processes sharing the file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+CACHE_FILE = "llm_cache.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS samples (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    tag TEXT NOT NULL DEFAULT '',
+    sample_index INTEGER NOT NULL,
+    created REAL NOT NULL,
+    payload TEXT NOT NULL
+)
+"""
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sample_key(fields: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of the fields that determine one sample."""
+    return hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()
+
+
+class SampleCache:
+    """Key -> JSON payload store. Use from one thread (the client's event loop)."""
+
+    def __init__(self, cache_dir: str | os.PathLike, busy_timeout_ms: int = 30_000):
+        self.dir = Path(cache_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / CACHE_FILE
+        self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000, isolation_level=None,
+                                     check_same_thread=False)
+        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        self._retry_locked(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
+        self._conn.execute("PRAGMA synchronous=NORMAL")  # durable against process death, fast
+        self._retry_locked(lambda: self._conn.execute(_SCHEMA))
+
+    @staticmethod
+    def _retry_locked(fn, attempts: int = 50):
+        for i in range(attempts):
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:  # "database is locked" during concurrent setup
+                if "locked" not in str(e) or i == attempts - 1:
+                    raise
+                time.sleep(0.05)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, dict]:
+        keys = list(keys)
+        out: dict[str, dict] = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            q = f"SELECT key, payload FROM samples WHERE key IN ({','.join('?' * len(chunk))})"
+            for k, payload in self._conn.execute(q, chunk):
+                out[k] = json.loads(payload)
+        return out
+
+    def put_many(self, rows: Iterable[tuple[str, str, str, int, dict]]) -> None:
+        """rows: (key, model, tag, sample_index, payload); one short transaction."""
+        now = time.time()
+        data = [(k, m, t, i, now, json.dumps(p, ensure_ascii=False)) for k, m, t, i, p in rows]
+        if not data:
+            return
+        self._retry_locked(lambda: self._conn.executemany(
+            "INSERT OR REPLACE INTO samples (key, model, tag, sample_index, created, payload) VALUES (?,?,?,?,?,?)",
+            data))
+
+    def __len__(self) -> int:
+        return self._conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+
+    def stats(self) -> dict[str, Any]:
+        rows = self._conn.execute(
+            "SELECT model, COUNT(*), MIN(created), MAX(created) FROM samples GROUP BY model ORDER BY model").fetchall()
+        tags = self._conn.execute("SELECT tag, COUNT(*) FROM samples GROUP BY tag ORDER BY tag").fetchall()
+        size = sum(p.stat().st_size for p in self.dir.glob(CACHE_FILE + "*") if p.exists())
+        return {
+            "path": str(self.path),
+            "samples": sum(r[1] for r in rows),
+            "bytes": size,
+            "models": {r[0]: {"samples": r[1], "oldest": r[2], "newest": r[3]} for r in rows},
+            "tags": {t or "(none)": c for t, c in tags},
+        }
+
+    def clear(self, model: str | None = None) -> int:
+        if model is None:
+            cur = self._retry_locked(lambda: self._conn.execute("DELETE FROM samples"))
+        else:
+            cur = self._retry_locked(lambda: self._conn.execute("DELETE FROM samples WHERE model = ?", (model,)))
+        n = cur.rowcount
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return n
+
+    def close(self) -> None:
+        try:
+            self._conn.close()
+        except sqlite3.Error:  # pragma: no cover
+            pass
