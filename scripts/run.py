@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,8 @@ from face.data.errors import DataError  # noqa: E402
 
 @hydra.main(version_base="1.3", config_path=str(ROOT / "conf"), config_name="config")
 def main(cfg: DictConfig) -> None:
+    for noisy in ("httpx", "httpx2", "httpcore", "openai", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         importlib.import_module(cfg.runner).run(cfg)
     except DataError as e:  # bad input: one clear line, no traceback

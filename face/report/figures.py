@@ -46,7 +46,7 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
             hi = [mine["ci_high"].get(a, np.nan) for a in aspects]
             err = np.array([np.subtract(vals, lo), np.subtract(hi, vals)])
             ax.bar(x + i * width, vals, width, label=m, color=colors[i], edgecolor="black", linewidth=0.8,
-                   yerr=np.nan_to_num(err), capsize=2)
+                   yerr=np.clip(np.nan_to_num(err), 0, None), capsize=2)
         else:
             p = pub[pub["method"] == m].set_index("aspect")["value"]
             vals = [p.get(a, np.nan) for a in aspects]

@@ -1,0 +1,297 @@
+"""The live FACE pipeline on the scripted server: decomposition + vote, both estimators, call order,
+aggregation, per-particle file, run file, cost estimate, and every live experiment on 2 conversations."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
+from face.data.crsarena import load_conversations, select
+from face.data.released import load_released_particles
+from face.data.schema import Instruction, Particle
+from face.llm import LLMConfig, make_client
+from face.llm.scripted import ScriptedServer
+from face.particles import decompose, from_released, parse_particles, plurality_vote
+from face.runfile import read_run_file
+from face.scoring import parse_score, plan, score, units_for
+
+P = Particle
+
+
+# ------------------------------------------------------------------ pure parts
+
+def test_plurality_vote_prefers_most_common_count_then_most_frequent_tuples():
+    a = (P("recommendation", "Alien (1979)", "x"),)
+    b = (P("recommendation", "Heat (1995)", "x"),)
+    two = (P("greeting", "Hi", "y"), P("recommendation", "Alien (1979)", "x"))
+    chosen, votes = plurality_vote([two, b, a, a])
+    assert chosen == a and votes == 3  # 3 samples have one particle; "Alien" occurs most often
+    chosen, votes = plurality_vote([two, two, a])
+    assert chosen == two and votes == 2
+    chosen, _ = plurality_vote([b, a])  # exact tie: the earliest sample
+    assert chosen == b
+    with pytest.raises(ValueError):
+        plurality_vote([])
+
+
+def test_parse_particles_rejects_bad_acts_and_long_mentions():
+    ok = parse_particles({"particles": [{"dialogue_act": "greeting", "mention": "Hello there", "user_feedback": ""}]})
+    assert ok == (P("greeting", "Hello there", "NO_FEEDBACK_PROVIDED"),)
+    assert "unknown dialogue act" in parse_particles({"particles": [{"dialogue_act": "joke", "mention": "x",
+                                                                     "user_feedback": "y"}]})
+    assert "1-12 words" in parse_particles({"particles": [{"dialogue_act": "others", "mention": " ".join(["w"] * 13),
+                                                          "user_feedback": "y"}]})
+    assert "particles" in parse_particles({"items": []})
+
+
+def test_parse_score_accepts_only_values_on_the_scale():
+    assert parse_score('{"score": 2}', (0, 1, 2)) == 2
+    assert parse_score("```json\n{\"score\": 1}\n```", (0, 1, 2)) == 1
+    assert parse_score('{"score": 3}', (0, 1, 2)) is None
+    assert parse_score('{"score": 1.5}', (0, 1, 2)) is None
+    assert parse_score("no idea", (0, 1, 2)) is None
+
+
+# ------------------------------------------------------------------ against the scripted server
+
+def _turn_text(body: dict) -> str:
+    user = body["messages"][-1]["content"]
+    m = re.search(r'Assistant turn to split:\n"""(.*?)"""', user, re.S)
+    return m.group(1) if m else ""
+
+
+def face_responder(body: dict) -> str:
+    """Decomposition: sample seeds 0 and 1 answer garbage, later seeds split the turn into sentences
+    (seed 2 adds a spurious particle); scoring: score = seed mod 3 (seed = sample index)."""
+    name = ((body.get("response_format") or {}).get("json_schema") or {}).get("name")
+    seed = body.get("seed") or 0
+    if name == "particles":
+        if seed < 2:
+            return "I cannot do that"
+        parts = [s.strip() for s in re.split(r"(?<=[?.!])\s+", _turn_text(body)) if s.strip()] or ["..."]
+        ps = [{"dialogue_act": "preference elicitation" if s.endswith("?") else "recommendation",
+               "mention": " ".join(s.split()[:12]), "user_feedback": "NO_FEEDBACK_PROVIDED"} for s in parts]
+        if seed == 2:
+            ps.append({"dialogue_act": "others", "mention": "spurious", "user_feedback": "x"})
+        return json.dumps({"particles": ps})
+    if name == "score":
+        return json.dumps({"score": seed % 3})
+    return "?"
+
+
+@pytest.fixture
+def scripted():
+    with ScriptedServer(responder=face_responder) as info:
+        yield info
+
+
+def _client_cfg(info, tmp_path, **kw) -> LLMConfig:
+    return LLMConfig(backend="openai_compatible", base_url=info.base_url, model="scripted-model",
+                     cache_dir=str(tmp_path / "cache"), progress=False, concurrency=kw.pop("concurrency", 4),
+                     seed=0, **kw)
+
+
+@pytest.fixture
+def convs(data_dir):
+    return select(load_conversations(data_dir / CRSARENA_EVAL), limit=2)
+
+
+def test_decompose_retries_invalid_samples_and_votes(scripted, tmp_path, convs):
+    with make_client(_client_cfg(scripted, tmp_path)) as client:
+        out = decompose(client, convs, k=3, max_extra=2, json_schema=True)
+    assert len(out) == sum(len(c.assistant_turns()) for c in convs)
+    for d in out.values():
+        # samples 0,1 invalid -> 2 extra samples drawn (indices 3, 4); valid: 2, 3, 4
+        assert d.n_samples == 5 and d.n_valid == 3 and d.source == "llm"
+        assert d.votes == 2  # samples 3 and 4 agree on the count; sample 2 has a spurious particle
+        assert all(p.mention != "spurious" for p in d.particles)
+
+
+def test_decompose_falls_back_to_whole_turn_when_no_sample_is_valid(scripted, tmp_path, convs):
+    with make_client(_client_cfg(scripted, tmp_path)) as client:
+        out = decompose(client, convs, k=2, max_extra=0, json_schema=True)
+    d = next(iter(out.values()))
+    assert d.source == "whole_turn" and d.fallback == "no_valid_sample" and len(d.particles) == 1
+
+
+def _released(data_dir, convs):
+    ids = {c.conv_id for c in convs}
+    return from_released([r for r in load_released_particles(data_dir / RELEASED_PARTICLES) if r.conv_id in ids])
+
+
+INSTR = [Instruction("a", "Rate it.", 1), Instruction("b", "Rate it carefully.", 2)]
+
+
+def test_sampling_estimator_is_the_mean_of_valid_samples(scripted, tmp_path, convs, data_dir):
+    units = units_for("relevance", convs, _released(data_dir, convs))
+    planned = plan(units, INSTR, {c.conv_id: c for c in convs}, "sampling", n=5, json_schema=True,
+                   temperature=0.6, max_tokens=16)
+    with make_client(_client_cfg(scripted, tmp_path)) as client:
+        recs = score(client, planned, "sampling")
+    assert len(recs) == len(units) * 2
+    for r in recs:
+        assert r.samples == [0, 1, 2, 0, 1] and r.score == pytest.approx(0.8) and r.n_valid == 5
+
+
+def test_invalid_answers_never_become_scores(tmp_path, convs, data_dir):
+    with ScriptedServer(responder=lambda body: "not a score") as info:
+        units = units_for("relevance", convs, _released(data_dir, convs))[:2]
+        planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, "sampling", 3, True, 0.6, 16)
+        with make_client(_client_cfg(info, tmp_path)) as client:
+            recs = score(client, planned, "sampling")
+    assert all(math.isnan(r.score) and r.fallback == "no_valid_sample" and r.n_valid == 0 for r in recs)
+
+
+def test_logprobs_estimator_is_probability_weighted_and_records_mass(tmp_path, convs, data_dir):
+    with ScriptedServer() as info:  # default responder: schema-valid answer with logprobs
+        units = units_for("relevance", convs, _released(data_dir, convs))[:4]
+        planned = plan(units, INSTR, {c.conv_id: c for c in convs}, "logprobs", 1, True, 0.0, 16, top_logprobs=5)
+        with make_client(_client_cfg(info, tmp_path)) as client:
+            recs = score(client, planned, "logprobs")
+    for r in recs:
+        assert r.fallback is None and 0 < r.valid_mass <= 1
+        assert r.score == pytest.approx(sum(float(v) * p for v, p in r.distribution.items()))
+        assert 0 <= r.score <= 2
+    assert len({round(r.score, 6) for r in recs}) > 1  # a real expectation, not the sampled integer
+
+
+def _contiguous(keys: list) -> bool:
+    """Each distinct key occupies one run of consecutive positions."""
+    seen, prev = set(), object()
+    for k in keys:
+        if k != prev and k in seen:
+            return False
+        seen.add(k)
+        prev = k
+    return True
+
+
+def test_prefix_order_groups_requests_sharing_a_prompt_prefix(convs, data_dir):
+    decomps = _released(data_dir, convs)
+    by_id = {c.conv_id: c for c in convs}
+    units = units_for("relevance", convs, decomps)
+    prefix = plan(units, INSTR, by_id, "sampling", 1, True, 0.6, 16, order="prefix")
+    naive = plan(units, INSTR, by_id, "sampling", 1, True, 0.6, 16, order="naive")
+    assert len(prefix) == len(naive) == 2 * len(units)
+    assert _contiguous([(p.unit.conv_id, p.unit.turn_ind) for p in prefix])  # a turn's context is shared
+    assert _contiguous([(p.unit.conv_id, p.unit.turn_ind, p.instruction.instruction_id) for p in prefix])
+    assert not _contiguous([(p.unit.conv_id, p.unit.turn_ind) for p in naive])
+    assert [p.instruction.instruction_id for p in naive][: len(units)] == ["a"] * len(units)
+    units_d = units_for("dialogue_overall", convs, decomps)
+    prefix_d = plan(units_d, INSTR, by_id, "sampling", 1, True, 0.6, 16, order="prefix")
+    assert _contiguous([p.unit.conv_id for p in prefix_d])  # dialogue level: the whole dialogue is the prefix
+
+
+def test_server_receives_requests_in_planned_order(tmp_path, convs, data_dir):
+    from face.llm.scripted import _h
+
+    srv = ScriptedServer(responder=face_responder)
+    with srv as info:
+        planned = plan(units_for("relevance", convs, _released(data_dir, convs)), INSTR,
+                       {c.conv_id: c for c in convs}, "sampling", 1, True, 0.6, 16, order="prefix")
+        with make_client(_client_cfg(info, tmp_path, concurrency=1)) as client:
+            score(client, planned, "sampling")
+        sent = [r["messages_hash"] for r in srv.ok_requests()]
+    want = [_h([{"role": r, "content": c} for r, c in p.request.messages])[:16] for p in planned]
+    assert sent == want
+
+
+def test_cost_estimate_matches_paper_call_counts(data_dir):
+    """16 instructions × 5 samples × ~2.8 particles ≈ 226 scoring calls per aspect per turn; logprobs: a fifth."""
+    from face.cost import scoring_cost
+
+    convs = load_conversations(data_dir / CRSARENA_EVAL)
+    decomps = _released(data_dir, convs)
+    by_id = {c.conv_id: c for c in convs}
+    instr = [Instruction(f"i{k}", "x" * 400, k) for k in range(16)]
+    units = units_for("relevance", convs, decomps)
+    n_turns = sum(len(c.assistant_turns()) for c in convs)
+    samp = scoring_cost("relevance", units, instr, by_id, n_turns, "sampling", 5, 1, 8, 0.15, 0.6)
+    lp = scoring_cost("relevance", units, instr, by_id, n_turns, "logprobs", 5, 1, 8, 0.15, 0.6)
+    assert 215 <= samp.calls_per_turn <= 230
+    assert lp.calls_per_turn == pytest.approx(samp.calls_per_turn / 5)
+    assert samp.cost_usd > lp.cost_usd > 0
+
+
+# ------------------------------------------------------------------ experiments on 2 conversations
+
+SMALL_LIVE = ["llm=scripted", "dataset.limit=2", "metaeval.n_boot=20", "method.instructions.max=2", "method.n=2",
+              "method.particles.k=3", "aspects=[relevance,dialogue_overall]"]
+
+
+def _run(cfg):
+    return importlib.import_module(cfg.runner).run(cfg)
+
+
+def test_crsarena_main_end_to_end_writes_run_file_and_per_particle_file(cfg_factory):
+    cfg = cfg_factory("experiment=crsarena_main", *SMALL_LIVE)
+    out = _run(cfg)
+    run_dir = Path(cfg.paths.output_dir)
+    preds = read_run_file(run_dir / "run_file.json")
+    assert set(preds.turn["aspect"]) == {"relevance"} and set(preds.dialogue["aspect"]) == {"dialogue_overall"}
+    detail = [json.loads(line) for line in (run_dir / "particle_scores.jsonl").read_text().splitlines()]
+    particles = [json.loads(line) for line in (run_dir / "particles.jsonl").read_text().splitlines()]
+    n_particles = sum(len(p["particles"]) for p in particles)
+    assert len(detail) == 2 * 2 * n_particles  # 2 aspects × 2 instructions × every particle
+    d0 = detail[0]
+    assert {"score", "samples", "n_valid", "fallback", "particle", "instruction_id"} <= set(d0)
+    assert len(d0["samples"]) == 2 and d0["particle"]["mention"]
+    # trace a turn score back to its particles: mean over particles × instructions
+    t = preds.turn.iloc[0]
+    mine = [d["score"] for d in detail if d["aspect"] == "relevance" and d["conv_id"] == t.conv_id
+            and d["turn_ind"] == t.turn_ind and d["score"] is not None]
+    assert t.pred == pytest.approx(sum(mine) / len(mine))
+    client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
+    [run] = client.search_runs([client.get_experiment_by_name("crsarena_main").experiment_id])
+    assert run.data.metrics["llm_http_requests"] > 0 and "particles.per_turn" in run.data.metrics
+    assert run.data.tags["prompt.relevance"].startswith("prompts:/face-relevance-released/")
+    assert "scripted-model" in (out["out_dir"] / "vs_published.md").read_text()
+
+
+def test_ablation_no_particles_scores_whole_turns(cfg_factory):
+    cfg = cfg_factory("experiment=ablation_no_particles", *SMALL_LIVE, tracking=False)
+    _run(cfg)
+    detail = [json.loads(line) for line in (Path(cfg.paths.output_dir) / "particle_scores.jsonl").read_text().splitlines()]
+    assert {d["particle_ind"] for d in detail} == {-1}
+    assert {d["turn_ind"] for d in detail if d["aspect"] == "dialogue_overall"} == {-1}
+    assert not (Path(cfg.paths.output_dir) / "particles.jsonl").exists()
+
+
+def test_ablation_no_optimization_uses_the_initial_instruction(cfg_factory):
+    cfg = cfg_factory("experiment=ablation_no_optimization", *SMALL_LIVE, tracking=False)
+    out = _run(cfg)
+    detail = [json.loads(line) for line in (Path(cfg.paths.output_dir) / "particle_scores.jsonl").read_text().splitlines()]
+    assert {d["instruction_id"] for d in detail} == {"initial"}
+    assert "FACE w/o train" in (out["out_dir"] / "vs_published.md").read_text()
+
+
+def test_ablation_scoring_compares_estimators_and_cost(cfg_factory):
+    cfg = cfg_factory("experiment=ablation_scoring", *SMALL_LIVE, tracking=False)
+    out = _run(cfg)
+    usage = out["usage"].set_index("variant")
+    assert list(usage.index) == ["sampling_n1", "sampling_n5", "sampling_n20", "logprobs"]
+    assert set(out["results"]["variant"]) == set(usage.index)
+    # n=5 reuses the cached n=1 sample; n=20 reuses the 5
+    assert usage.loc["sampling_n5", "llm_cache_hits"] > 0
+
+
+def test_ablation_particles_source(cfg_factory):
+    cfg = cfg_factory("experiment=ablation_particles_source", *SMALL_LIVE, tracking=False)
+    out = _run(cfg)
+    assert set(out["results"]["variant"]) == {"ours", "released"}
+
+
+def test_dry_run_sends_nothing_and_prints_the_estimate(cfg_factory, capsys):
+    cfg = cfg_factory("experiment=crsarena_main", "llm=scripted", "llm.dry_run=true", "dataset.limit=2",
+                      tracking=False)
+    out = _run(cfg)
+    assert out["dry_run"]
+    printed = capsys.readouterr().out
+    assert "Cost estimate before sending anything" in printed and "score:relevance" in printed
