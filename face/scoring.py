@@ -105,9 +105,8 @@ def score_messages(unit: Unit, conv: Conversation, instruction: str) -> tuple[tu
 
 
 def score_schema(aspect: str) -> dict:
-    scale = ASPECTS[aspect].scale
-    return {"type": "object", "properties": {"score": {"type": "integer", "minimum": min(scale),
-                                                       "maximum": max(scale)}},
+    # an enum, not minimum/maximum: llama.cpp's grammar conversion ignores numeric bounds
+    return {"type": "object", "properties": {"score": {"type": "integer", "enum": list(ASPECTS[aspect].scale)}},
             "required": ["score"], "additionalProperties": False}
 
 
@@ -146,9 +145,8 @@ def plan(units: Sequence[Unit], instructions: Sequence[Instruction], convs: dict
         raise ValueError(f"unknown order {order!r}; choose from {ORDERS}")
     rank = {i.instruction_id: r for r, i in enumerate(instructions)}
     pairs = [(u, i) for u in units for i in instructions]
-    if order == "prefix":  # same conversation (and turn, for turn-level context) together, then instruction
-        pairs.sort(key=lambda p: (p[0].conv_id, p[0].turn_ind if ASPECTS[p[0].aspect].level == "turn" else 0,
-                                  rank[p[1].instruction_id], p[0].turn_ind, p[0].particle_ind))
+    if order == "prefix":  # the prompt reads context -> particle -> instruction: sort the same way
+        pairs.sort(key=lambda p: (p[0].conv_id, p[0].turn_ind, p[0].particle_ind, rank[p[1].instruction_id]))
     else:
         pairs.sort(key=lambda p: (rank[p[1].instruction_id], p[0].conv_id, p[0].turn_ind, p[0].particle_ind))
     out = []

