@@ -54,6 +54,9 @@ class Tracker:
 
             self.mlflow = mlflow
             mlflow.set_tracking_uri(t.tracking_uri)
+            if mlflow.get_experiment_by_name(t.experiment_name) is None:
+                location = Path(t.artifact_location).resolve().as_uri() if t.get("artifact_location") else None
+                mlflow.create_experiment(t.experiment_name, artifact_location=location)
             mlflow.set_experiment(t.experiment_name)
 
     def __enter__(self) -> "Tracker":

@@ -28,6 +28,7 @@ def bench_main_job(repeats: int) -> list[float]:
         for _ in range(repeats):
             t = time.perf_counter()
             subprocess.run([sys.executable, "scripts/run.py", f"tracking.tracking_uri=sqlite:///{tmp}/mlflow.db",
+                            f"tracking.artifact_location={tmp}/mlruns",
                             f"report.out_dir={tmp}/results", f"hydra.run.dir={tmp}/out"],
                            cwd=ROOT, check=True, capture_output=True)
             times.append(time.perf_counter() - t)

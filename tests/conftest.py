@@ -47,7 +47,8 @@ def make_cfg(tmp_path: Path, data_dir: Path, overrides: list[str], tracking: boo
         "dataset.download=false",
     ]
     if tracking:
-        base += [f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"]
+        base += [f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+                 f"tracking.artifact_location={tmp_path / 'mlruns'}"]
     else:
         base += ["tracking=none"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

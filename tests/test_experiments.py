@@ -141,7 +141,8 @@ def test_cli_multirun_sweep(tmp_path, mirror):
     env = {**os.environ, "FACE_DATA_DIR": str(tmp_path / "data"), "FACE_DATA_MIRROR": str(mirror)}
     res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=reproduce_table2",
                           "method.particle_agg=mean,max", "dataset.limit=30", "metaeval.n_boot=0",
-                          f"tracking.tracking_uri=sqlite:///{tmp_path / 'ml.db'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                          f"tracking.tracking_uri=sqlite:///{tmp_path / 'ml.db'}",
+                          f"tracking.artifact_location={tmp_path / 'mlruns'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
                           f"paths.results_dir={tmp_path / 'results'}"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]

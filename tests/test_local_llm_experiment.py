@@ -1,0 +1,49 @@
+"""Slow: a live FACE experiment end to end on the embedded local LLM (llama.cpp + SmolLM2-135M).
+
+The tiny model's numbers carry no signal; this proves the whole pipeline runs for real."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+pytestmark = pytest.mark.slow
+
+
+def _llama_servers() -> set[int]:
+    pids = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if b"llama_cpp.server" in cmd:
+                pids.add(int(d.name))
+    return pids
+
+
+def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_factory):
+    before = _llama_servers()
+    cfg = cfg_factory("experiment=ablation_no_particles", "llm=local", "dataset.limit=2", "metaeval.n_boot=50")
+    out = importlib.import_module(cfg.runner).run(cfg)
+    run_dir = Path(cfg.paths.output_dir)
+    detail = [json.loads(line) for line in (run_dir / "particle_scores.jsonl").read_text().splitlines()]
+    assert len(out["results"]) > 0
+    # 2 turn aspects × 11 assistant turns + 5 dialogue aspects × 2 dialogues, 1 instruction, 1 sample
+    assert len(detail) == 2 * 11 + 5 * 2
+    valid = [d for d in detail if d["score"] is not None]
+    assert len(valid) >= 0.8 * len(detail)  # schema-constrained answers are nearly always valid
+    assert all(0 <= d["score"] <= 4 for d in valid)
+    usage = json.loads((run_dir / "llm_usage.json").read_text())
+    assert usage["totals"]["calls"] == len(detail) and usage["totals"]["failures"] == 0
+    client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
+    [run] = client.search_runs([client.get_experiment_by_name("ablation_no_particles").experiment_id])
+    assert run.data.params["llm.backend"] == "local"
+    assert "smollm2" in (out["out_dir"] / "vs_published.md").read_text().lower()
+    assert _llama_servers() <= before  # the server was stopped

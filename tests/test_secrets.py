@@ -1,0 +1,37 @@
+"""The API key's value never reaches MLflow (params, tags, artifacts), run files, logs or the cache."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from face.llm.scripted import ScriptedServer
+
+SECRET = "sk-test-SECRET-7f3a9c"
+
+
+def _files_containing(root: Path, needle: bytes) -> list[Path]:
+    hits = []
+    for p in root.rglob("*"):
+        if p.is_file():
+            try:
+                if needle in p.read_bytes():
+                    hits.append(p)
+            except OSError:
+                pass
+    return hits
+
+
+def test_api_key_value_is_never_written_anywhere(cfg_factory, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("FACE_TEST_API_KEY", SECRET)
+    srv = ScriptedServer()
+    with srv as info:
+        cfg = cfg_factory("experiment=crsarena_main", "llm=openai_compatible", f"llm.base_url={info.base_url}",
+                          "llm.api_key_env=FACE_TEST_API_KEY", "llm.model=scripted-model", "llm.progress=false",
+                          "dataset.limit=1", "metaeval.n_boot=10", "method.instructions.max=1", "method.n=1",
+                          "method.particles.k=1", "aspects=[relevance,efficiency]")
+        caplog.set_level("DEBUG")
+        importlib.import_module(cfg.runner).run(cfg)
+        assert srv.seen_auth(SECRET)  # the key was really used
+    assert _files_containing(tmp_path, SECRET.encode()) == []  # mlflow.db, mlruns/, run dir, cache, results
+    assert SECRET not in caplog.text
