@@ -8,9 +8,8 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from face.aggregate import AGGREGATORS, aggregate
-from face.experiments.common import prepare, print_block
-from face.methods import required_files
-from face.methods.released import LABEL, load_scores
+from face.experiments.common import print_block, released_scores, require_released
+from face.methods.released import LABEL
 from face.metaeval import meta_evaluate
 from face.report import figures
 from face.report.tables import order_aspects, write_table
@@ -18,13 +17,11 @@ from face.tracking import Tracker
 
 
 def run(cfg: DictConfig) -> dict:
-    if cfg.method.name != "face_released":
-        raise ValueError("ablation_aggregation re-aggregates the released scores: use method=face_released")
+    require_released(cfg, "re-aggregates the released scores")
     a = cfg.ablation
     with Tracker(cfg) as tracker:
         tracker.log_config()
-        ctx = prepare(cfg, required_files(cfg, cfg.aspects), tracker)
-        scores = load_scores(ctx.data_dir, ctx.aspects, {c.conv_id for c in ctx.convs})
+        ctx, scores = released_scores(cfg, tracker)
         rows = []
         for inst_agg, part_agg in itertools.product(a.instruction_aggs, a.particle_aggs):
             for agg in (inst_agg, part_agg):

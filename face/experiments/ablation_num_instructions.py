@@ -7,9 +7,8 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from face.aggregate import aggregate, instruction_ids, random_instruction_subsets
-from face.experiments.common import prepare, print_block
-from face.methods import required_files
-from face.methods.released import LABEL, load_scores
+from face.experiments.common import print_block, released_scores, require_released
+from face.methods.released import LABEL
 from face.metaeval import meta_evaluate
 from face.report import figures
 from face.report.tables import order_aspects, write_table
@@ -17,13 +16,11 @@ from face.tracking import Tracker
 
 
 def run(cfg: DictConfig) -> dict:
-    if cfg.method.name != "face_released":
-        raise ValueError("ablation_num_instructions subsets the released per-instruction scores: use method=face_released")
+    require_released(cfg, "subsets the released per-instruction scores")
     a = cfg.ablation
     with Tracker(cfg) as tracker:
         tracker.log_config()
-        ctx = prepare(cfg, required_files(cfg, cfg.aspects), tracker)
-        scores = load_scores(ctx.data_dir, ctx.aspects, {c.conv_id for c in ctx.convs})
+        ctx, scores = released_scores(cfg, tracker)
         splits = list(cfg.metaeval.splits)
         rows = []
         jobs = [(asp, k, seed) for asp in ctx.aspects for k in a.ks for seed in range(a.n_seeds)]

@@ -17,9 +17,9 @@ from face.data.fetch import data_checksums
 from face.data.released import load_published_table
 from face.data.schema import Conversation
 from face.metaeval import meta_evaluate
-from face.report.tables import SPLIT_LABELS, to_markdown
+from face.report.tables import to_markdown
 from face.runfile import write_run_file
-from face.tracking import Tracker, correlation_metrics
+from face.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,19 @@ def prepare(cfg: DictConfig, files: Sequence[str] = (), tracker: Tracker | None 
     return Context(convs, aspects, data_dir, out_dir, run_dir, subset)
 
 
+def released_scores(cfg: DictConfig, tracker: Tracker) -> tuple[Context, pd.DataFrame]:
+    """Context and the released per-particle scores, for the experiments that re-aggregate them."""
+    from face.methods.released import load_scores, required_files
+
+    ctx = prepare(cfg, required_files(cfg, cfg.aspects), tracker)
+    return ctx, load_scores(ctx.data_dir, ctx.aspects, {c.conv_id for c in ctx.convs})
+
+
+def require_released(cfg: DictConfig, why: str) -> None:
+    if cfg.method.name != "face_released":
+        raise ValueError(f"{cfg.task_name} {why}: use method=face_released")
+
+
 def published_table(ctx: Context) -> pd.DataFrame:
     return load_published_table(ctx.data_dir / PUBLISHED_TABLE)
 
@@ -83,14 +96,5 @@ def save_run(preds, ctx: Context, tracker: Tracker, name: str = "run_file.json")
     return path
 
 
-def log_results(results: pd.DataFrame, tracker: Tracker, ctx: Context, prefix: str = "") -> None:
-    tracker.log_metrics(correlation_metrics(results, prefix))
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
-
-
 def print_block(title: str, df: pd.DataFrame, digits: int = 3) -> None:
     print(f"\n== {title}\n{to_markdown(df, digits)}\n", flush=True)
-
-
-def split_label(split: str) -> str:
-    return SPLIT_LABELS.get(split, split)

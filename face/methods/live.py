@@ -16,7 +16,6 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from face.aggregate import Predictions, aggregate
-from face.aspects import ASPECTS
 from face.cost import cost_table, decomposition_cost, particles_per_turn, scoring_cost
 from face.data import RELEASED_PARTICLES, released_instructions_file
 from face.data.errors import DataError

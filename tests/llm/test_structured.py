@@ -4,7 +4,7 @@ import pytest
 
 from face.llm import ChatRequest, make_client
 from face.llm.scripted import ScriptedServer, default_responder, schema_instance
-from face.llm.structured import chat_json, chat_json_samples, extract_json, run_json_batch, validate
+from face.llm.structured import chat_json, extract_json, run_json_batch, validate
 
 SCHEMA = {
     "type": "object",
