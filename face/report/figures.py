@@ -69,8 +69,9 @@ def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     sns.regplot(data=table, x="pred", y="human", ax=ax, ci=None, scatter_kws={"s": 40},
                 line_kws={"color": "grey", "lw": 1})
-    for r in table.itertuples(index=False):
-        ax.annotate(r.crs, (r.pred, r.human), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    for i, r in enumerate(table.sort_values("pred").itertuples(index=False)):  # alternate sides: fewer overlaps
+        ax.annotate(r.crs, (r.pred, r.human), textcoords="offset points", fontsize=7,
+                    xytext=(5, 4) if i % 2 else (-5, -10), ha="left" if i % 2 else "right")
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(title)
@@ -94,7 +95,7 @@ def k_curve(summary: pd.DataFrame, coefficient: str, note: str, path: str | Path
         ax.set_xlabel("number of instructions k")
         ax.set_title(SPLIT_LABELS.get(split, split))
     axes[0][0].set_ylabel(COEF_LABELS[coefficient])
-    axes[0][-1].legend(fontsize=7)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
     return _save(fig, path)
 
