@@ -295,3 +295,17 @@ def test_dry_run_sends_nothing_and_prints_the_estimate(cfg_factory, capsys):
     assert out["dry_run"]
     printed = capsys.readouterr().out
     assert "Cost estimate before sending anything" in printed and "score:relevance" in printed
+
+
+def test_own_conversations_without_labels_get_predictions_only(cfg_factory, tmp_path):
+    convs = [{"conv_id": "mycrs_run1_a", "dialogue": [
+        {"turn_ind": 0, "role": "USER", "utterance": "Any good heist movies?"},
+        {"turn_ind": 1, "role": "ASST", "utterance": "Try Heat (1995). Do you like older films?"},
+        {"turn_ind": 2, "role": "USER", "utterance": "Yes, Heat sounds great, thanks!"}]}]
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(convs))
+    cfg = cfg_factory("experiment=crsarena_main", "llm=scripted", f"dataset.file={path}", "method.instructions.max=1",
+                      "method.n=1", "method.particles.k=1", "aspects=[relevance,dialogue_overall]", tracking=False)
+    out = _run(cfg)
+    preds = read_run_file(out["run_file"])
+    assert list(preds.turn["conv_id"]) == ["mycrs_run1_a"] and len(preds.dialogue) == 1

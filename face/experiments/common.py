@@ -32,11 +32,12 @@ class Context:
     out_dir: Path  # tables and figures
     run_dir: Path  # run files, per-particle files (Hydra output dir)
     subset: str  # human-readable description of the data used
+    has_labels: bool = True  # False for user conversations without human labels: predict only
 
 
 def is_subset(cfg: DictConfig) -> bool:
     d = cfg.dataset
-    return any(d.get(k) for k in ("limit", "systems", "splits"))
+    return any(d.get(k) for k in ("limit", "systems", "splits", "file"))
 
 
 def prepare(cfg: DictConfig, files: Sequence[str] = (), tracker: Tracker | None = None) -> Context:
@@ -46,8 +47,13 @@ def prepare(cfg: DictConfig, files: Sequence[str] = (), tracker: Tracker | None 
     ensure_data(data_dir, needed, cfg.paths.get("data_mirror"), cfg.dataset.get("download", True))
     if tracker is not None:
         tracker.set_tags({f"data_sha256.{k}": v for k, v in data_checksums(needed).items()})
-    all_convs = load_conversations(data_dir / CRSARENA_EVAL)
     d = cfg.dataset
+    if d.get("file"):  # the user's own conversations, CRSArena-Eval format; human labels optional
+        source = Path(d.file).name
+        all_convs = load_conversations(Path(d.file), require_labels=False)
+    else:
+        source = "CRSArena-Eval"
+        all_convs = load_conversations(data_dir / CRSARENA_EVAL)
     convs = select(all_convs, list(d.systems) if d.get("systems") else None,
                    list(d.splits) if d.get("splits") else None, d.get("limit"))
     if not convs:
@@ -62,10 +68,11 @@ def prepare(cfg: DictConfig, files: Sequence[str] = (), tracker: Tracker | None 
     else:
         out_dir = Path(cfg.paths.results_dir) / cfg.task_name
     n_turns = sum(len(c.assistant_turns()) for c in convs)
-    subset = (f"CRSArena-Eval, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
+    subset = (f"{source}, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
               + (" (subset)" if is_subset(cfg) else ""))
+    has_labels = any(c.labels or any(t.labels for t in c.turns) for c in convs)
     log.info("%s; results -> %s", subset, out_dir)
-    return Context(convs, aspects, data_dir, out_dir, run_dir, subset)
+    return Context(convs, aspects, data_dir, out_dir, run_dir, subset, has_labels)
 
 
 def released_scores(cfg: DictConfig, tracker: Tracker) -> tuple[Context, pd.DataFrame]:

@@ -22,7 +22,10 @@ def run(cfg: DictConfig) -> dict:
         if out.dry_run:
             print(f"Dry run: nothing was sent. {out.label}", flush=True)
             return {"dry_run": True, "out_dir": ctx.out_dir}
-        save_run(out.predictions, ctx, tracker)
+        run_file = save_run(out.predictions, ctx, tracker)
+        if not ctx.has_labels:
+            print(f"No human labels in {ctx.subset}: predictions only, written to {run_file}. {out.label}", flush=True)
+            return {"run_file": run_file, "output": out, "out_dir": ctx.out_dir}
         results = evaluate(cfg, out.predictions, ctx)
         published = published_table(ctx)
         compare_to = cfg.get("compare_to", "FACE")

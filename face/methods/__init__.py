@@ -23,9 +23,18 @@ class MethodOutput:
     dry_run: bool = False  # nothing was sent; predictions are empty
 
 
+METHODS = ("face_released", "face")
+
+
+def _check(cfg: DictConfig) -> str:
+    if cfg.method.name not in METHODS:
+        raise ValueError(f"unknown method {cfg.method.name!r}; choose one of {', '.join(METHODS)}")
+    return cfg.method.name
+
+
 def required_files(cfg: DictConfig, aspects: Sequence[str]) -> list[str]:
     """Data files (manifest names) the configured method reads, so they can be fetched up front."""
-    if cfg.method.name == "face_released":
+    if _check(cfg) == "face_released":
         from face.methods.released import required_files as files
     else:
         from face.methods.live import required_files as files
@@ -33,12 +42,8 @@ def required_files(cfg: DictConfig, aspects: Sequence[str]) -> list[str]:
 
 
 def predict(cfg: DictConfig, convs: Sequence[Conversation], aspects: Sequence[str], tracker=None) -> MethodOutput:
-    name = cfg.method.name
-    if name == "face_released":
+    if _check(cfg) == "face_released":
         from face.methods.released import predict as run
     else:
-        try:
-            from face.methods.live import predict as run  # the live LLM pipeline (face, ablations)
-        except ImportError as e:
-            raise ValueError(f"method {name!r} is not available: {e}") from None
+        from face.methods.live import predict as run  # the live LLM pipeline (face and its ablations)
     return run(cfg, convs, aspects, tracker)
