@@ -11,6 +11,7 @@ from face.data.errors import DataError
 from face.data.io import as_int, check_type, field, read_json, read_jsonl
 from face.data.schema import DIALOGUE_ACTS, Instruction, Particle, PublishedScore, TurnParticles
 
+_NUMBER_TYPES = frozenset({float, int})
 SCORE_COLUMNS = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score"]
 
 
@@ -35,7 +36,7 @@ def load_particle_scores(path: str | Path, aspect: str) -> pd.DataFrame:
                 particle_ind = as_int(p_key, path, p_rec)
                 check_type(scores, dict, path, p_rec)
                 values = list(scores.values())
-                if not all(type(v) in (float, int) for v in values):  # slow path only to name the culprit
+                if not _NUMBER_TYPES.issuperset(map(type, values)):  # slow path only to name the culprit
                     for instr, score in scores.items():
                         check_type(score, float, path, f"{p_rec}, instruction {instr!r}")
                 k = len(values)

@@ -20,7 +20,7 @@ COEF_LABELS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Ke
 def _save(fig: plt.Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
     return path
 
