@@ -9,8 +9,9 @@ A unit without any valid answer gets NaN and a ``fallback`` reason; it never bec
 Turn-level aspects see the two previous turns, the assistant turn, the particle and the user's next
 turn; dialogue-level aspects see the whole dialogue and the particle.
 
-Calls are ordered so that requests sharing a long prefix (same conversation/turn context, same
-instruction) run back to back, which lets llama.cpp / vLLM / SGLang reuse their prefix cache.
+Prompts read aspect -> context -> instruction -> particle, and calls are ordered the same way, so
+consecutive requests share everything but the particle: llama.cpp / vLLM / SGLang reuse the cached
+prefix instead of re-reading the conversation.
 """
 
 from __future__ import annotations
@@ -145,10 +146,11 @@ def plan(units: Sequence[Unit], instructions: Sequence[Instruction], convs: dict
         raise ValueError(f"unknown order {order!r}; choose from {ORDERS}")
     rank = {i.instruction_id: r for r, i in enumerate(instructions)}
     pairs = [(u, i) for u in units for i in instructions]
-    if order == "prefix":  # the prompt reads context -> particle -> instruction: sort the same way
-        pairs.sort(key=lambda p: (p[0].conv_id, p[0].turn_ind, p[0].particle_ind, rank[p[1].instruction_id]))
-    else:
-        pairs.sort(key=lambda p: (rank[p[1].instruction_id], p[0].conv_id, p[0].turn_ind, p[0].particle_ind))
+    # the prompt reads context -> instruction -> particle; "prefix" sorts the same way, so consecutive
+    # requests differ only in the short particle; "naive" is the plain loop over units, then instructions
+    if order == "prefix":
+        pairs.sort(key=lambda p: (p[0].conv_id, p[0].turn_ind if ASPECTS[p[0].aspect].level == "turn" else 0,
+                                  rank[p[1].instruction_id], p[0].turn_ind, p[0].particle_ind))
     out = []
     for u, ins in pairs:
         rf = ({"type": "json_schema", "json_schema": {"name": "score", "schema": score_schema(u.aspect)}}

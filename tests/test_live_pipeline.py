@@ -181,12 +181,15 @@ def test_prefix_order_groups_requests_sharing_a_prompt_prefix(convs, data_dir):
     naive = plan(units, INSTR, by_id, "sampling", 1, True, 0.6, 16, order="naive")
     assert len(prefix) == len(naive) == 2 * len(units)
     assert _contiguous([(p.unit.conv_id, p.unit.turn_ind) for p in prefix])  # a turn's context is shared
-    assert _contiguous([(p.unit.conv_id, p.unit.turn_ind, p.unit.particle_ind) for p in prefix])
-    assert not _contiguous([(p.unit.conv_id, p.unit.turn_ind) for p in naive])
-    assert [p.instruction.instruction_id for p in naive][: len(units)] == ["a"] * len(units)
+    # within a turn: one instruction after the other, particles vary fastest
+    assert _contiguous([(p.unit.conv_id, p.unit.turn_ind, p.instruction.instruction_id) for p in prefix])
+    # naive: the plain loop, every unit under each instruction in turn
+    assert [p.instruction.instruction_id for p in naive][:4] == ["a", "b", "a", "b"]
+    assert [(p.unit.turn_ind, p.unit.particle_ind) for p in naive][::2] == [(u.turn_ind, u.particle_ind) for u in units]
     units_d = units_for("dialogue_overall", convs, decomps)
     prefix_d = plan(units_d, INSTR, by_id, "sampling", 1, True, 0.6, 16, order="prefix")
     assert _contiguous([p.unit.conv_id for p in prefix_d])  # dialogue level: the whole dialogue is the prefix
+    assert _contiguous([(p.unit.conv_id, p.instruction.instruction_id) for p in prefix_d])
 
 
 def test_server_receives_requests_in_planned_order(tmp_path, convs, data_dir):
