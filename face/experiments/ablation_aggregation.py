@@ -8,11 +8,11 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from face.aggregate import AGGREGATORS, aggregate
-from face.experiments.common import print_block, released_scores, require_released
+from face.experiments.common import released_scores, require_released
 from face.methods.released import LABEL
 from face.metaeval import meta_evaluate
 from face.report import figures
-from face.report.tables import order_aspects, write_table
+from face.report.tables import order_aspects, print_table, write_table
 from face.tracking import Tracker
 
 
@@ -45,7 +45,7 @@ def run(cfg: DictConfig) -> dict:
                     d, "aspect", note, ctx.out_dir / "figures" / f"aggregation_{split}_{coef}.png",
                     f"{coef} by aggregation — {split}"))
         d = results[(results["split"] == "all") & (results["coefficient"] == "spearman")]
-        print_block(f"Spearman (pooled splits) by aggregation. {note}",
+        print_table(f"Spearman (pooled splits) by aggregation. {note}",
                     d.pivot(index="setting", columns="aspect", values="value").reset_index())
         tracker.log_metrics({f"{r.instruction_agg}_{r.particle_agg}.{r.level}.{r.aspect}.{r.split}.{r.coefficient}":
                              r.value for r in results.itertuples(index=False)})

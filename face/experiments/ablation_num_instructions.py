@@ -7,11 +7,11 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from face.aggregate import aggregate, instruction_ids, random_instruction_subsets
-from face.experiments.common import print_block, released_scores, require_released
+from face.experiments.common import released_scores, require_released
 from face.methods.released import LABEL
 from face.metaeval import meta_evaluate
 from face.report import figures
-from face.report.tables import order_aspects, write_table
+from face.report.tables import order_aspects, print_table, write_table
 from face.tracking import Tracker
 
 
@@ -50,7 +50,7 @@ def run(cfg: DictConfig) -> dict:
                                          ctx.out_dir / "figures" / f"k_curve_{coef}.png"))
         wide = summary[(summary["coefficient"] == "spearman") & (summary["split"] == "all")].pivot(
             index="aspect", columns="k", values="mean").reset_index()
-        print_block(f"Spearman (pooled splits), mean over subsets, by k. {note}", order_aspects(wide))
+        print_table(f"Spearman (pooled splits), mean over subsets, by k. {note}", order_aspects(wide))
         tracker.log_metrics({f"k{r.k}.{r.aspect}.{r.split}.{r.coefficient}.mean": r.mean
                              for r in summary.itertuples(index=False)})
         tracker.log_artifacts(paths, "results")

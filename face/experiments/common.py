@@ -17,7 +17,6 @@ from face.data.fetch import data_checksums
 from face.data.released import load_published_table
 from face.data.schema import Conversation
 from face.metaeval import meta_evaluate
-from face.report.tables import to_markdown
 from face.runfile import write_run_file
 from face.tracking import Tracker
 
@@ -101,7 +100,3 @@ def save_run(preds, ctx: Context, tracker: Tracker, name: str = "run_file.json")
     path = write_run_file(preds, ctx.run_dir / name)
     tracker.log_artifacts([path], "run")
     return path
-
-
-def print_block(title: str, df: pd.DataFrame, digits: int = 3) -> None:
-    print(f"\n== {title}\n{to_markdown(df, digits)}\n", flush=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from face.experiments.common import evaluate, prepare, print_block, published_table, save_run
+from face.experiments.common import evaluate, prepare, published_table, save_run
 from face.methods import predict, required_files
 from face.report import figures
-from face.report.tables import comparison_table, write_table
+from face.report.tables import comparison_table, print_table, write_table
 from face.tracking import Tracker, correlation_metrics
 
 
@@ -38,7 +38,7 @@ def run(cfg: DictConfig) -> dict:
         for split in ("redial", "opendialkg"):
             paths.append(figures.bars_vs_published(results, published, split, "spearman", f"ours ({cfg.llm.model})",
                                                    note, ctx.out_dir / "figures" / f"bars_{split}_spearman.png"))
-        print_block(f"{cfg.task_name} vs published '{compare_to}'. {note}", comp.drop(columns=["within_0_001"]))
+        print_table(f"{cfg.task_name} vs published '{compare_to}'. {note}", comp.drop(columns=["within_0_001"]))
         tracker.log_metrics(correlation_metrics(results))
         tracker.log_artifacts(paths, "results")
         return {"results": results, "comparison": comp, "output": out, "out_dir": ctx.out_dir}

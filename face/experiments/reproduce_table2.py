@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from face.experiments.common import evaluate, prepare, print_block, published_table, save_run
+from face.experiments.common import evaluate, prepare, published_table, save_run
 from face.methods import predict, required_files
 from face.report import figures
-from face.report.tables import comparison_table, write_table
+from face.report.tables import comparison_table, print_table, write_table
 from face.tracking import Tracker, correlation_metrics
 
 
@@ -32,7 +32,7 @@ def run(cfg: DictConfig) -> dict:
                     results, published, split, coef, "FACE (ours, released scores)",
                     f"Published bars: Table 2 of the paper. Ours: {out.label}; {ctx.subset}; error bars: 95% "
                     f"bootstrap CI.", ctx.out_dir / "figures" / f"bars_{split}_{coef}.png"))
-        print_block(caption, comp.drop(columns=["ci_low", "ci_high"]))
+        print_table(caption, comp.drop(columns=["ci_low", "ci_high"]))
         tracker.log_metrics(correlation_metrics(results))
         tracker.log_metrics({"table2.values_within_0_001": n_ok, "table2.values_total": len(comp),
                              "table2.max_abs_delta": float((comp["ours"] - comp["published"]).abs().max())})

@@ -10,12 +10,12 @@ from omegaconf import DictConfig
 from face import arena
 from face.data import ARENA_VOTES
 from face.data.arena import load_votes
-from face.experiments.common import prepare, print_block
+from face.experiments.common import prepare
 from face.methods import predict, required_files
 from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, meta_evaluate, rows_correlation, \
     system_means, system_table
 from face.report import figures
-from face.report.tables import order_aspects, write_table
+from face.report.tables import order_aspects, print_table, write_table
 from face.tracking import Tracker, correlation_metrics
 
 
@@ -77,8 +77,8 @@ def run(cfg: DictConfig) -> dict:
             overall.assign(human=overall["bt_rating"]), "dialogue_overall: FACE vs arena (Bradley–Terry)", note,
             ctx.out_dir / "figures" / "scatter_dialogue_overall_vs_arena.png", y_label="arena BT rating (log-strength)"))
         headline = results[(results["aspect"] == "dialogue_overall")]
-        print_block(f"System level, dialogue_overall. {note}", headline.drop(columns=["n_missing"]))
-        print_block("Arena ranking (Bradley–Terry)", ranking)
+        print_table(f"System level, dialogue_overall. {note}", headline.drop(columns=["n_missing"]))
+        print_table("Arena ranking (Bradley–Terry)", ranking)
         tracker.log_metrics(correlation_metrics(human))
         tracker.log_metrics({k.replace("system.", "system_vs_arena.", 1): v
                              for k, v in correlation_metrics(vs_arena.assign(level="system")).items()})

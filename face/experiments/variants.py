@@ -10,9 +10,9 @@ from __future__ import annotations
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from face.experiments.common import evaluate, prepare, print_block
+from face.experiments.common import evaluate, prepare
 from face.methods import predict, required_files
-from face.report.tables import order_aspects, write_table
+from face.report.tables import order_aspects, print_table, write_table
 from face.tracking import Tracker, correlation_metrics
 
 USAGE_KEYS = ("llm_calls", "llm_http_requests", "llm_cache_hits", "llm_input_tokens", "llm_output_tokens",
@@ -20,28 +20,26 @@ USAGE_KEYS = ("llm_calls", "llm_http_requests", "llm_cache_hits", "llm_input_tok
 
 
 def variant_cfg(cfg: DictConfig, overrides) -> DictConfig:
-    new = OmegaConf.merge(cfg, {"method": OmegaConf.to_container(overrides, resolve=True)})
-    return new
+    return OmegaConf.merge(cfg, {"method": OmegaConf.to_container(overrides, resolve=True)})
 
 
 def run(cfg: DictConfig) -> dict:
     with Tracker(cfg) as tracker:
         tracker.log_config()
-        files = sorted({f for v in cfg.variants for f in required_files(variant_cfg(cfg, v.overrides), cfg.aspects)})
-        ctx = prepare(cfg, files, tracker)
+        vcfgs = [(v.name, variant_cfg(cfg, v.overrides)) for v in cfg.variants]
+        ctx = prepare(cfg, sorted({f for _, vc in vcfgs for f in required_files(vc, cfg.aspects)}), tracker)
         rows, usage_rows, labels = [], [], {}
-        for v in cfg.variants:
-            vcfg = variant_cfg(cfg, v.overrides)
+        for name, vcfg in vcfgs:
             out = predict(vcfg, ctx.convs, ctx.aspects, tracker)
-            labels[v.name] = out.label
-            tracker.log_metrics({f"{v.name}.{k}": val for k, val in out.metrics.items()})
-            tracker.log_artifacts(out.artifacts, f"run/{v.name}")
+            labels[name] = out.label
+            tracker.log_metrics({f"{name}.{k}": val for k, val in out.metrics.items()})
+            tracker.log_artifacts(out.artifacts, f"run/{name}")
             if out.dry_run:
                 continue
-            res = evaluate(vcfg, out.predictions, ctx, levels=("turn", "dialogue", "system")).assign(variant=v.name)
+            res = evaluate(vcfg, out.predictions, ctx, levels=("turn", "dialogue", "system")).assign(variant=name)
             rows.append(res)
-            usage_rows.append({"variant": v.name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}})
-            tracker.log_metrics(correlation_metrics(res, prefix=f"{v.name}."))
+            usage_rows.append({"variant": name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}})
+            tracker.log_metrics(correlation_metrics(res, prefix=f"{name}."))
         if not rows:
             print("Dry run: nothing was sent.", flush=True)
             return {"dry_run": True, "out_dir": ctx.out_dir}
@@ -55,7 +53,7 @@ def run(cfg: DictConfig) -> dict:
                              f"{cfg.task_name}, pooled splits, side by side. {note}")
         paths += write_table(usage, ctx.out_dir, "variants_llm_usage", f"LLM calls and tokens per variant. {note} "
                              "Calls served from the response cache are counted as cache hits.", digits=0)
-        print_block(f"{cfg.task_name}, pooled splits. {note}", wide)
-        print_block("LLM usage per variant", usage, digits=0)
+        print_table(f"{cfg.task_name}, pooled splits. {note}", wide)
+        print_table("LLM usage per variant", usage, digits=0)
         tracker.log_artifacts(paths, "results")
         return {"results": results, "usage": usage, "out_dir": ctx.out_dir}

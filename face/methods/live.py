@@ -25,6 +25,7 @@ from face.data.schema import Conversation, Instruction
 from face.methods import MethodOutput
 from face.particles import Decomposition, decompose, from_released
 from face.prompts import initial_instruction
+from face.report.tables import print_table
 from face.scoring import plan, records_frame, score, units_for
 
 log = logging.getLogger(__name__)
@@ -158,9 +159,7 @@ def predict(cfg: DictConfig, convs: Sequence[Conversation], aspects: Sequence[st
     costs.to_csv(costs_path, index=False)
     proxy_note = ("" if m.unit == "whole" or m.particles.source == "released" else
                   f" (particle counts: the released particles' {particles_per_turn(released):.2f} per turn)")
-    from face.report.tables import to_markdown
-
-    print(f"\n== Cost estimate before sending anything{proxy_note} — {label}\n{to_markdown(costs, 2)}\n", flush=True)
+    print_table(f"Cost estimate before sending anything{proxy_note} — {label}", costs, 2)
     if tracker is not None:
         for a, ins in instructions.items():
             tracker.register_instructions(a, ins, m.instructions.source)
@@ -198,6 +197,7 @@ def predict(cfg: DictConfig, convs: Sequence[Conversation], aspects: Sequence[st
     metrics["scores.total"] = len(detail)
     metrics["scores.without_valid_answer"] = int(detail["score"].isna().sum())
     metrics["scores.fallbacks"] = int(detail["fallback"].notna().sum())
-    if m.estimator == "logprobs" and "valid_mass" in detail:
-        metrics["scores.mean_valid_mass"] = float(detail["valid_mass"].dropna().mean()) if detail["valid_mass"].notna().any() else 0.0
+    if m.estimator == "logprobs":
+        mass = detail["valid_mass"].dropna()
+        metrics["scores.mean_valid_mass"] = float(mass.mean()) if len(mass) else 0.0
     return MethodOutput(preds, detail, label, artifacts, metrics)

@@ -27,6 +27,10 @@ def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines)
 
 
+def print_table(title: str, df: pd.DataFrame, digits: int = 3) -> None:
+    print(f"\n== {title}\n{to_markdown(df, digits)}\n", flush=True)
+
+
 def to_latex(df: pd.DataFrame, caption: str, digits: int = 3) -> str:
     def esc(s: str) -> str:
         return s.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
