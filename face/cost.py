@@ -14,7 +14,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from face.data.schema import ASSISTANT, Conversation, Instruction
+from face.data.schema import Conversation, Instruction
 from face.particles import Decomposition, decompose_messages
 from face.scoring import Unit, score_messages
 from face.llm.usage import cost_usd, estimate_input_tokens, estimate_tokens
@@ -38,7 +38,7 @@ class StageCost:
 
 def decomposition_cost(convs: Sequence[Conversation], k: int, n_per_request: int, output_tokens: int,
                        price_in: float, price_out: float) -> StageCost:
-    turns = [(c, t) for c in convs for t in c.turns if t.role == ASSISTANT]
+    turns = [(c, t) for c in convs for t in c.assistant_turns()]
     http = math.ceil(k / n_per_request)
     tin = sum(estimate_input_tokens(decompose_messages(c, t)) for c, t in turns) * http
     tout = len(turns) * k * output_tokens

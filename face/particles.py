@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from face.data.schema import ASSISTANT, DIALOGUE_ACTS, NO_FEEDBACK, USER, Conversation, Particle, Turn, \
+from face.data.schema import DIALOGUE_ACTS, NO_FEEDBACK, USER, Conversation, Particle, Turn, \
     TurnParticles
 from face.prompts import render
 
@@ -123,7 +123,7 @@ def decompose(client, convs: Sequence[Conversation], k: int, max_extra: int, jso
     from face.llm import ChatRequest
     from face.llm.structured import extract_json
 
-    turns = [(c, t) for c in convs for t in c.turns if t.role == ASSISTANT]
+    turns = [(c, t) for c in convs for t in c.assistant_turns()]
     rf = ({"type": "json_schema", "json_schema": {"name": "particles", "schema": PARTICLES_SCHEMA}}
           if json_schema else None)
     valid: dict[int, list[tuple[Particle, ...]]] = {i: [] for i in range(len(turns))}

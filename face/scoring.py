@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from face.aspects import ASPECTS
-from face.data.schema import ASSISTANT, Conversation, Instruction, Particle
+from face.data.schema import Conversation, Instruction, Particle
 from face.particles import Decomposition, history_text, next_user_turn
 from face.prompts import render
 
@@ -71,9 +71,7 @@ def units_for(aspect: str, convs: Sequence[Conversation], decomps: dict[tuple[st
         if unit == "whole" and level == "dialogue":
             out.append(Unit(aspect, c.conv_id, -1, -1, None))
             continue
-        for t in c.turns:
-            if t.role != ASSISTANT:
-                continue
+        for t in c.assistant_turns():
             if unit == "whole":
                 out.append(Unit(aspect, c.conv_id, t.turn_ind, -1, None))
                 continue
