@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from face.aspects import ASPECTS
+from typing import Mapping
 
 AGGREGATORS = ("mean", "median", "max", "min")
 PRED_DECIMALS = 10
@@ -73,12 +73,17 @@ def particle_scores(scores: pd.DataFrame, instruction_agg: str = "mean",
     return scores.groupby(keys, sort=False, observed=True)["score"].agg(instruction_agg).reset_index()
 
 
-def aggregate(scores: pd.DataFrame, instruction_agg: str = "mean", particle_agg: str = "mean",
-              instructions: Sequence[str] | None = None) -> Predictions:
-    """Turn and dialogue predictions from per-particle × instruction scores."""
+def aggregate(scores: pd.DataFrame, levels: Mapping[str, str], instruction_agg: str = "mean",
+              particle_agg: str = "mean", instructions: Sequence[str] | None = None) -> Predictions:
+    """Turn and dialogue predictions from per-particle × instruction scores.
+
+    ``levels`` maps each aspect to ``turn`` or ``dialogue`` (``face.aspects.levels_of(dataset.aspects)``)."""
     _check_agg(particle_agg)
+    missing = sorted(set(scores["aspect"].unique()) - set(levels))
+    if missing:
+        raise ValueError(f"no level known for aspect(s) {missing}")
     per_particle = particle_scores(scores, instruction_agg, instructions)
-    levels = per_particle["aspect"].map(lambda a: ASPECTS[a].level)
+    levels = per_particle["aspect"].map(dict(levels)).astype(str)
     turn_part, dial_part = per_particle[levels == "turn"], per_particle[levels == "dialogue"]
     turn = (turn_part.groupby(["aspect", "conv_id", "turn_ind"], sort=False)["score"].agg(particle_agg)
             .reset_index().rename(columns={"score": "pred"}))

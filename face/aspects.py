@@ -1,51 +1,55 @@
-"""The evaluation aspects of CRSArena-Eval: level, human scale and a one-line definition."""
+"""What an aspect is: name, level, the human scale, a definition, and the annotation scheme.
+
+Aspects belong to datasets (``face.datasets``): each dataset declares the aspects its human labels
+were collected for. CRSArena-Eval's live in ``face.data.crsarena``, USR's in ``face.data.usr``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+LEVELS = ("turn", "dialogue")
 
 
 @dataclass(frozen=True)
 class Aspect:
     name: str
-    level: str  # "turn" (one label per assistant turn) or "dialogue" (one per conversation)
-    scale: tuple[int, ...]  # the values a human label can take in CRSArena-Eval
-    definition: str
+    level: str  # "turn" (one label per evaluated assistant turn) or "dialogue" (one per conversation)
+    scale: tuple[int, ...]  # the values a human label can take
+    definition: str  # one line, used in prompts
+    levels: Mapping[int, str] = field(default_factory=dict, hash=False)  # score -> what annotators were told
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise ValueError(f"aspect {self.name!r}: level must be one of {LEVELS}, got {self.level!r}")
+        if not self.scale or list(self.scale) != sorted(set(self.scale)):
+            raise ValueError(f"aspect {self.name!r}: scale must be increasing distinct integers, got {self.scale}")
+        extra = set(self.levels) - set(self.scale)
+        if extra:
+            raise ValueError(f"aspect {self.name!r}: level descriptions for values outside the scale: {sorted(extra)}")
+
+    @property
+    def low(self) -> int:
+        return min(self.scale)
+
+    @property
+    def high(self) -> int:
+        return max(self.scale)
+
+    def level_text(self) -> str:
+        """The annotation scheme as lines ``- value: description`` (empty if the dataset gives none)."""
+        return "\n".join(f"- {v}: {self.levels[v]}" for v in self.scale if v in self.levels)
 
 
-ASPECTS: dict[str, Aspect] = {
-    a.name: a
-    for a in [
-        Aspect("relevance", "turn", (0, 1, 2),
-               "Does the assistant's response address the user's request and stay on topic?"),
-        Aspect("interestingness", "turn", (0, 1, 2),
-               "Is the assistant's response engaging, informative or likely to spark the user's interest?"),
-        Aspect("understanding", "dialogue", (0, 1, 2),
-               "Did the assistant understand the user's requests and preferences throughout the dialogue?"),
-        Aspect("task_completion", "dialogue", (0, 1, 2),
-               "Did the assistant make recommendations that the user accepted or was satisfied with?"),
-        Aspect("interest_arousal", "dialogue", (0, 1, 2),
-               "Did the assistant try to spark the user's interest in something new?"),
-        Aspect("efficiency", "dialogue", (0, 1),
-               "Did the assistant reach good recommendations quickly, without unnecessary turns?"),
-        Aspect("dialogue_overall", "dialogue", (0, 1, 2, 3, 4),
-               "Overall, how good was the assistant as a conversational recommender in this dialogue?"),
-    ]
-}
-
-TURN_ASPECTS = tuple(a for a, spec in ASPECTS.items() if spec.level == "turn")
-DIALOGUE_ASPECTS = tuple(a for a, spec in ASPECTS.items() if spec.level == "dialogue")
-
-# Labels present in CRSArena-Eval but not reported in the paper.
-UNREPORTED_DIALOGUE_LABELS = ("preference_elicitation", "explanation")
-
-# Names used for dialogue_overall in the authors' files.
-ASPECT_ALIASES = {"dialog_overall": "dialogue_overall", "overall_impression": "dialogue_overall"}
+def aspect_table(aspects: Iterable[Aspect]) -> dict[str, Aspect]:
+    out: dict[str, Aspect] = {}
+    for a in aspects:
+        if a.name in out:
+            raise ValueError(f"aspect {a.name!r} declared twice")
+        out[a.name] = a
+    return out
 
 
-def canonical_aspect(name: str) -> str:
-    """Map a legacy alias to its canonical name and reject unknown aspects."""
-    name = ASPECT_ALIASES.get(name, name)
-    if name not in ASPECTS:
-        raise KeyError(f"unknown aspect {name!r}; known: {', '.join(ASPECTS)} (aliases: {', '.join(ASPECT_ALIASES)})")
-    return name
+def levels_of(aspects: Mapping[str, Aspect]) -> dict[str, str]:
+    return {name: a.level for name, a in aspects.items()}

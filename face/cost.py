@@ -15,9 +15,21 @@ from typing import Sequence
 import pandas as pd
 
 from face.data.schema import Conversation, Instruction
-from face.particles import Decomposition, decompose_messages
-from face.scoring import Unit, score_messages
 from face.llm.usage import cost_usd, estimate_input_tokens, estimate_tokens
+from face.particles import Decomposition, decompose_messages
+from face.scoring import ScoringSpec, Unit, score_messages
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """What the endpoint charges and how many samples one HTTP request can carry."""
+
+    n_per_request: int = 1
+    price_input_per_mtok: float = 0.0
+    price_output_per_mtok: float = 0.0
+
+    def cost(self, input_tokens: float, output_tokens: float) -> float:
+        return cost_usd(input_tokens, output_tokens, self.price_input_per_mtok, self.price_output_per_mtok)
 
 
 @dataclass
@@ -36,28 +48,27 @@ class StageCost:
         return self.calls / max(self.assistant_turns, 1)
 
 
-def decomposition_cost(convs: Sequence[Conversation], k: int, n_per_request: int, output_tokens: int,
-                       price_in: float, price_out: float) -> StageCost:
-    turns = [(c, t) for c in convs for t in c.assistant_turns()]
-    http = math.ceil(k / n_per_request)
-    tin = sum(estimate_input_tokens(decompose_messages(c, t)) for c, t in turns) * http
+def decomposition_cost(convs: Sequence[Conversation], k: int, output_tokens: int, pricing: Pricing,
+                       assistant: str = "movie-recommendation assistant") -> StageCost:
+    turns = [(c, t) for c in convs for t in c.evaluated_turns()]
+    http = math.ceil(k / pricing.n_per_request)
+    tin = sum(estimate_input_tokens(decompose_messages(c, t, assistant)) for c, t in turns) * http
     tout = len(turns) * k * output_tokens
     return StageCost("decompose", len(turns), len(turns), len(turns) * k, len(turns) * http, tin, tout,
-                     cost_usd(tin, tout, price_in, price_out))
+                     pricing.cost(tin, tout))
 
 
 def scoring_cost(aspect: str, units: Sequence[Unit], instructions: Sequence[Instruction],
-                 convs: dict[str, Conversation], n_turns: int, estimator: str, n: int, n_per_request: int,
-                 output_tokens: int, price_in: float, price_out: float) -> StageCost:
-    samples = n if estimator == "sampling" else 1
-    http_per = math.ceil(samples / n_per_request)
-    base = sum(estimate_input_tokens(score_messages(u, convs[u.conv_id], "")) for u in units)
+                 convs: dict[str, Conversation], n_turns: int, spec: ScoringSpec, output_tokens: int,
+                 pricing: Pricing, judged: str = "conversational recommender systems") -> StageCost:
+    http_per = math.ceil(spec.samples / pricing.n_per_request)
+    base = sum(estimate_input_tokens(score_messages(u, convs[u.conv_id], "", judged)) for u in units)
     instr_tokens = sum(estimate_tokens(len(i.text)) for i in instructions)
     tin = (base * len(instructions) + instr_tokens * len(units)) * http_per
-    calls = len(units) * len(instructions) * samples
+    calls = len(units) * len(instructions) * spec.samples
     tout = calls * output_tokens
     return StageCost(f"score:{aspect}", n_turns, len(units), calls, len(units) * len(instructions) * http_per,
-                     tin, tout, cost_usd(tin, tout, price_in, price_out))
+                     tin, tout, pricing.cost(tin, tout))
 
 
 def cost_table(stages: Sequence[StageCost]) -> pd.DataFrame:

@@ -1,11 +1,11 @@
 """Meta-evaluation: correlation of predictions with human labels at turn, dialogue and system level.
 
 - Turn level: one item per labelled assistant turn; dialogue level: one item per conversation.
-- Splits: ``redial`` / ``opendialkg`` (from the conversation id) and ``all`` (pooled).
-- System level: one point per CRS (``{system}_{dataset}``): mean prediction vs mean human label.
+- Splits: the dataset's splits (CRSArena-Eval: ``redial`` / ``opendialkg``) and ``all`` (pooled).
+- System level: one point per system (a CRS, a response generator): mean prediction vs mean human label.
 - Coefficients: Pearson, Spearman, Kendall (tau-b, as scipy).
 - 95 % bootstrap CIs by resampling conversations (all turns of a drawn conversation come along; at
-  system level conversations are resampled within each CRS). Vectorised: every bootstrap replicate
+  system level conversations are resampled within each system). Vectorised: every bootstrap replicate
   is a row of integer weights, and the weighted coefficients below are exactly the coefficients of
   the resampled data set (tested against scipy on the expanded sample).
 """
@@ -20,7 +20,7 @@ import pandas as pd
 from scipy import stats
 
 from face.aggregate import Predictions
-from face.aspects import ASPECTS
+from face.aspects import Aspect
 from face.data.schema import Conversation
 
 COEFFICIENTS = ("pearson", "spearman", "kendall")
@@ -220,21 +220,22 @@ def system_means(values: np.ndarray, systems: np.ndarray, w: np.ndarray | None =
 
 # ---------------------------------------------------------------- items: predictions joined with labels
 
-def items(preds: Predictions, convs: Iterable[Conversation], aspect: str) -> pd.DataFrame:
+def items(preds: Predictions, convs: Iterable[Conversation], aspect: Aspect) -> pd.DataFrame:
     """Labelled items of one aspect with their prediction (NaN where missing).
 
-    Columns: conv_id, turn_ind (turn level only), split, crs, human, pred.
+    Columns: conv_id, turn_ind (turn level only), split, system, human, pred.
     """
-    level = ASPECTS[aspect].level
+    level, name = aspect.level, aspect.name
     rows = []
     for c in convs:
         if level == "turn":
-            for t in c.assistant_turns():
-                if aspect in t.labels:
-                    rows.append((c.conv_id, t.turn_ind, c.split, c.crs, t.labels[aspect]))
-        elif aspect in c.labels:
-            rows.append((c.conv_id, -1, c.split, c.crs, c.labels[aspect]))
-    df = pd.DataFrame(rows, columns=["conv_id", "turn_ind", "split", "crs", "human"])
+            for t in c.evaluated_turns():
+                if name in t.labels:
+                    rows.append((c.conv_id, t.turn_ind, c.split, c.system, t.labels[name]))
+        elif name in c.labels:
+            rows.append((c.conv_id, -1, c.split, c.system, c.labels[name]))
+    df = pd.DataFrame(rows, columns=["conv_id", "turn_ind", "split", "system", "human"])
+    aspect = name
     if level == "turn":
         p = preds.turn[preds.turn["aspect"] == aspect][["conv_id", "turn_ind", "pred"]]
         df = df.merge(p, on=["conv_id", "turn_ind"], how="left", validate="one_to_one")
@@ -249,19 +250,18 @@ def _split_frames(df: pd.DataFrame, splits: Sequence[str]) -> Iterable[tuple[str
         yield s, (df if s == "all" else df[df["split"] == s])
 
 
-def meta_evaluate(preds: Predictions, convs: Sequence[Conversation], aspects: Sequence[str] | None = None,
-                  splits: Sequence[str] = ("redial", "opendialkg", "all"), levels: Sequence[str] = LEVELS,
+def meta_evaluate(preds: Predictions, convs: Sequence[Conversation], aspects: Sequence[Aspect],
+                  splits: Sequence[str] = ("all",), levels: Sequence[str] = LEVELS,
                   n_boot: int = 1000, seed: int = 0, confidence: float = 0.95) -> pd.DataFrame:
     """Every correlation, as a long table with columns ``RESULT_COLUMNS``.
 
     ``level`` is ``turn`` / ``dialogue`` (each aspect at its own level) or ``system``.
     Items without a prediction are dropped and counted in ``n_missing``.
     """
-    aspects = list(aspects) if aspects is not None else preds.aspects
     rows = []
-    for aspect in aspects:
-        df = items(preds, convs, aspect)
-        native = ASPECTS[aspect].level
+    for spec in aspects:
+        df = items(preds, convs, spec)
+        aspect, native = spec.name, spec.level
         for split, sdf in _split_frames(df, splits):
             have = sdf.dropna(subset=["pred"])
             n_missing = len(sdf) - len(have)
@@ -279,9 +279,9 @@ def meta_evaluate(preds: Predictions, convs: Sequence[Conversation], aspects: Se
 
 def system_correlations(items_df: pd.DataFrame, n_boot: int = 1000, seed: int = 0, confidence: float = 0.95
                         ) -> dict[str, tuple[float, float, float, float, int]]:
-    """coefficient -> (value, p, ci_low, ci_high, number of systems) over per-CRS means."""
+    """coefficient -> (value, p, ci_low, ci_high, number of systems) over per-system means."""
     pred, human = items_df["pred"].to_numpy(float), items_df["human"].to_numpy(float)
-    systems = items_df["crs"].to_numpy()
+    systems = items_df["system"].to_numpy()
     names, mp = system_means(pred, systems)
     _, mh = system_means(human, systems)
     point = correlate(mp[0], mh[0])
@@ -303,8 +303,8 @@ def system_correlations(items_df: pd.DataFrame, n_boot: int = 1000, seed: int = 
     return out
 
 
-def system_table(preds: Predictions, convs: Sequence[Conversation], aspect: str) -> pd.DataFrame:
-    """Per-CRS mean prediction and mean human label (for the system-level scatter)."""
+def system_table(preds: Predictions, convs: Sequence[Conversation], aspect: Aspect) -> pd.DataFrame:
+    """Per-system mean prediction and mean human label (for the system-level scatter)."""
     df = items(preds, convs, aspect).dropna(subset=["pred"])
-    return (df.groupby("crs").agg(pred=("pred", "mean"), human=("human", "mean"), n=("pred", "size"))
-            .reset_index().assign(aspect=aspect))
+    return (df.groupby("system").agg(pred=("pred", "mean"), human=("human", "mean"), n=("pred", "size"))
+            .reset_index().assign(aspect=aspect.name))

@@ -64,9 +64,11 @@ def history_text(turns: Sequence[Turn]) -> str:
     return "\n".join(f"{'User' if t.role == USER else 'Assistant'}: {t.utterance.strip()}" for t in turns)
 
 
-def decompose_messages(conv: Conversation, turn: Turn) -> tuple[tuple[str, str], ...]:
+def decompose_messages(conv: Conversation, turn: Turn, assistant: str = "movie-recommendation assistant"
+                       ) -> tuple[tuple[str, str], ...]:
+    """The decomposition prompt; ``assistant`` names the kind of assistant (the dataset's wording)."""
     earlier = [t for t in conv.turns if t.turn_ind < turn.turn_ind]
-    return render("decompose.txt", history=history_text(earlier), turn=turn.utterance.strip(),
+    return render("decompose.txt", assistant=assistant, history=history_text(earlier), turn=turn.utterance.strip(),
                   next_user=next_user_turn(conv, turn) or "(the conversation ended here)")
 
 
@@ -118,12 +120,13 @@ def from_released(rows: Sequence[TurnParticles]) -> dict[tuple[str, int], Decomp
 
 
 def decompose(client, convs: Sequence[Conversation], k: int, max_extra: int, json_schema: bool,
-              temperature: float | None = None, max_tokens: int = 400) -> dict[tuple[str, int], Decomposition]:
-    """LLM decomposition of every assistant turn of ``convs`` (see module doc)."""
+              temperature: float | None = None, max_tokens: int = 400,
+              assistant: str = "movie-recommendation assistant") -> dict[tuple[str, int], Decomposition]:
+    """LLM decomposition of every evaluated assistant turn of ``convs`` (see module doc)."""
     from face.llm import ChatRequest
     from face.llm.structured import extract_json
 
-    turns = [(c, t) for c in convs for t in c.assistant_turns()]
+    turns = [(c, t) for c in convs for t in c.evaluated_turns()]
     rf = ({"type": "json_schema", "json_schema": {"name": "particles", "schema": PARTICLES_SCHEMA}}
           if json_schema else None)
     valid: dict[int, list[tuple[Particle, ...]]] = {i: [] for i in range(len(turns))}
@@ -131,7 +134,7 @@ def decompose(client, convs: Sequence[Conversation], k: int, max_extra: int, jso
     want = {i: k for i in range(len(turns))}  # total samples to request per turn (cache keeps earlier ones)
     pending = list(range(len(turns)))
     while pending:
-        reqs = [ChatRequest(messages=decompose_messages(*turns[i]), n=want[i], temperature=temperature,
+        reqs = [ChatRequest(messages=decompose_messages(*turns[i], assistant), n=want[i], temperature=temperature,
                             max_tokens=max_tokens, response_format=rf, tag="decompose") for i in pending]
         results = client.run_batch(reqs, desc=f"decomposing {len(pending)} turns")
         nxt = []

@@ -11,11 +11,12 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import Collection
 
 import pandas as pd
 
 from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
-from face.aspects import ASPECT_ALIASES, ASPECTS
+from face.data.crsarena import ASPECT_ALIASES
 from face.data.errors import DataError
 from face.data.io import check_type, field, read_json
 
@@ -47,10 +48,10 @@ def write_run_file(preds: Predictions, path: str | Path) -> Path:
     return path
 
 
-def _aspect(name: str, path: Path, rec: str) -> str:
+def _aspect(name: str, known: Collection[str] | None, path: Path, rec: str) -> str:
     canon = ASPECT_ALIASES.get(name, name)
-    if canon not in ASPECTS:
-        raise DataError(path, f"unknown aspect {name!r}; known: {', '.join(ASPECTS)}", rec)
+    if known is not None and canon not in known:
+        raise DataError(path, f"unknown aspect {name!r}; known: {', '.join(known)}", rec)
     return canon
 
 
@@ -61,7 +62,8 @@ def _value(v: object, path: Path, rec: str) -> float:
     return v
 
 
-def read_run_file(path: str | Path) -> Predictions:
+def read_run_file(path: str | Path, known: Collection[str] | None = None) -> Predictions:
+    """Predictions of a run file; ``known``: the dataset's aspect names (others are an error)."""
     path = Path(path)
     raw = check_type(read_json(path), list, path, "top level")
     turn_rows, dial_rows = [], []
@@ -72,7 +74,7 @@ def read_run_file(path: str | Path) -> Predictions:
             t_rec = f"{rec}, turns[{j}]"
             turn_ind = field(t, "turn_ind", int, path, t_rec)
             for name, v in field(t, "turn_level_pred", dict, path, t_rec).items():
-                turn_rows.append((_aspect(name, path, t_rec), conv_id, turn_ind, _value(v, path, f"{t_rec}, {name}")))
+                turn_rows.append((_aspect(name, known, path, t_rec), conv_id, turn_ind, _value(v, path, f"{t_rec}, {name}")))
         for name, v in (check_type(obj.get("dial_level_pred") or {}, dict, path, rec)).items():
-            dial_rows.append((_aspect(name, path, rec), conv_id, _value(v, path, f"{rec}, {name}")))
+            dial_rows.append((_aspect(name, known, path, rec), conv_id, _value(v, path, f"{rec}, {name}")))
     return Predictions(pd.DataFrame(turn_rows, columns=TURN_COLUMNS), pd.DataFrame(dial_rows, columns=DIALOGUE_COLUMNS))

@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from face.aspects import ASPECTS
+from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction, Particle
 from face.particles import Decomposition, history_text, next_user_turn
 from face.prompts import render
@@ -34,10 +34,35 @@ ORDERS = ("prefix", "naive")
 
 
 @dataclass(frozen=True)
+class ScoringSpec:
+    """How a unit is scored under one instruction."""
+
+    estimator: str = "sampling"  # sampling (n samples, mean) | logprobs (one call, probability-weighted)
+    n: int = 5  # samples per unit × instruction (sampling)
+    temperature: float | None = 0.6
+    max_tokens: int = 16
+    top_logprobs: int = 5
+    order: str = "prefix"  # prefix (requests sharing a prompt prefix run together) | naive
+
+    def __post_init__(self) -> None:
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {self.estimator!r}; choose from {ESTIMATORS}")
+        if self.order not in ORDERS:
+            raise ValueError(f"unknown order {self.order!r}; choose from {ORDERS}")
+        if self.n < 1:
+            raise ValueError(f"the number of samples n must be >= 1, got {self.n}")
+
+    @property
+    def samples(self) -> int:
+        """Completions per unit × instruction."""
+        return self.n if self.estimator == "sampling" else 1
+
+
+@dataclass(frozen=True)
 class Unit:
     """What gets scored: a particle (particle_ind >= 0) or a whole turn / dialogue (particle_ind == -1)."""
 
-    aspect: str
+    aspect: Aspect
     conv_id: str
     turn_ind: int  # -1: the whole dialogue
     particle_ind: int
@@ -61,17 +86,18 @@ class ScoreRecord:
     fallback: str | None = None
 
 
-def units_for(aspect: str, convs: Sequence[Conversation], decomps: dict[tuple[str, int], Decomposition],
+def units_for(aspect: Aspect, convs: Sequence[Conversation], decomps: dict[tuple[str, int], Decomposition],
               unit: str = "particle") -> list[Unit]:
+    """What gets scored for ``aspect``: every particle of the evaluated turns, or whole turns / dialogues."""
     if unit not in UNITS:
         raise ValueError(f"unknown unit {unit!r}; choose from {UNITS}")
-    level = ASPECTS[aspect].level
+    level = aspect.level
     out = []
     for c in convs:
         if unit == "whole" and level == "dialogue":
             out.append(Unit(aspect, c.conv_id, -1, -1, None))
             continue
-        for t in c.assistant_turns():
+        for t in c.evaluated_turns():
             if unit == "whole":
                 out.append(Unit(aspect, c.conv_id, t.turn_ind, -1, None))
                 continue
@@ -88,11 +114,12 @@ def particle_text(p: Particle | None, whole: str) -> str:
     return f"- dialogue act: {p.dialogue_act}\n- mention: {p.mention}\n- user feedback: {p.user_feedback}"
 
 
-def score_messages(unit: Unit, conv: Conversation, instruction: str) -> tuple[tuple[str, str], ...]:
-    spec = ASPECTS[unit.aspect]
-    low, high = min(spec.scale), max(spec.scale)
-    common = dict(aspect=unit.aspect.replace("_", " "), definition=spec.definition, low=low, high=high,
-                  instruction=instruction.strip())
+def score_messages(unit: Unit, conv: Conversation, instruction: str,
+                   judged: str = "conversational recommender systems") -> tuple[tuple[str, str], ...]:
+    """The scoring prompt; ``judged`` names the kind of system (the dataset's wording)."""
+    spec = unit.aspect
+    common = dict(aspect=spec.name.replace("_", " "), definition=spec.definition, low=spec.low, high=spec.high,
+                  instruction=instruction.strip(), judged=judged)
     if spec.level == "turn":
         turn = conv.turn(unit.turn_ind)
         before = [t for t in conv.turns if t.turn_ind < unit.turn_ind][-2:]
@@ -103,9 +130,9 @@ def score_messages(unit: Unit, conv: Conversation, instruction: str) -> tuple[tu
                   particle=particle_text(unit.particle, "dialogue"), **common)
 
 
-def score_schema(aspect: str) -> dict:
+def score_schema(aspect: Aspect) -> dict:
     # an enum, not minimum/maximum: llama.cpp's grammar conversion ignores numeric bounds
-    return {"type": "object", "properties": {"score": {"type": "integer", "enum": list(ASPECTS[aspect].scale)}},
+    return {"type": "object", "properties": {"score": {"type": "integer", "enum": list(aspect.scale)}},
             "required": ["score"], "additionalProperties": False}
 
 
@@ -133,33 +160,28 @@ class Planned:
 
 
 def plan(units: Sequence[Unit], instructions: Sequence[Instruction], convs: dict[str, Conversation],
-         estimator: str, n: int, json_schema: bool, temperature: float | None, max_tokens: int,
-         top_logprobs: int = 5, order: str = "prefix") -> list[Planned]:
+         spec: ScoringSpec, json_schema: bool, judged: str = "conversational recommender systems") -> list[Planned]:
     """One request per unit × instruction, in prefix-sharing order (or ``naive``: instruction-major)."""
     from face.llm import ChatRequest
 
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {estimator!r}; choose from {ESTIMATORS}")
-    if order not in ORDERS:
-        raise ValueError(f"unknown order {order!r}; choose from {ORDERS}")
     rank = {i.instruction_id: r for r, i in enumerate(instructions)}
     pairs = [(u, i) for u in units for i in instructions]
     # the prompt reads context -> instruction -> particle; "prefix" sorts the same way, so consecutive
     # requests differ only in the short particle; "naive" is the plain loop over units, then instructions
-    if order == "prefix":
-        pairs.sort(key=lambda p: (p[0].conv_id, p[0].turn_ind if ASPECTS[p[0].aspect].level == "turn" else 0,
+    if spec.order == "prefix":
+        pairs.sort(key=lambda p: (p[0].conv_id, p[0].turn_ind if p[0].aspect.level == "turn" else 0,
                                   rank[p[1].instruction_id], p[0].turn_ind, p[0].particle_ind))
     out = []
     for u, ins in pairs:
         rf = ({"type": "json_schema", "json_schema": {"name": "score", "schema": score_schema(u.aspect)}}
               if json_schema else None)
-        if estimator == "sampling":
-            req = ChatRequest(messages=score_messages(u, convs[u.conv_id], ins.text), n=n, temperature=temperature,
-                              max_tokens=max_tokens, response_format=rf, tag=f"score:{u.aspect}")
+        messages = score_messages(u, convs[u.conv_id], ins.text, judged)
+        if spec.estimator == "sampling":
+            req = ChatRequest(messages=messages, n=spec.n, temperature=spec.temperature, max_tokens=spec.max_tokens,
+                              response_format=rf, tag=f"score:{u.aspect.name}")
         else:
-            req = ChatRequest(messages=score_messages(u, convs[u.conv_id], ins.text), n=1, temperature=0.0,
-                              max_tokens=max_tokens, response_format=rf, logprobs=True,
-                              top_logprobs=top_logprobs, tag=f"score:{u.aspect}")
+            req = ChatRequest(messages=messages, n=1, temperature=0.0, max_tokens=spec.max_tokens, response_format=rf,
+                              logprobs=True, top_logprobs=spec.top_logprobs, tag=f"score:{u.aspect.name}")
         out.append(Planned(u, ins, req))
     return out
 
@@ -168,8 +190,8 @@ def record_from_result(p: Planned, result, estimator: str) -> ScoreRecord:
     from face.llm.logprobs import expected_score
 
     u = p.unit
-    scale = ASPECTS[u.aspect].scale
-    base = dict(aspect=u.aspect, conv_id=u.conv_id, turn_ind=u.turn_ind, particle_ind=u.particle_ind,
+    scale = u.aspect.scale
+    base = dict(aspect=u.aspect.name, conv_id=u.conv_id, turn_ind=u.turn_ind, particle_ind=u.particle_ind,
                 instruction_id=p.instruction.instruction_id, estimator=estimator)
     if any(getattr(s, "dry_run", False) for s in result.samples):
         return ScoreRecord(score=math.nan, n_requested=len(result.samples), n_valid=0, fallback="dry_run", **base)

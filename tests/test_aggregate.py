@@ -16,6 +16,7 @@ ROWS = [  # aspect, conv, turn, particle, instruction, score
     ("understanding", "c1", 3, 1, "i1", 2.0), ("understanding", "c1", 3, 1, "i2", 2.0),
 ]
 SCORES = pd.DataFrame(ROWS, columns=["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score"])
+LEVELS = {"relevance": "turn", "understanding": "dialogue"}
 
 
 def _turn(p, t):
@@ -23,7 +24,7 @@ def _turn(p, t):
 
 
 def test_mean_over_particles_and_instructions():
-    p = aggregate(SCORES)
+    p = aggregate(SCORES, LEVELS)
     assert _turn(p, 1) == pytest.approx((1 + 2 + 0 + 0) / 4)
     assert _turn(p, 3) == pytest.approx(2.0)
     assert list(p.turn["aspect"].unique()) == ["relevance"]  # turn aspects only at turn level
@@ -32,26 +33,28 @@ def test_mean_over_particles_and_instructions():
 
 
 def test_other_aggregators():
-    assert _turn(aggregate(SCORES, "max", "max"), 1) == 2.0
-    assert _turn(aggregate(SCORES, "min", "mean"), 1) == pytest.approx(0.5)
-    assert _turn(aggregate(SCORES, "mean", "min"), 1) == 0.0
-    d = aggregate(SCORES, "mean", "median").dialogue["pred"].iloc[0]
+    assert _turn(aggregate(SCORES, LEVELS, "max", "max"), 1) == 2.0
+    assert _turn(aggregate(SCORES, LEVELS, "min", "mean"), 1) == pytest.approx(0.5)
+    assert _turn(aggregate(SCORES, LEVELS, "mean", "min"), 1) == 0.0
+    d = aggregate(SCORES, LEVELS, "mean", "median").dialogue["pred"].iloc[0]
     assert d == pytest.approx(1.0)  # particle means 1, 1, 2 -> median 1
 
 
 def test_instruction_subset_and_errors():
-    assert _turn(aggregate(SCORES, instructions=["i2"]), 1) == pytest.approx(1.0)
+    assert _turn(aggregate(SCORES, LEVELS, instructions=["i2"]), 1) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="not in the scores"):
         particle_scores(SCORES, instructions=["i9"])
     with pytest.raises(ValueError, match="unknown aggregator"):
-        aggregate(SCORES, "mode")
+        aggregate(SCORES, LEVELS, "mode")
+    with pytest.raises(ValueError, match="no level known"):
+        aggregate(SCORES, {"relevance": "turn"})
 
 
 def test_summation_order_noise_cannot_break_ties():
     # 0.1 + 0.2 + 0.3 differs from 0.3 + 0.2 + 0.1 in the last bit; the predictions must still tie
     rows = [("relevance", "c", 1, 0, f"i{k}", v) for k, v in enumerate([0.1, 0.2, 0.3])]
     rows += [("relevance", "c", 3, 0, f"i{k}", v) for k, v in enumerate([0.3, 0.2, 0.1])]
-    p = aggregate(pd.DataFrame(rows, columns=SCORES.columns))
+    p = aggregate(pd.DataFrame(rows, columns=SCORES.columns), LEVELS)
     assert _turn(p, 1) == _turn(p, 3)
 
 

@@ -7,22 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from face.aspects import ASPECTS
 from face.data import ARENA_DIALOGUES, ARENA_VOTES, CRSARENA_EVAL, PUBLISHED_TABLE, RELEASED_PARTICLES, USR_FILES, \
     DataError, released_instructions_file, released_scores_file
 from face.data.arena import load_dialogues, load_votes
-from face.data.crsarena import load_conversations, select
+from face.data.crsarena import ASPECTS, load_conversations, select
 from face.data.released import load_instructions, load_particle_scores, load_published_table, \
     load_released_particles
 from face.data.schema import ASSISTANT, DIALOGUE_ACTS, USER
-from face.data.usr import USR_ASPECTS, load_usr
+from face.data.usr import USR_ASPECTS, load_usr, to_conversations
 
 
 def test_crsarena_eval_has_467_conversations_9_crss_and_4473_utterances(data_dir):
     convs = load_conversations(data_dir / CRSARENA_EVAL)
     assert len(convs) == 467
     assert sum(len(c.turns) for c in convs) == 4473
-    assert len({c.crs for c in convs}) == 9
+    assert len({c.system for c in convs}) == 9
     assert {c.split for c in convs} == {"redial", "opendialkg"}
     assert sum(1 for c in convs if c.split == "redial") == 267
     c = convs[0]
@@ -33,8 +32,8 @@ def test_crsarena_eval_has_467_conversations_9_crss_and_4473_utterances(data_dir
 
 def test_select_filters_by_system_split_and_limit(data_dir):
     convs = load_conversations(data_dir / CRSARENA_EVAL)
-    assert {c.system for c in select(convs, systems=["kbrd"])} == {"kbrd"}
-    assert {c.crs for c in select(convs, systems=["kbrd_redial"])} == {"kbrd_redial"}
+    assert {c.system for c in select(convs, systems=["kbrd"])} == {"kbrd_redial", "kbrd_opendialkg"}
+    assert {c.system for c in select(convs, systems=["kbrd_redial"])} == {"kbrd_redial"}
     assert {c.split for c in select(convs, splits=["opendialkg"])} == {"opendialkg"}
     assert len(select(convs, limit=3)) == 3
 
@@ -80,6 +79,22 @@ def test_usr_contexts(data_dir, name, n_responses):
     assert all(len(c.responses) == n_responses for c in ctxs)
     r = ctxs[0].responses[0]
     assert set(r.ratings) == set(USR_ASPECTS) and len(r.ratings["Overall"]) == 3
+
+
+@pytest.mark.parametrize("name,n_items", [("topical_chat", 60 * 5), ("persona_chat", 60 * 4)])
+def test_usr_items_are_context_response_pairs_without_the_ground_truth(data_dir, name, n_items):
+    raw = json.loads((data_dir / USR_FILES[name]).read_text())
+    convs = to_conversations(load_usr(data_dir / USR_FILES[name]))
+    assert len(convs) == n_items  # the original ground truth is the reference, not an item (USR's protocol)
+    c = next(c for c in convs if c.conv_id.startswith("0:") and c.system == raw[0]["responses"][1]["model"])
+    last = c.turns[-1]
+    assert last.role == ASSISTANT and last.utterance == raw[0]["responses"][1]["response"].strip()
+    assert [t.role for t in c.turns[-3:]] == [ASSISTANT, USER, ASSISTANT]
+    assert c.evaluated_turns() == [last]  # only the response is judged; the context is history
+    overall = raw[0]["responses"][1]["Overall"]
+    assert last.labels["overall"] == pytest.approx(sum(overall) / len(overall))
+    assert c.meta["reference"] == raw[0]["responses"][0]["response"].strip()
+    assert raw[0]["responses"][0]["model"] == "Original Ground Truth"
 
 
 # ------------------------------------------------------------------ malformed input

@@ -13,14 +13,14 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
-from face.data.crsarena import load_conversations, select
+from face.data.crsarena import ASPECTS, load_conversations, select
 from face.data.released import load_released_particles
 from face.data.schema import Instruction, Particle
 from face.llm import LLMConfig, make_client
 from face.llm.scripted import ScriptedServer
 from face.particles import decompose, from_released, parse_particles, plurality_vote
 from face.runfile import read_run_file
-from face.scoring import parse_score, plan, score, units_for
+from face.scoring import ScoringSpec, parse_score, plan, score, units_for
 
 P = Particle
 
@@ -130,9 +130,8 @@ INSTR = [Instruction("a", "Rate it.", 1), Instruction("b", "Rate it carefully.",
 
 
 def test_sampling_estimator_is_the_mean_of_valid_samples(scripted, tmp_path, convs, data_dir):
-    units = units_for("relevance", convs, _released(data_dir, convs))
-    planned = plan(units, INSTR, {c.conv_id: c for c in convs}, "sampling", n=5, json_schema=True,
-                   temperature=0.6, max_tokens=16)
+    units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))
+    planned = plan(units, INSTR, {c.conv_id: c for c in convs}, ScoringSpec("sampling", n=5), json_schema=True)
     with make_client(_client_cfg(scripted, tmp_path)) as client:
         recs = score(client, planned, "sampling")
     assert len(recs) == len(units) * 2
@@ -142,8 +141,8 @@ def test_sampling_estimator_is_the_mean_of_valid_samples(scripted, tmp_path, con
 
 def test_invalid_answers_never_become_scores(tmp_path, convs, data_dir):
     with ScriptedServer(responder=lambda body: "not a score") as info:
-        units = units_for("relevance", convs, _released(data_dir, convs))[:2]
-        planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, "sampling", 3, True, 0.6, 16)
+        units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:2]
+        planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, ScoringSpec("sampling", 3), True)
         with make_client(_client_cfg(info, tmp_path)) as client:
             recs = score(client, planned, "sampling")
     assert all(math.isnan(r.score) and r.fallback == "no_valid_sample" and r.n_valid == 0 for r in recs)
@@ -151,8 +150,8 @@ def test_invalid_answers_never_become_scores(tmp_path, convs, data_dir):
 
 def test_logprobs_estimator_is_probability_weighted_and_records_mass(tmp_path, convs, data_dir):
     with ScriptedServer() as info:  # default responder: schema-valid answer with logprobs
-        units = units_for("relevance", convs, _released(data_dir, convs))[:4]
-        planned = plan(units, INSTR, {c.conv_id: c for c in convs}, "logprobs", 1, True, 0.0, 16, top_logprobs=5)
+        units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:4]
+        planned = plan(units, INSTR, {c.conv_id: c for c in convs}, ScoringSpec("logprobs", top_logprobs=5), True)
         with make_client(_client_cfg(info, tmp_path)) as client:
             recs = score(client, planned, "logprobs")
     for r in recs:
@@ -176,9 +175,9 @@ def _contiguous(keys: list) -> bool:
 def test_prefix_order_groups_requests_sharing_a_prompt_prefix(convs, data_dir):
     decomps = _released(data_dir, convs)
     by_id = {c.conv_id: c for c in convs}
-    units = units_for("relevance", convs, decomps)
-    prefix = plan(units, INSTR, by_id, "sampling", 1, True, 0.6, 16, order="prefix")
-    naive = plan(units, INSTR, by_id, "sampling", 1, True, 0.6, 16, order="naive")
+    units = units_for(ASPECTS["relevance"], convs, decomps)
+    prefix = plan(units, INSTR, by_id, ScoringSpec("sampling", 1, order="prefix"), True)
+    naive = plan(units, INSTR, by_id, ScoringSpec("sampling", 1, order="naive"), True)
     assert len(prefix) == len(naive) == 2 * len(units)
     assert _contiguous([(p.unit.conv_id, p.unit.turn_ind) for p in prefix])  # a turn's context is shared
     # within a turn: one instruction after the other, particles vary fastest
@@ -186,8 +185,8 @@ def test_prefix_order_groups_requests_sharing_a_prompt_prefix(convs, data_dir):
     # naive: the plain loop, every unit under each instruction in turn
     assert [p.instruction.instruction_id for p in naive][:4] == ["a", "b", "a", "b"]
     assert [(p.unit.turn_ind, p.unit.particle_ind) for p in naive][::2] == [(u.turn_ind, u.particle_ind) for u in units]
-    units_d = units_for("dialogue_overall", convs, decomps)
-    prefix_d = plan(units_d, INSTR, by_id, "sampling", 1, True, 0.6, 16, order="prefix")
+    units_d = units_for(ASPECTS["dialogue_overall"], convs, decomps)
+    prefix_d = plan(units_d, INSTR, by_id, ScoringSpec("sampling", 1, order="prefix"), True)
     assert _contiguous([p.unit.conv_id for p in prefix_d])  # dialogue level: the whole dialogue is the prefix
     assert _contiguous([(p.unit.conv_id, p.instruction.instruction_id) for p in prefix_d])
 
@@ -197,8 +196,8 @@ def test_server_receives_requests_in_planned_order(tmp_path, convs, data_dir):
 
     srv = ScriptedServer(responder=face_responder)
     with srv as info:
-        planned = plan(units_for("relevance", convs, _released(data_dir, convs)), INSTR,
-                       {c.conv_id: c for c in convs}, "sampling", 1, True, 0.6, 16, order="prefix")
+        planned = plan(units_for(ASPECTS["relevance"], convs, _released(data_dir, convs)), INSTR,
+                       {c.conv_id: c for c in convs}, ScoringSpec("sampling", 1, order="prefix"), True)
         with make_client(_client_cfg(info, tmp_path, concurrency=1)) as client:
             score(client, planned, "sampling")
         sent = [r["messages_hash"] for r in srv.ok_requests()]
@@ -208,16 +207,17 @@ def test_server_receives_requests_in_planned_order(tmp_path, convs, data_dir):
 
 def test_cost_estimate_matches_paper_call_counts(data_dir):
     """16 instructions × 5 samples × ~2.8 particles ≈ 226 scoring calls per aspect per turn; logprobs: a fifth."""
-    from face.cost import scoring_cost
+    from face.cost import Pricing, scoring_cost
 
     convs = load_conversations(data_dir / CRSARENA_EVAL)
     decomps = _released(data_dir, convs)
     by_id = {c.conv_id: c for c in convs}
     instr = [Instruction(f"i{k}", "x" * 400, k) for k in range(16)]
-    units = units_for("relevance", convs, decomps)
+    units = units_for(ASPECTS["relevance"], convs, decomps)
     n_turns = sum(len(c.assistant_turns()) for c in convs)
-    samp = scoring_cost("relevance", units, instr, by_id, n_turns, "sampling", 5, 1, 8, 0.15, 0.6)
-    lp = scoring_cost("relevance", units, instr, by_id, n_turns, "logprobs", 5, 1, 8, 0.15, 0.6)
+    price = Pricing(n_per_request=1, price_input_per_mtok=0.15, price_output_per_mtok=0.6)
+    samp = scoring_cost("relevance", units, instr, by_id, n_turns, ScoringSpec("sampling", 5), 8, price)
+    lp = scoring_cost("relevance", units, instr, by_id, n_turns, ScoringSpec("logprobs", 5), 8, price)
     assert 215 <= samp.calls_per_turn <= 230
     assert lp.calls_per_turn == pytest.approx(samp.calls_per_turn / 5)
     assert samp.cost_usd > lp.cost_usd > 0
@@ -233,6 +233,7 @@ def _run(cfg):
     return importlib.import_module(cfg.runner).run(cfg)
 
 
+@pytest.mark.slow
 def test_crsarena_main_end_to_end_writes_run_file_and_per_particle_file(cfg_factory):
     cfg = cfg_factory("experiment=crsarena_main", *SMALL_LIVE)
     out = _run(cfg)
@@ -275,6 +276,7 @@ def test_ablation_no_optimization_uses_the_initial_instruction(cfg_factory):
     assert "FACE w/o train" in (out["out_dir"] / "vs_published.md").read_text()
 
 
+@pytest.mark.slow
 def test_ablation_scoring_compares_estimators_and_cost(cfg_factory):
     cfg = cfg_factory("experiment=ablation_scoring", *SMALL_LIVE, tracking=False)
     out = _run(cfg)
@@ -285,6 +287,7 @@ def test_ablation_scoring_compares_estimators_and_cost(cfg_factory):
     assert usage.loc["sampling_n5", "llm_cache_hits"] > 0
 
 
+@pytest.mark.slow
 def test_ablation_particles_source(cfg_factory):
     cfg = cfg_factory("experiment=ablation_particles_source", *SMALL_LIVE, tracking=False)
     out = _run(cfg)

@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 
 from face.aggregate import Predictions
+from face.data.crsarena import ASPECTS
 from face.data.schema import Conversation, Turn
 from face.metaeval import (COEFFICIENTS, WEIGHTED, bootstrap_ci, cluster_weights, correlate, meta_evaluate,
                            rows_correlation, system_correlations)
@@ -86,7 +87,7 @@ def _toy(n_convs=30, seed=0):
             turns += [Turn(2 * t, "USER", "u"), Turn(2 * t + 1, "ASST", "a", {"relevance": rel})]
             turn_rows.append(("relevance", cid, 2 * t + 1, rel + rng.normal(0, 0.5)))
         ov = int(rng.integers(0, 5))
-        convs.append(Conversation(cid, tuple(turns), {"dialogue_overall": ov}))
+        convs.append(Conversation(cid, tuple(turns), {"dialogue_overall": ov}, system=f"{sys_}_{split}", split=split))
         dial_rows.append(("dialogue_overall", cid, ov + rng.normal(0, 0.5)))
     preds = Predictions(pd.DataFrame(turn_rows, columns=["aspect", "conv_id", "turn_ind", "pred"]),
                         pd.DataFrame(dial_rows, columns=["aspect", "conv_id", "pred"]))
@@ -96,7 +97,8 @@ def _toy(n_convs=30, seed=0):
 def test_meta_evaluate_levels_splits_and_missing_items():
     convs, preds = _toy()
     preds.turn = preds.turn.iloc[1:]  # one turn without prediction
-    res = meta_evaluate(preds, convs, ["relevance", "dialogue_overall"], n_boot=200)
+    res = meta_evaluate(preds, convs, [ASPECTS["relevance"], ASPECTS["dialogue_overall"]],
+                        ["redial", "opendialkg", "all"], n_boot=200)
     assert set(res["level"]) == {"turn", "dialogue", "system"}
     assert set(res["split"]) == {"redial", "opendialkg", "all"}
     turn_all = res[(res.level == "turn") & (res.split == "all") & (res.coefficient == "pearson")].iloc[0]
@@ -110,7 +112,7 @@ def test_meta_evaluate_levels_splits_and_missing_items():
 
 
 def test_system_level_uses_per_system_means():
-    df = pd.DataFrame({"conv_id": list("abcdef"), "crs": ["s1", "s1", "s2", "s2", "s3", "s3"],
+    df = pd.DataFrame({"conv_id": list("abcdef"), "system": ["s1", "s1", "s2", "s2", "s3", "s3"],
                        "pred": [1, 3, 2, 2, 5, 7], "human": [0, 2, 1, 1, 3, 3]})
     out = system_correlations(df, n_boot=100)
     # means: pred (2, 2, 6), human (1, 1, 3)

@@ -9,6 +9,7 @@ import pytest
 
 from face.aggregate import Predictions
 from face.data import RELEASED_RUN, DataError
+from face.data.crsarena import ASPECTS
 from face.runfile import read_run_file, write_run_file
 
 PREDS = Predictions(
@@ -65,4 +66,4 @@ def test_bad_run_files(tmp_path, payload, match):
     p = tmp_path / "bad.json"
     p.write_text(json.dumps(payload))
     with pytest.raises(DataError, match=match):
-        read_run_file(p)
+        read_run_file(p, known=list(ASPECTS))

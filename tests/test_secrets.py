@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+import pytest
+
 from face.llm.scripted import ScriptedServer
 
 SECRET = "sk-test-SECRET-7f3a9c"
@@ -22,6 +24,7 @@ def _files_containing(root: Path, needle: bytes) -> list[Path]:
     return hits
 
 
+@pytest.mark.slow
 def test_api_key_value_is_never_written_anywhere(cfg_factory, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("FACE_TEST_API_KEY", SECRET)
     srv = ScriptedServer()

@@ -1,22 +1,93 @@
-"""CRSArena-Eval: 467 conversations with 9 CRSs, turn- and dialogue-level human labels."""
+"""CRSArena-Eval: 467 conversations with 9 CRSs, turn- and dialogue-level human labels.
+
+The aspects below are the ones the paper reports, with the scale and the score-level descriptions of
+CRSArena-Eval's annotation scheme (in our words). Conversation ids read ``{system}_{dataset}_{uuid}``:
+the CRS is ``{system}_{dataset}`` and the split is the CRS's training dataset (``redial`` / ``opendialkg``).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from face.aspects import ASPECTS, UNREPORTED_DIALOGUE_LABELS, canonical_aspect
+from face.aspects import Aspect, aspect_table
 from face.data.errors import DataError
 from face.data.io import check_type, field, read_json
 from face.data.schema import ASSISTANT, USER, Conversation, Turn
 
-_KNOWN_DIALOGUE_LABELS = {a for a, s in ASPECTS.items() if s.level == "dialogue"} | set(UNREPORTED_DIALOGUE_LABELS)
-_KNOWN_TURN_LABELS = {a for a, s in ASPECTS.items() if s.level == "turn"}
+SPLITS = ("redial", "opendialkg")
+_NSY = ("does not", "somewhat", "does")  # 0 / 1 / 2 on the three-level scales
+
+ASPECTS: dict[str, Aspect] = aspect_table([
+    Aspect("relevance", "turn", (0, 1, 2),
+           "Does the assistant's response address the user's request and stay on topic?",
+           {0: "No: the response is not relevant to the previous turn.",
+            1: "Somewhat: the response is partly relevant to the previous turn.",
+            2: "Yes: the response is relevant to the previous turn."}),
+    Aspect("interestingness", "turn", (0, 1, 2),
+           "Is the assistant's response engaging, informative or likely to spark the user's interest?",
+           {0: "No: the response presents facts without any chit-chat.",
+            1: "Somewhat: the response adds a little chit-chat to the facts it presents.",
+            2: "Yes: the response mixes chit-chat with the facts it presents."}),
+    Aspect("understanding", "dialogue", (0, 1, 2),
+           "Did the assistant understand the user's requests and preferences throughout the dialogue?",
+           {0: "No: the assistant misses the user's request or fails to act on it.",
+            1: "Somewhat: the assistant partly understands the request or partly fulfils it.",
+            2: "Yes: the assistant understands the user's request and fulfils it."}),
+    Aspect("task_completion", "dialogue", (0, 1, 2),
+           "Did the assistant make recommendations that the user accepted or was satisfied with?",
+           {0: "No: the user accepts none of the assistant's suggestions.",
+            1: "Somewhat: the user accepts the suggestions only in part.",
+            2: "Yes: the user finally accepts the assistant's suggestions."}),
+    Aspect("interest_arousal", "dialogue", (0, 1, 2),
+           "Did the assistant try to spark the user's interest in something new?",
+           {0: "No: the assistant makes no attempt to raise the user's interest.",
+            1: "Somewhat: the assistant makes some attempt to raise the user's interest.",
+            2: "Yes: the assistant tries to raise the user's interest."}),
+    Aspect("efficiency", "dialogue", (0, 1),
+           "Did the assistant reach good recommendations quickly, without unnecessary turns?",
+           {0: "No: no good suggestion within the first three interactions.",
+            1: "Yes: good suggestions within the first three interactions."}),
+    Aspect("dialogue_overall", "dialogue", (0, 1, 2, 3, 4),
+           "Overall, how good was the assistant as a conversational recommender in this dialogue?",
+           {0: "Very dissatisfied with the assistant's performance.",
+            1: "Dissatisfied with the assistant's performance.",
+            2: "Neutral about the assistant's performance.",
+            3: "Satisfied with the assistant's performance.",
+            4: "Very satisfied with the assistant's performance."}),
+])
+TURN_ASPECTS = tuple(a for a, spec in ASPECTS.items() if spec.level == "turn")
+DIALOGUE_ASPECTS = tuple(a for a, spec in ASPECTS.items() if spec.level == "dialogue")
+
+# Labels present in CRSArena-Eval but not reported in the paper.
+UNREPORTED_DIALOGUE_LABELS = ("preference_elicitation", "explanation")
+
+# Names used for dialogue_overall in the authors' files.
+ASPECT_ALIASES = {"dialog_overall": "dialogue_overall", "overall_impression": "dialogue_overall"}
+
+_KNOWN_DIALOGUE_LABELS = set(DIALOGUE_ASPECTS) | set(UNREPORTED_DIALOGUE_LABELS)
+_KNOWN_TURN_LABELS = set(TURN_ASPECTS)
+
+
+def canonical_aspect(name: str) -> str:
+    """Map a legacy alias to its canonical name and reject unknown aspects."""
+    name = ASPECT_ALIASES.get(name, name)
+    if name not in ASPECTS:
+        raise KeyError(f"unknown aspect {name!r}; known: {', '.join(ASPECTS)} (aliases: {', '.join(ASPECT_ALIASES)})")
+    return name
+
+
+def system_and_split(conv_id: str) -> tuple[str, str]:
+    """``kbrd_redial_<uuid>`` -> (``kbrd_redial``, ``redial``); ids of another shape: (first token, ``all``)."""
+    parts = conv_id.split("_")
+    if len(parts) >= 3 and parts[1] in SPLITS:
+        return f"{parts[0]}_{parts[1]}", parts[1]
+    return parts[0], "all"
 
 
 def _labels(raw: dict, known: set[str], path: Path, record: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, value in raw.items():
-        canon = {"dialog_overall": "dialogue_overall", "overall_impression": "dialogue_overall"}.get(name, name)
+        canon = ASPECT_ALIASES.get(name, name)
         if canon not in known:
             raise DataError(path, f"unknown aspect {name!r} (known: {', '.join(sorted(known))})", record)
         out[canon] = float(check_type(value, float, path, f"{record}, label {name!r}"))
@@ -53,7 +124,9 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
         dial_labels = field(raw, "dial_level_aggregated", dict, path, record)
     else:
         dial_labels = check_type(raw.get("dial_level_aggregated") or {}, dict, path, record)
-    return Conversation(conv_id, tuple(turns), _labels(dial_labels, _KNOWN_DIALOGUE_LABELS, path, record))
+    system, split = system_and_split(conv_id)
+    return Conversation(conv_id, tuple(turns), _labels(dial_labels, _KNOWN_DIALOGUE_LABELS, path, record),
+                        system=system, split=split)
 
 
 def load_conversations(path: str | Path, require_labels: bool = True) -> list[Conversation]:
@@ -72,10 +145,10 @@ def load_conversations(path: str | Path, require_labels: bool = True) -> list[Co
 
 def select(convs: list[Conversation], systems: list[str] | None = None, splits: list[str] | None = None,
            limit: int | None = None) -> list[Conversation]:
-    """A subset: by system (``kbrd`` or a CRS ``kbrd_redial``), by split, then the first ``limit``."""
+    """A subset: by system (a CRS id ``kbrd_redial`` or its model ``kbrd``), by split, then the first ``limit``."""
     out = convs
     if systems:
-        out = [c for c in out if c.system in systems or c.crs in systems]
+        out = [c for c in out if c.system in systems or c.system.split("_")[0] in systems]
     if splits:
         out = [c for c in out if c.split in splits]
     if limit is not None:
@@ -83,4 +156,4 @@ def select(convs: list[Conversation], systems: list[str] | None = None, splits: 
     return out
 
 
-__all__ = ["load_conversations", "parse_conversation", "select", "canonical_aspect"]
+__all__ = ["ASPECTS", "SPLITS", "load_conversations", "parse_conversation", "select", "canonical_aspect"]

@@ -66,7 +66,7 @@ def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, down
         log.warning("mirror %s has no %s", mirror, entry.local)
     if not download:
         raise DataError(dest, "missing, no mirror copy, and downloading is disabled "
-                              "(set FACE_DATA_MIRROR or data.download=true)")
+                              "(set FACE_DATA_MIRROR or dataset.download=true)")
     log.info("downloading %s", entry.url)
     try:
         with urllib.request.urlopen(entry.url, timeout=timeout_s) as resp:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from face.aspects import ASPECT_ALIASES, ASPECTS
+from face.data.crsarena import ASPECT_ALIASES, ASPECTS
 from face.data.errors import DataError
 from face.data.io import as_int, check_type, field, read_json, read_jsonl
 from face.data.schema import DIALOGUE_ACTS, Instruction, Particle, PublishedScore, TurnParticles

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 USER, ASSISTANT = "USER", "ASST"
 DIALOGUE_ACTS = ("greeting", "preference elicitation", "recommendation", "goodbye", "others")
 NO_FEEDBACK = "NO_FEEDBACK_PROVIDED"
-SPLITS = ("redial", "opendialkg")
 
 
 @dataclass(frozen=True)
@@ -20,28 +19,24 @@ class Turn:
 
 @dataclass(frozen=True)
 class Conversation:
+    """A conversation as a dataset delivers it. The dataset says which system produced it, which split it
+    belongs to and which assistant turns are evaluated (``None``: all of them)."""
+
     conv_id: str
     turns: tuple[Turn, ...]
     labels: dict[str, float] = field(default_factory=dict)  # dialogue-level human labels
-
-    @property
-    def system(self) -> str:
-        """The CRS model (e.g. ``kbrd``), from ``{system}_{dataset}_{uuid}``."""
-        return self.conv_id.split("_")[0]
-
-    @property
-    def split(self) -> str:
-        """The training dataset of the CRS (``redial`` or ``opendialkg``) — the paper's split."""
-        parts = self.conv_id.split("_")
-        return parts[1] if len(parts) >= 3 else "all"
-
-    @property
-    def crs(self) -> str:
-        """One of the 9 CRSs: ``{system}_{dataset}``."""
-        return f"{self.system}_{self.split}"
+    system: str = ""  # the system under evaluation (a CRS like ``kbrd_redial``, a USR response generator)
+    split: str = "all"  # the dataset's split (CRSArena-Eval: ``redial`` / ``opendialkg``)
+    evaluated: tuple[int, ...] | None = None  # turn_ind of the evaluated assistant turns; None = all
+    meta: dict = field(default_factory=dict, compare=False)  # dataset extras (e.g. USR's fact and reference)
 
     def assistant_turns(self) -> list[Turn]:
         return [t for t in self.turns if t.role == ASSISTANT]
+
+    def evaluated_turns(self) -> list[Turn]:
+        """The assistant turns that get scored (and, with labels, meta-evaluated)."""
+        turns = self.assistant_turns()
+        return turns if self.evaluated is None else [t for t in turns if t.turn_ind in self.evaluated]
 
     def turn(self, turn_ind: int) -> Turn:
         for t in self.turns:

@@ -1,14 +1,40 @@
-"""USR human judgements (Mehri & Eskenazi, 2020) for Topical-Chat and PersonaChat."""
+"""USR human judgements (Mehri & Eskenazi, 2020) for Topical-Chat and PersonaChat.
+
+``load_usr`` reads the file as released (one record per dialogue context with several annotated
+responses); ``to_conversations`` turns each (context, response) pair into a ``Conversation`` whose last
+assistant turn is the response under evaluation, labelled with the annotators' mean per quality, and
+whose system is the response generator. Roles are assigned backwards from the response, alternating.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from face.aspects import Aspect, aspect_table
 from face.data.errors import DataError
 from face.data.io import check_type, field, read_json
-from face.data.schema import USRContext, USRResponse
+from face.data.schema import ASSISTANT, USER, Conversation, Turn, USRContext, USRResponse
 
 USR_ASPECTS = ("Understandable", "Natural", "Maintains Context", "Engaging", "Uses Knowledge", "Overall")
+GROUND_TRUTH = "Original Ground Truth"
+
+# The qualities, their scales and our wording of what annotators were asked (USR, section 3).
+ASPECTS: dict[str, Aspect] = aspect_table([
+    Aspect("understandable", "turn", (0, 1), "Can the response be understood given the conversation so far?",
+           {0: "No: the response cannot be understood in this context.", 1: "Yes: the response is understandable."}),
+    Aspect("natural", "turn", (1, 2, 3), "Is the response something a person would naturally say?",
+           {1: "Not natural.", 2: "Somewhat natural.", 3: "Natural."}),
+    Aspect("maintains_context", "turn", (1, 2, 3), "Does the response continue the conversation sensibly?",
+           {1: "No: it ignores or contradicts the conversation.", 2: "Somewhat.", 3: "Yes: a valid continuation."}),
+    Aspect("engaging", "turn", (1, 2, 3), "Is the response interesting rather than dull?",
+           {1: "Dull.", 2: "Somewhat interesting.", 3: "Interesting."}),
+    Aspect("uses_knowledge", "turn", (0, 1), "Does the response make use of the fact it was conditioned on?",
+           {0: "No: the fact is not used.", 1: "Yes: the fact is used."}),
+    Aspect("overall", "turn", (1, 2, 3, 4, 5), "What is the overall quality of the response?",
+           {1: "Very poor.", 2: "Poor.", 3: "Fair.", 4: "Good.", 5: "Very good."}),
+])
+_KEY = {name: key for key, name in zip(USR_ASPECTS, ASPECTS)}  # our aspect name -> the file's key
 
 
 def load_usr(path: str | Path) -> list[USRContext]:
@@ -30,4 +56,29 @@ def load_usr(path: str | Path) -> list[USRContext]:
                                          field(r, "response", str, path, r_rec).strip(), ratings))
         context = tuple(t.strip() for t in field(obj, "context", str, path, rec).strip().split("\n") if t.strip())
         out.append(USRContext(i, context, field(obj, "fact", str, path, rec), tuple(responses)))
+    return out
+
+
+def _slug(model: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", model.lower()).strip("-")
+
+
+def to_conversations(contexts: list[USRContext], exclude_ground_truth: bool = True) -> list[Conversation]:
+    """One conversation per (context, response); ids ``{context_id}:{generator}``.
+
+    The original ground-truth response is the reference of every context (``meta["reference"]``);
+    with ``exclude_ground_truth`` (USR's protocol) it is not itself an evaluated item."""
+    out = []
+    for ctx in contexts:
+        reference = next((r.response for r in ctx.responses if r.model == GROUND_TRUTH), None)
+        for r in ctx.responses:
+            if exclude_ground_truth and r.model == GROUND_TRUTH:
+                continue
+            texts = [*ctx.context, r.response]
+            n = len(texts)
+            turns = tuple(Turn(i, ASSISTANT if (n - 1 - i) % 2 == 0 else USER, text,
+                               {a: r.mean(_KEY[a]) for a in ASPECTS} if i == n - 1 else {})
+                          for i, text in enumerate(texts))
+            out.append(Conversation(f"{ctx.context_id}:{_slug(r.model)}", turns, {}, system=r.model, split="all",
+                                    evaluated=(n - 1,), meta={"fact": ctx.fact, "reference": reference}))
     return out

@@ -8,28 +8,24 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from face.aggregate import AGGREGATORS, aggregate
-from face.experiments.common import released_scores, require_released
+from face.experiments.common import experiment, released_scores
 from face.methods.released import LABEL
-from face.metaeval import meta_evaluate
 from face.report import figures
 from face.report.tables import order_aspects, print_table, write_table
-from face.tracking import Tracker
 
 
 def run(cfg: DictConfig) -> dict:
-    require_released(cfg, "re-aggregates the released scores")
     a = cfg.ablation
-    with Tracker(cfg) as tracker:
-        tracker.log_config()
-        ctx, scores = released_scores(cfg, tracker)
+    for agg in (*a.instruction_aggs, *a.particle_aggs):
+        if agg not in AGGREGATORS:
+            raise ValueError(f"unknown aggregator {agg!r}; choose from {AGGREGATORS}")
+    with experiment(cfg) as ctx:
+        tracker = ctx.tracker
+        scores = released_scores(ctx, "re-aggregates the released scores")
+        levels = ctx.inputs().levels
         rows = []
         for inst_agg, part_agg in itertools.product(a.instruction_aggs, a.particle_aggs):
-            for agg in (inst_agg, part_agg):
-                if agg not in AGGREGATORS:
-                    raise ValueError(f"unknown aggregator {agg!r}; choose from {AGGREGATORS}")
-            res = meta_evaluate(aggregate(scores, inst_agg, part_agg), ctx.convs, ctx.aspects,
-                                list(cfg.metaeval.splits), ["turn", "dialogue"], a.n_boot, cfg.seed,
-                                cfg.metaeval.confidence)
+            res = ctx.evaluate(aggregate(scores, levels, inst_agg, part_agg), ["turn", "dialogue"], a.n_boot)
             rows.append(res.assign(instruction_agg=inst_agg, particle_agg=part_agg,
                                    setting=f"{inst_agg} / {part_agg}"))
         results = order_aspects(pd.concat(rows, ignore_index=True))
@@ -38,7 +34,7 @@ def run(cfg: DictConfig) -> dict:
         note = (f"{LABEL}; {ctx.subset}; {'no CIs' if a.n_boot == 0 else f'{a.n_boot} bootstrap resamples'}. "
                 "Setting = aggregator over a particle's instructions / over particles of a turn or dialogue.")
         paths = write_table(results[cols], ctx.out_dir, "aggregation", f"Aggregation ablation. {note}")
-        for split in list(cfg.metaeval.splits):
+        for split in ctx.splits:
             for coef in ("pearson", "spearman"):
                 d = results[(results["split"] == split) & (results["coefficient"] == coef)]
                 paths.append(figures.aggregation_heatmap(

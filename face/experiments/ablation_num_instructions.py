@@ -7,24 +7,24 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from face.aggregate import aggregate, instruction_ids, random_instruction_subsets
-from face.experiments.common import released_scores, require_released
+from face.experiments.common import experiment, released_scores
 from face.methods.released import LABEL
 from face.metaeval import meta_evaluate
 from face.report import figures
 from face.report.tables import order_aspects, print_table, write_table
-from face.tracking import Tracker
 
 
 def run(cfg: DictConfig) -> dict:
-    require_released(cfg, "subsets the released per-instruction scores")
     a = cfg.ablation
-    with Tracker(cfg) as tracker:
-        tracker.log_config()
-        ctx, scores = released_scores(cfg, tracker)
-        splits = list(cfg.metaeval.splits)
+    with experiment(cfg) as ctx:
+        tracker = ctx.tracker
+        scores = released_scores(ctx, "subsets the released per-instruction scores")
+        levels = ctx.inputs().levels
+        splits = ctx.splits
         rows = []
         jobs = [(asp, k, seed) for asp in ctx.aspects for k in a.ks for seed in range(a.n_seeds)]
-        for aspect, k, seed in tqdm(jobs, desc="k-instruction subsets", unit="subset", disable=None):
+        for spec, k, seed in tqdm(jobs, desc="k-instruction subsets", unit="subset", disable=None):
+            aspect = spec.name
             s = scores[scores["aspect"] == aspect]
             ids = instruction_ids(s)
             if k > len(ids):
@@ -32,7 +32,7 @@ def run(cfg: DictConfig) -> dict:
             if k == len(ids) and seed > 0:
                 continue  # only one subset of size 16
             subset = random_instruction_subsets(ids, k, [cfg.seed * 1000 + seed])[0]
-            res = meta_evaluate(aggregate(s, instructions=subset), ctx.convs, [aspect], splits,
+            res = meta_evaluate(aggregate(s, levels, instructions=subset), ctx.convs, [spec], splits,
                                 ["turn", "dialogue"], n_boot=0)
             rows += [(aspect, r.split, r.coefficient, k, seed, r.value, ",".join(subset))
                      for r in res.itertuples(index=False)]

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from face.experiments.common import evaluate, prepare, published_table, save_run
-from face.methods import predict, required_files
+from face.experiments.common import experiment
 from face.report import figures
 from face.report.tables import comparison_table, print_table, write_table
-from face.tracking import Tracker, correlation_metrics
+from face.tracking import correlation_metrics
 
 
 def run(cfg: DictConfig) -> dict:
-    with Tracker(cfg) as tracker:
-        tracker.log_config()
-        ctx = prepare(cfg, required_files(cfg, cfg.aspects), tracker)
-        out = predict(cfg, ctx.convs, ctx.aspects, tracker)
-        save_run(out.predictions, ctx, tracker)
-        results = evaluate(cfg, out.predictions, ctx)
-        published = published_table(ctx)
+    with experiment(cfg) as ctx:
+        tracker = ctx.tracker
+        out = ctx.predict()
+        ctx.save_run(out.predictions)
+        results = ctx.evaluate(out.predictions)
+        published = ctx.published()
         comp = comparison_table(results, published)
         n_ok = int(comp["within_0_001"].sum())
         caption = (f"FACE on {ctx.subset}: ours vs the published Table 2 (delta = ours rounded to 3 decimals − "

@@ -10,18 +10,19 @@ from omegaconf import DictConfig
 from face import arena
 from face.data import ARENA_VOTES
 from face.data.arena import load_votes
-from face.experiments.common import prepare
-from face.methods import predict, required_files
-from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, meta_evaluate, rows_correlation, \
-    system_means, system_table
+from face.datasets.crsarena import CRSArenaEval
+from face.experiments.common import experiment
+from face.methods import build
+from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, rows_correlation, system_means, \
+    system_table
 from face.report import figures
 from face.report.tables import order_aspects, print_table, write_table
-from face.tracking import Tracker, correlation_metrics
+from face.tracking import correlation_metrics
 
 
-def _vs_arena(preds, ctx, aspect: str, votes, n_boot: int, seed: int, prior: float, conf: float) -> list[tuple]:
+def _vs_arena(preds, ctx, spec, votes, n_boot: int, seed: int, prior: float, conf: float) -> list[tuple]:
     """FACE per-CRS means vs Bradley–Terry ratings, CI resampling conversations (within CRS) and votes."""
-    df = items(preds, ctx.convs, aspect).dropna(subset=["pred"])
+    df = items(preds, ctx.convs, spec).dropna(subset=["pred"]).rename(columns={"system": "crs"})
     names, means = system_means(df["pred"].to_numpy(), df["crs"].to_numpy())
     rating = arena.bradley_terry(arena.pair_counts(votes, names), prior)
     point = correlate(means[0], rating)
@@ -33,19 +34,19 @@ def _vs_arena(preds, ctx, aspect: str, votes, n_boot: int, seed: int, prior: flo
     for c in COEFFICIENTS:
         vals = rows_correlation(bmeans, bratings, c)
         lo, hi = np.nanpercentile(vals, [50 * (1 - conf), 50 * (1 + conf)])
-        rows.append(("arena_bt", aspect, "all", c, point[c][0], point[c][1], lo, hi, len(names), 0))
+        rows.append(("arena_bt", spec.name, "all", c, point[c][0], point[c][1], lo, hi, len(names), 0))
     return rows
 
 
 def run(cfg: DictConfig) -> dict:
-    with Tracker(cfg) as tracker:
-        tracker.log_config()
-        vote_files = [ARENA_VOTES[s] for s in cfg.arena.vote_sources]
-        ctx = prepare(cfg, [*required_files(cfg, cfg.aspects), *vote_files], tracker)
-        out = predict(cfg, ctx.convs, ctx.aspects, tracker)
+    if not isinstance(build(cfg.dataset), CRSArenaEval):
+        raise ValueError("system_level compares with the CRSArena-Dial arena votes: use dataset=crsarena_eval")
+    vote_files = [ARENA_VOTES[s] for s in cfg.arena.vote_sources]
+    with experiment(cfg, vote_files) as ctx:
+        tracker = ctx.tracker
+        out = ctx.predict()
         m = cfg.metaeval
-        human = meta_evaluate(out.predictions, ctx.convs, ctx.aspects, ["all"], ["system"], m.n_boot, cfg.seed,
-                              m.confidence)
+        human = ctx.evaluate(out.predictions, ["system"], splits=["all"])
         votes = [v for s in cfg.arena.vote_sources for v in load_votes(ctx.data_dir / ARENA_VOTES[s], s)]
         ranking = arena.ranking_table(votes, cfg.arena.prior)
         arena_rows = []
@@ -54,9 +55,9 @@ def run(cfg: DictConfig) -> dict:
                                     cfg.arena.prior, m.confidence)
         vs_arena = pd.DataFrame(arena_rows, columns=human.columns)
         # the two human rankings against each other (labels of CRSArena-Eval vs arena votes)
-        sys_tab = {a: system_table(out.predictions, ctx.convs, a) for a in ctx.aspects}
+        sys_tab = {a.name: system_table(out.predictions, ctx.convs, a) for a in ctx.aspects}
         overall = sys_tab["dialogue_overall"] if "dialogue_overall" in sys_tab else next(iter(sys_tab.values()))
-        overall = overall.merge(ranking[["crs", "bt_rating", "votes", "win_rate"]], on="crs", how="left")
+        overall = overall.rename(columns={"system": "crs"}).merge(ranking[["crs", "bt_rating", "votes", "win_rate"]], on="crs", how="left")
         h_vs_a = correlate(overall["human"].to_numpy(), overall["bt_rating"].to_numpy())
         results = pd.concat([human.assign(level="system_vs_human_labels"), vs_arena.assign(level="system_vs_arena_bt")])
         results = order_aspects(results)
@@ -75,7 +76,8 @@ def run(cfg: DictConfig) -> dict:
                 ctx.out_dir / "figures" / f"scatter_{a}.png"))
         paths.append(figures.system_scatter(
             overall.assign(human=overall["bt_rating"]), "dialogue_overall: FACE vs arena (Bradley–Terry)", note,
-            ctx.out_dir / "figures" / "scatter_dialogue_overall_vs_arena.png", y_label="arena BT rating (log-strength)"))
+            ctx.out_dir / "figures" / "scatter_dialogue_overall_vs_arena.png", y_label="arena BT rating (log-strength)",
+            label_col="crs"))
         headline = results[(results["aspect"] == "dialogue_overall")]
         print_table(f"System level, dialogue_overall. {note}", headline.drop(columns=["n_missing"]))
         print_table("Arena ranking (Bradley–Terry)", ranking)

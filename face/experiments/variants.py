@@ -10,33 +10,35 @@ from __future__ import annotations
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from face.experiments.common import evaluate, prepare
-from face.methods import predict, required_files
+from face.experiments.common import experiment
 from face.report.tables import order_aspects, print_table, write_table
-from face.tracking import Tracker, correlation_metrics
+from face.tracking import correlation_metrics
 
 USAGE_KEYS = ("llm_calls", "llm_http_requests", "llm_cache_hits", "llm_input_tokens", "llm_output_tokens",
               "llm_cost_usd")
 
 
 def variant_cfg(cfg: DictConfig, overrides) -> DictConfig:
-    return OmegaConf.merge(cfg, {"method": OmegaConf.to_container(overrides, resolve=True)})
+    """``cfg.method`` with a variant's overrides merged in."""
+    return OmegaConf.merge(OmegaConf.to_container(cfg.method, resolve=True),
+                           OmegaConf.to_container(overrides, resolve=True))
 
 
 def run(cfg: DictConfig) -> dict:
-    with Tracker(cfg) as tracker:
-        tracker.log_config()
-        vcfgs = [(v.name, variant_cfg(cfg, v.overrides)) for v in cfg.variants]
-        ctx = prepare(cfg, sorted({f for _, vc in vcfgs for f in required_files(vc, cfg.aspects)}), tracker)
+    names = [v.name for v in cfg.variants]
+    if len(set(names)) != len(names):
+        raise ValueError(f"variant names must be unique, got {names}")
+    with experiment(cfg, method_cfgs={v.name: variant_cfg(cfg, v.overrides) for v in cfg.variants}) as ctx:
+        tracker = ctx.tracker
         rows, usage_rows, labels = [], [], {}
-        for name, vcfg in vcfgs:
-            out = predict(vcfg, ctx.convs, ctx.aspects, tracker)
+        for name, method in ctx.methods.items():
+            out = ctx.predict(method)
             labels[name] = out.label
             tracker.log_metrics({f"{name}.{k}": val for k, val in out.metrics.items()})
             tracker.log_artifacts(out.artifacts, f"run/{name}")
             if out.dry_run:
                 continue
-            res = evaluate(vcfg, out.predictions, ctx, levels=("turn", "dialogue", "system")).assign(variant=name)
+            res = ctx.evaluate(out.predictions).assign(variant=name)
             rows.append(res)
             usage_rows.append({"variant": name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}})
             tracker.log_metrics(correlation_metrics(res, prefix=f"{name}."))

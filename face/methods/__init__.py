@@ -1,15 +1,22 @@
-"""Methods turn conversations into predictions. Each method is selected by ``cfg.method.name``."""
+"""Methods turn conversations into predictions. A method is an object built from config
+(``conf/method/*.yaml`` names its class with ``_target_``) with two calls:
+
+    method.required_files(dataset, aspects) -> manifest names to fetch before anything runs
+    method.predict(inputs) -> MethodOutput
+
+A new method (a baseline, an optimized variant) is one module plus one config; nothing else changes.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Protocol, Sequence
 
 import pandas as pd
-from omegaconf import DictConfig
 
 from face.aggregate import Predictions
+from face.aspects import Aspect
 from face.data.schema import Conversation
 
 
@@ -23,27 +30,35 @@ class MethodOutput:
     dry_run: bool = False  # nothing was sent; predictions are empty
 
 
-METHODS = ("face_released", "face")
+@dataclass
+class Inputs:
+    """Everything a method may read: the data it predicts for and where it may write."""
+
+    dataset: Any  # face.datasets.Dataset
+    convs: list[Conversation]
+    aspects: list[Aspect]
+    data_dir: Path
+    run_dir: Path  # the job's own directory (run files, per-particle files)
+    llm: dict = field(default_factory=dict)  # resolved LLM config (conf/llm), for methods that call one
+    tracker: Any = None  # face.tracking.Tracker or None
+
+    @property
+    def levels(self) -> dict[str, str]:
+        return {a.name: a.level for a in self.aspects}
 
 
-def _check(cfg: DictConfig) -> str:
-    if cfg.method.name not in METHODS:
-        raise ValueError(f"unknown method {cfg.method.name!r}; choose one of {', '.join(METHODS)}")
-    return cfg.method.name
+class Method(Protocol):
+    name: str
+
+    def required_files(self, dataset: Any, aspects: Sequence[Aspect]) -> list[str]: ...
+
+    def predict(self, inputs: Inputs) -> MethodOutput: ...
 
 
-def required_files(cfg: DictConfig, aspects: Sequence[str]) -> list[str]:
-    """Data files (manifest names) the configured method reads, so they can be fetched up front."""
-    if _check(cfg) == "face_released":
-        from face.methods.released import required_files as files
-    else:
-        from face.methods.live import required_files as files
-    return files(cfg, aspects)
+def build(node: Any) -> Method:
+    """The object a config node names with ``_target_`` (methods, datasets)."""
+    from hydra.utils import instantiate
 
-
-def predict(cfg: DictConfig, convs: Sequence[Conversation], aspects: Sequence[str], tracker=None) -> MethodOutput:
-    if _check(cfg) == "face_released":
-        from face.methods.released import predict as run
-    else:
-        from face.methods.live import predict as run  # the live LLM pipeline (face and its ablations)
-    return run(cfg, convs, aspects, tracker)
+    if node is None or "_target_" not in node:
+        raise ValueError("the config node has no _target_ naming the class to build")
+    return instantiate(node, _convert_="all")

@@ -9,102 +9,257 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
 
-from face.aggregate import Predictions, aggregate
-from face.cost import cost_table, decomposition_cost, particles_per_turn, scoring_cost
+from face.aggregate import AGGREGATORS, Predictions, aggregate
+from face.aspects import Aspect
+from face.cost import Pricing, cost_table, decomposition_cost, particles_per_turn, scoring_cost
 from face.data import RELEASED_PARTICLES, released_instructions_file
 from face.data.errors import DataError
-from face.data.io import check_type, field, read_json
+from face.data.io import check_type, field as json_field, read_json
 from face.data.released import SCORE_COLUMNS, load_instructions, load_released_particles
 from face.data.schema import Conversation, Instruction
-from face.methods import MethodOutput
+from face.methods import Inputs, MethodOutput
 from face.particles import Decomposition, decompose, from_released
 from face.prompts import initial_instruction
 from face.report.tables import print_table
-from face.scoring import plan, records_frame, score, units_for
+from face.scoring import UNITS, ScoringSpec, plan, records_frame, score, units_for
 
 log = logging.getLogger(__name__)
 INSTRUCTION_SOURCES = ("released", "initial", "file")
+PARTICLE_SOURCES = ("llm", "released")
 
 
-def required_files(cfg: DictConfig, aspects: Sequence[str]) -> list[str]:
-    files = [RELEASED_PARTICLES]  # the authors' particles, or the particle-count proxy of the cost estimate
-    if cfg.method.instructions.source == "released":
-        files += [released_instructions_file(a) for a in aspects]
-    return files
+@dataclass
+class ParticlesSpec:
+    source: str = "llm"  # llm (our decomposition) | released (the authors' particles, CRSArena-Eval only)
+    k: int = 20  # decomposition samples per turn (plurality vote)
+    max_extra: int = 5  # extra samples drawn to replace invalid ones, per turn
+    temperature: float | None = 0.7
+    max_tokens: int = 400
+
+    def __post_init__(self) -> None:
+        if self.source not in PARTICLE_SOURCES:
+            raise ValueError(f"unknown particle source {self.source!r}; choose from {PARTICLE_SOURCES}")
+        if self.k < 1:
+            raise ValueError(f"method.particles.k must be >= 1, got {self.k}")
 
 
-def instruction_set(cfg: DictConfig, aspect: str) -> list[Instruction]:
-    """The instructions an aspect is scored under (released top-16, our initial one, or a file)."""
-    spec = cfg.method.instructions
-    if spec.source == "released":
-        out = load_instructions(Path(cfg.paths.data_dir) / released_instructions_file(aspect))
-    elif spec.source == "initial":
-        out = [Instruction("initial", initial_instruction(aspect), 1, "initial")]
-    elif spec.source == "file":
-        path = Path(spec.file or "")
-        raw = check_type(read_json(path), dict, path, "top level")
-        items = check_type(raw.get(aspect, []), list, path, aspect)
-        out = [Instruction(field(x, "instruction_id", str, path, f"{aspect}[{i}]"),
-                           field(x, "text", str, path, f"{aspect}[{i}]"), i + 1, "file") for i, x in enumerate(items)]
-        if not out:
-            raise DataError(path, f"no instructions for aspect {aspect!r}")
-    else:
-        raise ValueError(f"unknown instruction source {spec.source!r}; choose from {INSTRUCTION_SOURCES}")
-    return out[: spec.max] if spec.get("max") else out
+@dataclass
+class InstructionsSpec:
+    source: str = "released"  # released (top-16 per aspect) | initial (ours, unoptimized) | file
+    file: str | None = None  # JSON {aspect: [{instruction_id, text}]} for source=file
+    max: int | None = None  # use the first N (by rank); None = all
+
+    def __post_init__(self) -> None:
+        if self.source not in INSTRUCTION_SOURCES:
+            raise ValueError(f"unknown instruction source {self.source!r}; choose from {INSTRUCTION_SOURCES}")
+        if self.source == "file" and not self.file:
+            raise ValueError("method.instructions.source=file needs method.instructions.file")
+        if self.max is not None and self.max < 1:
+            raise ValueError(f"method.instructions.max must be >= 1 or null, got {self.max}")
 
 
-def llm_config(cfg: DictConfig):
-    from face.llm import LLMConfig
+@dataclass
+class CostSpec:
+    """Typical answer sizes for the estimate printed before a live run."""
 
-    return LLMConfig.from_dict(OmegaConf.to_container(cfg.llm, resolve=True))
-
-
-def describe(cfg: DictConfig, instructions: dict[str, list[Instruction]]) -> str:
-    m, lc = cfg.method, cfg.llm
-    n_instr = sorted({len(v) for v in instructions.values()})
-    parts = [f"FACE live — LLM: {lc.model} ({lc.backend})"]
-    if m.unit == "whole":
-        parts.append("unit: whole turn / dialogue (no particles)")
-    else:
-        parts.append(f"particles: {m.particles.source}" + (f" (k={m.particles.k} samples, plurality vote)"
-                                                             if m.particles.source == "llm" else ""))
-    parts.append(f"instructions: {m.instructions.source} × {'/'.join(map(str, n_instr))}")
-    parts.append(f"estimator: {m.estimator}" + (f" (n={m.n}, T={m.temperature})" if m.estimator == "sampling"
-                                                 else f" (top {m.top_logprobs} logprobs)"))
-    if lc.backend == "local":
-        parts.append("TINY LOCAL MODEL: pipeline check only, no judging signal")
-    return "; ".join(parts)
+    score_output_tokens: int = 8
+    decompose_output_tokens: int = 120
 
 
-def estimate(cfg: DictConfig, convs: Sequence[Conversation], aspects: Sequence[str],
-             instructions: dict[str, list[Instruction]], proxy: dict[tuple[str, int], Decomposition]) -> pd.DataFrame:
-    """Cost of this run before sending anything (particle counts from ``proxy`` when not yet decomposed)."""
-    m, lc = cfg.method, cfg.llm
-    by_id = {c.conv_id: c for c in convs}
-    n_turns = sum(len(c.assistant_turns()) for c in convs)
-    stages = []
-    if m.unit == "particle" and m.particles.source == "llm":
-        stages.append(decomposition_cost(convs, m.particles.k, lc.n_per_request, cfg.cost.decompose_output_tokens,
-                                         lc.price_input_per_mtok, lc.price_output_per_mtok))
-    for a in aspects:
-        units = units_for(a, convs, proxy, m.unit)
-        stages.append(scoring_cost(a, units, instructions[a], by_id, n_turns, m.estimator, m.n, lc.n_per_request,
-                                   cfg.cost.score_output_tokens, lc.price_input_per_mtok, lc.price_output_per_mtok))
-    return cost_table(stages)
+@dataclass
+class Face:
+    """FACE live. Config: ``conf/method/face.yaml``; every key is a field here."""
+
+    name: str = "face"
+    unit: str = "particle"  # particle | whole (score whole turns / dialogues: ablation_no_particles)
+    particles: ParticlesSpec = field(default_factory=ParticlesSpec)
+    instructions: InstructionsSpec = field(default_factory=InstructionsSpec)
+    estimator: str = "sampling"
+    n: int = 5
+    temperature: float | None = 0.6
+    max_tokens: int = 16
+    top_logprobs: int = 5
+    order: str = "prefix"
+    instruction_agg: str = "mean"
+    particle_agg: str = "mean"
+    cost: CostSpec = field(default_factory=CostSpec)
+
+    def __post_init__(self) -> None:
+        for key, cls in (("particles", ParticlesSpec), ("instructions", InstructionsSpec), ("cost", CostSpec)):
+            if isinstance(getattr(self, key), dict):
+                setattr(self, key, cls(**getattr(self, key)))
+        if self.unit not in UNITS:
+            raise ValueError(f"unknown unit {self.unit!r}; choose from {UNITS}")
+        for key in ("instruction_agg", "particle_agg"):
+            if getattr(self, key) not in AGGREGATORS:
+                raise ValueError(f"method.{key} must be one of {AGGREGATORS}, got {getattr(self, key)!r}")
+        _ = self.scoring  # validates estimator / order / n now, before anything runs
+
+    @property
+    def scoring(self) -> ScoringSpec:
+        return ScoringSpec(self.estimator, self.n, self.temperature, self.max_tokens, self.top_logprobs, self.order)
+
+    @property
+    def uses_released_particles(self) -> bool:
+        return self.unit == "particle" and self.particles.source == "released"
+
+    def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
+        from face.datasets.crsarena import CRSArenaEval
+
+        crsarena = isinstance(dataset, CRSArenaEval)
+        released_needed = self.uses_released_particles or self.instructions.source == "released"
+        if released_needed and not crsarena:
+            raise ValueError(f"method {self.name} with released particles or released instructions needs "
+                             f"CRSArena-Eval's aspects; {dataset.title} has its own: use "
+                             "method.instructions.source=initial|file and method.particles.source=llm")
+        if self.instructions.source == "initial":
+            for a in aspects:
+                initial_instruction(a.name)  # fails now, not after the decomposition, if there is none
+        files = []
+        if crsarena and self.unit == "particle":
+            files.append(RELEASED_PARTICLES)  # the authors' particles, or the particle-count proxy of the estimate
+        if self.instructions.source == "released":
+            files += [released_instructions_file(a.name) for a in aspects]
+        return files
+
+    def instruction_set(self, data_dir: Path, aspect: str) -> list[Instruction]:
+        """The instructions an aspect is scored under (released top-16, our initial one, or a file)."""
+        spec = self.instructions
+        if spec.source == "released":
+            out = load_instructions(Path(data_dir) / released_instructions_file(aspect))
+        elif spec.source == "initial":
+            out = [Instruction("initial", initial_instruction(aspect), 1, "initial")]
+        else:
+            path = Path(spec.file or "")
+            raw = check_type(read_json(path), dict, path, "top level")
+            items = check_type(raw.get(aspect, []), list, path, aspect)
+            out = [Instruction(json_field(x, "instruction_id", str, path, f"{aspect}[{i}]"),
+                               json_field(x, "text", str, path, f"{aspect}[{i}]"), i + 1, "file")
+                   for i, x in enumerate(items)]
+            if not out:
+                raise DataError(path, f"no instructions for aspect {aspect!r}")
+        return out[: spec.max] if spec.max else out
+
+    def describe(self, llm: dict, instructions: dict[str, list[Instruction]]) -> str:
+        n_instr = sorted({len(v) for v in instructions.values()})
+        parts = [f"FACE live — LLM: {llm.get('model')} ({llm.get('backend')})"]
+        if self.unit == "whole":
+            parts.append("unit: whole turn / dialogue (no particles)")
+        else:
+            parts.append(f"particles: {self.particles.source}" + (
+                f" (k={self.particles.k} samples, plurality vote)" if self.particles.source == "llm" else ""))
+        parts.append(f"instructions: {self.instructions.source} × {'/'.join(map(str, n_instr))}")
+        parts.append(f"estimator: {self.estimator}" + (f" (n={self.n}, T={self.temperature})"
+                                                       if self.estimator == "sampling"
+                                                       else f" (top {self.top_logprobs} logprobs)"))
+        if llm.get("backend") == "local":
+            parts.append("TINY LOCAL MODEL: pipeline check only, no judging signal")
+        return "; ".join(parts)
+
+    def estimate(self, inputs: Inputs, instructions: dict[str, list[Instruction]],
+                 proxy: dict[tuple[str, int], Decomposition]) -> pd.DataFrame:
+        """Cost of this run before sending anything (particle counts from ``proxy`` when not yet decomposed)."""
+        llm, convs, ds = inputs.llm, inputs.convs, inputs.dataset
+        pricing = Pricing(llm.get("n_per_request", 1), llm.get("price_input_per_mtok", 0.0),
+                          llm.get("price_output_per_mtok", 0.0))
+        by_id = {c.conv_id: c for c in convs}
+        n_turns = sum(len(c.evaluated_turns()) for c in convs)
+        stages = []
+        if self.unit == "particle" and self.particles.source == "llm":
+            stages.append(decomposition_cost(convs, self.particles.k, self.cost.decompose_output_tokens, pricing,
+                                             ds.assistant))
+        for a in inputs.aspects:
+            units = units_for(a, convs, proxy, self.unit)
+            stages.append(scoring_cost(a.name, units, instructions[a.name], by_id, n_turns, self.scoring,
+                                       self.cost.score_output_tokens, pricing, ds.judged))
+        return cost_table(stages)
+
+    def _proxy(self, inputs: Inputs) -> dict[tuple[str, int], Decomposition]:
+        """Particles before decomposition: the authors' (CRSArena-Eval), else one per turn (the whole turn)."""
+        if self.unit == "whole":
+            return {}
+        path = inputs.data_dir / RELEASED_PARTICLES
+        if path.exists() and self._is_crsarena(inputs):
+            return _released_decomps(path, inputs.convs)
+        from face.particles import whole_turn
+
+        return {(c.conv_id, t.turn_ind): Decomposition(c.conv_id, t.turn_ind, (whole_turn(c, t),), "proxy")
+                for c in inputs.convs for t in c.evaluated_turns()}
+
+    @staticmethod
+    def _is_crsarena(inputs: Inputs) -> bool:
+        from face.datasets.crsarena import CRSArenaEval
+
+        return isinstance(inputs.dataset, CRSArenaEval)
+
+    def predict(self, inputs: Inputs) -> MethodOutput:
+        from face.llm import LLMConfig, make_client
+
+        run_dir, convs = inputs.run_dir, inputs.convs
+        instructions = {a.name: self.instruction_set(inputs.data_dir, a.name) for a in inputs.aspects}
+        label = self.describe(inputs.llm, instructions)
+        proxy = self._proxy(inputs)
+        costs = self.estimate(inputs, instructions, proxy)
+        costs_path = run_dir / "cost_estimate.csv"
+        costs_path.parent.mkdir(parents=True, exist_ok=True)
+        costs.to_csv(costs_path, index=False)
+        proxy_note = ("" if self.unit == "whole" or self.particles.source == "released" else
+                      f" (particle counts: {particles_per_turn(proxy):.2f} per turn from the "
+                      f"{'released particles' if self._is_crsarena(inputs) else 'whole turns'})")
+        print_table(f"Cost estimate before sending anything{proxy_note} — {label}", costs, 2)
+        if inputs.tracker is not None:
+            for a, ins in instructions.items():
+                inputs.tracker.register_instructions(a, ins, self.instructions.source)
+        lcfg = LLMConfig.from_dict(inputs.llm)
+        if lcfg.dry_run:
+            return MethodOutput(Predictions.empty(), label=label + " — DRY RUN, nothing sent", artifacts=[costs_path],
+                                metrics={f"estimate.{r.stage}.calls": r.calls for r in costs.itertuples()},
+                                dry_run=True)
+        by_id = {c.conv_id: c for c in convs}
+        ds = inputs.dataset
+        with make_client(lcfg) as client:
+            decomps = None
+            if self.uses_released_particles:
+                decomps = proxy
+            elif self.unit == "particle":
+                p = self.particles
+                decomps = decompose(client, convs, p.k, p.max_extra, lcfg.supports_json_schema, p.temperature,
+                                    p.max_tokens, ds.assistant)
+            records = []
+            for a in inputs.aspects:
+                units = units_for(a, convs, decomps or {}, self.unit)
+                planned = plan(units, instructions[a.name], by_id, self.scoring, lcfg.supports_json_schema, ds.judged)
+                records += score(client, planned, self.estimator, desc=f"scoring {a.name}")
+            usage_path = client.usage.write_artifact(run_dir / "llm_usage.json")
+            metrics = client.usage.mlflow_metrics()
+        detail = records_frame(records)
+        scores = detail.dropna(subset=["score"])[SCORE_COLUMNS]
+        preds = aggregate(scores, inputs.levels, self.instruction_agg, self.particle_agg)
+        artifacts = [costs_path, usage_path, write_detail(detail, decomps, run_dir / "particle_scores.jsonl")]
+        if decomps is not None:
+            artifacts.append(write_particles(decomps, convs, run_dir / "particles.jsonl"))
+            metrics["particles.per_turn"] = particles_per_turn(decomps)
+            metrics["particles.fallback_turns"] = sum(d.fallback is not None for d in decomps.values())
+        metrics["scores.total"] = len(detail)
+        metrics["scores.without_valid_answer"] = int(detail["score"].isna().sum())
+        metrics["scores.fallbacks"] = int(detail["fallback"].notna().sum())
+        if self.estimator == "logprobs":
+            mass = detail["valid_mass"].dropna()
+            metrics["scores.mean_valid_mass"] = float(mass.mean()) if len(mass) else 0.0
+        return MethodOutput(preds, detail, label, artifacts, metrics)
 
 
-def _released_decomps(cfg: DictConfig, convs: Sequence[Conversation]) -> dict[tuple[str, int], Decomposition]:
+def _released_decomps(path: Path, convs: Sequence[Conversation]) -> dict[tuple[str, int], Decomposition]:
     ids = {c.conv_id for c in convs}
-    rows = [r for r in load_released_particles(Path(cfg.paths.data_dir) / RELEASED_PARTICLES) if r.conv_id in ids]
-    decomps = from_released(rows)
-    missing = [(c.conv_id, t.turn_ind) for c in convs for t in c.assistant_turns() if (c.conv_id, t.turn_ind)
-               not in decomps]
+    decomps = from_released([r for r in load_released_particles(path) if r.conv_id in ids])
+    missing = [(c.conv_id, t.turn_ind) for c in convs for t in c.evaluated_turns()
+               if (c.conv_id, t.turn_ind) not in decomps]
     if missing:
         log.warning("%d assistant turns have no released particles (e.g. %s); they get none", len(missing), missing[0])
         for key in missing:
@@ -117,7 +272,7 @@ def write_particles(decomps: dict[tuple[str, int], Decomposition], convs: Sequen
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         for c in convs:
-            for t in c.assistant_turns():
+            for t in c.evaluated_turns():
                 d = decomps.get((c.conv_id, t.turn_ind))
                 if d is None:
                     continue
@@ -143,61 +298,3 @@ def write_detail(detail: pd.DataFrame, decomps: dict[tuple[str, int], Decomposit
             r["score"] = None if pd.isna(r["score"]) else r["score"]
             f.write(json.dumps(r, default=str) + "\n")
     return path
-
-
-def predict(cfg: DictConfig, convs: Sequence[Conversation], aspects: Sequence[str], tracker=None) -> MethodOutput:
-    from face.llm import make_client
-
-    m = cfg.method
-    run_dir = Path(cfg.paths.output_dir)
-    instructions = {a: instruction_set(cfg, a) for a in aspects}
-    label = describe(cfg, instructions)
-    released = _released_decomps(cfg, convs)
-    costs = estimate(cfg, convs, aspects, instructions, released)
-    costs_path = run_dir / "cost_estimate.csv"
-    costs_path.parent.mkdir(parents=True, exist_ok=True)
-    costs.to_csv(costs_path, index=False)
-    proxy_note = ("" if m.unit == "whole" or m.particles.source == "released" else
-                  f" (particle counts: the released particles' {particles_per_turn(released):.2f} per turn)")
-    print_table(f"Cost estimate before sending anything{proxy_note} — {label}", costs, 2)
-    if tracker is not None:
-        for a, ins in instructions.items():
-            tracker.register_instructions(a, ins, m.instructions.source)
-    lcfg = llm_config(cfg)
-    if lcfg.dry_run:
-        return MethodOutput(Predictions.empty(), label=label + " — DRY RUN, nothing sent", artifacts=[costs_path],
-                            metrics={f"estimate.{r.stage}.calls": r.calls for r in costs.itertuples()}, dry_run=True)
-    by_id = {c.conv_id: c for c in convs}
-    with make_client(lcfg) as client:
-        decomps = None
-        if m.unit == "particle":
-            if m.particles.source == "released":
-                decomps = released
-            elif m.particles.source == "llm":
-                decomps = decompose(client, convs, m.particles.k, m.particles.max_extra, lcfg.supports_json_schema,
-                                    m.particles.temperature, m.particles.max_tokens)
-            else:
-                raise ValueError(f"unknown particle source {m.particles.source!r}; choose llm or released")
-        records = []
-        for a in aspects:
-            units = units_for(a, convs, decomps or {}, m.unit)
-            planned = plan(units, instructions[a], by_id, m.estimator, m.n, lcfg.supports_json_schema, m.temperature,
-                           m.max_tokens, m.top_logprobs, m.order)
-            records += score(client, planned, m.estimator, desc=f"scoring {a}")
-        usage_path = client.usage.write_artifact(run_dir / "llm_usage.json")
-        metrics = client.usage.mlflow_metrics()
-    detail = records_frame(records)
-    scores = detail.dropna(subset=["score"])[SCORE_COLUMNS]
-    preds = aggregate(scores, m.instruction_agg, m.particle_agg)
-    artifacts = [costs_path, usage_path, write_detail(detail, decomps, run_dir / "particle_scores.jsonl")]
-    if decomps is not None:
-        artifacts.append(write_particles(decomps, convs, run_dir / "particles.jsonl"))
-        metrics["particles.per_turn"] = particles_per_turn(decomps)
-        metrics["particles.fallback_turns"] = sum(d.fallback is not None for d in decomps.values())
-    metrics["scores.total"] = len(detail)
-    metrics["scores.without_valid_answer"] = int(detail["score"].isna().sum())
-    metrics["scores.fallbacks"] = int(detail["fallback"].notna().sum())
-    if m.estimator == "logprobs":
-        mass = detail["valid_mass"].dropna()
-        metrics["scores.mean_valid_mass"] = float(mass.mean()) if len(mass) else 0.0
-    return MethodOutput(preds, detail, label, artifacts, metrics)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
-from omegaconf import DictConfig
 
-from face.aggregate import aggregate
+from face.aggregate import AGGREGATORS, aggregate
+from face.aspects import Aspect
 from face.data import released_instructions_file, released_scores_file
 from face.data.released import load_instructions, load_particle_scores
-from face.data.schema import Conversation
-from face.methods import MethodOutput
+from face.methods import Inputs, MethodOutput
 
 LABEL = ("FACE (ours, released scores): the authors' per-particle scores — their LLM, 5 samples per "
          "particle × instruction, 16 instructions — aggregated and meta-evaluated by this project")
@@ -26,17 +26,35 @@ def load_scores(data_dir: str | Path, aspects: Sequence[str], conv_ids: set[str]
     return scores
 
 
-def required_files(cfg: DictConfig, aspects: Sequence[str]) -> list[str]:
-    return [f(a) for a in aspects for f in (released_scores_file, released_instructions_file)]
+@dataclass
+class FaceReleased:
+    name: str = "face_released"
+    instruction_agg: str = "mean"  # over a particle's instructions
+    particle_agg: str = "mean"  # over the particles of a turn / of a dialogue
+    instructions: list[str] | None = None  # subset of instruction ids; None = all 16
 
+    def __post_init__(self) -> None:
+        for key in ("instruction_agg", "particle_agg"):
+            if getattr(self, key) not in AGGREGATORS:
+                raise ValueError(f"method.{key} must be one of {AGGREGATORS}, got {getattr(self, key)!r}")
 
-def predict(cfg: DictConfig, convs: Sequence[Conversation], aspects: Sequence[str], tracker=None) -> MethodOutput:
-    m = cfg.method
-    scores = load_scores(cfg.paths.data_dir, aspects, {c.conv_id for c in convs})
-    instructions = list(m.instructions) if m.get("instructions") else None
-    preds = aggregate(scores, m.instruction_agg, m.particle_agg, instructions)
-    if tracker is not None:
-        for a in aspects:
-            tracker.register_instructions(a, load_instructions(Path(cfg.paths.data_dir) / released_instructions_file(a)),
-                                          "released_top16")
-    return MethodOutput(preds, scores, LABEL)
+    def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
+        from face.datasets.crsarena import CRSArenaEval
+
+        if not isinstance(dataset, CRSArenaEval) or dataset.file is not None:
+            raise ValueError(f"method {self.name} replays the authors' released scores, which exist only for "
+                             f"CRSArena-Eval (dataset=crsarena_eval), not for {dataset.title}")
+        return [f(a.name) for a in aspects for f in (released_scores_file, released_instructions_file)]
+
+    def load(self, inputs: Inputs) -> pd.DataFrame:
+        """The released per-particle × instruction scores of the selected conversations."""
+        return load_scores(inputs.data_dir, [a.name for a in inputs.aspects], {c.conv_id for c in inputs.convs})
+
+    def predict(self, inputs: Inputs) -> MethodOutput:
+        scores = self.load(inputs)
+        preds = aggregate(scores, inputs.levels, self.instruction_agg, self.particle_agg, self.instructions)
+        if inputs.tracker is not None:
+            for a in inputs.aspects:
+                inputs.tracker.register_instructions(
+                    a.name, load_instructions(inputs.data_dir / released_instructions_file(a.name)), "released_top16")
+        return MethodOutput(preds, scores, LABEL)

@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from face.report.tables import ASPECT_ORDER, SPLIT_LABELS  # noqa: E402
+from face.report.tables import SPLIT_LABELS, ordered  # noqa: E402
 
 COEF_LABELS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
 
@@ -26,14 +26,14 @@ def _save(fig: plt.Figure, path: str | Path) -> Path:
 
 
 def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, coefficient: str,
-                      ours_label: str, note: str, path: str | Path) -> Path:
+                      ours_label: str, note: str, path: str | Path, dataset_title: str = "CRSArena-Eval") -> Path:
     """Grouped bars per aspect: every published method, then ours with its bootstrap CI."""
     sns.set_theme(style="whitegrid", context="paper")
     pub = published[(published["split"] == split) & (published["coefficient"] == coefficient)]
     methods = list(dict.fromkeys(pub["method"]))
     mine = ours[(ours["split"] == split) & (ours["coefficient"] == coefficient)
                 & ours["level"].isin(["turn", "dialogue"])].set_index("aspect")
-    aspects = [a for a in ASPECT_ORDER if a in mine.index or a in set(pub["aspect"])]
+    aspects = ordered([*mine.index, *pub["aspect"]])
     series = methods + [ours_label]
     colors = sns.color_palette("muted", len(series))
     width = 0.85 / len(series)
@@ -56,21 +56,22 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
     ax.set_xticklabels([a.replace("_", "\n") for a in aspects])
     ax.set_ylabel(COEF_LABELS[coefficient])
     ax.set_ylim(0, 1)
-    ax.set_title(f"CRSArena-Eval {SPLIT_LABELS.get(split, split)} — {COEF_LABELS[coefficient]}")
+    ax.set_title(f"{dataset_title} {SPLIT_LABELS.get(split, split)} — {COEF_LABELS[coefficient]}")
     ax.legend(ncol=4, fontsize=7, loc="upper left")
     fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
     return _save(fig, path)
 
 
 def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
-                   x_label: str = "FACE mean prediction", y_label: str = "human mean label") -> Path:
-    """One labelled point per CRS: mean prediction vs mean human label (``table``: crs, pred, human)."""
+                   x_label: str = "FACE mean prediction", y_label: str = "human mean label",
+                   label_col: str = "system") -> Path:
+    """One labelled point per system: mean prediction vs mean human label (``table``: label_col, pred, human)."""
     sns.set_theme(style="whitegrid", context="paper")
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     sns.regplot(data=table, x="pred", y="human", ax=ax, ci=None, scatter_kws={"s": 40},
                 line_kws={"color": "grey", "lw": 1})
     for i, r in enumerate(table.sort_values("pred").itertuples(index=False)):  # alternate sides: fewer overlaps
-        ax.annotate(r.crs, (r.pred, r.human), textcoords="offset points", fontsize=7,
+        ax.annotate(getattr(r, label_col), (r.pred, r.human), textcoords="offset points", fontsize=7,
                     xytext=(5, 4) if i % 2 else (-5, -10), ha="left" if i % 2 else "right")
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
@@ -86,7 +87,7 @@ def k_curve(summary: pd.DataFrame, coefficient: str, note: str, path: str | Path
     splits = list(dict.fromkeys(df["split"]))
     fig, axes = plt.subplots(1, len(splits), figsize=(5 * len(splits), 4), sharey=True, squeeze=False)
     for ax, split in zip(axes[0], splits):
-        for aspect in [a for a in ASPECT_ORDER if a in set(df["aspect"])]:
+        for aspect in ordered(df["aspect"]):
             g = df[(df["split"] == split) & (df["aspect"] == aspect)].sort_values("k")
             ax.errorbar(g["k"], g["mean"], yerr=g["sd"], marker="o", capsize=3, label=aspect)
         ax.set_xscale("log", base=2)
@@ -104,7 +105,7 @@ def aggregation_heatmap(df: pd.DataFrame, aspect_col: str, note: str, path: str 
     """Heatmap: rows = aggregator setting, columns = aspect, cells = correlation."""
     sns.set_theme(style="white", context="paper")
     pivot = df.pivot(index="setting", columns=aspect_col, values="value")
-    pivot = pivot[[a for a in ASPECT_ORDER if a in pivot.columns]]
+    pivot = pivot[ordered(pivot.columns)]
     fig, ax = plt.subplots(figsize=(1.2 * pivot.shape[1] + 2, 0.45 * pivot.shape[0] + 1.5))
     sns.heatmap(pivot, annot=True, fmt=".3f", cmap="viridis", ax=ax, cbar_kws={"shrink": 0.7})
     ax.set_title(title)

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from face.aspects import ASPECTS
+from face.data import crsarena, usr
 
-ASPECT_ORDER = list(ASPECTS)
+# display order of the aspects we know; any other aspect follows in order of appearance
+ASPECT_ORDER = [*crsarena.ASPECTS, *usr.ASPECTS]
 SPLIT_LABELS = {"redial": "ReDial", "opendialkg": "OpenDialKG", "all": "pooled"}
 
 
@@ -55,8 +56,14 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str, 
     return [md, csv, tex]
 
 
+def ordered(names) -> list[str]:
+    """Aspect names in display order: known ones first (``ASPECT_ORDER``), then the rest as they come."""
+    names = list(dict.fromkeys(names))
+    return [a for a in ASPECT_ORDER if a in names] + [a for a in names if a not in ASPECT_ORDER]
+
+
 def order_aspects(df: pd.DataFrame, col: str = "aspect") -> pd.DataFrame:
-    key = {a: i for i, a in enumerate(ASPECT_ORDER)}
+    key = {a: i for i, a in enumerate(ordered(df[col]))}
     return df.sort_values(col, key=lambda s: s.map(key), kind="stable").reset_index(drop=True)
 
 

@@ -1,0 +1,89 @@
+"""Datasets: conversations, the aspects their human labels were collected for, splits, systems,
+published reference numbers. Built from config (``conf/dataset/*.yaml``, ``_target_``).
+
+A dataset subclass says where its files are (``files``), how to read them (``load_all``) and what the
+published numbers are (``published``); selection (``limit``, ``systems``, ``splits``) is shared here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import pandas as pd
+
+from face.aspects import Aspect
+from face.data.schema import Conversation
+
+PUBLISHED_COLUMNS = ["method", "split", "aspect", "coefficient", "value"]
+
+
+class Dataset:
+    title: str = "conversations"  # shown in every caption
+    splits_all: tuple[str, ...] = ("all",)  # the dataset's own splits (meta-evaluated separately, then pooled)
+    aspects: Mapping[str, Aspect] = {}
+    aliases: Mapping[str, str] = {}  # legacy aspect names -> canonical
+    default_aspects: tuple[str, ...] = ()  # empty: all aspects
+    # wording of the prompts that mention the domain
+    assistant: str = "dialogue assistant"  # "a <assistant>" in the decomposition prompt
+    judged: str = "dialogue systems"  # "an expert judge of <judged>" in the scoring prompts
+
+    def __init__(self, name: str, limit: int | None = None, systems: Sequence[str] | None = None,
+                 splits: Sequence[str] | None = None, download: bool = True, instructions: str = "initial"):
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"dataset.limit must be a positive integer or null, got {limit!r}")
+        unknown = sorted(set(splits or ()) - set(self.splits_all))
+        if unknown:
+            raise ValueError(f"dataset {name}: unknown split(s) {unknown}; this dataset has {list(self.splits_all)}")
+        self.name = name
+        self.limit = limit
+        self.systems = list(systems) if systems else None
+        self.splits = list(splits) if splits else None
+        self.download = download
+        self.instructions = instructions  # default instruction set of the live method (read by conf/method)
+
+    # ---- what a subclass provides -------------------------------------------------
+    def files(self) -> list[str]:
+        """Manifest names (``face.data.manifest``) to fetch and verify before loading."""
+        return []
+
+    def load_all(self, data_dir: Path) -> list[Conversation]:
+        raise NotImplementedError
+
+    def published(self, data_dir: Path) -> pd.DataFrame:
+        """Published reference correlations (``PUBLISHED_COLUMNS``); empty when there are none."""
+        return pd.DataFrame(columns=PUBLISHED_COLUMNS)
+
+    # ---- shared -------------------------------------------------------------------
+    @property
+    def is_subset(self) -> bool:
+        return bool(self.limit or self.systems or self.splits)
+
+    def select(self, convs: Sequence[Conversation]) -> list[Conversation]:
+        """By system (exact id, or the part before the first ``_``), by split, then the first ``limit``."""
+        out = list(convs)
+        if self.systems:
+            out = [c for c in out if c.system in self.systems or c.system.split("_")[0] in self.systems]
+        if self.splits:
+            out = [c for c in out if c.split in self.splits]
+        if self.limit is not None:
+            out = out[: self.limit]
+        return out
+
+    def eval_splits(self) -> list[str]:
+        """Splits to report: each of the dataset's splits, then ``all`` (pooled) when there are several."""
+        return list(self.splits_all) + (["all"] if len(self.splits_all) > 1 else [])
+
+    def aspect(self, name: str) -> Aspect:
+        canon = self.aliases.get(name, name)
+        if canon not in self.aspects:
+            raise ValueError(f"dataset {self.name} has no aspect {name!r}; its aspects: {', '.join(self.aspects)}")
+        return self.aspects[canon]
+
+    def resolve_aspects(self, names: Sequence[str] | None) -> list[Aspect]:
+        """The aspects to evaluate: ``names`` (validated), or the dataset's defaults."""
+        names = list(names) if names else list(self.default_aspects or self.aspects)
+        return [self.aspect(n) for n in names]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
