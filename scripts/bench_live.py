@@ -22,12 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from face.data import CRSARENA_EVAL, RELEASED_PARTICLES, ensure_data, released_instructions_file  # noqa: E402
-from face.data.crsarena import load_conversations  # noqa: E402
+from face.data.crsarena import ASPECTS, load_conversations  # noqa: E402
 from face.data.released import load_instructions, load_released_particles  # noqa: E402
 from face.llm import LLMConfig, make_client  # noqa: E402
 from face.llm.scripted import ScriptedServer  # noqa: E402
 from face.particles import from_released  # noqa: E402
-from face.scoring import plan, score, units_for  # noqa: E402
+from face.scoring import ScoringSpec, plan, score, units_for  # noqa: E402
 
 
 def data_dir() -> Path:
@@ -42,7 +42,7 @@ def data_dir() -> Path:
 def setup(d: Path, aspect: str, conv_index: int = 0):
     convs = load_conversations(d / CRSARENA_EVAL)[conv_index:conv_index + 1]
     rows = [r for r in load_released_particles(d / RELEASED_PARTICLES) if r.conv_id == convs[0].conv_id]
-    units = units_for(aspect, convs, from_released(rows))
+    units = units_for(ASPECTS[aspect], convs, from_released(rows))
     instructions = load_instructions(d / released_instructions_file(aspect))
     return convs, units, instructions
 
@@ -68,7 +68,7 @@ def bench_scripted(d: Path, concurrency: int) -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 cfg = LLMConfig(backend="openai_compatible", base_url=info.base_url, model="scripted-model",
                                 cache_dir=tmp, progress=False, concurrency=concurrency, n_per_request=n_per_request)
-                planned = plan(units, instructions, by_id, estimator, n, True, 0.6, 16)
+                planned = plan(units, instructions, by_id, ScoringSpec(estimator, n), True)
                 wall, u = timed(cfg, planned, estimator)
                 print(f"  {label:42s}: wall {wall:6.2f} s, HTTP requests {u['http_requests']:5d}, LLM calls "
                       f"(samples) {len(planned) * n:5d}, scores {len(planned)}")
@@ -86,7 +86,7 @@ def bench_local_order(d: Path, n_instructions: int) -> None:
     for order in ("naive", "prefix"):
         with tempfile.TemporaryDirectory() as tmp:
             cfg = LLMConfig.from_dict({**base, "cache_dir": tmp, "concurrency": 1, "progress": False})
-            planned = plan(units, instructions, by_id, "sampling", 1, True, 0.6, 16, order=order)
+            planned = plan(units, instructions, by_id, ScoringSpec("sampling", 1, order=order), True)
             wall, u = timed(cfg, planned, "sampling")
             print(f"  order={order:6s}: wall {wall:6.1f} s for {u['http_requests']} requests "
                   f"({wall / max(u['http_requests'], 1):.2f} s/request)")

@@ -64,7 +64,7 @@ def main() -> None:
     import pandas as pd
 
     rng = np.random.default_rng(0)
-    df = pd.DataFrame({"conv_id": np.arange(467), "crs": rng.integers(0, 9, 467).astype(str),
+    df = pd.DataFrame({"conv_id": np.arange(467), "system": rng.integers(0, 9, 467).astype(str),
                        "pred": rng.normal(size=467), "human": rng.normal(size=467)})
     t = time.perf_counter()
     system_correlations(df, n_boot=1000)

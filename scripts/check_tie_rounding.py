@@ -19,9 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from face.aggregate import aggregate  # noqa: E402
-from face.aspects import ASPECTS  # noqa: E402
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, ensure_data, released_scores_file  # noqa: E402
-from face.data.crsarena import load_conversations  # noqa: E402
+from face.data.crsarena import ASPECTS, load_conversations  # noqa: E402
 from face.data.released import load_published_table  # noqa: E402
 from face.methods.released import load_scores  # noqa: E402
 from face.metaeval import items  # noqa: E402
@@ -35,8 +34,9 @@ def main() -> None:
     pub = load_published_table(d / PUBLISHED_TABLE)
     pub = pub[(pub.method == "FACE") & (pub.coefficient == "spearman")].set_index(["aspect", "split"])["value"]
     scores = load_scores(d, list(ASPECTS))
-    rounded = aggregate(scores)
-    flat = aggregate(scores)  # same keys, then overwrite with unrounded flat means in file order
+    levels = {a.name: a.level for a in ASPECTS.values()}
+    rounded = aggregate(scores, levels)
+    flat = aggregate(scores, levels)  # same keys, then overwrite with unrounded flat means in file order
     t = scores.groupby(["aspect", "conv_id", "turn_ind"], observed=True, sort=False)["score"].agg(lambda s: sum(s) / len(s))
     g = scores.groupby(["aspect", "conv_id"], observed=True, sort=False)["score"].agg(lambda s: sum(s) / len(s))
     flat.turn["pred"] = [t[(r.aspect, r.conv_id, r.turn_ind)] for r in flat.turn.itertuples()]
@@ -46,7 +46,7 @@ def main() -> None:
         for split in ("redial", "opendialkg"):
             vals = []
             for preds in (rounded, flat):
-                df = items(preds, convs, aspect).dropna(subset=["pred"])
+                df = items(preds, convs, ASPECTS[aspect]).dropna(subset=["pred"])
                 df = df[df.split == split]
                 vals.append(stats.spearmanr(df.pred, df.human)[0])
             flag = "  <- third decimal differs" if round(vals[0], 3) != round(vals[1], 3) else ""
