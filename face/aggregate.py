@@ -19,12 +19,10 @@ correlations. Rounding makes mathematically equal predictions tie exactly, whate
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-
-from typing import Mapping
 
 AGGREGATORS = ("mean", "median", "max", "min")
 PRED_DECIMALS = 10
@@ -43,12 +41,12 @@ class Predictions:
     def aspects(self) -> list[str]:
         return sorted(set(self.turn["aspect"]) | set(self.dialogue["aspect"]))
 
-    def concat(self, other: "Predictions") -> "Predictions":
+    def concat(self, other: Predictions) -> Predictions:
         return Predictions(pd.concat([self.turn, other.turn], ignore_index=True),
                            pd.concat([self.dialogue, other.dialogue], ignore_index=True))
 
     @staticmethod
-    def empty() -> "Predictions":
+    def empty() -> Predictions:
         return Predictions(pd.DataFrame(columns=TURN_COLUMNS), pd.DataFrame(columns=DIALOGUE_COLUMNS))
 
 

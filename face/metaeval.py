@@ -67,7 +67,7 @@ class _Ties:
     group_of_item: np.ndarray  # tie group of each item (original order)
 
     @staticmethod
-    def of(x: np.ndarray) -> "_Ties":
+    def of(x: np.ndarray) -> _Ties:
         order = np.argsort(x, kind="stable")
         xs = x[order]
         new = np.r_[True, xs[1:] != xs[:-1]]

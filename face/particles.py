@@ -13,8 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from face.data.schema import DIALOGUE_ACTS, NO_FEEDBACK, USER, Conversation, Particle, Turn, \
-    TurnParticles
+from face.data.schema import DIALOGUE_ACTS, NO_FEEDBACK, USER, Conversation, Particle, Turn, TurnParticles
 from face.prompts import render
 
 MAX_MENTION_WORDS = 12

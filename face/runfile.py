@@ -74,7 +74,8 @@ def read_run_file(path: str | Path, known: Collection[str] | None = None) -> Pre
             t_rec = f"{rec}, turns[{j}]"
             turn_ind = field(t, "turn_ind", int, path, t_rec)
             for name, v in field(t, "turn_level_pred", dict, path, t_rec).items():
-                turn_rows.append((_aspect(name, known, path, t_rec), conv_id, turn_ind, _value(v, path, f"{t_rec}, {name}")))
+                turn_rows.append((_aspect(name, known, path, t_rec), conv_id, turn_ind,
+                                  _value(v, path, f"{t_rec}, {name}")))
         for name, v in (check_type(obj.get("dial_level_pred") or {}, dict, path, rec)).items():
             dial_rows.append((_aspect(name, known, path, rec), conv_id, _value(v, path, f"{rec}, {name}")))
     return Predictions(pd.DataFrame(turn_rows, columns=TURN_COLUMNS), pd.DataFrame(dial_rows, columns=DIALOGUE_COLUMNS))

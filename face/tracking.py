@@ -59,7 +59,7 @@ class Tracker:
                 mlflow.create_experiment(t.experiment_name, artifact_location=location)
             mlflow.set_experiment(t.experiment_name)
 
-    def __enter__(self) -> "Tracker":
+    def __enter__(self) -> Tracker:
         if self.enabled:
             t = self.cfg.tracking
             run = self.mlflow.start_run(run_name=t.get("run_name"))
@@ -125,7 +125,7 @@ class Tracker:
         text = "\n\n".join(f"### {i.instruction_id}\n{i.text}" for i in instructions)
         try:
             latest = genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
-        except Exception:  # noqa: BLE001 - registry lookups fail in many ways on old stores
+        except Exception:
             latest = None
         if latest is not None and latest.template == text:
             version = latest
@@ -133,7 +133,8 @@ class Tracker:
             version = genai.register_prompt(
                 name=name, template=text,
                 commit_message=f"{len(instructions)} {source} instructions for {aspect}",
-                tags={"aspect": aspect, "source": source, "instruction_ids": ",".join(i.instruction_id for i in instructions)})
+                tags={"aspect": aspect, "source": source,
+                      "instruction_ids": ",".join(i.instruction_id for i in instructions)})
         uri = f"prompts:/{name}/{version.version}"
         self.set_tags({f"prompt.{aspect}": uri})
         return uri

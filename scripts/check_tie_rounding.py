@@ -22,8 +22,8 @@ from face.aggregate import aggregate  # noqa: E402
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, ensure_data, released_scores_file  # noqa: E402
 from face.data.crsarena import ASPECTS, load_conversations  # noqa: E402
 from face.data.released import load_published_table  # noqa: E402
-from face.methods.released import load_scores  # noqa: E402
 from face.metaeval import items  # noqa: E402
+from face.methods.released import load_scores  # noqa: E402
 
 
 def main() -> None:
@@ -37,7 +37,8 @@ def main() -> None:
     levels = {a.name: a.level for a in ASPECTS.values()}
     rounded = aggregate(scores, levels)
     flat = aggregate(scores, levels)  # same keys, then overwrite with unrounded flat means in file order
-    t = scores.groupby(["aspect", "conv_id", "turn_ind"], observed=True, sort=False)["score"].agg(lambda s: sum(s) / len(s))
+    t = (scores.groupby(["aspect", "conv_id", "turn_ind"], observed=True, sort=False)["score"]
+         .agg(lambda s: sum(s) / len(s)))
     g = scores.groupby(["aspect", "conv_id"], observed=True, sort=False)["score"].agg(lambda s: sum(s) / len(s))
     flat.turn["pred"] = [t[(r.aspect, r.conv_id, r.turn_ind)] for r in flat.turn.itertuples()]
     flat.dialogue["pred"] = [g[(r.aspect, r.conv_id)] for r in flat.dialogue.itertuples()]

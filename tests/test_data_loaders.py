@@ -7,12 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from face.data import ARENA_DIALOGUES, ARENA_VOTES, CRSARENA_EVAL, PUBLISHED_TABLE, RELEASED_PARTICLES, USR_FILES, \
-    DataError, released_instructions_file, released_scores_file
+from face.data import (
+    ARENA_DIALOGUES,
+    ARENA_VOTES,
+    CRSARENA_EVAL,
+    PUBLISHED_TABLE,
+    RELEASED_PARTICLES,
+    USR_FILES,
+    DataError,
+    released_instructions_file,
+    released_scores_file,
+)
 from face.data.arena import load_dialogues, load_votes
 from face.data.crsarena import ASPECTS, load_conversations, select
-from face.data.released import load_instructions, load_particle_scores, load_published_table, \
-    load_released_particles
+from face.data.released import load_instructions, load_particle_scores, load_published_table, load_released_particles
 from face.data.schema import ASSISTANT, DIALOGUE_ACTS, USER
 from face.data.usr import USR_ASPECTS, load_usr, to_conversations
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from scipy import stats
 from mlflow.tracking import MlflowClient
+from scipy import stats
 
 from face.data import CRSARENA_EVAL
 
@@ -79,7 +79,8 @@ def test_run_file_written_by_the_project_gives_the_reported_correlations(cfg_fac
     assert reported["dialogue", "dialogue_overall", "redial", "pearson"] == pytest.approx(
         stats.pearsonr(*zip(*dial))[0], abs=1e-12)
     labels = {(c, t["turn_ind"]): t["turn_level_aggregated"]["relevance"] for c, conv in raw.items()
-              for t in conv["dialogue"] if t["role"] == "ASST" and "relevance" in (t.get("turn_level_aggregated") or {})}
+              for t in conv["dialogue"]
+              if t["role"] == "ASST" and "relevance" in (t.get("turn_level_aggregated") or {})}
     turn = [(t["turn_level_pred"]["relevance"], labels[r["conv_id"], t["turn_ind"]]) for r in run for t in r["turns"]
             if (r["conv_id"], t["turn_ind"]) in labels]
     n = out["results"].set_index(["level", "aspect", "split", "coefficient"])["n"]

@@ -233,6 +233,11 @@ def _run(cfg):
     return importlib.import_module(cfg.runner).run(cfg)
 
 
+def _detail(cfg) -> list[dict]:
+    lines = (Path(cfg.paths.output_dir) / "particle_scores.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
 @pytest.mark.slow
 def test_crsarena_main_end_to_end_writes_run_file_and_per_particle_file(cfg_factory):
     cfg = cfg_factory("experiment=crsarena_main", *SMALL_LIVE)
@@ -262,7 +267,7 @@ def test_crsarena_main_end_to_end_writes_run_file_and_per_particle_file(cfg_fact
 def test_ablation_no_particles_scores_whole_turns(cfg_factory):
     cfg = cfg_factory("experiment=ablation_no_particles", *SMALL_LIVE, tracking=False)
     _run(cfg)
-    detail = [json.loads(line) for line in (Path(cfg.paths.output_dir) / "particle_scores.jsonl").read_text().splitlines()]
+    detail = _detail(cfg)
     assert {d["particle_ind"] for d in detail} == {-1}
     assert {d["turn_ind"] for d in detail if d["aspect"] == "dialogue_overall"} == {-1}
     assert not (Path(cfg.paths.output_dir) / "particles.jsonl").exists()
@@ -271,7 +276,7 @@ def test_ablation_no_particles_scores_whole_turns(cfg_factory):
 def test_ablation_no_optimization_uses_the_initial_instruction(cfg_factory):
     cfg = cfg_factory("experiment=ablation_no_optimization", *SMALL_LIVE, tracking=False)
     out = _run(cfg)
-    detail = [json.loads(line) for line in (Path(cfg.paths.output_dir) / "particle_scores.jsonl").read_text().splitlines()]
+    detail = _detail(cfg)
     assert {d["instruction_id"] for d in detail} == {"initial"}
     assert "FACE w/o train" in (out["out_dir"] / "vs_published.md").read_text()
 

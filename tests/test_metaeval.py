@@ -10,8 +10,16 @@ from scipy import stats
 from face.aggregate import Predictions
 from face.data.crsarena import ASPECTS
 from face.data.schema import Conversation, Turn
-from face.metaeval import (COEFFICIENTS, WEIGHTED, bootstrap_ci, cluster_weights, correlate, meta_evaluate,
-                           rows_correlation, system_correlations)
+from face.metaeval import (
+    COEFFICIENTS,
+    WEIGHTED,
+    bootstrap_ci,
+    cluster_weights,
+    correlate,
+    meta_evaluate,
+    rows_correlation,
+    system_correlations,
+)
 
 SCIPY = {"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from face.data import CRSARENA_EVAL, PUBLISHED_TABLE
-from face.data import crsarena
+from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, crsarena
 from face.data.released import load_published_table
 from face.data.schema import Conversation
 from face.datasets import Dataset

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from face.data import USR_FILES
-from face.data import usr
+from face.data import USR_FILES, usr
 from face.data.schema import Conversation
 from face.datasets import Dataset
 

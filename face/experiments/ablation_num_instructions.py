@@ -8,8 +8,8 @@ from tqdm import tqdm
 
 from face.aggregate import aggregate, instruction_ids, random_instruction_subsets
 from face.experiments.common import experiment, released_scores
-from face.methods.released import LABEL
 from face.metaeval import meta_evaluate
+from face.methods.released import LABEL
 from face.report import figures
 from face.report.tables import order_aspects, print_table, write_table
 

@@ -22,8 +22,8 @@ from face.aspects import Aspect
 from face.data import ensure_data
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
-from face.methods import Inputs, Method, MethodOutput, build
 from face.metaeval import LEVELS, meta_evaluate
+from face.methods import Inputs, Method, MethodOutput, build
 from face.runfile import write_run_file
 from face.tracking import Tracker
 

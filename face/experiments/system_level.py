@@ -12,9 +12,8 @@ from face.data import ARENA_VOTES
 from face.data.arena import load_votes
 from face.datasets.crsarena import CRSArenaEval
 from face.experiments.common import experiment
+from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, rows_correlation, system_means, system_table
 from face.methods import build
-from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, rows_correlation, system_means, \
-    system_table
 from face.report import figures
 from face.report.tables import order_aspects, print_table, write_table
 from face.tracking import correlation_metrics
@@ -57,7 +56,8 @@ def run(cfg: DictConfig) -> dict:
         # the two human rankings against each other (labels of CRSArena-Eval vs arena votes)
         sys_tab = {a.name: system_table(out.predictions, ctx.convs, a) for a in ctx.aspects}
         overall = sys_tab["dialogue_overall"] if "dialogue_overall" in sys_tab else next(iter(sys_tab.values()))
-        overall = overall.rename(columns={"system": "crs"}).merge(ranking[["crs", "bt_rating", "votes", "win_rate"]], on="crs", how="left")
+        overall = overall.rename(columns={"system": "crs"}).merge(
+            ranking[["crs", "bt_rating", "votes", "win_rate"]], on="crs", how="left")
         h_vs_a = correlate(overall["human"].to_numpy(), overall["bt_rating"].to_numpy())
         results = pd.concat([human.assign(level="system_vs_human_labels"), vs_arena.assign(level="system_vs_arena_bt")])
         results = order_aspects(results)

@@ -20,7 +20,8 @@ from face.aspects import Aspect
 from face.cost import Pricing, cost_table, decomposition_cost, particles_per_turn, scoring_cost
 from face.data import RELEASED_PARTICLES, released_instructions_file
 from face.data.errors import DataError
-from face.data.io import check_type, field as json_field, read_json
+from face.data.io import check_type, read_json
+from face.data.io import field as json_field
 from face.data.released import SCORE_COLUMNS, load_instructions, load_released_particles
 from face.data.schema import Conversation, Instruction
 from face.methods import Inputs, MethodOutput

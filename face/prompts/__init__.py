@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from string import Template
 
 _SECTION = re.compile(r"^\[(system|user|assistant)\]\s*$", re.MULTILINE)
 
 
-@lru_cache(maxsize=None)
+@cache
 def template_text(name: str) -> str:
     return resources.files("face.prompts").joinpath(name).read_text(encoding="utf-8")
 
