@@ -23,7 +23,6 @@ sys.path.insert(0, str(ROOT))
 from face.llm import ChatRequest, LLMConfig, make_client  # noqa: E402
 
 
-
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     p = subprocess.Popen([sys.executable, "-m", "face.llm.scripted", "--latency", str(latency)],
                          stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -111,8 +110,10 @@ def main() -> None:
         sdk, sdk_cpu = cpu_timed(bare_sdk, url, k)
         print(f"\n[zero-latency server, {k} sequential calls each; wall time includes the server's work,"
               f" CPU time is the client process only; includes ~20 warm-up calls]")
-        print(f"  bare aiohttp loop (floor)             : {raw * 1e3:6.2f} ms/call wall, {raw_cpu * 1e3:5.2f} ms/call CPU")
-        print(f"  bare openai SDK create (httpx)        : {sdk * 1e3:6.2f} ms/call wall, {sdk_cpu * 1e3:5.2f} ms/call CPU")
+        print(f"  bare aiohttp loop (floor)             : {raw * 1e3:6.2f} ms/call wall, "
+              f"{raw_cpu * 1e3:5.2f} ms/call CPU")
+        print(f"  bare openai SDK create (httpx)        : {sdk * 1e3:6.2f} ms/call wall, "
+              f"{sdk_cpu * 1e3:5.2f} ms/call CPU")
         results = {}
         for conc in (1, 8):
             dt, s = timed_batch(url, str(tmp / f"zero{conc}"), conc, requests(k, f"zero{conc}"))

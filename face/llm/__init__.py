@@ -1,17 +1,30 @@
 """LLM access layer: every LLM call of the project goes through here.
 
     from face.llm import LLMConfig, ChatRequest, make_client
-    with make_client(LLMConfig.from_dict(cfg.llm)) as client:
+    with make_client(LLMConfig.from_dict(cfg.llm)) as client:   # client satisfies face.llm.LM
         results = client.run_batch(requests, desc="scoring")
         client.usage.summary()
+
+Modules: base (records, the LM protocol), transport (HTTP + retries), budget (caps, dry run,
+accounting), cache (per-sample SQLite cache), client (server start-up, the stack, batches),
+adapters (typed JSON answers), structured (JSON answers with re-sampling), local / scripted
+(servers started beside the client).
 """
+from .base import (
+    LM,
+    ChatRequest,
+    ChatResult,
+    Completion,
+    LLMCallError,
+    Server,
+    TokenLogprob,
+)
 from .cache import SampleCache
-from .client import (ChatRequest, ChatResult, Completion, LLMCallError, LLMClient, TokenLogprob,
-                     make_client)
+from .client import LLMClient, make_client
 from .config import LLMConfig
 from .usage import BudgetExceeded, Usage
 
 __all__ = [
-    "BudgetExceeded", "ChatRequest", "ChatResult", "Completion", "LLMCallError", "LLMClient", "LLMConfig",
-    "SampleCache", "TokenLogprob", "Usage", "make_client",
+    "LM", "BudgetExceeded", "ChatRequest", "ChatResult", "Completion", "LLMCallError", "LLMClient", "LLMConfig",
+    "SampleCache", "Server", "TokenLogprob", "Usage", "make_client",
 ]

@@ -1,4 +1,5 @@
-"""Persistent per-sample LLM cache: one SQLite file (WAL mode) in cache_dir.
+"""Persistent per-sample LLM cache: one SQLite file (WAL mode) in cache_dir, and `CachingLM`,
+the layer of the stack that serves samples from it and stores new ones.
 
 One row per *sample*: key = sha256 of the canonical JSON of everything that
 determines that sample (model, messages, sampling parameters, response format,
@@ -7,16 +8,36 @@ never part of a key or a row. Each sample is committed as soon as it arrives,
 so a killed run loses nothing that finished. WAL + busy_timeout + one short
 transaction per write make it safe for many asyncio tasks (one connection,
 one thread) and for several processes sharing the file.
+
+`CachingLM.chat(req)` looks every sample of the request up, sends only the missing ones (one
+sub-request per consecutive run of at most `n_per_request` indices) and stores each run as
+soon as it arrives. Dry-run placeholders are never stored.
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+
+from .base import (
+    Chat,
+    ChatRequest,
+    ChatResult,
+    Completion,
+    TokenLogprob,
+    merge,
+    raise_first,
+    request_params,
+    runs,
+)
 
 CACHE_FILE = "llm_cache.sqlite"
 
@@ -111,7 +132,45 @@ class SampleCache:
         return n
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(sqlite3.Error):
             self._conn.close()
-        except sqlite3.Error:  # pragma: no cover
-            pass
+
+
+def _lp_to_json(lps: list[TokenLogprob] | None) -> list | None:
+    return None if lps is None else [[t.token, t.logprob, [list(x) for x in t.top]] for t in lps]
+
+
+def _lp_from_json(data: list | None) -> list[TokenLogprob] | None:
+    return None if data is None else [TokenLogprob(t, lp, [(a, b) for a, b in top]) for t, lp, top in data]
+
+
+class CachingLM:
+    def __init__(self, inner: Chat, store: SampleCache, cfg: Any, model: str):
+        self.inner, self.store, self.cfg, self.model = inner, store, cfg, model
+
+    def key_for(self, req: ChatRequest, sample_index: int) -> str:
+        """The cache key of one sample (unchanged since the first cache was written: fixtures test it)."""
+        return sample_key({"model": self.model, "messages": [list(m) for m in req.messages],
+                           **request_params(self.cfg, req), "seed": self.cfg.seed, "sample_index": sample_index})
+
+    async def chat(self, req: ChatRequest) -> ChatResult:
+        keys = {i: self.key_for(req, i) for i in req.indices}
+        hit = self.store.get_many(keys.values())
+        got = {i: Completion(p["text"], p["finish_reason"], _lp_from_json(p.get("logprobs")), cached=True,
+                             sample_index=i)
+               for i, k in keys.items() if (p := hit.get(k)) is not None}
+        missing = [i for i in req.indices if i not in got]
+        subs = [replace(req, n=len(r), first_sample=r[0]) for r in runs(missing, self.cfg.n_per_request)]
+        if len(subs) <= 1:  # the common case: no task per sub-request
+            parts = [await self._fetch(s, keys) for s in subs]
+        else:
+            parts = await asyncio.gather(*(self._fetch(s, keys) for s in subs), return_exceptions=True)
+            raise_first([p for p in parts if isinstance(p, BaseException)])
+        return merge(req, parts, got)
+
+    async def _fetch(self, req: ChatRequest, keys: dict[int, str]) -> ChatResult:
+        res = await self.inner.chat(req)
+        self.store.put_many((keys[s.sample_index], self.model, req.tag, s.sample_index,
+                             {"text": s.text, "finish_reason": s.finish_reason, "logprobs": _lp_to_json(s.logprobs)})
+                            for s in res.samples if not s.dry_run)
+        return res

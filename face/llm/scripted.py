@@ -20,6 +20,7 @@ Endpoints: POST /v1/chat/completions, GET /v1/models, GET /health.
   Authorization header is never logged.
 
 In-process:  with ScriptedServer(latency_s=0.1) as info: info.base_url
+As the configured server of a client: llm.server = {_target_: face.llm.scripted.ScriptedServer, ...}
 Subprocess:  python -m face.llm.scripted --port P --log FILE [--latency 0.1 --fault-rate 0.2]
 """
 from __future__ import annotations
@@ -34,8 +35,9 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -66,17 +68,18 @@ def schema_instance(schema: dict, rng: random.Random) -> Any:
         return schema["const"]
     t = schema.get("type", "object")
     if isinstance(t, list):
-        t = [x for x in t if x != "null"][0] if any(x != "null" for x in t) else "null"
+        t = next(x for x in t if x != "null") if any(x != "null" for x in t) else "null"
     if t == "object":
         props = schema.get("properties", {})
         return {k: schema_instance(v, rng) for k, v in props.items()}
     if t == "array":
         lo = int(schema.get("minItems", 1))
         hi = int(schema.get("maxItems", lo + 2))
-        return [schema_instance(schema.get("items", {"type": "string"}), rng) for _ in range(rng.randint(lo, max(lo, hi)))]
+        items = schema.get("items", {"type": "string"})
+        return [schema_instance(items, rng) for _ in range(rng.randint(lo, max(lo, hi)))]
     if t == "integer":
-        lo = int(math.ceil(schema.get("minimum", 0)))
-        hi = int(math.floor(schema.get("maximum", lo + 10)))
+        lo = math.ceil(schema.get("minimum", 0))
+        hi = math.floor(schema.get("maximum", lo + 10))
         return rng.randint(lo, max(lo, hi))
     if t == "number":
         lo = float(schema.get("minimum", 0.0))
@@ -239,9 +242,9 @@ class ScriptedServer:
         with self._lock:
             if self._forced:
                 return self._forced.pop(0)
-        if self.fault_rate > 0 and attempt < self.faults_per_request and self.fault_kinds:
-            if _unit(_h(h, "fault")) < self.fault_rate:
-                return self.fault_kinds[int(_h(h, "kind")[:8], 16) % len(self.fault_kinds)]
+        if (self.fault_rate > 0 and attempt < self.faults_per_request and self.fault_kinds
+                and _unit(_h(h, "fault")) < self.fault_rate):
+            return self.fault_kinds[int(_h(h, "kind")[:8], 16) % len(self.fault_kinds)]
         return None
 
     def _record(self, entry: dict) -> None:
@@ -328,9 +331,20 @@ class ScriptedServer:
         port = self._runner.addresses[0][1]
         self.info = ServerInfo(base_url=f"http://{self.host}:{port}/v1", model=self.model, port=port)
 
+    @property
+    def base_url(self) -> str | None:
+        return None if self.info is None else self.info.base_url
+
     def __enter__(self) -> ServerInfo:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> ServerInfo:
+        """Serve in a background thread; returns once the port is bound."""
         if self.log_file:
-            self._log_fh = open(self.log_file, "a", encoding="utf-8")
+            self._log_fh = open(self.log_file, "a", encoding="utf-8")  # noqa: SIM115 - closed in stop()
         ready = threading.Event()
         err: list[BaseException] = []
 
@@ -339,7 +353,7 @@ class ScriptedServer:
             asyncio.set_event_loop(self._loop)
             try:
                 self._loop.run_until_complete(self._start())
-            except BaseException as e:  # noqa: BLE001
+            except BaseException as e:
                 err.append(e)
                 ready.set()
                 return
@@ -356,7 +370,7 @@ class ScriptedServer:
         assert self.info is not None
         return self.info
 
-    def __exit__(self, *exc: Any) -> None:
+    def stop(self) -> None:
         if self._loop is not None and self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)

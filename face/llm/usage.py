@@ -3,6 +3,7 @@
 A *call* is one `client.chat(request)` (one ChatRequest, n samples). It may be
 served from the cache (per sample) and/or need one or more HTTP requests
 (n is split into chunks of `n_per_request`). Only HTTP requests cost money.
+`face.llm.budget` fills this in: per HTTP request (caps, cost, retries) and per call (records).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class CallRecord:
 
 def estimate_tokens(text_chars: int) -> int:
     """~4 characters per token (a deliberately rough, slightly pessimistic estimate)."""
-    return int(math.ceil(text_chars / 4))
+    return math.ceil(text_chars / 4)
 
 
 def estimate_input_tokens(messages: tuple[tuple[str, str], ...]) -> int:
@@ -51,7 +52,7 @@ def _quantile(xs: list[float], q: float) -> float:
         return 0.0
     s = sorted(xs)
     pos = q * (len(s) - 1)
-    lo, hi = int(math.floor(pos)), int(math.ceil(pos))
+    lo, hi = math.floor(pos), math.ceil(pos)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
@@ -139,7 +140,10 @@ class Usage:
     def add(self, rec: CallRecord) -> None:
         self.records.append(rec)
         self.cache_hits += rec.cached_samples
-        self.retries += rec.retries
+
+    def note_retries(self, k: int) -> None:
+        """Retries spent on one HTTP request (also when it failed for good)."""
+        self.retries += k
 
     def note_fallback(self, tag: str, reason: str) -> None:
         self.fallback_events.append({"tag": tag, "reason": reason})

@@ -17,9 +17,9 @@ def server():
 @pytest.fixture
 def make_cfg(server, tmp_path):
     def make(**kw) -> LLMConfig:
-        base = dict(backend="openai_compatible", base_url=server.info.base_url, model="scripted-model",
-                    cache_dir=str(tmp_path / "cache"), progress=False, concurrency=4, timeout_s=5.0,
-                    max_retries=4, backoff_base_s=0.01, backoff_max_s=0.05)
+        base = {"backend": "openai_compatible", "base_url": server.info.base_url, "model": "scripted-model",
+                    "cache_dir": str(tmp_path / "cache"), "progress": False, "concurrency": 4, "timeout_s": 5.0,
+                    "max_retries": 4, "backoff_base_s": 0.01, "backoff_max_s": 0.05}
         base.update(kw)
         return LLMConfig(**base)
     return make

@@ -4,9 +4,8 @@ import time
 
 import pytest
 
-from face.llm import ChatRequest, LLMCallError, LLMConfig, make_client
+from face.llm import LM, ChatRequest, LLMCallError, LLMConfig, make_client
 from face.llm.scripted import ScriptedServer
-
 
 
 def user(text: str) -> list[dict]:
@@ -24,7 +23,8 @@ def test_messages_normalised_and_hashable():
     assert a == b == c and hash(a) == hash(b)
     assert a.messages == (("user", "hi"),)
     rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}
-    assert hash(ChatRequest(messages="hi", response_format=rf)) == hash(ChatRequest(messages="hi", response_format=dict(rf)))
+    assert hash(ChatRequest(messages="hi", response_format=rf)) == \
+        hash(ChatRequest(messages="hi", response_format=dict(rf)))
     assert ChatRequest(messages="hi", response_format=rf) != a
 
 
@@ -107,7 +107,7 @@ def test_concurrency_limit_respected(make_cfg):
             t0 = time.perf_counter()
             c.run_batch(reqs(24))
             dt = time.perf_counter() - t0
-            assert c.max_in_flight == 3
+            assert c.budget.max_in_flight == 3
         assert srv.max_active == 3
         assert dt >= 24 / 3 * 0.05 * 0.9
 
@@ -175,13 +175,13 @@ def test_logprobs_roundtrip_through_cache(server, make_cfg):
 
 
 def test_logprobs_unsupported_is_explicit(server, make_cfg):
-    with make_client(make_cfg(supports_logprobs=False)) as c:
-        with pytest.raises(ValueError, match="logprobs"):
-            c.run(ChatRequest(messages=user("q"), logprobs=True))
+    with make_client(make_cfg(supports_logprobs=False)) as c, pytest.raises(ValueError, match="logprobs"):
+        c.run(ChatRequest(messages=user("q"), logprobs=True))
 
 
 def test_scripted_backend_starts_its_own_server(tmp_path):
-    cfg = LLMConfig(backend="scripted", cache_dir=str(tmp_path), progress=False, local={"latency_s": 0.0})
+    cfg = LLMConfig(backend="scripted", cache_dir=str(tmp_path), progress=False,
+                    server={"_target_": "face.llm.scripted.ScriptedServer", "latency_s": 0.0})
     with make_client(cfg) as c:
         r = c.run(ChatRequest(messages="hello"))
         assert c.base_url.startswith("http://127.0.0.1:")
@@ -218,3 +218,32 @@ def test_progress_bar_shows_hits_failures_cost(server, make_cfg, capsys):
     with make_client(make_cfg(progress=False)) as c:
         c.run_batch(reqs(3), desc="silent batch")
     assert "silent batch" not in capsys.readouterr().err
+
+
+def test_retries_counted_under_faults_injected_by_the_configured_server(tmp_path):
+    server = {"_target_": "face.llm.scripted.ScriptedServer", "fault_rate": 0.5, "fault_kinds": ["429", "500"],
+              "retry_after_s": 0.0}
+    cfg = LLMConfig(backend="scripted", cache_dir=str(tmp_path), progress=False, max_retries=3,
+                    backoff_base_s=0.001, backoff_max_s=0.01, server=server)
+    with make_client(cfg) as c:
+        out = c.run_batch(reqs(40))
+        s = c.usage.summary()
+        log = list(c.server.log)
+    faulted = [e for e in log if e["fault"]]
+    assert 8 <= len(faulted) <= 32 and {e["fault"] for e in faulted} == {"429", "500"}
+    assert s["retries"] == len(faulted) == sum(r.retries for r in out)
+    assert s["http_requests"] == 40 and s["failures"] == 0 and len(log) == 40 + len(faulted)
+    by_request = {e["hash"]: e for e in faulted}
+    assert len(by_request) == len(faulted)  # each faulted request failed once, then succeeded
+
+
+def test_a_backend_is_a_config_not_a_branch(tmp_path):
+    """Any label, any server class: the client takes base_url and model from the started server."""
+    cfg = LLMConfig(backend="my-new-backend", model="ignored", base_url="http://ignored/v1", cache_dir=str(tmp_path),
+                    progress=False, server={"_target_": "face.llm.scripted.ScriptedServer", "model": "served-model"})
+    with make_client(cfg) as c:
+        c.run(ChatRequest(messages="hi"))
+        assert isinstance(c, LM) and c.model == "served-model" and c.base_url == c.server.base_url != cfg.base_url
+        assert [e["model"] for e in c.server.log] == ["served-model"]
+        srv = c.server
+    assert c.server is None and srv._thread is None  # stopped with the client

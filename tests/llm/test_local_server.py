@@ -57,7 +57,7 @@ def test_missing_llama_cpp_names_install_command(monkeypatch: pytest.MonkeyPatch
         lambda name, *a: None if name == "llama_cpp" else real_find_spec(name, *a),
     )
     with pytest.raises(LocalServerError, match="requirements-local.txt") as err:
-        LocalServer({"model_file": __file__}).start()
+        LocalServer({"model_file": __file__, "auto_install": False}).start()
     assert "llama_cpp" in str(err.value)
 
 
@@ -120,7 +120,7 @@ def test_child_env_drops_server_settings(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_reuse_url_that_does_not_answer_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(local, "check_server_installed", _raise_sentinel)
-    server = LocalServer({"reuse_url": f"http://127.0.0.1:{local.find_free_port()}"})
+    server = LocalServer({"reuse_url": f"http://127.0.0.1:{local.find_free_port()}", "auto_install": False})
     with pytest.raises(_Sentinel):
         server.start()
     assert not server.reused

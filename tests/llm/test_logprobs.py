@@ -4,7 +4,12 @@ import math
 import pytest
 
 from face.llm import ChatRequest, TokenLogprob, make_client
-from face.llm.logprobs import expected_from_top_logprobs, expected_score, find_answer_position, token_value
+from face.llm.logprobs import (
+    expected_from_top_logprobs,
+    expected_score,
+    find_answer_position,
+    token_value,
+)
 
 
 def lp(p):

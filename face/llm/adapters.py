@@ -1,0 +1,192 @@
+"""Typed JSON answers: one adapter per answer type.
+
+An adapter pairs the JSON schema sent with a request with a pydantic model that validates the
+reply. `adapter.request(req, native)` asks for the schema natively (a canonical json_schema
+`response_format`; the transport converts it to the endpoint's wire format) or, for endpoints
+without schema support, appends the schema to the last user message. `adapter.parse(answer)`
+extracts the JSON leniently (bare JSON, a ``` fence, JSON among prose) and validates it; it
+returns the model instance or the reason the answer is invalid (a str)::
+
+    scores = score_adapter([1, 2, 3])
+    req = scores.request(ChatRequest(messages=...), native=client.cfg.supports_json_schema)
+    answer = scores.parse(result.samples[0])   # ScoreAnswer(score=2) or "invalid JSON: ..."
+
+The schemas of `score_adapter` and `particles_adapter` are given explicitly: they are part of
+the cache keys, so they stay byte-identical to what the project sent before the adapters.
+Their validation accepts exactly what the project accepted before (tests compare).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from .base import ChatRequest, Completion
+
+T = TypeVar("T", bound=BaseModel)
+
+_FENCE_RE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+
+
+def extract_json(text: str) -> Any:
+    """Parse JSON from model output: bare JSON, a ``` code fence, or JSON after/among prose.
+
+    Raises ValueError if no JSON value can be found."""
+    try:
+        return json.loads(text.strip())
+    except ValueError:
+        pass
+    for m in _FENCE_RE.finditer(text):
+        try:
+            return json.loads(m.group(1).strip())
+        except ValueError:
+            continue
+    dec = json.JSONDecoder()
+    for i, ch in enumerate(text):
+        if ch in "{[":
+            try:
+                return dec.raw_decode(text, i)[0]
+            except ValueError:
+                continue
+    raise ValueError(f"no JSON found in model output: {text[:120]!r}")
+
+
+def schema_prompt(schema: dict) -> str:
+    return ("Respond with only a JSON value that conforms to this JSON schema (no other text):\n"
+            + json.dumps(schema, separators=(",", ":")))
+
+
+class JsonAdapter(Generic[T]):
+    """Schema for the request + validation of the reply for one answer type (a pydantic model)."""
+
+    def __init__(self, model: type[T], name: str = "answer", schema: dict | None = None):
+        self.model = model
+        self.name = name
+        self.schema = schema if schema is not None else model.model_json_schema()
+
+    def response_format(self) -> dict:
+        return {"type": "json_schema", "json_schema": {"name": self.name, "schema": self.schema}}
+
+    def request(self, req: ChatRequest, native: bool) -> ChatRequest:
+        """`req` asking for this answer type: natively, or with the schema in the prompt."""
+        if native:
+            return replace(req, response_format=self.response_format())
+        msgs = list(req.messages)
+        idx = max((i for i, (r, _) in enumerate(msgs) if r == "user"), default=len(msgs) - 1)
+        role, content = msgs[idx]
+        msgs[idx] = (role, content.rstrip() + "\n\n" + schema_prompt(self.schema))
+        return replace(req, messages=tuple(msgs), response_format=None)
+
+    def parse(self, answer: Completion | str) -> T | str:
+        """The validated answer, or why it is invalid (a cut-off answer is invalid)."""
+        if isinstance(answer, Completion):
+            if answer.dry_run:
+                return "dry_run placeholder (no content)"
+            if answer.finish_reason == "length":
+                return "truncated (finish_reason=length)"
+            answer = answer.text
+        try:
+            obj = extract_json(answer)
+        except ValueError as e:
+            return f"invalid JSON: {e}"
+        try:
+            return self.model.model_validate(obj)
+        except ValidationError as e:
+            return "schema: " + "; ".join(f"{'.'.join(map(str, err['loc'])) or '$'}: {err['msg']}"
+                                          for err in e.errors()[:5])
+
+
+# ---------------------------------------------------------------- scores on a discrete scale
+def _score_value(v: Any) -> Any:
+    # a number that equals an integer (2 or 2.0); never a bool or a string
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v):
+        raise ValueError(f"score must be an integer, got {v!r}")
+    return int(v)
+
+
+def _bare_score(v: Any) -> Any:
+    return v if isinstance(v, dict) else {"score": v}  # a bare number counts as the score
+
+
+def score_adapter(scale: Sequence[int]) -> JsonAdapter:
+    """Adapter for `{"score": s}` with s one of `scale` (an enum: llama.cpp ignores numeric bounds).
+
+    Accepts a bare number too, and ignores other keys, as the project always has."""
+    values = tuple(int(s) for s in scale)
+    model = create_model(
+        "ScoreAnswer",
+        __config__=ConfigDict(extra="ignore"),
+        __validators__={"_value": field_validator("score", mode="before")(_score_value),
+                        "_bare": model_validator(mode="before")(_bare_score)},
+        score=(Literal[values], ...),  # type: ignore[valid-type]
+    )
+    schema = {"type": "object", "properties": {"score": {"type": "integer", "enum": list(values)}},
+              "required": ["score"], "additionalProperties": False}
+    return JsonAdapter(model, name="score", schema=schema)
+
+
+# ---------------------------------------------------------------- conversation particles
+def particles_adapter(dialogue_acts: Sequence[str], max_mention_words: int = 12) -> JsonAdapter:
+    """Adapter for `{"particles": [{"dialogue_act", "mention", "user_feedback"}, ...]}`.
+
+    The schema is the one sent since the first release. Validation is the project's: at least one
+    particle; a known dialogue act; a mention of 1..max_mention_words words (stripped); feedback
+    stripped, "" when missing or not a string; other keys ignored."""
+    acts = tuple(dialogue_acts)
+
+    class Particle(BaseModel):
+        model_config = ConfigDict(extra="ignore")
+        dialogue_act: Literal[acts]  # type: ignore[valid-type]
+        mention: str = Field(strict=True)
+        user_feedback: Any = ""
+
+        @field_validator("mention")
+        @classmethod
+        def _words(cls, v: str) -> str:
+            if not 1 <= len(v.split()) <= max_mention_words:
+                raise ValueError(f"mention must have 1-{max_mention_words} words")
+            return v.strip()
+
+        @field_validator("user_feedback")
+        @classmethod
+        def _feedback(cls, v: Any) -> str:
+            return v.strip() if isinstance(v, str) else ""
+
+    class ParticlesAnswer(BaseModel):
+        model_config = ConfigDict(extra="ignore")
+        particles: list[Particle] = Field(min_length=1)
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "particles": {
+                "type": "array", "minItems": 1, "maxItems": 12,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "dialogue_act": {"type": "string", "enum": list(acts)},
+                        "mention": {"type": "string", "minLength": 1, "maxLength": 120},
+                        "user_feedback": {"type": "string", "maxLength": 400},
+                    },
+                    "required": ["dialogue_act", "mention", "user_feedback"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+        "required": ["particles"],
+        "additionalProperties": False,
+    }
+    return JsonAdapter(ParticlesAnswer, name="particles", schema=schema)

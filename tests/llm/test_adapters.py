@@ -1,0 +1,240 @@
+"""Typed JSON answers (face.llm.adapters) and re-sampling of invalid answers (face.llm.structured)."""
+import json
+import random
+
+import pytest
+from pydantic import BaseModel, Field, field_validator
+
+from face.llm import ChatRequest, Completion, make_client
+from face.llm.adapters import JsonAdapter, particles_adapter, score_adapter
+from face.llm.scripted import ScriptedServer, default_responder, schema_instance
+from face.llm.structured import chat_json, extract_json, run_json_batch
+
+
+class Rating(BaseModel, extra="forbid"):
+    score: int = Field(ge=1, le=3)
+    reason: str = Field(min_length=1, max_length=80)
+
+
+RATING = JsonAdapter(Rating, name="rating")
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('{"score": 2}', {"score": 2}),
+    ('  [1, 2]\n', [1, 2]),
+    ('Sure!\n```json\n{"score": 3, "reason": "ok"}\n```\nHope this helps.', {"score": 3, "reason": "ok"}),
+    ('```\n{"a": "b}"}\n```', {"a": "b}"}),
+    ('The answer is {"score": 1, "reason": "has } brace"} as requested.', {"score": 1, "reason": "has } brace"}),
+    ('Rating: {oops} then {"score": 2}', {"score": 2}),
+])
+def test_extract_json_tolerant(text, expected):
+    assert extract_json(text) == expected
+
+
+@pytest.mark.parametrize("text", ["no json here", '{"score": ', ""])
+def test_extract_json_raises(text):
+    with pytest.raises(ValueError):
+        extract_json(text)
+
+
+@pytest.mark.parametrize("answer,expected", [
+    ('{"score": 2, "reason": "fine"}', Rating(score=2, reason="fine")),
+    ('Here you go:\n```json\n{"score": 3, "reason": "ok"}\n```', Rating(score=3, reason="ok")),
+    ('I think {"score": 1, "reason": "weak"} fits.', Rating(score=1, reason="weak")),
+    ('{"score": 4, "reason": "x"}', "schema: score: Input should be less than or equal to 3"),
+    ('{"score": 2}', "schema: reason: Field required"),
+    ('{"score": 2, "reason": "x", "extra": 1}', "schema: extra: Extra inputs are not permitted"),
+    ("no idea", "invalid JSON: no JSON found"),
+    (Completion('{"score": 2, "reason": "cut', "length"), "truncated (finish_reason=length)"),
+    (Completion('{"score": 2, "reason": "fine"}', "length"), "truncated (finish_reason=length)"),
+    (Completion("", "dry_run", dry_run=True), "dry_run placeholder (no content)"),
+])
+def test_adapter_parse_valid_invalid_fenced_prose_truncated(answer, expected):
+    got = RATING.parse(answer)
+    if isinstance(expected, str):
+        assert isinstance(got, str) and got.startswith(expected), got
+    else:
+        assert got == expected
+
+
+def test_adapter_request_native_or_schema_in_prompt():
+    req = ChatRequest(messages=[("system", "judge"), ("user", "rate this"), ("assistant", "ok")], tag="t")
+    native = RATING.request(req, native=True)
+    assert native.response_format == {"type": "json_schema",
+                                       "json_schema": {"name": "rating", "schema": Rating.model_json_schema()}}
+    assert native.messages == req.messages
+    prompt = RATING.request(req, native=False)
+    assert prompt.response_format is None and prompt.messages[0] == req.messages[0]
+    assert prompt.messages[1][1].startswith("rate this\n\nRespond with only a JSON value")
+    assert json.loads(prompt.messages[1][1].splitlines()[-1]) == Rating.model_json_schema()
+
+
+def test_score_schema_is_byte_identical_to_the_scoring_schema():
+    # what face.scoring.score_schema has sent since the first release (and the cache keys contain)
+    for scale in ([1, 2, 3], [0, 1, 2], [1, 2, 3, 4, 5]):
+        a = score_adapter(scale)
+        assert json.dumps(a.schema) == ('{"type": "object", "properties": {"score": {"type": "integer", "enum": '
+                                        f'{json.dumps(scale)}}}}}, "required": ["score"], '
+                                        '"additionalProperties": false}')
+        assert a.response_format() == {"type": "json_schema", "json_schema": {"name": "score", "schema": a.schema}}
+
+
+SCORE_TEXTS = ['{"score": 2}', '{"score": 2.0}', '{"score": 2.5}', '{"score": "2"}', '{"score": true}',
+               '{"score": 0}', '{"score": 4}', '{"score": 3, "reason": "extra keys are ignored"}', "2", "3.0",
+               "[2]", '{"points": 2}', "Score: 2", 'Sure! ```json\n{"score": 1}\n```', '{"score": null}', "",
+               "true"]
+
+
+def test_score_adapter_accepts_exactly_what_parse_score_accepts():
+    from face.scoring import parse_score
+
+    for scale in ([1, 2, 3], [0, 1, 2], [1, 2, 3, 4, 5]):
+        a = score_adapter(scale)
+        for text in SCORE_TEXTS:
+            got = a.parse(text)
+            assert (None if isinstance(got, str) else got.score) == parse_score(text, scale), (scale, text, got)
+
+
+def test_score_adapter_rejects_out_of_scale_and_non_finite_with_a_reason():
+    a = score_adapter([1, 2, 3])
+    got = a.parse('{"score": 5}')
+    assert isinstance(got, str) and got.startswith("schema: score:") and "1, 2 or 3" in got
+    for text in ('{"score": NaN}', '{"score": Infinity}', "-Infinity"):  # parse_score raises on these
+        got = a.parse(text)
+        assert isinstance(got, str) and "score must be an integer" in got
+
+
+def test_particles_schema_is_identical_to_the_decomposition_schema():
+    from face.data.schema import DIALOGUE_ACTS
+    from face.particles import PARTICLES_SCHEMA
+
+    a = particles_adapter(DIALOGUE_ACTS)
+    assert json.dumps(a.schema) == json.dumps(PARTICLES_SCHEMA)
+
+
+def _particles(*items, **extra):
+    return json.dumps({"particles": list(items), **extra})
+
+
+PARTICLE_TEXTS = [
+    _particles({"dialogue_act": "recommendation", "mention": " Inception ", "user_feedback": " loved it "}),
+    _particles({"dialogue_act": "greeting", "mention": "hi there", "user_feedback": ""}),
+    _particles({"dialogue_act": "greeting", "mention": "hi", "user_feedback": 3, "x": 1}, note="extra"),
+    _particles({"dialogue_act": "greeting", "mention": "hi"}),
+    _particles({"dialogue_act": "chit-chat", "mention": "hi", "user_feedback": ""}),
+    _particles({"dialogue_act": "others", "mention": "   ", "user_feedback": ""}),
+    _particles({"dialogue_act": "others", "mention": " ".join(["w"] * 13), "user_feedback": ""}),
+    _particles({"dialogue_act": "others", "mention": 5, "user_feedback": ""}),
+    _particles(),
+    _particles("not an object"),
+    json.dumps({"particle": []}),
+    "[]",
+    "no JSON at all",
+]
+
+
+def test_particles_adapter_accepts_exactly_what_parse_particles_accepts():
+    from face.data.schema import DIALOGUE_ACTS, NO_FEEDBACK
+    from face.particles import parse_particles
+
+    a = particles_adapter(DIALOGUE_ACTS)
+    for text in PARTICLE_TEXTS:
+        try:
+            old = parse_particles(extract_json(text))
+        except ValueError:
+            old = "not JSON"
+        got = a.parse(text)
+        assert isinstance(got, str) == isinstance(old, str), (text, got, old)
+        if not isinstance(old, str):
+            assert [(p.dialogue_act, p.mention, p.user_feedback or NO_FEEDBACK) for p in got.particles] == \
+                [(p.dialogue_act, p.mention, p.user_feedback) for p in old]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_scripted_schema_instances_validate(seed):
+    from face.data.schema import DIALOGUE_ACTS
+
+    for a in (RATING, score_adapter([1, 2, 3]), particles_adapter(DIALOGUE_ACTS)):
+        text = json.dumps(schema_instance(a.schema, random.Random(seed)))
+        assert not isinstance(a.parse(text), str), (a.name, text)
+
+
+# ---------------------------------------------------------------- re-sampling through the client
+def test_chat_json_native_schema(server, make_cfg):
+    with make_client(make_cfg()) as c:
+        res = c.run_async(chat_json(c, ChatRequest(messages="rate this", tag="score"), score_adapter([1, 2, 3])))
+    assert res.ok and res.attempts == 1 and res.value.score in (1, 2, 3)
+    assert server.log[0]["n"] == 1
+    assert res.value.score == json.loads(res.raw_texts[0])["score"]
+
+
+@pytest.mark.parametrize("fault", ["malformed", "truncated"])
+def test_chat_json_retries_invalid_with_a_new_sample(server, make_cfg, fault):
+    adapter = score_adapter([1, 2, 3])
+    with make_client(make_cfg()) as c:
+        server.force(fault)
+        res = c.run_async(chat_json(c, ChatRequest(messages="rate this", tag="score"), adapter))
+        assert res.ok and res.attempts == 2 and res.sample_index == 1
+        assert len(res.errors) == 1 and ("invalid JSON" in res.errors[0] or "truncated" in res.errors[0])
+        assert [e["seed"] for e in server.log] == [0, 1]  # the retry is a different sample, not a cache hit
+        # rerun: both samples come from the cache, same outcome, nothing sent
+        again = c.run_async(chat_json(c, ChatRequest(messages="rate this", tag="score"), adapter))
+        assert again.value == res.value and len(server.log) == 2
+        assert c.usage.summary()["fallbacks"] == 0
+
+
+def test_chat_json_final_failure_is_recorded_not_defaulted(make_cfg):
+    srv = ScriptedServer(responder=lambda body: "I cannot answer in JSON, sorry.")
+    with srv as info, make_client(make_cfg(base_url=info.base_url)) as c:
+        res = c.run_async(chat_json(c, ChatRequest(messages="rate", tag="score"), score_adapter([1, 2]),
+                                    max_attempts=3))
+        s = c.usage.summary()
+    assert res.value is None and not res.ok and res.attempts == 3
+    assert "no valid JSON after 3 attempts" in res.fallback and "invalid JSON" in res.fallback
+    assert len(res.raw_texts) == 3 and len(srv.log) == 3
+    assert s["fallbacks"] == 1 and s["by_tag"]["score"]["fallbacks"] == 1
+
+
+class EvenScore(BaseModel):
+    score: int
+
+    @field_validator("score")
+    @classmethod
+    def _even(cls, v: int) -> int:
+        if v % 2:
+            raise ValueError("want an even score")
+        return v
+
+
+def test_model_validators_reject_and_retry(make_cfg):
+    answers = iter(['{"score": 3}', '{"score": 5}', '{"score": 4}'])
+    srv = ScriptedServer(responder=lambda body: next(answers))
+    with srv as info, make_client(make_cfg(base_url=info.base_url)) as c:
+        res = c.run_async(chat_json(c, ChatRequest(messages="rate"), JsonAdapter(EvenScore)))
+    assert res.ok and res.value.score == 4 and res.attempts == 3 and res.sample_index == 2
+    assert all("want an even score" in e for e in res.errors) and len(res.errors) == 2
+
+
+def test_chat_json_prompt_only_when_no_native_schema(server, make_cfg):
+    with make_client(make_cfg(supports_json_schema=False)) as c:
+        res = c.run_async(chat_json(c, ChatRequest(messages="rate this"), score_adapter([1, 2, 3])))
+    assert res.ok and res.value.score in (1, 2, 3)
+    assert "```json" in res.raw_texts[0]  # came wrapped in prose: lenient extraction did the work
+
+
+def test_json_batch_many_samples(server, make_cfg):
+    rs = [ChatRequest(messages=f"item {i}", n=4, tag="score") for i in range(5)]
+    with make_client(make_cfg()) as c:
+        server.force("malformed")
+        out = run_json_batch(c, rs, score_adapter([1, 2, 3]), desc="json batch")
+        assert c.usage.summary()["fallbacks"] == 0
+    assert [len(x) for x in out] == [4] * 5
+    assert all(j.ok and j.value.score in (1, 2, 3) for x in out for j in x)
+    assert sum(j.attempts for x in out for j in x) == 21
+    assert len(server.log) == 21
+
+
+def test_default_responder_is_deterministic_in_messages_and_seed():
+    body = {"messages": [{"role": "user", "content": "x"}], "seed": 3}
+    assert default_responder(body) == default_responder(dict(body))
+    assert default_responder(body) != default_responder(dict(body, seed=4))
