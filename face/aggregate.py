@@ -37,14 +37,6 @@ class Predictions:
     turn: pd.DataFrame
     dialogue: pd.DataFrame
 
-    @property
-    def aspects(self) -> list[str]:
-        return sorted(set(self.turn["aspect"]) | set(self.dialogue["aspect"]))
-
-    def concat(self, other: Predictions) -> Predictions:
-        return Predictions(pd.concat([self.turn, other.turn], ignore_index=True),
-                           pd.concat([self.dialogue, other.dialogue], ignore_index=True))
-
     @staticmethod
     def empty() -> Predictions:
         return Predictions(pd.DataFrame(columns=TURN_COLUMNS), pd.DataFrame(columns=DIALOGUE_COLUMNS))
@@ -75,7 +67,7 @@ def aggregate(scores: pd.DataFrame, levels: Mapping[str, str], instruction_agg: 
               particle_agg: str = "mean", instructions: Sequence[str] | None = None) -> Predictions:
     """Turn and dialogue predictions from per-particle × instruction scores.
 
-    ``levels`` maps each aspect to ``turn`` or ``dialogue`` (``face.aspects.levels_of(dataset.aspects)``)."""
+    ``levels`` maps each aspect to ``turn`` or ``dialogue``."""
     _check_agg(particle_agg)
     missing = sorted(set(scores["aspect"].unique()) - set(levels))
     if missing:

@@ -37,10 +37,6 @@ class Aspect:
     def high(self) -> int:
         return max(self.scale)
 
-    def level_text(self) -> str:
-        """The annotation scheme as lines ``- value: description`` (empty if the dataset gives none)."""
-        return "\n".join(f"- {v}: {self.levels[v]}" for v in self.scale if v in self.levels)
-
 
 def aspect_table(aspects: Iterable[Aspect]) -> dict[str, Aspect]:
     out: dict[str, Aspect] = {}
@@ -49,7 +45,3 @@ def aspect_table(aspects: Iterable[Aspect]) -> dict[str, Aspect]:
             raise ValueError(f"aspect {a.name!r} declared twice")
         out[a.name] = a
     return out
-
-
-def levels_of(aspects: Mapping[str, Aspect]) -> dict[str, str]:
-    return {name: a.level for name, a in aspects.items()}

@@ -86,14 +86,3 @@ def comparison_table(ours: pd.DataFrame, published: pd.DataFrame, method: str = 
     return order_aspects(out)
 
 
-def wide_table2(comp: pd.DataFrame) -> pd.DataFrame:
-    """Paper layout: one row per aspect; per split and coefficient: ours / published."""
-    rows = []
-    for aspect, g in comp.groupby("aspect", sort=False):
-        row: dict[str, object] = {"aspect": aspect}
-        for r in g.itertuples(index=False):
-            tag = f"{r.split} {'r' if r.coefficient == 'pearson' else 'ρ'}"
-            row[f"{tag} ours"] = r.ours
-            row[f"{tag} paper"] = r.published
-        rows.append(row)
-    return pd.DataFrame(rows)
