@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
 from face.aggregate import aggregate, particle_scores, random_instruction_subsets
+from face.data import RELEASED_RUN, released_scores_file
+from face.data.crsarena import ASPECTS
+from face.data.released import load_particle_scores
 
 ROWS = [  # aspect, conv, turn, particle, instruction, score
     ("relevance", "c1", 1, 0, "i1", 1.0), ("relevance", "c1", 1, 0, "i2", 2.0),
@@ -62,6 +67,26 @@ def test_random_subsets_reproducible():
     ids = [f"i{k}" for k in range(16)]
     a = random_instruction_subsets(ids, 4, [0, 1, 2])
     assert a == random_instruction_subsets(ids, 4, [0, 1, 2])
-    assert all(len(s) == 4 and len(set(s)) == 4 for s in a) and a[0] != a[1]
+    assert all(len(s) == 4 and len(set(s)) == 4 and set(s) <= set(ids) for s in a) and a[0] != a[1]
+    assert random_instruction_subsets(ids, 16, [5]) == [sorted(ids)]  # k = all: the whole set
     with pytest.raises(ValueError):
         random_instruction_subsets(ids, 17, [0])
+
+
+def test_released_scores_aggregate_to_the_authors_released_predictions(data_dir):
+    """Mean over particles × instructions of the authors' per-particle scores = their face_run.json, every value."""
+    raw = json.loads((data_dir / RELEASED_RUN).read_text())
+    alias = {"dialog_overall": "dialogue_overall", "overall_impression": "dialogue_overall"}
+    want_turn = {(a, c["conv_id"], t["turn_ind"]): v for c in raw for t in c["turns"]
+                 for a, v in t["turn_level_pred"].items()}
+    want_dial = {(alias.get(a, a), c["conv_id"]): v for c in raw for a, v in c["dial_level_pred"].items()}
+    scores = pd.concat([load_particle_scores(data_dir / released_scores_file(a), a) for a in ASPECTS])
+    p = aggregate(scores, {a: s.level for a, s in ASPECTS.items()})
+    got_turn = {(r.aspect, r.conv_id, r.turn_ind): r.pred for r in p.turn.itertuples(index=False)}
+    got_dial = {(r.aspect, r.conv_id): r.pred for r in p.dialogue.itertuples(index=False)}
+    # the authors' file also holds 0.0 for 5 relevance turns that have no scores in the released scores file
+    extra = want_turn.keys() - got_turn.keys()
+    assert len(extra) == 5 and {k[0] for k in extra} == {"relevance"} and {want_turn[k] for k in extra} == {0.0}
+    assert got_turn.keys() <= want_turn.keys() and got_dial.keys() == want_dial.keys()
+    assert max(abs(got_turn[k] - want_turn[k]) for k in got_turn) < 1e-9
+    assert max(abs(got_dial[k] - want_dial[k]) for k in want_dial) < 1e-9
