@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+from pathlib import Path
 
 import pytest
 
@@ -11,16 +13,36 @@ from face.data import fetch as fetch_mod
 from face.data.manifest import MANIFEST
 
 
-def test_manifest_pins_every_file_to_a_commit():
-    assert len(MANIFEST) == 24
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def sha256sums(mirror) -> dict[str, str]:
+    """The mirror's own SHA256SUMS (``sha256  ./path`` lines), independent of the project's manifest."""
+    f = mirror / "SHA256SUMS"
+    if not f.exists():
+        pytest.skip(f"{f} not present in this mirror")
+    return {name.removeprefix("./"): digest for digest, name in (line.split() for line in f.read_text().splitlines())}
+
+
+def test_manifest_pins_every_file_to_the_checksums_of_the_mirror(sha256sums):
+    assert {name: e.sha256 for name, e in MANIFEST.items()} == sha256sums  # all 24 files, same digests
+
+
+def test_manifest_urls_are_pinned_raw_github_urls():
+    # the upstream of crs_arena_eval.json, as the data README gives it
+    assert MANIFEST[CRSARENA_EVAL].url == ("https://raw.githubusercontent.com/informagi/face/"
+                                           "cd4b3f7bcf0c99020e0f4ebc1a3d331220a8953d/dataset/crs_arena_eval.json")
     for entry in MANIFEST.values():
-        assert len(entry.commit) == 40 and len(entry.sha256) == 64
-        assert entry.url.startswith("https://raw.githubusercontent.com/") and entry.commit in entry.url
+        assert len(entry.commit) == 40 and entry.url.startswith(f"https://raw.githubusercontent.com/{entry.repo}/"
+                                                                f"{entry.commit}/")
 
 
-def test_copy_from_mirror_verifies(tmp_path, mirror):
+def test_copy_from_mirror_is_byte_identical(tmp_path, mirror):
     ensure_data(tmp_path, [PUBLISHED_TABLE], mirror=mirror, download=False)
-    assert fetch_mod.sha256_of(tmp_path / PUBLISHED_TABLE) == MANIFEST[PUBLISHED_TABLE].sha256
+    assert (tmp_path / PUBLISHED_TABLE).read_bytes() == (mirror / PUBLISHED_TABLE).read_bytes()
+    assert fetch_mod.sha256_of(tmp_path / PUBLISHED_TABLE) == _sha256(mirror / PUBLISHED_TABLE)
 
 
 def test_corrupt_mirror_file_is_rejected_and_not_kept(tmp_path, mirror):
@@ -57,7 +79,7 @@ def test_download_path_verifies_and_writes(tmp_path, mirror, monkeypatch):
     entry = dataclasses.replace(MANIFEST[PUBLISHED_TABLE])
     monkeypatch.setattr(type(entry), "url", property(lambda self: src.as_uri()))
     path = fetch_mod.fetch_file(entry, tmp_path / "d", mirror=None, download=True)
-    assert fetch_mod.sha256_of(path) == entry.sha256
+    assert path == tmp_path / "d" / PUBLISHED_TABLE and path.read_bytes() == src.read_bytes()
 
 
 def test_download_failure_is_a_clear_error(tmp_path, monkeypatch):
@@ -67,6 +89,5 @@ def test_download_failure_is_a_clear_error(tmp_path, monkeypatch):
         fetch_mod.fetch_file(entry, tmp_path / "d", mirror=None, download=True)
 
 
-def test_fetched_data_dir_is_complete(data_dir):
-    for name in MANIFEST:
-        assert (data_dir / name).exists(), name
+def test_fetched_data_dir_holds_every_file_with_the_mirror_checksum(data_dir, sha256sums):
+    assert {name: _sha256(data_dir / name) for name in MANIFEST} == sha256sums
