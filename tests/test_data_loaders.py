@@ -32,18 +32,34 @@ def test_crsarena_eval_has_467_conversations_9_crss_and_4473_utterances(data_dir
     assert len({c.system for c in convs}) == 9
     assert {c.split for c in convs} == {"redial", "opendialkg"}
     assert sum(1 for c in convs if c.split == "redial") == 267
-    c = convs[0]
-    assert c.turns[0].role == USER and c.turns[1].role == ASSISTANT
-    assert set(c.labels) >= {a for a, s in ASPECTS.items() if s.level == "dialogue"}
-    assert "relevance" in c.turns[1].labels
+
+
+def test_crsarena_eval_records_equal_the_raw_json(data_dir):
+    """Every conversation, turn, role, utterance and label as the json module reads the file."""
+    raw = json.loads((data_dir / CRSARENA_EVAL).read_text())
+    convs = load_conversations(data_dir / CRSARENA_EVAL)
+    assert [c.conv_id for c in convs] == [r["conv_id"] for r in raw]
+    role = {"USER": USER, "ASST": ASSISTANT}
+    for c, r in zip(convs, raw):
+        system, split = r["conv_id"].split("_")[:2]  # ids are {crs}_{dataset}_{uuid}
+        assert (c.system, c.split) == (f"{system}_{split}", split)
+        assert c.labels == r["dial_level_aggregated"]
+        assert [(t.turn_ind, t.role, t.utterance, t.labels) for t in c.turns] == [
+            (t["turn_ind"], role[t["role"]], t["utterance"], t.get("turn_level_aggregated") or {})
+            for t in r["dialogue"]]
 
 
 def test_select_filters_by_system_split_and_limit(data_dir):
     convs = load_conversations(data_dir / CRSARENA_EVAL)
-    assert {c.system for c in select(convs, systems=["kbrd"])} == {"kbrd_redial", "kbrd_opendialkg"}
-    assert {c.system for c in select(convs, systems=["kbrd_redial"])} == {"kbrd_redial"}
-    assert {c.split for c in select(convs, splits=["opendialkg"])} == {"opendialkg"}
-    assert len(select(convs, limit=3)) == 3
+    ids = [c.conv_id for c in convs]
+    kbrd = select(convs, systems=["kbrd"])
+    # 61 kbrd_redial + 59 kbrd_opendialkg conversations in the file (counted from the conversation ids)
+    assert [c.conv_id for c in kbrd] == [i for i in ids if i.startswith("kbrd_")] and len(kbrd) == 61 + 59
+    kbrd_redial = select(convs, systems=["kbrd_redial"])
+    assert [c.conv_id for c in kbrd_redial] == [i for i in ids if i.startswith("kbrd_redial_")]
+    assert len(select(convs, splits=["opendialkg"])) == 467 - 267
+    assert [c.conv_id for c in select(convs, splits=["redial"], limit=3)] == [
+        i for i in ids if i.split("_")[1] == "redial"][:3]  # the first ones in file order
 
 
 def test_released_particles_2235_turns_6274_particles(data_dir):
@@ -51,6 +67,11 @@ def test_released_particles_2235_turns_6274_particles(data_dir):
     assert len(rows) == 2235
     assert sum(len(r.particles) for r in rows) == 6274
     assert {p.dialogue_act for r in rows for p in r.particles} <= set(DIALOGUE_ACTS)
+    raw = [json.loads(line) for line in (data_dir / RELEASED_PARTICLES).read_text().splitlines()]
+    assert [(r.conv_id, r.turn_ind, r.assistant_utterance,
+             [(p.dialogue_act, p.mention, p.user_feedback) for p in r.particles]) for r in rows] == [
+        (o["conv_id"], o["turn_ind"], o["assistant_utterance"],
+         [(p["dialogue_act"], p["particle"], p["user_feedback"]) for p in o["particles"]]) for o in raw]
 
 
 @pytest.mark.parametrize("aspect", list(ASPECTS))
@@ -85,8 +106,11 @@ def test_usr_contexts(data_dir, name, n_responses):
     ctxs = load_usr(data_dir / USR_FILES[name])
     assert len(ctxs) == 60
     assert all(len(c.responses) == n_responses for c in ctxs)
-    r = ctxs[0].responses[0]
-    assert set(r.ratings) == set(USR_ASPECTS) and len(r.ratings["Overall"]) == 3
+    raw = json.loads((data_dir / USR_FILES[name]).read_text())
+    for ctx, rc in zip(ctxs, raw):
+        for r, rr in zip(ctx.responses, rc["responses"]):
+            assert r.model == rr["model"] and r.response == rr["response"].strip()
+            assert r.ratings == {a: tuple(rr[a]) for a in USR_ASPECTS} and len(r.ratings["Overall"]) == 3
 
 
 @pytest.mark.parametrize("name,n_items", [("topical_chat", 60 * 5), ("persona_chat", 60 * 4)])
