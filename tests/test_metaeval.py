@@ -81,6 +81,18 @@ def test_bootstrap_is_reproducible_and_seed_dependent():
         assert lo < point[coef][0] < hi and hi - lo < 0.3
 
 
+def test_bootstrap_ci_is_the_percentile_interval_of_scipy_on_resampled_conversations():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=120)
+    y = x + rng.normal(size=120)
+    groups = np.repeat(np.arange(30), 4)
+    got = bootstrap_ci(x, y, groups, 200, seed=7)
+    w = cluster_weights(groups, 200, np.random.default_rng(7)).astype(int)  # the same draws of conversations
+    for coef in COEFFICIENTS:
+        vals = [SCIPY[coef](np.repeat(x, wr), np.repeat(y, wr))[0] for wr in w]
+        assert got[coef] == pytest.approx(tuple(np.percentile(vals, [2.5, 97.5])), abs=1e-9)
+
+
 def _toy(n_convs=30, seed=0):
     """Conversations of 3 systems with one turn aspect and one dialogue aspect; predictions = label + noise."""
     rng = np.random.default_rng(seed)
@@ -115,14 +127,25 @@ def test_meta_evaluate_levels_splits_and_missing_items():
                                         for t in c.assistant_turns()], columns=["conv_id", "turn_ind", "h"]))
     assert turn_all["value"] == pytest.approx(stats.pearsonr(df["pred"], df["h"])[0])
     assert turn_all["ci_low"] < turn_all["value"] < turn_all["ci_high"]
+    dial = res[(res.level == "dialogue") & (res.split == "redial") & (res.coefficient == "spearman")].iloc[0]
+    h = {c.conv_id: c.labels["dialogue_overall"] for c in convs if c.split == "redial"}
+    d = preds.dialogue[preds.dialogue["conv_id"].isin(h)]
+    assert dial["n"] == 15 and dial["value"] == pytest.approx(stats.spearmanr(d["pred"], d["conv_id"].map(h))[0])
     sys_rows = res[(res.level == "system") & (res.split == "all")]
     assert (sys_rows["n"] == 6).all()  # 3 systems × 2 datasets = 6 CRSs
+    # system level: per-system means of predictions and labels (plain pandas), then scipy
+    df = preds.dialogue.assign(system=preds.dialogue["conv_id"].str.rsplit("_", n=1).str[0],
+                               human=[next(c.labels["dialogue_overall"] for c in convs if c.conv_id == i)
+                                      for i in preds.dialogue["conv_id"]])
+    means = df.groupby("system")[["pred", "human"]].mean()
+    sys_k = sys_rows[(sys_rows.aspect == "dialogue_overall") & (sys_rows.coefficient == "kendall")].iloc[0]
+    assert sys_k["value"] == pytest.approx(stats.kendalltau(means["pred"], means["human"])[0])
 
 
 def test_system_level_uses_per_system_means():
     df = pd.DataFrame({"conv_id": list("abcdef"), "system": ["s1", "s1", "s2", "s2", "s3", "s3"],
                        "pred": [1, 3, 2, 2, 5, 7], "human": [0, 2, 1, 1, 3, 3]})
     out = system_correlations(df, n_boot=100)
-    # means: pred (2, 2, 6), human (1, 1, 3)
-    assert out["pearson"][0] == pytest.approx(1.0)
+    # means: pred (2, 2, 6), human (1, 1, 3) -> human = pred / 2: Pearson 1; ranks (1.5, 1.5, 3) on both: Spearman 1
+    assert out["pearson"][0] == pytest.approx(1.0) and out["spearman"][0] == pytest.approx(1.0)
     assert out["pearson"][4] == 3
