@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,37 @@ import pytest
 from mlflow.tracking import MlflowClient
 from scipy import stats
 
-from face.data import CRSARENA_EVAL
+from face.data import CRSARENA_EVAL, released_scores_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["dataset.limit=40", "metaeval.n_boot=50"]
+AGG = {"mean": statistics.mean, "median": statistics.median, "max": max, "min": min}
+SCIPY = {"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}
+
+
+def _independent_value(data_dir, n_convs: int, aspect: str, level: str, split: str, coefficient: str,
+                       instruction_agg: str = "mean", particle_agg: str = "mean") -> float:
+    """A correlation recomputed from the raw files with json, plain Python and scipy: the authors' per-particle
+    scores aggregated over instructions, then over the particles of the turn (or the conversation), rounded to
+    10 decimals like the project's predictions (README: ties), against the labels of the first conversations."""
+    raw = json.loads((data_dir / CRSARENA_EVAL).read_text())[:n_convs]
+    if level == "turn":
+        labels = {(c["conv_id"], t["turn_ind"]): t["turn_level_aggregated"][aspect] for c in raw
+                  for t in c["dialogue"] if aspect in (t.get("turn_level_aggregated") or {})}
+    else:
+        labels = {c["conv_id"]: c["dial_level_aggregated"][aspect] for c in raw}
+    conv_ids = {c["conv_id"] for c in raw}
+    particles: dict = {}
+    for line in (data_dir / released_scores_file(aspect)).read_text().splitlines():
+        obj = json.loads(line)
+        if obj["conv_id"] in conv_ids:
+            for t, turn in obj["turns"].items():
+                key = (obj["conv_id"], int(t)) if level == "turn" else obj["conv_id"]
+                for by_instruction in turn["particles"].values():
+                    particles.setdefault(key, []).append(AGG[instruction_agg](list(by_instruction.values())))
+    pairs = [(round(AGG[particle_agg](particles[k]), 10), h) for k, h in labels.items()
+             if k in particles and split in ("all", (k[0] if level == "turn" else k).split("_")[1])]
+    return SCIPY[coefficient](*zip(*pairs))[0]
 
 
 def _run(cfg):
@@ -106,31 +134,47 @@ def test_system_level_reports_ci_and_arena(cfg_factory):
     assert row["value"].iloc[0] == pytest.approx(0.883, abs=0.005) and row["n"].iloc[0] == 9
     assert row["ci_low"].iloc[0] < row["value"].iloc[0] <= row["ci_high"].iloc[0]
     assert set(r.level) == {"system_vs_human_labels", "system_vs_arena_bt"}
-    assert len(out["ranking"]) == 9
+    ranking = out["ranking"]
+    assert len(ranking) == 9 and ranking["votes"].sum() == 2 * 185  # every one of the 185 votes has two sides
     assert (out["out_dir"] / "figures" / "scatter_dialogue_overall.png").exists()
     _, run = _mlflow_run(cfg)
     assert "system_vs_arena.dialogue_overall.all.kendall" in run.data.metrics
 
 
 @pytest.mark.slow
-def test_ablation_num_instructions_small(cfg_factory):
+def test_ablation_num_instructions_small(cfg_factory, data_dir):
     cfg = cfg_factory("experiment=ablation_num_instructions", "dataset.limit=60", "ablation.ks=[1,4,16]",
                       "ablation.n_seeds=2", "aspects=[relevance,dialogue_overall]")
     out = _run(cfg)
     s = out["summary"]
     assert set(s["k"]) == {1, 4, 16}
     assert (s[s.k == 16]["n_subsets"] == 1).all() and (s[s.k == 1]["n_subsets"] == 2).all()
+    # k = 16 is all the instructions: the plain FACE mean, recomputed from the raw files
+    k16 = s[s.k == 16].set_index(["aspect", "split", "coefficient"])["mean"]
+    assert k16["relevance", "all", "spearman"] == pytest.approx(
+        _independent_value(data_dir, 60, "relevance", "turn", "all", "spearman"), abs=1e-12)
+    assert k16["dialogue_overall", "redial", "pearson"] == pytest.approx(
+        _independent_value(data_dir, 60, "dialogue_overall", "dialogue", "redial", "pearson"), abs=1e-12)
+    raw = out["raw"]  # each k-subset names k distinct instructions of the 16
+    assert all(len(set(r.instructions.split(","))) == r.k for r in raw.itertuples(index=False))
     assert (out["out_dir"] / "figures" / "k_curve_spearman.png").exists()
     _, run = _mlflow_run(cfg)
     assert any(k.startswith("k16.relevance") for k in run.data.metrics)
 
 
 @pytest.mark.slow
-def test_ablation_aggregation_small(cfg_factory):
+def test_ablation_aggregation_small(cfg_factory, data_dir):
     cfg = cfg_factory("experiment=ablation_aggregation", "dataset.limit=60", "ablation.instruction_aggs=[mean,max]",
                       "ablation.particle_aggs=[mean,min]", "aspects=[relevance,efficiency]")
     out = _run(cfg)
-    assert set(out["results"]["setting"]) == {"mean / mean", "mean / min", "max / mean", "max / min"}
+    res = out["results"]
+    assert set(res["setting"]) == {"mean / mean", "mean / min", "max / mean", "max / min"}
+    got = res.set_index(["instruction_agg", "particle_agg", "aspect", "split", "coefficient"])["value"]
+    for inst, part, aspect, level, split, coef in [("max", "min", "efficiency", "dialogue", "all", "spearman"),
+                                                   ("mean", "min", "relevance", "turn", "redial", "kendall"),
+                                                   ("max", "mean", "relevance", "turn", "all", "pearson")]:
+        assert got[inst, part, aspect, split, coef] == pytest.approx(
+            _independent_value(data_dir, 60, aspect, level, split, coef, inst, part), abs=1e-12), (inst, part, aspect)
     assert (out["out_dir"] / "aggregation.tex").exists()
 
 
@@ -163,4 +207,4 @@ def test_cli_multirun_sweep(tmp_path, mirror):
     runs = client.search_runs([client.get_experiment_by_name("reproduce_table2").experiment_id])
     assert sorted(r.data.params["method.particle_agg"] for r in runs) == ["max", "mean"]
     assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}
-    assert all(json.loads(json.dumps(r.data.tags))["sweep_dir"] == str(tmp_path / "sweep") for r in runs)
+    assert all(r.data.tags["sweep_dir"] == str(tmp_path / "sweep") for r in runs)
