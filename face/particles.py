@@ -18,28 +18,6 @@ from face.prompts import render
 
 MAX_MENTION_WORDS = 12
 
-PARTICLES_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "particles": {
-            "type": "array", "minItems": 1, "maxItems": 12,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "dialogue_act": {"type": "string", "enum": list(DIALOGUE_ACTS)},
-                    "mention": {"type": "string", "minLength": 1, "maxLength": 120},
-                    "user_feedback": {"type": "string", "maxLength": 400},
-                },
-                "required": ["dialogue_act", "mention", "user_feedback"],
-                "additionalProperties": False,
-            },
-        }
-    },
-    "required": ["particles"],
-    "additionalProperties": False,
-}
-
-
 @dataclass(frozen=True)
 class Decomposition:
     conv_id: str
@@ -75,23 +53,14 @@ def _norm(s: str) -> str:
     return " ".join(s.lower().split())
 
 
-def parse_particles(obj: object) -> tuple[Particle, ...] | str:
-    """Particles from a parsed JSON answer, or the reason it is invalid."""
-    if not isinstance(obj, dict) or not isinstance(obj.get("particles"), list) or not obj["particles"]:
-        return "no non-empty 'particles' list"
-    out = []
-    for i, p in enumerate(obj["particles"]):
-        if not isinstance(p, dict):
-            return f"particle {i} is not an object"
-        act, mention, feedback = p.get("dialogue_act"), p.get("mention"), p.get("user_feedback")
-        if act not in DIALOGUE_ACTS:
-            return f"particle {i}: unknown dialogue act {act!r}"
-        if not isinstance(mention, str) or not 1 <= len(mention.split()) <= MAX_MENTION_WORDS:
-            return f"particle {i}: mention must have 1-{MAX_MENTION_WORDS} words"
-        if not isinstance(feedback, str) or not feedback.strip():
-            feedback = NO_FEEDBACK
-        out.append(Particle(act, mention.strip(), feedback.strip()))
-    return tuple(out)
+def parse_particles(answer, adapter=None) -> tuple[Particle, ...] | str:
+    """Particles of one completion (or text), or the reason it is invalid (``face.llm.adapters``)."""
+    from face.llm.adapters import particles_adapter
+
+    got = (adapter or particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)).parse(answer)
+    if isinstance(got, str):
+        return got
+    return tuple(Particle(p.dialogue_act, p.mention, p.user_feedback or NO_FEEDBACK) for p in got.particles)
 
 
 def plurality_vote(samples: Sequence[tuple[Particle, ...]]) -> tuple[tuple[Particle, ...], int]:
@@ -123,18 +92,19 @@ def decompose(client, convs: Sequence[Conversation], k: int, max_extra: int, jso
               assistant: str = "movie-recommendation assistant") -> dict[tuple[str, int], Decomposition]:
     """LLM decomposition of every evaluated assistant turn of ``convs`` (see module doc)."""
     from face.llm import ChatRequest
-    from face.llm.structured import extract_json
+    from face.llm.adapters import particles_adapter
 
     turns = [(c, t) for c in convs for t in c.evaluated_turns()]
-    rf = ({"type": "json_schema", "json_schema": {"name": "particles", "schema": PARTICLES_SCHEMA}}
-          if json_schema else None)
+    adapter = particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
     valid: dict[int, list[tuple[Particle, ...]]] = {i: [] for i in range(len(turns))}
     drawn = {i: 0 for i in range(len(turns))}
     want = {i: k for i in range(len(turns))}  # total samples to request per turn (cache keeps earlier ones)
     pending = list(range(len(turns)))
     while pending:
         reqs = [ChatRequest(messages=decompose_messages(*turns[i], assistant), n=want[i], temperature=temperature,
-                            max_tokens=max_tokens, response_format=rf, tag="decompose") for i in pending]
+                            max_tokens=max_tokens, tag="decompose") for i in pending]
+        if json_schema:  # without schema support the prompt's own answer format line is the request
+            reqs = [adapter.request(r, native=True) for r in reqs]
         results = client.run_batch(reqs, desc=f"decomposing {len(pending)} turns")
         nxt = []
         for i, res in zip(pending, results):
@@ -143,10 +113,7 @@ def decompose(client, convs: Sequence[Conversation], k: int, max_extra: int, jso
             for s in new:
                 if getattr(s, "dry_run", False):
                     continue
-                try:
-                    parsed = parse_particles(extract_json(s.text))
-                except ValueError:
-                    parsed = "not JSON"
+                parsed = parse_particles(s, adapter)
                 if not isinstance(parsed, str):
                     valid[i].append(parsed)
             missing = k - len(valid[i])

@@ -130,26 +130,12 @@ def score_messages(unit: Unit, conv: Conversation, instruction: str,
                   particle=particle_text(unit.particle, "dialogue"), **common)
 
 
-def score_schema(aspect: Aspect) -> dict:
-    # an enum, not minimum/maximum: llama.cpp's grammar conversion ignores numeric bounds
-    return {"type": "object", "properties": {"score": {"type": "integer", "enum": list(aspect.scale)}},
-            "required": ["score"], "additionalProperties": False}
+def score_value(answer, scale: Sequence[int]) -> int | None:
+    """The score of one completion (or text) if it is a valid answer on ``scale``, else None."""
+    from face.llm.adapters import score_adapter
 
-
-def parse_score(text: str, scale: Sequence[int]) -> int | None:
-    """The integer score of an answer like ``{"score": 2}`` (or a bare number), if valid for the scale."""
-    from face.llm.structured import extract_json
-
-    try:
-        obj = extract_json(text)
-    except ValueError:
-        return None
-    value = obj.get("score") if isinstance(obj, dict) else obj
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if float(value) != int(value) or int(value) not in scale:
-        return None
-    return int(value)
+    got = score_adapter(scale).parse(answer)
+    return None if isinstance(got, str) else got.score
 
 
 @dataclass(frozen=True)
@@ -163,6 +149,7 @@ def plan(units: Sequence[Unit], instructions: Sequence[Instruction], convs: dict
          spec: ScoringSpec, json_schema: bool, judged: str = "conversational recommender systems") -> list[Planned]:
     """One request per unit × instruction, in prefix-sharing order (or ``naive``: instruction-major)."""
     from face.llm import ChatRequest
+    from face.llm.adapters import score_adapter
 
     rank = {i.instruction_id: r for r, i in enumerate(instructions)}
     pairs = [(u, i) for u in units for i in instructions]
@@ -173,15 +160,16 @@ def plan(units: Sequence[Unit], instructions: Sequence[Instruction], convs: dict
                                   rank[p[1].instruction_id], p[0].turn_ind, p[0].particle_ind))
     out = []
     for u, ins in pairs:
-        rf = ({"type": "json_schema", "json_schema": {"name": "score", "schema": score_schema(u.aspect)}}
-              if json_schema else None)
+        adapter = score_adapter(u.aspect.scale)
         messages = score_messages(u, convs[u.conv_id], ins.text, judged)
         if spec.estimator == "sampling":
             req = ChatRequest(messages=messages, n=spec.n, temperature=spec.temperature, max_tokens=spec.max_tokens,
-                              response_format=rf, tag=f"score:{u.aspect.name}")
+                              tag=f"score:{u.aspect.name}")
         else:
-            req = ChatRequest(messages=messages, n=1, temperature=0.0, max_tokens=spec.max_tokens, response_format=rf,
-                              logprobs=True, top_logprobs=spec.top_logprobs, tag=f"score:{u.aspect.name}")
+            req = ChatRequest(messages=messages, n=1, temperature=0.0, max_tokens=spec.max_tokens, logprobs=True,
+                              top_logprobs=spec.top_logprobs, tag=f"score:{u.aspect.name}")
+        if json_schema:  # without schema support the prompt's own answer format line is the request
+            req = adapter.request(req, native=True)
         out.append(Planned(u, ins, req))
     return out
 
@@ -195,7 +183,7 @@ def record_from_result(p: Planned, result, estimator: str) -> ScoreRecord:
                 instruction_id=p.instruction.instruction_id, estimator=estimator)
     if any(getattr(s, "dry_run", False) for s in result.samples):
         return ScoreRecord(score=math.nan, n_requested=len(result.samples), n_valid=0, fallback="dry_run", **base)
-    values = [parse_score(s.text, scale) for s in result.samples]
+    values = [score_value(s, scale) for s in result.samples]
     valid = [v for v in values if v is not None]
     if estimator == "sampling":
         score = float(np.mean(valid)) if valid else math.nan

@@ -16,11 +16,11 @@ from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
 from face.data.crsarena import ASPECTS, load_conversations, select
 from face.data.released import load_released_particles
 from face.data.schema import Instruction, Particle
-from face.llm import LLMConfig, make_client
+from face.llm import Completion, LLMConfig, make_client
 from face.llm.scripted import ScriptedServer
 from face.particles import decompose, from_released, parse_particles, plurality_vote
 from face.runfile import read_run_file
-from face.scoring import ScoringSpec, parse_score, plan, score, units_for
+from face.scoring import ScoringSpec, plan, score, score_value, units_for
 
 P = Particle
 
@@ -41,22 +41,27 @@ def test_plurality_vote_prefers_most_common_count_then_most_frequent_tuples():
         plurality_vote([])
 
 
+def _answer(*particles) -> str:
+    return json.dumps({"particles": [dict(zip(("dialogue_act", "mention", "user_feedback"), p)) for p in particles]})
+
+
 def test_parse_particles_rejects_bad_acts_and_long_mentions():
-    ok = parse_particles({"particles": [{"dialogue_act": "greeting", "mention": "Hello there", "user_feedback": ""}]})
-    assert ok == (P("greeting", "Hello there", "NO_FEEDBACK_PROVIDED"),)
-    assert "unknown dialogue act" in parse_particles({"particles": [{"dialogue_act": "joke", "mention": "x",
-                                                                     "user_feedback": "y"}]})
-    assert "1-12 words" in parse_particles({"particles": [{"dialogue_act": "others", "mention": " ".join(["w"] * 13),
-                                                          "user_feedback": "y"}]})
-    assert "particles" in parse_particles({"items": []})
+    assert parse_particles(_answer(("greeting", "Hello there", ""))) == (P("greeting", "Hello there",
+                                                                           "NO_FEEDBACK_PROVIDED"),)
+    assert "dialogue_act" in parse_particles(_answer(("joke", "x", "y")))
+    assert "1-12 words" in parse_particles(_answer(("others", " ".join(["w"] * 13), "y")))
+    assert "particles" in parse_particles(json.dumps({"items": []}))
+    truncated = Completion(_answer(("greeting", "Hello there", "")), "length")
+    assert "truncated" in parse_particles(truncated)
 
 
-def test_parse_score_accepts_only_values_on_the_scale():
-    assert parse_score('{"score": 2}', (0, 1, 2)) == 2
-    assert parse_score("```json\n{\"score\": 1}\n```", (0, 1, 2)) == 1
-    assert parse_score('{"score": 3}', (0, 1, 2)) is None
-    assert parse_score('{"score": 1.5}', (0, 1, 2)) is None
-    assert parse_score("no idea", (0, 1, 2)) is None
+def test_score_value_accepts_only_values_on_the_scale():
+    assert score_value('{"score": 2}', (0, 1, 2)) == 2
+    assert score_value("```json\n{\"score\": 1}\n```", (0, 1, 2)) == 1
+    assert score_value('{"score": 3}', (0, 1, 2)) is None
+    assert score_value('{"score": 1.5}', (0, 1, 2)) is None
+    assert score_value('{"score": NaN}', (0, 1, 2)) is None
+    assert score_value("no idea", (0, 1, 2)) is None
 
 
 # ------------------------------------------------------------------ against the scripted server

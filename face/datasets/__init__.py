@@ -24,6 +24,7 @@ class Dataset:
     aspects: Mapping[str, Aspect] = {}
     aliases: Mapping[str, str] = {}  # legacy aspect names -> canonical
     default_aspects: tuple[str, ...] = ()  # empty: all aspects
+    released_artifacts: bool = False  # the FACE authors released particles, instructions and scores for it
     # wording of the prompts that mention the domain
     assistant: str = "dialogue assistant"  # "a <assistant>" in the decomposition prompt
     judged: str = "dialogue systems"  # "an expert judge of <judged>" in the scoring prompts

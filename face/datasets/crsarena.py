@@ -28,6 +28,10 @@ class CRSArenaEval(Dataset):
             self.title = self.file.name
 
     @property
+    def released_artifacts(self) -> bool:
+        return self.file is None  # the authors' particles and scores cover CRSArena-Eval, not the user's file
+
+    @property
     def is_subset(self) -> bool:
         return super().is_subset or self.file is not None
 

@@ -19,6 +19,7 @@ from face.aggregate import AGGREGATORS, Predictions, aggregate
 from face.aspects import Aspect
 from face.cost import Pricing, cost_table, decomposition_cost, particles_per_turn, scoring_cost
 from face.data import RELEASED_PARTICLES, released_instructions_file
+from face.data.crsarena import ASPECTS as RELEASED_ASPECTS  # the aspects the authors released instructions for
 from face.data.errors import DataError
 from face.data.io import check_type, read_json
 from face.data.io import field as json_field
@@ -111,19 +112,18 @@ class Face:
         return self.unit == "particle" and self.particles.source == "released"
 
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
-        from face.datasets.crsarena import CRSArenaEval
-
-        crsarena = isinstance(dataset, CRSArenaEval)
-        released_needed = self.uses_released_particles or self.instructions.source == "released"
-        if released_needed and not crsarena:
-            raise ValueError(f"method {self.name} with released particles or released instructions needs "
-                             f"CRSArena-Eval's aspects; {dataset.title} has its own: use "
-                             "method.instructions.source=initial|file and method.particles.source=llm")
+        if self.uses_released_particles and not dataset.released_artifacts:
+            raise ValueError(f"method.particles.source=released: the authors released particles for CRSArena-Eval "
+                             f"only, not for {dataset.title}; use method.particles.source=llm")
+        if self.instructions.source == "released" and not set(a.name for a in aspects) <= set(RELEASED_ASPECTS):
+            raise ValueError(f"method.instructions.source=released: the authors released instructions for "
+                             f"{', '.join(RELEASED_ASPECTS)}, not for {dataset.title}'s aspects; use "
+                             "method.instructions.source=initial or file")
         if self.instructions.source == "initial":
             for a in aspects:
                 initial_instruction(a.name)  # fails now, not after the decomposition, if there is none
         files = []
-        if crsarena and self.unit == "particle":
+        if dataset.released_artifacts and self.unit == "particle":
             files.append(RELEASED_PARTICLES)  # the authors' particles, or the particle-count proxy of the estimate
         if self.instructions.source == "released":
             files += [released_instructions_file(a.name) for a in aspects]
@@ -185,19 +185,12 @@ class Face:
         """Particles before decomposition: the authors' (CRSArena-Eval), else one per turn (the whole turn)."""
         if self.unit == "whole":
             return {}
-        path = inputs.data_dir / RELEASED_PARTICLES
-        if path.exists() and self._is_crsarena(inputs):
-            return _released_decomps(path, inputs.convs)
+        if inputs.dataset.released_artifacts:
+            return _released_decomps(inputs.data_dir / RELEASED_PARTICLES, inputs.convs)
         from face.particles import whole_turn
 
         return {(c.conv_id, t.turn_ind): Decomposition(c.conv_id, t.turn_ind, (whole_turn(c, t),), "proxy")
                 for c in inputs.convs for t in c.evaluated_turns()}
-
-    @staticmethod
-    def _is_crsarena(inputs: Inputs) -> bool:
-        from face.datasets.crsarena import CRSArenaEval
-
-        return isinstance(inputs.dataset, CRSArenaEval)
 
     def predict(self, inputs: Inputs) -> MethodOutput:
         from face.llm import LLMConfig, make_client
@@ -212,7 +205,7 @@ class Face:
         costs.to_csv(costs_path, index=False)
         proxy_note = ("" if self.unit == "whole" or self.particles.source == "released" else
                       f" (particle counts: {particles_per_turn(proxy):.2f} per turn from the "
-                      f"{'released particles' if self._is_crsarena(inputs) else 'whole turns'})")
+                      f"{'released particles' if inputs.dataset.released_artifacts else 'whole turns'})")
         print_table(f"Cost estimate before sending anything{proxy_note} — {label}", costs, 2)
         if inputs.tracker is not None:
             for a, ins in instructions.items():

@@ -39,9 +39,7 @@ class FaceReleased:
                 raise ValueError(f"method.{key} must be one of {AGGREGATORS}, got {getattr(self, key)!r}")
 
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
-        from face.datasets.crsarena import CRSArenaEval
-
-        if not isinstance(dataset, CRSArenaEval) or dataset.file is not None:
+        if not dataset.released_artifacts:
             raise ValueError(f"method {self.name} replays the authors' released scores, which exist only for "
                              f"CRSArena-Eval (dataset=crsarena_eval), not for {dataset.title}")
         return [f(a.name) for a in aspects for f in (released_scores_file, released_instructions_file)]

@@ -85,31 +85,41 @@ SCORE_TEXTS = ['{"score": 2}', '{"score": 2.0}', '{"score": 2.5}', '{"score": "2
                "true"]
 
 
-def test_score_adapter_accepts_exactly_what_parse_score_accepts():
-    from face.scoring import parse_score
+# what the pre-adapter parser (face.scoring.parse_score, commit 0e194f7) returned for SCORE_TEXTS
+SCORES_BEFORE = {
+    (1, 2, 3): [2, 2, None, None, None, None, None, 3, 2, 3, None, None, None, 1, None, None, None],
+    (0, 1, 2): [2, 2, None, None, None, 0, None, None, 2, None, None, None, None, 1, None, None, None],
+    (1, 2, 3, 4, 5): [2, 2, None, None, None, None, 4, 3, 2, 3, None, None, None, 1, None, None, None],
+}
 
-    for scale in ([1, 2, 3], [0, 1, 2], [1, 2, 3, 4, 5]):
+
+def test_score_adapter_accepts_exactly_what_the_project_accepted_before():
+    for scale, expected in SCORES_BEFORE.items():
         a = score_adapter(scale)
-        for text in SCORE_TEXTS:
-            got = a.parse(text)
-            assert (None if isinstance(got, str) else got.score) == parse_score(text, scale), (scale, text, got)
+        got = [None if isinstance(g, str) else g.score for g in map(a.parse, SCORE_TEXTS)]
+        assert got == expected, scale
 
 
 def test_score_adapter_rejects_out_of_scale_and_non_finite_with_a_reason():
     a = score_adapter([1, 2, 3])
     got = a.parse('{"score": 5}')
     assert isinstance(got, str) and got.startswith("schema: score:") and "1, 2 or 3" in got
-    for text in ('{"score": NaN}', '{"score": Infinity}', "-Infinity"):  # parse_score raises on these
+    for text in ('{"score": NaN}', '{"score": Infinity}', "-Infinity"):  # the old parser crashed on these
         got = a.parse(text)
         assert isinstance(got, str) and "score must be an integer" in got
 
 
-def test_particles_schema_is_identical_to_the_decomposition_schema():
+def test_particles_schema_is_the_one_sent_since_the_first_release():
     from face.data.schema import DIALOGUE_ACTS
-    from face.particles import PARTICLES_SCHEMA
 
     a = particles_adapter(DIALOGUE_ACTS)
-    assert json.dumps(a.schema) == json.dumps(PARTICLES_SCHEMA)
+    assert json.dumps(a.schema) == (  # part of the decomposition requests' cache keys
+        '{"type": "object", "properties": {"particles": {"type": "array", "minItems": 1, "maxItems": 12, "items": '
+        '{"type": "object", "properties": {"dialogue_act": {"type": "string", "enum": ["greeting", "preference '
+        'elicitation", "recommendation", "goodbye", "others"]}, "mention": {"type": "string", "minLength": 1, '
+        '"maxLength": 120}, "user_feedback": {"type": "string", "maxLength": 400}}, "required": ["dialogue_act", '
+        '"mention", "user_feedback"], "additionalProperties": false}}}, "required": ["particles"], '
+        '"additionalProperties": false}')
 
 
 def _particles(*items, **extra):
@@ -133,21 +143,21 @@ PARTICLE_TEXTS = [
 ]
 
 
-def test_particles_adapter_accepts_exactly_what_parse_particles_accepts():
-    from face.data.schema import DIALOGUE_ACTS, NO_FEEDBACK
-    from face.particles import parse_particles
+# what the pre-adapter parser (face.particles.parse_particles, commit 0e194f7) made of PARTICLE_TEXTS;
+# None: rejected
+PARTICLES_BEFORE = [
+    [("recommendation", "Inception", "loved it")], [("greeting", "hi there", "")], [("greeting", "hi", "")],
+    [("greeting", "hi", "")], None, None, None, None, None, None, None, None, None,
+]
+
+
+def test_particles_adapter_accepts_exactly_what_the_project_accepted_before():
+    from face.data.schema import DIALOGUE_ACTS
 
     a = particles_adapter(DIALOGUE_ACTS)
-    for text in PARTICLE_TEXTS:
-        try:
-            old = parse_particles(extract_json(text))
-        except ValueError:
-            old = "not JSON"
-        got = a.parse(text)
-        assert isinstance(got, str) == isinstance(old, str), (text, got, old)
-        if not isinstance(old, str):
-            assert [(p.dialogue_act, p.mention, p.user_feedback or NO_FEEDBACK) for p in got.particles] == \
-                [(p.dialogue_act, p.mention, p.user_feedback) for p in old]
+    got = [None if isinstance(g, str) else [(p.dialogue_act, p.mention, p.user_feedback) for p in g.particles]
+           for g in map(a.parse, PARTICLE_TEXTS)]
+    assert got == PARTICLES_BEFORE
 
 
 @pytest.mark.parametrize("seed", range(30))

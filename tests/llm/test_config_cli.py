@@ -17,13 +17,20 @@ def compose_llm(name: str, cache_dir, *overrides: str):
     return LLMConfig.from_dict(root.llm)
 
 
+@pytest.mark.parametrize("name,decompose_samples,score_samples", [("local", 3, 1), ("openai", 20, 5),
+                                                                    ("openai_compatible", 20, 5), ("scripted", 20, 5)])
+def test_run_size_is_tiny_only_for_the_embedded_model(name, decompose_samples, score_samples):
+    with initialize_config_dir(config_dir=str(CONF.parent), version_base="1.3"):
+        root = compose(config_name="config", overrides=[f"llm={name}", "experiment=crsarena_main"])
+        assert (root.method.particles.k, root.method.n) == (decompose_samples, score_samples)
+        paper = compose(config_name="config", overrides=[f"llm={name}", "experiment=crsarena_main", "run_size=paper"])
+        assert (paper.method.particles.k, paper.method.n, paper.method.instructions.max) == (20, 5, None)
+
+
 @pytest.mark.parametrize("name", ["local", "openai", "openai_compatible", "scripted"])
 def test_yaml_configs_compose(name, tmp_path):
     cfg = compose_llm(name, tmp_path)
     assert cfg.cache_dir == f"{tmp_path}/llm" and cfg.backend == name
-    text = (CONF / f"{name}.yaml").read_text()
-    assert text.startswith("#") and "defaults: [base, _self_]" in text
-    assert "suggested" not in text
     if name == "local":
         assert cfg.n_per_request == 1 and cfg.model == "smollm2-135m-instruct" and cfg.concurrency == 2
         assert cfg.json_schema_format == "json_object_schema" and (cfg.timeout_s, cfg.max_retries) == (300, 3)
