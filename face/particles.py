@@ -18,6 +18,26 @@ from face.prompts import render
 
 MAX_MENTION_WORDS = 12
 
+PARTICLE_SOURCES = ("llm", "released")
+
+
+@dataclass
+class ParticlesSpec:
+    """How particles are obtained: decomposed by the LLM (k samples, plurality vote) or the released ones."""
+
+    source: str = "llm"  # llm (our decomposition) | released (the authors' particles, CRSArena-Eval only)
+    k: int = 20  # decomposition samples per turn (plurality vote)
+    max_extra: int = 5  # extra samples drawn to replace invalid ones, per turn
+    temperature: float | None = 0.7
+    max_tokens: int = 400
+
+    def __post_init__(self) -> None:
+        if self.source not in PARTICLE_SOURCES:
+            raise ValueError(f"unknown particle source {self.source!r}; choose from {PARTICLE_SOURCES}")
+        if self.k < 1:
+            raise ValueError(f"method.particles.k must be >= 1, got {self.k}")
+
+
 @dataclass(frozen=True)
 class Decomposition:
     conv_id: str
@@ -87,10 +107,10 @@ def from_released(rows: Sequence[TurnParticles]) -> dict[tuple[str, int], Decomp
             for r in rows}
 
 
-def decompose(client, convs: Sequence[Conversation], k: int, max_extra: int, json_schema: bool,
-              temperature: float | None = None, max_tokens: int = 400,
+def decompose(client, convs: Sequence[Conversation], spec: ParticlesSpec, json_schema: bool,
               assistant: str = "movie-recommendation assistant") -> dict[tuple[str, int], Decomposition]:
     """LLM decomposition of every evaluated assistant turn of ``convs`` (see module doc)."""
+    k, max_extra = spec.k, spec.max_extra
     from face.llm import ChatRequest
     from face.llm.adapters import particles_adapter
 
@@ -101,8 +121,8 @@ def decompose(client, convs: Sequence[Conversation], k: int, max_extra: int, jso
     want = {i: k for i in range(len(turns))}  # total samples to request per turn (cache keeps earlier ones)
     pending = list(range(len(turns)))
     while pending:
-        reqs = [ChatRequest(messages=decompose_messages(*turns[i], assistant), n=want[i], temperature=temperature,
-                            max_tokens=max_tokens, tag="decompose") for i in pending]
+        reqs = [ChatRequest(messages=decompose_messages(*turns[i], assistant), n=want[i], temperature=spec.temperature,
+                            max_tokens=spec.max_tokens, tag="decompose") for i in pending]
         if json_schema:  # without schema support the prompt's own answer format line is the request
             reqs = [adapter.request(r, native=True) for r in reqs]
         results = client.run_batch(reqs, desc=f"decomposing {len(pending)} turns")

@@ -34,3 +34,28 @@ def test_unknown_aspect_of_a_dataset_is_rejected_before_anything_runs(cfg_factor
     with pytest.raises(ValueError, match="has no aspect 'relevance'; its aspects: brevity, overall"):
         importlib.import_module(cfg.runner).run(cfg)
     assert not Path(cfg.paths.output_dir).exists()
+
+
+@pytest.mark.parametrize("override,message", [
+    ("method.estimator=mode", "unknown estimator 'mode'"),
+    ("method.unit=sentence", "unknown unit 'sentence'"),
+    ("method.order=random", "unknown order 'random'"),
+    ("method.particle_agg=mode", "method.particle_agg must be one of"),
+    ("method.particles.source=gold", "unknown particle source 'gold'"),
+    ("method.instructions.source=file", "needs method.instructions.file"),
+    ("dataset.limit=0", "dataset.limit must be a positive integer"),
+    ("dataset.splits=[test]", "unknown split"),
+    ("metaeval.splits=[test]", "not splits of CRSArena-Eval"),
+])
+def test_bad_choices_fail_before_anything_is_fetched_written_or_sent(cfg_factory, override, message):
+    cfg = cfg_factory("experiment=crsarena_main", "llm=scripted", override)
+    with pytest.raises(ValueError, match=message):
+        importlib.import_module(cfg.runner).run(cfg)
+    assert not Path(cfg.paths.output_dir).exists()
+    assert not Path(cfg.tracking.tracking_uri.removeprefix("sqlite:///")).exists()  # no MLflow run either
+
+
+def test_method_released_refuses_a_dataset_it_has_no_scores_for(cfg_factory):
+    cfg = cfg_factory("experiment=reproduce_table2", "dataset=usr_topical_chat", tracking=False)
+    with pytest.raises(ValueError, match="released scores, which exist only for CRSArena-Eval"):
+        importlib.import_module(cfg.runner).run(cfg)

@@ -18,7 +18,7 @@ from face.data.released import load_released_particles
 from face.data.schema import Instruction, Particle
 from face.llm import Completion, LLMConfig, make_client
 from face.llm.scripted import ScriptedServer
-from face.particles import decompose, from_released, parse_particles, plurality_vote
+from face.particles import ParticlesSpec, decompose, from_released, parse_particles, plurality_vote
 from face.runfile import read_run_file
 from face.scoring import ScoringSpec, plan, score, score_value, units_for
 
@@ -110,7 +110,7 @@ def convs(data_dir):
 
 def test_decompose_retries_invalid_samples_and_votes(scripted, tmp_path, convs):
     with make_client(_client_cfg(scripted, tmp_path)) as client:
-        out = decompose(client, convs, k=3, max_extra=2, json_schema=True)
+        out = decompose(client, convs, ParticlesSpec(k=3, max_extra=2), json_schema=True)
     assert len(out) == sum(len(c.assistant_turns()) for c in convs)
     for d in out.values():
         # samples 0,1 invalid -> 2 extra samples drawn (indices 3, 4); valid: 2, 3, 4
@@ -121,7 +121,7 @@ def test_decompose_retries_invalid_samples_and_votes(scripted, tmp_path, convs):
 
 def test_decompose_falls_back_to_whole_turn_when_no_sample_is_valid(scripted, tmp_path, convs):
     with make_client(_client_cfg(scripted, tmp_path)) as client:
-        out = decompose(client, convs, k=2, max_extra=0, json_schema=True)
+        out = decompose(client, convs, ParticlesSpec(k=2, max_extra=0), json_schema=True)
     d = next(iter(out.values()))
     assert d.source == "whole_turn" and d.fallback == "no_valid_sample" and len(d.particles) == 1
 

@@ -55,10 +55,18 @@ class Method(Protocol):
     def predict(self, inputs: Inputs) -> MethodOutput: ...
 
 
-def build(node: Any) -> Method:
-    """The object a config node names with ``_target_`` (methods, datasets)."""
+def build(node: Any) -> Any:
+    """The object a config node names with ``_target_`` (methods, datasets); a bad parameter raises the
+    class's own ValueError (not Hydra's wrapper), so the message names what is wrong."""
+    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
     if node is None or "_target_" not in node:
         raise ValueError("the config node has no _target_ naming the class to build")
-    return instantiate(node, _convert_="all")
+    try:
+        return instantiate(node, _convert_="all")
+    except InstantiationException as e:
+        cause = e.__cause__
+        if isinstance(cause, (ValueError, TypeError)):
+            raise ValueError(f"{node.get('name', node['_target_'])}: {cause}") from cause
+        raise

@@ -26,29 +26,13 @@ from face.data.io import field as json_field
 from face.data.released import SCORE_COLUMNS, load_instructions, load_released_particles
 from face.data.schema import Conversation, Instruction
 from face.methods import Inputs, MethodOutput
-from face.particles import Decomposition, decompose, from_released
+from face.particles import Decomposition, ParticlesSpec, decompose, from_released
 from face.prompts import initial_instruction
 from face.report.tables import print_table
 from face.scoring import UNITS, ScoringSpec, plan, records_frame, score, units_for
 
 log = logging.getLogger(__name__)
 INSTRUCTION_SOURCES = ("released", "initial", "file")
-PARTICLE_SOURCES = ("llm", "released")
-
-
-@dataclass
-class ParticlesSpec:
-    source: str = "llm"  # llm (our decomposition) | released (the authors' particles, CRSArena-Eval only)
-    k: int = 20  # decomposition samples per turn (plurality vote)
-    max_extra: int = 5  # extra samples drawn to replace invalid ones, per turn
-    temperature: float | None = 0.7
-    max_tokens: int = 400
-
-    def __post_init__(self) -> None:
-        if self.source not in PARTICLE_SOURCES:
-            raise ValueError(f"unknown particle source {self.source!r}; choose from {PARTICLE_SOURCES}")
-        if self.k < 1:
-            raise ValueError(f"method.particles.k must be >= 1, got {self.k}")
 
 
 @dataclass
@@ -222,9 +206,7 @@ class Face:
             if self.uses_released_particles:
                 decomps = proxy
             elif self.unit == "particle":
-                p = self.particles
-                decomps = decompose(client, convs, p.k, p.max_extra, lcfg.supports_json_schema, p.temperature,
-                                    p.max_tokens, ds.assistant)
+                decomps = decompose(client, convs, self.particles, lcfg.supports_json_schema, ds.assistant)
             records = []
             for a in inputs.aspects:
                 units = units_for(a, convs, decomps or {}, self.unit)
