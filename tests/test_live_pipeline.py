@@ -273,6 +273,8 @@ def test_ablation_no_particles_scores_whole_turns(cfg_factory):
     cfg = cfg_factory("experiment=ablation_no_particles", *SMALL_LIVE, tracking=False)
     _run(cfg)
     detail = _detail(cfg)
+    # the first 2 conversations have 11 assistant turns: 2 instructions × (11 turns + 2 dialogues) = 26 units
+    assert len(detail) == 2 * (11 + 2)
     assert {d["particle_ind"] for d in detail} == {-1}
     assert {d["turn_ind"] for d in detail if d["aspect"] == "dialogue_overall"} == {-1}
     assert not (Path(cfg.paths.output_dir) / "particles.jsonl").exists()

@@ -36,5 +36,8 @@ def test_api_key_value_is_never_written_anywhere(cfg_factory, tmp_path, monkeypa
         caplog.set_level("DEBUG")
         importlib.import_module(cfg.runner).run(cfg)
         assert srv.seen_auth(SECRET)  # the key was really used
+    written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*") if p.is_file()}
+    assert {"mlflow.db", "mlruns", "run", "cache"} <= written  # the scan below covers what the run wrote
+    assert _files_containing(tmp_path, b"scripted-model")  # a string the run did write is found by the scan
     assert _files_containing(tmp_path, SECRET.encode()) == []  # mlflow.db, mlruns/, run dir, cache, results
     assert SECRET not in caplog.text
