@@ -66,11 +66,15 @@ def test_cluster_weights_resample_whole_clusters_within_strata():
     assert ((w[:, 0] + w[:, 2]) == 2).all() and ((w[:, 3] + w[:, 6]) == 2).all()
 
 
+def _clustered(seed: int, n_convs: int, turns: int):
+    """Correlated predictions and labels of ``n_convs`` conversations with ``turns`` items each."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n_convs * turns)
+    return x, x + rng.normal(size=len(x)), np.repeat(np.arange(n_convs), turns)
+
+
 def test_bootstrap_is_reproducible_and_seed_dependent():
-    rng = np.random.default_rng(3)
-    x = rng.normal(size=300)
-    y = x + rng.normal(size=300)
-    groups = np.repeat(np.arange(60), 5)
+    x, y, groups = _clustered(3, 60, 5)
     a = bootstrap_ci(x, y, groups, 500, seed=1)
     b = bootstrap_ci(x, y, groups, 500, seed=1)
     c = bootstrap_ci(x, y, groups, 500, seed=2)
@@ -82,10 +86,7 @@ def test_bootstrap_is_reproducible_and_seed_dependent():
 
 
 def test_bootstrap_ci_is_the_percentile_interval_of_scipy_on_resampled_conversations():
-    rng = np.random.default_rng(4)
-    x = rng.normal(size=120)
-    y = x + rng.normal(size=120)
-    groups = np.repeat(np.arange(30), 4)
+    x, y, groups = _clustered(4, 30, 4)
     got = bootstrap_ci(x, y, groups, 200, seed=7)
     w = cluster_weights(groups, 200, np.random.default_rng(7)).astype(int)  # the same draws of conversations
     for coef in COEFFICIENTS:
