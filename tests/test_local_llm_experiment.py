@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from scipy import stats
+
+from face.data import CRSARENA_EVAL
 
 pytestmark = pytest.mark.slow
 
@@ -27,18 +31,30 @@ def _llama_servers() -> set[int]:
     return pids
 
 
-def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_factory):
+def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_factory, data_dir):
     before = _llama_servers()
     cfg = cfg_factory("experiment=ablation_no_particles", "llm=local", "dataset.limit=2", "metaeval.n_boot=50")
     out = importlib.import_module(cfg.runner).run(cfg)
     run_dir = Path(cfg.paths.output_dir)
     detail = [json.loads(line) for line in (run_dir / "particle_scores.jsonl").read_text().splitlines()]
-    assert len(out["results"]) > 0
     # 2 turn aspects × 11 assistant turns + 5 dialogue aspects × 2 dialogues, 1 instruction, 1 sample
     assert len(detail) == 2 * 11 + 5 * 2
     valid = [d for d in detail if d["score"] is not None]
     assert len(valid) >= 0.8 * len(detail)  # schema-constrained answers are nearly always valid
     assert all(0 <= d["score"] <= 4 for d in valid)
+    # whole turns, 1 instruction, 1 sample: a turn's prediction is its one score; correlate with the raw labels
+    raw = json.loads((data_dir / CRSARENA_EVAL).read_text())[:2]
+    labels = {(c["conv_id"], t["turn_ind"]): t["turn_level_aggregated"]["relevance"] for c in raw
+              for t in c["dialogue"] if "relevance" in (t.get("turn_level_aggregated") or {})}
+    pairs = [(d["score"], labels[d["conv_id"], d["turn_ind"]]) for d in valid if d["aspect"] == "relevance"]
+    r = out["results"].set_index(["level", "aspect", "split", "coefficient"])
+    row = r.loc["turn", "relevance", "all", "pearson"]
+    assert row["n"] == len(pairs) and row["n_missing"] == len(labels) - len(pairs)
+    pred, human = zip(*pairs)
+    if len(set(pred)) > 1 and len(set(human)) > 1:
+        assert row["value"] == pytest.approx(stats.pearsonr(pred, human)[0], abs=1e-9)
+    else:  # a constant side has no correlation
+        assert math.isnan(row["value"])
     usage = json.loads((run_dir / "llm_usage.json").read_text())
     assert usage["totals"]["calls"] == len(detail) and usage["totals"]["failures"] == 0
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
