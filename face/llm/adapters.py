@@ -80,8 +80,12 @@ class JsonAdapter(Generic[T]):
     def response_format(self) -> dict:
         return {"type": "json_schema", "json_schema": {"name": self.name, "schema": self.schema}}
 
-    def request(self, req: ChatRequest, native: bool) -> ChatRequest:
-        """`req` asking for this answer type: natively, or with the schema in the prompt."""
+    def request(self, req: ChatRequest, native: bool, validate: bool = False) -> ChatRequest:
+        """`req` asking for this answer type: natively, or with the schema in the prompt. With
+        `validate`, the request also carries this adapter: the client returns parsed samples
+        (`Completion.value`), re-draws invalid ones and never caches them as valid."""
+        if validate:
+            req = replace(req, adapter=self)
         if native:
             return replace(req, response_format=self.response_format())
         msgs = list(req.messages)

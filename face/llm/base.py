@@ -35,6 +35,16 @@ class Completion:
     cached: bool = False
     sample_index: int = 0
     dry_run: bool = False  # placeholder from a dry run: carries NO content
+    # set only for requests with an `adapter` (a validator): the parsed answer, or why there is none
+    value: Any = None  # the adapter's model instance when the answer is valid
+    error: str | None = None  # the reason the answer is invalid (after the retries of llm.answer_retries)
+    attempts: int = 1  # draws it took (1 + answer retries)
+    rejected: list[str] = field(default_factory=list)  # one line per rejected draw ("sample 7: truncated ...")
+
+    @property
+    def valid(self) -> bool:
+        """A usable answer: not a dry-run placeholder and not marked invalid."""
+        return not self.dry_run and self.error is None
 
 
 def _normalise_messages(messages: Any) -> Messages:
@@ -73,6 +83,10 @@ class ChatRequest:
     top_logprobs: int = 0
     tag: str = ""
     first_sample: int = 0  # samples are indices first_sample .. first_sample+n-1
+    # optional validator (a face.llm.adapters.JsonAdapter, or anything with `parse(Completion) -> value | str`):
+    # every sample is parsed, invalid ones are re-drawn (llm.answer_retries) and never cached as valid.
+    # Not part of equality, hash or the cache key.
+    adapter: Any = field(default=None, hash=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", _normalise_messages(self.messages))
@@ -112,6 +126,18 @@ class ChatResult:
     cost_usd: float = 0.0
     latency_s: float = 0.0
     error: str | None = None  # set (and samples empty) only with run_batch(on_error="return")
+    answer_retries: int = 0  # extra draws made to replace invalid answers (requests with an adapter)
+    rejected_answers: int = 0  # draws that failed the adapter's validation (incl. ones later replaced)
+
+    @property
+    def invalid_samples(self) -> int:
+        """Samples still invalid after the answer retries (requests with an adapter)."""
+        return sum(s.error is not None for s in self.samples)
+
+    @property
+    def values(self) -> list[Any]:
+        """The parsed answers (None where a sample is invalid); requests with an adapter."""
+        return [s.value for s in self.samples]
 
     @property
     def ok(self) -> bool:
@@ -178,6 +204,18 @@ class Server(Protocol):
     def start(self) -> Any: ...
 
     def stop(self) -> None: ...
+
+
+def validate(sample: Completion, adapter: Any) -> Completion:
+    """Parse `sample` with `adapter` once (sets `value` or `error`); dry-run placeholders stay as they are."""
+    if adapter is None or sample.dry_run or sample.value is not None or sample.error is not None:
+        return sample
+    parsed = adapter.parse(sample)
+    if isinstance(parsed, str):
+        sample.error = parsed
+    else:
+        sample.value = parsed
+    return sample
 
 
 def runs(indices: Sequence[int], size: int) -> list[list[int]]:

@@ -90,5 +90,7 @@ class AccountingLM:
         self.usage.add(CallRecord(tag=req.tag, n=req.n, cached_samples=res.cached_samples,
                                   http_requests=res.http_requests, retries=res.retries, latency_s=res.latency_s,
                                   input_tokens=res.input_tokens, output_tokens=res.output_tokens,
-                                  cost_usd=res.cost_usd, dry_run=self.cfg.dry_run))
+                                  cost_usd=res.cost_usd, dry_run=self.cfg.dry_run,
+                                  answer_retries=res.answer_retries, rejected_answers=res.rejected_answers,
+                                  invalid_answers=res.invalid_samples))
         return res

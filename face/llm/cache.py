@@ -11,7 +11,11 @@ one thread) and for several processes sharing the file.
 
 `CachingLM.chat(req)` looks every sample of the request up, sends only the missing ones (one
 sub-request per consecutive run of at most `n_per_request` indices) and stores each run as
-soon as it arrives. Dry-run placeholders are never stored.
+soon as it arrives. Dry-run placeholders are never stored. For a request with an `adapter` (a
+validator), every sample is parsed before it is stored: an invalid one is stored *marked invalid*
+(`"invalid": reason` in its payload; the key is unchanged) and always comes back with
+`Completion.error` set, never as a valid sample -- so a rerun replays the same decision for free.
+Cached samples are re-validated on read, so answers cached before validation existed are caught too.
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ from .base import (
     raise_first,
     request_params,
     runs,
+    validate,
 )
 
 CACHE_FILE = "llm_cache.sqlite"
@@ -156,8 +161,8 @@ class CachingLM:
     async def chat(self, req: ChatRequest) -> ChatResult:
         keys = {i: self.key_for(req, i) for i in req.indices}
         hit = self.store.get_many(keys.values())
-        got = {i: Completion(p["text"], p["finish_reason"], _lp_from_json(p.get("logprobs")), cached=True,
-                             sample_index=i)
+        got = {i: validate(Completion(p["text"], p["finish_reason"], _lp_from_json(p.get("logprobs")), cached=True,
+                                      sample_index=i, error=p.get("invalid")), req.adapter)
                for i, k in keys.items() if (p := hit.get(k)) is not None}
         missing = [i for i in req.indices if i not in got]
         subs = [replace(req, n=len(r), first_sample=r[0]) for r in runs(missing, self.cfg.n_per_request)]
@@ -170,7 +175,15 @@ class CachingLM:
 
     async def _fetch(self, req: ChatRequest, keys: dict[int, str]) -> ChatResult:
         res = await self.inner.chat(req)
-        self.store.put_many((keys[s.sample_index], self.model, req.tag, s.sample_index,
-                             {"text": s.text, "finish_reason": s.finish_reason, "logprobs": _lp_to_json(s.logprobs)})
+        for s in res.samples:
+            validate(s, req.adapter)
+        self.store.put_many((keys[s.sample_index], self.model, req.tag, s.sample_index, _payload(s))
                             for s in res.samples if not s.dry_run)
         return res
+
+
+def _payload(s: Completion) -> dict:
+    p = {"text": s.text, "finish_reason": s.finish_reason, "logprobs": _lp_to_json(s.logprobs)}
+    if s.error is not None:
+        p["invalid"] = s.error  # never served as a valid sample
+    return p

@@ -4,8 +4,22 @@
         results = client.run_batch(requests, desc="scoring")   # sync
         result = await client.chat(request)                   # async
 
+Validated answers: give a request an adapter (face.llm.adapters); every sample comes back parsed,
+invalid ones re-drawn up to llm.answer_retries times, and nothing invalid is cached as valid::
+
+    scores = score_adapter([0, 1, 2])
+    req = scores.request(ChatRequest(messages=msgs, n=5, tag="score"), native=cfg.supports_json_schema,
+                         validate=True)            # = replace(req, adapter=scores) + the schema
+    [res] = client.run_batch([req], desc="scoring")
+    for s in res.samples:
+        if s.error is None:      # s.valid; s.value is ScoreAnswer(score=2), s.text the raw answer
+            use(s.value.score)
+        else:                    # no valid draw in 1 + llm.answer_retries: s.error says why; s.rejected lists
+            ...                  # every rejected draw; counted in usage (invalid_answers, answer_retries)
+
 The stack, outermost first (each layer has `async chat(request) -> ChatResult`):
-AccountingLM (per-call records) -> CachingLM (per-sample cache) -> BudgetLM (HTTP-sized pieces,
+AccountingLM (per-call records) -> ValidatingLM (adapter: parse, re-draw invalid answers) ->
+CachingLM (per-sample cache) -> BudgetLM (HTTP-sized pieces,
 concurrency, caps, dry run) -> OpenAITransport (one HTTP request, retries). A backend is a
 config: `llm.server` names a server class started beside the client (`face.llm.local.LocalServer`,
 `face.llm.scripted.ScriptedServer`), or is null for an endpoint at `llm.base_url`.
@@ -23,6 +37,7 @@ from .cache import CachingLM, SampleCache
 from .config import LLMConfig
 from .transport import OpenAITransport
 from .usage import BudgetExceeded, Usage
+from .validating import ValidatingLM
 
 
 def build(spec: dict[str, Any]) -> Any:
@@ -71,7 +86,7 @@ class LLMClient:
         inner: Any = self.budget
         if cfg.cache and cfg.cache_dir:
             inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
-        self._lm = AccountingLM(inner, cfg, self.usage)
+        self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
         return self
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ class LLMConfig:
     concurrency: int = 2
     timeout_s: float = 120.0
     max_retries: int = 6
+    answer_retries: int = 3  # extra draws per sample whose answer fails its request's adapter (authors: up to 10)
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
     price_input_per_mtok: float = 0.0  # USD per million input tokens

@@ -4,7 +4,9 @@
 `req` (n = req.n, seed = base seed + req.first_sample) through the openai SDK (`AsyncOpenAI`,
 one per event loop; the SDK's own retries are off) and retries it with tenacity on 408 / 409 /
 429 / 5xx / timeouts / connection errors: exponential backoff with jitter, at least the
-server's Retry-After. Splitting n, caching and budgets are the business of the layers above.
+server's Retry-After. A reply that is not a chat completion (an HTTP 200 whose body is cut or not
+JSON, an HTML page from a proxy, no `choices`) counts as transient and is retried the same way.
+Splitting n, caching and budgets are the business of the layers above.
 """
 from __future__ import annotations
 
@@ -60,10 +62,27 @@ def parse_retry_after(headers: Any) -> float | None:
             return None
 
 
+class BadResponse(Exception):
+    """A 2xx reply that is not a chat completion (cut or non-JSON body, HTML page, no choices): transient."""
+
+
+def decode_completion(raw: bytes) -> dict:
+    """The completion object of a raw reply body, or BadResponse."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise BadResponse(f"reply is not JSON: {bytes(raw[:120])!r}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
+        raise BadResponse(f"reply is not a chat completion: {str(data)[:120]!r}")
+    if not all(isinstance(c, dict) for c in data["choices"]):
+        raise BadResponse("reply has malformed choices")
+    return data
+
+
 def retryable(exc: BaseException) -> bool:
     import openai
 
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, asyncio.TimeoutError)):
+    if isinstance(exc, (BadResponse, openai.APITimeoutError, openai.APIConnectionError, asyncio.TimeoutError)):
         return True
     return isinstance(exc, openai.APIStatusError) and (exc.status_code in RETRY_STATUS or exc.status_code >= 500)
 
@@ -147,16 +166,12 @@ class OpenAITransport:
                     # the SDK's public low-level post (its auth, headers, timeouts, error types) without
                     # the per-call typed-params transform of chat.completions.create
                     raw = await api.post("/chat/completions", cast_to=bytes, body=body)
+                    data = decode_completion(raw)
         except Exception as exc:
             msg = str(exc) if len(str(exc)) <= 300 else str(exc)[:300] + "..."
             raise LLMCallError(f"LLM request failed (tag={req.tag!r}, attempts={attempts}): "
                                f"{type(exc).__name__}: {msg}", retries=max(0, attempts - 1)) from exc
         latency = time.perf_counter() - t0
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise LLMCallError(f"LLM request returned no JSON (tag={req.tag!r}): {raw[:200]!r}",
-                               retries=attempts - 1) from exc
         choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
         if len(choices) != req.n:
             raise LLMCallError(f"endpoint returned {len(choices)} choices for n={req.n}; "

@@ -32,6 +32,9 @@ class CallRecord:
     cost_usd: float = 0.0
     dry_run: bool = False
     error: str | None = None
+    answer_retries: int = 0  # extra draws that replaced invalid answers
+    rejected_answers: int = 0  # draws that failed validation
+    invalid_answers: int = 0  # samples returned invalid (no valid draw within llm.answer_retries)
 
 
 def estimate_tokens(text_chars: int) -> int:
@@ -66,6 +69,7 @@ class Usage:
     cache_dir: str | None = None
     records: list[CallRecord] = field(default_factory=list)
     fallback_events: list[dict[str, Any]] = field(default_factory=list)
+    invalid_events: list[dict[str, Any]] = field(default_factory=list)  # samples left invalid (with the reason)
     # running totals (kept incrementally so budget checks are O(1))
     http_requests: int = 0
     dry_run_requests: int = 0
@@ -148,6 +152,10 @@ class Usage:
     def note_fallback(self, tag: str, reason: str) -> None:
         self.fallback_events.append({"tag": tag, "reason": reason})
 
+    def note_invalid(self, tag: str, reason: str) -> None:
+        """A sample with no valid answer after the answer retries (llm.answer_retries)."""
+        self.invalid_events.append({"tag": tag, "reason": reason})
+
     # ---- reports ------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         lat = self.http_latencies
@@ -155,7 +163,8 @@ class Usage:
         for r in self.records:
             t = by_tag.setdefault(r.tag or "(none)", {"calls": 0, "http_requests": 0, "cache_hits": 0,
                                                      "failures": 0, "input_tokens": 0, "output_tokens": 0,
-                                                     "cost_usd": 0.0})
+                                                     "cost_usd": 0.0, "answer_retries": 0, "rejected_answers": 0,
+                                                     "invalid_answers": 0})
             t["calls"] += 1
             t["http_requests"] += r.http_requests
             t["cache_hits"] += r.cached_samples
@@ -163,6 +172,9 @@ class Usage:
             t["input_tokens"] += r.input_tokens
             t["output_tokens"] += r.output_tokens
             t["cost_usd"] += r.cost_usd
+            t["answer_retries"] += r.answer_retries
+            t["rejected_answers"] += r.rejected_answers
+            t["invalid_answers"] += r.invalid_answers
         for e in self.fallback_events:
             by_tag.setdefault(e["tag"] or "(none)", {}).setdefault("fallbacks", 0)
             by_tag[e["tag"] or "(none)"]["fallbacks"] += 1
@@ -174,6 +186,9 @@ class Usage:
             "failures": sum(r.error is not None and not r.error.startswith("budget") for r in self.records),
             "budget_stops": sum(r.error is not None and r.error.startswith("budget") for r in self.records),
             "fallbacks": len(self.fallback_events),
+            "answer_retries": sum(r.answer_retries for r in self.records),
+            "rejected_answers": sum(r.rejected_answers for r in self.records),
+            "invalid_answers": sum(r.invalid_answers for r in self.records),
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cost_usd": self.spent_usd,
@@ -202,6 +217,8 @@ class Usage:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         doc = {"totals": self.summary(), "calls": [asdict(r) for r in self.records],
-               "fallbacks": self.fallback_events}
-        p.write_text(json.dumps(doc, indent=1))
+               "fallbacks": self.fallback_events, "invalid_answers": self.invalid_events}
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.part")
+        tmp.write_text(json.dumps(doc, indent=1))
+        os.replace(tmp, p)  # atomic: a stop while writing never leaves half a file
         return p
