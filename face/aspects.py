@@ -17,8 +17,9 @@ class Aspect:
     name: str
     level: str  # "turn" (one label per evaluated assistant turn) or "dialogue" (one per conversation)
     scale: tuple[int, ...]  # the values a human label can take
-    definition: str  # one line, used in prompts
+    definition: str  # one line: the quality of a response / dialogue
     levels: Mapping[int, str] = field(default_factory=dict, hash=False)  # score -> what annotators were told
+    particle_definition: str = ""  # the same quality asked of one particle (the faithful scoring prompt)
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
@@ -36,6 +37,14 @@ class Aspect:
     @property
     def high(self) -> int:
         return max(self.scale)
+
+    @property
+    def of_particle(self) -> str:
+        return self.particle_definition or self.definition
+
+    def level_lines(self) -> str:
+        """The annotation scheme, one ``- value: description`` line per score (empty if the dataset gives none)."""
+        return "\n".join(f"- {v}: {self.levels[v]}" for v in self.scale if v in self.levels)
 
 
 def aspect_table(aspects: Iterable[Aspect]) -> dict[str, Aspect]:

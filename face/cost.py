@@ -49,10 +49,10 @@ class StageCost:
 
 
 def decomposition_cost(convs: Sequence[Conversation], k: int, output_tokens: int, pricing: Pricing,
-                       assistant: str = "movie-recommendation assistant") -> StageCost:
+                       assistant: str = "movie-recommendation assistant", reasoning: bool = False) -> StageCost:
     turns = [(c, t) for c in convs for t in c.evaluated_turns()]
     http = math.ceil(k / pricing.n_per_request)
-    tin = sum(estimate_input_tokens(decompose_messages(c, t, assistant)) for c, t in turns) * http
+    tin = sum(estimate_input_tokens(decompose_messages(c, t, assistant, reasoning)) for c, t in turns) * http
     tout = len(turns) * k * output_tokens
     return StageCost("decompose", len(turns), len(turns), len(turns) * k, len(turns) * http, tin, tout,
                      pricing.cost(tin, tout))
@@ -62,7 +62,7 @@ def scoring_cost(aspect: str, units: Sequence[Unit], instructions: Sequence[Inst
                  convs: dict[str, Conversation], n_turns: int, spec: ScoringSpec, output_tokens: int,
                  pricing: Pricing, judged: str = "conversational recommender systems") -> StageCost:
     http_per = math.ceil(spec.samples / pricing.n_per_request)
-    base = sum(estimate_input_tokens(score_messages(u, convs[u.conv_id], "", judged)) for u in units)
+    base = sum(estimate_input_tokens(score_messages(u, convs[u.conv_id], "", judged, spec.reasoning)) for u in units)
     instr_tokens = sum(estimate_tokens(len(i.text)) for i in instructions)
     tin = (base * len(instructions) + instr_tokens * len(units)) * http_per
     calls = len(units) * len(instructions) * spec.samples

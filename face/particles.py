@@ -1,10 +1,15 @@
 """Decompose each assistant turn into conversation particles (dialogue act, mention, user feedback).
 
-For every assistant turn the LLM is asked for ``k`` samples (JSON, schema-constrained where the
-endpoint supports it). Invalid samples are replaced by further samples (up to ``max_extra``).
+For every assistant turn the LLM is asked for ``k`` samples. With ``reasoning`` (the default, the
+authors' prompt) it first reasons in four steps (explain the context, count the particles, discuss the
+user's feedback on each, output JSON) and the last JSON object of the reply is the answer; an empty
+list is a valid answer (a turn with no particle: 15 released turns have none). Without reasoning it
+answers JSON only, schema-constrained where the endpoint supports it, and needs at least one particle.
+Invalid samples are replaced by new draws until ``k`` are valid (at most ``max_rounds`` rounds, the
+authors: 100; ``max_extra`` caps the extra draws per turn).
 Plurality vote: keep the valid samples with the most common particle count, then pick the one
 whose (act, mention, feedback) tuples occur most often across all valid samples (ties: earliest).
-If no sample is valid, the whole turn becomes one particle, flagged ``fallback="whole_turn"``.
+If no sample is valid, the whole turn becomes one particle, flagged ``fallback="no_valid_sample"``.
 """
 
 from __future__ import annotations
@@ -27,15 +32,19 @@ class ParticlesSpec:
 
     source: str = "llm"  # llm (our decomposition) | released (the authors' particles, CRSArena-Eval only)
     k: int = 20  # decomposition samples per turn (plurality vote)
-    max_extra: int = 5  # extra samples drawn to replace invalid ones, per turn
-    temperature: float | None = 0.7
-    max_tokens: int = 400
+    reasoning: bool = True  # four reasoning steps before the JSON list (the authors) | JSON only (ours)
+    max_rounds: int = 100  # rounds of redrawing invalid samples (the authors: 100)
+    max_extra: int | None = None  # cap on extra draws per turn (None: none beyond max_rounds)
+    temperature: float | None = 0.6  # the authors: 0.6
+    max_tokens: int = 2048  # the authors: 2048 (reasoning); 400 is plenty without it
 
     def __post_init__(self) -> None:
         if self.source not in PARTICLE_SOURCES:
             raise ValueError(f"unknown particle source {self.source!r}; choose from {PARTICLE_SOURCES}")
         if self.k < 1:
             raise ValueError(f"method.particles.k must be >= 1, got {self.k}")
+        if self.max_rounds < 1 or (self.max_extra is not None and self.max_extra < 0):
+            raise ValueError("method.particles.max_rounds must be >= 1 and max_extra >= 0 (or null)")
 
 
 @dataclass(frozen=True)
@@ -61,10 +70,17 @@ def history_text(turns: Sequence[Turn]) -> str:
     return "\n".join(f"{'User' if t.role == USER else 'Assistant'}: {t.utterance.strip()}" for t in turns)
 
 
-def decompose_messages(conv: Conversation, turn: Turn, assistant: str = "movie-recommendation assistant"
-                       ) -> tuple[tuple[str, str], ...]:
+def decompose_messages(conv: Conversation, turn: Turn, assistant: str = "movie-recommendation assistant",
+                       reasoning: bool = False) -> tuple[tuple[str, str], ...]:
     """The decomposition prompt; ``assistant`` names the kind of assistant (the dataset's wording)."""
     earlier = [t for t in conv.turns if t.turn_ind < turn.turn_ind]
+    if reasoning:
+        numbered = lambda ts: "\n".join(f"Turn {t.turn_ind} - {t.role}: {' '.join(t.utterance.split())}"  # noqa: E731
+                                         for t in ts)
+        nxt = next_user_turn(conv, turn)
+        return render("decompose_reasoning.txt", assistant=assistant,
+                      history=numbered(earlier) if earlier else "(no earlier turns)", turn=numbered([turn]),
+                      next_user=" ".join(nxt.split()) if nxt else "(the conversation ended here)")
     return render("decompose.txt", assistant=assistant, history=history_text(earlier), turn=turn.utterance.strip(),
                   next_user=next_user_turn(conv, turn) or "(the conversation ended here)")
 
@@ -73,11 +89,27 @@ def _norm(s: str) -> str:
     return " ".join(s.lower().split())
 
 
-def parse_particles(answer, adapter=None) -> tuple[Particle, ...] | str:
-    """Particles of one completion (or text), or the reason it is invalid (``face.llm.adapters``)."""
+def parse_particles(answer, adapter=None, reasoning: bool = False) -> tuple[Particle, ...] | str:
+    """Particles of one completion (or text), or the reason it is invalid (``face.llm.adapters``).
+
+    With ``reasoning`` the answer is the last JSON object of the reply and may list no particle."""
+    import json
+
     from face.llm.adapters import particles_adapter
 
-    got = (adapter or particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)).parse(answer)
+    adapter = adapter or particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
+    if reasoning:
+        from face.scoring import last_json_object
+
+        if getattr(answer, "finish_reason", "") == "length":
+            return "truncated (finish_reason=length)"
+        found = last_json_object(getattr(answer, "text", answer))
+        if found is None:
+            return "no JSON object in the reply"
+        if found[0].get("particles") == []:
+            return ()
+        answer = json.dumps(found[0])
+    got = adapter.parse(answer)
     if isinstance(got, str):
         return got
     return tuple(Particle(p.dialogue_act, p.mention, p.user_feedback or NO_FEEDBACK) for p in got.particles)
@@ -110,9 +142,10 @@ def from_released(rows: Sequence[TurnParticles]) -> dict[tuple[str, int], Decomp
 def decompose(client, convs: Sequence[Conversation], spec: ParticlesSpec, json_schema: bool,
               assistant: str = "movie-recommendation assistant") -> dict[tuple[str, int], Decomposition]:
     """LLM decomposition of every evaluated assistant turn of ``convs`` (see module doc)."""
-    k, max_extra = spec.k, spec.max_extra
     from face.llm import ChatRequest
     from face.llm.adapters import particles_adapter
+
+    k, cap = spec.k, spec.max_extra
 
     turns = [(c, t) for c in convs for t in c.evaluated_turns()]
     adapter = particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
@@ -120,10 +153,12 @@ def decompose(client, convs: Sequence[Conversation], spec: ParticlesSpec, json_s
     drawn = {i: 0 for i in range(len(turns))}
     want = {i: k for i in range(len(turns))}  # total samples to request per turn (cache keeps earlier ones)
     pending = list(range(len(turns)))
-    while pending:
-        reqs = [ChatRequest(messages=decompose_messages(*turns[i], assistant), n=want[i], temperature=spec.temperature,
-                            max_tokens=spec.max_tokens, tag="decompose") for i in pending]
-        if json_schema:  # without schema support the prompt's own answer format line is the request
+    for _ in range(spec.max_rounds):
+        if not pending:
+            break
+        reqs = [ChatRequest(messages=decompose_messages(*turns[i], assistant, spec.reasoning), n=want[i],
+                            temperature=spec.temperature, max_tokens=spec.max_tokens, tag="decompose") for i in pending]
+        if json_schema and not spec.reasoning:  # a schema would rule the reasoning out
             reqs = [adapter.request(r, native=True) for r in reqs]
         results = client.run_batch(reqs, desc=f"decomposing {len(pending)} turns")
         nxt = []
@@ -133,12 +168,13 @@ def decompose(client, convs: Sequence[Conversation], spec: ParticlesSpec, json_s
             for s in new:
                 if getattr(s, "dry_run", False):
                     continue
-                parsed = parse_particles(s, adapter)
+                parsed = parse_particles(s, adapter, spec.reasoning)
                 if not isinstance(parsed, str):
                     valid[i].append(parsed)
             missing = k - len(valid[i])
-            if missing > 0 and drawn[i] - k < max_extra and not any(getattr(s, "dry_run", False) for s in new):
-                want[i] = drawn[i] + min(missing, max_extra - (drawn[i] - k))
+            room = missing if cap is None else min(missing, cap - (drawn[i] - k))
+            if room > 0 and not any(getattr(s, "dry_run", False) for s in new):
+                want[i] = drawn[i] + room
                 nxt.append(i)
         pending = nxt
     out = {}

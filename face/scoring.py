@@ -1,23 +1,35 @@
 """Score scoring units (particles, or whole turns / dialogues) for an aspect under each instruction.
 
 A particle's score under one instruction is the expected score of the LLM's score distribution:
-- ``sampling``: n samples (temperature > 0), mean of the valid ones;
-- ``logprobs``: one call, the probability-weighted mean over the valid score tokens at the answer
-  position (renormalised; the valid probability mass is recorded).
-A unit without any valid answer gets NaN and a ``fallback`` reason; it never becomes a score.
+- ``sampling``: n samples (temperature > 0), their mean;
+- ``logprobs``: one call, the probability-weighted mean over the valid score tokens at the position of
+  the score inside the final JSON answer (renormalised; the valid probability mass is recorded).
 
-Turn-level aspects see the two previous turns, the assistant turn, the particle and the user's next
-turn; dialogue-level aspects see the whole dialogue and the particle.
+Two prompts (``ScoringSpec.reasoning``):
+- ``True`` (default, the paper's): numbered turns with roles; for turn-level aspects the two previous
+  turns, the current assistant turn, the particle and the user's response; for dialogue-level aspects
+  the whole dialogue and the particle with the number of the turn it came from; the aspect's
+  particle-based definition and the description of every score level (the dataset's annotation
+  scheme); the instruction; an invitation to think step by step. The answer is the last JSON object
+  of the reply.
+- ``False`` (cheaper, ours): a compact prompt answered by a schema-constrained ``{"score": k}`` only.
 
-Prompts read aspect -> context -> instruction -> particle, and calls are ordered the same way, so
-consecutive requests share everything but the particle: llama.cpp / vLLM / SGLang reuse the cached
-prefix instead of re-reading the conversation.
+Invalid answers (``InvalidPolicy``): an invalid sample is drawn again, up to ``attempts`` draws in all
+(the authors: 10); a sample still invalid then counts as the scale's lowest score (``fallback=min``, the
+authors' rule) or is left out (``fallback=drop``: the mean of the valid samples, no score without any).
+Every retry and default is counted in the score record.
+
+Both prompts put what the requests of one turn share first (context, aspect, grades), then the
+instruction, then the particle, and calls are ordered the same way, so llama.cpp / vLLM / SGLang reuse
+the cached prefix. In the reasoning prompt, conversation text is whitespace-normalised onto one line per
+turn, so a turn cannot open a new block of the prompt.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -31,6 +43,21 @@ from face.prompts import render
 ESTIMATORS = ("sampling", "logprobs")
 UNITS = ("particle", "whole")
 ORDERS = ("prefix", "naive")
+FALLBACKS = ("min", "drop")
+
+
+@dataclass(frozen=True)
+class InvalidPolicy:
+    """What happens to an answer that is not a valid score."""
+
+    attempts: int = 10  # draws per sample in all before giving up (the authors: 10)
+    fallback: str = "min"  # min: the scale's lowest score (the authors) | drop: leave the sample out
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"method.invalid.attempts must be >= 1, got {self.attempts}")
+        if self.fallback not in FALLBACKS:
+            raise ValueError(f"method.invalid.fallback must be one of {FALLBACKS}, got {self.fallback!r}")
 
 
 @dataclass(frozen=True)
@@ -40,9 +67,11 @@ class ScoringSpec:
     estimator: str = "sampling"  # sampling (n samples, mean) | logprobs (one call, probability-weighted)
     n: int = 5  # samples per unit × instruction (sampling)
     temperature: float | None = 0.6
-    max_tokens: int = 16
+    max_tokens: int | None = None  # None: 768 with reasoning (the authors), 16 without
     top_logprobs: int = 5
     order: str = "prefix"  # prefix (requests sharing a prompt prefix run together) | naive
+    reasoning: bool = True  # think step by step before the JSON answer (the paper) | the answer only
+    invalid: InvalidPolicy = field(default_factory=InvalidPolicy)
 
     def __post_init__(self) -> None:
         if self.estimator not in ESTIMATORS:
@@ -56,6 +85,10 @@ class ScoringSpec:
     def samples(self) -> int:
         """Completions per unit × instruction."""
         return self.n if self.estimator == "sampling" else 1
+
+    @property
+    def answer_tokens(self) -> int:
+        return self.max_tokens or (768 if self.reasoning else 16)
 
 
 @dataclass(frozen=True)
@@ -76,14 +109,16 @@ class ScoreRecord:
     turn_ind: int
     particle_ind: int
     instruction_id: str
-    score: float  # NaN when no valid answer
+    score: float  # NaN when no valid answer (fallback=drop)
     estimator: str
     n_requested: int
     n_valid: int
-    samples: list = field(default_factory=list)  # parsed values (None = invalid)
+    samples: list = field(default_factory=list)  # parsed values of every draw (None = invalid)
     valid_mass: float | None = None  # logprobs: probability mass on valid score tokens
     distribution: dict | None = None  # logprobs: value -> probability
     fallback: str | None = None
+    n_retried: int = 0  # extra draws made to replace invalid answers
+    n_defaulted: int = 0  # samples counted as the lowest score after every attempt was invalid
 
 
 def units_for(aspect: Aspect, convs: Sequence[Conversation], decomps: dict[tuple[str, int], Decomposition],
@@ -108,15 +143,31 @@ def units_for(aspect: Aspect, convs: Sequence[Conversation], decomps: dict[tuple
     return out
 
 
+# ---------------------------------------------------------------- prompts
+
 def particle_text(p: Particle | None, whole: str) -> str:
     if p is None:
         return f"(no particle: rate the {whole} as a whole)"
     return f"- dialogue act: {p.dialogue_act}\n- mention: {p.mention}\n- user feedback: {p.user_feedback}"
 
 
-def score_messages(unit: Unit, conv: Conversation, instruction: str,
-                   judged: str = "conversational recommender systems") -> tuple[tuple[str, str], ...]:
+def one_line(text: str) -> str:
+    """Whitespace-normalised text (the authors' clean-up; also keeps a turn on its own line)."""
+    return " ".join(text.split())
+
+
+def numbered(turns) -> str:
+    """``Turn N - ROLE: text``, one line per turn."""
+    if not turns:
+        return "(no earlier turns)"
+    return "\n".join(f"Turn {t.turn_ind} - {t.role}: {one_line(t.utterance)}" for t in turns)
+
+
+def score_messages(unit: Unit, conv: Conversation, instruction: str, judged: str = "conversational recommender systems",
+                   reasoning: bool = False) -> tuple[tuple[str, str], ...]:
     """The scoring prompt; ``judged`` names the kind of system (the dataset's wording)."""
+    if reasoning:
+        return _reasoning_messages(unit, conv, instruction, judged)
     spec = unit.aspect
     common = dict(aspect=spec.name.replace("_", " "), definition=spec.definition, low=spec.low, high=spec.high,
                   instruction=instruction.strip(), judged=judged)
@@ -130,6 +181,27 @@ def score_messages(unit: Unit, conv: Conversation, instruction: str,
                   particle=particle_text(unit.particle, "dialogue"), **common)
 
 
+def _reasoning_messages(unit: Unit, conv: Conversation, instruction: str, judged: str) -> tuple[tuple[str, str], ...]:
+    spec = unit.aspect
+    whole = unit.particle is None
+    common = dict(aspect=spec.name.replace("_", " "), judged=judged, low=spec.low, high=spec.high,
+                  instruction=instruction.strip(), definition=spec.definition if whole else spec.of_particle,
+                  grades=spec.level_lines() or f"- an integer from {spec.low} (worst) to {spec.high} (best)")
+    if spec.level == "turn":
+        turn = conv.turn(unit.turn_ind)
+        before = [t for t in conv.turns if t.turn_ind < unit.turn_ind][-2:]
+        nxt = next_user_turn(conv, turn)
+        target = ("Target: the whole current assistant turn." if whole else
+                  f"Target particle (from the current assistant turn):\n{particle_text(unit.particle, '')}")
+        return render("score_turn_reasoning.txt", history=numbered(before), turn=numbered([turn]),
+                      next_user=one_line(nxt) if nxt else "N/A", target=target, **common)
+    target = ("Target: the whole dialogue." if whole else
+              f"Target particle (from assistant turn {unit.turn_ind}):\n{particle_text(unit.particle, '')}")
+    return render("score_dialogue_reasoning.txt", dialogue=numbered(conv.turns), target=target, **common)
+
+
+# ---------------------------------------------------------------- answers
+
 def score_value(answer, scale: Sequence[int]) -> int | None:
     """The score of one completion (or text) if it is a valid answer on ``scale``, else None."""
     from face.llm.adapters import score_adapter
@@ -137,6 +209,54 @@ def score_value(answer, scale: Sequence[int]) -> int | None:
     got = score_adapter(scale).parse(answer)
     return None if isinstance(got, str) else got.score
 
+
+def last_json_object(text: str) -> tuple[dict, int] | None:
+    """The last top-level JSON object in ``text`` that parses, with its start offset (reasoning comes
+    before it; an object nested in a larger one is part of that one)."""
+    dec = json.JSONDecoder()
+    found, i = None, text.find("{")
+    while i != -1:
+        try:
+            obj, end = dec.raw_decode(text, i)
+        except ValueError:
+            i = text.find("{", i + 1)
+            continue
+        if isinstance(obj, dict):
+            found = (obj, i)
+        i = text.find("{", end)
+    return found
+
+
+def reasoned_value(answer, scale: Sequence[int]) -> int | None:
+    """The score of a reasoned reply: the last JSON object's ``score``, if valid on ``scale``."""
+    if getattr(answer, "finish_reason", "") == "length" or getattr(answer, "dry_run", False):
+        return None
+    found = last_json_object(getattr(answer, "text", answer))
+    return None if found is None else score_value(json.dumps(found[0]), scale)
+
+
+def reasoned_expectation(completion, scale: Sequence[int]):
+    """The expected score read at the score token of the reply's final JSON object (None if absent)."""
+    from face.llm.logprobs import expected_score
+
+    if not completion.logprobs or completion.finish_reason == "length":
+        return None
+    found = last_json_object(completion.text)
+    if found is None:
+        return None
+    offset, start = 0, None
+    for i, t in enumerate(completion.logprobs):  # the first token that reaches into the final object
+        offset += len(t.token)
+        if offset > found[1]:
+            start = i
+            break
+    if start is None:
+        return None
+    tail = completion.logprobs[start:]
+    return expected_score(replace(completion, text="".join(t.token for t in tail), logprobs=tail), scale)
+
+
+# ---------------------------------------------------------------- requests and records
 
 @dataclass(frozen=True)
 class Planned:
@@ -160,48 +280,94 @@ def plan(units: Sequence[Unit], instructions: Sequence[Instruction], convs: dict
                                   rank[p[1].instruction_id], p[0].turn_ind, p[0].particle_ind))
     out = []
     for u, ins in pairs:
-        adapter = score_adapter(u.aspect.scale)
-        messages = score_messages(u, convs[u.conv_id], ins.text, judged)
+        messages = score_messages(u, convs[u.conv_id], ins.text, judged, spec.reasoning)
         if spec.estimator == "sampling":
-            req = ChatRequest(messages=messages, n=spec.n, temperature=spec.temperature, max_tokens=spec.max_tokens,
-                              tag=f"score:{u.aspect.name}")
+            req = ChatRequest(messages=messages, n=spec.n, temperature=spec.temperature,
+                              max_tokens=spec.answer_tokens, tag=f"score:{u.aspect.name}")
         else:
-            req = ChatRequest(messages=messages, n=1, temperature=0.0, max_tokens=spec.max_tokens, logprobs=True,
+            req = ChatRequest(messages=messages, n=1, temperature=0.0, max_tokens=spec.answer_tokens, logprobs=True,
                               top_logprobs=spec.top_logprobs, tag=f"score:{u.aspect.name}")
-        if json_schema:  # without schema support the prompt's own answer format line is the request
-            req = adapter.request(req, native=True)
+        if json_schema and not spec.reasoning:  # a schema would rule the reasoning out
+            req = score_adapter(u.aspect.scale).request(req, native=True)
         out.append(Planned(u, ins, req))
     return out
 
 
-def record_from_result(p: Planned, result, estimator: str) -> ScoreRecord:
+def _sample_value(p: Planned, s, spec: ScoringSpec):
+    """(value or None, ExpectedScore or None) of one completion."""
     from face.llm.logprobs import expected_score
 
+    scale = p.unit.aspect.scale
+    value = reasoned_value(s, scale) if spec.reasoning else score_value(s, scale)
+    if spec.estimator == "sampling":
+        return value, None
+    es = reasoned_expectation(s, scale) if spec.reasoning else expected_score(s, scale)
+    return value, es if es is not None and es.value is not None else None
+
+
+def _n_valid(parsed, spec: ScoringSpec) -> int:
+    if spec.estimator == "sampling":
+        return sum(v is not None for v, _ in parsed)
+    return int(any(e is not None for _, e in parsed))
+
+
+def record_from_samples(p: Planned, samples, spec: ScoringSpec) -> ScoreRecord:
+    """One score from every draw of a unit × instruction (invalid ones replaced, then the policy applied)."""
     u = p.unit
-    scale = u.aspect.scale
+    low = u.aspect.low
     base = dict(aspect=u.aspect.name, conv_id=u.conv_id, turn_ind=u.turn_ind, particle_ind=u.particle_ind,
-                instruction_id=p.instruction.instruction_id, estimator=estimator)
-    if any(getattr(s, "dry_run", False) for s in result.samples):
-        return ScoreRecord(score=math.nan, n_requested=len(result.samples), n_valid=0, fallback="dry_run", **base)
-    values = [score_value(s, scale) for s in result.samples]
-    valid = [v for v in values if v is not None]
-    if estimator == "sampling":
-        score = float(np.mean(valid)) if valid else math.nan
-        return ScoreRecord(score=score, n_requested=len(values), n_valid=len(valid), samples=values,
-                           fallback=None if valid else "no_valid_sample", **base)
-    es = expected_score(result.samples[0], scale)
-    if es is not None and es.value is not None:
-        return ScoreRecord(score=float(es.value), n_requested=1, n_valid=1, samples=values, valid_mass=es.valid_mass,
+                instruction_id=p.instruction.instruction_id, estimator=spec.estimator)
+    if any(getattr(s, "dry_run", False) for s in samples):
+        return ScoreRecord(score=math.nan, n_requested=spec.samples, n_valid=0, fallback="dry_run", **base)
+    parsed = [_sample_value(p, s, spec) for s in samples]
+    values = [v for v, _ in parsed]
+    base.update(samples=values, n_retried=max(0, len(samples) - spec.samples))
+    if spec.estimator == "sampling":
+        valid = [v for v in values if v is not None][: spec.n]
+        missing = spec.n - len(valid)
+        if missing and spec.invalid.fallback == "min":
+            return ScoreRecord(score=float(np.mean(valid + [low] * missing)), n_requested=spec.n, n_valid=len(valid),
+                               fallback=f"{missing} invalid sample(s) scored {low}", n_defaulted=missing, **base)
+        reason = None if not missing else "no_valid_sample" if not valid else f"{missing} invalid sample(s) dropped"
+        return ScoreRecord(score=float(np.mean(valid)) if valid else math.nan, n_requested=spec.n,
+                           n_valid=len(valid), fallback=reason, **base)
+    es = next((e for _, e in parsed if e is not None), None)
+    if es is not None:
+        return ScoreRecord(score=float(es.value), n_requested=1, n_valid=1, valid_mass=es.valid_mass,
                            distribution={str(k): v for k, v in es.distribution.items()}, **base)
+    valid = [v for v in values if v is not None]
     if valid:  # the answer parsed but no usable logprobs at its position: say so
-        return ScoreRecord(score=float(valid[0]), n_requested=1, n_valid=1, samples=values,
-                           fallback="parsed_value_without_logprobs", **base)
-    return ScoreRecord(score=math.nan, n_requested=1, n_valid=0, samples=values, fallback="no_valid_answer", **base)
+        return ScoreRecord(score=float(valid[0]), n_requested=1, n_valid=1, fallback="parsed_value_without_logprobs",
+                           **base)
+    if spec.invalid.fallback == "min":
+        return ScoreRecord(score=float(low), n_requested=1, n_valid=0, n_defaulted=1,
+                           fallback=f"no valid answer: scored {low}", **base)
+    return ScoreRecord(score=math.nan, n_requested=1, n_valid=0, fallback="no_valid_answer", **base)
 
 
-def score(client, planned: Sequence[Planned], estimator: str, desc: str = "scoring") -> list[ScoreRecord]:
-    results = client.run_batch([p.request for p in planned], desc=desc)
-    return [record_from_result(p, r, estimator) for p, r in zip(planned, results)]
+def score(client, planned: Sequence[Planned], spec: ScoringSpec, desc: str = "scoring") -> list[ScoreRecord]:
+    """Score every planned unit × instruction. Invalid draws are replaced by new ones (fresh sample indices,
+    so a rerun is served from the cache) until each has its samples or ``spec.invalid.attempts`` is spent."""
+    want = [spec.samples] * len(planned)
+    samples: list[list] = [[] for _ in planned]
+    pending = list(range(len(planned)))
+    for attempt in range(spec.invalid.attempts):
+        reqs = [replace(planned[i].request, n=want[i]) for i in pending]
+        label = desc if attempt == 0 else f"{desc}: redrawing {len(pending)} with invalid answers"
+        for i, res in zip(pending, client.run_batch(reqs, desc=label)):
+            samples[i] = res.samples
+        nxt = []
+        for i in pending:
+            if any(getattr(s, "dry_run", False) for s in samples[i]):
+                continue
+            missing = spec.samples - _n_valid([_sample_value(planned[i], s, spec) for s in samples[i]], spec)
+            if missing > 0:
+                want[i] += missing
+                nxt.append(i)
+        pending = nxt
+        if not pending:
+            break
+    return [record_from_samples(p, s, spec) for p, s in zip(planned, samples)]
 
 
 def records_frame(records: Sequence[ScoreRecord]) -> pd.DataFrame:

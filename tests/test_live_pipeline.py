@@ -16,11 +16,21 @@ from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
 from face.data.crsarena import ASPECTS, load_conversations, select
 from face.data.released import load_released_particles
 from face.data.schema import Instruction, Particle
-from face.llm import Completion, LLMConfig, make_client
+from face.llm import Completion, LLMConfig, TokenLogprob, make_client
 from face.llm.scripted import ScriptedServer
 from face.particles import ParticlesSpec, decompose, from_released, parse_particles, plurality_vote
 from face.runfile import read_run_file
-from face.scoring import ScoringSpec, plan, score, score_value, units_for
+from face.scoring import (
+    InvalidPolicy,
+    Planned,
+    ScoringSpec,
+    Unit,
+    plan,
+    record_from_samples,
+    score,
+    score_value,
+    units_for,
+)
 
 P = Particle
 
@@ -68,14 +78,22 @@ def test_score_value_accepts_only_values_on_the_scale():
 
 def _turn_text(body: dict) -> str:
     user = body["messages"][-1]["content"]
-    m = re.search(r'Assistant turn to split:\n"""(.*?)"""', user, re.S)
+    m = (re.search(r'Assistant turn to split:\n"""(.*?)"""', user, re.S)  # the compact prompt
+         or re.search(r"Target assistant turn:\nTurn \d+ - ASST: (.*?)\n", user))  # the reasoning prompt
     return m.group(1) if m else ""
 
 
 def face_responder(body: dict) -> str:
     """Decomposition: sample seeds 0 and 1 answer garbage, later seeds split the turn into sentences
-    (seed 2 adds a spurious particle); scoring: score = seed mod 3 (seed = sample index)."""
+    (seed 2 adds a spurious particle); scoring: score = seed mod 3 (seed = sample index). Reasoning
+    prompts get prose first, with a decoy JSON object in it, and the answer as the last JSON object."""
     name = ((body.get("response_format") or {}).get("json_schema") or {}).get("name")
+    user = body["messages"][-1]["content"]
+    reasoning = "Think step by step:" in user or "end your reply with the grade" in user
+    if "Think step by step:" in user:
+        name = "particles"
+    elif "end your reply with the grade" in user:
+        name = "score"
     seed = body.get("seed") or 0
     if name == "particles":
         if seed < 2:
@@ -85,10 +103,12 @@ def face_responder(body: dict) -> str:
                "mention": " ".join(s.split()[:12]), "user_feedback": "NO_FEEDBACK_PROVIDED"} for s in parts]
         if seed == 2:
             ps.append({"dialogue_act": "others", "mention": "spurious", "user_feedback": "x"})
-        return json.dumps({"particles": ps})
-    if name == "score":
-        return json.dumps({"score": seed % 3})
-    return "?"
+        answer = json.dumps({"particles": ps})
+    elif name == "score":
+        answer = json.dumps({"score": seed % 3})
+    else:
+        return "?"
+    return f'Step 1: not a {{"particles": [], "score": 9}} case.\nStep 2: so:\n{answer}' if reasoning else answer
 
 
 @pytest.fixture
@@ -108,15 +128,29 @@ def convs(data_dir):
     return select(load_conversations(data_dir / CRSARENA_EVAL), limit=2)
 
 
-def test_decompose_retries_invalid_samples_and_votes(scripted, tmp_path, convs):
+@pytest.mark.parametrize("reasoning", [True, False])
+def test_decompose_retries_invalid_samples_and_votes(scripted, tmp_path, convs, reasoning):
     with make_client(_client_cfg(scripted, tmp_path)) as client:
-        out = decompose(client, convs, ParticlesSpec(k=3, max_extra=2), json_schema=True)
+        out = decompose(client, convs, ParticlesSpec(k=3, max_extra=2, reasoning=reasoning), json_schema=True)
     assert len(out) == sum(len(c.assistant_turns()) for c in convs)
     for d in out.values():
         # samples 0,1 invalid -> 2 extra samples drawn (indices 3, 4); valid: 2, 3, 4
         assert d.n_samples == 5 and d.n_valid == 3 and d.source == "llm"
         assert d.votes == 2  # samples 3 and 4 agree on the count; sample 2 has a spurious particle
         assert all(p.mention != "spurious" for p in d.particles)
+
+
+def test_decompose_draws_until_k_valid_samples_by_default(scripted, tmp_path, convs):
+    with make_client(_client_cfg(scripted, tmp_path)) as client:
+        out = decompose(client, convs, ParticlesSpec(k=4), json_schema=True)
+    assert {(d.n_samples, d.n_valid) for d in out.values()} == {(6, 4)}  # 2 invalid draws replaced
+
+
+def test_reasoned_decomposition_may_have_no_particle(tmp_path, convs):
+    reply = 'Step 2: there is nothing to extract. {"particles": [{"dialogue_act": "x"}]} is wrong.\n{"particles": []}'
+    with ScriptedServer(responder=lambda body: reply) as info, make_client(_client_cfg(info, tmp_path)) as client:
+        out = decompose(client, convs[:1], ParticlesSpec(k=2), json_schema=True)
+    assert all(d.particles == () and d.source == "llm" and d.n_valid == 2 for d in out.values())
 
 
 def test_decompose_falls_back_to_whole_turn_when_no_sample_is_valid(scripted, tmp_path, convs):
@@ -134,36 +168,73 @@ def _released(data_dir, convs):
 INSTR = [Instruction("a", "Rate it.", 1), Instruction("b", "Rate it carefully.", 2)]
 
 
-def test_sampling_estimator_is_the_mean_of_valid_samples(scripted, tmp_path, convs, data_dir):
+@pytest.mark.parametrize("reasoning", [True, False])
+def test_sampling_estimator_is_the_mean_of_valid_samples(scripted, tmp_path, convs, data_dir, reasoning):
     units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))
-    planned = plan(units, INSTR, {c.conv_id: c for c in convs}, ScoringSpec("sampling", n=5), json_schema=True)
+    spec = ScoringSpec("sampling", n=5, reasoning=reasoning)
+    planned = plan(units, INSTR, {c.conv_id: c for c in convs}, spec, json_schema=True)
     with make_client(_client_cfg(scripted, tmp_path)) as client:
-        recs = score(client, planned, "sampling")
+        recs = score(client, planned, spec)
     assert len(recs) == len(units) * 2
-    for r in recs:
+    for r in recs:  # seeds 0..4 answer 0, 1, 2, 0, 1 (the decoy {"score": 9} before the answer is ignored)
         assert r.samples == [0, 1, 2, 0, 1] and r.score == pytest.approx(0.8) and r.n_valid == 5
 
 
-def test_invalid_answers_never_become_scores(tmp_path, convs, data_dir):
+@pytest.mark.parametrize("fallback,expected_score", [("drop", math.nan), ("min", 0.0)])
+def test_invalid_answers_are_redrawn_then_the_policy_applies(tmp_path, convs, data_dir, fallback, expected_score):
     with ScriptedServer(responder=lambda body: "not a score") as info:
         units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:2]
-        planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, ScoringSpec("sampling", 3), True)
+        spec = ScoringSpec("sampling", 3, invalid=InvalidPolicy(attempts=4, fallback=fallback))
+        planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, spec, True)
         with make_client(_client_cfg(info, tmp_path)) as client:
-            recs = score(client, planned, "sampling")
-    assert all(math.isnan(r.score) and r.fallback == "no_valid_sample" and r.n_valid == 0 for r in recs)
+            recs = score(client, planned, spec)
+            calls = client.usage.summary()["calls"]
+    for r in recs:
+        assert r.n_valid == 0 and len(r.samples) == 3 * 4 and r.n_retried == 9  # 3 samples × 4 draws each
+        assert r.score == pytest.approx(expected_score, nan_ok=True)
+        assert r.n_defaulted == (3 if fallback == "min" else 0)
+    assert calls == 2 * 4  # one request per unit per round
+
+
+def test_some_invalid_samples_are_replaced_by_valid_redraws(tmp_path, convs, data_dir):
+    # seed 0 and 2 answer garbage, every other seed answers 2: n=3 needs indices 1, 3, 4
+    with ScriptedServer(responder=lambda b: "?" if b.get("seed") in (0, 2) else '{"score": 2}') as info:
+        units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:1]
+        spec = ScoringSpec("sampling", 3, reasoning=False)
+        planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, spec, True)
+        with make_client(_client_cfg(info, tmp_path, n_per_request=1)) as client:
+            [r] = score(client, planned, spec)
+    assert r.samples == [None, 2, None, 2, 2] and r.score == 2.0 and r.n_retried == 2 and r.n_defaulted == 0
 
 
 def test_logprobs_estimator_is_probability_weighted_and_records_mass(tmp_path, convs, data_dir):
     with ScriptedServer() as info:  # default responder: schema-valid answer with logprobs
         units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:4]
-        planned = plan(units, INSTR, {c.conv_id: c for c in convs}, ScoringSpec("logprobs", top_logprobs=5), True)
+        spec = ScoringSpec("logprobs", top_logprobs=5, reasoning=False)
+        planned = plan(units, INSTR, {c.conv_id: c for c in convs}, spec, True)
         with make_client(_client_cfg(info, tmp_path)) as client:
-            recs = score(client, planned, "logprobs")
+            recs = score(client, planned, spec)
     for r in recs:
         assert r.fallback is None and 0 < r.valid_mass <= 1
         assert r.score == pytest.approx(sum(float(v) * p for v, p in r.distribution.items()))
         assert 0 <= r.score <= 2
     assert len({round(r.score, 6) for r in recs}) > 1  # a real expectation, not the sampled integer
+
+
+def test_logprobs_after_reasoning_are_read_at_the_final_score_token():
+    """Reasoning text with a decoy {"score": 1}, then the answer {"score": 2}: the distribution at the final
+    score token (2: 0.6, 1: 0.3, 0: 0.1) gives 0.6·2 + 0.3·1 = 1.5, not the decoy's."""
+    tokens = ['Step', ' 1', ':', ' not', ' {"', 'score', '":', ' 1', '}', '.', '\n', '{"', 'score', '":', ' 2', '}']
+    lps = [TokenLogprob(t, math.log(0.9), [(t, math.log(0.9))]) for t in tokens]
+    lps[7] = TokenLogprob(" 1", math.log(0.99), [(" 1", math.log(0.99))])
+    lps[-2] = TokenLogprob(" 2", math.log(0.6), [(" 2", math.log(0.6)), (" 1", math.log(0.3)), (" 0", math.log(0.1))])
+    completion = Completion("".join(tokens), "stop", lps)
+    unit = Unit(ASPECTS["relevance"], "c", 1, 0, P("recommendation", "Heat", "ok"))
+    r = record_from_samples(Planned(unit, INSTR[0], None), [completion], ScoringSpec("logprobs"))
+    assert r.score == pytest.approx(1.5) and r.valid_mass == pytest.approx(1.0) and r.samples == [2]
+    cut = Completion(completion.text, "length", lps)  # a reply cut off by max_tokens is not an answer
+    r = record_from_samples(Planned(unit, INSTR[0], None), [cut], ScoringSpec("logprobs"))
+    assert r.n_valid == 0 and r.score == 0.0 and r.n_defaulted == 1  # the authors' rule: the lowest score
 
 
 def _contiguous(keys: list) -> bool:
@@ -204,7 +275,7 @@ def test_server_receives_requests_in_planned_order(tmp_path, convs, data_dir):
         planned = plan(units_for(ASPECTS["relevance"], convs, _released(data_dir, convs)), INSTR,
                        {c.conv_id: c for c in convs}, ScoringSpec("sampling", 1, order="prefix"), True)
         with make_client(_client_cfg(info, tmp_path, concurrency=1)) as client:
-            score(client, planned, "sampling")
+            score(client, planned, ScoringSpec("sampling", 1, order="prefix"))
         sent = [r["messages_hash"] for r in srv.ok_requests()]
     want = [_h([{"role": r, "content": c} for r, c in p.request.messages])[:16] for p in planned]
     assert sent == want

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -27,17 +27,20 @@ from face.data.released import SCORE_COLUMNS, load_instructions, load_released_p
 from face.data.schema import Conversation, Instruction
 from face.methods import Inputs, MethodOutput
 from face.particles import Decomposition, ParticlesSpec, decompose, from_released
-from face.prompts import initial_instruction
+from face.prompts import generic_instruction, initial_instruction, unit_wording
 from face.report.tables import print_table
-from face.scoring import UNITS, ScoringSpec, plan, records_frame, score, units_for
+from face.scoring import UNITS, InvalidPolicy, ScoringSpec, plan, records_frame, score, units_for
 
 log = logging.getLogger(__name__)
-INSTRUCTION_SOURCES = ("released", "initial", "file")
+INSTRUCTION_SOURCES = ("released", "initial", "initial_aspect", "file")
+EMPTY_TURN_RULES = ("min", "drop")
 
 
 @dataclass
 class InstructionsSpec:
-    source: str = "released"  # released (top-16 per aspect) | initial (ours, unoptimized) | file
+    # released: the authors' top-16 per aspect | initial: the paper's generic initial instruction ("FACE w/o
+    # train") | initial_aspect: our aspect-specific initial instructions | file: a JSON file (e.g. an optimizer's)
+    source: str = "released"
     file: str | None = None  # JSON {aspect: [{instruction_id, text}]} for source=file
     max: int | None = None  # use the first N (by rank); None = all
 
@@ -54,8 +57,16 @@ class InstructionsSpec:
 class CostSpec:
     """Typical answer sizes for the estimate printed before a live run."""
 
-    score_output_tokens: int = 8
-    decompose_output_tokens: int = 120
+    score_output_tokens: int = 8  # {"score": k} alone
+    score_reasoning_tokens: int = 300  # assumed length of a reasoned scoring reply (max_tokens bounds it)
+    decompose_output_tokens: int = 120  # the JSON list alone
+    decompose_reasoning_tokens: int = 600  # assumed length of a reasoned decomposition reply
+
+    def score_tokens(self, reasoning: bool) -> int:
+        return self.score_reasoning_tokens if reasoning else self.score_output_tokens
+
+    def decompose_tokens(self, reasoning: bool) -> int:
+        return self.decompose_reasoning_tokens if reasoning else self.decompose_output_tokens
 
 
 @dataclass
@@ -69,19 +80,25 @@ class Face:
     estimator: str = "sampling"
     n: int = 5
     temperature: float | None = 0.6
-    max_tokens: int = 16
+    max_tokens: int | None = None  # None: 768 with reasoning, 16 without
     top_logprobs: int = 5
     order: str = "prefix"
+    reasoning: bool = True  # the paper's prompt: reason step by step, then the JSON answer
+    invalid: InvalidPolicy = field(default_factory=InvalidPolicy)
+    empty_turn: str = "min"  # a turn without particles scores the scale's lowest (the authors: 0) | drop
     instruction_agg: str = "mean"
     particle_agg: str = "mean"
     cost: CostSpec = field(default_factory=CostSpec)
 
     def __post_init__(self) -> None:
-        for key, cls in (("particles", ParticlesSpec), ("instructions", InstructionsSpec), ("cost", CostSpec)):
+        for key, cls in (("particles", ParticlesSpec), ("instructions", InstructionsSpec), ("cost", CostSpec),
+                         ("invalid", InvalidPolicy)):
             if isinstance(getattr(self, key), dict):
                 setattr(self, key, cls(**getattr(self, key)))
         if self.unit not in UNITS:
             raise ValueError(f"unknown unit {self.unit!r}; choose from {UNITS}")
+        if self.empty_turn not in EMPTY_TURN_RULES:
+            raise ValueError(f"method.empty_turn must be one of {EMPTY_TURN_RULES}, got {self.empty_turn!r}")
         for key in ("instruction_agg", "particle_agg"):
             if getattr(self, key) not in AGGREGATORS:
                 raise ValueError(f"method.{key} must be one of {AGGREGATORS}, got {getattr(self, key)!r}")
@@ -89,7 +106,8 @@ class Face:
 
     @property
     def scoring(self) -> ScoringSpec:
-        return ScoringSpec(self.estimator, self.n, self.temperature, self.max_tokens, self.top_logprobs, self.order)
+        return ScoringSpec(self.estimator, self.n, self.temperature, self.max_tokens, self.top_logprobs, self.order,
+                           self.reasoning, self.invalid)
 
     @property
     def uses_released_particles(self) -> bool:
@@ -103,7 +121,7 @@ class Face:
             raise ValueError(f"method.instructions.source=released: the authors released instructions for "
                              f"{', '.join(RELEASED_ASPECTS)}, not for {dataset.title}'s aspects; use "
                              "method.instructions.source=initial or file")
-        if self.instructions.source == "initial":
+        if self.instructions.source == "initial_aspect":
             for a in aspects:
                 initial_instruction(a.name)  # fails now, not after the decomposition, if there is none
         files = []
@@ -113,13 +131,22 @@ class Face:
             files += [released_instructions_file(a.name) for a in aspects]
         return files
 
-    def instruction_set(self, data_dir: Path, aspect: str) -> list[Instruction]:
-        """The instructions an aspect is scored under (released top-16, our initial one, or a file)."""
+    def instruction_set(self, data_dir: Path, aspect: Aspect) -> list[Instruction]:
+        """The instructions an aspect is scored under (released top-16, an initial one, or a file); for whole
+        turns / dialogues (``unit=whole``) reworded to speak of turns or dialogues instead of particles."""
+        out = self._instructions(data_dir, aspect.name)
+        if self.unit == "whole":
+            out = [replace(i, text=unit_wording(i.text, aspect.level)) for i in out]
+        return out
+
+    def _instructions(self, data_dir: Path, aspect: str) -> list[Instruction]:
         spec = self.instructions
         if spec.source == "released":
             out = load_instructions(Path(data_dir) / released_instructions_file(aspect))
         elif spec.source == "initial":
-            out = [Instruction("initial", initial_instruction(aspect), 1, "initial")]
+            out = [Instruction("initial", generic_instruction(aspect), 1, "initial")]
+        elif spec.source == "initial_aspect":
+            out = [Instruction("initial_aspect", initial_instruction(aspect), 1, "initial_aspect")]
         else:
             path = Path(spec.file or "")
             raw = check_type(read_json(path), dict, path, "top level")
@@ -143,6 +170,8 @@ class Face:
         parts.append(f"estimator: {self.estimator}" + (f" (n={self.n}, T={self.temperature})"
                                                        if self.estimator == "sampling"
                                                        else f" (top {self.top_logprobs} logprobs)"))
+        parts.append(("reasoning before the score" if self.reasoning else "score only, no reasoning")
+                     + f"; invalid answers: {self.invalid.attempts} draws, then {self.invalid.fallback}")
         if llm.get("backend") == "local":
             parts.append("TINY LOCAL MODEL: pipeline check only, no judging signal")
         return "; ".join(parts)
@@ -157,12 +186,13 @@ class Face:
         n_turns = sum(len(c.evaluated_turns()) for c in convs)
         stages = []
         if self.unit == "particle" and self.particles.source == "llm":
-            stages.append(decomposition_cost(convs, self.particles.k, self.cost.decompose_output_tokens, pricing,
-                                             ds.assistant))
+            stages.append(decomposition_cost(convs, self.particles.k,
+                                             self.cost.decompose_tokens(self.particles.reasoning), pricing,
+                                             ds.assistant, self.particles.reasoning))
         for a in inputs.aspects:
             units = units_for(a, convs, proxy, self.unit)
             stages.append(scoring_cost(a.name, units, instructions[a.name], by_id, n_turns, self.scoring,
-                                       self.cost.score_output_tokens, pricing, ds.judged))
+                                       self.cost.score_tokens(self.reasoning), pricing, ds.judged))
         return cost_table(stages)
 
     def _proxy(self, inputs: Inputs) -> dict[tuple[str, int], Decomposition]:
@@ -180,7 +210,7 @@ class Face:
         from face.llm import LLMConfig, make_client
 
         run_dir, convs = inputs.run_dir, inputs.convs
-        instructions = {a.name: self.instruction_set(inputs.data_dir, a.name) for a in inputs.aspects}
+        instructions = {a.name: self.instruction_set(inputs.data_dir, a) for a in inputs.aspects}
         label = self.describe(inputs.llm, instructions)
         proxy = self._proxy(inputs)
         costs = self.estimate(inputs, instructions, proxy)
@@ -211,12 +241,15 @@ class Face:
             for a in inputs.aspects:
                 units = units_for(a, convs, decomps or {}, self.unit)
                 planned = plan(units, instructions[a.name], by_id, self.scoring, lcfg.supports_json_schema, ds.judged)
-                records += score(client, planned, self.estimator, desc=f"scoring {a.name}")
+                records += score(client, planned, self.scoring, desc=f"scoring {a.name}")
             usage_path = client.usage.write_artifact(run_dir / "llm_usage.json")
             metrics = client.usage.mlflow_metrics()
         detail = records_frame(records)
         scores = detail.dropna(subset=["score"])[SCORE_COLUMNS]
         preds = aggregate(scores, inputs.levels, self.instruction_agg, self.particle_agg)
+        if decomps is not None and self.empty_turn == "min":
+            preds, n_filled = fill_empty(preds, inputs.aspects, convs)
+            metrics["predictions.empty_filled_with_min"] = n_filled
         artifacts = [costs_path, usage_path, write_detail(detail, decomps, run_dir / "particle_scores.jsonl")]
         if decomps is not None:
             artifacts.append(write_particles(decomps, convs, run_dir / "particles.jsonl"))
@@ -225,10 +258,31 @@ class Face:
         metrics["scores.total"] = len(detail)
         metrics["scores.without_valid_answer"] = int(detail["score"].isna().sum())
         metrics["scores.fallbacks"] = int(detail["fallback"].notna().sum())
+        metrics["scores.retried_draws"] = int(detail["n_retried"].sum())
+        metrics["scores.defaulted_samples"] = int(detail["n_defaulted"].sum())
+        metrics["scores.dropped_units"] = int(detail["score"].isna().sum())
         if self.estimator == "logprobs":
             mass = detail["valid_mass"].dropna()
             metrics["scores.mean_valid_mass"] = float(mass.mean()) if len(mass) else 0.0
         return MethodOutput(preds, detail, label, artifacts, metrics)
+
+
+def fill_empty(preds: Predictions, aspects: Sequence[Aspect], convs: Sequence[Conversation]
+               ) -> tuple[Predictions, int]:
+    """Give every evaluated turn / conversation without a prediction (no particles) the scale's lowest
+    score, the authors' rule (their run file has relevance 0 for turns without particles)."""
+    turn, dial = preds.turn, preds.dialogue
+    have_t = set(zip(turn["aspect"], turn["conv_id"], turn["turn_ind"]))
+    have_d = set(zip(dial["aspect"], dial["conv_id"]))
+    add_t = [(a.name, c.conv_id, t.turn_ind, float(a.low)) for a in aspects if a.level == "turn"
+             for c in convs for t in c.evaluated_turns() if (a.name, c.conv_id, t.turn_ind) not in have_t]
+    add_d = [(a.name, c.conv_id, float(a.low)) for a in aspects if a.level == "dialogue"
+             for c in convs if (a.name, c.conv_id) not in have_d]
+    if add_t:
+        turn = pd.concat([turn, pd.DataFrame(add_t, columns=turn.columns)], ignore_index=True)
+    if add_d:
+        dial = pd.concat([dial, pd.DataFrame(add_d, columns=dial.columns)], ignore_index=True)
+    return Predictions(turn, dial), len(add_t) + len(add_d)
 
 
 def _released_decomps(path: Path, convs: Sequence[Conversation]) -> dict[tuple[str, int], Decomposition]:

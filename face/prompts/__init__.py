@@ -28,4 +28,25 @@ def render(name: str, **values: object) -> tuple[tuple[str, str], ...]:
 
 
 def initial_instruction(aspect: str) -> str:
+    """Our aspect-specific initial instruction (``face/prompts/initial/<aspect>.txt``)."""
     return template_text(f"initial/{aspect}.txt").strip()
+
+
+def generic_instruction(aspect: str) -> str:
+    """The paper's aspect-agnostic initial instruction (three steps), in our words: "FACE w/o train"."""
+    return Template(template_text("initial/generic.txt").strip()).substitute(aspect=aspect.replace("_", " "))
+
+
+_PARTICLE_WORDS = re.compile(r"\b(nugget|particle)(s?)\b", re.IGNORECASE)
+
+
+def unit_wording(text: str, level: str) -> str:
+    """An instruction written for particles, reworded for a whole turn / dialogue (the no-particles
+    ablation): every "nugget" / "particle" becomes "assistant turn" (turn level) or "dialogue"."""
+    noun = "assistant turn" if level == "turn" else "dialogue"
+
+    def sub(m: re.Match) -> str:
+        word = noun + ("s" if m.group(2) else "")
+        return word[0].upper() + word[1:] if m.group(1)[0].isupper() else word
+
+    return _PARTICLE_WORDS.sub(sub, text)
