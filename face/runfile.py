@@ -66,13 +66,23 @@ def read_run_file(path: str | Path, known: Collection[str] | None = None) -> Pre
     """Predictions of a run file; ``known``: the dataset's aspect names (others are an error)."""
     path = Path(path)
     raw = check_type(read_json(path), list, path, "top level")
+    if not raw:
+        raise DataError(path, "no conversations (an empty run file)", "top level")
     turn_rows, dial_rows = [], []
+    seen: set[str] = set()
     for i, obj in enumerate(raw):
         conv_id = field(obj, "conv_id", str, path, f"index {i}")
         rec = f"conversation {conv_id!r}"
+        if conv_id in seen:
+            raise DataError(path, f"duplicate conversation (again at index {i})", rec)
+        seen.add(conv_id)
+        turns_seen: set[int] = set()
         for j, t in enumerate(field(obj, "turns", list, path, rec) if "turns" in obj else []):
             t_rec = f"{rec}, turns[{j}]"
             turn_ind = field(t, "turn_ind", int, path, t_rec)
+            if turn_ind in turns_seen:
+                raise DataError(path, f"duplicate turn_ind {turn_ind}", t_rec)
+            turns_seen.add(turn_ind)
             for name, v in field(t, "turn_level_pred", dict, path, t_rec).items():
                 turn_rows.append((_aspect(name, known, path, t_rec), conv_id, turn_ind,
                                   _value(v, path, f"{t_rec}, {name}")))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -41,6 +42,94 @@ def git_commit(root: str | Path) -> str:
         return "unknown"
 
 
+def _proc_start(pid: int) -> str | None:
+    """The start time of a process (Linux /proc), to tell a live process from a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    now = _proc_start(pid)
+    return start is None or now is None or now == start
+
+
+def process_tags() -> dict[str, str]:
+    """Who runs this MLflow run: host, pid and the process's start time (for the stale-run check)."""
+    pid = os.getpid()
+    return {"face.host": socket.gethostname(), "face.pid": str(pid), "face.pid_start": _proc_start(pid) or ""}
+
+
+def mark_stale_runs(mlflow) -> list[str]:
+    """Runs of this store left RUNNING by a process of this host that is gone (kill -9, power loss): KILLED."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    host = socket.gethostname()
+    killed = []
+    try:
+        exps = [e.experiment_id for e in client.search_experiments()]
+        runs = client.search_runs(exps, filter_string="attributes.status = 'RUNNING'", max_results=1000) if exps else []
+    except Exception as e:  # the store is checked before; a search failure must not stop the run
+        log.warning("could not look for stale MLflow runs: %s", e)
+        return killed
+    for r in runs:
+        tags = r.data.tags
+        pid = tags.get("face.pid")
+        if not pid or tags.get("face.host") != host or not pid.isdigit():
+            continue
+        if not _alive(int(pid), tags.get("face.pid_start") or None):
+            client.set_tag(r.info.run_id, "stop_reason", f"process {pid} is gone (killed); marked by a later run")
+            client.set_terminated(r.info.run_id, status="KILLED")
+            killed.append(r.info.run_id)
+    if killed:
+        log.warning("marked %d stale RUNNING MLflow run(s) as KILLED: %s", len(killed), ", ".join(killed))
+    return killed
+
+
+def check_tracking_store(cfg: DictConfig) -> None:
+    """ValueError (one line naming the setting) if the MLflow store cannot be used. Creates nothing."""
+    import sqlite3
+
+    t = cfg.tracking
+    uri = str(t.get("tracking_uri") or "")
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        if db.exists():
+            if not db.is_file():
+                raise ValueError(f"tracking.tracking_uri: {db} is not a file")
+            if not os.access(db, os.R_OK | os.W_OK):
+                raise ValueError(f"tracking.tracking_uri: {db} is not readable and writable (permission denied)")
+            try:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+                    conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
+                conn.close()
+            except sqlite3.DatabaseError as e:
+                raise ValueError(f"tracking.tracking_uri: {db} is not an SQLite database ({e})") from None
+        else:
+            _check_dir(db.parent, "tracking.tracking_uri")
+    if t.get("artifact_location"):
+        _check_dir(Path(t.artifact_location), "tracking.artifact_location")
+
+
+def _check_dir(path: Path, setting: str) -> None:
+    p = path.resolve()
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    if not p.is_dir():
+        raise ValueError(f"{setting}: {path} cannot be a directory: {p} is a file")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ValueError(f"{setting}: {path} is not writable ({p}: permission denied)")
+
+
 class Tracker:
     """Logs to MLflow when enabled, does nothing otherwise."""
 
@@ -62,8 +151,10 @@ class Tracker:
     def __enter__(self) -> Tracker:
         if self.enabled:
             t = self.cfg.tracking
+            mark_stale_runs(self.mlflow)
             run = self.mlflow.start_run(run_name=t.get("run_name"))
             self.run_id = run.info.run_id
+            self.set_tags(process_tags())
             resolved = OmegaConf.to_container(self.cfg, resolve=True)
             params = {k: ("null" if v is None else str(v))[:6000] for k, v in flatten(resolved).items()}
             self.mlflow.log_params(params)
@@ -75,7 +166,11 @@ class Tracker:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.enabled:
-            self.mlflow.end_run(status="FAILED" if exc_type else "FINISHED")
+            status = "FINISHED"
+            if exc_type is not None:
+                status = "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
+                self.set_tags({"stop_reason": f"{exc_type.__name__}: {str(exc)[:500]}"})
+            self.mlflow.end_run(status=status)
 
     def _sweep_tags(self) -> dict[str, str]:
         try:

@@ -1,10 +1,18 @@
-"""Entry point for every experiment: ``python scripts/run.py experiment=NAME [overrides]`` (Hydra)."""
+"""Entry point for every experiment: ``python scripts/run.py experiment=NAME [overrides]`` (Hydra).
+
+Exit codes: 0 done; 2 a bad setting or input file (one line naming it; nothing sent, no results written);
+3 stopped by an LLM budget cap; 4 an LLM request failed after its retries; 130 interrupted (Ctrl-C or
+SIGTERM); 1 an unexpected error. Every stop prints one line saying what happened and how to resume;
+``FACE_DEBUG=1`` shows the traceback as well.
+"""
 
 from __future__ import annotations
 
 import importlib
 import logging
 import os
+import re
+import signal
 import sys
 from pathlib import Path
 
@@ -17,17 +25,134 @@ from omegaconf import DictConfig  # noqa: E402
 
 from face.data.errors import DataError  # noqa: E402
 
+EXIT_CONFIG, EXIT_BUDGET, EXIT_LLM, EXIT_INTERRUPTED, EXIT_BUG = 2, 3, 4, 130, 1
+_started = False  # the task function ran (Hydra composed the config)
+
+
+def _debug() -> bool:
+    return os.environ.get("FACE_DEBUG", "") not in ("", "0", "false")
+
+
+def _fail(code: int, line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def run_guarded(cfg: DictConfig) -> None:
+    """Run the experiment; turn every stop into one line and an exit code (traceback with FACE_DEBUG=1)."""
+    from face.experiments.common import ConfigError
+    from face.llm import BudgetExceeded, LLMCallError
+
+    resume = f"Finished LLM calls are cached in {cfg.paths.get('cache_dir')}: rerun the same command to resume."
+    try:
+        importlib.import_module(cfg.runner).run(cfg)
+    except (DataError, ConfigError) as e:  # bad input or setting: nothing was sent
+        if _debug():
+            raise
+        _fail(EXIT_CONFIG, f"error: {e}")
+    except BudgetExceeded as e:
+        if _debug():
+            raise
+        _fail(EXIT_BUDGET, f"stopped: {e}")
+    except LLMCallError as e:
+        if _debug():
+            raise
+        _fail(EXIT_LLM, f"stopped: an LLM request failed after its retries: {e}. {resume}")
+    except KeyboardInterrupt:
+        if _debug():
+            raise
+        _fail(EXIT_INTERRUPTED, f"interrupted: the run was stopped (MLflow run marked KILLED). {resume}")
+    except Exception as e:
+        if _debug():
+            raise
+        _fail(EXIT_BUG, f"error: unexpected {type(e).__name__}: {e} (FACE_DEBUG=1 shows the traceback). {resume}")
+
 
 @hydra.main(version_base="1.3", config_path=str(ROOT / "conf"), config_name="config")
 def main(cfg: DictConfig) -> None:
+    global _started
+    _started = True
     for noisy in ("httpx", "httpx2", "httpcore", "openai", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    run_guarded(cfg)
+
+
+_SECRET_KEYS = re.compile(r"(^|\.)(api_key_env|api_key|key|token|secret|password)$", re.IGNORECASE)
+
+
+def secret_in_argv(argv: list[str]) -> str | None:
+    """The setting of an override that carries what looks like a secret (checked before Hydra writes .hydra/)."""
+    from face.llm.config import is_env_var_name, looks_like_secret
+
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if not eq:
+            continue
+        key = key.lstrip("+~")
+        value = value.strip("'\"")
+        if key.endswith("api_key_env") and value not in ("", "null") and not is_env_var_name(value):
+            return (f"{key} must be the NAME of an environment variable (letters, digits, _), not the key "
+                    "itself: put the key in the environment and set llm.api_key_env=OPENAI_API_KEY (its name)")
+        if _SECRET_KEYS.search(key) and not key.endswith("api_key_env") and looks_like_secret(value):
+            return f"{key}: refusing a secret on the command line (it would be written to .hydra/ and MLflow)"
+    return None
+
+
+def unique_run_dirs(argv: list[str]) -> list[str]:
+    """Each job its own output directory: the configured time stamp plus this process's id (two jobs started
+    in the same second never share one). Explicit hydra.run.dir / hydra.sweep.dir overrides win."""
+    extra = []
+    keys = {a.partition("=")[0].lstrip("+~") for a in argv}
+    suffix = f"{os.getpid()}"
+    if "hydra.run.dir" not in keys:
+        extra.append(f"hydra.run.dir=${{paths.root_dir}}/outputs/${{task_name}}/${{now:%Y-%m-%d_%H-%M-%S}}_{suffix}")
+    if "hydra.sweep.dir" not in keys:
+        extra.append(f"hydra.sweep.dir=${{paths.root_dir}}/multirun/${{task_name}}/${{now:%Y-%m-%d_%H-%M-%S}}_{suffix}")
+    return extra
+
+
+def precompose(argv: list[str]) -> str | None:
+    """Compose the config once before Hydra's own run (which writes .hydra/ first): a bad override, or a secret
+    in any config file, is one line and exit 2 before anything is written."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from face.llm.config import is_env_var_name
+
+    overrides = [a for a in argv
+                 if not a.lstrip("+~").startswith(("hydra.", "hydra/")) and a not in ("-m", "--multirun")]
+    if any("," in a.partition("=")[2] and "[" not in a for a in overrides):  # a sweep: Hydra checks each job
+        return None
     try:
-        importlib.import_module(cfg.runner).run(cfg)
-    except DataError as e:  # bad input: one clear line, no traceback
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"bad override: {first}"
+    key_env = OmegaConf.select(cfg, "llm.api_key_env", default=None, throw_on_missing=False)
+    if isinstance(key_env, str) and not is_env_var_name(key_env):
+        return ("llm.api_key_env must be the NAME of an environment variable (letters, digits, _), not the key "
+                "itself (found in a config file)")
+    return None
+
+
+def cli() -> None:
+    argv = sys.argv[1:]
+    if not any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):  # not --help, --cfg, ...
+        bad = secret_in_argv(argv) or precompose(argv)
+        if bad:
+            _fail(EXIT_CONFIG, f"error: {bad}")
+        sys.argv = [sys.argv[0], *argv, *unique_run_dirs(argv)]
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops cleanly, like Ctrl-C
+    try:
+        main()
+    except SystemExit as e:
+        if e.code == 1 and not _started:  # Hydra could not compose the config: a bad override
+            sys.exit(EXIT_CONFIG)
+        raise
 
 
 if __name__ == "__main__":
-    main()
+    cli()

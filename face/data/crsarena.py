@@ -11,7 +11,7 @@ from pathlib import Path
 
 from face.aspects import Aspect, aspect_table
 from face.data.errors import DataError
-from face.data.io import check_type, field, read_json
+from face.data.io import check_label, check_type, field, read_json
 from face.data.schema import ASSISTANT, USER, Conversation, Turn
 
 SPLITS = ("redial", "opendialkg")
@@ -72,6 +72,7 @@ def canonical_aspect(name: str) -> str:
     """Map a legacy alias to its canonical name and reject unknown aspects."""
     name = ASPECT_ALIASES.get(name, name)
     if name not in ASPECTS:
+UNREPORTED_SCALE = (0, 2)  # preference_elicitation and explanation: no / somewhat / yes, like the others
         raise KeyError(f"unknown aspect {name!r}; known: {', '.join(ASPECTS)} (aliases: {', '.join(ASPECT_ALIASES)})")
     return name
 
@@ -90,7 +91,8 @@ def _labels(raw: dict, known: set[str], path: Path, record: str) -> dict[str, fl
         canon = ASPECT_ALIASES.get(name, name)
         if canon not in known:
             raise DataError(path, f"unknown aspect {name!r} (known: {', '.join(sorted(known))})", record)
-        out[canon] = float(check_type(value, float, path, f"{record}, label {name!r}"))
+        spec = ASPECTS.get(canon)
+        out[canon] = check_label(value, spec.scale if spec else UNREPORTED_SCALE, path, f"{record}, label {name!r}")
     return out
 
 
@@ -104,22 +106,35 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
     for i, t in enumerate(dialogue):
         rec = f"{record}, turn {i}"
         role = field(t, "role", str, path, rec)
+    if not conv_id.strip():
+        raise DataError(path, "empty conv_id", record)
         if role not in (USER, ASSISTANT):
             raise DataError(path, f"unknown role {role!r} (expected {USER!r} or {ASSISTANT!r})", rec)
         labels = t.get("turn_level_aggregated") or {}
         check_type(labels, dict, path, rec + ", turn_level_aggregated")
         turns.append(Turn(
-            turn_ind=field(t, "turn_ind", int, path, rec),
+            turn_ind=turn_ind,
             role=role,
             utterance=field(t, "utterance", str, path, rec),
             labels=_labels(labels, _KNOWN_TURN_LABELS, path, rec),
         ))
     for prev, cur in zip(turns, turns[1:]):
         if prev.role == cur.role:
+        turn_ind = field(t, "turn_ind", int, path, rec)
+        if turn_ind < 0:
+            raise DataError(path, f"negative turn_ind {turn_ind}", rec)
+        if turns and turn_ind <= turns[-1].turn_ind:
+            raise DataError(path, f"turn_ind {turn_ind} after {turns[-1].turn_ind}: "
+                                  f"{'duplicate' if turn_ind == turns[-1].turn_ind else 'out of order'} "
+                                  "(turn_ind must increase)", rec)
             raise DataError(path, f"roles do not alternate: turns {prev.turn_ind} and {cur.turn_ind} are both "
                                   f"{cur.role}", record)
-    if len({t.turn_ind for t in turns}) != len(turns):
-        raise DataError(path, "duplicate turn_ind", record)
+    for t in turns:
+        if t.labels and t.role == USER:
+            raise DataError(path, f"turn labels {sorted(t.labels)} on a {USER} turn (only {ASSISTANT} turns are "
+                                  "labelled)", f"{record}, turn_ind {t.turn_ind}")
+    if not any(t.role == ASSISTANT for t in turns):
+        raise DataError(path, f"no {ASSISTANT} turn: nothing to evaluate", record)
     if require_labels:
         dial_labels = field(raw, "dial_level_aggregated", dict, path, record)
     else:
@@ -142,6 +157,8 @@ def load_conversations(path: str | Path, require_labels: bool = True) -> list[Co
         seen.add(c.conv_id)
     return convs
 
+    if not raw:
+        raise DataError(path, "no conversations (an empty list)", "top level")
 
 def select(convs: list[Conversation], systems: list[str] | None = None, splits: list[str] | None = None,
            limit: int | None = None) -> list[Conversation]:

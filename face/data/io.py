@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
 from face.data.errors import DataError
 
 
-def read_json(path: str | Path) -> Any:
-    path = Path(path)
+def check_file(path: Path) -> None:
+    """An existing, readable, non-empty regular file (not a directory, device or pipe), or a DataError."""
     if not path.exists():
         raise DataError(path, "file not found (run the fetch step, or set FACE_DATA_DIR / FACE_DATA_MIRROR)")
+    if path.is_dir():
+        raise DataError(path, "is a directory, not a file")
+    if not path.is_file():
+        raise DataError(path, "is not a regular file (a device, pipe or socket)")
+    if not os.access(path, os.R_OK):
+        raise DataError(path, "is not readable (permission denied)")
+    if path.stat().st_size == 0:
+        raise DataError(path, "is empty")
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    check_file(path)
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -25,8 +40,7 @@ def read_json(path: str | Path) -> Any:
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
     """Yield (line number, parsed object) for each non-empty line."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(path, "file not found (run the fetch step, or set FACE_DATA_DIR / FACE_DATA_MIRROR)")
+    check_file(path)
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -68,3 +82,13 @@ def as_int(value: Any, path: str | Path, record: str) -> int:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
     raise DataError(path, f"expected an integer index, got {value!r:.60}", record)
+
+
+def check_label(value: Any, scale: tuple[float, ...] | None, path: str | Path, record: str) -> float:
+    """A human label: a finite number within the aspect's scale [min, max] (labels may be means of ratings)."""
+    v = float(check_type(value, float, path, record))
+    if not math.isfinite(v):
+        raise DataError(path, f"label is {value!r}; expected a finite number", record)
+    if scale and not min(scale) <= v <= max(scale):
+        raise DataError(path, f"label {v:g} is outside the aspect's scale {min(scale):g}..{max(scale):g}", record)
+    return v

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from face.aspects import Aspect, aspect_table
 from face.data.errors import DataError
-from face.data.io import check_type, field, read_json
+from face.data.io import check_label, check_type, field, read_json
 from face.data.schema import ASSISTANT, USER, Conversation, Turn, USRContext, USRResponse
 
 USR_ASPECTS = ("Understandable", "Natural", "Maintains Context", "Engaging", "Uses Knowledge", "Overall")
@@ -41,17 +41,21 @@ def load_usr(path: str | Path) -> list[USRContext]:
     path = Path(path)
     raw = check_type(read_json(path), list, path, "top level")
     out = []
+_ASPECT_OF = {key: name for name, key in _KEY.items()}  # the file's key -> our aspect name
     for i, obj in enumerate(raw):
         rec = f"context {i}"
         responses = []
         for j, r in enumerate(field(obj, "responses", list, path, rec)):
             r_rec = f"{rec}, response {j}"
+    if not raw:
+        raise DataError(path, "no dialogue contexts (an empty list)", "top level")
             ratings = {}
             for aspect in USR_ASPECTS:
                 vals = field(r, aspect, list, path, r_rec)
                 if not vals:
                     raise DataError(path, f"no ratings for {aspect!r}", r_rec)
-                ratings[aspect] = tuple(float(check_type(v, float, path, f"{r_rec}, {aspect}")) for v in vals)
+                scale = ASPECTS[_ASPECT_OF[aspect]].scale
+                ratings[aspect] = tuple(check_label(v, scale, path, f"{r_rec}, {aspect}") for v in vals)
             responses.append(USRResponse(i, field(r, "model", str, path, r_rec),
                                          field(r, "response", str, path, r_rec).strip(), ratings))
         context = tuple(t.strip() for t in field(obj, "context", str, path, rec).strip().split("\n") if t.strip())

@@ -10,6 +10,9 @@ overwritten by it (``report.out_dir`` overrides both).
 from __future__ import annotations
 
 import logging
+import math
+import os
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,14 +23,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from face.aspects import Aspect
 from face.data import ensure_data
+from face.data.errors import DataError
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
 from face.runfile import write_run_file
-from face.tracking import Tracker
+from face.tracking import Tracker, check_tracking_store
 
 log = logging.getLogger(__name__)
+
+# utterances longer than this (characters, ~4 per token) are reported before anything is sent;
+# set +checks.max_utterance_chars=N (or null to switch the check off)
+MAX_UTTERANCE_CHARS = 20_000
+
+
+class ConfigError(ValueError):
+    """A setting with a value that cannot work: the message names the setting and the allowed values."""
 
 
 @dataclass
@@ -52,6 +64,8 @@ class Context:
 
     def inputs(self) -> Inputs:
         llm = OmegaConf.to_container(self.cfg.llm, resolve=True) if "llm" in self.cfg else {}
+        if llm and not llm.get("usage_file"):
+            llm["usage_file"] = str(self.run_dir / "llm_usage.json")  # written even when the run stops early
         return Inputs(self.dataset, self.convs, self.aspects, self.data_dir, self.run_dir, llm, self.tracker)
 
     def predict(self, method: Method | None = None) -> MethodOutput:
@@ -102,14 +116,26 @@ def _splits(cfg: DictConfig, dataset) -> list[str]:
 @contextmanager
 def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
                method_cfgs: dict[str, DictConfig] | None = None) -> Iterator[Context]:
-    """Validate, fetch, load, track. ``method_cfgs``: several methods (name -> config) instead of ``cfg.method``."""
-    dataset = build(cfg.dataset)
-    methods = {name: build(node) for name, node in (method_cfgs or {cfg.method.name: cfg.method}).items()}
-    aspects = dataset.resolve_aspects(cfg.get("aspects"))
-    files = list(dict.fromkeys([*dataset.files(), *[f for m in methods.values()
-                                                    for f in m.required_files(dataset, aspects)], *extra_files]))
-    splits = _splits(cfg, dataset)
-    out_dir, run_dir = out_dir_for(cfg, dataset), Path(cfg.paths.output_dir)
+    """Validate, fetch, load, track. ``method_cfgs``: several methods (name -> config) instead of ``cfg.method``.
+
+    Every setting is checked (``ConfigError``: one line naming it) before anything is fetched, written or
+    sent; the MLflow run opens only after that."""
+    try:
+        check_settings(cfg, method_cfgs)
+        dataset = build(cfg.dataset)
+        methods = {name: build(node) for name, node in (method_cfgs or {cfg.method.name: cfg.method}).items()}
+        aspects = dataset.resolve_aspects(cfg.get("aspects"))
+        files = list(dict.fromkeys([*dataset.files(), *[f for m in methods.values()
+                                                        for f in m.required_files(dataset, aspects)], *extra_files]))
+        splits = _splits(cfg, dataset)
+        out_dir, run_dir = out_dir_for(cfg, dataset), Path(cfg.paths.output_dir)
+        check_paths(cfg, out_dir, run_dir, uses_llm=any(_uses_llm(m) for m in methods.values()))
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, KeyError) as e:
+        if isinstance(e, DataError):
+            raise
+        raise ConfigError(str(e).strip("'\"")) from e
     data_dir = Path(cfg.paths.data_dir)
     with Tracker(cfg) as tracker:
         tracker.log_config()
@@ -118,8 +144,9 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
         all_convs = dataset.load_all(data_dir)
         convs = dataset.select(all_convs)
         if not convs:
-            raise ValueError(f"the dataset selection (limit={dataset.limit}, systems={dataset.systems}, "
-                             f"splits={dataset.splits}) matches no conversation of {dataset.title}")
+            raise ConfigError(f"the dataset selection (limit={dataset.limit}, systems={dataset.systems}, "
+                              f"splits={dataset.splits}) matches no conversation of {dataset.title}")
+        check_utterances(convs, cfg)
         n_turns = sum(len(c.evaluated_turns()) for c in convs)
         subset = (f"{dataset.title}, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
                   + (" (subset)" if dataset.is_subset else ""))
@@ -127,3 +154,113 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
         log.info("%s; results -> %s", subset, out_dir)
         yield Context(cfg, dataset, methods, convs, aspects, splits, data_dir, out_dir, run_dir, subset, tracker,
                       has_labels)
+
+
+# ---------------------------------------------------------------- checks before anything runs
+def _setting(cfg: DictConfig, key: str, default=None):
+    return OmegaConf.select(cfg, key, default=default)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# (key in the method config, kind, lowest allowed value, may be null)
+_METHOD_NUMBERS = (("n", "int", 1, False), ("temperature", "num", 0, True), ("max_tokens", "int", 1, True),
+                   ("top_logprobs", "int", 0, True), ("particles.k", "int", 1, False),
+                   ("particles.max_extra", "int", 0, True), ("particles.temperature", "num", 0, True),
+                   ("particles.max_tokens", "int", 1, True), ("instructions.max", "int", 1, True))
+
+
+def check_settings(cfg: DictConfig, method_cfgs: dict[str, DictConfig] | None = None) -> None:
+    """Settings the builders do not check themselves (or check only after something was sent)."""
+    limit = _setting(cfg, "dataset.limit")
+    if limit is not None and (not _is_int(limit) or limit < 1):
+        raise ConfigError(f"dataset.limit must be a positive integer or null, got {limit!r}")
+    n_boot = _setting(cfg, "metaeval.n_boot", 0)
+    if not _is_int(n_boot) or n_boot < 0:
+        raise ConfigError(f"metaeval.n_boot must be an integer >= 0 (0 = no confidence intervals), got {n_boot!r}")
+    conf = _setting(cfg, "metaeval.confidence", 0.95)
+    if not _is_num(conf) or not 0 < conf < 1:
+        raise ConfigError(f"metaeval.confidence must be a number in (0, 1), got {conf!r}")
+    if not _is_int(_setting(cfg, "seed", 0)):
+        raise ConfigError(f"seed must be an integer, got {_setting(cfg, 'seed')!r}")
+    for name, node in (method_cfgs or {"method": cfg.method}).items():
+        prefix = "method" if method_cfgs is None else f"{name} (method)"
+        for key, kind, lo, nullable in _METHOD_NUMBERS:
+            v = OmegaConf.select(node, key, default="<absent>")
+            if v == "<absent>" or (v is None and nullable):
+                continue
+            ok = (_is_int(v) if kind == "int" else _is_num(v)) and v >= lo
+            if not ok:
+                what = "an integer" if kind == "int" else "a number"
+                raise ConfigError(f"{prefix}.{key} must be {what} >= {lo}{' or null' if nullable else ''}, got {v!r}")
+    if "llm" in cfg:
+        from face.llm import LLMConfig
+
+        try:
+            LLMConfig.from_dict(cfg.llm)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    max_chars = _setting(cfg, "checks.max_utterance_chars", MAX_UTTERANCE_CHARS)
+    if max_chars is not None and (not _is_int(max_chars) or max_chars < 1):
+        raise ConfigError(f"checks.max_utterance_chars must be a positive integer or null, got {max_chars!r}")
+
+
+def _uses_llm(method) -> bool:
+    from face.methods.live import Face
+
+    return isinstance(method, Face)
+
+
+def _writable_dir(path: Path, setting: str) -> None:
+    """``path`` is, or can be created as, a directory this process may write (nothing is created here)."""
+    p = path.resolve()
+    while not p.exists():
+        if p.parent == p:
+            break
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{setting}: {path} cannot be a directory: {p} is a file")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ConfigError(f"{setting}: {path} is not writable ({p}: permission denied)")
+
+
+def check_paths(cfg: DictConfig, out_dir: Path, run_dir: Path, uses_llm: bool) -> None:
+    """Output directories, the LLM cache and the MLflow store, before anything is fetched, written or sent."""
+    _writable_dir(out_dir, "report.out_dir" if cfg.report.get("out_dir") else "paths.results_dir")
+    _writable_dir(run_dir, "paths.output_dir (hydra.run.dir)")
+    _writable_dir(Path(cfg.paths.data_dir), "paths.data_dir")
+    if uses_llm and _setting(cfg, "llm.cache", False) and _setting(cfg, "llm.cache_dir"):
+        from face.llm.cache import check_cache_dir
+
+        try:
+            check_cache_dir(cfg.llm.cache_dir)
+        except ValueError as e:
+            raise ConfigError(f"llm.cache_dir: {e}") from None
+    if _setting(cfg, "tracking.enabled", False):
+        try:
+            check_tracking_store(cfg)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+
+def check_utterances(convs: Sequence[Conversation], cfg: DictConfig) -> list[str]:
+    """Utterances far over a model's context are reported before anything is sent (one line each, the
+    first 5): the rule is a plain size limit, ``checks.max_utterance_chars`` (default 20,000 characters,
+    ~5,000 tokens); nothing is truncated."""
+    limit = _setting(cfg, "checks.max_utterance_chars", MAX_UTTERANCE_CHARS)
+    if limit is None:
+        return []
+    long = [(c.conv_id, t.turn_ind, len(t.utterance)) for c in convs for t in c.turns if len(t.utterance) > limit]
+    lines = [f"warning: conversation {cid!r}, turn_ind {ti}: utterance of {n:,} characters (~{n // 4:,} tokens) "
+             f"is over checks.max_utterance_chars={limit:,}; it is sent as it is" for cid, ti, n in long]
+    for line in lines[:5]:
+        print(line, file=sys.stderr, flush=True)
+    if len(lines) > 5:
+        print(f"warning: {len(lines) - 5} more utterances over checks.max_utterance_chars", file=sys.stderr)
+    return lines

@@ -141,6 +141,32 @@ class SampleCache:
             self._conn.close()
 
 
+def check_cache_dir(cache_dir: str | os.PathLike) -> None:
+    """ValueError (one line) if `cache_dir` cannot hold the cache: a file, not writable, or a cache file that
+    is not an SQLite database of samples. Creates nothing."""
+    d = Path(cache_dir)
+    if d.exists() and not d.is_dir():
+        raise ValueError(f"{d} is a file, not a directory")
+    p = d.resolve()
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    if not p.is_dir():
+        raise ValueError(f"{d} cannot be created: {p} is a file")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ValueError(f"{d} is not writable ({p}: permission denied)")
+    db = d / CACHE_FILE
+    if db.exists():
+        if not db.is_file():
+            raise ValueError(f"{db} is not a file")
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as e:
+            raise ValueError(f"{db} is not an SQLite database ({e}); move it away or set llm.cache_dir") from None
+        if tables and "samples" not in tables:
+            raise ValueError(f"{db} is an SQLite database but not an LLM cache (no table 'samples')")
+
+
 def _lp_to_json(lps: list[TokenLogprob] | None) -> list | None:
     return None if lps is None else [[t.token, t.logprob, [list(x) for x in t.top]] for t in lps]
 

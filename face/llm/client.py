@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
@@ -38,6 +39,8 @@ from .config import LLMConfig
 from .transport import OpenAITransport
 from .usage import BudgetExceeded, Usage
 from .validating import ValidatingLM
+
+log = logging.getLogger("face.llm")
 
 
 def build(spec: dict[str, Any]) -> Any:
@@ -90,6 +93,11 @@ class LLMClient:
         return self
 
     def close(self) -> None:
+        if self.cfg.usage_file and (self.usage.records or self.usage.dry_run_requests):
+            try:  # also after a budget stop, Ctrl-C or a failed batch: what was paid for is on record
+                self.usage.write_artifact(self.cfg.usage_file)
+            except OSError as e:
+                log.warning("could not write %s: %s", self.cfg.usage_file, e)
         if self._loop is not None and not self._loop.is_closed():
             if self.transport is not None:
                 self._loop.run_until_complete(self.transport.aclose())

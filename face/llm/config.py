@@ -3,9 +3,26 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def looks_like_secret(value: str) -> bool:
+    """A string that looks like an API key rather than the name of an environment variable."""
+    v = value.strip()
+    if v.startswith(("sk-", "sk_", "pk-", "hf_", "gsk_", "xai-", "AIza", "Bearer ")):
+        return True
+    if len(v) >= 24 and any(c.isdigit() for c in v) and any(c.islower() for c in v) and any(c.isupper() for c in v):
+        return True  # long, mixed case and digits: an env var name is not like that
+    return len(v) >= 32 and not v.isupper()
+
+
+def is_env_var_name(value: str) -> bool:
+    return bool(_ENV_NAME.fullmatch(value)) and not looks_like_secret(value)
 
 
 @dataclass
@@ -38,11 +55,13 @@ class LLMConfig:
     cache_dir: str | None = ".face_cache/llm"
     cache: bool = True
     progress: bool = True
+    usage_file: str | None = None  # llm_usage.json written here when the client closes (also after a stop)
     # a server started beside the client, which then uses its base_url and model:
     # {"_target_": "module.Class", **constructor options} (e.g. face.llm.local.LocalServer), or None
     server: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        self._check_types()
         if self.server is not None and "_target_" not in self.server:
             raise ValueError("llm.server needs a _target_ (the server class, e.g. face.llm.local.LocalServer)")
         if self.json_schema_format not in ("openai", "json_object_schema"):
@@ -51,9 +70,36 @@ class LLMConfig:
             raise ValueError("llm.n_per_request must be >= 1")
         if self.concurrency < 1:
             raise ValueError("llm.concurrency must be >= 1")
-        if self.api_key_env and self.api_key_env.startswith("sk-"):
-            raise ValueError("llm.api_key_env must be the NAME of an environment variable, not the key itself")
+        if self.api_key_env is not None and not is_env_var_name(self.api_key_env):
+            raise ValueError("llm.api_key_env must be the NAME of an environment variable (letters, digits, _), "
+                             "not the key itself")
+        for name, lo in (("temperature", 0.0), ("max_tokens", 1), ("max_retries", 0), ("answer_retries", 0),
+                         ("backoff_base_s", 0.0), ("backoff_max_s", 0.0), ("price_input_per_mtok", 0.0),
+                         ("price_output_per_mtok", 0.0), ("max_calls", 0), ("max_cost_usd", 0.0)):
+            v = getattr(self, name)
+            if v is not None and v < lo:
+                raise ValueError(f"llm.{name} must be >= {lo}, got {v!r}")
+        if self.temperature > 2:
+            raise ValueError(f"llm.temperature must be in 0..2, got {self.temperature!r}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"llm.top_p must be in (0, 1] or null, got {self.top_p!r}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"llm.timeout_s must be > 0, got {self.timeout_s!r}")
         self.server = None if self.server is None else dict(self.server)
+
+    def _check_types(self) -> None:
+        """Every knob has the type of its default (ints for floats are fine; bools are never numbers)."""
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            kind = _KINDS.get(f.name)
+            if kind is None or (v is None and f.name in _NULLABLE):
+                continue
+            ok = isinstance(v, kind) and not (isinstance(v, bool) and bool not in kind)
+            if not ok:
+                allowed = "a number" if float in kind else {int: "an integer", str: "a string",
+                                                             bool: "true or false"}[kind[0]]
+                raise ValueError(f"llm.{f.name} must be {allowed}{' or null' if f.name in _NULLABLE else ''}, "
+                                 f"got {v!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | Any) -> LLMConfig:
@@ -84,3 +130,15 @@ class LLMConfig:
         if self.api_key_env:
             return os.environ.get(self.api_key_env) or "not-needed"
         return "not-needed"
+
+
+_NUM = (int, float)
+_KINDS: dict[str, tuple[type, ...]] = {
+    "backend": (str,), "base_url": (str,), "api_key_env": (str,), "model": (str,), "temperature": _NUM,
+    "max_tokens": (int,), "top_p": _NUM, "seed": (int,), "n_per_request": (int,), "supports_json_schema": (bool,),
+    "supports_logprobs": (bool,), "json_schema_format": (str,), "concurrency": (int,), "timeout_s": _NUM,
+    "max_retries": (int,), "answer_retries": (int,), "backoff_base_s": _NUM, "backoff_max_s": _NUM,
+    "price_input_per_mtok": _NUM, "price_output_per_mtok": _NUM, "max_calls": (int,), "max_cost_usd": _NUM,
+    "dry_run": (bool,), "cache_dir": (str,), "cache": (bool,), "progress": (bool,), "usage_file": (str,),
+}
+_NULLABLE = {"base_url", "api_key_env", "top_p", "seed", "max_calls", "max_cost_usd", "cache_dir", "usage_file"}

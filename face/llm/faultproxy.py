@@ -145,6 +145,7 @@ class FaultProxy:
 
         def run() -> None:
             self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
             try:
                 self._loop.run_until_complete(self._start())
             except BaseException as e:  # reported to the starting thread
