@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -23,6 +24,7 @@ from face.aggregate import Predictions
 from face.aspects import Aspect
 from face.data.schema import Conversation
 
+log = logging.getLogger(__name__)
 COEFFICIENTS = ("pearson", "spearman", "kendall")
 LEVELS = ("turn", "dialogue", "system")
 RESULT_COLUMNS = ["level", "aspect", "split", "coefficient", "value", "p_value", "ci_low", "ci_high", "n",
@@ -153,11 +155,18 @@ def cluster_weights(clusters: np.ndarray, n_boot: int, rng: np.random.Generator,
     return counts[:, inv]
 
 
+MIN_CLUSTERS = 2  # fewer conversations (per split, or per system) than this: no interval
+
+
 def bootstrap_ci(pred: np.ndarray, human: np.ndarray, clusters: np.ndarray, n_boot: int = 1000,
                  seed: int = 0, confidence: float = 0.95,
                  coefficients: Sequence[str] = COEFFICIENTS) -> dict[str, tuple[float, float]]:
-    """Percentile CI of each coefficient, resampling clusters (conversations)."""
-    if n_boot <= 0 or len(pred) < 3:
+    """Percentile CI of each coefficient, resampling clusters (conversations). No interval (NaN) with fewer
+    than 3 items or fewer than ``MIN_CLUSTERS`` conversations: resampling one conversation only repeats it."""
+    if n_boot <= 0 or len(pred) < 3 or len(np.unique(clusters)) < MIN_CLUSTERS:
+        if n_boot > 0 and len(pred) >= 3:
+            log.warning("no bootstrap interval: the items come from %d conversation(s), need >= %d",
+                        len(np.unique(clusters)), MIN_CLUSTERS)
         return {c: (float("nan"), float("nan")) for c in coefficients}
     rng = np.random.default_rng(seed)
     w = cluster_weights(np.asarray(clusters), n_boot, rng)
@@ -172,6 +181,23 @@ def bootstrap_ci(pred: np.ndarray, human: np.ndarray, clusters: np.ndarray, n_bo
             lo, hi = np.nanpercentile(vals, [lo_q, hi_q])
             out[c] = (float(lo), float(hi))
     return out
+
+
+def paired_difference(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray, clusters: np.ndarray,
+                      coefficient: str, n_boot: int = 1000, seed: int = 0, confidence: float = 0.95
+                      ) -> tuple[float, float, float]:
+    """coef(a, human) − coef(b, human) and its paired percentile CI: both predictions are correlated on the
+    same resampled conversations, so what they share cancels (the CI of a difference, not two CIs)."""
+    a, b, y = (np.asarray(v, float) for v in (pred_a, pred_b, human))
+    diff = correlate(a, y)[coefficient][0] - correlate(b, y)[coefficient][0]
+    if n_boot <= 0 or len(y) < 3 or len(np.unique(clusters)) < MIN_CLUSTERS:
+        return diff, float("nan"), float("nan")
+    w = cluster_weights(np.asarray(clusters), n_boot, np.random.default_rng(seed))
+    vals = WEIGHTED[coefficient](a, y, w) - WEIGHTED[coefficient](b, y, w)
+    if np.all(np.isnan(vals)):
+        return diff, float("nan"), float("nan")
+    lo, hi = np.nanpercentile(vals, [50 * (1 - confidence), 50 * (1 + confidence)])
+    return diff, float(lo), float(hi)
 
 
 # ---------------------------------------------------------------- system level
@@ -286,6 +312,11 @@ def system_correlations(items_df: pd.DataFrame, n_boot: int = 1000, seed: int = 
     _, mh = system_means(human, systems)
     point = correlate(mp[0], mh[0])
     out = {}
+    per_system = pd.Series(items_df["conv_id"].to_numpy()).groupby(systems).nunique()
+    if n_boot > 0 and len(names) >= 3 and per_system.min() < MIN_CLUSTERS:
+        log.warning("no system-level interval: a system has %d conversation(s), need >= %d per system",
+                    per_system.min(), MIN_CLUSTERS)
+        n_boot = 0
     if n_boot > 0 and len(names) >= 3:
         rng = np.random.default_rng(seed)
         convs = items_df["conv_id"].to_numpy()

@@ -74,6 +74,8 @@ class ScoringSpec:
     invalid: InvalidPolicy = field(default_factory=InvalidPolicy)
 
     def __post_init__(self) -> None:
+        if isinstance(self.invalid, dict):
+            object.__setattr__(self, "invalid", InvalidPolicy(**self.invalid))
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"unknown estimator {self.estimator!r}; choose from {ESTIMATORS}")
         if self.order not in ORDERS:

@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 
 from face.aggregate import AGGREGATORS, aggregate
 from face.experiments.common import experiment, released_scores
+from face.metaeval import items, paired_difference
 from face.methods.released import LABEL
 from face.report import figures
 from face.report.tables import order_aspects, print_table, write_table
@@ -23,17 +24,24 @@ def run(cfg: DictConfig) -> dict:
         tracker = ctx.tracker
         scores = released_scores(ctx, "re-aggregates the released scores")
         levels = ctx.inputs().levels
-        rows = []
+        rows, preds = [], {}
         for inst_agg, part_agg in itertools.product(a.instruction_aggs, a.particle_aggs):
-            res = ctx.evaluate(aggregate(scores, levels, inst_agg, part_agg), ["turn", "dialogue"], a.n_boot)
-            rows.append(res.assign(instruction_agg=inst_agg, particle_agg=part_agg,
-                                   setting=f"{inst_agg} / {part_agg}"))
+            setting = f"{inst_agg} / {part_agg}"
+            preds[setting] = aggregate(scores, levels, inst_agg, part_agg)
+            res = ctx.evaluate(preds[setting], ["turn", "dialogue"], n_boot=0)
+            rows.append(res.assign(instruction_agg=inst_agg, particle_agg=part_agg, setting=setting))
         results = order_aspects(pd.concat(rows, ignore_index=True))
-        cols = ["setting", "instruction_agg", "particle_agg", "aspect", "level", "split", "coefficient", "value",
-                "ci_low", "ci_high", "n"]
-        note = (f"{LABEL}; {ctx.subset}; {'no CIs' if a.n_boot == 0 else f'{a.n_boot} bootstrap resamples'}. "
-                "Setting = aggregator over a particle's instructions / over particles of a turn or dialogue.")
+        cols = ["setting", "instruction_agg", "particle_agg", "aspect", "level", "split", "coefficient", "value", "n"]
+        n_boot = cfg.metaeval.n_boot
+        note = (f"{LABEL}; {ctx.subset}. Setting = aggregator over a particle's instructions / over particles of "
+                "a turn or dialogue.")
         paths = write_table(results[cols], ctx.out_dir, "aggregation", f"Aggregation ablation. {note}")
+        base = next(iter(preds))
+        diffs = order_aspects(differences(preds, base, ctx, n_boot))
+        paths += write_table(diffs, ctx.out_dir, "aggregation_differences",
+                             f"Each aggregation minus {base} (Spearman), with paired 95% bootstrap CIs ({n_boot} "
+                             f"resamples of conversations, both settings on the same resamples): a CI that excludes 0 "
+                             f"is a real difference. {note}")
         for split in ctx.splits:
             for coef in ("pearson", "spearman"):
                 d = results[(results["split"] == split) & (results["coefficient"] == coef)]
@@ -46,4 +54,23 @@ def run(cfg: DictConfig) -> dict:
         tracker.log_metrics({f"{r.instruction_agg}_{r.particle_agg}.{r.level}.{r.aspect}.{r.split}.{r.coefficient}":
                              r.value for r in results.itertuples(index=False)})
         tracker.log_artifacts(paths, "results")
-        return {"results": results, "out_dir": ctx.out_dir}
+        return {"results": results, "differences": diffs, "out_dir": ctx.out_dir}
+
+
+def differences(preds: dict, base: str, ctx, n_boot: int, coefficient: str = "spearman") -> pd.DataFrame:
+    """Every setting's correlation minus the ``base`` setting's, per aspect and split, with paired CIs."""
+    rows = []
+    for aspect in ctx.aspects:
+        ref = items(preds[base], ctx.convs, aspect).dropna(subset=["pred"])
+        for setting, p in preds.items():
+            if setting == base:
+                continue
+            df = ref.merge(items(p, ctx.convs, aspect)[["conv_id", "turn_ind", "pred"]], on=["conv_id", "turn_ind"],
+                           suffixes=("_base", ""), how="inner").dropna(subset=["pred"])
+            for split in ctx.splits:
+                d = df if split == "all" else df[df["split"] == split]
+                diff, lo, hi = paired_difference(d["pred"], d["pred_base"], d["human"], d["conv_id"], coefficient,
+                                                 n_boot, ctx.cfg.seed, ctx.cfg.metaeval.confidence)
+                rows.append((setting, aspect.name, aspect.level, split, coefficient, diff, lo, hi, len(d)))
+    return pd.DataFrame(rows, columns=["setting", "aspect", "level", "split", "coefficient", "difference",
+                                       "ci_low", "ci_high", "n"])

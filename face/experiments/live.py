@@ -26,7 +26,9 @@ def run(cfg: DictConfig) -> dict:
             print(f"No human labels in {ctx.subset}: predictions only, written to {run_file}. {out.label}", flush=True)
             return {"run_file": run_file, "output": out, "out_dir": ctx.out_dir}
         results = ctx.evaluate(out.predictions)
-        note = f"{out.label}; {ctx.subset}"
+        note = (f"{out.label}; {ctx.subset}; 95% CIs: {cfg.metaeval.n_boot} bootstrap resamples of conversations "
+                "(system level: within each system, the systems held fixed; none where a split or a system has "
+                "fewer than 2 conversations)")
         paths = write_table(results, ctx.out_dir, "correlations", f"All correlations. {note}", digits=4)
         published = ctx.published()
         compare_to = cfg.get("compare_to", "FACE")

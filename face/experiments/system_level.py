@@ -63,7 +63,8 @@ def run(cfg: DictConfig) -> dict:
         results = order_aspects(results)
         note = (f"{out.label}; {ctx.subset}; {len(votes)} arena votes ({', '.join(cfg.arena.vote_sources)}), "
                 f"Bradley–Terry with {cfg.arena.prior} virtual ties per pair; 95% CIs: {m.n_boot} resamples of "
-                f"conversations within each CRS (and {cfg.arena.n_boot} resamples of votes for the arena).")
+                f"conversations within each CRS, the 9 systems held fixed (and {cfg.arena.n_boot} resamples of "
+                "votes for the arena).")
         paths = write_table(results, ctx.out_dir, "system_level", f"System-level correlations over the CRSs. {note}")
         paths += write_table(ranking, ctx.out_dir, "arena_ranking",
                              f"Human system ranking from {len(votes)} CRSArena-Dial votes (Bradley–Terry).")
