@@ -6,6 +6,7 @@ switched off (``tracking=none``) without changing experiment code.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -40,6 +41,24 @@ def git_commit(root: str | Path) -> str:
         return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+@contextlib.contextmanager
+def _store_lock(uri: str):
+    """An exclusive lock beside a local SQLite store while it is set up (MLflow's schema migration is not safe
+    against two processes creating the same new database)."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    lock = Path(uri[len("sqlite:///"):] + ".lock")
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _proc_start(pid: int) -> str | None:
@@ -143,10 +162,11 @@ class Tracker:
 
             self.mlflow = mlflow
             mlflow.set_tracking_uri(t.tracking_uri)
-            if mlflow.get_experiment_by_name(t.experiment_name) is None:
-                location = Path(t.artifact_location).resolve().as_uri() if t.get("artifact_location") else None
-                mlflow.create_experiment(t.experiment_name, artifact_location=location)
-            mlflow.set_experiment(t.experiment_name)
+            with _store_lock(str(t.tracking_uri)):  # two jobs starting on a new store: one creates the tables
+                if mlflow.get_experiment_by_name(t.experiment_name) is None:
+                    location = Path(t.artifact_location).resolve().as_uri() if t.get("artifact_location") else None
+                    mlflow.create_experiment(t.experiment_name, artifact_location=location)
+                mlflow.set_experiment(t.experiment_name)
 
     def __enter__(self) -> Tracker:
         if self.enabled:

@@ -1,0 +1,227 @@
+"""Issue 9, acceptance: every malformed or hostile input gives one clear line naming the file and record (or
+the setting), exit code 2, no traceback, nothing in results/ and no FINISHED MLflow run.
+
+The loaders are checked in-process (fast); the same inputs and every bad setting go through the real CLI
+(``scripts/run.py``, one subprocess per case, run in parallel; marked slow)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from face.data.crsarena import load_conversations
+from face.data.errors import DataError
+from face.data.schema import ASSISTANT, Conversation, Turn
+from face.experiments.common import check_utterances
+from face.runfile import read_run_file
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GOOD = {"conv_id": "kbrd_redial_x", "dialogue": [
+    {"turn_ind": 0, "role": "USER", "utterance": "hi, any thriller?"},
+    {"turn_ind": 1, "role": "ASST", "utterance": "Try Heat (1995).", "turn_level_aggregated": {"relevance": 2}},
+    {"turn_ind": 2, "role": "USER", "utterance": "seen it"},
+    {"turn_ind": 3, "role": "ASST", "utterance": "Then Ronin.", "turn_level_aggregated": {"relevance": 1}}],
+    "dial_level_aggregated": {"understanding": 1, "efficiency": 1}}
+
+
+def _conv(change) -> list:
+    c = copy.deepcopy(GOOD)
+    change(c)
+    return [c]
+
+
+def _set(path: list, value):
+    def change(c):
+        obj = c
+        for k in path[:-1]:
+            obj = obj[k]
+        obj[path[-1]] = value
+    return change
+
+
+# name -> (file content: a list to dump, or raw text, or a special kind), expected words in the message
+BAD_FILES = {
+    "nan_label": ('[{"conv_id": "kbrd_redial_x", "dialogue": [{"turn_ind": 0, "role": "USER", "utterance": "hi"}, '
+                  '{"turn_ind": 1, "role": "ASST", "utterance": "hello", '
+                  '"turn_level_aggregated": {"relevance": NaN}}]}]', "label is nan"),
+    "infinite_label": (_conv(_set(["dial_level_aggregated", "understanding"], float("inf"))), "label is inf"),
+    "label_out_of_scale": (_conv(_set(["dialogue", 1, "turn_level_aggregated", "relevance"], 7)),
+                           "outside the aspect's scale 0..2"),
+    "binary_label_out_of_scale": (_conv(_set(["dial_level_aggregated", "efficiency"], 2)), "scale 0..1"),
+    "string_label": (_conv(_set(["dialogue", 1, "turn_level_aggregated", "relevance"], "2")), "expected a number"),
+    "label_on_user_turn": (_conv(_set(["dialogue", 0, "turn_level_aggregated"], {"relevance": 1})),
+                           "on a USER turn"),
+    "negative_turn_ind": (_conv(_set(["dialogue", 0, "turn_ind"], -1)), "negative turn_ind"),
+    "duplicate_turn_ind": (_conv(_set(["dialogue", 2, "turn_ind"], 1)), "duplicate"),
+    "out_of_order_turn_ind": (_conv(_set(["dialogue", 2, "turn_ind"], 0)), "out of order"),
+    "empty_conv_id": (_conv(_set(["conv_id"], "")), "empty conv_id"),
+    "no_assistant_turn": (_conv(_set(["dialogue"], [GOOD["dialogue"][0]])), "no ASST turn"),
+    "empty_list": ([], "no conversations"),
+    "empty_file": ("", "is empty"),
+    "not_json": ("{conv_id: 1", "malformed JSON"),
+    "directory": ("<dir>", "is a directory"),
+    "device": ("<dev>", "not a regular file"),
+}
+
+
+def _make(tmp: Path, name: str, content) -> Path:
+    if content == "<dir>":
+        (tmp / name).mkdir(exist_ok=True)
+        return tmp / name
+    if content == "<dev>":
+        return Path("/dev/null")
+    p = tmp / f"{name}.json"
+    p.write_text(content if isinstance(content, str) else json.dumps(content))
+    return p
+
+
+@pytest.mark.parametrize("name", BAD_FILES)
+def test_bad_conversation_file_is_one_data_error(tmp_path, name):
+    content, expected = BAD_FILES[name]
+    path = _make(tmp_path, name, content)
+    with pytest.raises(DataError) as e:
+        load_conversations(path, require_labels=False)
+    msg = str(e.value)
+    assert str(path) in msg and expected in msg and "\n" not in msg, msg
+
+
+def test_good_file_still_loads(tmp_path):
+    [c] = load_conversations(_make(tmp_path, "good", [GOOD]))
+    assert [t.turn_ind for t in c.assistant_turns()] == [1, 3]
+
+
+BAD_RUN_FILES = {
+    "empty_run_file": ([], "empty run file"),
+    "duplicate_conversation": ([{"conv_id": "a", "turns": []}, {"conv_id": "a", "turns": []}],
+                               "conversation 'a'"),
+    "duplicate_turn": ([{"conv_id": "a", "turns": [{"turn_ind": 1, "turn_level_pred": {"relevance": 1.0}},
+                                                   {"turn_ind": 1, "turn_level_pred": {"relevance": 2.0}}]}],
+                       "duplicate turn_ind 1"),
+    "nan_prediction": ('[{"conv_id": "a", "dial_level_pred": {"efficiency": NaN}}]', "prediction is nan"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_RUN_FILES)
+def test_bad_run_file_is_one_data_error(tmp_path, name):
+    content, expected = BAD_RUN_FILES[name]
+    path = _make(tmp_path, name, content)
+    with pytest.raises(DataError) as e:
+        read_run_file(path)
+    assert str(path) in str(e.value) and expected in str(e.value), str(e.value)
+
+
+def test_utterance_far_over_the_context_is_reported_with_its_size(capsys):
+    conv = Conversation("c1", (Turn(0, "USER", "hi"), Turn(1, ASSISTANT, "x" * 1_000_000)))
+    lines = check_utterances([conv], OmegaConf.create({}))
+    err = capsys.readouterr().err
+    assert len(lines) == 1 and "'c1', turn_ind 1" in err and "1,000,000 characters" in err
+    assert check_utterances([conv], OmegaConf.create({"checks": {"max_utterance_chars": None}})) == []
+
+
+# ---------------------------------------------------------------- through the CLI
+def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    cases: dict[str, tuple[list[str], str]] = {}
+    live = ["experiment=ablation_no_particles", "llm=scripted", "dataset.download=false"]
+    for name, (content, expected) in BAD_FILES.items():
+        path = _make(tmp / "files", name, content)
+        cases[f"file_{name}"] = ([*live, f"dataset.file={path}"], expected)
+    afile = tmp / "files" / "a_file"
+    afile.write_text("x")
+    notdb = tmp / "files" / "notdb"
+    notdb.mkdir()
+    (notdb / "llm_cache.sqlite").write_text("this is not a database")
+    (tmp / "files" / "mlflow_not_db").write_text("this is not a database either")
+    cases.update({
+        "limit_zero": (["dataset.limit=0"], "dataset.limit must be a positive integer"),
+        "limit_negative": (["dataset.limit=-3"], "dataset.limit must be a positive integer"),
+        "limit_not_integer": (["dataset.limit=abc"], "dataset.limit must be a positive integer"),
+        "limit_float": (["dataset.limit=1.5"], "dataset.limit must be a positive integer"),
+        "method_n_zero": (["experiment=crsarena_main", "method.n=0"], "method.n must be an integer >= 1"),
+        "concurrency_zero": (["experiment=crsarena_main", "llm.concurrency=0"], "llm.concurrency must be >= 1"),
+        "unknown_estimator": (["experiment=crsarena_main", "method.estimator=magic"], "unknown estimator 'magic'"),
+        "unknown_split": (["dataset.splits=[imdb]"], "unknown split(s) ['imdb']"),
+        "unknown_metaeval_split": (["metaeval.splits=[imdb]"], "metaeval.splits ['imdb']"),
+        "unknown_aspect": (["aspects=[humour]"], "no aspect 'humour'"),
+        "n_boot_negative": (["metaeval.n_boot=-1"], "metaeval.n_boot must be an integer >= 0"),
+        "temperature_not_numeric": (["experiment=crsarena_main", "llm.temperature=hot"],
+                                    "llm.temperature must be a number"),
+        "method_temperature_not_numeric": (["experiment=crsarena_main", "method.temperature=hot"],
+                                           "method.temperature must be a number"),
+        "max_cost_negative": (["experiment=crsarena_main", "llm.max_cost_usd=-1"], "llm.max_cost_usd must be >= 0"),
+        "max_calls_negative": (["experiment=crsarena_main", "llm.max_calls=-5"], "llm.max_calls must be >= 0"),
+        "answer_retries_negative": (["experiment=crsarena_main", "llm.answer_retries=-1"],
+                                    "llm.answer_retries must be >= 0"),
+        "out_dir_under_a_file": ([f"report.out_dir={afile}/results"], "is a file"),
+        "cache_dir_is_a_file": (["experiment=crsarena_main", "llm=scripted", f"llm.cache_dir={afile}"],
+                                "llm.cache_dir"),
+        "cache_db_not_a_database": (["experiment=crsarena_main", "llm=scripted", f"llm.cache_dir={notdb}"],
+                                    "is not an SQLite database"),
+        "mlflow_store_not_a_database": ([f"tracking.tracking_uri=sqlite:///{tmp / 'files' / 'mlflow_not_db'}"],
+                                        "tracking.tracking_uri"),
+        "api_key_in_api_key_env": (["experiment=crsarena_main", "llm=openai",
+                                    "llm.api_key_env=sk-proj-AbCdEf0123456789xyzXYZ"],
+                                   "llm.api_key_env must be the NAME"),
+        "unknown_config_group": (["dataset=imdb"], "Could not find 'dataset/imdb'"),
+        "unknown_key": (["no_such_setting=1"], "Could not override 'no_such_setting'"),
+    })
+    return cases
+
+
+def _run_cli(tmp: Path, data_dir: Path, name: str, overrides: list[str]) -> subprocess.CompletedProcess:
+    base = [f"paths.data_dir={data_dir}", f"paths.results_dir={tmp / 'results'}", f"paths.cache_dir={tmp / 'cache'}",
+            "paths.data_mirror=null", f"hydra.run.dir={tmp / 'runs' / name}",
+            f"tracking.tracking_uri=sqlite:///{tmp / 'mlflow.db'}", f"tracking.artifact_location={tmp / 'mlruns'}"]
+    if any(o.startswith("tracking.tracking_uri") for o in overrides):
+        base = [b for b in base if not b.startswith("tracking.tracking_uri")]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), FACE_PROJECT_ROOT=str(tmp))
+    env.pop("FACE_DEBUG", None)
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "run.py"), *base, *overrides], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def cli_results(tmp_path_factory, data_dir):
+    tmp = tmp_path_factory.mktemp("bad_inputs")
+    (tmp / "files").mkdir()
+    cases = _cli_cases(tmp)
+    with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 2))) as pool:
+        futs = {name: pool.submit(_run_cli, tmp, data_dir, name, ov) for name, (ov, _) in cases.items()}
+        out = {name: f.result() for name, f in futs.items()}
+    return tmp, cases, out
+
+
+
+
+@pytest.mark.slow
+def test_every_bad_input_through_the_cli(cli_results):
+    tmp, cases, out = cli_results
+    problems = []
+    for name, (_, expected) in cases.items():
+        r = out[name]
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("warning:")]
+        last = lines[-1] if lines else ""
+        if r.returncode != 2 or "Traceback" in r.stderr or not last.startswith("error:") or expected not in last:
+            problems.append(f"{name}: rc={r.returncode} last={last!r} stderr={r.stderr[-600:]!r}")
+        if name.startswith("file_") and "[" not in last and name not in ("file_empty_file", "file_directory",
+                                                                         "file_device"):
+            problems.append(f"{name}: the line names no record: {last!r}")
+    assert not problems, "\n".join(problems)
+    assert len(cases) >= 38
+    assert not (tmp / "results").exists()  # nothing written to results/
+    if (tmp / "mlflow.db").exists():
+        with sqlite3.connect(tmp / "mlflow.db") as db:
+            statuses = [s for (s,) in db.execute("SELECT status FROM runs")]
+        assert "FINISHED" not in statuses and "RUNNING" not in statuses, statuses
+    # the key-looking api_key_env was refused before Hydra wrote .hydra/ or MLflow saw it
+    leaked = [p for p in tmp.rglob("*") if p.is_file() and b"sk-proj-AbCdEf0123456789xyzXYZ" in p.read_bytes()]
+    assert leaked == []

@@ -1,0 +1,89 @@
+"""Issue 9, acceptance: a live run straight to the scripted server and the same run through a proxy that
+injects 20 % faults of every transport kind give identical run files; a kill -9 mid-run and a rerun resend at
+most the requests that were in flight; the stopped MLflow run is then marked KILLED."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from face.llm.faultproxy import TRANSPORT_KINDS, FaultProxy
+from face.llm.scripted import ScriptedServer
+
+ROOT = Path(__file__).resolve().parents[1]
+LIVE = ["experiment=crsarena_main", "llm=openai_compatible", "llm.model=scripted-model", "llm.progress=false",
+        "dataset.limit=2", "method.particles.source=released", "method.instructions.max=2", "method.n=2",
+        "aspects=[relevance,efficiency]", "metaeval.n_boot=0", "llm.backoff_base_s=0.01", "llm.backoff_max_s=0.05"]
+
+
+def _live(cfg_factory, tmp_path: Path, name: str, base_url: str, *extra: str) -> tuple[list, dict]:
+    cfg = cfg_factory(*LIVE, f"llm.base_url={base_url}", f"paths.output_dir={tmp_path / name}",
+                      f"paths.cache_dir={tmp_path / name / 'cache'}", *extra, tracking=False)
+    importlib.import_module(cfg.runner).run(cfg)
+    usage = json.loads((tmp_path / name / "llm_usage.json").read_text())["totals"]
+    return json.loads((tmp_path / name / "run_file.json").read_text()), usage
+
+
+@pytest.mark.slow
+def test_live_run_through_20_percent_faults_gives_the_same_run_file(cfg_factory, tmp_path):
+    srv = ScriptedServer()
+    with srv as info:
+        clean, clean_usage = _live(cfg_factory, tmp_path, "clean", info.base_url)
+        with FaultProxy(info.base_url, rate=0.2, kinds=TRANSPORT_KINDS, hang_s=1.5) as proxy:
+            faulty, usage = _live(cfg_factory, tmp_path, "faulty", proxy.base_url, "llm.timeout_s=0.5")
+    faults = proxy.faults()
+    n = clean_usage["http_requests"]
+    assert n >= 40 and clean_usage["retries"] == 0
+    assert set(faults) == set(TRANSPORT_KINDS) and 0.1 * n < len(faults) < 0.3 * n
+    assert usage["retries"] == len(faults) and usage["failures"] == 0 and usage["http_requests"] == n
+    assert faulty == clean and len(clean) == 2
+
+
+_KILLED_RUN = """
+import importlib, sys
+sys.path.insert(0, {root!r})
+from tests.conftest import make_cfg
+from pathlib import Path
+cfg = make_cfg(Path({tmp!r}), Path({data!r}), {overrides!r})
+importlib.import_module(cfg.runner).run(cfg)
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_then_rerun_resends_at_most_the_requests_in_flight(data_dir, tmp_path):
+    conc = 4
+    overrides = [*LIVE, f"llm.concurrency={conc}", "method.instructions.max=4", "llm.timeout_s=30"]
+    srv = ScriptedServer(latency_s=0.05)
+    with srv as info:
+        overrides.append(f"llm.base_url={info.base_url}")
+        code = _KILLED_RUN.format(root=str(ROOT), tmp=str(tmp_path), data=str(data_dir), overrides=overrides)
+        proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 120
+        while len(srv.log) < 30 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        first = {e["hash"] for e in srv.log}
+        assert proc.returncode == -signal.SIGKILL and len(first) >= 30, proc.stderr.read().decode()[-2000:]
+        srv.reset_log()
+        from tests.conftest import make_cfg
+
+        cfg = make_cfg(tmp_path, data_dir, overrides)
+        importlib.import_module(cfg.runner).run(cfg)
+        resent = [e["hash"] for e in srv.log if e["hash"] in first]
+    assert len(resent) <= conc  # only requests that were in flight when the process died
+    assert len(srv.log) > 0 and json.loads((tmp_path / "run" / "run_file.json").read_text())
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = mlflow.search_runs(search_all_experiments=True)
+    assert sorted(runs["status"]) == ["FINISHED", "KILLED"]  # the killed run is not left RUNNING
