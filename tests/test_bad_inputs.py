@@ -225,3 +225,29 @@ def test_every_bad_input_through_the_cli(cli_results):
     # the key-looking api_key_env was refused before Hydra wrote .hydra/ or MLflow saw it
     leaked = [p for p in tmp.rglob("*") if p.is_file() and b"sk-proj-AbCdEf0123456789xyzXYZ" in p.read_bytes()]
     assert leaked == []
+
+
+@pytest.mark.slow
+def test_cli_live_run_writes_the_key_nowhere_including_hydra(tmp_path, data_dir):
+    """The leak scan of tests/test_secrets.py, through the CLI: .hydra/*.yaml, MLflow, run dir, cache, results."""
+    from face.llm.scripted import ScriptedServer
+
+    secret = "sk-test-CLI-SECRET-91b2c3"
+    with ScriptedServer() as info:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), FACE_PROJECT_ROOT=str(tmp_path), FACE_TEST_API_KEY=secret)
+        r = subprocess.run([sys.executable, str(ROOT / "scripts" / "run.py"), "experiment=ablation_no_particles",
+                            "llm=openai_compatible", f"llm.base_url={info.base_url}", "llm.model=scripted-model",
+                            "llm.api_key_env=FACE_TEST_API_KEY", "llm.progress=false", "dataset.limit=1",
+                            "aspects=[relevance]", "method.instructions.max=1", "method.n=1", "metaeval.n_boot=0",
+                            f"paths.data_dir={data_dir}", "paths.data_mirror=null", "dataset.download=false",
+                            f"paths.cache_dir={tmp_path / 'cache'}", f"paths.results_dir={tmp_path / 'results'}",
+                            f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+                            f"tracking.artifact_location={tmp_path / 'mlruns'}"],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    hydra_files = list(tmp_path.glob("outputs/*/*/.hydra/*.yaml"))
+    assert len(hydra_files) == 3 and any(b"FACE_TEST_API_KEY" in p.read_bytes() for p in hydra_files)
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(b"scripted-model" in p.read_bytes() for p in written)  # the scan finds what the run wrote
+    assert [p for p in written if secret.encode() in p.read_bytes()] == []
+    assert secret not in r.stdout + r.stderr
