@@ -22,38 +22,46 @@ ASPECTS: dict[str, Aspect] = aspect_table([
            "Does the assistant's response address the user's request and stay on topic?",
            {0: "No: the response is not relevant to the previous turn.",
             1: "Somewhat: the response is partly relevant to the previous turn.",
-            2: "Yes: the response is relevant to the previous turn."}),
+            2: "Yes: the response is relevant to the previous turn."},
+           "Does the particle make sense at this point and serve what the user is interested in?"),
     Aspect("interestingness", "turn", (0, 1, 2),
            "Is the assistant's response engaging, informative or likely to spark the user's interest?",
            {0: "No: the response presents facts without any chit-chat.",
             1: "Somewhat: the response adds a little chit-chat to the facts it presents.",
-            2: "Yes: the response mixes chit-chat with the facts it presents."}),
+            2: "Yes: the response mixes chit-chat with the facts it presents."},
+           "Does the particle make the user want to go on with the conversation?"),
     Aspect("understanding", "dialogue", (0, 1, 2),
            "Did the assistant understand the user's requests and preferences throughout the dialogue?",
            {0: "No: the assistant misses the user's request or fails to act on it.",
             1: "Somewhat: the assistant partly understands the request or partly fulfils it.",
-            2: "Yes: the assistant understands the user's request and fulfils it."}),
+            2: "Yes: the assistant understands the user's request and fulfils it."},
+           "Does the particle show that the assistant grasped the user's request and works to fulfil it?"),
     Aspect("task_completion", "dialogue", (0, 1, 2),
            "Did the assistant make recommendations that the user accepted or was satisfied with?",
            {0: "No: the user accepts none of the assistant's suggestions.",
             1: "Somewhat: the user accepts the suggestions only in part.",
-            2: "Yes: the user finally accepts the assistant's suggestions."}),
+            2: "Yes: the user finally accepts the assistant's suggestions."},
+           "Does the particle make recommendations that the user ends up accepting?"),
     Aspect("interest_arousal", "dialogue", (0, 1, 2),
            "Did the assistant try to spark the user's interest in something new?",
            {0: "No: the assistant makes no attempt to raise the user's interest.",
             1: "Somewhat: the assistant makes some attempt to raise the user's interest.",
-            2: "Yes: the assistant tries to raise the user's interest."}),
+            2: "Yes: the assistant tries to raise the user's interest."},
+           "Does the particle try to raise the user's interest in something new?"),
     Aspect("efficiency", "dialogue", (0, 1),
            "Did the assistant reach good recommendations quickly, without unnecessary turns?",
            {0: "No: no good suggestion within the first three interactions.",
-            1: "Yes: good suggestions within the first three interactions."}),
+            1: "Yes: good suggestions within the first three interactions."},
+           "Does the particle help reach recommendations that fit the user's interests within the first three "
+           "interactions?"),
     Aspect("dialogue_overall", "dialogue", (0, 1, 2, 3, 4),
            "Overall, how good was the assistant as a conversational recommender in this dialogue?",
            {0: "Very dissatisfied with the assistant's performance.",
             1: "Dissatisfied with the assistant's performance.",
             2: "Neutral about the assistant's performance.",
             3: "Satisfied with the assistant's performance.",
-            4: "Very satisfied with the assistant's performance."}),
+            4: "Very satisfied with the assistant's performance."},
+           "What does the particle say about the overall impression the assistant makes?"),
 ])
 TURN_ASPECTS = tuple(a for a, spec in ASPECTS.items() if spec.level == "turn")
 DIALOGUE_ASPECTS = tuple(a for a, spec in ASPECTS.items() if spec.level == "dialogue")
@@ -64,6 +72,7 @@ UNREPORTED_DIALOGUE_LABELS = ("preference_elicitation", "explanation")
 # Names used for dialogue_overall in the authors' files.
 ASPECT_ALIASES = {"dialog_overall": "dialogue_overall", "overall_impression": "dialogue_overall"}
 
+UNREPORTED_SCALE = (0, 2)  # preference_elicitation and explanation: no / somewhat / yes, like the others
 _KNOWN_DIALOGUE_LABELS = set(DIALOGUE_ASPECTS) | set(UNREPORTED_DIALOGUE_LABELS)
 _KNOWN_TURN_LABELS = set(TURN_ASPECTS)
 
@@ -72,7 +81,6 @@ def canonical_aspect(name: str) -> str:
     """Map a legacy alias to its canonical name and reject unknown aspects."""
     name = ASPECT_ALIASES.get(name, name)
     if name not in ASPECTS:
-UNREPORTED_SCALE = (0, 2)  # preference_elicitation and explanation: no / somewhat / yes, like the others
         raise KeyError(f"unknown aspect {name!r}; known: {', '.join(ASPECTS)} (aliases: {', '.join(ASPECT_ALIASES)})")
     return name
 
@@ -98,6 +106,8 @@ def _labels(raw: dict, known: set[str], path: Path, record: str) -> dict[str, fl
 
 def parse_conversation(raw: object, path: Path, record: str, require_labels: bool = True) -> Conversation:
     conv_id = field(raw, "conv_id", str, path, record)
+    if not conv_id.strip():
+        raise DataError(path, "empty conv_id", record)
     record = f"conversation {conv_id!r}"
     dialogue = field(raw, "dialogue", list, path, record)
     if not dialogue:
@@ -106,12 +116,17 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
     for i, t in enumerate(dialogue):
         rec = f"{record}, turn {i}"
         role = field(t, "role", str, path, rec)
-    if not conv_id.strip():
-        raise DataError(path, "empty conv_id", record)
         if role not in (USER, ASSISTANT):
             raise DataError(path, f"unknown role {role!r} (expected {USER!r} or {ASSISTANT!r})", rec)
         labels = t.get("turn_level_aggregated") or {}
         check_type(labels, dict, path, rec + ", turn_level_aggregated")
+        turn_ind = field(t, "turn_ind", int, path, rec)
+        if turn_ind < 0:
+            raise DataError(path, f"negative turn_ind {turn_ind}", rec)
+        if turns and turn_ind <= turns[-1].turn_ind:
+            raise DataError(path, f"turn_ind {turn_ind} after {turns[-1].turn_ind}: "
+                                  f"{'duplicate' if turn_ind == turns[-1].turn_ind else 'out of order'} "
+                                  "(turn_ind must increase)", rec)
         turns.append(Turn(
             turn_ind=turn_ind,
             role=role,
@@ -120,13 +135,6 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
         ))
     for prev, cur in zip(turns, turns[1:]):
         if prev.role == cur.role:
-        turn_ind = field(t, "turn_ind", int, path, rec)
-        if turn_ind < 0:
-            raise DataError(path, f"negative turn_ind {turn_ind}", rec)
-        if turns and turn_ind <= turns[-1].turn_ind:
-            raise DataError(path, f"turn_ind {turn_ind} after {turns[-1].turn_ind}: "
-                                  f"{'duplicate' if turn_ind == turns[-1].turn_ind else 'out of order'} "
-                                  "(turn_ind must increase)", rec)
             raise DataError(path, f"roles do not alternate: turns {prev.turn_ind} and {cur.turn_ind} are both "
                                   f"{cur.role}", record)
     for t in turns:
@@ -149,6 +157,8 @@ def load_conversations(path: str | Path, require_labels: bool = True) -> list[Co
     path = Path(path)
     raw = read_json(path)
     check_type(raw, list, path, "top level")
+    if not raw:
+        raise DataError(path, "no conversations (an empty list)", "top level")
     convs = [parse_conversation(c, path, f"index {i}", require_labels) for i, c in enumerate(raw)]
     seen: set[str] = set()
     for c in convs:
@@ -157,8 +167,6 @@ def load_conversations(path: str | Path, require_labels: bool = True) -> list[Co
         seen.add(c.conv_id)
     return convs
 
-    if not raw:
-        raise DataError(path, "no conversations (an empty list)", "top level")
 
 def select(convs: list[Conversation], systems: list[str] | None = None, splits: list[str] | None = None,
            limit: int | None = None) -> list[Conversation]:

@@ -22,33 +22,39 @@ GROUND_TRUTH = "Original Ground Truth"
 # The qualities, their scales and our wording of what annotators were asked (USR, section 3).
 ASPECTS: dict[str, Aspect] = aspect_table([
     Aspect("understandable", "turn", (0, 1), "Can the response be understood given the conversation so far?",
-           {0: "No: the response cannot be understood in this context.", 1: "Yes: the response is understandable."}),
+           {0: "No: the response cannot be understood in this context.", 1: "Yes: the response is understandable."},
+           "Can the particle be understood given the conversation so far?"),
     Aspect("natural", "turn", (1, 2, 3), "Is the response something a person would naturally say?",
-           {1: "Not natural.", 2: "Somewhat natural.", 3: "Natural."}),
+           {1: "Not natural.", 2: "Somewhat natural.", 3: "Natural."},
+           "Is the particle something a person would naturally say?"),
     Aspect("maintains_context", "turn", (1, 2, 3), "Does the response continue the conversation sensibly?",
-           {1: "No: it ignores or contradicts the conversation.", 2: "Somewhat.", 3: "Yes: a valid continuation."}),
+           {1: "No: it ignores or contradicts the conversation.", 2: "Somewhat.", 3: "Yes: a valid continuation."},
+           "Does the particle continue the conversation sensibly?"),
     Aspect("engaging", "turn", (1, 2, 3), "Is the response interesting rather than dull?",
-           {1: "Dull.", 2: "Somewhat interesting.", 3: "Interesting."}),
+           {1: "Dull.", 2: "Somewhat interesting.", 3: "Interesting."},
+           "Does the particle make the response interesting rather than dull?"),
     Aspect("uses_knowledge", "turn", (0, 1), "Does the response make use of the fact it was conditioned on?",
-           {0: "No: the fact is not used.", 1: "Yes: the fact is used."}),
+           {0: "No: the fact is not used.", 1: "Yes: the fact is used."},
+           "Does the particle make use of the fact the response was conditioned on?"),
     Aspect("overall", "turn", (1, 2, 3, 4, 5), "What is the overall quality of the response?",
-           {1: "Very poor.", 2: "Poor.", 3: "Fair.", 4: "Good.", 5: "Very good."}),
+           {1: "Very poor.", 2: "Poor.", 3: "Fair.", 4: "Good.", 5: "Very good."},
+           "What does the particle say about the overall quality of the response?"),
 ])
 _KEY = {name: key for key, name in zip(USR_ASPECTS, ASPECTS)}  # our aspect name -> the file's key
+_ASPECT_OF = {key: name for name, key in _KEY.items()}  # the file's key -> our aspect name
 
 
 def load_usr(path: str | Path) -> list[USRContext]:
     path = Path(path)
     raw = check_type(read_json(path), list, path, "top level")
+    if not raw:
+        raise DataError(path, "no dialogue contexts (an empty list)", "top level")
     out = []
-_ASPECT_OF = {key: name for name, key in _KEY.items()}  # the file's key -> our aspect name
     for i, obj in enumerate(raw):
         rec = f"context {i}"
         responses = []
         for j, r in enumerate(field(obj, "responses", list, path, rec)):
             r_rec = f"{rec}, response {j}"
-    if not raw:
-        raise DataError(path, "no dialogue contexts (an empty list)", "top level")
             ratings = {}
             for aspect in USR_ASPECTS:
                 vals = field(r, aspect, list, path, r_rec)
