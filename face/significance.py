@@ -1,0 +1,116 @@
+"""Is one evaluator's correlation with the human labels really higher than another's on the same items?
+
+Two tests, both paired (the two evaluators score the same items, so their errors are correlated):
+
+- ``paired_bootstrap``: the difference of the two correlations with its percentile CI, from
+  ``face.metaeval.paired_difference`` (clusters — conversations, or USR contexts — are resampled, every
+  item of a drawn cluster comes along), plus a two-sided bootstrap p-value read from the same resamples:
+  ``p = min(1, 2·min(P*(d ≤ 0), P*(d ≥ 0)))``. It rejects at α exactly when the (1 − α) percentile CI
+  excludes 0. Any coefficient.
+- ``williams``: Williams' t-test for two dependent correlations sharing one variable (Steiger 1980,
+  eq. 14; the test the WMT metrics tasks use): r(a, human) vs r(b, human) given r(a, b), n − 3 degrees
+  of freedom. Pearson only, and it assumes independent items: with several items per context (USR) or
+  several turns per conversation it is anti-conservative; the clustered bootstrap is the one to trust.
+
+``comparison_table`` puts both beside every (aspect, split, coefficient) of a set of methods compared with
+one reference method (FACE vs each baseline).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from face.aggregate import Predictions
+from face.aspects import Aspect
+from face.data.schema import Conversation
+from face.metaeval import MIN_CLUSTERS, WEIGHTED, cluster_weights, correlate, items, paired_difference
+
+COMPARISON_COLUMNS = ["aspect", "level", "split", "coefficient", "method_a", "method_b", "value_a", "value_b",
+                      "diff", "ci_low", "ci_high", "p_bootstrap", "p_williams", "n", "n_clusters"]
+
+
+def williams(r_ay: float, r_by: float, r_ab: float, n: int) -> tuple[float, float]:
+    """Williams' t and its two-sided p-value for H0: rho(a, y) = rho(b, y), a and b measured on the same n items.
+
+    t = (r_ay − r_by) · sqrt((n − 1)(1 + r_ab)) / sqrt(2 K (n − 1)/(n − 3) + ((r_ay + r_by)/2)² (1 − r_ab)³),
+    K = 1 − r_ay² − r_by² − r_ab² + 2 r_ay r_by r_ab (the determinant of the 3 × 3 correlation matrix)."""
+    if n <= 3 or not all(math.isfinite(v) for v in (r_ay, r_by, r_ab)):
+        return float("nan"), float("nan")
+    k = 1 - r_ay ** 2 - r_by ** 2 - r_ab ** 2 + 2 * r_ay * r_by * r_ab
+    denom = 2 * k * (n - 1) / (n - 3) + ((r_ay + r_by) / 2) ** 2 * (1 - r_ab) ** 3
+    if denom <= 0:
+        return float("nan"), float("nan")
+    t = (r_ay - r_by) * math.sqrt((n - 1) * (1 + r_ab)) / math.sqrt(denom)
+    return float(t), float(2 * stats.t.sf(abs(t), n - 3))
+
+
+def williams_test(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray) -> tuple[float, float]:
+    """Williams' test on raw values (Pearson correlations computed here)."""
+    a, b, y = (np.asarray(v, float) for v in (pred_a, pred_b, human))
+    if len(y) <= 3 or min(np.ptp(a), np.ptp(b), np.ptp(y)) == 0:
+        return float("nan"), float("nan")
+    r_ay, r_by, r_ab = (float(np.corrcoef(u, v)[0, 1]) for u, v in ((a, y), (b, y), (a, b)))
+    return williams(r_ay, r_by, r_ab, len(y))
+
+
+def paired_bootstrap(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray, clusters: np.ndarray,
+                     coefficient: str, n_boot: int = 1000, seed: int = 0, confidence: float = 0.95
+                     ) -> dict[str, float]:
+    """``{diff, ci_low, ci_high, p_value}`` for coef(a, human) − coef(b, human), resampling clusters.
+
+    diff and CI are ``metaeval.paired_difference``'s; the p-value uses the same resamples (same seed)."""
+    diff, lo, hi = paired_difference(pred_a, pred_b, human, clusters, coefficient, n_boot, seed, confidence)
+    p = float("nan")
+    clusters = np.asarray(clusters)
+    if n_boot > 0 and len(human) >= 3 and len(np.unique(clusters)) >= MIN_CLUSTERS:
+        a, b, y = (np.asarray(v, float) for v in (pred_a, pred_b, human))
+        w = cluster_weights(clusters, n_boot, np.random.default_rng(seed))
+        d = WEIGHTED[coefficient](a, y, w) - WEIGHTED[coefficient](b, y, w)
+        d = d[~np.isnan(d)]
+        if len(d):
+            p = float(min(1.0, 2 * min(np.mean(d <= 0), np.mean(d >= 0))))
+    return {"diff": float(diff), "ci_low": lo, "ci_high": hi, "p_value": p}
+
+
+def _joined(preds: Mapping[str, Predictions], convs: Sequence[Conversation], aspect: Aspect) -> pd.DataFrame:
+    """One row per labelled item with a column per method (items every method predicted)."""
+    key = ["conv_id", "turn_ind"]
+    out = None
+    for name, p in preds.items():
+        df = items(p, convs, aspect).rename(columns={"pred": name})
+        out = df if out is None else out.merge(df[[*key, name]], on=key, how="inner")
+    return out.dropna(subset=list(preds))
+
+
+def comparison_table(preds: Mapping[str, Predictions], reference: str, convs: Sequence[Conversation],
+                     aspects: Sequence[Aspect], splits: Sequence[str] = ("all",),
+                     coefficients: Sequence[str] = ("pearson", "spearman"), n_boot: int = 1000, seed: int = 0,
+                     confidence: float = 0.95, cluster_of: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """``reference`` − every other method, per aspect (at its own level), split and coefficient.
+
+    Items: those every method predicted (so both correlations are on the same items). Clusters: the
+    conversation, or ``cluster_of[conv_id]`` (USR: the context, shared by its responses)."""
+    rows = []
+    others = [m for m in preds if m != reference]
+    for aspect in aspects:
+        df = _joined(preds, convs, aspect)
+        clusters = df["conv_id"].map(cluster_of) if cluster_of else df["conv_id"]
+        df = df.assign(cluster=clusters.to_numpy())
+        for split in splits:
+            sdf = df if split == "all" else df[df["split"] == split]
+            y = sdf["human"].to_numpy(float)
+            for other in others:
+                a, b = sdf[reference].to_numpy(float), sdf[other].to_numpy(float)
+                for coef in coefficients:
+                    va, vb = correlate(a, y)[coef][0], correlate(b, y)[coef][0]
+                    bs = paired_bootstrap(a, b, y, sdf["cluster"].to_numpy(), coef, n_boot, seed, confidence)
+                    pw = williams_test(a, b, y)[1] if coef == "pearson" else float("nan")
+                    rows.append((aspect.name, aspect.level, split, coef, reference, other, va, vb, bs["diff"],
+                                 bs["ci_low"], bs["ci_high"], bs["p_value"], pw, len(sdf),
+                                 sdf["cluster"].nunique()))
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)

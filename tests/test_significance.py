@@ -1,0 +1,104 @@
+"""face.significance: Williams' test and the paired clustered bootstrap, checked on simulated data with a
+known difference (power) and with none (the false-positive rate at alpha = 0.05 is near 0.05)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from face.aggregate import Predictions
+from face.aspects import Aspect
+from face.data.schema import ASSISTANT, USER, Conversation, Turn
+from face.metaeval import paired_difference
+from face.significance import comparison_table, paired_bootstrap, williams, williams_test
+
+
+def _draw(rng, n, r_a, r_b, r_ab):
+    """(a, b, y) jointly normal with corr(a, y) = r_a, corr(b, y) = r_b, corr(a, b) = r_ab."""
+    cov = np.array([[1, r_ab, r_a], [r_ab, 1, r_b], [r_a, r_b, 1]])
+    return rng.multivariate_normal(np.zeros(3), cov, size=n).T
+
+
+def test_williams_by_hand():
+    # r_ay = .5, r_by = .3, r_ab = .4, n = 100: K = 1 - .25 - .09 - .16 + 2*.5*.3*.4 = .62
+    k = 0.62
+    t = 0.2 * math.sqrt(99 * 1.4) / math.sqrt(2 * k * 99 / 97 + (0.4 ** 2) * 0.6 ** 3)
+    got_t, got_p = williams(0.5, 0.3, 0.4, 100)
+    assert got_t == pytest.approx(t, rel=1e-12)
+    from scipy import stats
+
+    assert got_p == pytest.approx(2 * stats.t.sf(t, 97), rel=1e-12)
+    # symmetric, and no difference gives t = 0, p = 1
+    assert williams(0.3, 0.5, 0.4, 100)[0] == pytest.approx(-t)
+    assert williams(0.4, 0.4, 0.2, 50) == (0.0, 1.0)
+
+
+def test_williams_calibration_and_power():
+    rng = np.random.default_rng(0)
+    sims, n = 2000, 80
+    null = [williams_test(*_draw(rng, n, 0.4, 0.4, 0.5))[1] for _ in range(sims)]
+    fpr = np.mean(np.array(null) < 0.05)
+    assert 0.035 < fpr < 0.065, fpr  # binomial sd at 2000 draws: 0.005
+    alt = [williams_test(*_draw(rng, 200, 0.6, 0.3, 0.5))[1] for _ in range(300)]
+    assert np.mean(np.array(alt) < 0.05) > 0.95
+
+
+def _clustered(rng, n_clusters, per, r_a, r_b, r_ab):
+    """Items in clusters sharing a random effect on every variable (like responses sharing a context)."""
+    a, b, y = _draw(rng, n_clusters * per, r_a, r_b, r_ab)
+    shared = _draw(rng, n_clusters, r_a, r_b, r_ab)
+    a, b, y = (v + 0.7 * np.repeat(s, per) for v, s in zip((a, b, y), shared))
+    return a, b, y, np.repeat(np.arange(n_clusters), per)
+
+
+@pytest.mark.parametrize("coefficient", ["pearson", "spearman"])
+def test_paired_bootstrap_false_positive_rate(coefficient):
+    rng = np.random.default_rng(1)
+    ps = [paired_bootstrap(*_clustered(rng, 40, 3, 0.4, 0.4, 0.5), coefficient, n_boot=400, seed=i)["p_value"]
+          for i in range(400)]
+    fpr = np.mean(np.array(ps) < 0.05)
+    assert 0.02 < fpr < 0.095, fpr  # near 0.05 (sd 0.011 at 400 draws; the percentile bootstrap runs a bit hot)
+
+
+def test_paired_bootstrap_power_and_ci():
+    rng = np.random.default_rng(2)
+    hits, covered = 0, 0
+    for i in range(100):
+        a, b, y, cl = _clustered(rng, 60, 5, 0.65, 0.25, 0.4)
+        res = paired_bootstrap(a, b, y, cl, "pearson", n_boot=400, seed=i)
+        hits += res["p_value"] < 0.05
+        covered += res["ci_low"] > 0
+    assert hits >= 90 and covered == hits  # p < .05 exactly when the 95 % CI excludes 0
+
+
+def test_paired_bootstrap_reuses_paired_difference():
+    rng = np.random.default_rng(3)
+    a, b, y, cl = _clustered(rng, 30, 4, 0.5, 0.2, 0.3)
+    res = paired_bootstrap(a, b, y, cl, "spearman", n_boot=300, seed=7)
+    assert (res["diff"], res["ci_low"], res["ci_high"]) == paired_difference(a, b, y, cl, "spearman", 300, 7)
+    assert paired_bootstrap(a, a, y, cl, "pearson", n_boot=100)["p_value"] == 1.0  # identical: d* = 0 always
+
+
+def test_comparison_table_on_conversations():
+    rng = np.random.default_rng(4)
+    aspect = Aspect("overall", "turn", (1, 2, 3, 4, 5), "overall", {i: str(i) for i in range(1, 6)}, "overall")
+    a, b, y, cl = _clustered(rng, 30, 2, 0.8, 0.0, 0.0)
+    convs, rows_a, rows_b = [], [], []
+    for i in range(len(y)):
+        cid = f"{cl[i]}:{i}"
+        convs.append(Conversation(cid, (Turn(0, USER, "hi", {}), Turn(1, ASSISTANT, "hello", {"overall": y[i]})),
+                                  {}, system=f"s{i % 3}", split="all", evaluated=(1,)))
+        rows_a.append(("overall", cid, 1, a[i]))
+        rows_b.append(("overall", cid, 1, b[i]))
+    cols = ["aspect", "conv_id", "turn_ind", "pred"]
+    preds = {"A": Predictions(pd.DataFrame(rows_a, columns=cols), pd.DataFrame(columns=["aspect", "conv_id", "pred"])),
+             "B": Predictions(pd.DataFrame(rows_b, columns=cols), pd.DataFrame(columns=["aspect", "conv_id", "pred"]))}
+    ctx = {c.conv_id: c.conv_id.split(":")[0] for c in convs}
+    table = comparison_table(preds, "A", convs, [aspect], n_boot=200, cluster_of=ctx)
+    assert list(table["coefficient"]) == ["pearson", "spearman"]
+    row = table.iloc[0]
+    assert row["n"] == 60 and row["n_clusters"] == 30
+    assert row["diff"] == pytest.approx(np.corrcoef(a, y)[0, 1] - np.corrcoef(b, y)[0, 1])
+    assert row["p_bootstrap"] < 0.05 and row["p_williams"] < 0.05
+    assert math.isnan(table.iloc[1]["p_williams"])  # Williams is for Pearson only
