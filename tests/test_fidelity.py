@@ -101,3 +101,16 @@ def test_one_logprobs_call_replaces_five_samples_on_the_scripted_server(tmp_path
             completions[estimator] = sum(r.get("n", 1) for r in srv.ok_requests())
         assert all(r.n_valid >= 1 for r in recs)  # reasoning, then the JSON answer, read either way
     assert completions == {"sampling": 5 * len(units), "logprobs": len(units)}
+
+
+def test_a_budget_below_the_estimate_refuses_to_start_unless_forced(cfg_factory):
+    import importlib
+    from pathlib import Path
+
+    from face.errors import ConfigError
+
+    cfg = cfg_factory("experiment=crsarena_main", "llm=scripted", "dataset.limit=1", "llm.price_input_per_mtok=1000",
+                      "llm.max_cost_usd=0.01", tracking=False)
+    with pytest.raises(ConfigError, match=r"llm.max_cost_usd=0.01 is below the cost estimate \$"):
+        importlib.import_module(cfg.runner).run(cfg)
+    assert not (Path(cfg.paths.output_dir) / "run_file.json").exists()

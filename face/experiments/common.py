@@ -38,8 +38,7 @@ log = logging.getLogger(__name__)
 MAX_UTTERANCE_CHARS = 20_000
 
 
-class ConfigError(ValueError):
-    """A setting with a value that cannot work: the message names the setting and the allowed values."""
+from face.errors import ConfigError  # noqa: E402  (re-exported: raised here and by methods)
 
 
 @dataclass

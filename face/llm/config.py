@@ -52,6 +52,7 @@ class LLMConfig:
     max_calls: int | None = None  # cap on HTTP requests sent (cache hits are free)
     max_cost_usd: float | None = None
     dry_run: bool = False
+    force: bool = False  # start even when the cost estimate exceeds max_cost_usd (the budget still stops the run)
     cache_dir: str | None = ".face_cache/llm"
     cache: bool = True
     progress: bool = True
@@ -139,6 +140,7 @@ _KINDS: dict[str, tuple[type, ...]] = {
     "supports_logprobs": (bool,), "json_schema_format": (str,), "concurrency": (int,), "timeout_s": _NUM,
     "max_retries": (int,), "answer_retries": (int,), "backoff_base_s": _NUM, "backoff_max_s": _NUM,
     "price_input_per_mtok": _NUM, "price_output_per_mtok": _NUM, "max_calls": (int,), "max_cost_usd": _NUM,
-    "dry_run": (bool,), "cache_dir": (str,), "cache": (bool,), "progress": (bool,), "usage_file": (str,),
+    "dry_run": (bool,), "force": (bool,), "cache_dir": (str,), "cache": (bool,), "progress": (bool,),
+    "usage_file": (str,),
 }
 _NULLABLE = {"base_url", "api_key_env", "top_p", "seed", "max_calls", "max_cost_usd", "cache_dir", "usage_file"}

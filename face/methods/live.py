@@ -25,6 +25,7 @@ from face.data.io import check_type, read_json
 from face.data.io import field as json_field
 from face.data.released import SCORE_COLUMNS, load_instructions, load_released_particles
 from face.data.schema import Conversation, Instruction
+from face.errors import ConfigError
 from face.methods import Inputs, MethodOutput
 from face.particles import Decomposition, ParticlesSpec, decompose, from_released
 from face.prompts import generic_instruction, initial_instruction, unit_wording
@@ -225,6 +226,11 @@ class Face:
             for a, ins in instructions.items():
                 inputs.tracker.register_instructions(a, ins, self.instructions.source)
         lcfg = LLMConfig.from_dict(inputs.llm)
+        estimated = float(costs["cost_usd"].iloc[-1])
+        if lcfg.max_cost_usd is not None and estimated > lcfg.max_cost_usd and not (lcfg.force or lcfg.dry_run):
+            raise ConfigError(f"llm.max_cost_usd={lcfg.max_cost_usd} is below the cost estimate ${estimated:.2f}: "
+                              "raise it, or pass llm.force=true to start anyway (the estimate ignores cached "
+                              "samples, so a resumed run may cost less; the budget still stops it)")
         if lcfg.dry_run:
             return MethodOutput(Predictions.empty(), label=label + " — DRY RUN, nothing sent", artifacts=[costs_path],
                                 metrics={f"estimate.{r.stage}.calls": r.calls for r in costs.itertuples()},
