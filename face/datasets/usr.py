@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from face.data import USR_FILES, usr
 from face.data.schema import Conversation
 from face.datasets import Dataset
@@ -31,3 +33,10 @@ class USR(Dataset):
     def load_all(self, data_dir: Path) -> list[Conversation]:
         contexts = usr.load_usr(Path(data_dir) / USR_FILES[self.corpus])
         return usr.to_conversations(contexts, self.exclude_ground_truth)
+
+    def published(self, data_dir: Path) -> pd.DataFrame:
+        """USR's published turn-level correlations (its Tables 3-6) and the FACE paper's transfer headline,
+        with their citations (``face.baselines.published``); the data files are not needed."""
+        from face.baselines.published import usr_published
+
+        return usr_published(self.corpus)

