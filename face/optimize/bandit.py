@@ -1,0 +1,75 @@
+"""Allocating evaluation to candidates: UCB1, uniform (round-robin) and random choice.
+
+UCB1: after t pulls in all, arm i with n_i pulls and mean reward m_i has the upper confidence bound
+``m_i + c * sqrt(ln t / n_i)``; an arm never pulled has bound +inf. Each step pulls the arm with the
+largest bound (ties: the lowest index). After the budget, ``top(k)`` ranks arms by mean reward (ties:
+more pulls, then the lower index); arms never pulled rank last.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+POLICIES = ("ucb", "uniform")
+
+
+class Bandit:
+    def __init__(self, n_arms: int, c: float = 1.0):
+        if n_arms < 1:
+            raise ValueError("a bandit needs at least one arm")
+        self.c = float(c)
+        self.n = np.zeros(n_arms, dtype=int)
+        self.total = np.zeros(n_arms, dtype=float)
+        self.t = 0
+        self.history: list[tuple[int, float]] = []
+
+    @property
+    def n_arms(self) -> int:
+        return len(self.n)
+
+    def means(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.n > 0, self.total / np.maximum(self.n, 1), np.nan)
+
+    def bounds(self) -> np.ndarray:
+        """Upper confidence bound of every arm (+inf for an arm not pulled yet)."""
+        out = np.full(self.n_arms, math.inf)
+        pulled = self.n > 0
+        if pulled.any():
+            bonus = self.c * np.sqrt(math.log(max(self.t, 1)) / self.n[pulled])
+            out[pulled] = self.total[pulled] / self.n[pulled] + bonus
+        return out
+
+    def choose_ucb(self) -> int:
+        return int(np.argmax(self.bounds()))  # first maximum on ties
+
+    def choose_uniform(self) -> int:
+        return int(self.t % self.n_arms)
+
+    def update(self, arm: int, reward: float) -> None:
+        self.n[arm] += 1
+        self.total[arm] += reward
+        self.t += 1
+        self.history.append((int(arm), float(reward)))
+
+    def run(self, pull: Callable[[int], float], budget: int, policy: str = "ucb") -> Bandit:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; choose from {POLICIES}")
+        choose = self.choose_ucb if policy == "ucb" else self.choose_uniform
+        for _ in range(budget):
+            arm = choose()
+            self.update(arm, pull(arm))
+        return self
+
+    def top(self, k: int) -> list[int]:
+        means = self.means()
+        order = sorted(range(self.n_arms), key=lambda i: (self.n[i] == 0,
+                                                          -(means[i] if self.n[i] else 0.0), -self.n[i], i))
+        return order[:k]
+
+
+def random_choice(n_arms: int, k: int, rng: np.random.Generator) -> list[int]:
+    return sorted(rng.choice(n_arms, size=min(k, n_arms), replace=False).tolist())

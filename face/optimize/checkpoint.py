@@ -1,0 +1,119 @@
+"""The optimizer's state: candidates, beam, every reward, gradients, trajectory and the RNG state.
+
+Written atomically after every completed round (``<dir>/<aspect>.json``). A run given
+``optimizer.resume=<dir>`` continues from the last completed round; a checkpoint written under another
+configuration (optimizer, aspect, data, LLM, scoring) is refused with the differing settings named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from face.data.errors import DataError
+
+
+class ResumeMismatch(ValueError):
+    """Resuming under another configuration than the checkpoint's."""
+
+
+@dataclass
+class Candidate:
+    cid: str
+    text: str
+    parent: str | None = None  # cid of the instruction it was rewritten from
+    gradient_id: str | None = None
+    round: int = 0
+    origin: str = "initial"  # initial | rewrite | released
+    version: int | None = None  # its version in the MLflow Prompt Registry
+
+
+@dataclass
+class OptState:
+    aspect: str
+    config: dict[str, Any]  # what the result depends on (compared on resume)
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    beam: list[str] = field(default_factory=list)
+    rewards: dict[str, list[float]] = field(default_factory=dict)  # every pull's reward, per candidate
+    gradients: list[dict] = field(default_factory=list)
+    trajectory: list[dict] = field(default_factory=list)  # one row per completed round
+    rng: dict | None = None  # numpy bit generator state after the last completed round
+    round: int = 0  # last completed round
+    llm_calls: int = 0
+    cost_usd: float = 0.0
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["format"] = "face-optimizer-state/1"
+        return d
+
+    @staticmethod
+    def from_json(d: dict) -> OptState:
+        d = dict(d)
+        d.pop("format", None)
+        d["candidates"] = {k: Candidate(**v) for k, v in d["candidates"].items()}
+        return OptState(**d)
+
+    def add(self, cand: Candidate) -> None:
+        self.candidates[cand.cid] = cand
+        self.rewards.setdefault(cand.cid, [])
+
+    def mean_reward(self, cid: str) -> float | None:
+        r = self.rewards.get(cid) or []
+        return sum(r) / len(r) if r else None
+
+    def ranked(self) -> list[Candidate]:
+        """Every candidate that was evaluated, best mean reward first (ties: more pulls, then creation order)."""
+        order = list(self.candidates)
+        pulled = [c for c in order if self.rewards.get(c)]
+        pulled.sort(key=lambda c: (-self.mean_reward(c), -len(self.rewards[c]), order.index(c)))
+        return [self.candidates[c] for c in pulled]
+
+
+def path_for(directory: str | Path, aspect: str) -> Path:
+    return Path(directory) / f"{aspect}.json"
+
+
+def save(state: OptState, directory: str | Path) -> Path:
+    path = path_for(directory, state.aspect)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(state.to_json(), f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def load(directory: str | Path, aspect: str) -> OptState | None:
+    path = path_for(directory, aspect)
+    if not path.exists():
+        return None
+    try:
+        return OptState.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, KeyError) as e:
+        raise DataError(path, f"not a readable optimizer checkpoint ({e})") from None
+
+
+def check_same(state: OptState, config: dict[str, Any], where: Path) -> None:
+    """ResumeMismatch naming every setting that differs between the checkpoint and this run."""
+    old, new = _flat(state.config), _flat(config)
+    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if diff:
+        shown = "; ".join(f"{k}: checkpoint {old.get(k)!r}, now {new.get(k)!r}" for k in diff[:6])
+        raise ResumeMismatch(f"optimizer.resume={where}: the checkpoint of {state.aspect!r} was written under "
+                             f"another configuration ({shown}{' ...' if len(diff) > 6 else ''}); resume with the same "
+                             "settings, or start a new optimization without optimizer.resume")
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): json.loads(json.dumps(d, default=str))}

@@ -1,0 +1,86 @@
+"""Evaluation items of one aspect (a labelled assistant turn, or a labelled dialogue), rewards and errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import stats
+
+from face.aggregate import PRED_DECIMALS
+from face.aspects import Aspect
+from face.data.schema import Conversation
+
+
+@dataclass(frozen=True)
+class Item:
+    conv_id: str
+    turn_ind: int  # -1: the whole dialogue
+    gold: float
+    system: str = ""
+
+
+def items_for(aspect: Aspect, convs: Sequence[Conversation]) -> list[Item]:
+    """Every labelled unit of ``aspect`` at its level, in conversation order."""
+    out = []
+    for c in convs:
+        if aspect.level == "dialogue":
+            if aspect.name in c.labels:
+                out.append(Item(c.conv_id, -1, float(c.labels[aspect.name]), c.system))
+            continue
+        for t in c.evaluated_turns():
+            if aspect.name in t.labels:
+                out.append(Item(c.conv_id, t.turn_ind, float(t.labels[aspect.name]), c.system))
+    return out
+
+
+def indices_of(items: Sequence[Item], conv_ids: Sequence[str]) -> np.ndarray:
+    keep = set(conv_ids)
+    return np.array([i for i, it in enumerate(items) if it.conv_id in keep], dtype=int)
+
+
+def correlation(pred: np.ndarray, gold: np.ndarray, kind: str = "spearman") -> float:
+    """The correlation of predictions (rounded like the project's, so equal predictions tie) with the gold
+    labels; NaN where undefined (fewer than 3 items, a constant side)."""
+    pred = np.round(np.asarray(pred, float), PRED_DECIMALS)
+    gold = np.asarray(gold, float)
+    ok = ~(np.isnan(pred) | np.isnan(gold))
+    pred, gold = pred[ok], gold[ok]
+    if len(pred) < 3 or np.ptp(pred) == 0 or np.ptp(gold) == 0:
+        return float("nan")
+    if kind == "spearman":
+        return float(np.corrcoef(stats.rankdata(pred), stats.rankdata(gold))[0, 1])
+    if kind == "pearson":
+        return float(np.corrcoef(pred, gold)[0, 1])
+    if kind == "kendall":
+        return float(stats.kendalltau(pred, gold)[0])
+    raise ValueError(f"unknown correlation {kind!r}")
+
+
+def reward(pred: np.ndarray, gold: np.ndarray, kind: str = "spearman") -> float:
+    """A bandit reward: the correlation, 0 where it is undefined (constant predictions rank nothing)."""
+    r = correlation(pred, gold, kind)
+    return 0.0 if np.isnan(r) else r
+
+
+def errors(pred: np.ndarray, gold: np.ndarray, kind: str = "rank") -> np.ndarray:
+    """Per-item error: ``rank`` = |normalised rank of pred − normalised rank of gold|, ``abs`` = |pred − gold|.
+    Items without a prediction get the largest error."""
+    pred, gold = np.asarray(pred, float), np.asarray(gold, float)
+    missing = np.isnan(pred)
+    if kind == "abs":
+        err = np.abs(pred - gold)
+    elif kind == "rank":
+        n = max(len(pred) - 1, 1)
+        filled = np.where(missing, np.nanmin(pred) if (~missing).any() else 0.0, pred)
+        err = np.abs((stats.rankdata(filled) - 1) / n - (stats.rankdata(gold) - 1) / n)
+    else:
+        raise ValueError(f"unknown error {kind!r}")
+    return np.where(missing, np.inf, err)
+
+
+def worst(pred: np.ndarray, gold: np.ndarray, k: int, kind: str = "rank") -> np.ndarray:
+    """Positions of the ``k`` worst-predicted items (largest error first; ties: earlier first)."""
+    err = errors(pred, gold, kind)
+    return np.argsort(-err, kind="stable")[:k]

@@ -1,0 +1,156 @@
+"""The scorer the optimization loop talks to: predictions of a candidate instruction for items.
+
+Protocol: ``predict(candidate, idx) -> array`` (one prediction per item index, NaN = none),
+``predict_set(candidates, idx)`` (the FACE prediction of an instruction set: mean over instructions ×
+particles) and ``explain(candidate, idx)`` (what the gradient prompt shows: the item's text, its
+particles with their scores, prediction and gold).
+
+- ``LiveScorer``: FACE scoring through face/llm (any backend); every (instruction, particle) score is
+  computed once per process and cached on disk by the LLM layer.
+- ``ReplayScorer``: the authors' released per-particle scores; a candidate is a released instruction.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+import pandas as pd
+
+from face.aspects import Aspect
+from face.data.schema import Conversation, Instruction
+from face.optimize.checkpoint import Candidate
+from face.optimize.items import Item
+from face.particles import Decomposition
+from face.scoring import ScoringSpec, Unit, one_line, plan, score, units_for
+
+
+class Scorer(Protocol):
+    items: Sequence[Item]
+
+    def predict(self, cand: Candidate, idx: np.ndarray) -> np.ndarray: ...
+
+    def predict_set(self, cands: Sequence[Candidate], idx: np.ndarray) -> np.ndarray: ...
+
+    def explain(self, cand: Candidate, idx: np.ndarray) -> list[dict]: ...
+
+
+def _mean_over(preds: list[np.ndarray]) -> np.ndarray:
+    stack = np.vstack(preds)
+    with np.errstate(all="ignore"):
+        return np.where(np.isnan(stack).all(0), np.nan, np.nanmean(np.where(np.isnan(stack), np.nan, stack), 0))
+
+
+class ReplayScorer:
+    """The released judgements as an oracle: ``matrix[k, i]`` = mean score of item i's particles under
+    instruction k (the mean over particles of the turn, or of the whole conversation)."""
+
+    def __init__(self, scores: pd.DataFrame, items: Sequence[Item], level: str):
+        self.items = list(items)
+        self.level = level
+        self.ids = sorted(scores["instruction_id"].astype(str).unique())
+        key = (scores["conv_id"].astype(str) + "#" + (scores["turn_ind"].astype(str) if level == "turn" else "-1"))
+        grouped = (scores.assign(key=key.values, instruction_id=scores["instruction_id"].astype(str))
+                   .groupby(["instruction_id", "key"], observed=True)["score"].mean())
+        table = grouped.unstack("key")
+        cols = [f"{it.conv_id}#{it.turn_ind}" for it in self.items]
+        self.matrix = table.reindex(index=self.ids, columns=cols).to_numpy(float)
+        self.row = {k: i for i, k in enumerate(self.ids)}
+        self.gold = np.array([it.gold for it in self.items])
+
+    def covered(self) -> np.ndarray:
+        """Indices of items with a released score (turns without particles have none)."""
+        return np.flatnonzero(~np.isnan(self.matrix).any(0))
+
+    def predict(self, cand: Candidate, idx: np.ndarray) -> np.ndarray:
+        return self.matrix[self.row[cand.cid], idx]
+
+    def predict_set(self, cands: Sequence[Candidate], idx: np.ndarray) -> np.ndarray:
+        return self.matrix[[self.row[c.cid] for c in cands]][:, idx].mean(0)
+
+    def explain(self, cand: Candidate, idx: np.ndarray) -> list[dict]:
+        raise NotImplementedError("the replay scorer has no texts to show: gradients need the live scorer")
+
+
+class LiveScorer:
+    """FACE's own scoring (face.scoring) of the particles of each item under a candidate instruction."""
+
+    def __init__(self, client, aspect: Aspect, convs: Sequence[Conversation], items: Sequence[Item],
+                 decomps: dict[tuple[str, int], Decomposition], spec: ScoringSpec, json_schema: bool,
+                 judged: str = "conversational recommender systems", empty_score: float | None = None,
+                 example_chars: int = 400):
+        self.client, self.aspect, self.spec = client, aspect, spec
+        self.json_schema, self.judged = json_schema, judged
+        self.convs = {c.conv_id: c for c in convs}
+        self.items = list(items)
+        self.gold = np.array([it.gold for it in self.items])
+        self.empty = float(aspect.low) if empty_score is None else empty_score
+        self.example_chars = example_chars
+        self.units: list[list[Unit]] = []
+        by_conv = {c.conv_id: units_for(aspect, [c], decomps, "particle") for c in convs}
+        for it in self.items:
+            us = by_conv[it.conv_id]
+            self.units.append(us if it.turn_ind < 0 else [u for u in us if u.turn_ind == it.turn_ind])
+        self.memo: dict[tuple[str, str, int, int], float] = {}
+        self.scored_units = 0
+
+    @staticmethod
+    def _key(cand: Candidate, u: Unit) -> tuple[str, str, int, int]:
+        return (cand.cid, u.conv_id, u.turn_ind, u.particle_ind)
+
+    def _ensure(self, cands: Sequence[Candidate], idx: np.ndarray) -> None:
+        """Score what is not known yet: one batch over every missing (candidate, particle)."""
+        planned = []
+        for cand in cands:
+            todo = [u for i in idx for u in self.units[i] if self._key(cand, u) not in self.memo]
+            todo = list({self._key(cand, u): u for u in todo}.values())
+            if todo:
+                ins = Instruction(cand.cid, cand.text, None, "optimizer")
+                planned += plan(todo, [ins], self.convs, self.spec, self.json_schema, self.judged)
+        if not planned:
+            return
+        by_cid = {c.cid: c for c in cands}
+        records = score(self.client, planned, self.spec, desc=f"optimizer scoring {self.aspect.name}")
+        for rec, p in zip(records, planned):
+            self.memo[self._key(by_cid[p.instruction.instruction_id], p.unit)] = rec.score
+        self.scored_units += len(planned)
+
+    def _item_pred(self, cand: Candidate, i: int) -> float:
+        vals = [self.memo[self._key(cand, u)] for u in self.units[i]]
+        vals = [v for v in vals if v == v]  # NaN: no valid answer (fallback=drop)
+        if not self.units[i]:
+            return self.empty  # no particle: the scale's lowest (the authors' rule)
+        return float(np.mean(vals)) if vals else np.nan
+
+    def predict(self, cand: Candidate, idx: np.ndarray) -> np.ndarray:
+        idx = np.asarray(idx, dtype=int)
+        self._ensure([cand], idx)
+        return np.array([self._item_pred(cand, i) for i in idx], float)
+
+    def predict_set(self, cands: Sequence[Candidate], idx: np.ndarray) -> np.ndarray:
+        idx = np.asarray(idx, dtype=int)
+        self._ensure(cands, idx)
+        return _mean_over([np.array([self._item_pred(c, i) for i in idx], float) for c in cands])
+
+    def explain(self, cand: Candidate, idx: np.ndarray) -> list[dict]:
+        idx = np.asarray(idx, dtype=int)
+        self._ensure([cand], idx)
+        out = []
+        for i in idx:
+            it = self.items[i]
+            conv = self.convs[it.conv_id]
+            cut = self.example_chars
+            if it.turn_ind >= 0:
+                before = [t for t in conv.turns if t.turn_ind < it.turn_ind][-1:]
+                shown = [*before, conv.turn(it.turn_ind)]
+                context = "\n".join(f"{t.role}: {one_line(t.utterance)[:cut]}" for t in shown)
+            else:
+                context = "\n".join(f"Turn {t.turn_ind} {t.role}: {one_line(t.utterance)[:cut // 4]}"
+                                    for t in conv.turns)[: cut * 3]
+            particles = [{"turn": u.turn_ind, "dialogue_act": u.particle.dialogue_act if u.particle else "",
+                          "mention": u.particle.mention if u.particle else "",
+                          "user_feedback": u.particle.user_feedback if u.particle else "",
+                          "score": self.memo[self._key(cand, u)]} for u in self.units[i]]
+            out.append({"conv_id": it.conv_id, "turn_ind": it.turn_ind, "context": context, "particles": particles,
+                        "pred": self._item_pred(cand, i), "gold": it.gold})
+        return out

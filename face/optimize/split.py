@@ -1,0 +1,74 @@
+"""Conversation-level folds, stratified by system, reproducible from a seed.
+
+Every conversation of a system is shuffled with the seed and dealt round-robin to ``folds`` folds, so each
+fold holds about the same share of every system. The held-out fold is the test set; of the remaining
+conversations a ``dev_fraction`` (again per system) is dev, the rest train. A conversation (and so every
+one of its turns) is on exactly one side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from face.data.schema import Conversation
+
+
+@dataclass(frozen=True)
+class Split:
+    train: tuple[str, ...]
+    dev: tuple[str, ...]
+    test: tuple[str, ...]
+
+    def side(self, conv_id: str) -> str:
+        for name in ("train", "dev", "test"):
+            if conv_id in getattr(self, name):
+                return name
+        raise KeyError(conv_id)
+
+
+def fold_of(convs: Sequence[Conversation], folds: int, seed: int) -> dict[str, int]:
+    """conv_id -> fold, stratified by system (the order of systems and conversations does not matter)."""
+    by_system: dict[str, list[str]] = defaultdict(list)
+    for c in convs:
+        by_system[c.system].append(c.conv_id)
+    out: dict[str, int] = {}
+    offset = 0
+    for system in sorted(by_system):
+        ids = sorted(by_system[system])
+        rng = np.random.default_rng([seed, _stable(system)])
+        for j, i in enumerate(rng.permutation(len(ids))):
+            out[ids[i]] = (j + offset) % folds
+        offset += len(ids)  # the next system starts where this one stopped, so fold sizes stay balanced
+    return out
+
+
+def split_conversations(convs: Sequence[Conversation], folds: int = 2, fold: int = 0, dev_fraction: float = 0.25,
+                        seed: int = 0) -> Split:
+    if not 0 <= fold < folds:
+        raise ValueError(f"fold {fold} not in 0..{folds - 1}")
+    assign = fold_of(convs, folds, seed)
+    test = sorted(c for c, f in assign.items() if f == fold)
+    rest = [c for c in convs if assign[c.conv_id] != fold]
+    dev: list[str] = []
+    if dev_fraction > 0:
+        by_system: dict[str, list[str]] = defaultdict(list)
+        for c in rest:
+            by_system[c.system].append(c.conv_id)
+        for system in sorted(by_system):
+            ids = sorted(by_system[system])
+            rng = np.random.default_rng([seed, _stable(system), 1])
+            k = int(round(dev_fraction * len(ids)))
+            dev += [ids[i] for i in rng.permutation(len(ids))[:k]]
+    dev_set = set(dev)
+    train = sorted(c.conv_id for c in rest if c.conv_id not in dev_set)
+    return Split(tuple(train), tuple(sorted(dev)), tuple(test))
+
+
+def _stable(text: str) -> int:
+    """A process-independent integer for a string (Python's hash() is salted per process)."""
+    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:12], 16)
