@@ -8,7 +8,6 @@ SIGTERM); 1 an unexpected error. Every stop prints one line saying what happened
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import re
@@ -23,49 +22,9 @@ sys.path.insert(0, str(ROOT))
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from face.data.errors import DataError  # noqa: E402
+from face.runner import EXIT_CONFIG, fail, run_guarded  # noqa: E402
 
-EXIT_CONFIG, EXIT_BUDGET, EXIT_LLM, EXIT_INTERRUPTED, EXIT_BUG = 2, 3, 4, 130, 1
 _started = False  # the task function ran (Hydra composed the config)
-
-
-def _debug() -> bool:
-    return os.environ.get("FACE_DEBUG", "") not in ("", "0", "false")
-
-
-def _fail(code: int, line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def run_guarded(cfg: DictConfig) -> None:
-    """Run the experiment; turn every stop into one line and an exit code (traceback with FACE_DEBUG=1)."""
-    from face.experiments.common import ConfigError
-    from face.llm import BudgetExceeded, LLMCallError
-
-    resume = f"Finished LLM calls are cached in {cfg.paths.get('cache_dir')}: rerun the same command to resume."
-    try:
-        importlib.import_module(cfg.runner).run(cfg)
-    except (DataError, ConfigError) as e:  # bad input or setting: nothing was sent
-        if _debug():
-            raise
-        _fail(EXIT_CONFIG, f"error: {e}")
-    except BudgetExceeded as e:
-        if _debug():
-            raise
-        _fail(EXIT_BUDGET, f"stopped: {e}")
-    except LLMCallError as e:
-        if _debug():
-            raise
-        _fail(EXIT_LLM, f"stopped: an LLM request failed after its retries: {e}. {resume}")
-    except KeyboardInterrupt:
-        if _debug():
-            raise
-        _fail(EXIT_INTERRUPTED, f"interrupted: the run was stopped (MLflow run marked KILLED). {resume}")
-    except Exception as e:
-        if _debug():
-            raise
-        _fail(EXIT_BUG, f"error: unexpected {type(e).__name__}: {e} (FACE_DEBUG=1 shows the traceback). {resume}")
 
 
 @hydra.main(version_base="1.3", config_path=str(ROOT / "conf"), config_name="config")
@@ -143,7 +102,7 @@ def cli() -> None:
     if not any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):  # not --help, --cfg, ...
         bad = secret_in_argv(argv) or precompose(argv)
         if bad:
-            _fail(EXIT_CONFIG, f"error: {bad}")
+            fail(EXIT_CONFIG, f"error: {bad}")
         sys.argv = [sys.argv[0], *argv, *unique_run_dirs(argv)]
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops cleanly, like Ctrl-C
     try:

@@ -117,6 +117,26 @@ def _schema_in_prompt(messages: list[dict]) -> dict | None:
     return None
 
 
+_SCORE_FORMAT = re.compile(r'\{"score": <integer from (-?\d+) to (-?\d+)>\}\s*$')
+_TARGET_TURN = re.compile(r"Target assistant turn:\nTurn \d+ - \w+: (.*)")
+
+
+def _reasoned_answer(messages: list[dict], rng: random.Random) -> str | None:
+    """Reasoning, then the JSON answer, for this project's step-by-step prompts (scoring, decomposition)."""
+    last = next((str(m.get("content", "")) for m in reversed(messages) if m.get("role") == "user"), "")
+    m = _SCORE_FORMAT.search(last)
+    if m:
+        score = rng.randint(int(m.group(1)), int(m.group(2)))
+        return f"Step 1: I read the context and the target.\nStep 2: I apply the grades.\n{{\"score\": {score}}}"
+    m = _TARGET_TURN.search(last)
+    if m and '{"particles": [' in last:
+        parts = [s.strip() for s in re.split(r"(?<=[?.!])\s+", m.group(1)) if s.strip()]
+        particles = [{"dialogue_act": "preference elicitation" if s.endswith("?") else "recommendation",
+                      "mention": " ".join(s.split()[:12]), "user_feedback": "NO_FEEDBACK_PROVIDED"} for s in parts]
+        return "Step 1: the turn.\nStep 2: one particle per sentence.\n" + json.dumps({"particles": particles})
+    return None
+
+
 def default_responder(body: dict) -> str:
     """Deterministic answer as a function of (messages, seed)."""
     messages = body.get("messages", [])
@@ -130,6 +150,9 @@ def default_responder(body: dict) -> str:
         if isinstance(rf.get("schema"), dict):
             return json.dumps(schema_instance(rf["schema"], rng))
         return json.dumps({"answer": rng.randint(1, 5)})
+    reasoned = _reasoned_answer(messages, rng)
+    if reasoned is not None:
+        return reasoned
     schema = _schema_in_prompt(messages)
     if schema is not None:
         return "Sure, here is my answer:\n```json\n" + json.dumps(schema_instance(schema, rng), indent=1) + "\n```"

@@ -113,3 +113,47 @@ def aggregation_heatmap(df: pd.DataFrame, aspect_col: str, note: str, path: str 
     ax.set_ylabel("instruction agg / particle agg")
     fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
     return _save(fig, path)
+
+
+def act_heatmap(by_act: pd.DataFrame, aspect: str, note: str, path: str | Path) -> Path:
+    """Mean particle score per system (rows) × dialogue act (columns) for one aspect."""
+    sns.set_theme(style="white", context="paper")
+    pivot = by_act[by_act["aspect"] == aspect].pivot(index="system", columns="dialogue_act", values="mean_score")
+    fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.4 * pivot.shape[0] + 1.5))
+    sns.heatmap(pivot, annot=True, fmt=".2f", cmap="RdYlGn", ax=ax, cbar_kws={"shrink": 0.7})
+    ax.set_title(f"{aspect}: mean particle score by system and dialogue act")
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
+    return _save(fig, path)
+
+
+def act_share_bars(act_share: pd.DataFrame, note: str, path: str | Path) -> Path:
+    """Stacked bars: the share of each dialogue act among a system's particles."""
+    sns.set_theme(style="whitegrid", context="paper")
+    pivot = act_share.pivot(index="system", columns="dialogue_act", values="share").fillna(0.0)
+    fig, ax = plt.subplots(figsize=(7, 0.4 * len(pivot) + 1.5))
+    pivot.plot(kind="barh", stacked=True, ax=ax, colormap="tab10", width=0.8)
+    ax.set_xlabel("share of the system's particles")
+    ax.set_ylabel("")
+    ax.set_xlim(0, 1)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title("Dialogue acts per system")
+    fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
+    return _save(fig, path)
+
+
+def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Path:
+    """Share of an aspect's lowest-scoring particles (bottom 10 %) by assistant-turn position."""
+    sns.set_theme(style="whitegrid", context="paper")
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for aspect in ordered(by_position["aspect"]):
+        g = by_position[by_position["aspect"] == aspect].sort_values("position")
+        ax.plot(g["position"], g["low_share"], marker="o", label=aspect)
+    ax.axhline(0.1, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("assistant turn (8 = 8th or later)")
+    ax.set_ylabel("share of particles in the lowest 10 %")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title("Where low-scoring particles fall")
+    fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
+    return _save(fig, path)

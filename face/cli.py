@@ -1,0 +1,175 @@
+"""``face``: FACE on your own conversation logs, and the diagnostics report of a finished run.
+
+    face evaluate LOGS [--aspects relevance,dialogue_overall] [--llm local] [--out DIR] [--yes] [--dry-run]
+    face report RUN_DIR
+
+A thin layer over the experiments (``scripts/run.py experiment=crsarena_main``): the same config, method,
+LLM layer, cache and exit codes (0 done, 2 bad input or setting, 3 budget, 4 LLM failure, 130 interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+EVALUATE_HELP = """\
+Evaluate your conversations with FACE: decompose every assistant turn into particles, score each particle
+for each aspect with an LLM, aggregate to turn and dialogue scores, and write a diagnostics report.
+
+LOGS is a JSON or JSON Lines file in one of these formats:
+  chat format   one conversation per line (JSONL) or a JSON list of them:
+                {"id": "c1", "system": "my-crs-v2", "messages": [{"role": "user", "content": "..."},
+                                                             {"role": "assistant", "content": "..."}]}
+                ("id" and "system" are optional; a conversation may also be a bare list of messages;
+                 system messages are ignored; user and assistant messages must alternate)
+  CRSArena-Eval a JSON list of {"conv_id", "dialogue": [{"turn_ind", "role": "USER"|"ASST", "utterance"}]}
+
+Writes to --out: run_file.json (the FACE authors' run-file format), particles.jsonl, particle_scores.jsonl
+(every particle's score under every instruction, with raw samples), cost_estimate.csv, llm_usage.json,
+conversations.json, report.html (every conversation -> turns -> particles, lowest scores highlighted) and
+the report's tables as CSV.
+
+The cost estimate is printed before anything is sent; above --confirm-above USD you are asked to confirm
+(--yes skips the question). Every LLM answer is cached (data/cache/llm): rerunning resumes for free.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="face", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("evaluate", help="evaluate your conversation logs", description=EVALUATE_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("logs", type=Path, help="JSON / JSONL file of conversations (formats above)")
+    e.add_argument("--aspects", default="relevance,interestingness,understanding,task_completion,interest_arousal,"
+                   "efficiency,dialogue_overall", help="comma-separated aspects (default: all seven of CRSArena-Eval)")
+    e.add_argument("--llm", default="local", help="LLM backend config: local (default, embedded, no key), openai, "
+                   "openai_compatible, scripted (a fake server for tests), or any conf/llm/NAME.yaml")
+    e.add_argument("--out", type=Path, default=None, help="output directory (default: face-runs/<LOGS name>)")
+    e.add_argument("--yes", action="store_true", help="do not ask for confirmation, whatever the estimate")
+    e.add_argument("--dry-run", action="store_true", help="print the cost estimate and stop (sends nothing)")
+    e.add_argument("--confirm-above", type=float, default=1.0, metavar="USD",
+                   help="ask before sending when the estimate exceeds this many US dollars (default 1.0)")
+    e.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    e.add_argument("--mlflow", action="store_true", help="also log the run to MLflow (sqlite:///mlflow.db)")
+    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="any other setting, as for scripts/run.py (repeatable), e.g. --set method.estimator=logprobs "
+                        "--set run_size=tiny --set llm.base_url=http://gpu-box:8000/v1")
+    r = sub.add_parser("report", help="rebuild the diagnostics report of a finished run (no LLM call)",
+                       description="Rebuild report.html and its tables from a finished `face evaluate` run "
+                                   "directory (conversations.json, particles.jsonl, particle_scores.jsonl, "
+                                   "run_file.json); sends nothing.")
+    r.add_argument("run_dir", type=Path, help="the --out directory of a finished `face evaluate`")
+    return p
+
+
+def _compose(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _write_conversations(convs, path: Path) -> Path:
+    """The conversations in CRSArena-Eval's format (what `face report` reads back)."""
+    path.write_text(json.dumps([{"conv_id": c.conv_id, "system": c.system, "dialogue": [
+        {"turn_ind": t.turn_ind, "role": t.role, "utterance": t.utterance} for t in c.turns]} for c in convs],
+        indent=1), encoding="utf-8")
+    return path
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    from face.data.chatlogs import load_logs
+    from face.runner import EXIT_CONFIG, fail, run_guarded
+
+    logs = args.logs.resolve()
+    try:
+        convs = load_logs(logs)  # bad logs: one line, before anything is written
+    except Exception as e:
+        fail(EXIT_CONFIG, f"error: {e}")
+    out = (args.out or Path("face-runs") / logs.stem).resolve()
+    overrides = ["experiment=crsarena_main", "dataset=chat_logs", f"dataset.path={logs}",
+                 f"aspects=[{args.aspects}]", f"llm={args.llm}", f"paths.output_dir={out}", f"report.out_dir={out}",
+                 *([] if args.mlflow else ["tracking=none"]), *([f"dataset.limit={args.limit}"] if args.limit else []),
+                 *args.overrides]
+    try:
+        cfg = _compose(overrides)
+    except Exception as e:
+        fail(EXIT_CONFIG, f"error: bad setting: {str(e).strip().splitlines()[0]}")
+    out.mkdir(parents=True, exist_ok=True)
+    from omegaconf import OmegaConf
+
+    dry = OmegaConf.merge(cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
+    run_guarded(dry)  # prints the estimate, writes cost_estimate.csv, sends nothing
+    if args.dry_run:
+        return 0
+    import pandas as pd
+
+    cost = float(pd.read_csv(out / "cost_estimate.csv")["cost_usd"].iloc[-1])
+    if cost > args.confirm_above and not args.yes:
+        if not sys.stdin.isatty():
+            fail(EXIT_CONFIG, f"error: the estimate is ${cost:.2f} (above --confirm-above {args.confirm_above}); "
+                              "rerun with --yes to send")
+        if input(f"Send the requests (estimated ${cost:.2f})? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("Nothing sent.")
+            return 0
+    run_guarded(cfg)
+    _write_conversations(convs[: args.limit] if args.limit else convs, out / "conversations.json")
+    path = build_report(out)
+    print(f"Report: {path}")
+    return 0
+
+
+def build_report(run_dir: Path) -> Path:
+    """report.html + tables from a finished run directory (no LLM)."""
+    import pandas as pd
+
+    from face.data.crsarena import ASPECTS, load_conversations
+    from face.data.schema import Particle
+    from face.report import diagnostics
+    from face.report.tables import write_table
+    from face.runfile import read_run_file
+
+    convs = load_conversations(run_dir / "conversations.json", require_labels=False)
+    systems = {r["conv_id"]: r.get("system") for r in json.loads((run_dir / "conversations.json").read_text())}
+    convs = [replace(c, system=systems[c.conv_id]) if systems.get(c.conv_id) else c for c in convs]
+    scores = pd.read_json(run_dir / "particle_scores.jsonl", lines=True)
+    scores = scores[(scores["particle_ind"] >= 0) & scores["score"].notna()]
+    particles = {}
+    if (run_dir / "particles.jsonl").exists():
+        for line in (run_dir / "particles.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            particles[(r["conv_id"], r["turn_ind"])] = tuple(
+                Particle(p["dialogue_act"], p["particle"], p["user_feedback"]) for p in r["particles"])
+    preds = read_run_file(run_dir / "run_file.json")
+    aspects = [ASPECTS[a] for a in ASPECTS if a in set(scores["aspect"])]
+    d = diagnostics.diagnose(scores, particles, convs)
+    note = f"FACE run in {run_dir.name}: {len(convs)} conversations; scores from particle_scores.jsonl."
+    for name, table in d.tables().items():
+        write_table(table, run_dir / "report_tables", name, f"{name.replace('_', ' ')}. {note}")
+    return diagnostics.write_html(run_dir / "report.html", f"FACE diagnostics — {run_dir.name}", note, d, scores,
+                                  preds, convs, aspects)
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))
+    args = _parser().parse_args(argv)
+    if args.command == "evaluate":
+        return evaluate(args)
+    from face.runner import EXIT_CONFIG, fail
+
+    try:
+        print(f"Report: {build_report(args.run_dir.resolve())}")
+    except (OSError, ValueError, KeyError) as e:
+        fail(EXIT_CONFIG, f"error: cannot rebuild the report from {args.run_dir}: {e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

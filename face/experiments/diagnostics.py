@@ -1,0 +1,45 @@
+"""The paper's interpretability analysis on the released judgements (no LLM): mean particle score per CRS ×
+dialogue act × aspect, the share of each act per CRS, where low-scoring particles fall, the lowest-scoring
+particles of each CRS with their text, and the HTML report of every conversation."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from face.aggregate import aggregate
+from face.data import RELEASED_PARTICLES
+from face.data.released import load_released_particles
+from face.experiments.common import experiment, released_scores
+from face.methods.released import LABEL
+from face.report import diagnostics, figures
+from face.report.tables import print_table, write_table
+
+
+def run(cfg: DictConfig) -> dict:
+    with experiment(cfg, [RELEASED_PARTICLES]) as ctx:
+        scores = released_scores(ctx, "reads the released judgements")
+        ids = {c.conv_id for c in ctx.convs}
+        particles = {(r.conv_id, r.turn_ind): r.particles
+                     for r in load_released_particles(ctx.data_dir / RELEASED_PARTICLES) if r.conv_id in ids}
+        d = diagnostics.diagnose(scores, particles, ctx.convs, cfg.diagnostics.worst_n)
+        note = (f"{LABEL}; {ctx.subset}; particles: the authors' released decomposition; a particle's score is its "
+                "mean over the 16 instructions.")
+        paths = []
+        for name, table in d.tables().items():
+            if name == "particles":
+                continue  # every particle × aspect: in the HTML report and the MLflow artifacts only
+            paths += write_table(table, ctx.out_dir, name, f"Diagnostics, {name.replace('_', ' ')}. {note}")
+        for aspect in ctx.aspects:
+            paths.append(figures.act_heatmap(d.by_act, aspect.name, note,
+                                             ctx.out_dir / "figures" / f"by_act_{aspect.name}.png"))
+        paths.append(figures.act_share_bars(d.act_share, note, ctx.out_dir / "figures" / "act_share.png"))
+        paths.append(figures.position_curve(d.by_position, note, ctx.out_dir / "figures" / "low_by_position.png"))
+        preds = aggregate(scores, ctx.inputs().levels)
+        report = diagnostics.write_html(ctx.run_dir / "report.html" if cfg.diagnostics.html_in_run_dir
+                                        else ctx.out_dir / "report.html", f"FACE diagnostics — {ctx.subset}", note,
+                                        d, scores, preds, ctx.convs, ctx.aspects)
+        share = d.act_share.pivot(index="system", columns="dialogue_act", values="share").reset_index()
+        print_table(f"Share of each dialogue act per CRS. {note}", share)
+        print(f"HTML report: {report}", flush=True)
+        ctx.tracker.log_artifacts([*paths, report], "results")
+        return {"diagnostics": d, "report": report, "out_dir": ctx.out_dir}

@@ -1,0 +1,190 @@
+"""Diagnostics: trace a low score to the turns and particles that caused it, and see system-level patterns.
+
+Input: per-particle × instruction scores (``SCORE_COLUMNS``), the particles' text, the conversations and
+the predictions. Output: tables (CSV) and one self-contained HTML report (Jinja2, autoescaped: conversation
+text is data). In the report a reader goes from a conversation's dialogue score to its turns and from a
+turn to its particles, each with its score under every instruction, the lowest highlighted.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from face.aggregate import Predictions
+from face.aspects import Aspect
+from face.data.schema import ASSISTANT, Conversation, Particle
+
+LOW_QUANTILE = 0.1  # "low-scoring": the lowest 10 % of an aspect's particle scores
+
+
+@dataclass
+class Diagnostics:
+    particles: pd.DataFrame  # one row per particle × aspect: text, mean and min over instructions, position
+    by_act: pd.DataFrame  # mean particle score per system × dialogue act × aspect
+    act_share: pd.DataFrame  # share of each dialogue act among a system's particles
+    by_position: pd.DataFrame  # per aspect and assistant-turn position: mean score, share of low-scoring particles
+    worst: pd.DataFrame  # per system and aspect, the lowest-scoring particles with their text
+    patterns: pd.DataFrame  # per system: recommending before asking, repeated recommendations, particles per turn
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {"particles": self.particles, "by_act": self.by_act, "act_share": self.act_share,
+                "by_position": self.by_position, "worst_particles": self.worst, "patterns": self.patterns}
+
+
+def particle_table(scores: pd.DataFrame, particles: dict[tuple[str, int], Sequence[Particle]],
+                   convs: Sequence[Conversation]) -> pd.DataFrame:
+    """One row per particle × aspect: system, position (1 = the first assistant turn), act, mention, feedback,
+    the mean over instructions (the particle's score) and the lowest instruction's score."""
+    per = (scores.groupby(["aspect", "conv_id", "turn_ind", "particle_ind"], observed=True)["score"]
+           .agg(score="mean", min_instruction_score="min", n_instructions="size").reset_index())
+    meta = []
+    for c in convs:
+        for pos, t in enumerate(c.assistant_turns(), start=1):
+            for i, p in enumerate(particles.get((c.conv_id, t.turn_ind), ())):
+                meta.append((c.conv_id, t.turn_ind, i, c.system, c.split, pos, len(c.assistant_turns()),
+                             p.dialogue_act, p.mention, p.user_feedback))
+    meta_df = pd.DataFrame(meta, columns=["conv_id", "turn_ind", "particle_ind", "system", "split", "position",
+                                          "n_assistant_turns", "dialogue_act", "mention", "user_feedback"])
+    per["conv_id"] = per["conv_id"].astype(str)
+    return per.merge(meta_df, on=["conv_id", "turn_ind", "particle_ind"], how="inner")
+
+
+def diagnose(scores: pd.DataFrame, particles: dict[tuple[str, int], Sequence[Particle]],
+             convs: Sequence[Conversation], worst_n: int = 5) -> Diagnostics:
+    p = particle_table(scores, particles, convs)
+    by_act = (p.groupby(["system", "dialogue_act", "aspect"])["score"].agg(mean_score="mean", n="size")
+              .reset_index())
+    counts = p[p["aspect"] == p["aspect"].iloc[0]] if len(p) else p  # each particle once
+    act_share = (counts.groupby(["system", "dialogue_act"]).size() / counts.groupby("system").size()
+                 ).rename("share").reset_index()
+    threshold = p.groupby("aspect")["score"].transform(lambda s: s.quantile(LOW_QUANTILE))
+    p = p.assign(low=p["score"] <= threshold)
+    by_position = (p.assign(position=p["position"].clip(upper=8))  # 8 = the 8th assistant turn or later
+                   .groupby(["aspect", "position"]).agg(mean_score=("score", "mean"), low_share=("low", "mean"),
+                                                        n=("score", "size")).reset_index())
+    cols = ["system", "aspect", "score", "min_instruction_score", "conv_id", "turn_ind", "position", "dialogue_act",
+            "mention", "user_feedback"]
+    worst = (p.sort_values(["system", "aspect", "score", "conv_id", "turn_ind", "particle_ind"])
+             .groupby(["system", "aspect"]).head(worst_n)[cols].reset_index(drop=True))
+    return Diagnostics(p.drop(columns=["low"]), by_act, act_share, by_position, worst,
+                       patterns(particles, convs))
+
+
+def patterns(particles: dict[tuple[str, int], Sequence[Particle]], convs: Sequence[Conversation]) -> pd.DataFrame:
+    """Per system: the share of conversations whose first recommendation comes before any preference
+    elicitation (recommending before asking), the share of recommendation particles that repeat an earlier
+    recommendation of the same conversation (same mention, case-insensitive), particles per assistant turn."""
+    rows = []
+    for c in convs:
+        acts = [(pos, p) for pos, t in enumerate(c.assistant_turns())
+                for p in particles.get((c.conv_id, t.turn_ind), ())]
+        first_rec = next((pos for pos, p in acts if p.dialogue_act == "recommendation"), None)
+        first_ask = next((pos for pos, p in acts if p.dialogue_act == "preference elicitation"), None)
+        recs = [" ".join(p.mention.lower().split()) for _, p in acts if p.dialogue_act == "recommendation"]
+        rows.append((c.system, first_rec is not None and (first_ask is None or first_rec < first_ask),
+                     len(recs) - len(set(recs)), len(recs), len(acts), len(c.assistant_turns())))
+    df = pd.DataFrame(rows, columns=["system", "recommends_before_asking", "repeats", "recommendations", "particles",
+                                     "turns"])
+    g = df.groupby("system")
+    return pd.DataFrame({"conversations": g.size(), "recommends_before_asking": g["recommends_before_asking"].mean(),
+                         "repeated_recommendations": g["repeats"].sum() / g["recommendations"].sum().clip(lower=1),
+                         "particles_per_turn": g["particles"].sum() / g["turns"].sum()}).reset_index()
+
+
+# ---------------------------------------------------------------- HTML
+
+def _figure_png(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[str]) -> list[tuple[str, str]]:
+    """(aspect, base64 PNG) of the mean particle score per system × dialogue act."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    out = []
+    for aspect in aspects:
+        pivot = by_act[by_act["aspect"] == aspect].pivot(index="system", columns="dialogue_act", values="mean_score")
+        if pivot.empty:
+            continue
+        fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.4 * pivot.shape[0] + 1.2))
+        sns.heatmap(pivot, annot=True, fmt=".2f", cmap="RdYlGn", ax=ax, cbar_kws={"shrink": 0.7})
+        ax.set_title(f"{aspect}: mean particle score by system and dialogue act")
+        ax.set_xlabel("")
+        ax.set_ylabel("")
+        out.append((aspect, _figure_png(fig)))
+    return out
+
+
+def _by_conv(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    return {str(k): g for k, g in df.groupby(df["conv_id"].astype(str), sort=False)}
+
+
+def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataFrame, dial_preds: pd.DataFrame,
+                       tpred: pd.DataFrame) -> dict:
+    dial = dial_preds.set_index("aspect")["pred"].to_dict()
+    lowest = parts.loc[parts.groupby("aspect")["score"].idxmin()] if len(parts) else parts
+    lowest_keys = {(r.aspect, r.turn_ind, r.particle_ind) for r in lowest.itertuples()}
+    turns = []
+    for t in c.turns:
+        view = {"turn_ind": t.turn_ind, "role": "assistant" if t.role == ASSISTANT else "user",
+                "utterance": t.utterance, "scores": {}, "particles": []}
+        if t.role == ASSISTANT:
+            view["scores"] = tpred[tpred["turn_ind"] == t.turn_ind].set_index("aspect")["pred"].to_dict()
+            tp = parts[parts["turn_ind"] == t.turn_ind]
+            for pi, g in tp.groupby("particle_ind"):
+                first = g.iloc[0]
+                instr = per_instr[(per_instr["turn_ind"] == t.turn_ind) & (per_instr["particle_ind"] == pi)]
+                instr = instr.assign(aspect=instr["aspect"].astype(str),
+                                     instruction_id=instr["instruction_id"].astype(str))
+                view["particles"].append({
+                    "act": first["dialogue_act"], "mention": first["mention"], "feedback": first["user_feedback"],
+                    "scores": [{"aspect": r.aspect, "score": r.score, "min": r.min_instruction_score,
+                                "lowest": (r.aspect, t.turn_ind, pi) in lowest_keys} for r in g.itertuples()],
+                    "instructions": {a: dict(zip(g2["instruction_id"], g2["score"].round(2)))
+                                     for a, g2 in instr.groupby("aspect", sort=True)}})
+        turns.append(view)
+    worst = lowest.sort_values("score").head(1)
+    return {"conv_id": c.conv_id, "system": c.system, "dialogue": dial, "turns": turns,
+            "worst": None if worst.empty else worst.iloc[0].to_dict()}
+
+
+def _views(d: Diagnostics, scores: pd.DataFrame, preds: Predictions, convs: Sequence[Conversation]) -> list[dict]:
+    empty = {"p": d.particles.iloc[:0], "s": scores.iloc[:0], "d": preds.dialogue.iloc[:0], "t": preds.turn.iloc[:0]}
+    parts, per_instr, dial, turn = (_by_conv(x) for x in (d.particles, scores, preds.dialogue, preds.turn))
+    return [_conversation_view(c, parts.get(c.conv_id, empty["p"]), per_instr.get(c.conv_id, empty["s"]),
+                               dial.get(c.conv_id, empty["d"]), turn.get(c.conv_id, empty["t"])) for c in convs]
+
+
+def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: pd.DataFrame, preds: Predictions,
+               convs: Sequence[Conversation], aspects: Sequence[Aspect]) -> Path:
+    """The report: summary tables and figures, then every conversation → its turns → their particles."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    env = Environment(loader=PackageLoader("face.report", "templates"), autoescape=select_autoescape(["html"]))
+    env.filters["fmt"] = lambda v, digits=2: "–" if v is None or (isinstance(v, float) and np.isnan(v)) \
+        else f"{v:.{digits}f}"
+    html = env.get_template("diagnostics.html").render(
+        title=title, note=note, aspects=[a.name for a in aspects], scales={a.name: (a.low, a.high) for a in aspects},
+        heatmaps=act_heatmaps(d.by_act, [a.name for a in aspects]), act_share=d.act_share.to_dict("records"),
+        by_position=d.by_position.to_dict("records"), worst=d.worst.to_dict("records"),
+        conversations=_views(d, scores, preds, convs))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(html, encoding="utf-8")
+    return path

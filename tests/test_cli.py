@@ -1,0 +1,103 @@
+"""`face evaluate` on chat-format logs and `face report` (scripted server), bad logs, and the diagnostics
+of the released judgements."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from face.cli import main
+
+CHAT = [
+    {"id": "c1", "system": "crs-a", "messages": [
+        {"role": "system", "content": "You recommend films."},
+        {"role": "user", "content": "Any good heist movies?"},
+        {"role": "assistant", "content": "Try Heat (1995). Do you like older films?"},
+        {"role": "user", "content": "Yes, Heat sounds great, thanks!"}]},
+    {"id": "c2", "system": "crs-b", "messages": [
+        {"role": "user", "content": "Something funny please"},
+        {"role": "assistant", "content": "Have you seen Airplane! (1980)? It is a classic comedy."},
+        {"role": "user", "content": "Seen it. Newer?"},
+        {"role": "assistant", "content": "Then try Game Night (2018)."}]},
+]
+
+
+def _jsonl(tmp_path: Path, convs, name="logs.jsonl") -> Path:
+    p = tmp_path / name
+    p.write_text("\n".join(json.dumps(c) for c in convs) + "\n", encoding="utf-8")
+    return p
+
+
+def _evaluate(tmp_path, logs, *extra):
+    return main(["evaluate", str(logs), "--aspects", "relevance,dialogue_overall", "--llm", "scripted",
+                 "--out", str(tmp_path / "out"), "--yes", "--set", f"paths.cache_dir={tmp_path / 'cache'}",
+                 "--set", "run_size=tiny", *extra])
+
+
+def test_evaluate_chat_logs_writes_the_run_file_and_a_report_with_every_conversation_and_particle(tmp_path):
+    assert _evaluate(tmp_path, _jsonl(tmp_path, CHAT)) == 0
+    out = tmp_path / "out"
+    run = json.loads((out / "run_file.json").read_text())
+    assert [r["conv_id"] for r in run] == ["c1", "c2"]
+    assert [t["turn_ind"] for t in run[1]["turns"]] == [1, 3]  # the system message is not a turn
+    assert set(run[0]["turns"][0]["turn_level_pred"]) == {"relevance"}
+    html = (out / "report.html").read_text()
+    particles = [json.loads(line) for line in (out / "particles.jsonl").read_text().splitlines()]
+    assert len(particles) == 3  # three assistant turns
+    for c in ("c1", "c2"):
+        assert f'id="{c}"' in html
+    for r in particles:
+        for p in r["particles"]:
+            assert p["particle"].replace("'", "&#39;") in html
+    # face report rebuilds the same report without any LLM call
+    first = (out / "report.html").read_text()
+    (out / "report.html").unlink()
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.html").read_text() == first
+
+
+def test_dry_run_prints_the_estimate_and_sends_nothing(tmp_path, capsys):
+    assert _evaluate(tmp_path, _jsonl(tmp_path, CHAT), "--dry-run") == 0
+    assert "Cost estimate before sending anything" in capsys.readouterr().out
+    assert not (tmp_path / "out" / "run_file.json").exists()
+
+
+def test_an_estimate_above_the_threshold_needs_yes_when_nobody_can_answer(tmp_path):
+    logs = _jsonl(tmp_path, CHAT)
+    res = subprocess.run([sys.executable, "-m", "face.cli", "evaluate", str(logs), "--llm", "scripted", "--out",
+                          str(tmp_path / "out"), "--confirm-above", "0", "--set", "llm.price_input_per_mtok=1",
+                          "--set", f"paths.cache_dir={tmp_path / 'cache'}", "--aspects", "relevance"],
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert res.returncode == 2 and "rerun with --yes to send" in res.stderr
+    assert not (tmp_path / "out" / "run_file.json").exists()
+
+
+@pytest.mark.parametrize("content,expected", [
+    ([{"id": "x", "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"},
+                               {"role": "assistant", "content": "c"}]}],
+     "[conversation 0 (x), message 1]: two consecutive user messages"),
+    ([{"id": "y", "messages": [{"role": "user", "content": "only a question"}]}],
+     "[conversation 0 (y)]: no assistant message"),
+    ([{"id": "z", "messages": [{"role": "bot", "content": "hi"}]}], "message 0]: unknown role 'bot'"),
+    ([{"id": "w", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "  "}]}],
+     "message 1]: empty message"),
+    ([{"id": "v"}], "missing key 'messages'"),
+    ("", "is empty"),
+    (b"\xff\xfe\x00bad", "not UTF-8 text"),
+    ("{not json", "neither JSON nor JSON Lines"),
+])
+def test_bad_logs_give_one_line_naming_file_conversation_and_message(tmp_path, content, expected):
+    p = tmp_path / "bad.json"
+    if isinstance(content, bytes):
+        p.write_bytes(content)
+    else:
+        p.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+    res = subprocess.run([sys.executable, "-m", "face.cli", "evaluate", str(p), "--llm", "scripted", "--out",
+                          str(tmp_path / "out"), "--yes"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and "bad.json" in res.stderr and expected in res.stderr, res.stderr
+    assert not (tmp_path / "out").exists()
