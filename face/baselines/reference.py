@@ -130,10 +130,11 @@ def predict_many(metrics: Sequence[str], inputs: Inputs) -> dict[str, MethodOutp
     for m in metrics:
         turn = pd.DataFrame([(a.name, cid, ti, s) for a in inputs.aspects if a.level == "turn"
                              for (cid, ti, _, _), s in zip(units, scores[m])], columns=TURN_COLUMNS)
-        dial = pd.DataFrame([(a.name, cid, float(np.mean([s for (c2, _, _, _), s in zip(units, scores[m])
-                                                          if c2 == cid])))
-                             for a in inputs.aspects if a.level == "dialogue" for cid in dict.fromkeys(u[0] for u in units)],
-                            columns=DIALOGUE_COLUMNS)
+        per_conv: dict[str, list[float]] = {}
+        for (cid, _, _, _), s in zip(units, scores[m]):
+            per_conv.setdefault(cid, []).append(s)
+        dial = pd.DataFrame([(a.name, cid, float(np.mean(v))) for a in inputs.aspects if a.level == "dialogue"
+                             for cid, v in per_conv.items()], columns=DIALOGUE_COLUMNS)
         out[m] = MethodOutput(Predictions(turn, dial),
                               label=f"{LABELS[m]} vs the original ground-truth response (pycocoevalcap, as nlg-eval; "
                                     "no LLM)")

@@ -133,10 +133,11 @@ def run(cfg: DictConfig) -> dict:
 
         for corpus in corpora:
             for coef in ("spearman", "pearson"):
+                title = f"USR {CORPUS_LABELS[corpus]}: reference-based metrics, {coef}"
                 paths.append(bars_by_quality(
                     long[(long["corpus"] == CORPUS_LABELS[corpus]) & (long["level"] == "turn")],
-                    published[published["corpus"] == corpus], coef, "metric", f"USR {CORPUS_LABELS[corpus]}: reference-based metrics, "
-                    f"{coef}", note, ctx.out_dir / "figures" / f"bars_{corpus}_{coef}.png"))
+                    published[published["corpus"] == corpus], coef, "metric", title, note,
+                    ctx.out_dir / "figures" / f"bars_{corpus}_{coef}.png"))
         shown = main[(main["level"] == "turn") & (main["aspect"] == "overall")]
         print_table(f"usr_reference_metrics, Overall. {note}", shown, 4)
         ctx.tracker.log_artifacts(paths, "results")

@@ -1,0 +1,369 @@
+"""The FACE paper's LLM baselines as methods, in our own prompts (``face/prompts/baselines/``).
+
+- ``LLMDirect``: one prompt per unit — an evaluated assistant turn (turn-level aspects, with the
+  conversation up to it) or the whole conversation (dialogue-level aspects) — asking for the aspect's
+  score; ``{"score": k}``, schema-constrained where the endpoint supports it; the mean of ``n`` samples.
+- ``LLMCoTICL``: reasoning before the score, with ``k_examples`` rated examples (human labels) drawn from
+  the *training fold* only (the optimizer's conversation-level split, ``face.optimize.split``, fold 0 held
+  out); the last JSON object of the reply is the answer. Units of the training fold are scored too (every
+  item gets a prediction), but an example is never the unit it is shown for.
+- ``GEval``: evaluation steps generated once per aspect by the LLM (cached like every call, registered in
+  the MLflow Prompt Registry), then the score as the probability-weighted expectation over the valid score
+  tokens (top log-probabilities); where the endpoint gives none (``llm.supports_logprobs=false``) the mean
+  of ``n_fallback`` samples at T = 1 (G-Eval's own fallback: 20 samples).
+
+All three write the same run file as FACE, print a cost estimate before sending anything, stop after it
+with ``llm.dry_run=true``, and register their prompt templates (``face-<aspect>-<method>``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
+from face.aspects import Aspect
+from face.data.schema import Conversation, Instruction
+from face.llm.usage import cost_usd, estimate_input_tokens
+from face.methods import Inputs, MethodOutput
+from face.prompts import render, template_text
+from face.report.tables import print_table
+from face.scoring import numbered, reasoned_value
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Unit:
+    aspect: Aspect
+    conv: Conversation
+    turn_ind: int  # -1: the whole conversation (dialogue-level aspect)
+
+
+def units_of(aspects: Sequence[Aspect], convs: Sequence[Conversation]) -> list[Unit]:
+    out = []
+    for a in aspects:
+        for c in convs:
+            if a.level == "turn":
+                out += [Unit(a, c, t.turn_ind) for t in c.evaluated_turns()]
+            else:
+                out.append(Unit(a, c, -1))
+    return out
+
+
+def levels_text(a: Aspect) -> str:
+    return "\n".join(f"{k}: {v}" for k, v in sorted(a.levels.items())) or ", ".join(map(str, a.scale))
+
+
+def unit_fields(u: Unit) -> dict[str, str]:
+    """Placeholders describing the unit: the conversation (up to the turn for turn-level aspects)."""
+    if u.turn_ind < 0:
+        return {"unit": "dialogue", "unit_heading": "Dialogue", "conversation": numbered(u.conv.turns),
+                "focus": "Rate the whole dialogue."}
+    shown = [t for t in u.conv.turns if t.turn_ind <= u.turn_ind]
+    return {"unit": "assistant turn", "unit_heading": "Conversation so far", "conversation": numbered(shown),
+            "focus": f"Rate the assistant's turn {u.turn_ind} (the last turn shown)."}
+
+
+def aspect_fields(a: Aspect, judged: str) -> dict[str, str]:
+    return {"judged": judged, "aspect": a.name.replace("_", " "), "definition": a.definition,
+            "levels": levels_text(a), "scale": ", ".join(map(str, a.scale))}
+
+
+def label_of(u: Unit) -> float | None:
+    if u.turn_ind < 0:
+        return u.conv.labels.get(u.aspect.name)
+    return u.conv.turn(u.turn_ind).labels.get(u.aspect.name)
+
+
+def predictions(units: Sequence[Unit], values: Sequence[float | None]) -> Predictions:
+    turn = [(u.aspect.name, u.conv.conv_id, u.turn_ind, v) for u, v in zip(units, values)
+            if u.turn_ind >= 0 and v is not None]
+    dial = [(u.aspect.name, u.conv.conv_id, v) for u, v in zip(units, values) if u.turn_ind < 0 and v is not None]
+    return Predictions(pd.DataFrame(turn, columns=TURN_COLUMNS), pd.DataFrame(dial, columns=DIALOGUE_COLUMNS))
+
+
+@dataclass
+class _LLMBaseline:
+    """Shared mechanics: plan requests, estimate, (dry run), send, parse, aggregate, report."""
+
+    name: str = ""
+    n: int = 1
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    output_tokens: int = 8  # assumed reply length for the cost estimate
+    title: str = ""
+    templates: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"method.n must be an integer >= 1, got {self.n!r}")
+        if self.temperature is not None and self.temperature < 0:
+            raise ValueError(f"method.temperature must be >= 0, got {self.temperature!r}")
+
+    def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
+        return []
+
+    # ---- what a subclass provides
+    def requests(self, units: Sequence[Unit], inputs: Inputs, client, native: bool) -> list:
+        raise NotImplementedError
+
+    def value(self, unit: Unit, result) -> tuple[float | None, int]:
+        """(prediction, number of invalid samples)."""
+        raise NotImplementedError
+
+    def prepare(self, inputs: Inputs, client, native: bool) -> None:
+        """Per-run set-up that may call the LLM (G-Eval's steps)."""
+
+    # ---- shared
+    def register(self, inputs: Inputs) -> None:
+        if inputs.tracker is None:
+            return
+        text = "\n\n".join(f"--- {t}\n{template_text('baselines/' + t)}" for t in self.templates)
+        for a in inputs.aspects:
+            inputs.tracker.register_instructions(a.name, [Instruction(f"{self.name}-template", text)], self.name)
+
+    def estimate(self, reqs: Sequence, inputs: Inputs) -> pd.DataFrame:
+        llm = inputs.llm
+        per_req = max(int(llm.get("n_per_request", 1)), 1)
+        calls = sum(r.n for r in reqs)
+        http = sum(-(-r.n // per_req) for r in reqs)
+        tin = sum(estimate_input_tokens(r.messages) * -(-r.n // per_req) for r in reqs)
+        tout = calls * self.output_tokens
+        cost = cost_usd(tin, tout, llm.get("price_input_per_mtok", 0.0), llm.get("price_output_per_mtok", 0.0))
+        return pd.DataFrame([{"stage": f"score:{self.name}", "units": len(reqs), "calls": calls, "http_requests": http,
+                              "input_tokens": tin, "output_tokens": tout, "cost_usd": cost}])
+
+    def describe(self, llm: dict) -> str:
+        out = f"{self.title} — LLM: {llm.get('model')} ({llm.get('backend')}); n={self.n}, T={self.temperature}"
+        if llm.get("backend") in ("local", "scripted"):
+            out += "; PIPELINE CHECK ONLY, no judging signal"
+        return out
+
+    def predict(self, inputs: Inputs) -> MethodOutput:
+        from face.llm import LLMConfig, make_client
+
+        lcfg = LLMConfig.from_dict(inputs.llm)
+        native = lcfg.supports_json_schema
+        units = units_of(inputs.aspects, inputs.convs)
+        label = self.describe(inputs.llm)
+        self.register(inputs)
+        run_dir = inputs.run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        costs_path = run_dir / f"cost_estimate_{self.name}.csv"
+        if lcfg.dry_run:
+            reqs = self.requests(units, inputs, None, native)
+            costs = self.estimate(reqs, inputs)
+            costs.to_csv(costs_path, index=False)
+            print_table(f"Cost estimate (dry run, nothing sent) — {label}", costs, 2)
+            return MethodOutput(Predictions.empty(), label=label + " — DRY RUN, nothing sent", artifacts=[costs_path],
+                                metrics={f"estimate.{self.name}.calls": float(costs['calls'].sum())}, dry_run=True)
+        with make_client(lcfg) as client:
+            self.prepare(inputs, client, native)
+            reqs = self.requests(units, inputs, client, native)
+            costs = self.estimate(reqs, inputs)
+            costs.to_csv(costs_path, index=False)
+            print_table(f"Cost estimate before sending — {label}", costs, 2)
+            results = client.run_batch(reqs, desc=self.name)
+            usage_path = client.usage.write_artifact(run_dir / f"llm_usage_{self.name}.json")
+            metrics = client.usage.mlflow_metrics(prefix=f"{self.name}.llm_")
+        values, invalid = zip(*(self.value(u, r) for u, r in zip(units, results))) if units else ((), ())
+        detail = pd.DataFrame({"aspect": [u.aspect.name for u in units], "conv_id": [u.conv.conv_id for u in units],
+                               "turn_ind": [u.turn_ind for u in units], "score": list(values),
+                               "invalid_samples": list(invalid)})
+        detail_path = run_dir / f"scores_{self.name}.csv"
+        detail.to_csv(detail_path, index=False)
+        metrics[f"{self.name}.units"] = len(units)
+        metrics[f"{self.name}.units_without_score"] = int(detail["score"].isna().sum())
+        metrics[f"{self.name}.invalid_samples"] = int(np.sum(invalid)) if units else 0
+        return MethodOutput(predictions(units, values), detail, label, [costs_path, usage_path, detail_path], metrics)
+
+
+def _mean_valid(result, scale: Sequence[int]) -> tuple[float | None, int]:
+    vals = [s.value.score for s in result.samples if s.valid and s.value is not None]
+    bad = len(result.samples) - len(vals)
+    return (float(np.mean(vals)) if vals else None), bad
+
+
+@dataclass
+class LLMDirect(_LLMBaseline):
+    name: str = "llm_direct"
+    title: str = "LLM-Direct (one prompt per turn / dialogue, score only)"
+    templates: tuple[str, ...] = ("direct.txt",)
+
+    def requests(self, units, inputs, client, native):
+        from face.llm import ChatRequest
+        from face.llm.adapters import score_adapter
+
+        out = []
+        for u in units:
+            msgs = render("baselines/direct.txt", **aspect_fields(u.aspect, inputs.dataset.judged), **unit_fields(u))
+            req = ChatRequest(msgs, n=self.n, temperature=self.temperature, max_tokens=self.max_tokens or 16,
+                              tag=f"{self.name}:{u.aspect.name}")
+            out.append(score_adapter(u.aspect.scale).request(req, native, validate=True))
+        return out
+
+    def value(self, unit, result):
+        return _mean_valid(result, unit.aspect.scale)
+
+
+def training_conversations(convs: Sequence[Conversation], folds: int, seed: int) -> list[Conversation]:
+    """The optimizer's training side (fold 0 held out as test, no dev)."""
+    try:
+        from face.optimize.split import split_conversations
+    except ImportError:  # the optimizer's split is not in this tree: the same rule, seeded, by system
+        rng = np.random.default_rng(seed)
+        keep = {c.conv_id for c in convs if rng.random() >= 1 / folds}
+        return [c for c in convs if c.conv_id in keep]
+    split = split_conversations(convs, folds=folds, fold=0, dev_fraction=0.0, seed=seed)
+    train = set(split.train)
+    return [c for c in convs if c.conv_id in train]
+
+
+@dataclass
+class LLMCoTICL(_LLMBaseline):
+    name: str = "llm_cot_icl"
+    title: str = "LLM-CoT+ICL (reasoning, then the score; in-context examples from the training fold)"
+    templates: tuple[str, ...] = ("cot_icl.txt",)
+    k_examples: int = 2
+    folds: int = 2
+    split_seed: int = 0
+    output_tokens: int = 250
+    example_chars: int = 1500  # an example's conversation is cut to its last N characters
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.k_examples < 0:
+            raise ValueError(f"method.k_examples must be >= 0, got {self.k_examples}")
+
+    def examples(self, aspect: Aspect, pool: Sequence[Unit], exclude: Unit, rng: np.random.Generator) -> str:
+        cands = [p for p in pool if p.conv.conv_id != exclude.conv.conv_id]
+        if not cands or self.k_examples == 0:
+            return "(none)"
+        pick = rng.choice(len(cands), size=min(self.k_examples, len(cands)), replace=False)
+        parts = []
+        for j, i in enumerate(sorted(pick), 1):
+            p = cands[i]
+            f = unit_fields(p)
+            conv = f["conversation"][-self.example_chars:]
+            parts.append(f"Example {j} ({f['unit']}):\n{conv}\n{f['focus']}\nHuman score: {label_of(p):g}")
+        return "\n\n".join(parts)
+
+    def requests(self, units, inputs, client, native):
+        from face.llm import ChatRequest
+        from face.llm.adapters import score_adapter
+
+        train = training_conversations(inputs.convs, self.folds, self.split_seed)
+        out = []
+        for a in inputs.aspects:
+            pool = [u for u in units_of([a], train) if label_of(u) is not None]
+            rng = np.random.default_rng([self.split_seed, len(a.name)])
+            schema = json.dumps(score_adapter(a.scale).schema, separators=(",", ":"))
+            for u in (u for u in units if u.aspect is a):
+                msgs = render("baselines/cot_icl.txt", **aspect_fields(a, inputs.dataset.judged), **unit_fields(u),
+                              examples=self.examples(a, pool, u, rng), schema=schema)
+                req = ChatRequest(msgs, n=self.n, temperature=self.temperature, max_tokens=self.max_tokens or 768,
+                                  tag=f"{self.name}:{a.name}")
+                out.append(replace_adapter(req, _ReasonedScore(a.scale)))
+        return out
+
+    def value(self, unit, result):
+        vals = [s.value for s in result.samples if s.valid and s.value is not None]
+        return (float(np.mean(vals)) if vals else None), len(result.samples) - len(vals)
+
+
+class _ReasonedScore:
+    """Adapter for a reasoned reply: the last JSON object's score, one of the scale (no schema is sent)."""
+
+    def __init__(self, scale: Sequence[int]):
+        self.scale = tuple(scale)
+
+    def parse(self, answer):
+        if getattr(answer, "finish_reason", "") == "length":
+            return "truncated (finish_reason=length)"
+        v = reasoned_value(answer.text if hasattr(answer, "text") else answer, self.scale)
+        return v if v is not None else f"no final JSON score in {self.scale}"
+
+
+def replace_adapter(req, adapter):
+    from dataclasses import replace
+
+    return replace(req, adapter=adapter)
+
+
+@dataclass
+class GEval(_LLMBaseline):
+    name: str = "g_eval"
+    title: str = "G-Eval (LLM-written evaluation steps, probability-weighted score)"
+    templates: tuple[str, ...] = ("geval_steps.txt", "geval_score.txt")
+    top_logprobs: int = 10
+    n_fallback: int = 20  # samples where the endpoint gives no log-probabilities
+    steps_max_tokens: int = 300
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._steps: dict[str, str] = {}
+        self._logprobs = True
+
+    def prepare(self, inputs, client, native):
+        from face.llm import ChatRequest
+
+        reqs = []
+        for a in inputs.aspects:
+            f = aspect_fields(a, inputs.dataset.judged)
+            unit = "dialogue" if a.level == "dialogue" else "assistant turn in a conversation"
+            reqs.append(ChatRequest(render("baselines/geval_steps.txt", **f, unit=unit), temperature=0.0,
+                                    max_tokens=self.steps_max_tokens, tag=f"{self.name}:steps:{a.name}"))
+        for a, r in zip(inputs.aspects, client.run_batch(reqs, desc="g_eval steps")):
+            self._steps[a.name] = r.text.strip() or "1. Read the conversation.\n2. Rate the quality."
+        if inputs.tracker is not None:
+            for a in inputs.aspects:
+                inputs.tracker.register_instructions(a.name, [Instruction("g_eval-steps", self._steps[a.name])],
+                                                     "g_eval_steps")
+        (inputs.run_dir / "g_eval_steps.json").write_text(
+            pd.Series(self._steps).to_json(indent=1), encoding="utf-8")
+
+    def requests(self, units, inputs, client, native):
+        from face.llm import ChatRequest
+        from face.llm.adapters import score_adapter
+
+        self._logprobs = bool(inputs.llm.get("supports_logprobs", True))
+        out = []
+        for u in units:
+            steps = self._steps.get(u.aspect.name, "(generated by the LLM at run time)")
+            msgs = render("baselines/geval_score.txt", **aspect_fields(u.aspect, inputs.dataset.judged),
+                          **unit_fields(u), steps=steps)
+            if self._logprobs:
+                req = ChatRequest(msgs, n=1, temperature=0.0, max_tokens=self.max_tokens or 16,
+                                  logprobs=True, top_logprobs=self.top_logprobs, tag=f"{self.name}:{u.aspect.name}")
+            else:
+                req = ChatRequest(msgs, n=self.n_fallback, temperature=1.0, max_tokens=self.max_tokens or 16,
+                                  tag=f"{self.name}:{u.aspect.name}")
+            out.append(score_adapter(u.aspect.scale).request(req, native, validate=True))
+        return out
+
+    def value(self, unit, result):
+        if not self._logprobs:
+            return _mean_valid(result, unit.aspect.scale)
+        from face.llm.logprobs import expected_score
+
+        s = result.samples[0] if result.samples else None
+        if s is None or not s.valid:
+            return None, 1
+        exp = expected_score(s, unit.aspect.scale, key="score")
+        if exp is None or exp.value is None:  # no distribution at the answer: the sampled score itself
+            return float(s.value.score), 0
+        return float(exp.value), 0
+
+    def describe(self, llm):
+        how = (f"top-{self.top_logprobs} logprobs expectation" if llm.get("supports_logprobs", True)
+               else f"no logprobs: mean of {self.n_fallback} samples at T=1")
+        out = f"{self.title} — LLM: {llm.get('model')} ({llm.get('backend')}); {how}"
+        if llm.get("backend") in ("local", "scripted"):
+            out += "; PIPELINE CHECK ONLY, no judging signal"
+        return out
