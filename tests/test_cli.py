@@ -101,3 +101,38 @@ def test_bad_logs_give_one_line_naming_file_conversation_and_message(tmp_path, c
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "bad.json" in res.stderr and expected in res.stderr, res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _browser() -> str | None:
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def test_the_report_renders_in_headless_chromium_with_every_conversation_and_particle(tmp_path):
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no Chromium installed (Debian: apt-get install chromium)")
+    assert _evaluate(tmp_path, _jsonl(tmp_path, CHAT)) == 0
+    out = tmp_path / "out"
+    res = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+                          "--dump-dom", (out / "report.html").as_uri()], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    dom = res.stdout
+    assert "CONSOLE" not in res.stderr and "Uncaught" not in res.stderr  # no console errors
+    for c in ("c1", "c2"):
+        assert f'id="{c}"' in dom
+    for line in (out / "particles.jsonl").read_text().splitlines():
+        for p in json.loads(line)["particles"]:
+            assert p["particle"] in dom.replace("&amp;", "&").replace("&#39;", "'")
+
+
+@pytest.mark.slow
+def test_evaluate_runs_end_to_end_on_the_embedded_llm(tmp_path):
+    logs = _jsonl(tmp_path, CHAT[:1])
+    assert main(["evaluate", str(logs), "--aspects", "relevance", "--llm", "local", "--out", str(tmp_path / "out"),
+                 "--yes", "--set", f"paths.cache_dir={tmp_path / 'cache'}"]) == 0
+    run = json.loads((tmp_path / "out" / "run_file.json").read_text())
+    assert [r["conv_id"] for r in run] == ["c1"] and (tmp_path / "out" / "report.html").exists()
