@@ -33,7 +33,7 @@ from face.report.tables import print_table
 from face.scoring import UNITS, InvalidPolicy, ScoringSpec, plan, records_frame, score, units_for
 
 log = logging.getLogger(__name__)
-INSTRUCTION_SOURCES = ("released", "initial", "initial_aspect", "file")
+INSTRUCTION_SOURCES = ("released", "initial", "initial_aspect", "file", "mlflow")
 EMPTY_TURN_RULES = ("min", "drop")
 
 
@@ -44,12 +44,16 @@ class InstructionsSpec:
     source: str = "released"
     file: str | None = None  # JSON {aspect: [{instruction_id, text}]} for source=file
     max: int | None = None  # use the first N (by rank); None = all
+    ref: str | None = None  # source=mlflow: NAME@VERSION ({aspect} allowed in NAME), prompts:/NAME/V or runs:/RUN_ID
 
     def __post_init__(self) -> None:
         if self.source not in INSTRUCTION_SOURCES:
             raise ValueError(f"unknown instruction source {self.source!r}; choose from {INSTRUCTION_SOURCES}")
         if self.source == "file" and not self.file:
             raise ValueError("method.instructions.source=file needs method.instructions.file")
+        if self.source == "mlflow" and not self.ref:
+            raise ValueError("method.instructions.source=mlflow needs +method.instructions.ref=NAME@VERSION, "
+                             "prompts:/NAME/VERSION or runs:/RUN_ID")
         if self.max is not None and self.max < 1:
             raise ValueError(f"method.instructions.max must be >= 1 or null, got {self.max}")
 
@@ -148,6 +152,10 @@ class Face:
             out = [Instruction("initial", generic_instruction(aspect), 1, "initial")]
         elif spec.source == "initial_aspect":
             out = [Instruction("initial_aspect", initial_instruction(aspect), 1, "initial_aspect")]
+        elif spec.source == "mlflow":  # an optimized set (face/optimize/registry.py)
+            from face.optimize.registry import load_reference
+
+            out = load_reference(spec.ref or "", aspect)
         else:
             path = Path(spec.file or "")
             raw = check_type(read_json(path), dict, path, "top level")

@@ -1,0 +1,273 @@
+"""Experiment ``optimize_selection`` (replay, no LLM): how well does the UCB bandit find the instructions
+with the best held-out correlation?
+
+The authors' released judgements are the oracle: a candidate is one of an aspect's 16 released
+instructions, a pull is the correlation of its predictions with the gold labels on a fresh random
+minibatch of training items. Per aspect and held-out fold (conversation-level, stratified by CRS), per
+repetition (a new seed), the set of the top b by mean reward is scored on the held-out fold:
+
+- ``ucb``: UCB1 with exploration constant c, for every pull budget and c of the grid;
+- ``uniform``: the same budget spread round-robin over the candidates;
+- ``random``: b instructions drawn at random (no pulls);
+- ``full``: every candidate evaluated on every training item (the top b by full-train correlation);
+- ``best``: the best possible set of b, chosen on the held-out fold itself (an oracle; regret = best − set).
+
+Writes ``results/optimize_selection/`` (full data): ``headline`` (the default budget and c), ``grid``
+(every budget × c), ``instructions`` (train / held-out correlation of every instruction), figures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+from scipy import stats
+
+from face.aggregate import PRED_DECIMALS
+from face.experiments.common import ConfigError, experiment
+from face.methods.released import load_scores
+from face.optimize.bandit import Bandit, random_choice
+from face.optimize.items import correlation, indices_of, items_for, reward
+from face.optimize.run import optimizer_config
+from face.optimize.scorers import ReplayScorer
+from face.optimize.split import split_conversations
+from face.report.tables import order_aspects, print_table, write_table
+
+MAX_COMBINATIONS = 50_000
+
+
+def row_correlations(preds: np.ndarray, gold: np.ndarray, kind: str) -> np.ndarray:
+    """The correlation of every row of ``preds`` with ``gold`` (vectorised for Pearson / Spearman)."""
+    preds = np.round(preds, PRED_DECIMALS)
+    if kind == "kendall":
+        return np.array([correlation(p, gold, kind) for p in preds])
+    x = stats.rankdata(preds, axis=1) if kind == "spearman" else preds
+    y = stats.rankdata(gold) if kind == "spearman" else gold
+    x = x - x.mean(1, keepdims=True)
+    y = y - y.mean()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (x @ y) / np.sqrt((x * x).sum(1) * (y @ y))
+    return np.where(np.ptp(preds, axis=1) == 0, np.nan, r)
+
+
+def best_set(matrix: np.ndarray, test: np.ndarray, gold: np.ndarray, b: int, kind: str) -> tuple[float, tuple]:
+    """The set of ``b`` rows whose mean has the highest correlation on ``test`` (exhaustive; greedy if too many)."""
+    n = matrix.shape[0]
+    sub = matrix[:, test]
+    combos = list(itertools.combinations(range(n), b)) if _n_comb(n, b) <= MAX_COMBINATIONS else None
+    if combos is not None:
+        preds = np.stack([sub[list(c)].mean(0) for c in combos])
+        r = row_correlations(preds, gold[test], kind)
+        k = int(np.nanargmax(r))
+        return float(r[k]), combos[k]
+    chosen: list[int] = []  # greedy forward selection
+    for _ in range(b):
+        rest = [i for i in range(n) if i not in chosen]
+        r = row_correlations(np.stack([sub[chosen + [i]].mean(0) for i in rest]), gold[test], kind)
+        chosen.append(rest[int(np.nanargmax(r))])
+    return correlation(sub[chosen].mean(0), gold[test], kind), tuple(sorted(chosen))
+
+
+def _n_comb(n: int, k: int) -> int:
+    from math import comb
+
+    return comb(n, k)
+
+
+def _set_score(matrix, chosen, test, gold, kind) -> float:
+    return correlation(matrix[list(chosen)][:, test].mean(0), gold[test], kind)
+
+
+def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.ndarray, b: int, budgets, cs,
+             minibatch: int, repeats: int, seed: int, kind: str) -> list[dict]:
+    """Every policy × budget × c × repetition for one aspect and fold."""
+    n = matrix.shape[0]
+    rows = []
+
+    def policy_run(policy: str, budget: int, c: float, rng: np.random.Generator) -> tuple[list[int], int]:
+        bandit = Bandit(n, c)
+
+        def pull(a: int) -> float:
+            idx = rng.choice(train, size=min(minibatch, len(train)), replace=False)
+            return reward(matrix[a, idx], gold[idx], kind)
+
+        bandit.run(pull, budget, policy)
+        return bandit.top(b), int(bandit.t)
+
+    for rep in range(repeats):
+        rng = np.random.default_rng([seed, rep])
+        chosen = random_choice(n, b, rng)
+        rows.append({"policy": "random", "budget": 0, "ucb_c": np.nan, "repeat": rep, "set": chosen, "pulls": 0})
+        for budget in budgets:
+            for c in cs:
+                chosen, t = policy_run("ucb", budget, c, np.random.default_rng([seed, rep, budget, int(c * 1000)]))
+                rows.append({"policy": "ucb", "budget": budget, "ucb_c": c, "repeat": rep, "set": chosen, "pulls": t})
+            chosen, t = policy_run("uniform", budget, 0.0, np.random.default_rng([seed, rep, budget, 7]))
+            rows.append({"policy": "uniform", "budget": budget, "ucb_c": np.nan, "repeat": rep, "set": chosen,
+                         "pulls": t})
+    for r in rows:
+        r["heldout"] = _set_score(matrix, r["set"], test, gold, kind)
+        r["item_evaluations"] = r["pulls"] * min(minibatch, len(train))
+    return rows
+
+
+def run(cfg: DictConfig) -> dict:
+    ocfg = optimizer_config(cfg)
+    sel = OmegaConf.to_container(cfg.selection, resolve=True)
+    budgets, cs = [int(x) for x in sel["budgets"]], [float(x) for x in sel["ucb_cs"]]
+    if ocfg.pulls not in budgets:
+        budgets = sorted({*budgets, ocfg.pulls})
+    if ocfg.ucb_c not in cs:
+        cs = sorted({*cs, ocfg.ucb_c})
+    repeats = int(sel["repeats"])
+    if repeats < 1 or not budgets or not cs:
+        raise ConfigError("selection.repeats must be >= 1 and selection.budgets / selection.ucb_cs non-empty")
+    folds = list(range(ocfg.split.folds)) if sel.get("all_folds", True) else [ocfg.split.fold]
+    kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
+    with experiment(cfg) as ctx:
+        out_dir, tracker = ctx.out_dir, ctx.tracker
+        runs, inst_rows, timing = [], [], {}
+        for a in ctx.aspects:
+            t0 = time.perf_counter()
+            scores = load_scores(ctx.data_dir, [a.name], {c.conv_id for c in ctx.convs})
+            items = items_for(a, ctx.convs)
+            scorer = ReplayScorer(scores, items, a.level)
+            matrix, gold, covered = scorer.matrix, scorer.gold, scorer.covered()
+            if b > matrix.shape[0]:
+                raise ConfigError(f"optimizer.beam={b} is more than the {matrix.shape[0]} released instructions")
+            for fold in folds:
+                split = split_conversations(ctx.convs, ocfg.split.folds, fold, 0.0, ocfg.split.seed)
+                train = np.intersect1d(indices_of(items, split.train), covered)
+                test = np.intersect1d(indices_of(items, split.test), covered)
+                train_corr = row_correlations(matrix[:, train], gold[train], kind)
+                test_corr = row_correlations(matrix[:, test], gold[test], kind)
+                for k, iid in enumerate(scorer.ids):
+                    inst_rows.append({"aspect": a.name, "fold": fold, "instruction_id": iid,
+                                      "train": train_corr[k], "heldout": test_corr[k]})
+                best, best_combo = best_set(matrix, test, gold, b, kind)
+                full = [int(i) for i in np.argsort(-np.nan_to_num(train_corr, nan=-2), kind="stable")[:b]]
+                base = {"aspect": a.name, "level": a.level, "fold": fold, "train_items": len(train),
+                        "test_items": len(test), "candidates": matrix.shape[0], "beam": b, "minibatch": m,
+                        "best": best, "best_set": ",".join(scorer.ids[i] for i in best_combo)}
+                runs.append({**base, "policy": "full", "budget": 0,
+                             "ucb_c": np.nan, "repeat": 0, "set": full, "pulls": 0,
+                             "heldout": _set_score(matrix, full, test, gold, kind),
+                             "item_evaluations": matrix.shape[0] * len(train)})
+                seed = [ocfg.seed, fold, int.from_bytes(a.name.encode()[:4], "little")]
+                for r in simulate(matrix, gold, train, test, b, budgets, cs, m, repeats, seed, kind):
+                    runs.append({**base, **r})
+            timing[a.name] = time.perf_counter() - t0
+        df = pd.DataFrame(runs)
+        df["regret"] = df["best"] - df["heldout"]
+        df["set"] = df["set"].map(lambda s: ",".join(map(str, s)))
+        raw = ctx.run_dir / "selection_runs.csv"
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(raw, index=False)
+        grid = (df.groupby(["aspect", "policy", "budget", "ucb_c"], dropna=False)
+                .agg(heldout=("heldout", "mean"), heldout_sd=("heldout", "std"), regret=("regret", "mean"),
+                     best=("best", "mean"), pulls=("pulls", "mean"), item_evaluations=("item_evaluations", "mean"),
+                     runs=("heldout", "size")).reset_index())
+        grid = order_aspects(grid)
+        headline = _headline(grid, ocfg, kind)
+        note = (f"Replay of the authors' released judgements (no LLM; 16 released instructions per aspect as the "
+                f"candidate pool); {ctx.subset}; {len(folds)} held-out folds × {repeats} repetitions (conversation "
+                f"level, stratified by CRS); set size b={b}, minibatch {m} items per pull, reward = {kind} "
+                f"(also the held-out metric). 'best' is an oracle chosen on the held-out fold. The released "
+                f"instructions were themselves selected by the authors on all 467 conversations.")
+        paths = write_table(headline, out_dir, "headline",
+                            f"Bandit selection at the default budget ({ocfg.pulls} pulls, c={ocfg.ucb_c}). {note}")
+        paths += write_table(grid, out_dir, "grid", f"Every budget × c (means over folds and repetitions). {note}")
+        inst = order_aspects(pd.DataFrame(inst_rows).groupby(["aspect", "instruction_id"])[["train", "heldout"]]
+                             .mean().reset_index())
+        paths += write_table(inst, out_dir, "instructions", f"Train / held-out {kind} of each released instruction "
+                                                             f"(mean over folds). {note}")
+        timing_df = pd.DataFrame([{"aspect": k, "seconds": v} for k, v in timing.items()])
+        paths += write_table(timing_df, out_dir, "timing", "Wall time of the replay simulation per aspect "
+                                                           "(every policy, budget, c, fold and repetition).")
+        paths += _figures(grid, ocfg, out_dir / "figures", note)
+        print_table(f"Bandit selection at the default budget. {note}", headline)
+        tracker.log_artifacts(paths, "results")
+        tracker.log_artifacts([raw], "runs")
+        metrics = {}
+        for r in headline.itertuples():
+            for col in ("ucb", "uniform", "random", "full", "best", "ucb_regret"):
+                metrics[f"selection.{r.aspect}.{col}"] = getattr(r, col)
+        metrics.update({f"selection.{k}.seconds": v for k, v in timing.items()})
+        tracker.log_metrics(metrics)
+        return {"headline": headline, "grid": grid, "runs": df, "timing": timing, "out_dir": out_dir}
+
+
+def _headline(grid: pd.DataFrame, ocfg, kind: str) -> pd.DataFrame:
+    rows = []
+    for a, g in grid.groupby("aspect", sort=False):
+        def pick(policy, budget=None, c=None, g=g):
+            s = g[g["policy"] == policy]
+            if budget is not None:
+                s = s[s["budget"] == budget]
+            if c is not None:
+                s = s[np.isclose(s["ucb_c"], c)]
+            return s.iloc[0]
+
+        ucb, uni = pick("ucb", ocfg.pulls, ocfg.ucb_c), pick("uniform", ocfg.pulls)
+        full, rnd = pick("full"), pick("random")
+        curve = g[(g["policy"] == "ucb") & np.isclose(g["ucb_c"], ocfg.ucb_c)].sort_values("budget")
+        enough = curve[curve["heldout"] >= full["heldout"] - 0.01]
+        needed = float(enough["budget"].iloc[0]) if len(enough) else np.nan
+        rows.append({"aspect": a, "ucb": ucb["heldout"], "uniform": uni["heldout"], "random": rnd["heldout"],
+                     "full": full["heldout"], "best": ucb["best"], "ucb_regret": ucb["regret"],
+                     "random_regret": rnd["regret"], "ucb_pulls": ucb["pulls"],
+                     "ucb_item_evals": ucb["item_evaluations"], "full_item_evals": full["item_evaluations"],
+                     "pulls_to_full_minus_0.01": needed})
+    return pd.DataFrame(rows)
+
+
+def _figures(grid: pd.DataFrame, ocfg, out: Path, note: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    aspects = list(dict.fromkeys(grid["aspect"]))
+    paths = []
+    fig, axes = plt.subplots(1, len(aspects), figsize=(2.6 * len(aspects), 2.8), squeeze=False, sharey=False)
+    for ax, a in zip(axes[0], aspects):
+        g = grid[grid["aspect"] == a]
+        u = g[(g["policy"] == "ucb") & np.isclose(g["ucb_c"], ocfg.ucb_c)].sort_values("budget")
+        f = g[g["policy"] == "uniform"].sort_values("budget")
+        ax.plot(u["budget"], u["heldout"], "o-", label=f"UCB (c={ocfg.ucb_c:g})")
+        ax.plot(f["budget"], f["heldout"], "s--", label="uniform")
+        for pol, style in (("random", ":"), ("full", "-.")):
+            ax.axhline(g[g["policy"] == pol]["heldout"].iloc[0], ls=style, color="grey", lw=1, label=pol)
+        ax.axhline(u["best"].iloc[0], color="black", lw=1, label="best (oracle)")
+        ax.set_xscale("log", base=2)
+        ax.set_title(a, fontsize=8)
+        ax.set_xlabel("pulls", fontsize=7)
+        ax.tick_params(labelsize=6)
+    axes[0][0].set_ylabel(f"held-out {ocfg.reward} of top-{ocfg.beam}", fontsize=7)
+    axes[0][0].legend(fontsize=5)
+    fig.suptitle("Bandit selection among the released instructions (replay, no LLM)", fontsize=8)
+    fig.tight_layout()
+    p = out / "heldout_vs_budget.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    u = grid[(grid["policy"] == "ucb") & (grid["budget"] == ocfg.pulls)]
+    for a in aspects:
+        s = u[u["aspect"] == a].sort_values("ucb_c")
+        ax.plot(s["ucb_c"], s["regret"], "o-", label=a)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("UCB exploration constant c", fontsize=8)
+    ax.set_ylabel(f"regret vs best set ({ocfg.pulls} pulls)", fontsize=8)
+    ax.legend(fontsize=5)
+    fig.tight_layout()
+    p = out / "regret_vs_c.png"
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+    return paths
