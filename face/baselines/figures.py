@@ -4,6 +4,7 @@ transfer figure (one aspect's correlation on CRSArena-Eval, Topical-Chat, Person
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,7 @@ def bars_by_quality(ours: pd.DataFrame, published: pd.DataFrame, coefficient: st
     ax.set_ylim(min(-0.2, float(np.nanmin(np.append(mine["ci_low"].to_numpy(float), 0))) - 0.05), 1)
     ax.set_title(title)
     ax.legend(ncol=4, fontsize=6.5, loc="upper left")
-    fig.text(0.01, -0.02, note, fontsize=6.5, ha="left", va="top", wrap=True)
+    fig.text(0.01, -0.02, textwrap.fill(note, 170), fontsize=6.5, ha="left", va="top")
     return _save(fig, path)
 
 
@@ -81,5 +82,5 @@ def transfer_figure(rows: pd.DataFrame, coefficient: str, title: str, note: str,
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_title(title)
     ax.legend(fontsize=7)
-    fig.text(0.01, -0.02, note, fontsize=6.5, ha="left", va="top", wrap=True)
+    fig.text(0.01, -0.02, textwrap.fill(note, 170), fontsize=6.5, ha="left", va="top")
     return _save(fig, path)

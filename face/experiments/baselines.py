@@ -95,9 +95,12 @@ def run(cfg: DictConfig) -> dict:
                                  f"Williams' test (Pearson; assumes independent items). {note}", digits=4)
             print_table(f"{cfg.task_name}: significance ({reference} − baseline)",
                         sig.drop(columns=["method_a", "level", "n_clusters"]), 3)
-        paths += figures(long, ctx, note)
+        short = (f"{ctx.subset}; ours: LLM {cfg.llm.model} ({cfg.llm.backend}); 95% CIs over "
+                 f"{'contexts' if is_usr else 'conversations'}; published values hatched (no CI). Full labels: "
+                 "table_long.md")
+        paths += figures(long, ctx, short)
         if is_usr:
-            paths += transfer_outputs(results, ctx, reference, note)
+            paths += transfer_outputs(results, ctx, reference, short)
         tracker.log_artifacts(paths, "results")
         return {"results": results, "long": long, "out_dir": ctx.out_dir, "labels": labels}
 

@@ -1,0 +1,111 @@
+"""The LLM baselines and the transfer method as methods, and their experiments, on the scripted server."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from face.baselines.llm import GEval, LLMCoTICL, LLMDirect, training_conversations, units_of
+from face.baselines.transfer import DEFAULT_MAPPING, FaceTransfer
+from face.runfile import read_run_file
+
+FAST = ("llm=scripted", "run_size=tiny", "metaeval.n_boot=50")
+
+
+def _run(cfg):
+    return importlib.import_module(cfg.runner).run(cfg)
+
+
+def test_crsarena_baselines_on_two_conversations(cfg_factory):
+    cfg = cfg_factory("experiment=crsarena_baselines", "dataset.limit=2", "aspects=[relevance,dialogue_overall]", *FAST,
+                      tracking=False)
+    out = _run(cfg)
+    run_dir = Path(cfg.paths.output_dir)
+    for name in ("llm_direct", "llm_cot_icl", "g_eval", "face"):
+        raw = json.loads((run_dir / f"run_file_{name}.json").read_text())
+        assert len(raw) == 2  # the authors' run-file format: one record per conversation
+        preds = read_run_file(run_dir / f"run_file_{name}.json")
+        # 1 turn-level aspect × 11 assistant turns, 1 dialogue-level aspect × 2 conversations
+        if name != "face":
+            assert len(preds.turn) == 11 and len(preds.dialogue) == 2
+    scores = pd.read_csv(run_dir / "scores_llm_direct.csv")
+    assert scores["score"].between(0, 4).all()
+    long = out["long"]
+    ours = long[long["source"].str.startswith("ours")]
+    assert set(ours["method"]) == {"LLM-Direct", "LLM-CoT+ICL", "G-Eval", "FACE"}
+    assert ours["source"].str.contains("scripted-model").all()  # every cell says what produced it
+    pub = long[long["source"].str.startswith("published")]
+    assert {"UniEval", "FACE w/o train", "LLM-Direct", "G-Eval"} <= set(pub["method"])
+    assert len(pub[(pub["method"] == "UniEval") & (pub["aspect"] == "relevance")]) == 4  # 2 splits × 2 coefficients
+    assert pub[pub["method"] == "UniEval"]["source"].str.contains("not recomputed").all()
+    res_dir = Path(out["out_dir"])
+    sig = pd.read_csv(res_dir / "significance.csv")
+    assert set(sig["method_b"]) == {"llm_direct", "llm_cot_icl", "g_eval"} and set(sig["method_a"]) == {"face"}
+    assert (res_dir / "table_spearman.md").exists() and (res_dir / "figures" / "bars_redial_spearman.png").exists()
+    steps = json.loads((run_dir / "g_eval_steps.json").read_text())
+    assert set(steps) == {"relevance", "dialogue_overall"} and all(steps.values())  # one set per aspect
+
+
+def test_transfer_topical_chat_on_three_items(cfg_factory):
+    cfg = cfg_factory("experiment=transfer_topical_chat", "dataset.limit=3", *FAST, tracking=False)
+    out = _run(cfg)
+    res = out["results"]
+    assert set(res["method"]) == {"face_transfer", "llm_direct", "llm_cot_icl", "g_eval"}
+    assert set(res["aspect"]) == set(DEFAULT_MAPPING)
+    assert set(res["level"]) == {"turn", "system"}
+    assert "TRANSFER: CRSArena instructions" in out["labels"]["face_transfer"]
+    assert (Path(out["out_dir"]) / "figures" / "transfer_spearman.png").exists()
+    long = out["long"]
+    assert (long["source"].str.contains("Mehri & Eskenazi")).any()
+
+
+def test_transfer_uses_the_mapped_released_instructions(data_dir):
+    from face.datasets.usr import USR
+
+    m = FaceTransfer()
+    ds = USR("usr_topical_chat", "topical_chat")
+    assert m.required_files(ds, [ds.aspect("engaging")]) == ["face_released/top16_instructions/interestingness.json"]
+    ins = m.instruction_set(data_dir, ds.aspect("maintains_context"))
+    assert len(ins) == 16
+    with pytest.raises(ValueError, match="no CRSArena aspect"):
+        m.required_files(ds, [ds.aspect("natural")])
+    with pytest.raises(ValueError, match="mapping"):
+        FaceTransfer(mapping={"overall": "not_an_aspect"})
+
+
+def test_dry_run_prints_costs_and_sends_nothing(cfg_factory, capsys):
+    cfg = cfg_factory("experiment=transfer_persona_chat", "llm=scripted", "llm.dry_run=true", "dataset.limit=4",
+                      "run_size=tiny", tracking=False)
+    out = _run(cfg)
+    assert out["dry_run"]
+    printed = capsys.readouterr().out
+    for name in ("LLM-Direct", "LLM-CoT+ICL", "G-Eval", "FACE live"):
+        assert name in printed
+    est = pd.read_csv(Path(cfg.paths.output_dir) / "cost_estimate_llm_direct.csv")
+    assert est["calls"].iloc[0] == 4 * 4  # 4 items × 4 mapped qualities, n = 1
+
+
+def test_cot_examples_come_from_the_training_fold_only(cfg_factory, data_dir):
+    from face.datasets.crsarena import CRSArenaEval
+
+    ds = CRSArenaEval()
+    convs = ds.load_all(data_dir)[:40]
+    train = {c.conv_id for c in training_conversations(convs, 2, 0)}
+    assert 0 < len(train) < len(convs)
+    m = LLMCoTICL(k_examples=3)
+    a = ds.aspect("relevance")
+    pool = units_of([a], [c for c in convs if c.conv_id in train])
+    text = m.examples(a, pool, units_of([a], convs[:1])[0], np.random.default_rng(0))
+    assert text.count("Human score:") == 3
+    assert all(u.conv.conv_id in train for u in pool)
+
+
+@pytest.mark.parametrize("cls", [LLMDirect, LLMCoTICL, GEval])
+def test_bad_parameters_fail_when_built(cls):
+    with pytest.raises(ValueError, match="method.n"):
+        cls(n=0)
