@@ -337,5 +337,6 @@ def system_correlations(items_df: pd.DataFrame, n_boot: int = 1000, seed: int = 
 def system_table(preds: Predictions, convs: Sequence[Conversation], aspect: Aspect) -> pd.DataFrame:
     """Per-system mean prediction and mean human label (for the system-level scatter)."""
     df = items(preds, convs, aspect).dropna(subset=["pred"])
-    return (df.groupby("system").agg(pred=("pred", "mean"), human=("human", "mean"), n=("pred", "size"))
+    return (df.groupby("system").agg(pred=("pred", "mean"), human=("human", "mean"), n=("pred", "size"),
+                                     split=("split", "first"))
             .reset_index().assign(aspect=aspect.name))

@@ -149,13 +149,59 @@ def _check_dir(path: Path, setting: str) -> None:
         raise ValueError(f"{setting}: {path} is not writable ({p}: permission denied)")
 
 
+# settings that say where things go, not what is computed: never MLflow params
+_NOT_PARAMS = ("paths.", "tracking.", "hydra.", "report.out_dir")
+# settings that only matter when an LLM is called
+_LLM_PARAMS = ("llm.", "run_size.")
+
+
+def run_params(cfg: DictConfig, uses_llm: bool = True) -> dict[str, str]:
+    """The flattened resolved config as MLflow params, without paths (machine-specific) and, for runs that call
+    no LLM, without LLM settings; a file path keeps only its name."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    out = {}
+    for k, v in flatten(resolved).items():
+        if k.startswith(_NOT_PARAMS) or (not uses_llm and k.startswith(_LLM_PARAMS)):
+            continue
+        if isinstance(v, str) and os.path.isabs(v):
+            v = Path(v).name
+        out[k] = ("null" if v is None else str(v))[:6000]
+    return out
+
+
+def summary_metrics(results) -> dict[str, float]:
+    """A few numbers for the runs table: mean Spearman over aspects at turn and dialogue level (pooled split)
+    and at system level."""
+    out = {}
+    r = results[(results["coefficient"] == "spearman") & (results["split"] == "all")]
+    for level in ("turn", "dialogue", "system"):
+        v = r[r["level"] == level]["value"].dropna()
+        if len(v):
+            out[f"summary.{level}_spearman_mean"] = float(v.mean())
+    return out
+
+
+def description(results, label: str, settings: str) -> str:
+    """Markdown for the run page: what produced the numbers and the headline correlations."""
+    lines = [f"**{label}**", "", settings, ""]
+    r = results[(results["coefficient"] == "spearman") & (results["split"] == "all")]
+    if len(r):
+        lines += ["| level | aspect | Spearman (pooled) | 95% CI |", "|---|---|---|---|"]
+        for x in r.itertuples(index=False):
+            ci = "" if math.isnan(x.ci_low) else f"[{x.ci_low:.3f}, {x.ci_high:.3f}]"
+            lines.append(f"| {x.level} | {x.aspect} | {x.value:.3f} | {ci} |")
+    return "\n".join(lines)
+
+
 class Tracker:
     """Logs to MLflow when enabled, does nothing otherwise."""
 
-    def __init__(self, cfg: DictConfig):
+    def __init__(self, cfg: DictConfig, run_name: str | None = None, uses_llm: bool = True):
         t = cfg.tracking
         self.enabled = bool(t.enabled)
         self.cfg = cfg
+        self.run_name = t.get("run_name") or run_name
+        self.uses_llm = uses_llm
         self.run_id: str | None = None
         if self.enabled:
             import mlflow
@@ -170,14 +216,11 @@ class Tracker:
 
     def __enter__(self) -> Tracker:
         if self.enabled:
-            t = self.cfg.tracking
             mark_stale_runs(self.mlflow)
-            run = self.mlflow.start_run(run_name=t.get("run_name"))
+            run = self.mlflow.start_run(run_name=self.run_name)
             self.run_id = run.info.run_id
             self.set_tags(process_tags())
-            resolved = OmegaConf.to_container(self.cfg, resolve=True)
-            params = {k: ("null" if v is None else str(v))[:6000] for k, v in flatten(resolved).items()}
-            self.mlflow.log_params(params)
+            self.mlflow.log_params(run_params(self.cfg, self.uses_llm))
             self.set_tags({"git_commit": git_commit(self.cfg.paths.root_dir), "task_name": self.cfg.task_name})
             sweep = self._sweep_tags()
             if sweep:
@@ -230,6 +273,20 @@ class Tracker:
         if self.enabled:
             self.mlflow.log_text(OmegaConf.to_yaml(self.cfg, resolve=True), "config.yaml")
 
+    def log_checksums(self, checksums: Mapping[str, str]) -> None:
+        """The data files' sha256 as one artifact, and one tag: the sha256 of that listing."""
+        if self.enabled and checksums:
+            import hashlib
+            import json
+
+            listing = json.dumps(dict(sorted(checksums.items())), indent=1)
+            self.mlflow.log_text(listing, "data_sha256.json")
+            self.set_tags({"data_sha256": hashlib.sha256(listing.encode()).hexdigest()})
+
+    def describe(self, text: str) -> None:
+        """The run page's description (Markdown)."""
+        self.set_tags({"mlflow.note.content": text})
+
     def register_instructions(self, aspect: str, instructions: Sequence[Any], source: str) -> str | None:
         """Register an instruction set as a prompt version (only when its text changed); tag the run with it."""
         if not (self.enabled and self.cfg.tracking.get("register_prompts", True)):
@@ -252,6 +309,12 @@ class Tracker:
                       "instruction_ids": ",".join(i.instruction_id for i in instructions)})
         uri = f"prompts:/{name}/{version.version}"
         self.set_tags({f"prompt.{aspect}": uri})
+        try:  # MLflow's own prompt-run link: the run page lists the prompt versions it used
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient().link_prompt_version_to_run(self.run_id, uri)
+        except Exception as e:  # an older store without prompt links: the tag above still names it
+            log.warning("could not link prompt %s to the run: %s", uri, e)
         return uri
 
 
@@ -260,13 +323,15 @@ def metric_name(level: str, aspect: str, split: str, coefficient: str, suffix: s
 
 
 def correlation_metrics(results, prefix: str = "") -> dict[str, float]:
-    """MLflow metrics ``{level}.{aspect}.{split}.{coefficient}`` (+ ``.ci_low`` / ``.ci_high``)."""
+    """MLflow metrics ``{level}.{aspect}.{split}.{coefficient}``, and ``.ci_low`` / ``.ci_high`` for Spearman
+    (every interval is in the correlations table artifact; fewer single-point metrics keep the charts usable)."""
     out = {}
     for r in results.itertuples(index=False):
         base = prefix + metric_name(r.level, r.aspect, r.split, r.coefficient)
         out[base] = r.value
-        out[base + ".ci_low"] = r.ci_low
-        out[base + ".ci_high"] = r.ci_high
+        if r.coefficient == "spearman":
+            out[base + ".ci_low"] = r.ci_low
+            out[base + ".ci_high"] = r.ci_high
     return out
 
 

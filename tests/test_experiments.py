@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 from scipy import stats
@@ -84,15 +85,27 @@ def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory)
     m = run.data.metrics
     assert m["dialogue.dialogue_overall.redial.pearson"] == pytest.approx(0.712, abs=0.0005)
     assert m["turn.relevance.opendialkg.spearman"] == pytest.approx(0.527, abs=0.0005)
-    assert m["dialogue.dialogue_overall.redial.pearson.ci_low"] < m["dialogue.dialogue_overall.redial.pearson"]
+    assert m["dialogue.dialogue_overall.redial.spearman.ci_low"] < m["dialogue.dialogue_overall.redial.spearman"]
     assert m["table2.values_within_0_001"] == 28
     assert "system.dialogue_overall.all.spearman" in m
     arts = _artifacts(client, run.info.run_id)
     assert "run/run_file.json" in arts and "config.yaml" in arts
     assert "results/table2_face.md" in arts and any(a.startswith("results/bars_") for a in arts)
     tags = run.data.tags
-    assert tags["git_commit"] and tags["data_sha256.crsarena_eval/crs_arena_eval.json"].startswith("c4432965")
-    assert tags["prompt.relevance"].startswith("prompts:/face-relevance-released-top16/")
+    checksums = json.loads(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/data_sha256.json"))
+    assert checksums["crsarena_eval/crs_arena_eval.json"].startswith("c4432965")
+    assert tags["git_commit"] and len(tags["data_sha256"]) == 64 and not any(k.startswith("data_sha256.") for k in tags)
+    assert tags["prompt.relevance"].startswith("prompts:/face-relevance-released/")
+    # issue 14: a run you can tell apart — its name, description, params and linked prompts
+    assert run.info.run_name == "reproduce_table2 n_boot=100"
+    assert "| dialogue | dialogue_overall | 0.6" in tags["mlflow.note.content"]  # pooled Spearman, CI
+    assert not any(str(v).startswith("/") for v in run.data.params.values())
+    assert not any(k.startswith(("paths.", "tracking.", "llm.")) for k in run.data.params)  # no LLM in this run
+    linked = json.loads(tags["mlflow.linkedPrompts"])
+    assert {p["name"] for p in linked} == {f"face-{a.replace('_', '-')}-released" for a in (
+        "relevance", "interestingness", "understanding", "task_completion", "interest_arousal", "efficiency",
+        "dialogue_overall")}
+    assert m["summary.turn_spearman_mean"] == pytest.approx((0.5295 + 0.4496) / 2, abs=0.01)
 
 
 def test_run_file_written_by_the_project_gives_the_reported_correlations(cfg_factory, data_dir):

@@ -51,8 +51,13 @@ def run(cfg: DictConfig) -> dict:
         d = results[(results["split"] == "all") & (results["coefficient"] == "spearman")]
         print_table(f"Spearman (pooled splits) by aggregation. {note}",
                     d.pivot(index="setting", columns="aspect", values="value").reset_index())
-        tracker.log_metrics({f"{r.instruction_agg}_{r.particle_agg}.{r.level}.{r.aspect}.{r.split}.{r.coefficient}":
-                             r.value for r in results.itertuples(index=False)})
+        pooled = diffs[diffs["split"] == "all"]
+        tracker.log_metrics({"summary.settings": len(preds), "summary.pooled_differences": len(pooled),
+                             "summary.pooled_differences_excluding_0": int(((pooled["ci_low"] > 0)
+                                                                            | (pooled["ci_high"] < 0)).sum())})
+        tracker.describe(f"**Aggregation ablation** ({note}) — every setting's correlations in "
+                         f"`results/aggregation.csv`, each minus {base} with paired CIs in "
+                         "`results/aggregation_differences.csv`.")
         tracker.log_artifacts(paths, "results")
         return {"results": results, "differences": diffs, "out_dir": ctx.out_dir}
 

@@ -51,7 +51,9 @@ def run(cfg: DictConfig) -> dict:
         wide = summary[(summary["coefficient"] == "spearman") & (summary["split"] == "all")].pivot(
             index="aspect", columns="k", values="mean").reset_index()
         print_table(f"Spearman (pooled splits), mean over subsets, by k. {note}", order_aspects(wide))
-        tracker.log_metrics({f"k{r.k}.{r.aspect}.{r.split}.{r.coefficient}.mean": r.mean
-                             for r in summary.itertuples(index=False)})
+        pooled = summary[(summary["coefficient"] == "spearman") & (summary["split"] == "all")]
+        tracker.log_metrics({f"summary.k{k}_spearman_mean": float(g["mean"].mean()) for k, g in pooled.groupby("k")})
+        tracker.describe(f"**Correlation vs number of instructions** ({note}) — the table is "
+                         "`results/k_instructions.csv`.")
         tracker.log_artifacts(paths, "results")
         return {"summary": summary, "raw": raw, "out_dir": ctx.out_dir}

@@ -79,6 +79,15 @@ class Context:
     def published(self) -> pd.DataFrame:
         return self.dataset.published(self.data_dir)
 
+    def log_results(self, results: pd.DataFrame, label: str, prefix: str = "") -> None:
+        """Correlations as MLflow metrics, a few summary metrics for the runs table, and the run's description."""
+        from face.tracking import correlation_metrics, description, summary_metrics
+
+        self.tracker.log_metrics(correlation_metrics(results, prefix))
+        if not prefix:
+            self.tracker.log_metrics(summary_metrics(results))
+            self.tracker.describe(description(results, label, self.subset))
+
     def save_run(self, preds, name: str = "run_file.json") -> Path:
         path = write_run_file(preds, self.run_dir / name)
         self.tracker.log_artifacts([path], "run")
@@ -94,10 +103,59 @@ def released_scores(ctx: Context, why: str) -> pd.DataFrame:
     return ctx.method.load(ctx.inputs())
 
 
-def out_dir_for(cfg: DictConfig, dataset) -> Path:
+# settings that say where things go or how they are shown, not what is computed
+_NOT_SETTINGS = ("paths.", "tracking.", "hydra.", "report.", "dataset.download", "llm.progress", "llm.cache_dir",
+                 "checks.")
+
+
+def non_default_settings(cfg: DictConfig) -> dict[str, str]:
+    """Every setting that differs from the experiment's default configuration (``experiment=<task_name>``), as
+    ``key -> value``: they go into captions and the MLflow run name, and send the outputs to the run directory.
+    An experiment that cannot be composed on its own (e.g. from a searchpath) counts as all-default."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from face.tracking import flatten
+
+    try:
+        if GlobalHydra.instance().is_initialized():  # inside scripts/run.py's Hydra app: its config search path
+            default = compose(config_name="config", overrides=[f"experiment={cfg.task_name}"])
+        else:
+            with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"),
+                                       version_base="1.3"):
+                default = compose(config_name="config", overrides=[f"experiment={cfg.task_name}"])
+    except Exception:
+        log.warning("could not compose the default configuration of %r: every setting counts as default",
+                    cfg.task_name)
+        return {}
+    mine = flatten(OmegaConf.to_container(cfg, resolve=False))
+    base = flatten(OmegaConf.to_container(default, resolve=False))
+    out = {}
+    for k in sorted(set(mine) | set(base)):
+        if k.startswith(_NOT_SETTINGS) or mine.get(k, "<absent>") == base.get(k, "<absent>"):
+            continue
+        v = mine.get(k, "<absent>")
+        out[k] = Path(v).name if isinstance(v, str) and os.path.isabs(v) else str(v)
+    return out
+
+
+def settings_text(settings: dict[str, str]) -> str:
+    return ("non-default settings: " + ", ".join(f"{k}={v}" for k, v in settings.items())) if settings else ""
+
+
+def run_name(task: str, settings: dict[str, str]) -> str:
+    """``<experiment> key=value ...``: the last part of each key where that is unambiguous."""
+    tails = [k.rsplit(".", 1)[-1] for k in settings]
+    names = [t if tails.count(t) == 1 else k for t, k in zip(tails, settings)]
+    return " ".join([task, *(f"{n}={v}" for n, v in zip(names, settings.values()))])[:250]
+
+
+def out_dir_for(cfg: DictConfig, dataset, settings: dict[str, str] | None = None) -> Path:
+    """``results/<task_name>`` for the experiment's default configuration on the full data only; anything else
+    writes into its own run directory (``report.out_dir`` overrides both)."""
     if cfg.report.get("out_dir"):
         return Path(cfg.report.out_dir)
-    if dataset.is_subset:
+    if dataset.is_subset or settings:
         return Path(cfg.paths.output_dir) / "results"
     return Path(cfg.paths.results_dir) / cfg.task_name
 
@@ -127,7 +185,8 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
         files = list(dict.fromkeys([*dataset.files(), *[f for m in methods.values()
                                                         for f in m.required_files(dataset, aspects)], *extra_files]))
         splits = _splits(cfg, dataset)
-        out_dir, run_dir = out_dir_for(cfg, dataset), Path(cfg.paths.output_dir)
+        settings = non_default_settings(cfg)
+        out_dir, run_dir = out_dir_for(cfg, dataset, settings), Path(cfg.paths.output_dir)
         check_paths(cfg, out_dir, run_dir, uses_llm=any(_uses_llm(m) for m in methods.values()))
     except ConfigError:
         raise
@@ -136,10 +195,11 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
             raise
         raise ConfigError(str(e).strip("'\"")) from e
     data_dir = Path(cfg.paths.data_dir)
-    with Tracker(cfg) as tracker:
+    uses_llm = any(_uses_llm(m) for m in methods.values())
+    with Tracker(cfg, run_name(cfg.task_name, settings), uses_llm) as tracker:
         tracker.log_config()
         ensure_data(data_dir, files, cfg.paths.get("data_mirror"), dataset.download)
-        tracker.set_tags({f"data_sha256.{k}": v for k, v in data_checksums(files).items()})
+        tracker.log_checksums(data_checksums(files))
         all_convs = dataset.load_all(data_dir)
         convs = dataset.select(all_convs)
         if not convs:
@@ -148,7 +208,7 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
         check_utterances(convs, cfg)
         n_turns = sum(len(c.evaluated_turns()) for c in convs)
         subset = (f"{dataset.title}, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
-                  + (" (subset)" if dataset.is_subset else ""))
+                  + (" (subset)" if dataset.is_subset else "") + (f"; {settings_text(settings)}" if settings else ""))
         has_labels = any(c.labels or any(t.labels for t in c.turns) for c in convs)
         log.info("%s; results -> %s", subset, out_dir)
         yield Context(cfg, dataset, methods, convs, aspects, splits, data_dir, out_dir, run_dir, subset, tracker,

@@ -9,7 +9,6 @@ from omegaconf import DictConfig
 from face.experiments.common import experiment
 from face.report import figures
 from face.report.tables import comparison_table, print_table, write_table
-from face.tracking import correlation_metrics
 
 
 def run(cfg: DictConfig) -> dict:
@@ -48,6 +47,6 @@ def run(cfg: DictConfig) -> dict:
             shown = results[results["coefficient"].isin(["pearson", "spearman"])]
             print_table(f"{cfg.task_name} ({ctx.dataset.title} has no published '{compare_to}' row). {note}",
                         shown.drop(columns=["p_value", "n_missing"]))
-        tracker.log_metrics(correlation_metrics(results))
+        ctx.log_results(results, out.label)
         tracker.log_artifacts(paths, "results")
         return {"results": results, "comparison": comp, "output": out, "out_dir": ctx.out_dir}

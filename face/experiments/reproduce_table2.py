@@ -7,7 +7,6 @@ from omegaconf import DictConfig
 from face.experiments.common import experiment
 from face.report import figures
 from face.report.tables import comparison_table, print_table, write_table
-from face.tracking import correlation_metrics
 
 
 def run(cfg: DictConfig) -> dict:
@@ -31,7 +30,7 @@ def run(cfg: DictConfig) -> dict:
                     f"Published bars: Table 2 of the paper. Ours: {out.label}; {ctx.subset}; error bars: 95% "
                     f"bootstrap CI.", ctx.out_dir / "figures" / f"bars_{split}_{coef}.png"))
         print_table(caption, comp.drop(columns=["ci_low", "ci_high"]))
-        tracker.log_metrics(correlation_metrics(results))
+        ctx.log_results(results, out.label)
         tracker.log_metrics({"table2.values_within_0_001": n_ok, "table2.values_total": len(comp),
                              "table2.max_abs_delta": float((comp["ours"] - comp["published"]).abs().max())})
         tracker.log_artifacts(paths, "results")

@@ -37,6 +37,16 @@ def _vs_arena(preds, ctx, spec, votes, n_boot: int, seed: int, prior: float, con
     return rows
 
 
+def _stats(results: pd.DataFrame, aspect: str) -> str:
+    """``Spearman ρ = v [lo, hi], n = k systems`` for the scatter of one aspect."""
+    r = results[(results["aspect"] == aspect) & (results["coefficient"] == "spearman")]
+    if r.empty:
+        return ""
+    x = r.iloc[0]
+    ci = "" if np.isnan(x["ci_low"]) else f" [{x['ci_low']:.3f}, {x['ci_high']:.3f}]"
+    return f"Spearman ρ = {x['value']:.3f}{ci}\nn = {int(x['n'])} systems (held fixed)"
+
+
 def run(cfg: DictConfig) -> dict:
     if not isinstance(build(cfg.dataset), CRSArenaEval):
         raise ValueError("system_level compares with the CRSArena-Dial arena votes: use dataset=crsarena_eval")
@@ -74,15 +84,15 @@ def run(cfg: DictConfig) -> dict:
         for a, tab in sys_tab.items():
             paths.append(figures.system_scatter(
                 tab, f"{a}: FACE vs human, one point per CRS", note,
-                ctx.out_dir / "figures" / f"scatter_{a}.png"))
+                ctx.out_dir / "figures" / f"scatter_{a}.png", stats=_stats(human, a)))
         paths.append(figures.system_scatter(
             overall.assign(human=overall["bt_rating"]), "dialogue_overall: FACE vs arena (Bradley–Terry)", note,
             ctx.out_dir / "figures" / "scatter_dialogue_overall_vs_arena.png", y_label="arena BT rating (log-strength)",
-            label_col="crs"))
+            label_col="crs", stats=_stats(vs_arena, "dialogue_overall")))
         headline = results[(results["aspect"] == "dialogue_overall")]
         print_table(f"System level, dialogue_overall. {note}", headline.drop(columns=["n_missing"]))
         print_table("Arena ranking (Bradley–Terry)", ranking)
-        tracker.log_metrics(correlation_metrics(human))
+        ctx.log_results(human, out.label)
         tracker.log_metrics({k.replace("system.", "system_vs_arena.", 1): v
                              for k, v in correlation_metrics(vs_arena.assign(level="system")).items()})
         tracker.log_metrics({f"human_labels_vs_arena.{c}": h_vs_a[c][0] for c in COEFFICIENTS})

@@ -52,7 +52,7 @@ class InstructionsSpec:
         if self.source == "file" and not self.file:
             raise ValueError("method.instructions.source=file needs method.instructions.file")
         if self.source == "mlflow" and not self.ref:
-            raise ValueError("method.instructions.source=mlflow needs +method.instructions.ref=NAME@VERSION, "
+            raise ValueError("method.instructions.source=mlflow needs method.instructions.ref=NAME@VERSION, "
                              "prompts:/NAME/VERSION or runs:/RUN_ID")
         if self.max is not None and self.max < 1:
             raise ValueError(f"method.instructions.max must be >= 1 or null, got {self.max}")

@@ -54,5 +54,5 @@ class FaceReleased:
         if inputs.tracker is not None:
             for a in inputs.aspects:
                 inputs.tracker.register_instructions(
-                    a.name, load_instructions(inputs.data_dir / released_instructions_file(a.name)), "released_top16")
+                    a.name, load_instructions(inputs.data_dir / released_instructions_file(a.name)), "released")
         return MethodOutput(preds, scores, LABEL)

@@ -52,10 +52,16 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
             vals = [p.get(a, np.nan) for a in aspects]
             ax.bar(x + i * width, [0 if v is None or np.isnan(v) else v for v in vals], width, label=m,
                    color=colors[i], alpha=0.75)
+            for j, v in enumerate(vals):  # a method the paper reports without this value
+                if v is None or np.isnan(v):
+                    ax.text(x[j] + i * width, 0.01, "n/a", rotation=90, fontsize=6, ha="center", va="bottom",
+                            color=colors[i])
     ax.set_xticks(x + width * (len(series) - 1) / 2)
     ax.set_xticklabels([a.replace("_", "\n") for a in aspects])
     ax.set_ylabel(COEF_LABELS[coefficient])
-    ax.set_ylim(0, 1)
+    lowest = np.nanmin([0.0, *mine["value"].tolist(), *mine["ci_low"].tolist(), *pub["value"].dropna().tolist()])
+    ax.set_ylim(min(0.0, lowest - 0.05), 1)  # negative correlations stay visible
+    ax.axhline(0, color="black", lw=0.6)
     ax.set_title(f"{dataset_title} {SPLIT_LABELS.get(split, split)} — {COEF_LABELS[coefficient]}")
     ax.legend(ncol=4, fontsize=7, loc="upper left")
     fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
@@ -64,15 +70,28 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
 
 def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
                    x_label: str = "FACE mean prediction", y_label: str = "human mean label",
-                   label_col: str = "system") -> Path:
-    """One labelled point per system: mean prediction vs mean human label (``table``: label_col, pred, human)."""
+                   label_col: str = "system", stats: str = "") -> Path:
+    """One labelled point per system: mean prediction vs mean human label (``table``: label_col, pred, human,
+    optionally split — one colour per split); ``stats`` (e.g. "Spearman ρ = 0.88 [0.77, 0.98], n = 9 systems")
+    is printed in the plot. Labels are placed by adjustText so they do not overlap."""
+    from adjustText import adjust_text
+
     sns.set_theme(style="whitegrid", context="paper")
-    fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    sns.regplot(data=table, x="pred", y="human", ax=ax, ci=None, scatter_kws={"s": 40},
-                line_kws={"color": "grey", "lw": 1})
-    for i, r in enumerate(table.sort_values("pred").itertuples(index=False)):  # alternate sides: fewer overlaps
-        ax.annotate(getattr(r, label_col), (r.pred, r.human), textcoords="offset points", fontsize=7,
-                    xytext=(5, 4) if i % 2 else (-5, -10), ha="left" if i % 2 else "right")
+    fig, ax = plt.subplots(figsize=(5.8, 4.6))
+    sns.regplot(data=table, x="pred", y="human", ax=ax, ci=None, scatter=False, line_kws={"color": "grey", "lw": 1})
+    hue = "split" if "split" in table.columns and table["split"].nunique() > 1 else None
+    if hue:
+        table = table.assign(split=table["split"].map(lambda s: SPLIT_LABELS.get(s, s)))
+    sns.scatterplot(data=table, x="pred", y="human", hue=hue, ax=ax, s=45, palette="deep", zorder=3)
+    texts = [ax.text(r.pred, r.human, str(getattr(r, label_col)), fontsize=7)
+             for r in table.sort_values(label_col).itertuples(index=False)]
+    # a fixed number of iterations, not adjustText's default 1-second time limit: the same figure every run
+    adjust_text(texts, ax=ax, iter_lim=300, arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
+    if stats:
+        ax.text(0.02, 0.98, stats, transform=ax.transAxes, va="top", ha="left", fontsize=8,
+                bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "edgecolor": "#ccc"})
+    if hue:
+        ax.legend(title="", fontsize=7, loc="lower right")
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(title)

@@ -46,12 +46,13 @@ def to_latex(df: pd.DataFrame, caption: str, digits: int = 3) -> str:
 
 
 def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str, digits: int = 3) -> list[Path]:
-    """``name.md`` (caption + table), ``name.csv`` (full precision), ``name.tex``; returns the paths."""
+    """``name.md`` (caption + table), ``name.csv`` (6 significant digits: the same bytes on every machine and
+    rerun), ``name.tex``; returns the paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, csv, tex = out_dir / f"{name}.md", out_dir / f"{name}.csv", out_dir / f"{name}.tex"
     md.write_text(f"{caption}\n\n{to_markdown(df, digits)}\n", encoding="utf-8")
-    df.to_csv(csv, index=False)
+    df.to_csv(csv, index=False, float_format="%.6g")
     tex.write_text(to_latex(df, caption, digits), encoding="utf-8")
     return [md, csv, tex]
 
