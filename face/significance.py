@@ -93,18 +93,18 @@ def comparison_table(preds: Mapping[str, Predictions], reference: str, convs: Se
                      confidence: float = 0.95, cluster_of: Mapping[str, str] | None = None) -> pd.DataFrame:
     """``reference`` − every other method, per aspect (at its own level), split and coefficient.
 
-    Items: those every method predicted (so both correlations are on the same items). Clusters: the
+    Items: those both methods of a pair predicted (so both correlations are on the same items). Clusters: the
     conversation, or ``cluster_of[conv_id]`` (USR: the context, shared by its responses)."""
     rows = []
     others = [m for m in preds if m != reference]
     for aspect in aspects:
-        df = _joined(preds, convs, aspect)
-        clusters = df["conv_id"].map(cluster_of) if cluster_of else df["conv_id"]
-        df = df.assign(cluster=clusters.to_numpy())
-        for split in splits:
-            sdf = df if split == "all" else df[df["split"] == split]
-            y = sdf["human"].to_numpy(float)
-            for other in others:
+        for other in others:  # each pair on the items both predicted
+            df = _joined({reference: preds[reference], other: preds[other]}, convs, aspect)
+            clusters = df["conv_id"].map(cluster_of) if cluster_of else df["conv_id"]
+            df = df.assign(cluster=clusters.to_numpy())
+            for split in splits:
+                sdf = df if split == "all" else df[df["split"] == split]
+                y = sdf["human"].to_numpy(float)
                 a, b = sdf[reference].to_numpy(float), sdf[other].to_numpy(float)
                 for coef in coefficients:
                     va, vb = correlate(a, y)[coef][0], correlate(b, y)[coef][0]
