@@ -81,3 +81,11 @@ def cost_table(stages: Sequence[StageCost]) -> pd.DataFrame:
 
 def particles_per_turn(decomps: dict[tuple[str, int], Decomposition]) -> float:
     return sum(len(d.particles) for d in decomps.values()) / max(len(decomps), 1)
+
+
+def scale_stage(stage: StageCost, factor: float) -> StageCost:
+    """A stage with ``factor`` times the units (calls, requests, tokens and cost follow): one unit per turn
+    stood in for the particles a decomposition will produce."""
+    return StageCost(stage.stage, stage.assistant_turns, round(stage.units * factor), round(stage.calls * factor),
+                     round(stage.http_requests * factor), round(stage.input_tokens * factor),
+                     round(stage.output_tokens * factor), stage.cost_usd * factor)

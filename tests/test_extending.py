@@ -59,3 +59,38 @@ def test_method_released_refuses_a_dataset_it_has_no_scores_for(cfg_factory):
     cfg = cfg_factory("experiment=reproduce_table2", "dataset=usr_topical_chat", tracking=False)
     with pytest.raises(ValueError, match="released scores, which exist only for CRSArena-Eval"):
         importlib.import_module(cfg.runner).run(cfg)
+
+
+def test_own_conversations_with_the_default_experiment_fail_in_one_line_and_create_no_mlflow_run(tmp_path, mirror):
+    import os
+    import subprocess
+    import sys
+
+    logs = tmp_path / "mine.json"
+    logs.write_text('[{"conv_id": "a", "dialogue": [{"turn_ind": 0, "role": "USER", "utterance": "hi"}, '
+                    '{"turn_ind": 1, "role": "ASST", "utterance": "hello"}]}]')
+    db = tmp_path / "ml.db"
+    res = subprocess.run([sys.executable, "scripts/run.py", f"dataset.file={logs}", f"tracking.tracking_uri=sqlite:///{db}",
+                          f"hydra.run.dir={tmp_path / 'out'}"], cwd=Path(__file__).resolve().parents[1],
+                         env={**os.environ, "FACE_DATA_MIRROR": str(mirror)}, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0, res.stderr
+    assert "face evaluate" in res.stderr and "experiment=crsarena_main" in res.stderr
+    assert not db.exists()  # no MLflow store, so no run
+
+
+def test_the_cost_estimate_of_undecomposed_conversations_counts_the_particles_to_come(data_dir):
+    """One whole turn stands in for the released data's 6274 / 2235 particles per turn: with 16 instructions ×
+    5 samples that is ≈ 224.6 scoring calls per turn, the paper's ≈ 226."""
+    from face.data.schema import Conversation, Turn
+    from face.datasets.chatlogs import ChatLogs
+    from face.methods import Inputs
+    from face.methods.live import Face
+
+    conv = Conversation("c", (Turn(0, "USER", "hi"), Turn(1, "ASST", "Try Heat."), Turn(2, "USER", "ok")), system="s")
+    ds = ChatLogs(path="x.json")
+    face = Face()
+    inputs = Inputs(ds, [conv], [ds.aspect("relevance")], data_dir, data_dir, {"n_per_request": 1})
+    instructions = {"relevance": face.instruction_set(data_dir, ds.aspect("relevance"))}
+    costs = face.estimate(inputs, instructions, face._proxy(inputs)).set_index("stage")
+    assert costs.loc["score:relevance", "calls"] == round(16 * 5 * 6274 / 2235)

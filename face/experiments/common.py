@@ -131,6 +131,12 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
     mine = flatten(OmegaConf.to_container(cfg, resolve=False))
     base = flatten(OmegaConf.to_container(default, resolve=False))
     out = {}
+    swapped = {g for g, key in (("dataset", "dataset.name"), ("method", "method.name"), ("llm", "llm.backend"))
+               if mine.get(key) != base.get(key)}  # another config of the group: other keys, all read
+    for k in sorted(set(mine) - set(base)):
+        if not k.startswith(_NOT_SETTINGS) and k.split(".")[0] not in swapped:
+            print(f"warning: setting {k} is not part of experiment {cfg.task_name}'s configuration; no code reads it",
+                  file=sys.stderr, flush=True)
     for k in sorted(set(mine) | set(base)):
         if k.startswith(_NOT_SETTINGS) or mine.get(k, "<absent>") == base.get(k, "<absent>"):
             continue

@@ -17,7 +17,7 @@ import pandas as pd
 
 from face.aggregate import AGGREGATORS, Predictions, aggregate
 from face.aspects import Aspect
-from face.cost import Pricing, cost_table, decomposition_cost, particles_per_turn, scoring_cost
+from face.cost import Pricing, cost_table, decomposition_cost, particles_per_turn, scale_stage, scoring_cost
 from face.data import RELEASED_PARTICLES, released_instructions_file
 from face.data.crsarena import ASPECTS as RELEASED_ASPECTS  # the aspects the authors released instructions for
 from face.data.errors import DataError
@@ -33,6 +33,9 @@ from face.report.tables import print_table
 from face.scoring import UNITS, InvalidPolicy, ScoringSpec, plan, records_frame, score, units_for
 
 log = logging.getLogger(__name__)
+# particles per assistant turn in the authors' released decomposition of CRSArena-Eval (6,274 / 2,235): the
+# estimate's particle count for conversations that are not decomposed yet and have no released particles
+RELEASED_PARTICLES_PER_TURN = 6274 / 2235
 INSTRUCTION_SOURCES = ("released", "initial", "initial_aspect", "file", "mlflow")
 EMPTY_TURN_RULES = ("min", "drop")
 
@@ -198,10 +201,14 @@ class Face:
             stages.append(decomposition_cost(convs, self.particles.k,
                                              self.cost.decompose_tokens(self.particles.reasoning), pricing,
                                              ds.assistant, self.particles.reasoning))
+        whole_turn_proxy = any(d.source == "proxy" for d in proxy.values())
         for a in inputs.aspects:
             units = units_for(a, convs, proxy, self.unit)
-            stages.append(scoring_cost(a.name, units, instructions[a.name], by_id, n_turns, self.scoring,
-                                       self.cost.score_tokens(self.reasoning), pricing, ds.judged))
+            stage = scoring_cost(a.name, units, instructions[a.name], by_id, n_turns, self.scoring,
+                                 self.cost.score_tokens(self.reasoning), pricing, ds.judged)
+            if whole_turn_proxy:
+                stage = scale_stage(stage, RELEASED_PARTICLES_PER_TURN)  # the particles that will exist
+            stages.append(stage)
         return cost_table(stages)
 
     def _proxy(self, inputs: Inputs) -> dict[tuple[str, int], Decomposition]:
@@ -227,8 +234,10 @@ class Face:
         costs_path.parent.mkdir(parents=True, exist_ok=True)
         costs.to_csv(costs_path, index=False)
         proxy_note = ("" if self.unit == "whole" or self.particles.source == "released" else
-                      f" (particle counts: {particles_per_turn(proxy):.2f} per turn from the "
-                      f"{'released particles' if inputs.dataset.released_artifacts else 'whole turns'})")
+                      f" (particle counts: {particles_per_turn(proxy):.2f} per turn from the released particles)"
+                      if inputs.dataset.released_artifacts else
+                      f" (particle counts: {RELEASED_PARTICLES_PER_TURN:.2f} per turn, the mean of the released "
+                      "decomposition of CRSArena-Eval)")
         print_table(f"Cost estimate before sending anything{proxy_note} — {label}", costs, 2)
         if inputs.tracker is not None:
             for a, ins in instructions.items():

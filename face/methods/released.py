@@ -41,7 +41,9 @@ class FaceReleased:
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
         if not dataset.released_artifacts:
             raise ValueError(f"method {self.name} replays the authors' released scores, which exist only for "
-                             f"CRSArena-Eval (dataset=crsarena_eval), not for {dataset.title}")
+                             f"CRSArena-Eval, not for {dataset.title}. Your own conversations: `face evaluate FILE`, "
+                             "or experiment=crsarena_main | ablation_no_particles | ablation_no_optimization | "
+                             "ablation_scoring with dataset.file=FILE (or dataset=chat_logs dataset.path=FILE)")
         return [f(a.name) for a in aspects for f in (released_scores_file, released_instructions_file)]
 
     def load(self, inputs: Inputs) -> pd.DataFrame:
