@@ -94,3 +94,15 @@ def test_the_cost_estimate_of_undecomposed_conversations_counts_the_particles_to
     instructions = {"relevance": face.instruction_set(data_dir, ds.aspect("relevance"))}
     costs = face.estimate(inputs, instructions, face._proxy(inputs)).set_index("stage")
     assert costs.loc["score:relevance", "calls"] == round(16 * 5 * 6274 / 2235)
+
+
+def test_help_lists_every_experiment_with_one_line():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "scripts/run.py", "--help"], cwd=root, capture_output=True, text=True,
+                         timeout=120).stdout
+    listed = {line.split()[0] for line in out.split("Experiments")[1].split("LLM backends")[0].splitlines()[1:]
+              if line.strip()}
+    assert listed == {p.stem for p in (root / "conf" / "experiment").glob("*.yaml")}
