@@ -53,6 +53,9 @@ results: setup
 	$(BIN)/python scripts/run.py experiment=system_level
 	$(BIN)/python scripts/run.py experiment=ablation_num_instructions
 	$(BIN)/python scripts/run.py experiment=ablation_aggregation
+	$(BIN)/python scripts/run.py experiment=diagnostics
+	$(BIN)/python scripts/run.py experiment=optimize_selection
+	$(BIN)/python scripts/run.py experiment=usr_reference_metrics
 
 bench: setup
 	$(BIN)/python scripts/bench_main.py
