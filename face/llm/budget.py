@@ -25,21 +25,44 @@ from .base import (
     request_params,
     runs,
 )
+from .limiter import Limiter
 from .usage import BudgetExceeded, CallRecord, Usage
 
 
 class BudgetLM:
     def __init__(self, inner: Chat, cfg: Any, usage: Usage):
         self.inner, self.cfg, self.usage = inner, cfg, usage
-        self._sems: dict[int, asyncio.Semaphore] = {}  # per event loop
-        self.in_flight = 0
-        self.max_in_flight = 0
+        self._limiters: dict[int, Limiter] = {}  # per event loop (futures belong to one loop)
+        self.limiter: Limiter | None = None  # the one of the loop that ran last
+        if hasattr(inner, "on_throttle"):
+            inner.on_throttle = self._throttle  # the transport reports 429 / 503 (+ Retry-After)
+        usage.concurrency = self._concurrency
 
-    def _sem(self) -> asyncio.Semaphore:
+    def _limiter(self) -> Limiter:
         loop = id(asyncio.get_running_loop())
-        if loop not in self._sems:
-            self._sems[loop] = asyncio.Semaphore(self.cfg.concurrency)
-        return self._sems[loop]
+        lim = self._limiters.get(loop)
+        if lim is None:
+            cfg = self.cfg
+            lim = self._limiters[loop] = Limiter(cfg.concurrency, start=getattr(cfg, "concurrency_start", None),
+                                                 adaptive=bool(getattr(cfg, "adaptive_concurrency", False)),
+                                                 latency_tolerance=getattr(cfg, "latency_tolerance", 2.0))
+        self.limiter = lim
+        return lim
+
+    def _throttle(self, retry_after_s: float | None) -> None:
+        if self.limiter is not None:
+            self.limiter.throttle(retry_after_s)
+
+    def _concurrency(self) -> dict[str, float]:
+        return {} if self.limiter is None else self.limiter.summary()
+
+    @property
+    def max_in_flight(self) -> int:
+        return 0 if self.limiter is None else self.limiter.max_in_flight
+
+    @property
+    def in_flight(self) -> int:
+        return 0 if self.limiter is None else self.limiter.in_flight
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         pieces = [replace(req, n=len(r), first_sample=r[0]) for r in runs(req.indices, self.cfg.n_per_request)]
@@ -51,22 +74,26 @@ class BudgetLM:
 
     async def _send(self, req: ChatRequest) -> ChatResult:
         est = self.usage.estimate(req.messages, request_params(self.cfg, req)["max_tokens"], req.n)
-        async with self._sem():
+        lim = self._limiter()
+        await lim.acquire()
+        latency = None
+        try:
             self.usage.reserve(req.tag, est)  # raises BudgetExceeded; no await between it and sending
             if self.cfg.dry_run:
                 return ChatResult(request=req, samples=[Completion("", "dry_run", sample_index=i, dry_run=True)
                                                         for i in req.indices],
                                   input_tokens=est[0], output_tokens=est[1], cost_usd=est[2])
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            t0 = time.perf_counter()
             try:
                 res = await self.inner.chat(req)
             except BaseException as e:
                 self.usage.release(est[2])
                 self.usage.note_retries(e.retries if isinstance(e, LLMCallError) else 0)
                 raise
-            finally:
-                self.in_flight -= 1
+            if not res.retries:
+                latency = time.perf_counter() - t0
+        finally:
+            lim.release(latency)
         self.usage.note_retries(res.retries)
         res.cost_usd = self.usage.settle(est[2], res.input_tokens, res.output_tokens, res.latency_s)
         return res

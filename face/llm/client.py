@@ -82,15 +82,55 @@ class LLMClient:
             server.start()
             self.server = server
             self.base_url, self.model = server.base_url, server.model
-        if not self.base_url:
+        urls = cfg.base_urls if cfg.server is None else [self.base_url] if self.base_url else []
+        if not urls:
             raise ValueError(f"llm.base_url is required when no llm.server is configured (backend {cfg.backend!r})")
-        self.transport = OpenAITransport(cfg, self.base_url, self.model)
+        self.base_url = urls[0]
+        self.transport = OpenAITransport(cfg, urls, self.model)
+        cfg = self.cfg = self._know_endpoint(cfg)
+        self.transport.cfg = cfg
         self.budget = BudgetLM(self.transport, cfg, self.usage)
         inner: Any = self.budget
         if cfg.cache and cfg.cache_dir:
             inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
         self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
         return self
+
+    def _know_endpoint(self, cfg: LLMConfig) -> LLMConfig:
+        """The config with `n_per_request` fitted to the endpoint: n is used only where honoured (probed once
+        per base URL and model, remembered in cache_dir/endpoints.json). Nothing is sent in a dry run."""
+        if not cfg.probe or cfg.n_per_request <= 1:
+            return cfg
+        from . import probe
+
+        caps = probe.load(cfg.cache_dir if cfg.cache else None, self.base_url, self.model)
+        if caps is None and not cfg.dry_run and not _loop_running():
+            if self._loop is None or self._loop.is_closed():
+                self._loop = asyncio.new_event_loop()
+            transport = self.transport
+
+            async def ask() -> probe.Capabilities:
+                api = transport._api().with_options(timeout=min(cfg.timeout_s, 30.0))
+                return await probe.probe(api, self.base_url, self.model)
+
+            try:
+                caps = self._loop.run_until_complete(ask())
+            except Exception as e:  # unreachable now: split n (always correct); ask again next run
+                log.warning("could not probe %s (%s: %s); sending one request per sample",
+                            self.base_url, type(e).__name__, str(e)[:200])
+                return cfg.replace(n_per_request=1)
+            probe.save(cfg.cache_dir if cfg.cache else None, caps)
+            log.info("endpoint %s (%s): n %s, logprobs %s, JSON schema %s", self.base_url, self.model,
+                     "honoured" if caps.n else f"not honoured ({caps.max_n_seen} choice(s) for n=3)",
+                     caps.logprobs, caps.json_schema)
+            for what, has, key in (("log-probabilities", caps.logprobs, "supports_logprobs"),
+                                   ("JSON-schema answers", caps.json_schema, "supports_json_schema")):
+                if has is False and getattr(cfg, key):
+                    log.warning("endpoint %s does not seem to support %s; set llm.%s=false if requests fail",
+                                self.base_url, what, key)
+        if caps is not None and not caps.n:
+            return cfg.replace(n_per_request=1)
+        return cfg
 
     def close(self) -> None:
         if self.cfg.usage_file and (self.usage.records or self.usage.dry_run_requests):
@@ -191,6 +231,14 @@ class LLMClient:
         return self.run_batch([request], desc=request.tag or "LLM")[0]
 
 
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class Progress:
     """tqdm bar: done/total, cache hits, failures, cost so far."""
 
@@ -215,6 +263,42 @@ class Progress:
                 self.bar.set_postfix(hits=self.hits, fail=self.fail,
                                      cost=f"${cost:.4f}" + (" (dry-run estimate)" if self.usage.dry_run else ""),
                                      refresh=done)
+
+    def _know_endpoint(self, cfg: LLMConfig) -> LLMConfig:
+        """The config with `n_per_request` fitted to the endpoint: n is used only where honoured (probed once
+        per base URL and model, remembered in cache_dir/endpoints.json). Nothing is sent in a dry run."""
+        if not cfg.probe or cfg.n_per_request <= 1:
+            return cfg
+        from . import probe
+
+        caps = probe.load(cfg.cache_dir if cfg.cache else None, self.base_url, self.model)
+        if caps is None and not cfg.dry_run and not _loop_running():
+            if self._loop is None or self._loop.is_closed():
+                self._loop = asyncio.new_event_loop()
+            transport = self.transport
+
+            async def ask() -> probe.Capabilities:
+                api = transport._api().with_options(timeout=min(cfg.timeout_s, 30.0))
+                return await probe.probe(api, self.base_url, self.model)
+
+            try:
+                caps = self._loop.run_until_complete(ask())
+            except Exception as e:  # unreachable now: split n (always correct); ask again next run
+                log.warning("could not probe %s (%s: %s); sending one request per sample",
+                            self.base_url, type(e).__name__, str(e)[:200])
+                return cfg.replace(n_per_request=1)
+            probe.save(cfg.cache_dir if cfg.cache else None, caps)
+            log.info("endpoint %s (%s): n %s, logprobs %s, JSON schema %s", self.base_url, self.model,
+                     "honoured" if caps.n else f"not honoured ({caps.max_n_seen} choice(s) for n=3)",
+                     caps.logprobs, caps.json_schema)
+            for what, has, key in (("log-probabilities", caps.logprobs, "supports_logprobs"),
+                                   ("JSON-schema answers", caps.json_schema, "supports_json_schema")):
+                if has is False and getattr(cfg, key):
+                    log.warning("endpoint %s does not seem to support %s; set llm.%s=false if requests fail",
+                                self.base_url, what, key)
+        if caps is not None and not caps.n:
+            return cfg.replace(n_per_request=1)
+        return cfg
 
     def close(self) -> None:
         if self.bar is not None:

@@ -28,7 +28,9 @@ def is_env_var_name(value: str) -> bool:
 @dataclass
 class LLMConfig:
     backend: str = "openai_compatible"  # a label for run descriptions (local | openai | ...); nothing depends on it
-    base_url: str | None = None  # e.g. https://api.openai.com/v1 (ignored when a server is configured)
+    # e.g. https://api.openai.com/v1 (ignored when a server is configured); a list of URLs (replicas of one
+    # model) spreads the requests over them
+    base_url: str | list[str] | None = None
     api_key_env: str | None = None  # NAME of the env var holding the key, never the key
     model: str = "smollm2-135m-instruct"
     temperature: float = 0.6
@@ -36,12 +38,19 @@ class LLMConfig:
     top_p: float | None = None
     seed: int | None = 0  # sample i of a request uses seed + i
     n_per_request: int = 1  # max samples one HTTP request may return (1 for llama.cpp)
+    # probe the endpoint once (per base URL and model; remembered in cache_dir/endpoints.json): n_per_request
+    # > 1 is used only if it honours n, else n is split into one request per sample
+    probe: bool = True
     supports_json_schema: bool = True
     supports_logprobs: bool = True
     # wire format of a json_schema response_format: "openai" ({"type": "json_schema", "json_schema":
     # {"name", "schema"}}) or "json_object_schema" ({"type": "json_object", "schema": ...}; llama-cpp-python)
     json_schema_format: str = "openai"
-    concurrency: int = 2
+    concurrency: int = 2  # requests in flight at most (the cap of the adaptive limit)
+    adaptive_concurrency: bool = False  # AIMD between 1 and `concurrency` (face/llm/limiter.py)
+    concurrency_start: int | None = None  # the adaptive limit's first value (None: `concurrency`)
+    latency_tolerance: float = 2.0  # adaptive: back off when latency exceeds this × its unloaded value
+    http_client: str = "aiohttp"  # the openai SDK's HTTP transport: aiohttp (its DefaultAioHttpClient) | httpx
     timeout_s: float = 120.0
     max_retries: int = 6
     answer_retries: int = 3  # extra draws per sample whose answer fails its request's adapter (authors: up to 10)
@@ -67,10 +76,20 @@ class LLMConfig:
             raise ValueError("llm.server needs a _target_ (the server class, e.g. face.llm.local.LocalServer)")
         if self.json_schema_format not in ("openai", "json_object_schema"):
             raise ValueError("llm.json_schema_format must be 'openai' or 'json_object_schema'")
+        if self.http_client not in ("aiohttp", "httpx"):
+            raise ValueError(f"llm.http_client must be 'aiohttp' or 'httpx', got {self.http_client!r}")
         if self.n_per_request < 1:
             raise ValueError("llm.n_per_request must be >= 1")
         if self.concurrency < 1:
             raise ValueError("llm.concurrency must be >= 1")
+        if self.concurrency_start is not None and self.concurrency_start < 1:
+            raise ValueError("llm.concurrency_start must be >= 1 or null")
+        if self.latency_tolerance <= 1:
+            raise ValueError(f"llm.latency_tolerance must be > 1, got {self.latency_tolerance!r}")
+        if isinstance(self.base_url, (list, tuple)):
+            if not self.base_url or not all(isinstance(u, str) and u for u in self.base_url):
+                raise ValueError("llm.base_url must be a URL or a non-empty list of URLs")
+            self.base_url = list(self.base_url)
         if self.api_key_env is not None and not is_env_var_name(self.api_key_env):
             raise ValueError("llm.api_key_env must be the NAME of an environment variable (letters, digits, _), "
                              "not the key itself")
@@ -119,6 +138,15 @@ class LLMConfig:
             raise ValueError(f"unknown llm config keys: {unknown}; known keys: {sorted(known)}")
         return cls(**d)
 
+    @property
+    def base_urls(self) -> list[str]:
+        """Every endpoint URL (a list or a comma-separated string in llm.base_url)."""
+        if self.base_url is None:
+            return []
+        if isinstance(self.base_url, str):
+            return [u.strip() for u in self.base_url.split(",") if u.strip()]
+        return list(self.base_url)
+
     def replace(self, **changes: Any) -> LLMConfig:
         return dataclasses.replace(self, **changes)
 
@@ -135,12 +163,15 @@ class LLMConfig:
 
 _NUM = (int, float)
 _KINDS: dict[str, tuple[type, ...]] = {
-    "backend": (str,), "base_url": (str,), "api_key_env": (str,), "model": (str,), "temperature": _NUM,
-    "max_tokens": (int,), "top_p": _NUM, "seed": (int,), "n_per_request": (int,), "supports_json_schema": (bool,),
+    "backend": (str,), "base_url": (str, list), "api_key_env": (str,), "model": (str,), "temperature": _NUM,
+    "max_tokens": (int,), "top_p": _NUM, "seed": (int,), "n_per_request": (int,), "probe": (bool,),
+    "adaptive_concurrency": (bool,),    "concurrency_start": (int,), "latency_tolerance": _NUM, "http_client": (str,),
+    "supports_json_schema": (bool,),
     "supports_logprobs": (bool,), "json_schema_format": (str,), "concurrency": (int,), "timeout_s": _NUM,
     "max_retries": (int,), "answer_retries": (int,), "backoff_base_s": _NUM, "backoff_max_s": _NUM,
     "price_input_per_mtok": _NUM, "price_output_per_mtok": _NUM, "max_calls": (int,), "max_cost_usd": _NUM,
     "dry_run": (bool,), "force": (bool,), "cache_dir": (str,), "cache": (bool,), "progress": (bool,),
     "usage_file": (str,),
 }
-_NULLABLE = {"base_url", "api_key_env", "top_p", "seed", "max_calls", "max_cost_usd", "cache_dir", "usage_file"}
+_NULLABLE = {"concurrency_start", "base_url",
+             "api_key_env", "top_p", "seed", "max_calls", "max_cost_usd", "cache_dir", "usage_file"}

@@ -15,6 +15,7 @@ import email.utils
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tenacity import (
@@ -37,6 +38,7 @@ from .base import (
 log = logging.getLogger("face.llm")
 
 RETRY_STATUS = frozenset({408, 409, 429})
+THROTTLE_STATUS = frozenset({429, 503})  # "too many requests": the adaptive limit backs off
 MAX_RETRY_AFTER_S = 120.0
 
 
@@ -102,28 +104,60 @@ def parse_logprobs(lp: Any) -> list[TokenLogprob] | None:
             for t in lp["content"]]
 
 
-class OpenAITransport:
-    def __init__(self, cfg: Any, base_url: str, model: str):
-        self.cfg = cfg
-        self.base_url = base_url
-        self.model = model
-        self._apis: dict[int, Any] = {}  # openai.AsyncOpenAI per event loop: the SDK client is bound to one
+def _http_client(cfg: Any) -> Any:
+    """The SDK's HTTP client: `llm.http_client=aiohttp` (default) is the SDK's own aiohttp transport
+    (`openai.DefaultAioHttpClient`: far less CPU per request at high concurrency than httpx), `httpx` the
+    SDK's httpx default."""
+    import openai
 
-    def _api(self) -> Any:
+    if getattr(cfg, "http_client", "httpx") == "aiohttp":
+        return openai.DefaultAioHttpClient(timeout=cfg.timeout_s)
+    return openai.DefaultAsyncHttpxClient(timeout=cfg.timeout_s)
+
+
+class OpenAITransport:
+    """One HTTP request per `chat()`; with several base URLs (replicas of one model), each request --
+    and each retry -- goes to the replica with the fewest requests in flight."""
+
+    def __init__(self, cfg: Any, base_url: str | Sequence[str], model: str):
+        self.cfg = cfg
+        self.base_urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not self.base_urls:
+            raise ValueError("no base URL")
+        self.base_url = self.base_urls[0]
+        self.model = model
+        self._apis: dict[tuple[int, str], Any] = {}  # openai.AsyncOpenAI per (event loop, URL): bound to one loop
+        self.in_flight = dict.fromkeys(self.base_urls, 0)
+        self.sent = dict.fromkeys(self.base_urls, 0)  # HTTP attempts per URL
+        self._rr = 0
+        self.on_throttle: Callable[[float | None], None] | None = None  # set by BudgetLM (adaptive concurrency)
+
+    def _api(self, url: str | None = None) -> Any:
         import openai  # lazy: `import face.llm` stays cheap for code that only prices runs
 
-        loop = id(asyncio.get_running_loop())
-        api = self._apis.get(loop)
+        url = url or self.base_url
+        key = (id(asyncio.get_running_loop()), url)
+        api = self._apis.get(key)
         if api is None:
-            api = self._apis[loop] = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.cfg.api_key(),
-                                                        max_retries=0, timeout=self.cfg.timeout_s)
+            api = self._apis[key] = openai.AsyncOpenAI(base_url=url, api_key=self.cfg.api_key(),
+                                                       max_retries=0, timeout=self.cfg.timeout_s,
+                                                       http_client=_http_client(self.cfg))
         return api
 
+    def _pick(self, avoid: str | None = None) -> str:
+        urls = self.base_urls
+        if len(urls) == 1:
+            return urls[0]
+        self._rr += 1
+        order = urls[self._rr % len(urls):] + urls[:self._rr % len(urls)]  # ties: round robin
+        cands = [u for u in order if u != avoid] or order
+        return min(cands, key=self.in_flight.__getitem__)
+
     async def aclose(self) -> None:
-        """Close the SDK client of the running loop (clients of other loops die with their loop)."""
-        api = self._apis.pop(id(asyncio.get_running_loop()), None)
-        if api is not None:
-            await api.close()
+        """Close the SDK clients of the running loop (clients of other loops die with their loop)."""
+        loop = id(asyncio.get_running_loop())
+        for key in [k for k in self._apis if k[0] == loop]:
+            await self._apis.pop(key).close()
 
     def body(self, req: ChatRequest) -> dict[str, Any]:
         p = request_params(self.cfg, req)
@@ -148,24 +182,32 @@ class OpenAITransport:
         after = parse_retry_after(getattr(getattr(exc, "response", None), "headers", None))
         if after is not None:
             delay = min(max(delay, after), max(cfg.backoff_max_s, MAX_RETRY_AFTER_S))
+        if self.on_throttle is not None and getattr(exc, "status_code", None) in THROTTLE_STATUS:
+            self.on_throttle(after)
         log.info("retry %d/%d in %.2fs after %s", state.attempt_number, cfg.max_retries, delay, type(exc).__name__)
         return delay
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         """One HTTP request for the samples of `req` (retried); the result's `retries` counts the retries."""
         body = self.body(req)
-        api = self._api()
         retrying = AsyncRetrying(retry=retry_if_exception(retryable), wait=self._wait,
                                  stop=stop_after_attempt(self.cfg.max_retries + 1), reraise=True)
         t0 = time.perf_counter()
         attempts = 0
+        url = None
         try:
             async for attempt in retrying:
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
-                    # the SDK's public low-level post (its auth, headers, timeouts, error types) without
-                    # the per-call typed-params transform of chat.completions.create
-                    raw = await api.post("/chat/completions", cast_to=bytes, body=body)
+                    url = self._pick(avoid=url)  # a retry prefers another replica
+                    self.in_flight[url] += 1
+                    self.sent[url] += 1
+                    try:
+                        # the SDK's public low-level post (its auth, headers, timeouts, error types) without
+                        # the per-call typed-params transform of chat.completions.create
+                        raw = await self._api(url).post("/chat/completions", cast_to=bytes, body=body)
+                    finally:
+                        self.in_flight[url] -= 1
                     data = decode_completion(raw)
         except Exception as exc:
             msg = str(exc) if len(str(exc)) <= 300 else str(exc)[:300] + "..."

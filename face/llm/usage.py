@@ -83,6 +83,8 @@ class Usage:
     est_output_tokens: int = 0
     est_cost_usd: float = 0.0
     http_latencies: list[float] = field(default_factory=list)
+    # () -> {"concurrency_limit", "concurrency_limit_reached", "max_in_flight", ...} (set by BudgetLM)
+    concurrency: Any = field(default=None, repr=False, compare=False)
 
     # ---- budget -------------------------------------------------------
     def estimate(self, messages, max_tokens: int, n: int) -> tuple[int, int, float]:
@@ -201,6 +203,7 @@ class Usage:
             "latency_p50_s": _quantile(lat, 0.5),
             "latency_p95_s": _quantile(lat, 0.95),
             "latency_max_s": max(lat) if lat else 0.0,
+            **(self.concurrency() if self.concurrency is not None else {}),
             "by_tag": by_tag,
         }
 
