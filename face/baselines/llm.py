@@ -93,6 +93,7 @@ class _LLMBaseline:
     """Shared mechanics: plan requests, estimate, (dry run), send, parse, aggregate, report."""
 
     name: str = ""
+    uses_llm = True  # the LLM cache and settings are checked before anything runs
     n: int = 1
     temperature: float = 0.0
     max_tokens: int | None = None

@@ -277,9 +277,10 @@ def check_settings(cfg: DictConfig, method_cfgs: dict[str, DictConfig] | None = 
 
 
 def _uses_llm(method) -> bool:
+    """Does the method call an LLM? (``uses_llm`` on the method, else: is it live FACE)."""
     from face.methods.live import Face
 
-    return isinstance(method, Face)
+    return bool(getattr(method, "uses_llm", isinstance(method, Face)))
 
 
 def _writable_dir(path: Path, setting: str) -> None:
