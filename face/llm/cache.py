@@ -4,7 +4,8 @@ the layer of the stack that serves samples from it and stores new ones.
 One row per *sample*: key = sha256 of the canonical JSON of everything that
 determines that sample (model, messages, sampling parameters, response format,
 logprob settings, base seed, sample index). The API key and the base_url are
-never part of a key or a row. Each sample is committed as soon as it arrives,
+never part of a key or a row. Samples are committed as soon as they arrive --
+everything that arrived during one turn of the event loop in one transaction --
 so a killed run loses nothing that finished. WAL + busy_timeout + one short
 transaction per write make it safe for many asyncio tasks (one connection,
 one thread) and for several processes sharing the file.
@@ -67,8 +68,33 @@ def sample_key(fields: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()
 
 
+_INDEX_MARK = -7_319_046_251  # an integer no request uses: marks where sample_index goes in the canonical JSON
+
+
+def sample_keys(fields: dict[str, Any], indices: Iterable[int]) -> dict[int, str]:
+    """`sample_key({**fields, "sample_index": i})` for every i, serialising the fields once (same bytes:
+    the canonical JSON of an int is its decimal string)."""
+    text = canonical_json({**fields, "sample_index": _INDEX_MARK})
+    mark = f'"sample_index":{_INDEX_MARK}'
+    if text.count(mark) != 1:  # cannot happen with JSON-escaped strings; stay exact anyway
+        return {i: sample_key({**fields, "sample_index": i}) for i in indices}
+    head, tail = (part.encode("utf-8") for part in text.split(mark))
+    head += b'"sample_index":'
+    out = {}
+    for i in indices:
+        h = hashlib.sha256(head)
+        h.update(str(int(i)).encode())
+        h.update(tail)
+        out[i] = h.hexdigest()
+    return out
+
+
 class SampleCache:
-    """Key -> JSON payload store. Use from one thread (the client's event loop)."""
+    """Key -> JSON payload store. Use from one thread (the client's event loop).
+
+    `put_many` inside a running event loop queues the rows and commits everything queued during one
+    turn of the loop in one transaction (scheduled with `call_soon`): many concurrent requests that
+    finish together cost one commit. Reads see queued rows; `flush()` / `close()` commit at once."""
 
     def __init__(self, cache_dir: str | os.PathLike, busy_timeout_ms: int = 30_000):
         self.dir = Path(cache_dir)
@@ -80,6 +106,9 @@ class SampleCache:
         self._retry_locked(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
         self._conn.execute("PRAGMA synchronous=NORMAL")  # durable against process death, fast
         self._retry_locked(lambda: self._conn.execute(_SCHEMA))
+        self._pending: dict[str, tuple] = {}  # key -> row, committed by the next flush
+        self._flush_scheduled = False
+        self.commits = 0
 
     @staticmethod
     def _retry_locked(fn, attempts: int = 50):
@@ -94,6 +123,12 @@ class SampleCache:
     def get_many(self, keys: Iterable[str]) -> dict[str, dict]:
         keys = list(keys)
         out: dict[str, dict] = {}
+        if self._pending:
+            for k in keys:
+                row = self._pending.get(k)
+                if row is not None:
+                    out[k] = json.loads(row[5])
+            keys = [k for k in keys if k not in out]
         for i in range(0, len(keys), 500):
             chunk = keys[i:i + 500]
             q = f"SELECT key, payload FROM samples WHERE key IN ({','.join('?' * len(chunk))})"
@@ -107,11 +142,42 @@ class SampleCache:
         data = [(k, m, t, i, now, json.dumps(p, ensure_ascii=False)) for k, m, t, i, p in rows]
         if not data:
             return
-        self._retry_locked(lambda: self._conn.executemany(
-            "INSERT OR REPLACE INTO samples (key, model, tag, sample_index, created, payload) VALUES (?,?,?,?,?,?)",
-            data))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            self._write(data)
+            return
+        self._pending.update((row[0], row) for row in data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Commit the queued rows in one transaction."""
+        self._flush_scheduled = False
+        if self._pending:
+            data, self._pending = list(self._pending.values()), {}
+            self._write(data)
+
+    def _write(self, data: list[tuple]) -> None:
+        def transaction() -> None:
+            self._conn.execute("BEGIN IMMEDIATE")  # takes the write lock (waits busy_timeout for it)
+            try:
+                self._conn.executemany("INSERT OR REPLACE INTO samples (key, model, tag, sample_index, created, "
+                                       "payload) VALUES (?,?,?,?,?,?)", data)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.rollback()
+                raise
+
+        self._retry_locked(transaction)
+        self.commits += 1
 
     def __len__(self) -> int:
+        self.flush()
         return self._conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
 
     def stats(self) -> dict[str, Any]:
@@ -137,6 +203,8 @@ class SampleCache:
         return n
 
     def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.flush()
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
 
@@ -184,8 +252,13 @@ class CachingLM:
         return sample_key({"model": self.model, "messages": [list(m) for m in req.messages],
                            **request_params(self.cfg, req), "seed": self.cfg.seed, "sample_index": sample_index})
 
+    def keys_for(self, req: ChatRequest) -> dict[int, str]:
+        """`key_for(req, i)` for every sample of `req` (the request serialised once)."""
+        return sample_keys({"model": self.model, "messages": [list(m) for m in req.messages],
+                            **request_params(self.cfg, req), "seed": self.cfg.seed}, req.indices)
+
     async def chat(self, req: ChatRequest) -> ChatResult:
-        keys = {i: self.key_for(req, i) for i in req.indices}
+        keys = self.keys_for(req)
         hit = self.store.get_many(keys.values())
         got = {i: validate(Completion(p["text"], p["finish_reason"], _lp_from_json(p.get("logprobs")), cached=True,
                                       sample_index=i, error=p.get("invalid")), req.adapter)

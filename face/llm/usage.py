@@ -219,9 +219,12 @@ class Usage:
     def write_artifact(self, path: str | os.PathLike) -> Path:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"totals": self.summary(), "calls": [asdict(r) for r in self.records],
-               "fallbacks": self.fallback_events, "invalid_answers": self.invalid_events}
+        # one line per call record (json's C encoder; `indent` would switch to its pure-Python one)
+        calls = ",\n  ".join(json.dumps(asdict(r)) for r in self.records)
+        text = (f'{{"totals": {json.dumps(self.summary(), indent=1)},\n "calls": [\n  {calls}\n ],\n'
+                f' "fallbacks": {json.dumps(self.fallback_events)},\n'
+                f' "invalid_answers": {json.dumps(self.invalid_events)}\n}}\n')
         tmp = p.with_name(f".{p.name}.{os.getpid()}.part")
-        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.write_text(text)
         os.replace(tmp, p)  # atomic: a stop while writing never leaves half a file
         return p
