@@ -16,6 +16,8 @@ Endpoints: POST /v1/chat/completions, GET /v1/models, GET /health.
   Faults are chosen from the request hash and the attempt count (a request
   is faulted on its first `faults_per_request` arrivals at most), so a retry
   of the same request can succeed; or forced with `server.force("429", ...)`.
+* A rate limit (`max_concurrent`): a request arriving while that many are in flight gets a 429 with
+  Retry-After (as a rate-limited API does), to test adaptive concurrency.
 * A request log (in memory, optionally JSON lines appended to a file). The
   Authorization header is never logged.
 
@@ -199,7 +201,8 @@ class ScriptedServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0, fault_rate: float = 0.0,
                  fault_kinds: tuple[str, ...] | list[str] = TRANSPORT_FAULTS, faults_per_request: int = 1,
                  retry_after_s: float | None = 0.05, hang_s: float = 5.0, log_file: str | None = None,
-                 model: str = "scripted-model", responder: Callable[[dict], str] | None = None):
+                 model: str = "scripted-model", responder: Callable[[dict], str] | None = None,
+                 max_concurrent: int | None = None):
         bad = set(fault_kinds) - set(FAULT_KINDS)
         if bad:
             raise ValueError(f"unknown fault kinds {sorted(bad)}; choose from {FAULT_KINDS}")
@@ -212,6 +215,8 @@ class ScriptedServer:
         self.hang_s = hang_s
         self.model = model
         self.responder = responder or default_responder
+        self.max_concurrent = max_concurrent  # a rate limit: 429 (+ Retry-After) beyond this many in flight
+        self.rate_limited = 0
         self.log: list[dict] = []
         self.log_file = log_file
         self._log_fh = None
@@ -289,6 +294,9 @@ class ScriptedServer:
             self.max_active = max(self.max_active, self._active)
         try:
             fault = self._pick_fault(h, attempt)
+            if self.max_concurrent is not None and self._active > self.max_concurrent:
+                fault = "429"
+                self.rate_limited += 1
             status = {"429": 429, "500": 500}.get(fault or "", 200)
             self._record({"t": time.time(), "hash": h, "attempt": attempt, "fault": fault, "status": status,
                           "n": body.get("n", 1), "seed": body.get("seed"), "model": body.get("model"),
@@ -419,12 +427,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--retry-after", type=float, default=0.05)
     ap.add_argument("--hang", type=float, default=5.0)
     ap.add_argument("--model", default="scripted-model")
+    ap.add_argument("--max-concurrent", type=int, default=None, help="429 beyond this many requests in flight")
     ap.add_argument("--log", default=None, help="append a JSON line per request to this file")
     a = ap.parse_args(argv)
     server = ScriptedServer(host=a.host, port=a.port, latency_s=a.latency, fault_rate=a.fault_rate,
                             fault_kinds=tuple(k for k in a.fault_kinds.split(",") if k),
                             faults_per_request=a.faults_per_request, retry_after_s=a.retry_after, hang_s=a.hang,
-                            log_file=a.log, model=a.model)
+                            log_file=a.log, model=a.model, max_concurrent=a.max_concurrent)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
