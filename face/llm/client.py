@@ -264,42 +264,6 @@ class Progress:
                                      cost=f"${cost:.4f}" + (" (dry-run estimate)" if self.usage.dry_run else ""),
                                      refresh=done)
 
-    def _know_endpoint(self, cfg: LLMConfig) -> LLMConfig:
-        """The config with `n_per_request` fitted to the endpoint: n is used only where honoured (probed once
-        per base URL and model, remembered in cache_dir/endpoints.json). Nothing is sent in a dry run."""
-        if not cfg.probe or cfg.n_per_request <= 1:
-            return cfg
-        from . import probe
-
-        caps = probe.load(cfg.cache_dir if cfg.cache else None, self.base_url, self.model)
-        if caps is None and not cfg.dry_run and not _loop_running():
-            if self._loop is None or self._loop.is_closed():
-                self._loop = asyncio.new_event_loop()
-            transport = self.transport
-
-            async def ask() -> probe.Capabilities:
-                api = transport._api().with_options(timeout=min(cfg.timeout_s, 30.0))
-                return await probe.probe(api, self.base_url, self.model)
-
-            try:
-                caps = self._loop.run_until_complete(ask())
-            except Exception as e:  # unreachable now: split n (always correct); ask again next run
-                log.warning("could not probe %s (%s: %s); sending one request per sample",
-                            self.base_url, type(e).__name__, str(e)[:200])
-                return cfg.replace(n_per_request=1)
-            probe.save(cfg.cache_dir if cfg.cache else None, caps)
-            log.info("endpoint %s (%s): n %s, logprobs %s, JSON schema %s", self.base_url, self.model,
-                     "honoured" if caps.n else f"not honoured ({caps.max_n_seen} choice(s) for n=3)",
-                     caps.logprobs, caps.json_schema)
-            for what, has, key in (("log-probabilities", caps.logprobs, "supports_logprobs"),
-                                   ("JSON-schema answers", caps.json_schema, "supports_json_schema")):
-                if has is False and getattr(cfg, key):
-                    log.warning("endpoint %s does not seem to support %s; set llm.%s=false if requests fail",
-                                self.base_url, what, key)
-        if caps is not None and not caps.n:
-            return cfg.replace(n_per_request=1)
-        return cfg
-
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
