@@ -38,6 +38,8 @@ def run(cfg: DictConfig) -> dict:
                                  f"{cfg.task_name}: ours vs published '{compare_to}' row. Ours: {note}. Not a paper "
                                  "result unless the LLM, instructions and data match the paper's setting.")
             for split in own_splits:
+                if results[(results["split"] == split) & (results["coefficient"] == "spearman")]["value"].isna().all():
+                    continue  # nothing to draw (a small subset, no labels on this split)
                 paths.append(figures.bars_vs_published(
                     results, published, split, "spearman", f"ours ({cfg.llm.model})", note,
                     ctx.out_dir / "figures" / f"bars_{split}_spearman.png", ctx.dataset.title))
