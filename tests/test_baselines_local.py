@@ -43,7 +43,7 @@ def test_crsarena_baselines_on_the_local_llm(cfg_factory):
         assert genai.load_prompt(f"prompts:/face-efficiency-{name}@latest", allow_missing=True) is not None
 
 
-@pytest.mark.parametrize("corpus", ["topical_chat"])  # persona_chat runs the same code (fast tests cover both)
+@pytest.mark.parametrize("corpus", ["topical_chat", "persona_chat"])
 def test_transfer_on_the_local_llm(cfg_factory, corpus):
     cfg = cfg_factory(f"experiment=transfer_{corpus}", "llm=local", "dataset.limit=2", "aspects=[overall]",
                       "metaeval.n_boot=20", *SHORT_COT, tracking=False)
