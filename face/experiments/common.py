@@ -111,30 +111,39 @@ _NOT_SETTINGS = ("paths.", "tracking.", "hydra.", "report.", "dataset.download",
 def non_default_settings(cfg: DictConfig) -> dict[str, str]:
     """Every setting that differs from the experiment's default configuration (``experiment=<task_name>``), as
     ``key -> value``: they go into captions and the MLflow run name, and send the outputs to the run directory.
-    An experiment that cannot be composed on its own (e.g. from a searchpath) counts as all-default."""
+    A config group swapped for another of its configs counts as one setting (``llm=openai``); the keys of the
+    new config are then compared with that config's own defaults. An experiment that cannot be composed on its
+    own (e.g. from a searchpath) counts as all-default."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     from face.tracking import flatten
 
-    try:
+    def default_with(overrides: list[str]):
         if GlobalHydra.instance().is_initialized():  # inside scripts/run.py's Hydra app: its config search path
-            default = compose(config_name="config", overrides=[f"experiment={cfg.task_name}"])
-        else:
-            with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"),
-                                       version_base="1.3"):
-                default = compose(config_name="config", overrides=[f"experiment={cfg.task_name}"])
+            return compose(config_name="config", overrides=overrides)
+        with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
+            return compose(config_name="config", overrides=overrides)
+
+    groups = (("dataset", "dataset.name"), ("method", "method.name"), ("llm", "llm.backend"))
+    try:
+        default = default_with([f"experiment={cfg.task_name}"])
     except Exception:
         log.warning("could not compose the default configuration of %r: every setting counts as default",
                     cfg.task_name)
         return {}
+    swaps = {g: str(OmegaConf.select(cfg, key)) for g, key in groups
+             if OmegaConf.select(cfg, key, default=None) != OmegaConf.select(default, key, default=None)}
+    if swaps:
+        try:
+            default = default_with([f"experiment={cfg.task_name}", *(f"{g}={v}" for g, v in swaps.items())])
+        except Exception:  # a config name that is not a file of its group: compare key by key
+            swaps = {}
     mine = flatten(OmegaConf.to_container(cfg, resolve=False))
     base = flatten(OmegaConf.to_container(default, resolve=False))
-    out = {}
-    swapped = {g for g, key in (("dataset", "dataset.name"), ("method", "method.name"), ("llm", "llm.backend"))
-               if mine.get(key) != base.get(key)}  # another config of the group: other keys, all read
+    out = dict(swaps)
     for k in sorted(set(mine) - set(base)):
-        if not k.startswith(_NOT_SETTINGS) and k.split(".")[0] not in swapped:
+        if not k.startswith(_NOT_SETTINGS):
             print(f"warning: setting {k} is not part of experiment {cfg.task_name}'s configuration; no code reads it",
                   file=sys.stderr, flush=True)
     for k in sorted(set(mine) | set(base)):
