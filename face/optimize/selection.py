@@ -186,8 +186,9 @@ def run(cfg: DictConfig) -> dict:
         paths += write_table(inst, out_dir, "instructions", f"Train / held-out {kind} of each released instruction "
                                                              f"(mean over folds). {note}")
         timing_df = pd.DataFrame([{"aspect": k, "seconds": v} for k, v in timing.items()])
-        paths += write_table(timing_df, out_dir, "timing", "Wall time of the replay simulation per aspect "
-                                                           "(every policy, budget, c, fold and repetition).")
+        # wall times differ from run to run: the job's own directory, not the committed results
+        paths += write_table(timing_df, ctx.run_dir, "timing", "Wall time of the replay simulation per aspect "
+                                                               "(every policy, budget, c, fold and repetition).")
         paths += _figures(grid, ocfg, out_dir / "figures", note)
         print_table(f"Bandit selection at the default budget. {note}", headline)
         tracker.log_artifacts(paths, "results")
