@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from face.data.crsarena import parse_conversation
+from face.data.crsarena import check_unique_ids, parse_conversation
 from face.data.errors import DataError
 from face.data.io import check_file, check_type
 from face.data.schema import ASSISTANT, USER, Conversation, Turn
@@ -96,9 +96,4 @@ def load_logs(path: str | Path) -> list[Conversation]:
             convs.append(parse_conversation(raw, path, record, require_labels=False))
         else:
             convs.append(_chat(raw, path, record, i))
-    seen: set[str] = set()
-    for c in convs:
-        if c.conv_id in seen:
-            raise DataError(path, "duplicate conversation id", f"conversation {c.conv_id!r}")
-        seen.add(c.conv_id)
-    return convs
+    return check_unique_ids(convs, path)

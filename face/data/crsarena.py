@@ -159,7 +159,12 @@ def load_conversations(path: str | Path, require_labels: bool = True) -> list[Co
     check_type(raw, list, path, "top level")
     if not raw:
         raise DataError(path, "no conversations (an empty list)", "top level")
-    convs = [parse_conversation(c, path, f"index {i}", require_labels) for i, c in enumerate(raw)]
+    return check_unique_ids([parse_conversation(c, path, f"index {i}", require_labels) for i, c in enumerate(raw)],
+                            path)
+
+
+def check_unique_ids(convs: list[Conversation], path: Path) -> list[Conversation]:
+    """``convs`` unchanged, or a DataError naming the first repeated conversation id."""
     seen: set[str] = set()
     for c in convs:
         if c.conv_id in seen:
