@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -27,6 +27,13 @@ class Pricing:
     n_per_request: int = 1
     price_input_per_mtok: float = 0.0
     price_output_per_mtok: float = 0.0
+
+    @classmethod
+    def of(cls, llm: Mapping[str, Any]) -> Pricing:
+        """The pricing of an `llm` config: list prices, × `batch_price_factor` with `batch` (the Batch API)."""
+        f = float(llm.get("batch_price_factor", 0.5)) if llm.get("batch") else 1.0
+        return cls(max(int(llm.get("n_per_request", 1)), 1), float(llm.get("price_input_per_mtok", 0.0)) * f,
+                   float(llm.get("price_output_per_mtok", 0.0)) * f)
 
     def cost(self, input_tokens: float, output_tokens: float) -> float:
         return cost_usd(input_tokens, output_tokens, self.price_input_per_mtok, self.price_output_per_mtok)

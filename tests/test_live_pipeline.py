@@ -386,6 +386,23 @@ def test_dry_run_sends_nothing_and_prints_the_estimate(cfg_factory, capsys):
     assert "Cost estimate before sending anything" in printed and "score:relevance" in printed
 
 
+def test_a_batch_api_dry_run_prices_at_half_the_list_price(cfg_factory, capsys):
+    import pandas as pd
+
+    costs = {}
+    for batch in ("false", "true"):
+        cfg = cfg_factory("experiment=crsarena_main", "llm=openai", "llm.dry_run=true", f"llm.batch={batch}",
+                          "dataset.limit=2", "aspects=[dialogue_overall]", "method.particles.source=released",
+                          tracking=False)
+        out = _run(cfg)
+        assert out["dry_run"]
+        costs[batch] = pd.read_csv(Path(cfg.paths.output_dir) / "cost_estimate.csv")
+    assert (costs["true"]["http_requests"] == costs["false"]["http_requests"]).all()
+    assert costs["true"]["cost_usd"].iloc[-1] == pytest.approx(costs["false"]["cost_usd"].iloc[-1] / 2)
+    assert costs["true"]["cost_usd"].iloc[-1] > 0
+    assert "OpenAI Batch API price: 0.5 × list price" in capsys.readouterr().out
+
+
 def test_own_conversations_without_labels_get_predictions_only(cfg_factory, tmp_path):
     convs = [{"conv_id": "mycrs_run1_a", "dialogue": [
         {"turn_ind": 0, "role": "USER", "utterance": "Any good heist movies?"},

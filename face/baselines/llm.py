@@ -28,8 +28,9 @@ import pandas as pd
 
 from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.aspects import Aspect
+from face.cost import Pricing
 from face.data.schema import Conversation, Instruction
-from face.llm.usage import cost_usd, estimate_input_tokens
+from face.llm.usage import estimate_input_tokens
 from face.methods import Inputs, MethodOutput
 from face.prompts import render, template_text
 from face.report.tables import print_table
@@ -130,13 +131,13 @@ class _LLMBaseline:
             inputs.tracker.register_instructions(a.name, [Instruction(f"{self.name}-template", text)], self.name)
 
     def estimate(self, reqs: Sequence, inputs: Inputs) -> pd.DataFrame:
-        llm = inputs.llm
-        per_req = max(int(llm.get("n_per_request", 1)), 1)
+        pricing = Pricing.of(inputs.llm)
+        per_req = pricing.n_per_request
         calls = sum(r.n for r in reqs)
         http = sum(-(-r.n // per_req) for r in reqs)
         tin = sum(estimate_input_tokens(r.messages) * -(-r.n // per_req) for r in reqs)
         tout = calls * self.output_tokens
-        cost = cost_usd(tin, tout, llm.get("price_input_per_mtok", 0.0), llm.get("price_output_per_mtok", 0.0))
+        cost = pricing.cost(tin, tout)
         return pd.DataFrame([{"stage": f"score:{self.name}", "units": len(reqs), "calls": calls, "http_requests": http,
                               "input_tokens": tin, "output_tokens": tout, "cost_usd": cost}])
 

@@ -20,7 +20,8 @@ invalid ones re-drawn up to llm.answer_retries times, and nothing invalid is cac
 The stack, outermost first (each layer has `async chat(request) -> ChatResult`):
 AccountingLM (per-call records) -> ValidatingLM (adapter: parse, re-draw invalid answers) ->
 CachingLM (per-sample cache) -> BudgetLM (HTTP-sized pieces,
-concurrency, caps, dry run) -> OpenAITransport (one HTTP request, retries). A backend is a
+concurrency, caps, dry run) -> OpenAITransport (one HTTP request, retries), or with `llm.batch=true`
+BatchTransport (the pieces as lines of OpenAI Batch API jobs; face/llm/batch.py). A backend is a
 config: `llm.server` names a server class started beside the client (`face.llm.local.LocalServer`,
 `face.llm.scripted.ScriptedServer`), or is null for an endpoint at `llm.base_url`.
 """
@@ -30,6 +31,7 @@ import asyncio
 import importlib
 import logging
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, Self
 
 from .base import ChatRequest, ChatResult, LLMCallError, Server
@@ -58,8 +60,8 @@ def build(spec: dict[str, Any]) -> Any:
 class LLMClient:
     def __init__(self, cfg: LLMConfig):
         self.cfg = cfg
-        self.usage = Usage(price_input_per_mtok=cfg.price_input_per_mtok,
-                           price_output_per_mtok=cfg.price_output_per_mtok,
+        price_in, price_out = cfg.prices
+        self.usage = Usage(price_input_per_mtok=price_in, price_output_per_mtok=price_out,
                            max_calls=cfg.max_calls, max_cost_usd=cfg.max_cost_usd,
                            dry_run=cfg.dry_run, cache_dir=cfg.cache_dir if cfg.cache else None)
         self.server: Server | None = None
@@ -86,20 +88,29 @@ class LLMClient:
         if not urls:
             raise ValueError(f"llm.base_url is required when no llm.server is configured (backend {cfg.backend!r})")
         self.base_url = urls[0]
-        self.transport = OpenAITransport(cfg, urls, self.model)
+        if cfg.batch:
+            from .batch import BatchTransport
+
+            self.transport = BatchTransport(cfg, urls[0], self.model, Path(cfg.cache_dir) / "batches")
+        else:
+            self.transport = OpenAITransport(cfg, urls, self.model)
         cfg = self.cfg = self._know_endpoint(cfg)
         self.transport.cfg = cfg
-        self.budget = BudgetLM(self.transport, cfg, self.usage)
+        # a batch takes every piece at once: the concurrency cap is for HTTP requests, not batch lines
+        self.budget = BudgetLM(self.transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
+                               if cfg.batch else cfg, self.usage)
         inner: Any = self.budget
         if cfg.cache and cfg.cache_dir:
             inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
+            if cfg.batch:
+                self.transport.key_for = self.cache.key_for  # a batch line's custom_id is its cache key
         self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
         return self
 
     def _know_endpoint(self, cfg: LLMConfig) -> LLMConfig:
         """The config with `n_per_request` fitted to the endpoint: n is used only where honoured (probed once
         per base URL and model, remembered in cache_dir/endpoints.json). Nothing is sent in a dry run."""
-        if not cfg.probe or cfg.n_per_request <= 1:
+        if not cfg.probe or cfg.n_per_request <= 1 or cfg.batch:
             return cfg
         from . import probe
 

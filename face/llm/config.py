@@ -69,6 +69,13 @@ class LLMConfig:
     # a server started beside the client, which then uses its base_url and model:
     # {"_target_": "module.Class", **constructor options} (e.g. face.llm.local.LocalServer), or None
     server: dict[str, Any] | None = None
+    # the OpenAI Batch API (face/llm/batch.py): requests go as lines of batch jobs, polled until done
+    batch: bool = False
+    batch_window: str = "24h"  # completion_window of each job
+    batch_poll_s: float = 30.0  # seconds between two polls of a job
+    batch_collect_s: float = 0.5  # a job is sent once no new line arrived for this long
+    batch_max_requests: int = 50_000  # lines per job at most (OpenAI's limit)
+    batch_price_factor: float = 0.5  # batch price / list price (estimates, dry runs, budgets)
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -106,6 +113,20 @@ class LLMConfig:
         if self.timeout_s <= 0:
             raise ValueError(f"llm.timeout_s must be > 0, got {self.timeout_s!r}")
         self.server = None if self.server is None else dict(self.server)
+        if self.batch:
+            if not (self.cache and self.cache_dir):
+                raise ValueError("llm.batch=true needs the cache (llm.cache=true and a cache_dir): batch answers "
+                                 "land there, and a half-finished batch is resumed from it")
+            if self.server is not None:
+                raise ValueError("llm.batch=true needs an endpoint with the OpenAI Batch API (files + batches) "
+                                 "at llm.base_url, not a server started by the client")
+        for name in ("batch_poll_s", "batch_collect_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"llm.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.batch_max_requests < 1:
+            raise ValueError(f"llm.batch_max_requests must be >= 1, got {self.batch_max_requests!r}")
+        if not 0 < self.batch_price_factor <= 1:
+            raise ValueError(f"llm.batch_price_factor must be in (0, 1], got {self.batch_price_factor!r}")
 
     def _check_types(self) -> None:
         """Every knob has the type of its default (ints for floats are fine; bools are never numbers)."""
@@ -147,6 +168,12 @@ class LLMConfig:
             return [u.strip() for u in self.base_url.split(",") if u.strip()]
         return list(self.base_url)
 
+    @property
+    def prices(self) -> tuple[float, float]:
+        """USD per million input / output tokens as charged: list prices, × batch_price_factor with batch."""
+        f = self.batch_price_factor if self.batch else 1.0
+        return self.price_input_per_mtok * f, self.price_output_per_mtok * f
+
     def replace(self, **changes: Any) -> LLMConfig:
         return dataclasses.replace(self, **changes)
 
@@ -171,7 +198,8 @@ _KINDS: dict[str, tuple[type, ...]] = {
     "max_retries": (int,), "answer_retries": (int,), "backoff_base_s": _NUM, "backoff_max_s": _NUM,
     "price_input_per_mtok": _NUM, "price_output_per_mtok": _NUM, "max_calls": (int,), "max_cost_usd": _NUM,
     "dry_run": (bool,), "force": (bool,), "cache_dir": (str,), "cache": (bool,), "progress": (bool,),
-    "usage_file": (str,),
+    "usage_file": (str,), "batch": (bool,), "batch_window": (str,), "batch_poll_s": _NUM, "batch_collect_s": _NUM,
+    "batch_max_requests": (int,), "batch_price_factor": _NUM,
 }
 _NULLABLE = {"concurrency_start", "base_url",
              "api_key_env", "top_p", "seed", "max_calls", "max_cost_usd", "cache_dir", "usage_file"}

@@ -1,6 +1,11 @@
 """A scripted, deterministic OpenAI-compatible HTTP server (test double).
 
-Endpoints: POST /v1/chat/completions, GET /v1/models, GET /health.
+Endpoints: POST /v1/chat/completions, GET /v1/models, GET /health, and the Batch API's
+POST /v1/files, GET /v1/files/{id}/content, POST /v1/batches, GET /v1/batches/{id},
+POST /v1/batches/{id}/cancel (a batch's lines are answered as the same chat requests would be,
+after `batch_delay_s`; `batch_gate` (a threading.Event) holds every batch in progress while clear;
+custom_ids in `batch_fail_ids` get an error line; with `batch_expire_after` = k a batch answers its
+first k lines and expires).
 
 * Deterministic: every choice's text is `responder(body)` where `body` is the
   request JSON with `n=1` and `seed = request seed + choice index`, so one
@@ -202,7 +207,7 @@ class ScriptedServer:
                  fault_kinds: tuple[str, ...] | list[str] = TRANSPORT_FAULTS, faults_per_request: int = 1,
                  retry_after_s: float | None = 0.05, hang_s: float = 5.0, log_file: str | None = None,
                  model: str = "scripted-model", responder: Callable[[dict], str] | None = None,
-                 max_concurrent: int | None = None):
+                 max_concurrent: int | None = None, batch_delay_s: float = 0.0):
         bad = set(fault_kinds) - set(FAULT_KINDS)
         if bad:
             raise ValueError(f"unknown fault kinds {sorted(bad)}; choose from {FAULT_KINDS}")
@@ -230,6 +235,15 @@ class ScriptedServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self.info: ServerInfo | None = None
+        # Batch API
+        self.batch_delay_s = batch_delay_s
+        self.batch_gate = threading.Event()
+        self.batch_gate.set()
+        self.batch_fail_ids: set[str] = set()
+        self.batch_expire_after: int | None = None  # a batch answers this many lines, then expires
+        self.files: dict[str, tuple[str, bytes]] = {}  # id -> (purpose, content)
+        self.batches: dict[str, dict] = {}
+        self.batch_polls = 0
 
     # ---- control ------------------------------------------------------
     def force(self, *kinds: str) -> None:
@@ -257,7 +271,99 @@ class ScriptedServer:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
+        app.router.add_post("/v1/files", self._upload)
+        app.router.add_get("/v1/files/{id}/content", self._file_content)
+        app.router.add_post("/v1/batches", self._create_batch)
+        app.router.add_get("/v1/batches/{id}", self._get_batch)
+        app.router.add_post("/v1/batches/{id}/cancel", self._cancel_batch)
         return app
+
+    # ---- Batch API --------------------------------------------------------
+    def _new_id(self, prefix: str) -> str:
+        with self._lock:
+            return f"{prefix}-{len(self.files) + len(self.batches) + 1:06d}"
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        upload, purpose = form.get("file"), str(form.get("purpose", ""))
+        if upload is None or not hasattr(upload, "file"):
+            return web.json_response({"error": {"message": "no file"}}, status=400)
+        data = upload.file.read()
+        fid = self._new_id("file")
+        self.files[fid] = (purpose, data)
+        return web.json_response({"id": fid, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                                  "filename": upload.filename, "purpose": purpose, "status": "processed"})
+
+    async def _file_content(self, request: web.Request) -> web.Response:
+        f = self.files.get(request.match_info["id"])
+        if f is None:
+            return web.json_response({"error": {"message": "no such file"}}, status=404)
+        return web.Response(body=f[1], content_type="application/octet-stream")
+
+    async def _create_batch(self, request: web.Request) -> web.Response:
+        req = await request.json()
+        f = self.files.get(req.get("input_file_id", ""))
+        if f is None or f[0] != "batch":
+            return web.json_response({"error": {"message": "input_file_id: no such batch file"}}, status=400)
+        bid = self._new_id("batch")
+        lines = [json.loads(x) for x in f[1].decode("utf-8").splitlines() if x.strip()]
+        batch = {"id": bid, "object": "batch", "endpoint": req.get("endpoint"), "errors": None,
+                 "input_file_id": req["input_file_id"], "completion_window": req.get("completion_window"),
+                 "status": "validating", "output_file_id": None, "error_file_id": None,
+                 "created_at": int(time.time()), "metadata": req.get("metadata"),
+                 "request_counts": {"total": len(lines), "completed": 0, "failed": 0}}
+        ids = [x.get("custom_id") for x in lines]
+        bad = [i for i, x in enumerate(lines) if x.get("method") != "POST" or x.get("url") != req.get("endpoint")
+               or x.get("url") != "/v1/chat/completions"]
+        if len(set(ids)) != len(ids) or None in ids or bad:
+            batch["status"] = "failed"
+            batch["errors"] = {"object": "list", "data": [{"code": "invalid_request", "line": (bad or [None])[0],
+                                                           "message": "duplicate or missing custom_id, or bad url"}]}
+        self.batches[bid] = batch
+        if batch["status"] != "failed":
+            asyncio.get_running_loop().create_task(self._run_batch(batch, lines))
+        return web.json_response(batch)
+
+    async def _run_batch(self, batch: dict, lines: list[dict]) -> None:
+        batch["status"] = "in_progress"
+        while not self.batch_gate.is_set() and batch["status"] == "in_progress":
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(self.batch_delay_s)
+        out, err = [], []
+        for i, x in enumerate(lines):
+            if batch["status"] != "in_progress" or (self.batch_expire_after is not None
+                                                     and i >= self.batch_expire_after):
+                break
+            cid = x["custom_id"]
+            if cid in self.batch_fail_ids:
+                err.append({"id": f"req-{i}", "custom_id": cid, "error": None,
+                            "response": {"status_code": 500, "body": {"error": {"message": "scripted failure"}}}})
+            else:
+                out.append({"id": f"req-{i}", "custom_id": cid, "error": None,
+                            "response": {"status_code": 200, "body": self._completion(x["body"], None)}})
+        for name, rows in (("output_file_id", out), ("error_file_id", err)):
+            if rows:
+                fid = self._new_id("file")
+                self.files[fid] = ("batch_output", "".join(json.dumps(r) + "\n" for r in rows).encode())
+                batch[name] = fid
+        batch["request_counts"].update(completed=len(out), failed=len(err))
+        batch["status"] = ("cancelled" if batch["status"] != "in_progress" else "completed"
+                           if len(out) + len(err) == len(lines) else "expired")
+
+    async def _get_batch(self, request: web.Request) -> web.Response:
+        self.batch_polls += 1
+        batch = self.batches.get(request.match_info["id"])
+        if batch is None:
+            return web.json_response({"error": {"message": "no such batch"}}, status=404)
+        return web.json_response(batch)
+
+    async def _cancel_batch(self, request: web.Request) -> web.Response:
+        batch = self.batches.get(request.match_info["id"])
+        if batch is None:
+            return web.json_response({"error": {"message": "no such batch"}}, status=404)
+        if batch["status"] in ("validating", "in_progress"):
+            batch["status"] = "cancelling"
+        return web.json_response(batch)
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

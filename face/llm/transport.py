@@ -213,16 +213,20 @@ class OpenAITransport:
             msg = str(exc) if len(str(exc)) <= 300 else str(exc)[:300] + "..."
             raise LLMCallError(f"LLM request failed (tag={req.tag!r}, attempts={attempts}): "
                                f"{type(exc).__name__}: {msg}", retries=max(0, attempts - 1)) from exc
-        latency = time.perf_counter() - t0
-        choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
-        if len(choices) != req.n:
-            raise LLMCallError(f"endpoint returned {len(choices)} choices for n={req.n}; "
-                               "set llm.n_per_request=1 for this backend", retries=attempts - 1)
-        usage = data.get("usage") or {}
-        samples = [Completion(text=(ch.get("message") or {}).get("content") or "",
-                              finish_reason=ch.get("finish_reason") or "",
-                              logprobs=parse_logprobs(ch.get("logprobs")), sample_index=i)
-                   for i, ch in zip(req.indices, choices)]
-        return ChatResult(request=req, samples=samples, http_requests=1, retries=attempts - 1,
-                          input_tokens=int(usage.get("prompt_tokens") or 0),
-                          output_tokens=int(usage.get("completion_tokens") or 0), latency_s=latency)
+        return completion_result(req, data, retries=attempts - 1, latency_s=time.perf_counter() - t0)
+
+
+def completion_result(req: ChatRequest, data: dict, retries: int = 0, latency_s: float = 0.0) -> ChatResult:
+    """The samples of `req` from a decoded chat-completion body (an HTTP answer or a Batch API output line)."""
+    choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
+    if len(choices) != req.n:
+        raise LLMCallError(f"endpoint returned {len(choices)} choices for n={req.n}; "
+                           "set llm.n_per_request=1 for this backend", retries=retries)
+    usage = data.get("usage") or {}
+    samples = [Completion(text=(ch.get("message") or {}).get("content") or "",
+                          finish_reason=ch.get("finish_reason") or "",
+                          logprobs=parse_logprobs(ch.get("logprobs")), sample_index=i)
+               for i, ch in zip(req.indices, choices)]
+    return ChatResult(request=req, samples=samples, http_requests=1, retries=retries,
+                      input_tokens=int(usage.get("prompt_tokens") or 0),
+                      output_tokens=int(usage.get("completion_tokens") or 0), latency_s=latency_s)

@@ -192,8 +192,7 @@ class Face:
                  proxy: dict[tuple[str, int], Decomposition]) -> pd.DataFrame:
         """Cost of this run before sending anything (particle counts from ``proxy`` when not yet decomposed)."""
         llm, convs, ds = inputs.llm, inputs.convs, inputs.dataset
-        pricing = Pricing(llm.get("n_per_request", 1), llm.get("price_input_per_mtok", 0.0),
-                          llm.get("price_output_per_mtok", 0.0))
+        pricing = Pricing.of(llm)
         by_id = {c.conv_id: c for c in convs}
         n_turns = sum(len(c.evaluated_turns()) for c in convs)
         stages = []
@@ -238,6 +237,9 @@ class Face:
                       if inputs.dataset.released_artifacts else
                       f" (particle counts: {RELEASED_PARTICLES_PER_TURN:.2f} per turn, the mean of the released "
                       "decomposition of CRSArena-Eval)")
+        if inputs.llm.get("batch"):
+            proxy_note += (f" (OpenAI Batch API price: {inputs.llm.get('batch_price_factor', 0.5):g} × list price "
+                           f"${costs['cost_usd'].iloc[-1] / inputs.llm.get('batch_price_factor', 0.5):.2f})")
         print_table(f"Cost estimate before sending anything{proxy_note} — {label}", costs, 2)
         if inputs.tracker is not None:
             for a, ins in instructions.items():

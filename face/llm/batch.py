@@ -1,0 +1,282 @@
+"""The OpenAI Batch API as the innermost layer of the stack (`llm.batch=true`).
+
+`BatchTransport.chat(req)` takes the place of one HTTP request: the request's body becomes one
+line of a JSONL file, and every line collected while the caller is still planning (the pieces of a
+`run_batch`, gathered until `llm.batch_collect_s` pass without a new one, at most
+`llm.batch_max_requests` a file) goes to the endpoint as one batch job:
+
+    upload the JSONL (files, purpose "batch") -> create the batch -> poll it every llm.batch_poll_s
+    -> download its output (and error) file -> each line answers the caller waiting for it
+
+A line's `custom_id` is the cache key of its first sample (`<key>` for one sample, `<key>+<n>` for
+n samples of one line), so its answer lands in the same per-sample cache as an HTTP answer would,
+and a finished run is replayed from the cache with no request. Each batch is written down in
+`<cache_dir>/batches/<batch id>.json` (its custom_ids) before it is polled: a run killed while
+its batch is in flight finds the batch there on the next start and waits for it instead of sending
+the lines again; a batch's output, once downloaded, is kept beside it and serves any of its lines
+that the cache does not hold yet. Prices: the layers above charge `llm.batch_price_factor` of the
+list prices (OpenAI bills batches at half price), in estimates and dry runs too.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .base import ChatRequest, ChatResult, LLMCallError
+from .transport import OpenAITransport, completion_result
+
+log = logging.getLogger("face.llm")
+
+ENDPOINT = "/v1/chat/completions"
+FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+
+
+def custom_id(first_key: str, n: int) -> str:
+    return first_key if n == 1 else f"{first_key}+{n}"
+
+
+@dataclass
+class Job:
+    """One submitted batch as written in its journal file."""
+
+    id: str
+    input_file_id: str
+    custom_ids: list[str]
+    created: float
+    status: str = "submitted"  # the endpoint's status once polled; "downloaded" when its output is kept
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    answers: dict[str, dict] = field(default_factory=dict, repr=False)  # custom_id -> output line (downloaded)
+
+    def record(self) -> dict:
+        return {"id": self.id, "input_file_id": self.input_file_id, "status": self.status, "created": self.created,
+                "output_file_id": self.output_file_id, "error_file_id": self.error_file_id,
+                "custom_ids": self.custom_ids}
+
+
+class Journal:
+    """`<cache_dir>/batches/`: one JSON file per submitted batch, plus its downloaded output lines."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        self.jobs: dict[str, Job] = {}
+        self.owner: dict[str, str] = {}  # custom_id -> id of the newest batch that carries it
+        for path in sorted(self.folder.glob("*.json"), key=lambda p: p.stat().st_mtime):
+            try:
+                rec = json.loads(path.read_text(encoding="utf-8"))
+                job = Job(rec["id"], rec["input_file_id"], list(rec["custom_ids"]), float(rec["created"]),
+                          rec.get("status", "submitted"), rec.get("output_file_id"), rec.get("error_file_id"))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                log.warning("ignoring unreadable batch journal %s: %s", path, e)
+                continue
+            self._add(job)
+
+    def _add(self, job: Job) -> None:
+        self.jobs[job.id] = job
+        for cid in job.custom_ids:
+            self.owner[cid] = job.id
+
+    def add(self, job: Job) -> None:
+        self._add(job)
+        self.save(job)
+
+    def save(self, job: Job) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{job.id}.json.tmp"
+        tmp.write_text(json.dumps(job.record()), encoding="utf-8")
+        os.replace(tmp, self.folder / f"{job.id}.json")
+
+    def output_path(self, job: Job) -> Path:
+        return self.folder / f"{job.id}.output.jsonl"
+
+    def keep_output(self, job: Job, lines: list[dict]) -> None:
+        """Keep the answered lines (a failed one is sent again when asked for again)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{job.id}.output.tmp"
+        tmp.write_text("".join(json.dumps(x) + "\n" for x in lines if answered(x)), encoding="utf-8")
+        os.replace(tmp, self.output_path(job))
+        job.answers = {x["custom_id"]: x for x in lines if "custom_id" in x and answered(x)}
+        job.status = "downloaded"
+        self.save(job)
+
+    def answers(self, job: Job) -> dict[str, dict]:
+        if not job.answers and job.status == "downloaded":
+            try:
+                with open(self.output_path(job), encoding="utf-8") as f:
+                    job.answers = {x["custom_id"]: x for x in map(json.loads, f) if "custom_id" in x}
+            except (OSError, ValueError, KeyError) as e:
+                log.warning("batch %s: kept output unreadable (%s); its lines will be sent again", job.id, e)
+                job.status = "lost"
+        return job.answers
+
+
+def answered(line: dict) -> bool:
+    resp = line.get("response") or {}
+    return not line.get("error") and resp.get("status_code") == 200 and isinstance(resp.get("body"), dict)
+
+
+def line_result(req: ChatRequest, line: dict, batch_id: str) -> ChatResult:
+    """The answer of one output (or error) line, or LLMCallError saying why there is none."""
+    resp = line.get("response") or {}
+    status = resp.get("status_code")
+    body = resp.get("body")
+    if not answered(line):
+        why = line.get("error") or (body.get("error", body) if isinstance(body, dict) else body)
+        raise LLMCallError(f"batch {batch_id}: line {line.get('custom_id', '?')[:16]}... failed "
+                           f"(status {status}): {str(why)[:300]}")
+    return completion_result(req, body)
+
+
+class BatchTransport:
+    """Same `chat(req)` as OpenAITransport, answered through batch jobs (see the module docstring)."""
+
+    def __init__(self, cfg: Any, base_url: str, model: str, folder: str | os.PathLike,
+                 key_for: Callable[[ChatRequest, int], str] | None = None):
+        self.cfg = cfg
+        self.http = OpenAITransport(cfg, base_url, model)  # request bodies and the SDK client
+        self.base_url, self.model = base_url, model
+        self.key_for = key_for  # the cache's key function (set by the client once the cache exists)
+        self.journal = Journal(folder)
+        self._pending: dict[str, tuple[ChatRequest, dict]] = {}
+        self._waiting: dict[str, list[tuple[ChatRequest, asyncio.Future]]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._watchers: dict[str, asyncio.Task] = {}
+        self.batches_sent = 0
+        self.lines_sent = 0
+
+    # ---- the layer ------------------------------------------------------
+    async def chat(self, req: ChatRequest) -> ChatResult:
+        if self.key_for is None:
+            raise RuntimeError("BatchTransport needs the cache's key function (llm.batch requires llm.cache)")
+        cid = custom_id(self.key_for(req, req.first_sample), req.n)
+        owner = self.journal.jobs.get(self.journal.owner.get(cid, ""))
+        if owner is not None and owner.status == "downloaded":
+            line = self.journal.answers(owner).get(cid)
+            if line is not None:
+                return line_result(req, line, owner.id)
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(cid, []).append((req, fut))
+        if owner is not None and owner.status not in ("downloaded", "lost"):
+            self._watch(owner)  # sent by an earlier run that did not see it finish: wait for it
+        elif cid not in self._pending:
+            self._pending[cid] = (req, self.http.body(req))
+            self._schedule()
+        return await fut
+
+    def _schedule(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._timer is not None:
+            self._timer.cancel()
+        if len(self._pending) >= self.cfg.batch_max_requests:
+            self._timer = None
+            self._flush()
+        else:
+            self._timer = loop.call_later(self.cfg.batch_collect_s, self._flush)
+
+    def _flush(self) -> None:
+        self._timer = None
+        pending, self._pending = self._pending, {}
+        if pending:
+            asyncio.get_running_loop().create_task(self._submit(pending))
+
+    # ---- one batch --------------------------------------------------------
+    async def _submit(self, pending: dict[str, tuple[ChatRequest, dict]]) -> None:
+        data = "".join(json.dumps({"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": body}) + "\n"
+                       for cid, (_, body) in pending.items()).encode()
+        api = self.http._api()
+        try:
+            f = await api.files.create(file=(f"face-{int(time.time())}.jsonl", data, "application/jsonl"),
+                                       purpose="batch")
+            b = await api.batches.create(input_file_id=f.id, endpoint=ENDPOINT,
+                                         completion_window=self.cfg.batch_window,
+                                         metadata={"created_by": "face", "lines": str(len(pending))})
+        except Exception as e:
+            self._fail(list(pending), f"could not submit a batch of {len(pending)} lines to {self.base_url}: "
+                                      f"{type(e).__name__}: {str(e)[:300]}")
+            return
+        job = Job(b.id, f.id, list(pending), time.time(), b.status or "validating")
+        self.journal.add(job)
+        self.batches_sent += 1
+        self.lines_sent += len(pending)
+        log.info("batch %s submitted: %d lines (%.1f MB); polling every %gs (window %s)", b.id, len(pending),
+                 len(data) / 1e6, self.cfg.batch_poll_s, self.cfg.batch_window)
+        self._watch(job)
+
+    def _watch(self, job: Job) -> None:
+        task = self._watchers.get(job.id)
+        if task is None or task.done():
+            self._watchers[job.id] = asyncio.get_running_loop().create_task(self._poll(job))
+
+    async def _poll(self, job: Job) -> None:
+        api = self.http._api()
+        last = None
+        errors = 0
+        while True:
+            try:
+                b = await api.batches.retrieve(job.id)
+                errors = 0
+            except Exception as e:
+                errors += 1
+                if errors > self.cfg.max_retries:
+                    self._fail(job.custom_ids, f"batch {job.id}: polling failed {errors} times: "
+                                               f"{type(e).__name__}: {str(e)[:300]} (rerun to resume it)")
+                    return
+                await asyncio.sleep(self.cfg.batch_poll_s)
+                continue
+            counts = b.request_counts
+            state = (b.status, getattr(counts, "completed", None), getattr(counts, "failed", None))
+            if state != last:
+                log.info("batch %s: %s (%s of %s lines done, %s failed)", job.id, b.status,
+                         *(getattr(counts, k, "?") for k in ("completed", "total", "failed")))
+                last = state
+            if b.status in FINAL:
+                break
+            await asyncio.sleep(self.cfg.batch_poll_s)
+        job.status, job.output_file_id, job.error_file_id = b.status, b.output_file_id, b.error_file_id
+        try:
+            lines = []
+            for fid in (b.output_file_id, b.error_file_id):
+                if fid:
+                    raw = (await api.files.content(fid)).content
+                    lines += [json.loads(x) for x in raw.decode("utf-8").splitlines() if x.strip()]
+        except Exception as e:
+            self.journal.save(job)
+            self._fail(job.custom_ids, f"batch {job.id} ({b.status}): could not download its results: "
+                                       f"{type(e).__name__}: {str(e)[:300]} (rerun to resume it)")
+            return
+        self.journal.keep_output(job, lines)
+        every = {x["custom_id"]: x for x in lines if "custom_id" in x}
+        reason = "; ".join(str(getattr(e, "message", e)) for e in (getattr(b.errors, "data", None) or [])[:3])
+        for cid in job.custom_ids:
+            for req, fut in self._waiting.pop(cid, []):
+                if fut.done():
+                    continue
+                line = every.get(cid)
+                try:
+                    if line is None:
+                        raise LLMCallError(f"batch {job.id} ended {b.status} without an answer for line "
+                                           f"{cid[:16]}...{': ' + reason if reason else ''}")
+                    fut.set_result(line_result(req, line, job.id))
+                except LLMCallError as e:
+                    fut.set_exception(e)
+
+    def _fail(self, cids: list[str], message: str) -> None:
+        log.error(message)
+        for cid in cids:
+            for _, fut in self._waiting.pop(cid, []):
+                if not fut.done():
+                    fut.set_exception(LLMCallError(message))
+
+    async def aclose(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in self._watchers.values():
+            task.cancel()
+        await self.http.aclose()
