@@ -403,6 +403,21 @@ def test_a_batch_api_dry_run_prices_at_half_the_list_price(cfg_factory, capsys):
     assert "OpenAI Batch API price: 0.5 × list price" in capsys.readouterr().out
 
 
+def test_a_live_run_through_the_batch_api_writes_the_same_run_file_as_over_http(cfg_factory, tmp_path):
+    with ScriptedServer() as info:
+        files = {}
+        for batch in ("true", "false"):
+            cfg = cfg_factory("experiment=crsarena_main", "llm=openai_compatible", f"llm.base_url={info.base_url}",
+                              f"llm.model={info.model}", f"llm.batch={batch}", "llm.batch_poll_s=0.05",
+                              "dataset.limit=2", "aspects=[dialogue_overall]", "run_size=tiny",
+                              f"paths.output_dir={tmp_path / batch}", f"paths.cache_dir={tmp_path / batch}-cache",
+                              tracking=False)
+            _run(cfg)
+            files[batch] = (tmp_path / batch / "run_file.json").read_bytes()
+        assert len(list((tmp_path / "true-cache" / "llm" / "batches").glob("batch-*.output.jsonl"))) == 2
+    assert files["true"] == files["false"]  # decomposition and scoring, each one batch job
+
+
 def test_own_conversations_without_labels_get_predictions_only(cfg_factory, tmp_path):
     convs = [{"conv_id": "mycrs_run1_a", "dialogue": [
         {"turn_ind": 0, "role": "USER", "utterance": "Any good heist movies?"},
