@@ -33,25 +33,18 @@ def run_guarded(cfg: DictConfig) -> None:
     from face.llm import BudgetExceeded, LLMCallError
 
     resume = f"Finished LLM calls are cached in {cfg.paths.get('cache_dir')}: rerun the same command to resume."
+    stops = (  # first match wins: (what stopped the run, exit code, the line printed)
+        ((DataError, ConfigError), EXIT_CONFIG, "error: {e}"),  # bad input or setting: nothing was sent
+        ((BudgetExceeded,), EXIT_BUDGET, "stopped: {e}"),
+        ((LLMCallError,), EXIT_LLM, "stopped: an LLM request failed after its retries: {e}. " + resume),
+        ((KeyboardInterrupt,), EXIT_INTERRUPTED,
+         "interrupted: the run was stopped (MLflow run marked KILLED). " + resume),
+        ((Exception,), EXIT_BUG, "error: unexpected {kind}: {e} (FACE_DEBUG=1 shows the traceback). " + resume),
+    )
     try:
         importlib.import_module(cfg.runner).run(cfg)
-    except (DataError, ConfigError) as e:  # bad input or setting: nothing was sent
+    except (Exception, KeyboardInterrupt) as e:
         if _debug():
             raise
-        fail(EXIT_CONFIG, f"error: {e}")
-    except BudgetExceeded as e:
-        if _debug():
-            raise
-        fail(EXIT_BUDGET, f"stopped: {e}")
-    except LLMCallError as e:
-        if _debug():
-            raise
-        fail(EXIT_LLM, f"stopped: an LLM request failed after its retries: {e}. {resume}")
-    except KeyboardInterrupt:
-        if _debug():
-            raise
-        fail(EXIT_INTERRUPTED, f"interrupted: the run was stopped (MLflow run marked KILLED). {resume}")
-    except Exception as e:
-        if _debug():
-            raise
-        fail(EXIT_BUG, f"error: unexpected {type(e).__name__}: {e} (FACE_DEBUG=1 shows the traceback). {resume}")
+        code, line = next((code, line) for kinds, code, line in stops if isinstance(e, kinds))
+        fail(code, line.replace("{kind}", type(e).__name__).replace("{e}", str(e)))
