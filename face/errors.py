@@ -1,5 +1,8 @@
 """Errors that end a run with one line and exit code 2 (``scripts/run.py``): nothing was sent."""
 
+import os
+from pathlib import Path
+
 from face.data.errors import DataError
 
 
@@ -7,4 +10,16 @@ class ConfigError(ValueError):
     """A setting with a value that cannot work: the message names the setting and the allowed values."""
 
 
-__all__ = ["ConfigError", "DataError"]
+def require_writable_dir(path: Path, setting: str) -> None:
+    """ConfigError naming ``setting`` unless ``path`` is, or can be created as, a directory this process may
+    write (nothing is created here)."""
+    p = Path(path).resolve()
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    if not p.is_dir():
+        raise ConfigError(f"{setting}: {path} cannot be a directory: {p} is a file")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ConfigError(f"{setting}: {path} is not writable ({p}: permission denied)")
+
+
+__all__ = ["ConfigError", "DataError", "require_writable_dir"]

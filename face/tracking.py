@@ -17,6 +17,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from face.errors import require_writable_dir
+
 log = logging.getLogger(__name__)
 
 
@@ -134,19 +136,9 @@ def check_tracking_store(cfg: DictConfig) -> None:
             except sqlite3.DatabaseError as e:
                 raise ValueError(f"tracking.tracking_uri: {db} is not an SQLite database ({e})") from None
         else:
-            _check_dir(db.parent, "tracking.tracking_uri")
+            require_writable_dir(db.parent, "tracking.tracking_uri")
     if t.get("artifact_location"):
-        _check_dir(Path(t.artifact_location), "tracking.artifact_location")
-
-
-def _check_dir(path: Path, setting: str) -> None:
-    p = path.resolve()
-    while not p.exists() and p.parent != p:
-        p = p.parent
-    if not p.is_dir():
-        raise ValueError(f"{setting}: {path} cannot be a directory: {p} is a file")
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise ValueError(f"{setting}: {path} is not writable ({p}: permission denied)")
+        require_writable_dir(Path(t.artifact_location), "tracking.artifact_location")
 
 
 # settings that say where things go, not what is computed: never MLflow params

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 MAX_UTTERANCE_CHARS = 20_000
 
 
-from face.errors import ConfigError  # noqa: E402  (re-exported: raised here and by methods)
+from face.errors import ConfigError, require_writable_dir  # noqa: E402  (ConfigError re-exported)
 
 
 @dataclass
@@ -292,24 +292,11 @@ def _uses_llm(method) -> bool:
     return bool(getattr(method, "uses_llm", isinstance(method, Face)))
 
 
-def _writable_dir(path: Path, setting: str) -> None:
-    """``path`` is, or can be created as, a directory this process may write (nothing is created here)."""
-    p = path.resolve()
-    while not p.exists():
-        if p.parent == p:
-            break
-        p = p.parent
-    if p.exists() and not p.is_dir():
-        raise ConfigError(f"{setting}: {path} cannot be a directory: {p} is a file")
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise ConfigError(f"{setting}: {path} is not writable ({p}: permission denied)")
-
-
 def check_paths(cfg: DictConfig, out_dir: Path, run_dir: Path, uses_llm: bool) -> None:
     """Output directories, the LLM cache and the MLflow store, before anything is fetched, written or sent."""
-    _writable_dir(out_dir, "report.out_dir" if cfg.report.get("out_dir") else "paths.results_dir")
-    _writable_dir(run_dir, "paths.output_dir (hydra.run.dir)")
-    _writable_dir(Path(cfg.paths.data_dir), "paths.data_dir")
+    require_writable_dir(out_dir, "report.out_dir" if cfg.report.get("out_dir") else "paths.results_dir")
+    require_writable_dir(run_dir, "paths.output_dir (hydra.run.dir)")
+    require_writable_dir(Path(cfg.paths.data_dir), "paths.data_dir")
     if uses_llm and _setting(cfg, "llm.cache", False) and _setting(cfg, "llm.cache_dir"):
         from face.llm.cache import check_cache_dir
 
