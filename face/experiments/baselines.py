@@ -26,7 +26,6 @@ from face.data import PUBLISHED_TABLE
 from face.experiments.common import experiment
 from face.report.tables import SPLIT_LABELS, order_aspects, print_table, write_table
 from face.significance import comparison_table
-from face.tracking import correlation_metrics
 
 log = logging.getLogger(__name__)
 # our method name -> the published row of the same method (FACE paper Table 2)
@@ -52,20 +51,16 @@ def run(cfg: DictConfig) -> dict:
     with experiment(cfg, extra_files=[PUBLISHED_TABLE], method_cfgs=_method_cfgs(cfg)) as ctx:
         tracker, is_usr = ctx.tracker, hasattr(ctx.dataset, "corpus")
         preds, labels, rows, dry = {}, {}, [], False
+        levels = ("turn", "system") if is_usr else ("turn", "dialogue", "system")
         for name, method in ctx.methods.items():
-            out = ctx.predict(method)
+            out, res = ctx.predict_and_evaluate(name, method, levels)
             labels[name] = out.label
-            tracker.log_metrics({f"{name}.{k}": v for k, v in out.metrics.items()})
-            tracker.log_artifacts(out.artifacts, f"run/{name}")
-            if out.dry_run:
+            if res is None:
                 dry = True
                 continue
             ctx.save_run(out.predictions, f"run_file_{name}.json")
             preds[name] = out.predictions
-            levels = ("turn", "system") if is_usr else ("turn", "dialogue", "system")
-            res = ctx.evaluate(out.predictions, levels=levels).assign(method=name)
-            rows.append(res)
-            tracker.log_metrics(correlation_metrics(res, prefix=f"{name}."))
+            rows.append(res.assign(method=name))
         if dry:
             print("Dry run: nothing was sent. " + " | ".join(labels.values()), flush=True)
             return {"dry_run": True, "out_dir": ctx.out_dir, "labels": labels}

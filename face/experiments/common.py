@@ -76,6 +76,21 @@ class Context:
         return meta_evaluate(preds, self.convs, self.aspects, list(splits or self.splits), levels,
                              m.n_boot if n_boot is None else n_boot, self.cfg.seed, m.confidence)
 
+    def predict_and_evaluate(self, name: str, method: Method, levels: Sequence[str] = LEVELS,
+                             ) -> tuple[MethodOutput, pd.DataFrame | None]:
+        """One of several methods: predictions, their metrics and artifacts logged under ``name``, and their
+        correlations (None after a dry run), logged as ``<name>.<metric>``."""
+        from face.tracking import correlation_metrics
+
+        out = self.predict(method)
+        self.tracker.log_metrics({f"{name}.{k}": v for k, v in out.metrics.items()})
+        self.tracker.log_artifacts(out.artifacts, f"run/{name}")
+        if out.dry_run:
+            return out, None
+        res = self.evaluate(out.predictions, levels=levels)
+        self.tracker.log_metrics(correlation_metrics(res, prefix=f"{name}."))
+        return out, res
+
     def published(self) -> pd.DataFrame:
         return self.dataset.published(self.data_dir)
 

@@ -12,7 +12,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from face.experiments.common import experiment
 from face.report.tables import order_aspects, print_table, write_table
-from face.tracking import correlation_metrics
 
 USAGE_KEYS = ("llm_calls", "llm_http_requests", "llm_cache_hits", "llm_input_tokens", "llm_output_tokens",
               "llm_cost_usd")
@@ -32,16 +31,11 @@ def run(cfg: DictConfig) -> dict:
         tracker = ctx.tracker
         rows, usage_rows, labels = [], [], {}
         for name, method in ctx.methods.items():
-            out = ctx.predict(method)
+            out, res = ctx.predict_and_evaluate(name, method)
             labels[name] = out.label
-            tracker.log_metrics({f"{name}.{k}": val for k, val in out.metrics.items()})
-            tracker.log_artifacts(out.artifacts, f"run/{name}")
-            if out.dry_run:
-                continue
-            res = ctx.evaluate(out.predictions).assign(variant=name)
-            rows.append(res)
-            usage_rows.append({"variant": name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}})
-            tracker.log_metrics(correlation_metrics(res, prefix=f"{name}."))
+            if res is not None:
+                rows.append(res.assign(variant=name))
+                usage_rows.append({"variant": name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}})
         if not rows:
             print("Dry run: nothing was sent.", flush=True)
             return {"dry_run": True, "out_dir": ctx.out_dir}
