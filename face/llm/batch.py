@@ -223,6 +223,16 @@ class BatchTransport:
                 b = await api.batches.retrieve(job.id)
                 errors = 0
             except Exception as e:
+                if getattr(e, "status_code", None) == 404:  # not this account's, or deleted: send its lines again
+                    log.warning("batch %s is unknown to %s; sending its lines again", job.id, self.base_url)
+                    job.status = "lost"
+                    self.journal.save(job)
+                    for cid in job.custom_ids:
+                        if self._waiting.get(cid):
+                            req = self._waiting[cid][0][0]
+                            self._pending[cid] = (req, self.http.body(req))
+                    self._schedule()
+                    return
                 errors += 1
                 if errors > self.cfg.max_retries:
                     self._fail(job.custom_ids, f"batch {job.id}: polling failed {errors} times: "

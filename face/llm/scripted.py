@@ -244,6 +244,7 @@ class ScriptedServer:
         self.files: dict[str, tuple[str, bytes]] = {}  # id -> (purpose, content)
         self.batches: dict[str, dict] = {}
         self.batch_polls = 0
+        self._last_id = 0
 
     # ---- control ------------------------------------------------------
     def force(self, *kinds: str) -> None:
@@ -281,7 +282,8 @@ class ScriptedServer:
     # ---- Batch API --------------------------------------------------------
     def _new_id(self, prefix: str) -> str:
         with self._lock:
-            return f"{prefix}-{len(self.files) + len(self.batches) + 1:06d}"
+            self._last_id += 1
+            return f"{prefix}-{self._last_id:06d}"
 
     async def _upload(self, request: web.Request) -> web.Response:
         form = await request.post()

@@ -135,3 +135,16 @@ def test_a_batch_the_endpoint_rejects_fails_every_request_with_its_reason(server
 def test_bad_batch_settings_are_refused_before_anything_is_sent(make_cfg, bad, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         _batch_cfg(make_cfg, **bad)
+
+
+def test_a_journaled_batch_the_endpoint_does_not_know_is_sent_again(server, make_cfg):
+    cfg = _batch_cfg(make_cfg)
+    server.batch_gate.clear()
+    with make_client(cfg) as client, pytest.raises(TimeoutError):
+        client.run_async(asyncio.wait_for(client.chat_many(_requests()), timeout=1.0))
+    server.batches.clear()  # e.g. another account's key, or the job was deleted
+    server.batch_gate.set()
+    with make_client(cfg) as client:
+        out = client.run_batch(_requests())
+    assert len(server.batches) == 1 and len(_cache_keys(cfg)) == 3 * len(PROMPTS)
+    assert all(len(r.samples) == 3 for r in out)
