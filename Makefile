@@ -60,6 +60,7 @@ results: setup
 bench: setup
 	$(BIN)/python scripts/bench_main.py
 	$(BIN)/python scripts/bench_llm.py
+	$(BIN)/python scripts/bench_job.py
 
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --port 5000

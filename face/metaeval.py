@@ -18,7 +18,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from face.aggregate import Predictions
 from face.aspects import Aspect
@@ -38,6 +37,8 @@ def correlate(pred: np.ndarray, human: np.ndarray) -> dict[str, tuple[float, flo
     pred, human = np.asarray(pred, float), np.asarray(human, float)
     if len(pred) < 3 or np.ptp(pred) == 0 or np.ptp(human) == 0:
         return {c: (float("nan"), float("nan")) for c in COEFFICIENTS}
+    from scipy import stats  # here, not at the top: ~0.5 s to import, and a small job may never correlate
+
     out = {}
     for name, fn in (("pearson", stats.pearsonr), ("spearman", stats.spearmanr), ("kendall", stats.kendalltau)):
         res = fn(pred, human)
@@ -203,6 +204,8 @@ def paired_difference(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray,
 # ---------------------------------------------------------------- system level
 
 def _rows_rank(a: np.ndarray) -> np.ndarray:
+    from scipy import stats
+
     return stats.rankdata(a, axis=1)
 
 

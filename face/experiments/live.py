@@ -7,7 +7,6 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from face.experiments.common import experiment
-from face.report import figures
 from face.report.tables import comparison_table, print_table, write_table
 
 
@@ -40,6 +39,8 @@ def run(cfg: DictConfig) -> dict:
             for split in own_splits:
                 if results[(results["split"] == split) & (results["coefficient"] == "spearman")]["value"].isna().all():
                     continue  # nothing to draw (a small subset, no labels on this split)
+                from face.report import figures  # matplotlib and seaborn (~0.4 s) only when there is a figure
+
                 paths.append(figures.bars_vs_published(
                     results, published, split, "spearman", f"ours ({cfg.llm.model})", note,
                     ctx.out_dir / "figures" / f"bars_{split}_spearman.png", ctx.dataset.title))
