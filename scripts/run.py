@@ -3,7 +3,9 @@
 Exit codes: 0 done; 2 a bad setting or input file (one line naming it; nothing sent, no results written);
 3 stopped by an LLM budget cap; 4 an LLM request failed after its retries; 130 interrupted (Ctrl-C or
 SIGTERM); 1 an unexpected error. Every stop prints one line saying what happened and how to resume;
-``FACE_DEBUG=1`` shows the traceback as well.
+``FACE_DEBUG=1`` shows the traceback as well. A multirun sweep through a launcher that runs each job in its own
+process (``hydra/launcher=submitit_local`` / ``submitit_slurm``) exits 1 when a job failed; that job's own line
+is in the output and in ``<sweep dir>/.submitit/<job id>/``.
 """
 
 from __future__ import annotations
@@ -108,9 +110,17 @@ def cli() -> None:
     try:
         main()
     except SystemExit as e:
-        if e.code == 1 and not _started:  # Hydra could not compose the config: a bad override
+        if e.code == 1 and not _started and not launched_job_failed(e):  # Hydra could not compose the config
             sys.exit(EXIT_CONFIG)
         raise
+
+
+def launched_job_failed(e: SystemExit) -> bool:
+    """Hydra exits 1 after a launcher that runs each job in its own process (hydra/launcher=submitit_local,
+    submitit_slurm) reported a job that failed there: that job ran (its error is in the output), so the sweep
+    is not a bad override (exit 1, not 2). Hydra calls sys.exit while handling the launcher's exception."""
+    cause = e.__context__
+    return cause is not None and type(cause).__module__.split(".")[0] == "submitit"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,75 @@
+"""Multirun sweeps through a Hydra launcher plugin (hydra-submitit-launcher): `hydra/launcher=submitit_local`
+starts each job as its own process, exactly as `submitit_slurm` does on a cluster node, so what a cluster
+run needs — the config, the paths and the environment reaching a fresh process, one LLM cache and one MLflow
+store shared by concurrent jobs — is exercised here. Everything goes to tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sweep(tmp_path: Path, data_dir: Path, *overrides: str, tracking: bool = True) -> subprocess.CompletedProcess:
+    out = [f"hydra.sweep.dir={tmp_path / 'sweep'}", f"paths.results_dir={tmp_path / 'results'}",
+           f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={data_dir}", "paths.data_mirror=null",
+           "dataset.download=false"]
+    out += ([f"tracking.tracking_uri=sqlite:///{tmp_path / 'ml.db'}",
+             f"tracking.artifact_location={tmp_path / 'mlruns'}"] if tracking else ["tracking=none"])
+    return subprocess.run([sys.executable, "scripts/run.py", "-m", "hydra/launcher=submitit_local", *overrides, *out],
+                          cwd=ROOT, env={**os.environ, "FACE_DATA_MIRROR": ""}, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _submitit_jobs(sweep: Path) -> dict[str, str]:
+    """submitit job id -> its error log, for every job the launcher started."""
+    return {p.parent.name: p.read_text() for p in (sweep / ".submitit").glob("*/*_0_log.err")}
+
+
+def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir):
+    """Two live FACE jobs (scripted LLM) in two processes: each finishes with its run file, tables and LLM usage,
+    both write to one LLM cache and one MLflow store, and each job is its own MLflow run tagged with the sweep."""
+    res = _sweep(tmp_path, data_dir, "experiment=crsarena_main", "llm=scripted", "dataset.limit=2",
+                 "aspects=[dialogue_overall]", "method.particles.source=released", "method.instructions.max=2",
+                 "method.n=1,2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    jobs = _submitit_jobs(sweep)
+    assert len(jobs) == 2, f"expected 2 submitit jobs, got {sorted(jobs)}"  # each job its own process
+    for num, n in (("0", 1), ("1", 2)):
+        job = sweep / num
+        assert f"method.n={n}" in (job / ".hydra" / "overrides.yaml").read_text()
+        run_file = json.loads((job / "run_file.json").read_text())
+        assert len(run_file) == 2 and all("dialogue_overall" in c["dial_level_pred"] for c in run_file)
+        assert (job / "results" / "correlations.csv").exists()
+        usage = json.loads((job / "llm_usage.json").read_text())["totals"]
+        assert usage["failures"] == 0 and usage["calls"] > 0
+    assert not (tmp_path / "results").exists()  # a sweep job is never the default configuration
+    assert (tmp_path / "cache" / "llm" / "llm_cache.sqlite").exists()  # one cache (paths.cache_dir) for both jobs
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'ml.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("crsarena_main").experiment_id])
+    assert sorted(r.data.params["method.n"] for r in runs) == ["1", "2"]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}
+    assert all(r.data.tags["sweep_dir"] == str(sweep) for r in runs)
+
+
+@pytest.mark.slow  # ~20 s, most of it submitit waiting 15 s for the result file a failed job never writes
+def test_submitit_local_sweep_reports_a_failed_job(tmp_path, data_dir):
+    """A job that stops with a bad setting in its own process: the other job still finishes, its one-line error
+    reaches the sweep's output, and the sweep exits 1 (a failed job), not 2 (a bad override: nothing ran)."""
+    res = _sweep(tmp_path, data_dir, "experiment=reproduce_table2", "metaeval.n_boot=0", "dataset.limit=0,30",
+                 tracking=False)
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert "error: dataset.limit must be a positive integer or null, got 0" in res.stderr
+    assert (tmp_path / "sweep" / "1" / "run_file.json").exists()
+    assert (tmp_path / "sweep" / "1" / "results" / "correlations.csv").exists()
+    assert not (tmp_path / "sweep" / "0" / "run_file.json").exists()
