@@ -17,6 +17,25 @@ from face.report.tables import SPLIT_LABELS, ordered
 COEF_LABELS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
 
 
+def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
+    """The note under the axes, wrapped to the figure's width. Measured once for the whole note (its mean
+    character width), not word by word as matplotlib's ``wrap=True`` does (≈ 0.2 s a figure for a long note)."""
+    import textwrap
+
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    width_pt, _, _ = TextToPath().get_text_width_height_descent(note, FontProperties(size=fontsize), ismath=False)
+    chars = int(0.9 * fig.get_figwidth() * 72 / max(width_pt / max(len(note), 1), 1e-6))
+    fig.text(0.01, -0.02, textwrap.fill(note, max(chars, 40), break_on_hyphens=False), fontsize=fontsize,
+             ha="left", va="top")
+
+
+def _flat_ticks(ax: plt.Axes, names) -> None:
+    """Horizontal x tick labels, one word a line: rotated ones reach down into the caption."""
+    ax.set_xticklabels([str(c).replace("_", " ").replace(" ", "\n") for c in names], rotation=0)
+
+
 def _save(fig: plt.Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,7 +83,7 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
     ax.axhline(0, color="black", lw=0.6)
     ax.set_title(f"{dataset_title} {SPLIT_LABELS.get(split, split)} — {COEF_LABELS[coefficient]}")
     ax.legend(ncol=4, fontsize=7, loc="upper left")
-    fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
+    _caption(fig, note)
     return _save(fig, path)
 
 
@@ -95,7 +114,7 @@ def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(title)
-    fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
+    _caption(fig, note)
     return _save(fig, path)
 
 
@@ -116,7 +135,7 @@ def k_curve(summary: pd.DataFrame, coefficient: str, note: str, path: str | Path
         ax.set_title(SPLIT_LABELS.get(split, split))
     axes[0][0].set_ylabel(COEF_LABELS[coefficient])
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
+    _caption(fig, note)
     return _save(fig, path)
 
 
@@ -130,7 +149,8 @@ def aggregation_heatmap(df: pd.DataFrame, aspect_col: str, note: str, path: str 
     ax.set_title(title)
     ax.set_xlabel("")
     ax.set_ylabel("instruction agg / particle agg")
-    fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
+    _flat_ticks(ax, pivot.columns)
+    _caption(fig, note)
     return _save(fig, path)
 
 
@@ -143,7 +163,8 @@ def act_heatmap(by_act: pd.DataFrame, aspect: str, note: str, path: str | Path) 
     ax.set_title(f"{aspect}: mean particle score by system and dialogue act")
     ax.set_xlabel("")
     ax.set_ylabel("")
-    fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
+    _flat_ticks(ax, pivot.columns)
+    _caption(fig, note)
     return _save(fig, path)
 
 
@@ -158,7 +179,7 @@ def act_share_bars(act_share: pd.DataFrame, note: str, path: str | Path) -> Path
     ax.set_xlim(0, 1)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("Dialogue acts per system")
-    fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
+    _caption(fig, note)
     return _save(fig, path)
 
 
@@ -174,5 +195,5 @@ def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Pa
     ax.set_ylabel("share of particles in the lowest 10 %")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("Where low-scoring particles fall")
-    fig.text(0.01, -0.02, note, fontsize=7, ha="left", va="top", wrap=True)
+    _caption(fig, note)
     return _save(fig, path)
