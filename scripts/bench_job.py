@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from face.llm.scripted import spawn  # noqa: E402  (the benchmark's own process; the job is a child)
 
 # Runs in the child before scripts/run.py: wraps the client's methods once face.llm.client is imported
 # (by the job itself, when it gets there), so the import order and times are the job's own.
@@ -75,15 +78,6 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
-def start_server(latency: float) -> tuple[subprocess.Popen, str]:
-    p = subprocess.Popen([sys.executable, "-m", "face.llm.scripted", "--latency", str(latency)],
-                         stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    line = p.stdout.readline()
-    if not line.startswith("READY"):
-        raise RuntimeError(f"scripted server did not start: {line!r}")
-    return p, line.split()[1]
-
-
 def job_args(url: str, convs: int, cache_dir: str, run_dir: str) -> list[str]:
     return [str(ROOT / "scripts" / "run.py"), "experiment=crsarena_main", "llm=openai_compatible",
             f"llm.base_url={url}", f"dataset.limit={convs}", "aspects=[dialogue_overall]",
@@ -124,7 +118,7 @@ def main() -> None:
           f"{args.latency * 1e3:.0f} ms latency, own process")
     print(f"job: scripts/run.py experiment=crsarena_main llm=openai_compatible llm.base_url=URL "
           f"dataset.limit={args.convs} 'aspects=[dialogue_overall]' method.particles.source=released tracking=none\n")
-    proc, url = start_server(args.latency)
+    proc, url = spawn(args.latency)
     cache = tempfile.mkdtemp(prefix="bench_job_cache_")
     try:
         cold = run_job(url, args.convs, cache)

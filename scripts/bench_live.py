@@ -44,6 +44,7 @@ from face.data.released import load_instructions, load_released_particles  # noq
 from face.llm import LLMConfig, make_client  # noqa: E402
 from face.llm import probe as endpoint_probe  # noqa: E402
 from face.llm.base import runs  # noqa: E402
+from face.llm.scripted import spawn  # noqa: E402
 from face.llm.transport import OpenAITransport  # noqa: E402
 from face.particles import from_released  # noqa: E402
 from face.scoring import ScoringSpec, plan, score, units_for  # noqa: E402
@@ -68,15 +69,6 @@ def workload(d: Path, n_convs: int, aspect: str = ASPECT):
     units = units_for(ASPECTS[aspect], convs, from_released(rows))
     instructions = load_instructions(d / released_instructions_file(aspect))
     return convs, units, instructions
-
-
-def start_server(latency: float) -> tuple[subprocess.Popen, str]:
-    p = subprocess.Popen([sys.executable, "-m", "face.llm.scripted", "--latency", str(latency)],
-                         stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    line = p.stdout.readline()
-    if not line.startswith("READY"):
-        raise RuntimeError(f"scripted server did not start: {line!r}")
-    return p, line.split()[1]
 
 
 def configured(name: str, **over) -> LLMConfig:
@@ -177,7 +169,7 @@ def bench_scripted(d: Path, args) -> None:
           f"{args.latency * 1e3:.0f} ms latency, own process")
     print(f"job: {len(convs)} CRSArena conversation(s), {ASPECT}, {len(units)} released particles × "
           f"{len(instructions)} instructions × {SPEC.n} samples = {samples} samples\n")
-    proc, url = start_server(args.latency)
+    proc, url = spawn(args.latency)
     rows = []
     try:
         mimic_wall, mimic_n = authors_pattern(url, planned, limit=args.mimic_samples)
@@ -227,7 +219,7 @@ def bench_scripted(d: Path, args) -> None:
           f"in every row; probing the endpoint took {probe_s:.2f} s once, before the rows: its answer is remembered "
           "per base URL and model)")
     if args.e2e:
-        proc, url = start_server(args.latency)
+        proc, url = spawn(args.latency)
         try:
             _, units10, _ = workload(d, args.e2e_convs)
             n10 = len(units10) * len(instructions) * SPEC.n

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,15 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from face.llm import ChatRequest, LLMConfig, make_client  # noqa: E402
-
-
-def start_server(latency: float) -> tuple[subprocess.Popen, str]:
-    p = subprocess.Popen([sys.executable, "-m", "face.llm.scripted", "--latency", str(latency)],
-                         stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    line = p.stdout.readline()
-    if not line.startswith("READY"):
-        raise RuntimeError(f"scripted server did not start: {line!r}")
-    return p, line.split()[1]
+from face.llm.scripted import spawn  # noqa: E402
 
 
 def requests(k: int, prefix: str) -> list[ChatRequest]:
@@ -103,7 +94,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_llm_"))
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}; scripted server in a subprocess")
 
-    proc, url = start_server(0.0)
+    proc, url = spawn(0.0)
     try:
         k = a.overhead_calls
         raw, raw_cpu = cpu_timed(raw_aiohttp, url, k)
@@ -131,7 +122,7 @@ def main() -> None:
         proc.terminate()
         proc.wait()
 
-    proc, url = start_server(a.latency)
+    proc, url = spawn(a.latency)
     try:
         n = a.calls
         print(f"\n[{a.latency * 1e3:.0f} ms simulated latency, {n} calls]")

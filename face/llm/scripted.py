@@ -519,6 +519,23 @@ class ScriptedServer:
             self._log_fh = None
 
 
+def spawn(latency_s: float = 0.0, *args: str) -> tuple[Any, str]:
+    """The server in a process of its own (benchmarks: its CPU is not the client's): (the Popen, its base URL)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    p = subprocess.Popen([sys.executable, "-m", "face.llm.scripted", "--latency", str(latency_s), *args],
+                         stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=root))
+    line = p.stdout.readline()
+    if not line.startswith("READY"):
+        p.kill()
+        raise RuntimeError(f"scripted server did not start: {line!r}")
+    return p, line.split()[1]
+
+
 def read_log(path: str) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
