@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -373,4 +373,4 @@ def score(client, planned: Sequence[Planned], spec: ScoringSpec, desc: str = "sc
 
 
 def records_frame(records: Sequence[ScoreRecord]) -> pd.DataFrame:
-    return pd.DataFrame([asdict(r) for r in records])
+    return pd.DataFrame([vars(r) for r in records])  # shallow: the frame copies what it keeps

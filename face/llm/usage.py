@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,7 @@ class Usage:
     http_latencies: list[float] = field(default_factory=list)
     # () -> {"concurrency_limit", "concurrency_limit_reached", "max_in_flight", ...} (set by BudgetLM)
     concurrency: Any = field(default=None, repr=False, compare=False)
+    _written: tuple = field(default=(), repr=False, compare=False)  # (path, counts) of the last write_artifact
 
     # ---- budget -------------------------------------------------------
     def estimate(self, messages, max_tokens: int, n: int) -> tuple[int, int, float]:
@@ -220,11 +221,15 @@ class Usage:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         # one line per call record (json's C encoder; `indent` would switch to its pure-Python one)
-        calls = ",\n  ".join(json.dumps(asdict(r)) for r in self.records)
+        state = (str(p.resolve()), len(self.records), len(self.fallback_events), len(self.invalid_events))
+        if state == self._written and p.exists():
+            return p  # already written with these records (the method wrote it, then the client closed)
+        calls = ",\n  ".join(json.dumps(vars(r)) for r in self.records)  # flat records: no asdict deep copy
         text = (f'{{"totals": {json.dumps(self.summary(), indent=1)},\n "calls": [\n  {calls}\n ],\n'
                 f' "fallbacks": {json.dumps(self.fallback_events)},\n'
                 f' "invalid_answers": {json.dumps(self.invalid_events)}\n}}\n')
         tmp = p.with_name(f".{p.name}.{os.getpid()}.part")
         tmp.write_text(text)
         os.replace(tmp, p)  # atomic: a stop while writing never leaves half a file
+        self._written = state
         return p
