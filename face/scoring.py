@@ -234,7 +234,12 @@ def reasoned_value(answer, scale: Sequence[int]) -> int | None:
     if getattr(answer, "finish_reason", "") == "length" or getattr(answer, "dry_run", False):
         return None
     found = last_json_object(getattr(answer, "text", answer))
-    return None if found is None else score_value(json.dumps(found[0]), scale)
+    if found is None:
+        return None
+    from face.llm.adapters import score_adapter
+
+    got = score_adapter(scale).validate(found[0])
+    return None if isinstance(got, str) else got.score
 
 
 def reasoned_expectation(completion, scale: Sequence[int]):
@@ -313,15 +318,17 @@ def _n_valid(parsed, spec: ScoringSpec) -> int:
     return int(any(e is not None for _, e in parsed))
 
 
-def record_from_samples(p: Planned, samples, spec: ScoringSpec) -> ScoreRecord:
-    """One score from every draw of a unit × instruction (invalid ones replaced, then the policy applied)."""
+def record_from_samples(p: Planned, samples, spec: ScoringSpec, parsed: list | None = None) -> ScoreRecord:
+    """One score from every draw of a unit × instruction (invalid ones replaced, then the policy applied);
+    ``parsed``: ``_sample_value`` of each sample, if already known."""
     u = p.unit
     low = u.aspect.low
     base = dict(aspect=u.aspect.name, conv_id=u.conv_id, turn_ind=u.turn_ind, particle_ind=u.particle_ind,
                 instruction_id=p.instruction.instruction_id, estimator=spec.estimator)
     if any(getattr(s, "dry_run", False) for s in samples):
         return ScoreRecord(score=math.nan, n_requested=spec.samples, n_valid=0, fallback="dry_run", **base)
-    parsed = [_sample_value(p, s, spec) for s in samples]
+    if parsed is None:
+        parsed = [_sample_value(p, s, spec) for s in samples]
     values = [v for v, _ in parsed]
     base.update(samples=values, n_retried=max(0, len(samples) - spec.samples))
     if spec.estimator == "sampling":
@@ -353,6 +360,17 @@ def score(client, planned: Sequence[Planned], spec: ScoringSpec, desc: str = "sc
     want = [spec.samples] * len(planned)
     samples: list[list] = [[] for _ in planned]
     pending = list(range(len(planned)))
+    known: dict[int, tuple] = {}  # id(sample) -> (sample, its parsed value): each sample object is parsed once
+
+    def parsed(i: int) -> list[tuple]:
+        out = []
+        for s in samples[i]:
+            hit = known.get(id(s))
+            if hit is None or hit[0] is not s:  # holding the sample keeps its id from being reused
+                hit = known[id(s)] = (s, _sample_value(planned[i], s, spec))
+            out.append(hit[1])
+        return out
+
     for attempt in range(spec.invalid.attempts):
         reqs = [replace(planned[i].request, n=want[i]) for i in pending]
         label = desc if attempt == 0 else f"{desc}: redrawing {len(pending)} with invalid answers"
@@ -362,14 +380,15 @@ def score(client, planned: Sequence[Planned], spec: ScoringSpec, desc: str = "sc
         for i in pending:
             if any(getattr(s, "dry_run", False) for s in samples[i]):
                 continue
-            missing = spec.samples - _n_valid([_sample_value(planned[i], s, spec) for s in samples[i]], spec)
+            missing = spec.samples - _n_valid(parsed(i), spec)
             if missing > 0:
                 want[i] += missing
                 nxt.append(i)
         pending = nxt
         if not pending:
             break
-    return [record_from_samples(p, s, spec) for p, s in zip(planned, samples)]
+    return [record_from_samples(p, s, spec, None if any(getattr(x, "dry_run", False) for x in s) else parsed(i))
+            for i, (p, s) in enumerate(zip(planned, samples))]
 
 
 def records_frame(records: Sequence[ScoreRecord]) -> pd.DataFrame:

@@ -107,6 +107,10 @@ class JsonAdapter(Generic[T]):
             obj = extract_json(answer)
         except ValueError as e:
             return f"invalid JSON: {e}"
+        return self.validate(obj)
+
+    def validate(self, obj: Any) -> T | str:
+        """An already decoded JSON value against the model: the instance, or why it is invalid."""
         try:
             return self.model.model_validate(obj)
         except ValidationError as e:
