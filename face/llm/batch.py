@@ -99,10 +99,11 @@ class Journal:
     def keep_output(self, job: Job, lines: list[dict]) -> None:
         """Keep the answered lines (a failed one is sent again when asked for again)."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        kept = [x for x in lines if "custom_id" in x and answered(x)]
         tmp = self.folder / f".{job.id}.output.tmp"
-        tmp.write_text("".join(json.dumps(x) + "\n" for x in lines if answered(x)), encoding="utf-8")
+        tmp.write_text("".join(json.dumps(x) + "\n" for x in kept), encoding="utf-8")
         os.replace(tmp, self.output_path(job))
-        job.answers = {x["custom_id"]: x for x in lines if "custom_id" in x and answered(x)}
+        job.answers = {x["custom_id"]: x for x in kept}
         job.status = "downloaded"
         self.save(job)
 
@@ -148,8 +149,6 @@ class BatchTransport:
         self._waiting: dict[str, list[tuple[ChatRequest, asyncio.Future]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._watchers: dict[str, asyncio.Task] = {}
-        self.batches_sent = 0
-        self.lines_sent = 0
 
     # ---- the layer ------------------------------------------------------
     async def chat(self, req: ChatRequest) -> ChatResult:
@@ -165,20 +164,21 @@ class BatchTransport:
         self._waiting.setdefault(cid, []).append((req, fut))
         if owner is not None and owner.status not in ("downloaded", "lost"):
             self._watch(owner)  # sent by an earlier run that did not see it finish: wait for it
-        elif cid not in self._pending:
-            self._pending[cid] = (req, self.http.body(req))
-            self._schedule()
+        else:
+            self._enqueue(cid, req)
         return await fut
 
-    def _schedule(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _enqueue(self, cid: str, req: ChatRequest) -> None:
+        """A line for the next job (once per custom_id), sent when no new one came for batch_collect_s."""
+        if cid in self._pending:
+            return
+        self._pending[cid] = (req, self.http.body(req))
         if self._timer is not None:
             self._timer.cancel()
         if len(self._pending) >= self.cfg.batch_max_requests:
-            self._timer = None
             self._flush()
         else:
-            self._timer = loop.call_later(self.cfg.batch_collect_s, self._flush)
+            self._timer = asyncio.get_running_loop().call_later(self.cfg.batch_collect_s, self._flush)
 
     def _flush(self) -> None:
         self._timer = None
@@ -203,8 +203,6 @@ class BatchTransport:
             return
         job = Job(b.id, f.id, list(pending), time.time(), b.status or "validating")
         self.journal.add(job)
-        self.batches_sent += 1
-        self.lines_sent += len(pending)
         log.info("batch %s submitted: %d lines (%.1f MB); polling every %gs (window %s)", b.id, len(pending),
                  len(data) / 1e6, self.cfg.batch_poll_s, self.cfg.batch_window)
         self._watch(job)
@@ -229,9 +227,7 @@ class BatchTransport:
                     self.journal.save(job)
                     for cid in job.custom_ids:
                         if self._waiting.get(cid):
-                            req = self._waiting[cid][0][0]
-                            self._pending[cid] = (req, self.http.body(req))
-                    self._schedule()
+                            self._enqueue(cid, self._waiting[cid][0][0])
                     return
                 errors += 1
                 if errors > self.cfg.max_retries:
