@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from face.data.schema import Conversation, Instruction
+from face.llm.config import LLMConfig
 from face.llm.usage import cost_usd, estimate_input_tokens, estimate_tokens
 from face.particles import Decomposition, decompose_messages
 from face.scoring import ScoringSpec, Unit, score_messages
@@ -29,11 +30,10 @@ class Pricing:
     price_output_per_mtok: float = 0.0
 
     @classmethod
-    def of(cls, llm: Mapping[str, Any]) -> Pricing:
-        """The pricing of an `llm` config: list prices, × `batch_price_factor` with `batch` (the Batch API)."""
-        f = float(llm.get("batch_price_factor", 0.5)) if llm.get("batch") else 1.0
-        return cls(max(int(llm.get("n_per_request", 1)), 1), float(llm.get("price_input_per_mtok", 0.0)) * f,
-                   float(llm.get("price_output_per_mtok", 0.0)) * f)
+    def of(cls, llm: LLMConfig | Mapping[str, Any]) -> Pricing:
+        """The pricing of an `llm` config as charged (`LLMConfig.prices`: the Batch API's discount included)."""
+        cfg = llm if isinstance(llm, LLMConfig) else LLMConfig.from_dict(llm)
+        return cls(cfg.n_per_request, *cfg.prices)
 
     def cost(self, input_tokens: float, output_tokens: float) -> float:
         return cost_usd(input_tokens, output_tokens, self.price_input_per_mtok, self.price_output_per_mtok)

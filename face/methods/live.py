@@ -237,14 +237,14 @@ class Face:
                       if inputs.dataset.released_artifacts else
                       f" (particle counts: {RELEASED_PARTICLES_PER_TURN:.2f} per turn, the mean of the released "
                       "decomposition of CRSArena-Eval)")
-        if inputs.llm.get("batch"):
-            proxy_note += (f" (OpenAI Batch API price: {inputs.llm.get('batch_price_factor', 0.5):g} × list price "
-                           f"${costs['cost_usd'].iloc[-1] / inputs.llm.get('batch_price_factor', 0.5):.2f})")
+        lcfg = LLMConfig.from_dict(inputs.llm)
+        if lcfg.batch:
+            proxy_note += (f" (OpenAI Batch API price: {lcfg.batch_price_factor:g} × list price "
+                           f"${costs['cost_usd'].iloc[-1] / lcfg.batch_price_factor:.2f})")
         print_table(f"Cost estimate before sending anything{proxy_note} — {label}", costs, 2)
         if inputs.tracker is not None:
             for a, ins in instructions.items():
                 inputs.tracker.register_instructions(a, ins, self.instructions.source)
-        lcfg = LLMConfig.from_dict(inputs.llm)
         estimated = float(costs["cost_usd"].iloc[-1])
         if lcfg.max_cost_usd is not None and estimated > lcfg.max_cost_usd and not (lcfg.force or lcfg.dry_run):
             raise ConfigError(f"llm.max_cost_usd={lcfg.max_cost_usd} is below the cost estimate ${estimated:.2f}: "

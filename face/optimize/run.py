@@ -84,7 +84,7 @@ def run(cfg: DictConfig) -> dict:
                                     ocfg.split.seed)
         tracker.set_tags({"split.train": len(split.train), "split.dev": len(split.dev), "split.test": len(split.test)})
         proxy = method._proxy(inputs)
-        pricing = Pricing.of(lcfg.to_dict())
+        pricing = Pricing.of(lcfg)
         plans, estimates = {}, []
         for a in ctx.aspects:
             items = items_for(a, ctx.convs)
