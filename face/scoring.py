@@ -27,6 +27,7 @@ turn, so a turn cannot open a new block of the prompt.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -318,17 +319,16 @@ def _n_valid(parsed, spec: ScoringSpec) -> int:
     return int(any(e is not None for _, e in parsed))
 
 
-def record_from_samples(p: Planned, samples, spec: ScoringSpec, parsed: list | None = None) -> ScoreRecord:
+def record_from_samples(p: Planned, samples, spec: ScoringSpec, parse=None) -> ScoreRecord:
     """One score from every draw of a unit × instruction (invalid ones replaced, then the policy applied);
-    ``parsed``: ``_sample_value`` of each sample, if already known."""
+    ``parse(sample)``: its ``_sample_value`` (by default computed here)."""
     u = p.unit
     low = u.aspect.low
     base = dict(aspect=u.aspect.name, conv_id=u.conv_id, turn_ind=u.turn_ind, particle_ind=u.particle_ind,
                 instruction_id=p.instruction.instruction_id, estimator=spec.estimator)
     if any(getattr(s, "dry_run", False) for s in samples):
         return ScoreRecord(score=math.nan, n_requested=spec.samples, n_valid=0, fallback="dry_run", **base)
-    if parsed is None:
-        parsed = [_sample_value(p, s, spec) for s in samples]
+    parsed = [parse(s) if parse else _sample_value(p, s, spec) for s in samples]
     values = [v for v, _ in parsed]
     base.update(samples=values, n_retried=max(0, len(samples) - spec.samples))
     if spec.estimator == "sampling":
@@ -362,14 +362,11 @@ def score(client, planned: Sequence[Planned], spec: ScoringSpec, desc: str = "sc
     pending = list(range(len(planned)))
     known: dict[int, tuple] = {}  # id(sample) -> (sample, its parsed value): each sample object is parsed once
 
-    def parsed(i: int) -> list[tuple]:
-        out = []
-        for s in samples[i]:
-            hit = known.get(id(s))
-            if hit is None or hit[0] is not s:  # holding the sample keeps its id from being reused
-                hit = known[id(s)] = (s, _sample_value(planned[i], s, spec))
-            out.append(hit[1])
-        return out
+    def parse_once(i: int, s) -> tuple:
+        hit = known.get(id(s))
+        if hit is None or hit[0] is not s:  # holding the sample keeps its id from being reused
+            hit = known[id(s)] = (s, _sample_value(planned[i], s, spec))
+        return hit[1]
 
     for attempt in range(spec.invalid.attempts):
         reqs = [replace(planned[i].request, n=want[i]) for i in pending]
@@ -380,14 +377,14 @@ def score(client, planned: Sequence[Planned], spec: ScoringSpec, desc: str = "sc
         for i in pending:
             if any(getattr(s, "dry_run", False) for s in samples[i]):
                 continue
-            missing = spec.samples - _n_valid(parsed(i), spec)
+            missing = spec.samples - _n_valid([parse_once(i, s) for s in samples[i]], spec)
             if missing > 0:
                 want[i] += missing
                 nxt.append(i)
         pending = nxt
         if not pending:
             break
-    return [record_from_samples(p, s, spec, None if any(getattr(x, "dry_run", False) for x in s) else parsed(i))
+    return [record_from_samples(p, s, spec, functools.partial(parse_once, i))
             for i, (p, s) in enumerate(zip(planned, samples))]
 
 
