@@ -36,7 +36,9 @@ def _flat_ticks(ax: plt.Axes, names) -> None:
     ax.set_xticklabels([str(c).replace("_", " ").replace(" ", "\n") for c in names], rotation=0)
 
 
-def _save(fig: plt.Figure, path: str | Path) -> Path:
+def _save(fig: plt.Figure, path: str | Path, note: str) -> Path:
+    """The figure with its caption, as a PNG with no version stamp (the same bytes on every run)."""
+    _caption(fig, note)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
@@ -83,8 +85,7 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
     ax.axhline(0, color="black", lw=0.6)
     ax.set_title(f"{dataset_title} {SPLIT_LABELS.get(split, split)} — {COEF_LABELS[coefficient]}")
     ax.legend(ncol=4, fontsize=7, loc="upper left")
-    _caption(fig, note)
-    return _save(fig, path)
+    return _save(fig, path, note)
 
 
 def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
@@ -114,8 +115,7 @@ def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(title)
-    _caption(fig, note)
-    return _save(fig, path)
+    return _save(fig, path, note)
 
 
 def k_curve(summary: pd.DataFrame, coefficient: str, note: str, path: str | Path) -> Path:
@@ -135,8 +135,7 @@ def k_curve(summary: pd.DataFrame, coefficient: str, note: str, path: str | Path
         ax.set_title(SPLIT_LABELS.get(split, split))
     axes[0][0].set_ylabel(COEF_LABELS[coefficient])
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    _caption(fig, note)
-    return _save(fig, path)
+    return _save(fig, path, note)
 
 
 def aggregation_heatmap(df: pd.DataFrame, aspect_col: str, note: str, path: str | Path, title: str) -> Path:
@@ -150,8 +149,7 @@ def aggregation_heatmap(df: pd.DataFrame, aspect_col: str, note: str, path: str 
     ax.set_xlabel("")
     ax.set_ylabel("instruction agg / particle agg")
     _flat_ticks(ax, pivot.columns)
-    _caption(fig, note)
-    return _save(fig, path)
+    return _save(fig, path, note)
 
 
 def act_heatmap(by_act: pd.DataFrame, aspect: str, note: str, path: str | Path) -> Path:
@@ -164,8 +162,7 @@ def act_heatmap(by_act: pd.DataFrame, aspect: str, note: str, path: str | Path) 
     ax.set_xlabel("")
     ax.set_ylabel("")
     _flat_ticks(ax, pivot.columns)
-    _caption(fig, note)
-    return _save(fig, path)
+    return _save(fig, path, note)
 
 
 def act_share_bars(act_share: pd.DataFrame, note: str, path: str | Path) -> Path:
@@ -179,8 +176,7 @@ def act_share_bars(act_share: pd.DataFrame, note: str, path: str | Path) -> Path
     ax.set_xlim(0, 1)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("Dialogue acts per system")
-    _caption(fig, note)
-    return _save(fig, path)
+    return _save(fig, path, note)
 
 
 def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Path:
@@ -195,5 +191,4 @@ def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Pa
     ax.set_ylabel("share of particles in the lowest 10 %")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("Where low-scoring particles fall")
-    _caption(fig, note)
-    return _save(fig, path)
+    return _save(fig, path, note)
