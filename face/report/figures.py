@@ -36,9 +36,10 @@ def _flat_ticks(ax: plt.Axes, names) -> None:
     ax.set_xticklabels([str(c).replace("_", " ").replace(" ", "\n") for c in names], rotation=0)
 
 
-def _save(fig: plt.Figure, path: str | Path, note: str) -> Path:
-    """The figure with its caption, as a PNG with no version stamp (the same bytes on every run)."""
-    _caption(fig, note)
+def _save(fig: plt.Figure, path: str | Path, note: str | None = None) -> Path:
+    """The figure (with ``note`` as its caption) as a PNG with no version stamp (the same bytes on every run)."""
+    if note is not None:
+        _caption(fig, note)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
