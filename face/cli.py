@@ -173,5 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def entry() -> None:
+    """The ``face`` console script: ``main`` without the interpreter's teardown at exit (``face.runner.exit_after``)."""
+    from face.runner import exit_after
+
+    exit_after(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

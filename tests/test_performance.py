@@ -3,6 +3,9 @@ several base URLs, and unchanged results / cache keys whatever the speed setting
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from omegaconf import OmegaConf
@@ -180,3 +183,38 @@ def test_shipped_backends_are_fast_by_default():
     assert oc.n_per_request > 1 and oc.probe and oc.adaptive_concurrency and oc.concurrency >= 256
     oa = load("openai")
     assert oa.adaptive_concurrency and oa.concurrency_start <= 16  # rate-limit aware
+
+
+def _exit_after(body: str) -> subprocess.CompletedProcess[str]:
+    """`body` defines entry(); the child runs face.runner.exit_after(entry), stdout a pipe (block-buffered)."""
+    code = "import atexit, sys, threading, time\nfrom face.runner import exit_after\n" + textwrap.dedent(body) + \
+        "\nexit_after(entry)\nprint('not reached')\n"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_fast_exit_keeps_the_exit_code_buffered_output_atexit_handlers_and_threads():
+    p = _exit_after("""
+        atexit.register(lambda: print("atexit handler ran"))
+        def late():
+            time.sleep(0.3)
+            print("non-daemon thread finished")
+        def entry():
+            threading.Thread(target=late).start()
+            print("buffered line", end="")  # no newline, no flush: lost if the exit skipped the flush
+            return 3
+    """)
+    assert p.returncode == 3
+    # Python's order: threads joined, then atexit handlers, then the streams flushed
+    assert p.stdout == "buffered line" + "non-daemon thread finished\n" + "atexit handler ran\n"
+
+
+@pytest.mark.parametrize("raised, code, stderr", [("sys.exit(4)", 4, ""), ("sys.exit()", 0, ""),
+                                                  ("sys.exit('bad setting')", 1, "bad setting\n")])
+def test_fast_exit_turns_system_exit_into_the_same_status_as_python(raised, code, stderr):
+    p = _exit_after(f"def entry():\n    {raised}\n")
+    assert (p.returncode, p.stderr, p.stdout) == (code, stderr, "")
+
+
+def test_fast_exit_lets_an_unexpected_exception_end_the_process_as_usual():
+    p = _exit_after("def entry():\n    raise RuntimeError('boom')\n")
+    assert p.returncode == 1 and "RuntimeError: boom" in p.stderr and "not reached" not in p.stdout
