@@ -30,17 +30,27 @@ def fail(code: int, line: str) -> None:
     sys.exit(code)
 
 
-def exit_after(entry: Callable[[], int | None]) -> NoReturn:
-    """Run a command-line entry point and exit with its code as Python would, minus the interpreter's teardown.
+# The cyclic garbage collector's thresholds for a command-line run (Python's defaults: 700, 10, 10).
+GC_THRESHOLDS = (50_000, 20, 20)
 
-    Freeing every module a job imported (pandas, scipy, matplotlib, seaborn, openai, hydra) takes ≈ 0.5 s on this
-    2-core machine, a tenth of a 10-conversation live job (``scripts/bench_live.py --e2e``). Python's own exit
-    order is kept: wait for the non-daemon threads (and let ``concurrent.futures`` stop its workers), run the
-    ``atexit`` handlers (logging and MLflow flush there), flush the standard streams; then ``os._exit`` skips
-    the teardown. An exception other than SystemExit propagates as usual (traceback, normal exit). For
-    ``__main__`` blocks only: never call this from library code or tests."""
+
+def run_cli(entry: Callable[[], int | None]) -> NoReturn:
+    """Run a command-line entry point as a whole process: fewer garbage collections, then exit with its code as
+    Python would, minus the interpreter's teardown. For ``__main__`` blocks only, never library code or tests.
+
+    * ``GC_THRESHOLDS``: with Python's defaults the cyclic collector runs after every 700 net allocations,
+      thousands of times while pandas, scipy, matplotlib and openai are imported and while the scoring stage
+      builds its per-request objects; a 10-conversation live job (``scripts/bench_live.py --e2e``) took
+      ≈ 6.2 s with them and ≈ 5.3 s with these, for ≈ 6 MB more peak memory (273 → 279 MB).
+    * The exit: freeing every imported module takes another ≈ 0.5 s. Python's own exit order is kept -- wait
+      for the non-daemon threads (and let ``concurrent.futures`` stop its workers), run the ``atexit`` handlers
+      (logging and MLflow flush there), flush the standard streams -- then ``os._exit`` skips the teardown.
+      An exception other than SystemExit propagates as usual (traceback, normal exit)."""
     import atexit
+    import gc
     import threading
+
+    gc.set_threshold(*GC_THRESHOLDS)
 
     try:
         code = entry()

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from face.runner import EXIT_CONFIG, exit_after, fail, run_guarded  # noqa: E402
+from face.runner import EXIT_CONFIG, fail, run_cli, run_guarded  # noqa: E402
 
 _started = False  # the task function ran (Hydra composed the config)
 
@@ -124,4 +124,4 @@ def launched_job_failed(e: SystemExit) -> bool:
 
 
 if __name__ == "__main__":
-    exit_after(cli)
+    run_cli(cli)

@@ -185,15 +185,15 @@ def test_shipped_backends_are_fast_by_default():
     assert oa.adaptive_concurrency and oa.concurrency_start <= 16  # rate-limit aware
 
 
-def _exit_after(body: str) -> subprocess.CompletedProcess[str]:
-    """`body` defines entry(); the child runs face.runner.exit_after(entry), stdout a pipe (block-buffered)."""
-    code = "import atexit, sys, threading, time\nfrom face.runner import exit_after\n" + textwrap.dedent(body) + \
-        "\nexit_after(entry)\nprint('not reached')\n"
+def _run_cli(body: str) -> subprocess.CompletedProcess[str]:
+    """`body` defines entry(); the child runs face.runner.run_cli(entry), stdout a pipe (block-buffered)."""
+    code = "import atexit, sys, threading, time\nfrom face.runner import run_cli\n" + textwrap.dedent(body) + \
+        "\nrun_cli(entry)\nprint('not reached')\n"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
 def test_fast_exit_keeps_the_exit_code_buffered_output_atexit_handlers_and_threads():
-    p = _exit_after("""
+    p = _run_cli("""
         atexit.register(lambda: print("atexit handler ran"))
         def late():
             time.sleep(0.3)
@@ -211,10 +211,22 @@ def test_fast_exit_keeps_the_exit_code_buffered_output_atexit_handlers_and_threa
 @pytest.mark.parametrize("raised, code, stderr", [("sys.exit(4)", 4, ""), ("sys.exit()", 0, ""),
                                                   ("sys.exit('bad setting')", 1, "bad setting\n")])
 def test_fast_exit_turns_system_exit_into_the_same_status_as_python(raised, code, stderr):
-    p = _exit_after(f"def entry():\n    {raised}\n")
+    p = _run_cli(f"def entry():\n    {raised}\n")
     assert (p.returncode, p.stderr, p.stdout) == (code, stderr, "")
 
 
 def test_fast_exit_lets_an_unexpected_exception_end_the_process_as_usual():
-    p = _exit_after("def entry():\n    raise RuntimeError('boom')\n")
+    p = _run_cli("def entry():\n    raise RuntimeError('boom')\n")
     assert p.returncode == 1 and "RuntimeError: boom" in p.stderr and "not reached" not in p.stdout
+
+
+def test_a_cli_process_runs_far_fewer_garbage_collections_than_pythons_default():
+    p = _run_cli("""
+        import gc
+        runs = []
+        gc.callbacks.append(lambda phase, info: runs.append(1) if phase == "start" else None)
+        def entry():
+            keep = [{"i": i} for i in range(200_000)]  # 200k containers: ~285 collections at Python's 700
+            print(len(runs))
+    """)
+    assert p.returncode == 0 and int(p.stdout) < 20
