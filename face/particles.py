@@ -2,9 +2,10 @@
 
 For every assistant turn the LLM is asked for ``k`` samples. With ``reasoning`` (the default, the
 authors' prompt) it first reasons in four steps (explain the context, count the particles, discuss the
-user's feedback on each, output JSON) and the last JSON object of the reply is the answer; an empty
-list is a valid answer (a turn with no particle: 15 released turns have none). Without reasoning it
-answers JSON only, schema-constrained where the endpoint supports it, and needs at least one particle.
+user's feedback on each, output JSON) and the last JSON object of the reply is the answer. Without
+reasoning it answers JSON only, schema-constrained where the endpoint supports it. Either way an empty
+list is a valid answer, as in the authors' validator (a turn with no particle: 15 released turns have
+none), and a particle's user feedback is kept as answered (missing: ``NO_FEEDBACK_PROVIDED``).
 Invalid samples are replaced by new draws until ``k`` are valid (at most ``max_rounds`` rounds, the
 authors: 100; ``max_extra`` caps the extra draws per turn).
 Plurality vote: keep the valid samples with the most common particle count, then pick the one
@@ -106,13 +107,13 @@ def parse_particles(answer, adapter=None, reasoning: bool = False) -> tuple[Part
         found = last_json_object(getattr(answer, "text", answer))
         if found is None:
             return "no JSON object in the reply"
-        if found[0].get("particles") == []:
-            return ()
         answer = json.dumps(found[0])
     got = adapter.parse(answer)
     if isinstance(got, str):
         return got
-    return tuple(Particle(p.dialogue_act, p.mention, p.user_feedback or NO_FEEDBACK) for p in got.particles)
+    # feedback as answered (an empty string stays empty, as in the authors' particles); missing: NO_FEEDBACK
+    return tuple(Particle(p.dialogue_act, p.mention, NO_FEEDBACK if p.user_feedback is None else p.user_feedback)
+                 for p in got.particles)
 
 
 def plurality_vote(samples: Sequence[tuple[Particle, ...]]) -> tuple[tuple[Particle, ...], int]:

@@ -72,12 +72,13 @@ def run_cli(entry: Callable[[], int | None]) -> NoReturn:
 def run_guarded(cfg: DictConfig) -> None:
     """Run the experiment; turn every stop into one line and an exit code (traceback with FACE_DEBUG=1)."""
     from face.experiments.common import ConfigError
-    from face.llm import BudgetExceeded, LLMCallError
+    from face.llm import BudgetExceeded, LLMCallError, LLMRequestRefused
 
     resume = f"Finished LLM calls are cached in {cfg.paths.get('cache_dir')}: rerun the same command to resume."
     stops = (  # first match wins: (what stopped the run, exit code, the line printed)
         ((DataError, ConfigError), EXIT_CONFIG, "error: {e}"),  # bad input or setting: nothing was sent
         ((BudgetExceeded,), EXIT_BUDGET, "stopped: {e}"),
+        ((LLMRequestRefused,), EXIT_LLM, "stopped: {e}. Nothing of that request was cached or scored."),
         ((LLMCallError,), EXIT_LLM, "stopped: an LLM request failed after its retries: {e}. " + resume),
         ((KeyboardInterrupt,), EXIT_INTERRUPTED,
          "interrupted: the run was stopped (MLflow run marked KILLED). " + resume),

@@ -27,11 +27,10 @@ turn, so a turn cannot open a new block of the prompt.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -124,18 +123,27 @@ class ScoreRecord:
     n_defaulted: int = 0  # samples counted as the lowest score after every attempt was invalid
 
 
+UNLABELLED = ("skip", "score")
+
+
 def units_for(aspect: Aspect, convs: Sequence[Conversation], decomps: dict[tuple[str, int], Decomposition],
-              unit: str = "particle") -> list[Unit]:
-    """What gets scored for ``aspect``: every particle of the evaluated turns, or whole turns / dialogues."""
+              unit: str = "particle", unlabelled: str = "skip") -> list[Unit]:
+    """What gets scored for ``aspect``: every particle of the evaluated turns, or whole turns / dialogues.
+
+    ``unlabelled="skip"`` (the authors): in a conversation whose turns carry human labels, a turn-level aspect
+    is not scored on the turns without a label for it (the released relevance judgements leave out the 5
+    such turns of CRSArena-Eval); conversations without turn labels (your own logs) are scored in full."""
     if unit not in UNITS:
         raise ValueError(f"unknown unit {unit!r}; choose from {UNITS}")
+    if unlabelled not in UNLABELLED:
+        raise ValueError(f"method.unlabelled_turns must be one of {UNLABELLED}, got {unlabelled!r}")
     level = aspect.level
     out = []
     for c in convs:
         if unit == "whole" and level == "dialogue":
             out.append(Unit(aspect, c.conv_id, -1, -1, None))
             continue
-        for t in c.evaluated_turns():
+        for t in turns_for(aspect, c, unlabelled):
             if unit == "whole":
                 out.append(Unit(aspect, c.conv_id, t.turn_ind, -1, None))
                 continue
@@ -144,6 +152,14 @@ def units_for(aspect: Aspect, convs: Sequence[Conversation], decomps: dict[tuple
                 raise KeyError(f"no particles for conversation {c.conv_id!r}, turn {t.turn_ind}")
             out += [Unit(aspect, c.conv_id, t.turn_ind, i, p) for i, p in enumerate(d.particles)]
     return out
+
+
+def turns_for(aspect: Aspect, conv: Conversation, unlabelled: str = "skip") -> list:
+    """The assistant turns of ``conv`` scored for ``aspect`` (see ``units_for``)."""
+    turns = conv.evaluated_turns()
+    if unlabelled == "skip" and aspect.level == "turn" and any(t.labels for t in conv.turns):
+        turns = [t for t in turns if aspect.name in t.labels]
+    return turns
 
 
 # ---------------------------------------------------------------- prompts
@@ -180,8 +196,18 @@ def score_messages(unit: Unit, conv: Conversation, instruction: str, judged: str
         return render("score_turn.txt", history=history_text(before), turn=turn.utterance.strip(),
                       next_user=next_user_turn(conv, turn) or "(the conversation ended here)",
                       particle=particle_text(unit.particle, "assistant turn"), **common)
-    return render("score_dialogue.txt", dialogue=history_text(conv.turns),
+    heading = "Particle to rate:"
+    if unit.particle is not None:  # which turn it came from (the dialogue is shown without turn numbers)
+        k = [t.turn_ind for t in conv.assistant_turns()].index(unit.turn_ind) + 1
+        heading = f"Particle to rate (from the assistant's {ordinal(k)} turn):"
+    return render("score_dialogue.txt", dialogue=_transcript(conv, history_text), particle_heading=heading,
                   particle=particle_text(unit.particle, "dialogue"), **common)
+
+
+def ordinal(k: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st, ..."""
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
 
 
 def _reasoning_messages(unit: Unit, conv: Conversation, instruction: str, judged: str) -> tuple[tuple[str, str], ...]:
@@ -191,16 +217,42 @@ def _reasoning_messages(unit: Unit, conv: Conversation, instruction: str, judged
                   instruction=instruction.strip(), definition=spec.definition if whole else spec.of_particle,
                   grades=spec.level_lines() or f"- an integer from {spec.low} (worst) to {spec.high} (best)")
     if spec.level == "turn":
-        turn = conv.turn(unit.turn_ind)
-        before = [t for t in conv.turns if t.turn_ind < unit.turn_ind][-2:]
-        nxt = next_user_turn(conv, turn)
+        history, turn, nxt = _per_conv(conv, ("turn context", unit.turn_ind),
+                                       lambda: _turn_context(conv, unit.turn_ind))
         target = ("Target: the whole current assistant turn." if whole else
                   f"Target particle (from the current assistant turn):\n{particle_text(unit.particle, '')}")
-        return render("score_turn_reasoning.txt", history=numbered(before), turn=numbered([turn]),
-                      next_user=one_line(nxt) if nxt else "N/A", target=target, **common)
+        return render("score_turn_reasoning.txt", history=history, turn=turn, next_user=nxt, target=target, **common)
     target = ("Target: the whole dialogue." if whole else
               f"Target particle (from assistant turn {unit.turn_ind}):\n{particle_text(unit.particle, '')}")
-    return render("score_dialogue_reasoning.txt", dialogue=numbered(conv.turns), target=target, **common)
+    return render("score_dialogue_reasoning.txt", dialogue=_transcript(conv, numbered), target=target, **common)
+
+
+def _turn_context(conv: Conversation, turn_ind: int) -> tuple[str, str, str]:
+    """(the two turns before, the turn, the user's response) as the reasoning prompt shows them."""
+    turn = conv.turn(turn_ind)
+    before = [t for t in conv.turns if t.turn_ind < turn_ind][-2:]
+    nxt = next_user_turn(conv, turn)
+    return numbered(before), numbered([turn]), one_line(nxt) if nxt else "N/A"
+
+
+_PER_CONV: dict[tuple, tuple[Conversation, object]] = {}
+
+
+def _per_conv(conv: Conversation, key: tuple, make: Callable[[], object]):
+    """``make()``, remembered for the last conversations: the requests of a conversation follow each other and
+    show the same text (the dialogue, a turn's context) with every particle and instruction."""
+    k = (id(conv), *key)
+    got = _PER_CONV.get(k)
+    if got is None or got[0] is not conv:
+        if len(_PER_CONV) > 256:
+            _PER_CONV.clear()
+        got = _PER_CONV[k] = (conv, make())
+    return got[1]
+
+
+def _transcript(conv: Conversation, how) -> str:
+    """``how(conv.turns)`` (the whole dialogue), remembered per conversation."""
+    return _per_conv(conv, ("transcript", id(how)), lambda: how(conv.turns))
 
 
 # ---------------------------------------------------------------- answers
@@ -276,6 +328,13 @@ class Planned:
 def plan(units: Sequence[Unit], instructions: Sequence[Instruction], convs: dict[str, Conversation],
          spec: ScoringSpec, json_schema: bool, judged: str = "conversational recommender systems") -> list[Planned]:
     """One request per unit × instruction, in prefix-sharing order (or ``naive``: instruction-major)."""
+    return list(plan_iter(units, instructions, convs, spec, json_schema, judged))
+
+
+def plan_iter(units: Sequence[Unit], instructions: Sequence[Instruction], convs: dict[str, Conversation],
+              spec: ScoringSpec, json_schema: bool, judged: str = "conversational recommender systems"
+              ) -> Iterator[Planned]:
+    """``plan`` as a generator: each prompt is rendered when it is needed (a paper-size stage plans 10^5)."""
     from face.llm import ChatRequest
     from face.llm.adapters import score_adapter
 
@@ -286,7 +345,6 @@ def plan(units: Sequence[Unit], instructions: Sequence[Instruction], convs: dict
     if spec.order == "prefix":
         pairs.sort(key=lambda p: (p[0].conv_id, p[0].turn_ind if p[0].aspect.level == "turn" else 0,
                                   rank[p[1].instruction_id], p[0].turn_ind, p[0].particle_ind))
-    out = []
     for u, ins in pairs:
         messages = score_messages(u, convs[u.conv_id], ins.text, judged, spec.reasoning)
         if spec.estimator == "sampling":
@@ -297,8 +355,7 @@ def plan(units: Sequence[Unit], instructions: Sequence[Instruction], convs: dict
                               top_logprobs=spec.top_logprobs, tag=f"score:{u.aspect.name}")
         if json_schema and not spec.reasoning:  # a schema would rule the reasoning out
             req = score_adapter(u.aspect.scale).request(req, native=True)
-        out.append(Planned(u, ins, req))
-    return out
+        yield Planned(u, ins, req)
 
 
 def _sample_value(p: Planned, s, spec: ScoringSpec):
@@ -355,37 +412,117 @@ def record_from_samples(p: Planned, samples, spec: ScoringSpec, parse=None) -> S
 
 
 def score(client, planned: Sequence[Planned], spec: ScoringSpec, desc: str = "scoring") -> list[ScoreRecord]:
-    """Score every planned unit × instruction. Invalid draws are replaced by new ones (fresh sample indices,
-    so a rerun is served from the cache) until each has its samples or ``spec.invalid.attempts`` is spent."""
-    want = [spec.samples] * len(planned)
-    samples: list[list] = [[] for _ in planned]
-    pending = list(range(len(planned)))
-    known: dict[int, tuple] = {}  # id(sample) -> (sample, its parsed value): each sample object is parsed once
+    """Score every planned unit × instruction (``score_stream``, collected in a list)."""
+    out: list[ScoreRecord] = []
+    score_stream(client, planned, spec, out.append, desc, len(planned))
+    return out
 
-    def parse_once(i: int, s) -> tuple:
-        hit = known.get(id(s))
-        if hit is None or hit[0] is not s:  # holding the sample keeps its id from being reused
-            hit = known[id(s)] = (s, _sample_value(planned[i], s, spec))
-        return hit[1]
 
-    for attempt in range(spec.invalid.attempts):
-        reqs = [replace(planned[i].request, n=want[i]) for i in pending]
-        label = desc if attempt == 0 else f"{desc}: redrawing {len(pending)} with invalid answers"
-        for i, res in zip(pending, client.run_batch(reqs, desc=label)):
-            samples[i] = res.samples
-        nxt = []
-        for i in pending:
-            if any(getattr(s, "dry_run", False) for s in samples[i]):
-                continue
-            missing = spec.samples - _n_valid([parse_once(i, s) for s in samples[i]], spec)
-            if missing > 0:
-                want[i] += missing
-                nxt.append(i)
-        pending = nxt
-        if not pending:
-            break
-    return [record_from_samples(p, s, spec, functools.partial(parse_once, i))
-            for i, (p, s) in enumerate(zip(planned, samples))]
+def score_stream(client, planned: Iterable[Planned], spec: ScoringSpec, emit: Callable[[ScoreRecord], None],
+                 desc: str = "scoring", total: int | None = None) -> None:
+    """Score every planned unit × instruction; each record goes to ``emit`` in the order planned, as soon as it
+    and every earlier one are done, so memory holds what is in flight, not the run (``planned`` may be a
+    generator). An invalid draw is replaced by a new one (fresh sample indices, so a rerun is served from the
+    cache) until each has its samples or ``spec.invalid.attempts`` is spent. Identical requests (two identical
+    particles of one turn) are sent once and share their samples. A unit whose samples are all in the cache is
+    scored without a task. Stops at the first request that fails for good: a refused one at once, otherwise
+    after the requests in flight have finished (they stay cached)."""
+    client.run_async(_score_stream(client, planned, spec, emit, desc, total))
+
+
+async def _score_stream(client, planned: Iterable[Planned], spec: ScoringSpec, emit: Callable[[ScoreRecord], None],
+                        desc: str, total: int | None) -> None:
+    import asyncio
+    import itertools
+    from collections import deque
+
+    from face.llm import BudgetExceeded, LLMRequestRefused
+    from face.llm.client import Progress
+
+    window = max(64, 4 * int(client.cfg.concurrency))
+    bar = Progress(total or 0, desc, enabled=client.cfg.progress, usage=client.usage)
+    queue: deque = deque()  # (planned, (samples, parsed) or the task drawing them), in the order planned
+    shared: dict = {}  # request -> its task while in flight (identical requests wait for the same one)
+    items = iter(planned)
+
+    memo: dict = {}  # (text, finish reason) -> parsed value: replies repeat (a short answer, a replayed one)
+
+    def parse_all(p: Planned, samples) -> list:
+        if spec.estimator != "sampling":
+            return [_sample_value(p, s, spec) for s in samples]
+        out = []
+        for s in samples:
+            key = (s.text, s.finish_reason, s.dry_run)
+            v = memo.get(key)
+            if v is None:
+                if len(memo) > 100_000:
+                    memo.clear()
+                v = memo[key] = _sample_value(p, s, spec)
+            out.append(v)
+        return out
+
+    def complete(parsed) -> bool:
+        return spec.samples - _n_valid(parsed, spec) <= 0
+
+    async def draw(p: Planned) -> tuple[list, list]:
+        want = spec.samples
+        for _ in range(spec.invalid.attempts):
+            req = replace(p.request, n=want)
+            res = client.cached(req) or await client.chat(req)
+            samples = res.samples
+            if any(getattr(s, "dry_run", False) for s in samples):
+                return samples, [(None, None)] * len(samples)
+            parsed = parse_all(p, samples)
+            if complete(parsed):
+                break
+            want += spec.samples - _n_valid(parsed, spec)
+        return samples, parsed
+
+    def fill() -> None:
+        new = [p for p in itertools.islice(items, window - len(queue))]
+        fresh = {p.request: p for p in new if p.request not in shared}  # identical requests looked up once
+        hits = dict(zip(fresh, client.cached_many(list(fresh)))) if fresh else {}
+        for p in new:
+            got = shared.get(p.request)
+            if got is None:
+                hit = hits.get(p.request)
+                parsed = None if hit is None else parse_all(p, hit.samples)
+                if hit is not None and complete(parsed):
+                    got = (hit.samples, parsed)
+                else:
+                    got = shared[p.request] = asyncio.ensure_future(draw(p))
+                    got.add_done_callback(lambda _, key=p.request: shared.pop(key, None))
+            queue.append((p, got))
+
+    try:
+        fill()
+        while queue:
+            p, got = queue.popleft()
+            if isinstance(got, asyncio.Future):
+                try:
+                    got = await got
+                except LLMRequestRefused:
+                    raise
+                except Exception as e:  # let what is in flight finish (it is cached), then stop
+                    rest = [g for _, g in queue if isinstance(g, asyncio.Future)]
+                    settled = await asyncio.gather(*rest, return_exceptions=True)
+                    done = total - len(queue) - 1 if total else None
+                    budget = [x for x in [e, *settled] if isinstance(x, BudgetExceeded)]
+                    if budget:
+                        raise BudgetExceeded(f"{budget[0]} Stage {desc!r}: {done} of {total} scores completed.") \
+                            from budget[0]
+                    raise
+            samples, parsed = got
+            memo = {id(s): v for s, v in zip(samples, parsed)}
+            emit(record_from_samples(p, samples, spec, lambda s, memo=memo: memo[id(s)]))
+            bar.update(sum(bool(getattr(s, "cached", False)) for s in samples), failed=False)
+            if len(queue) <= window // 2:
+                fill()
+    finally:
+        for _, got in queue:
+            if isinstance(got, asyncio.Future):
+                got.cancel()
+        bar.close()
 
 
 def records_frame(records: Sequence[ScoreRecord]) -> pd.DataFrame:

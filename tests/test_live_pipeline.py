@@ -56,8 +56,10 @@ def _answer(*particles) -> str:
 
 
 def test_parse_particles_rejects_bad_acts_and_long_mentions():
-    assert parse_particles(_answer(("greeting", "Hello there", ""))) == (P("greeting", "Hello there",
-                                                                           "NO_FEEDBACK_PROVIDED"),)
+    # feedback as answered: an empty string stays empty (the authors' particles have one); missing: NO_FEEDBACK
+    assert parse_particles(_answer(("greeting", "Hello there", ""))) == (P("greeting", "Hello there", ""),)
+    missing = json.dumps({"particles": [{"dialogue_act": "greeting", "mention": "Hello there"}]})
+    assert parse_particles(missing) == (P("greeting", "Hello there", "NO_FEEDBACK_PROVIDED"),)
     assert "dialogue_act" in parse_particles(_answer(("joke", "x", "y")))
     assert "1-12 words" in parse_particles(_answer(("others", " ".join(["w"] * 13), "y")))
     assert "particles" in parse_particles(json.dumps({"items": []}))

@@ -25,7 +25,9 @@ def _h(messages) -> str:
 
 
 def test_crsarena_prompts_are_those_of_the_pre_refactor_code(data_dir):
-    """Hashes made by the code before datasets owned the aspects (commit 0e194f7), so old caches still hit."""
+    """Hashes made by the code before datasets owned the aspects (commit 0e194f7), so old caches still hit --
+    except the compact prompts of particles for dialogue-level aspects, which since the replay judge (issue 19)
+    say which assistant turn the particle came from (the fixture holds their new hashes)."""
     want = json.loads(FIXTURE.read_text())
     convs = select(load_conversations(data_dir / CRSARENA_EVAL), limit=3)
     ids = {c.conv_id for c in convs}
@@ -48,6 +50,14 @@ CONV = Conversation("kbrd_redial_x", (
     Turn(5, "ASST", "Then Solaris (1972).", {"relevance": 1}),
     Turn(6, "USER", "Great, thanks!"),
 ), {"dialogue_overall": 3}, system="kbrd_redial", split="redial")
+
+
+def test_compact_dialogue_prompt_names_the_turn_of_the_particle():
+    p = Particle("recommendation", "Solaris (1972)", "Great, thanks!")
+    [_, (_, user)] = score_messages(Unit(ASPECTS["dialogue_overall"], CONV.conv_id, 5, 0, p), CONV, "Rate it.")
+    assert "Particle to rate (from the assistant's 3rd turn):\n- dialogue act: recommendation" in user
+    [_, (_, user)] = score_messages(Unit(ASPECTS["dialogue_overall"], CONV.conv_id, -1, -1, None), CONV, "Rate it.")
+    assert "Particle to rate:\n(no particle: rate the dialogue as a whole)" in user
 
 
 def test_turn_prompt_shows_two_previous_turns_the_turn_the_next_user_turn_and_the_scale():

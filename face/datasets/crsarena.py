@@ -3,6 +3,7 @@ conversations in its format (``file=``, human labels optional)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -21,11 +22,16 @@ class CRSArenaEval(Dataset):
     assistant = "movie-recommendation assistant"
     judged = "conversational recommender systems"
 
-    def __init__(self, name: str = "crsarena_eval", file: str | None = None, **selection):
+    def __init__(self, name: str = "crsarena_eval", file: str | None = None, repeat: int = 1, **selection):
         super().__init__(name, **selection)
+        if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
+            raise ValueError(f"dataset.repeat must be a positive integer, got {repeat!r}")
         self.file = Path(file) if file else None
+        self.repeat = repeat
         if self.file is not None:
             self.title = self.file.name
+        if repeat > 1:
+            self.title = f"{self.title} ×{repeat}"
 
     @property
     def released_artifacts(self) -> bool:
@@ -33,15 +39,25 @@ class CRSArenaEval(Dataset):
 
     @property
     def is_subset(self) -> bool:
-        return super().is_subset or self.file is not None
+        return super().is_subset or self.file is not None or self.repeat > 1
 
     def files(self) -> list[str]:
         return ([] if self.file else [CRSARENA_EVAL]) + [PUBLISHED_TABLE]
 
     def load_all(self, data_dir: Path) -> list[Conversation]:
         if self.file is not None:
-            return crsarena.load_conversations(self.file, require_labels=False)
-        return crsarena.load_conversations(Path(data_dir) / CRSARENA_EVAL)
+            convs = crsarena.load_conversations(self.file, require_labels=False)
+        else:
+            convs = crsarena.load_conversations(Path(data_dir) / CRSARENA_EVAL)
+        return convs + [copy_of(c, k) for k in range(2, self.repeat + 1) for c in convs]
+
+
+def copy_of(conv: Conversation, k: int) -> Conversation:
+    """Copy k of a conversation (``dataset.repeat``, for scale benchmarks): id ``<id>~k``, every utterance followed by
+    `` (copy k)`` so that none of its prompts is another's (the replay judge reads a copy as its original), the
+    same labels, system and split."""
+    turns = tuple(replace(t, utterance=f"{t.utterance} (copy {k})") for t in conv.turns)
+    return replace(conv, conv_id=f"{conv.conv_id}~{k}", turns=turns)
 
     def published(self, data_dir: Path) -> pd.DataFrame:
         return load_published_table(Path(data_dir) / PUBLISHED_TABLE)

@@ -212,8 +212,10 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
         dataset = build(cfg.dataset)
         methods = {name: build(node) for name, node in (method_cfgs or {cfg.method.name: cfg.method}).items()}
         aspects = dataset.resolve_aspects(cfg.get("aspects"))
+        uses_llm = any(_uses_llm(m) for m in methods.values())
         files = list(dict.fromkeys([*dataset.files(), *[f for m in methods.values()
-                                                        for f in m.required_files(dataset, aspects)], *extra_files]))
+                                                        for f in m.required_files(dataset, aspects)], *extra_files,
+                                    *(llm_server_files(cfg) if uses_llm else [])]))
         splits = _splits(cfg, dataset)
         settings = non_default_settings(cfg)
         out_dir, run_dir = out_dir_for(cfg, dataset, settings), Path(cfg.paths.output_dir)
@@ -225,7 +227,6 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
             raise
         raise ConfigError(str(e).strip("'\"")) from e
     data_dir = Path(cfg.paths.data_dir)
-    uses_llm = any(_uses_llm(m) for m in methods.values())
     with Tracker(cfg, run_name(cfg.task_name, settings), uses_llm) as tracker:
         tracker.log_config()
         ensure_data(data_dir, files, cfg.paths.get("data_mirror"), dataset.download)
@@ -298,6 +299,22 @@ def check_settings(cfg: DictConfig, method_cfgs: dict[str, DictConfig] | None = 
     max_chars = _setting(cfg, "checks.max_utterance_chars", MAX_UTTERANCE_CHARS)
     if max_chars is not None and (not _is_int(max_chars) or max_chars < 1):
         raise ConfigError(f"checks.max_utterance_chars must be a positive integer or null, got {max_chars!r}")
+
+
+def llm_server_files(cfg: DictConfig) -> list[str]:
+    """Data files the configured LLM server reads (its class's ``data_files``; the replay judge's released
+    judgements), fetched with the experiment's own before anything runs."""
+    target = _setting(cfg, "llm.server._target_")
+    if not target:
+        return []
+    import importlib
+
+    module, _, name = str(target).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"llm.server._target_ {target!r} is not an importable class: {e}") from None
+    return list(getattr(cls, "data_files", ()))
 
 
 def _uses_llm(method) -> bool:

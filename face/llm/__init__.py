@@ -16,6 +16,7 @@ from .base import (
     ChatResult,
     Completion,
     LLMCallError,
+    LLMRequestRefused,
     Server,
     TokenLogprob,
 )
@@ -26,5 +27,6 @@ from .usage import BudgetExceeded, Usage
 
 __all__ = [
     "LM", "BudgetExceeded", "ChatRequest", "ChatResult", "Completion", "LLMCallError", "LLMClient", "LLMConfig",
+    "LLMRequestRefused",
     "SampleCache", "Server", "TokenLogprob", "Usage", "make_client",
 ]

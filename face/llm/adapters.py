@@ -156,16 +156,17 @@ def _score_adapter(values: tuple[int, ...]) -> JsonAdapter:
 def particles_adapter(dialogue_acts: Sequence[str], max_mention_words: int = 12) -> JsonAdapter:
     """Adapter for `{"particles": [{"dialogue_act", "mention", "user_feedback"}, ...]}`.
 
-    The schema is the one sent since the first release. Validation is the project's: at least one
-    particle; a known dialogue act; a mention of 1..max_mention_words words (stripped); feedback
-    stripped, "" when missing or not a string; other keys ignored."""
+    The schema is the one sent since the first release (it asks for 1 to 12 particles). Validation is the
+    authors': a list of particles, possibly empty (a turn with nothing to judge); a known dialogue act; a
+    mention of 1..max_mention_words words (stripped); feedback stripped, None when missing or not a string;
+    other keys ignored."""
     acts = tuple(dialogue_acts)
 
     class Particle(BaseModel):
         model_config = ConfigDict(extra="ignore")
         dialogue_act: Literal[acts]  # type: ignore[valid-type]
         mention: str = Field(strict=True)
-        user_feedback: Any = ""
+        user_feedback: Any = None
 
         @field_validator("mention")
         @classmethod
@@ -176,12 +177,12 @@ def particles_adapter(dialogue_acts: Sequence[str], max_mention_words: int = 12)
 
         @field_validator("user_feedback")
         @classmethod
-        def _feedback(cls, v: Any) -> str:
-            return v.strip() if isinstance(v, str) else ""
+        def _feedback(cls, v: Any) -> str | None:
+            return v.strip() if isinstance(v, str) else None
 
     class ParticlesAnswer(BaseModel):
         model_config = ConfigDict(extra="ignore")
-        particles: list[Particle] = Field(min_length=1)
+        particles: list[Particle]
 
     schema = {
         "type": "object",

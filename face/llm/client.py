@@ -34,12 +34,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from .base import ChatRequest, ChatResult, LLMCallError, Server
+from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused, Server
 from .budget import AccountingLM, BudgetLM
 from .cache import CachingLM, SampleCache
 from .config import LLMConfig
 from .transport import OpenAITransport
-from .usage import BudgetExceeded, Usage
+from .usage import BudgetExceeded, CallRecord, Usage
 from .validating import ValidatingLM
 
 log = logging.getLogger("face.llm")
@@ -144,7 +144,7 @@ class LLMClient:
         return cfg
 
     def close(self) -> None:
-        if self.cfg.usage_file and (self.usage.records or self.usage.dry_run_requests):
+        if self.cfg.usage_file and (self.usage.calls or self.usage.dry_run_requests):
             try:  # also after a budget stop, Ctrl-C or a failed batch: what was paid for is on record
                 self.usage.write_artifact(self.cfg.usage_file)
             except OSError as e:
@@ -178,6 +178,25 @@ class LLMClient:
             self.start()
         return await self._lm.chat(req)
 
+    def cached(self, req: ChatRequest) -> ChatResult | None:
+        """The result of `req` if every sample is in the cache and valid (accounted as a call served from the
+        cache), else None -- nothing is sent. The warm path of streaming stages: no task, no await."""
+        return self.cached_many([req])[0]
+
+    def cached_many(self, reqs: list[ChatRequest]) -> list[ChatResult | None]:
+        """`cached` for several requests, looked up together."""
+        if self._lm is None:
+            self.start()
+        if self.cache is None or self.cfg.dry_run:
+            return [None] * len(reqs)
+        out = self.cache.lookup_many(reqs)
+        for i, (req, res) in enumerate(zip(reqs, out)):
+            if res is None or (req.adapter is not None and any(s.error is not None for s in res.samples)):
+                out[i] = None
+                continue
+            self.usage.add(CallRecord(tag=req.tag, n=req.n, cached_samples=res.cached_samples))
+        return out
+
     async def chat_many(self, requests: Sequence[ChatRequest], desc: str = "LLM",
                         on_error: str = "raise") -> list[ChatResult]:
         """Async batch: order preserved, progress bar, errors raised after the batch settles.
@@ -187,20 +206,31 @@ class LLMClient:
         on_error="return": failed requests give a ChatResult with `error` set and no samples."""
         requests = list(requests)
         bar = Progress(len(requests), desc, enabled=self.cfg.progress, usage=self.usage)
+        refused: list[LLMRequestRefused] = []
 
         async def one(r: ChatRequest) -> ChatResult | BaseException:
+            if refused:
+                return refused[0]
             try:
                 res = await self.chat(r)
                 bar.update(res.cached_samples, failed=False)
                 return res
+            except LLMRequestRefused as e:  # the endpoint will not answer this as it is: stop the batch
+                refused.append(e)
+                for t in tasks:
+                    t.cancel()
+                return e
             except Exception as e:
                 bar.update(0, failed=True)
                 return e
 
+        tasks = [asyncio.ensure_future(one(r)) for r in requests]
         try:
-            out = await asyncio.gather(*(one(r) for r in requests))
+            out = await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             bar.close()
+        if refused:
+            raise refused[0]
         errors = [(i, e) for i, e in enumerate(out) if isinstance(e, BaseException)]
         for _, e in errors:
             if not isinstance(e, (LLMCallError, BudgetExceeded)):

@@ -31,6 +31,7 @@ from .base import (
     ChatResult,
     Completion,
     LLMCallError,
+    LLMRequestRefused,
     TokenLogprob,
     request_params,
 )
@@ -210,10 +211,28 @@ class OpenAITransport:
                         self.in_flight[url] -= 1
                     data = decode_completion(raw)
         except Exception as exc:
+            refused = refusal(exc, req.tag)
+            if refused is not None:
+                raise refused from exc
             msg = str(exc) if len(str(exc)) <= 300 else str(exc)[:300] + "..."
             raise LLMCallError(f"LLM request failed (tag={req.tag!r}, attempts={attempts}): "
                                f"{type(exc).__name__}: {msg}", retries=max(0, attempts - 1)) from exc
         return completion_result(req, data, retries=attempts - 1, latency_s=time.perf_counter() - t0)
+
+
+def refusal(exc: BaseException, tag: str) -> LLMRequestRefused | None:
+    """An HTTP 4xx that no retry can fix, as LLMRequestRefused with the endpoint's own message (else None)."""
+    import openai
+
+    if not isinstance(exc, openai.APIStatusError) or retryable(exc) or not 400 <= exc.status_code < 500:
+        return None
+    body = exc.body if isinstance(exc.body, dict) else {}
+    err = body.get("error", body) if isinstance(body.get("error", body), dict) else {}
+    reason = " ".join(str(err.get("message") or exc.message or exc).split())
+    code = err.get("code")
+    return LLMRequestRefused(f"the LLM endpoint refused a request (HTTP {exc.status_code}"
+                             f"{', ' + str(code) if code else ''}; tag {tag!r}): {reason[:600]}",
+                             exc.status_code, str(code) if code else None)
 
 
 def completion_result(req: ChatRequest, data: dict, retries: int = 0, latency_s: float = 0.0) -> ChatResult:

@@ -59,6 +59,44 @@ def _quantile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+KEEP_CALLS = 1000  # per-call records kept for llm_usage.json (the first ones, and every failed call); totals are exact
+KEEP_EVENTS = 1000  # fallback / invalid-answer events kept (counts are exact)
+LATENCY_SAMPLE = 10_000  # HTTP latencies kept for the quantiles (a uniform reservoir beyond that; mean and max exact)
+
+
+class Latencies:
+    """HTTP latencies in constant memory: exact count, mean and max; quantiles from a uniform reservoir of
+    ``LATENCY_SAMPLE`` values (exact while there are fewer)."""
+
+    def __init__(self) -> None:
+        import random
+
+        self.n, self.total, self.max = 0, 0.0, 0.0
+        self.sample: list[float] = []
+        self._rng = random.Random(0)
+
+    def append(self, x: float) -> None:
+        self.n += 1
+        self.total += x
+        self.max = max(self.max, x)
+        if len(self.sample) < LATENCY_SAMPLE:
+            self.sample.append(x)
+        else:
+            j = self._rng.randrange(self.n)
+            if j < LATENCY_SAMPLE:
+                self.sample[j] = x
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __bool__(self) -> bool:
+        return self.n > 0
+
+
+_TAG_FIELDS = ("calls", "http_requests", "cache_hits", "failures", "input_tokens", "output_tokens", "cost_usd",
+               "answer_retries", "rejected_answers", "invalid_answers")
+
+
 @dataclass
 class Usage:
     price_input_per_mtok: float = 0.0
@@ -67,9 +105,13 @@ class Usage:
     max_cost_usd: float | None = None
     dry_run: bool = False
     cache_dir: str | None = None
-    records: list[CallRecord] = field(default_factory=list)
-    fallback_events: list[dict[str, Any]] = field(default_factory=list)
-    invalid_events: list[dict[str, Any]] = field(default_factory=list)  # samples left invalid (with the reason)
+    records: list[CallRecord] = field(default_factory=list)  # the first KEEP_CALLS calls and every failed one
+    fallback_events: list[dict[str, Any]] = field(default_factory=list)  # the first KEEP_EVENTS
+    invalid_events: list[dict[str, Any]] = field(default_factory=list)  # samples left invalid (the first KEEP_EVENTS)
+    calls: int = 0  # every call (records keeps a bounded part of them)
+    fallbacks: int = 0
+    invalid_samples: int = 0
+    by_tag: dict[str, dict[str, float]] = field(default_factory=dict)  # running totals per tag
     # running totals (kept incrementally so budget checks are O(1))
     http_requests: int = 0
     dry_run_requests: int = 0
@@ -82,7 +124,7 @@ class Usage:
     est_input_tokens: int = 0
     est_output_tokens: int = 0
     est_cost_usd: float = 0.0
-    http_latencies: list[float] = field(default_factory=list)
+    http_latencies: Latencies = field(default_factory=Latencies)
     # () -> {"concurrency_limit", "concurrency_limit_reached", "max_in_flight", ...} (set by BudgetLM)
     concurrency: Any = field(default=None, repr=False, compare=False)
     _written: tuple = field(default=(), repr=False, compare=False)  # (path, counts) of the last write_artifact
@@ -137,7 +179,7 @@ class Usage:
             remaining.append(f"${max(0.0, self.max_cost_usd - self.spent_usd - self.reserved_usd):.6f}")
         where = f" in {self.cache_dir}" if self.cache_dir else ""
         return (f"LLM budget exceeded: {what} (next request tag={tag!r}). "
-                f"Done so far: {len(self.records)} calls, {self.http_requests} HTTP requests sent, "
+                f"Done so far: {self.calls} calls, {self.http_requests} HTTP requests sent, "
                 f"{self.cache_hits} samples from cache, ${self.spent_usd:.6f} spent; "
                 f"remaining budget: {', '.join(remaining) or 'n/a'}. "
                 f"All finished calls are cached{where}: raise the cap and re-run to continue "
@@ -145,53 +187,58 @@ class Usage:
 
     # ---- records ------------------------------------------------------
     def add(self, rec: CallRecord) -> None:
-        self.records.append(rec)
+        self.calls += 1
         self.cache_hits += rec.cached_samples
+        if len(self.records) < KEEP_CALLS or rec.error is not None:
+            self.records.append(rec)
+        t = self.by_tag.get(rec.tag or "(none)")
+        if t is None:
+            t = self.by_tag[rec.tag or "(none)"] = dict.fromkeys(_TAG_FIELDS, 0)
+            t["cost_usd"] = 0.0
+        t["calls"] += 1
+        t["http_requests"] += rec.http_requests
+        t["cache_hits"] += rec.cached_samples
+        t["failures"] += rec.error is not None
+        t["input_tokens"] += rec.input_tokens
+        t["output_tokens"] += rec.output_tokens
+        t["cost_usd"] += rec.cost_usd
+        t["answer_retries"] += rec.answer_retries
+        t["rejected_answers"] += rec.rejected_answers
+        t["invalid_answers"] += rec.invalid_answers
 
     def note_retries(self, k: int) -> None:
         """Retries spent on one HTTP request (also when it failed for good)."""
         self.retries += k
 
     def note_fallback(self, tag: str, reason: str) -> None:
-        self.fallback_events.append({"tag": tag, "reason": reason})
+        self.fallbacks += 1
+        t = self.by_tag.setdefault(tag or "(none)", {**dict.fromkeys(_TAG_FIELDS, 0), "cost_usd": 0.0})
+        t["fallbacks"] = t.get("fallbacks", 0) + 1
+        if len(self.fallback_events) < KEEP_EVENTS:
+            self.fallback_events.append({"tag": tag, "reason": reason})
 
     def note_invalid(self, tag: str, reason: str) -> None:
         """A sample with no valid answer after the answer retries (llm.answer_retries)."""
-        self.invalid_events.append({"tag": tag, "reason": reason})
+        self.invalid_samples += 1
+        if len(self.invalid_events) < KEEP_EVENTS:
+            self.invalid_events.append({"tag": tag, "reason": reason})
 
     # ---- reports ------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         lat = self.http_latencies
-        by_tag: dict[str, dict[str, float]] = {}
-        for r in self.records:
-            t = by_tag.setdefault(r.tag or "(none)", {"calls": 0, "http_requests": 0, "cache_hits": 0,
-                                                     "failures": 0, "input_tokens": 0, "output_tokens": 0,
-                                                     "cost_usd": 0.0, "answer_retries": 0, "rejected_answers": 0,
-                                                     "invalid_answers": 0})
-            t["calls"] += 1
-            t["http_requests"] += r.http_requests
-            t["cache_hits"] += r.cached_samples
-            t["failures"] += r.error is not None
-            t["input_tokens"] += r.input_tokens
-            t["output_tokens"] += r.output_tokens
-            t["cost_usd"] += r.cost_usd
-            t["answer_retries"] += r.answer_retries
-            t["rejected_answers"] += r.rejected_answers
-            t["invalid_answers"] += r.invalid_answers
-        for e in self.fallback_events:
-            by_tag.setdefault(e["tag"] or "(none)", {}).setdefault("fallbacks", 0)
-            by_tag[e["tag"] or "(none)"]["fallbacks"] += 1
+        tags = self.by_tag.values()
+        failed = [r for r in self.records if r.error is not None]
         return {
-            "calls": len(self.records),
+            "calls": self.calls,
             "http_requests": self.http_requests,
             "cache_hits": self.cache_hits,
             "retries": self.retries,
-            "failures": sum(r.error is not None and not r.error.startswith("budget") for r in self.records),
-            "budget_stops": sum(r.error is not None and r.error.startswith("budget") for r in self.records),
-            "fallbacks": len(self.fallback_events),
-            "answer_retries": sum(r.answer_retries for r in self.records),
-            "rejected_answers": sum(r.rejected_answers for r in self.records),
-            "invalid_answers": sum(r.invalid_answers for r in self.records),
+            "failures": sum(not r.error.startswith("budget") for r in failed),
+            "budget_stops": sum(r.error.startswith("budget") for r in failed),
+            "fallbacks": self.fallbacks,
+            "answer_retries": sum(t["answer_retries"] for t in tags),
+            "rejected_answers": sum(t["rejected_answers"] for t in tags),
+            "invalid_answers": sum(t["invalid_answers"] for t in tags),
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cost_usd": self.spent_usd,
@@ -200,12 +247,12 @@ class Usage:
             "estimated_input_tokens": self.est_input_tokens,
             "estimated_output_tokens": self.est_output_tokens,
             "estimated_cost_usd": self.est_cost_usd,
-            "latency_mean_s": sum(lat) / len(lat) if lat else 0.0,
-            "latency_p50_s": _quantile(lat, 0.5),
-            "latency_p95_s": _quantile(lat, 0.95),
-            "latency_max_s": max(lat) if lat else 0.0,
+            "latency_mean_s": lat.total / lat.n if lat.n else 0.0,
+            "latency_p50_s": _quantile(lat.sample, 0.5),
+            "latency_p95_s": _quantile(lat.sample, 0.95),
+            "latency_max_s": lat.max,
             **(self.concurrency() if self.concurrency is not None else {}),
-            "by_tag": by_tag,
+            "by_tag": {k: dict(v) for k, v in self.by_tag.items()},
         }
 
     def mlflow_metrics(self, prefix: str = "llm_") -> dict[str, float]:
@@ -221,11 +268,14 @@ class Usage:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         # one line per call record (json's C encoder; `indent` would switch to its pure-Python one)
-        state = (str(p.resolve()), len(self.records), len(self.fallback_events), len(self.invalid_events))
+        state = (str(p.resolve()), self.calls, self.fallbacks, self.invalid_samples, len(self.records))
         if state == self._written and p.exists():
             return p  # already written with these records (the method wrote it, then the client closed)
         calls = ",\n  ".join(json.dumps(vars(r)) for r in self.records)  # flat records: no asdict deep copy
-        text = (f'{{"totals": {json.dumps(self.summary(), indent=1)},\n "calls": [\n  {calls}\n ],\n'
+        kept = "" if len(self.records) == self.calls else (
+            f' "calls_note": "the first {KEEP_CALLS} of {self.calls} calls and every failed one; totals and by_tag '
+            'count them all",\n')
+        text = (f'{{"totals": {json.dumps(self.summary(), indent=1)},\n{kept} "calls": [\n  {calls}\n ],\n'
                 f' "fallbacks": {json.dumps(self.fallback_events)},\n'
                 f' "invalid_answers": {json.dumps(self.invalid_events)}\n}}\n')
         tmp = p.with_name(f".{p.name}.{os.getpid()}.part")

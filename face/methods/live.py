@@ -30,14 +30,24 @@ from face.methods import Inputs, MethodOutput
 from face.particles import Decomposition, ParticlesSpec, decompose, from_released
 from face.prompts import generic_instruction, initial_instruction, unit_wording
 from face.report.tables import print_table
-from face.scoring import UNITS, InvalidPolicy, ScoringSpec, plan, records_frame, score, units_for
+from face.score_records import ScoreSink
+from face.scoring import (
+    UNITS,
+    UNLABELLED,
+    InvalidPolicy,
+    ScoringSpec,
+    plan_iter,
+    score_stream,
+    turns_for,
+    units_for,
+)
 
 log = logging.getLogger(__name__)
 # particles per assistant turn in the authors' released decomposition of CRSArena-Eval (6,274 / 2,235): the
 # estimate's particle count for conversations that are not decomposed yet and have no released particles
 RELEASED_PARTICLES_PER_TURN = 6274 / 2235
 INSTRUCTION_SOURCES = ("released", "initial", "initial_aspect", "file", "mlflow")
-EMPTY_TURN_RULES = ("min", "drop")
+EMPTY_TURN_RULES = ("drop", "min")
 
 
 @dataclass
@@ -93,7 +103,10 @@ class Face:
     order: str = "prefix"
     reasoning: bool = True  # the paper's prompt: reason step by step, then the JSON answer
     invalid: InvalidPolicy = field(default_factory=InvalidPolicy)
-    empty_turn: str = "min"  # a turn without particles scores the scale's lowest (the authors: 0) | drop
+    # a turn without particles: drop (the authors: no prediction for it; a conversation without any particle gets
+    # no dialogue prediction either) | min (it scores the scale's lowest)
+    empty_turn: str = "drop"
+    unlabelled_turns: str = "skip"  # skip (the authors) | score: turn-level aspects on turns without their label
     instruction_agg: str = "mean"
     particle_agg: str = "mean"
     cost: CostSpec = field(default_factory=CostSpec)
@@ -107,6 +120,8 @@ class Face:
             raise ValueError(f"unknown unit {self.unit!r}; choose from {UNITS}")
         if self.empty_turn not in EMPTY_TURN_RULES:
             raise ValueError(f"method.empty_turn must be one of {EMPTY_TURN_RULES}, got {self.empty_turn!r}")
+        if self.unlabelled_turns not in UNLABELLED:
+            raise ValueError(f"method.unlabelled_turns must be one of {UNLABELLED}, got {self.unlabelled_turns!r}")
         for key in ("instruction_agg", "particle_agg"):
             if getattr(self, key) not in AGGREGATORS:
                 raise ValueError(f"method.{key} must be one of {AGGREGATORS}, got {getattr(self, key)!r}")
@@ -202,7 +217,7 @@ class Face:
                                              ds.assistant, self.particles.reasoning))
         whole_turn_proxy = any(d.source == "proxy" for d in proxy.values())
         for a in inputs.aspects:
-            units = units_for(a, convs, proxy, self.unit)
+            units = units_for(a, convs, proxy, self.unit, self.unlabelled_turns)
             stage = scoring_cost(a.name, units, instructions[a.name], by_id, n_turns, self.scoring,
                                  self.cost.score_tokens(self.reasoning), pricing, ds.judged)
             if whole_turn_proxy:
@@ -262,20 +277,23 @@ class Face:
                 decomps = proxy
             elif self.unit == "particle":
                 decomps = decompose(client, convs, self.particles, lcfg.supports_json_schema, ds.assistant)
-            records = []
-            for a in inputs.aspects:
-                units = units_for(a, convs, decomps or {}, self.unit)
-                planned = plan(units, instructions[a.name], by_id, self.scoring, lcfg.supports_json_schema, ds.judged)
-                records += score(client, planned, self.scoring, desc=f"scoring {a.name}")
+            with ScoreSink(run_dir / "particle_scores.jsonl", decomps) as sink:
+                for a in inputs.aspects:
+                    units = units_for(a, convs, decomps or {}, self.unit, self.unlabelled_turns)
+                    planned = plan_iter(units, instructions[a.name], by_id, self.scoring, lcfg.supports_json_schema,
+                                        ds.judged)
+                    score_stream(client, planned, self.scoring, sink.add, desc=f"scoring {a.name}",
+                                 total=len(units) * len(instructions[a.name]))
             usage_path = client.usage.write_artifact(run_dir / "llm_usage.json")
             metrics = client.usage.mlflow_metrics()
-        detail = records_frame(records)
-        scores = detail.dropna(subset=["score"])[SCORE_COLUMNS]
+            server_path = write_server_report(client, run_dir / "llm_server.json", metrics)
+        detail = sink.frame()
+        scores = detail[detail["score"].notna()][SCORE_COLUMNS]
         preds = aggregate(scores, inputs.levels, self.instruction_agg, self.particle_agg)
         if decomps is not None and self.empty_turn == "min":
-            preds, n_filled = fill_empty(preds, inputs.aspects, convs)
+            preds, n_filled = fill_empty(preds, inputs.aspects, convs, self.unlabelled_turns)
             metrics["predictions.empty_filled_with_min"] = n_filled
-        artifacts = [costs_path, usage_path, write_detail(detail, decomps, run_dir / "particle_scores.jsonl")]
+        artifacts = [costs_path, usage_path, sink.path, *([server_path] if server_path else [])]
         if decomps is not None:
             artifacts.append(write_particles(decomps, convs, run_dir / "particles.jsonl"))
             metrics["particles.per_turn"] = particles_per_turn(decomps)
@@ -292,15 +310,15 @@ class Face:
         return MethodOutput(preds, detail, label, artifacts, metrics)
 
 
-def fill_empty(preds: Predictions, aspects: Sequence[Aspect], convs: Sequence[Conversation]
-               ) -> tuple[Predictions, int]:
-    """Give every evaluated turn / conversation without a prediction (no particles) the scale's lowest
-    score, the authors' rule (their run file has relevance 0 for turns without particles)."""
+def fill_empty(preds: Predictions, aspects: Sequence[Aspect], convs: Sequence[Conversation],
+               unlabelled: str = "skip") -> tuple[Predictions, int]:
+    """``method.empty_turn=min``: every scored turn / conversation without a prediction (no particles) gets the
+    scale's lowest score (the authors instead leave such turns and conversations without a prediction)."""
     turn, dial = preds.turn, preds.dialogue
     have_t = set(zip(turn["aspect"], turn["conv_id"], turn["turn_ind"]))
     have_d = set(zip(dial["aspect"], dial["conv_id"]))
     add_t = [(a.name, c.conv_id, t.turn_ind, float(a.low)) for a in aspects if a.level == "turn"
-             for c in convs for t in c.evaluated_turns() if (a.name, c.conv_id, t.turn_ind) not in have_t]
+             for c in convs for t in turns_for(a, c, unlabelled) if (a.name, c.conv_id, t.turn_ind) not in have_t]
     add_d = [(a.name, c.conv_id, float(a.low)) for a in aspects if a.level == "dialogue"
              for c in convs if (a.name, c.conv_id) not in have_d]
     if add_t:
@@ -340,16 +358,14 @@ def write_particles(decomps: dict[tuple[str, int], Decomposition], convs: Sequen
     return path
 
 
-def write_detail(detail: pd.DataFrame, decomps: dict[tuple[str, int], Decomposition] | None, path: Path) -> Path:
-    """Per-particle file: every score with its samples, probability mass, fallback and the particle itself."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for r in detail.to_dict("records"):
-            p = None
-            if decomps is not None and r["particle_ind"] >= 0:
-                p = decomps[(r["conv_id"], r["turn_ind"])].particles[r["particle_ind"]]
-            r["particle"] = None if p is None else {"dialogue_act": p.dialogue_act, "mention": p.mention,
-                                                    "user_feedback": p.user_feedback}
-            r["score"] = None if pd.isna(r["score"]) else r["score"]
-            f.write(json.dumps(r, default=str) + "\n")
+def write_server_report(client, path: Path, metrics: dict) -> Path | None:
+    """What the LLM server the client started says of the run (the replay judge: requests it answered, identical
+    prompts, refusals), as ``path`` and ``llm_server.*`` metrics; None for servers that say nothing."""
+    report = getattr(client.server, "report", None)
+    got = report() if callable(report) else None
+    if not got:
+        return None
+    path.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    metrics.update({f"llm_server.{k}": float(v) for k, v in got.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return path

@@ -129,7 +129,7 @@ def run(cfg: DictConfig) -> dict:
                                         ctx.dataset.assistant)
 
                 def usage() -> tuple[int, float]:
-                    return len(client.usage.records), client.usage.spent_usd
+                    return client.usage.calls, client.usage.spent_usd
 
                 for name, (a, items, idx) in plans.items():
                     config = run_config(ocfg, name, ctx, lcfg, method)

@@ -15,16 +15,19 @@ def template_text(name: str) -> str:
     return resources.files("face.prompts").joinpath(name).read_text(encoding="utf-8")
 
 
+@cache
+def _sections(name: str) -> tuple[tuple[str, Template], ...]:
+    parts = _SECTION.split(template_text(name))
+    out = tuple((role, Template(body.strip())) for role, body in zip(parts[1::2], parts[2::2]))
+    if not out:
+        raise ValueError(f"prompt template {name!r} has no [system]/[user] sections")
+    return out
+
+
 def render(name: str, **values: object) -> tuple[tuple[str, str], ...]:
     """Chat messages from template ``name``; every placeholder must be given (KeyError otherwise)."""
-    text = template_text(name)
-    parts = _SECTION.split(text)
-    messages = []
-    for role, body in zip(parts[1::2], parts[2::2]):
-        messages.append((role, Template(body.strip()).substitute({k: str(v) for k, v in values.items()})))
-    if not messages:
-        raise ValueError(f"prompt template {name!r} has no [system]/[user] sections")
-    return tuple(messages)
+    strings = {k: str(v) for k, v in values.items()}
+    return tuple((role, t.substitute(strings)) for role, t in _sections(name))
 
 
 def initial_instruction(aspect: str) -> str:

@@ -1,0 +1,117 @@
+"""Score records on their way out of a live run: each one written to ``particle_scores.jsonl`` as it arrives
+(with its samples, probability mass, fallback and the particle itself), and kept as compact columns — a few
+bytes per score, not a Python object — for the aggregation. A paper-size run (≈ 0.7 M records) holds ≈ 25 MB
+of scores, whatever it sent to get them."""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from face.scoring import ScoreRecord
+
+# the compact columns (besides the identifying ones of SCORE_COLUMNS)
+DETAIL_COLUMNS = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score", "n_valid",
+                  "n_retried", "n_defaulted", "valid_mass", "fallback"]
+
+
+class _Codes:
+    """Strings as small integers (categorical codes)."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.values: list[str] = []
+
+    def __call__(self, s: str) -> int:
+        i = self.index.get(s)
+        if i is None:
+            i = self.index[s] = len(self.values)
+            self.values.append(s)
+        return i
+
+    def column(self, codes: array) -> pd.Categorical:
+        ids = np.frombuffer(codes, dtype=np.intc) if len(codes) else np.zeros(0, np.intc)
+        return pd.Categorical.from_codes(ids, categories=self.values)
+
+
+class ScoreSink:
+    """``add(record)``: one JSON line in ``path`` and one row of compact columns; ``frame()``: those columns."""
+
+    def __init__(self, path: Path | None, decomps: dict[tuple[str, int], Any] | None = None):
+        self.path, self.decomps = path, decomps
+        self._f = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._aspect, self._conv, self._instr = _Codes(), _Codes(), _Codes()
+        self._cols = {"aspect": array("i"), "conv_id": array("i"), "turn_ind": array("i"), "particle_ind": array("i"),
+                      "instruction_id": array("i"), "score": array("d"), "n_valid": array("i"),
+                      "n_retried": array("i"), "n_defaulted": array("i"), "valid_mass": array("d")}
+        self._fallbacks: dict[int, str] = {}  # row -> fallback (most rows have none)
+        self.rows = 0
+
+    def add(self, r: ScoreRecord) -> None:
+        c = self._cols
+        c["aspect"].append(self._aspect(r.aspect))
+        c["conv_id"].append(self._conv(r.conv_id))
+        c["turn_ind"].append(r.turn_ind)
+        c["particle_ind"].append(r.particle_ind)
+        c["instruction_id"].append(self._instr(r.instruction_id))
+        c["score"].append(r.score)
+        c["n_valid"].append(r.n_valid)
+        c["n_retried"].append(r.n_retried)
+        c["n_defaulted"].append(r.n_defaulted)
+        c["valid_mass"].append(math.nan if r.valid_mass is None else r.valid_mass)
+        if r.fallback is not None:
+            self._fallbacks[self.rows] = r.fallback
+        self.rows += 1
+        if self._f is not None:
+            row = dict(vars(r))
+            p = None
+            if self.decomps is not None and r.particle_ind >= 0:
+                p = self.decomps[(r.conv_id, r.turn_ind)].particles[r.particle_ind]
+            row["particle"] = None if p is None else {"dialogue_act": p.dialogue_act, "mention": p.mention,
+                                                      "user_feedback": p.user_feedback}
+            if math.isnan(row["score"]):
+                row["score"] = None
+            self._f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    def frame(self) -> pd.DataFrame:
+        """Every record so far: ``DETAIL_COLUMNS`` (aspect, conversation and instruction as categoricals)."""
+        c = self._cols
+
+        def ints(name: str) -> np.ndarray:
+            return np.frombuffer(c[name], dtype=np.intc).astype(np.int64) if len(c[name]) else np.zeros(0, np.int64)
+
+        def floats(name: str) -> np.ndarray:
+            return np.frombuffer(c[name], dtype=np.float64).copy() if len(c[name]) else np.zeros(0)
+
+        df = pd.DataFrame({
+            "aspect": self._aspect.column(c["aspect"]), "conv_id": self._conv.column(c["conv_id"]),
+            "turn_ind": ints("turn_ind"), "particle_ind": ints("particle_ind"),
+            "instruction_id": self._instr.column(c["instruction_id"]), "score": floats("score"),
+            "n_valid": ints("n_valid"), "n_retried": ints("n_retried"), "n_defaulted": ints("n_defaulted"),
+            "valid_mass": floats("valid_mass")})
+        fallback = pd.Series(None, index=df.index, dtype=object)
+        if self._fallbacks:
+            fallback.loc[list(self._fallbacks)] = list(self._fallbacks.values())
+        df["fallback"] = fallback
+        return df
+
+    def close(self) -> Path | None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+        return self.path
+
+    def __enter__(self) -> ScoreSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,177 @@
+"""The replay judge (face.testing.replay): the live method through it equals the authors' released judgements
+aggregated directly; what it cannot identify stops a run with one line and leaves nothing in the cache.
+
+Prompts here are rendered by the project's own code (the client under test); the judge reads them without it."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from face.aggregate import Predictions
+from face.data.crsarena import ASPECTS, load_conversations
+from face.data.released import load_instructions, load_released_particles
+from face.data.schema import Particle
+from face.datasets.crsarena import CRSArenaEval
+from face.methods import Inputs
+from face.methods.live import Face
+from face.methods.released import FaceReleased
+from face.scoring import Unit, score_messages
+from face.testing.replay import Judge, Refusal, ReplayData, read_prompt, sample_values
+
+ROOT = Path(__file__).resolve().parents[1]
+# a plain one; one with an empty assistant turn (no released particle); one whose only assistant turn ("E") has
+# none, so the authors have no prediction for it; one whose turn has no relevance label (not in their run file)
+CONVS = ["barcor_redial_03368a16-93bd-4b21-885d-b9a21e3498ba", "unicrs_redial_57ac2c8f-75fa-49ad-be36-574004b0c47a",
+         "chatgpt_opendialkg_4ef780c9-3dca-44dc-92e4-cc43eb77f686",
+         "barcor_opendialkg_5f8abdf2-bd9a-429c-91ae-1c4dc382c70d"]
+N_INSTRUCTIONS = 3
+
+
+@pytest.fixture(scope="module")
+def replay_data(data_dir) -> ReplayData:
+    return ReplayData(data_dir)
+
+
+def _llm(cfg_factory, tmp_path: Path, **over) -> dict:
+    cfg = cfg_factory("llm=replay", tracking=False)
+    llm = OmegaConf.to_container(cfg.llm, resolve=True)
+    llm["server"]["process"] = False  # a thread of the test process: no start-up of its own
+    llm.update(progress=False, cache_dir=str(tmp_path / "cache"), concurrency=16, **over)
+    return llm
+
+
+def _inputs(data_dir: Path, tmp_path: Path, llm: dict, aspects: list[str]) -> Inputs:
+    convs = [c for c in load_conversations(data_dir / "crsarena_eval/crs_arena_eval.json") if c.conv_id in CONVS]
+    return Inputs(CRSArenaEval(), convs, [ASPECTS[a] for a in aspects], data_dir, tmp_path / "run", llm)
+
+
+def _as_dict(p: Predictions) -> dict:
+    return {**{(r.aspect, r.conv_id, r.turn_ind): r.pred for r in p.turn.itertuples()},
+            **{(r.aspect, r.conv_id): r.pred for r in p.dialogue.itertuples()}}
+
+
+@pytest.mark.parametrize("source,estimator,reasoning", [("llm", "sampling", True), ("released", "sampling", True),
+                                                        ("llm", "logprobs", True), ("released", "sampling", False)])
+def test_live_method_through_the_replay_equals_the_released_judgements(data_dir, cfg_factory, tmp_path, source,
+                                                                       estimator, reasoning):
+    aspects = ["relevance", "dialogue_overall"]
+    inputs = _inputs(data_dir, tmp_path, _llm(cfg_factory, tmp_path), aspects)
+    face = Face(particles={"source": source, "k": 20}, instructions={"max": N_INSTRUCTIONS}, estimator=estimator,
+                n=5, reasoning=reasoning)
+    live = face.predict(inputs)
+    ids = {a: [i.instruction_id for i in load_instructions(data_dir / f"face_released/top16_instructions/{a}.json")]
+           [:N_INSTRUCTIONS] for a in aspects}  # the first by rank, as method.instructions.max takes them
+    got = _as_dict(live.predictions)
+    want = {}
+    for a in aspects:  # the released scores of the same instructions, aggregated directly
+        one = _inputs(data_dir, tmp_path, {}, [a])
+        want.update(_as_dict(FaceReleased(instructions=ids[a]).predict(one).predictions))
+    assert got.keys() == want.keys()
+    assert all(math.isclose(got[k], want[k], abs_tol=1e-10) for k in want), \
+        [(k, got[k], want[k]) for k in want if not math.isclose(got[k], want[k], abs_tol=1e-10)]
+    # the authors' gaps, kept: no prediction for the empty turn, the conversation without particles, the turn
+    # without a relevance label
+    assert ("relevance", CONVS[1], 9) not in got and ("dialogue_overall", CONVS[2]) not in got
+    assert ("relevance", CONVS[3], 1) not in got and ("dialogue_overall", CONVS[3]) in got
+    report = json.loads((tmp_path / "run" / "llm_server.json").read_text())
+    assert report["refused"] == 0 and report["ambiguous_requests"] == 0
+    assert report["logprobs_requests"] == (report["scoring"] if estimator == "logprobs" else 0)
+    assert report["decomposition"] == (sum(len(c.evaluated_turns()) for c in inputs.convs) if source == "llm" else 0)
+
+
+def test_five_samples_average_the_released_value_and_fewer_stay_within_one_over_m():
+    for total in range(0, 21):  # every mean of 5 integer samples on 0..4
+        v = total / 5
+        for start in range(7):  # any 5 consecutive sample indices
+            xs = sample_values(v, list(range(start, start + 5)))
+            assert sum(xs) == total and all(math.floor(v) <= x <= math.ceil(v) for x in xs)
+        for m in range(1, 5):
+            assert abs(sum(sample_values(v, list(range(m)))) / m - v) < 1 / m
+    assert sample_values(0.6, [0, 1, 2, 3, 4]) == [0, 1, 0, 1, 1]  # by hand: floor(3(i+1)/5) - floor(3i/5)
+
+
+def _prompt(data_dir, aspect: str, conv_id: str, turn_ind: int, particle_ind: int, instruction: str | None = None,
+            reasoning: bool = True, particle: Particle | None = None):
+    convs = {c.conv_id: c for c in load_conversations(data_dir / "crsarena_eval/crs_arena_eval.json")}
+    parts = {(r.conv_id, r.turn_ind): r for r in load_released_particles(data_dir / "face_released/particles.jsonl")}
+    ins = load_instructions(data_dir / f"face_released/top16_instructions/{aspect}.json")[0]
+    p = particle or parts[(conv_id, turn_ind)].particles[particle_ind]
+    unit = Unit(ASPECTS[aspect], conv_id, turn_ind, particle_ind, p)
+    msgs = score_messages(unit, convs[conv_id], instruction or ins.text, reasoning=reasoning)
+    return [{"role": r, "content": c} for r, c in msgs], ins.instruction_id
+
+
+def test_logprobs_answer_has_the_released_value_as_its_expectation(replay_data, data_dir):
+    judge = Judge(replay_data)
+    msgs, instr = _prompt(data_dir, "dialogue_overall", CONVS[0], 3, 2)
+    value = replay_data.scores["dialogue_overall"][CONVS[0]][3][2][instr]
+    out = judge.answer({"messages": msgs, "n": 1, "logprobs": True, "top_logprobs": 5})
+    tokens = out["choices"][0]["logprobs"]["content"]
+    at = max(i for i, t in enumerate(tokens) if t["token"].strip().isdigit())
+    dist = {int(t["token"]): math.exp(t["logprob"]) for t in tokens[at]["top_logprobs"] if t["token"].strip().isdigit()}
+    assert math.isclose(sum(d * p for d, p in dist.items()) / sum(dist.values()), value, abs_tol=1e-12)
+    assert "".join(t["token"] for t in tokens) == out["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("what,code", [
+    ("another method", "unknown_prompt"), ("whole turn", "whole_unit"), ("instruction", "unknown_instruction"),
+    ("particle", "unknown_particle"), ("scale", "wrong_scale"), ("history", "history_mismatch")])
+def test_what_the_replay_cannot_identify_is_refused_with_the_reason(replay_data, data_dir, what, code):
+    msgs, _ = _prompt(data_dir, "relevance", CONVS[0], 3, 1)
+    user = msgs[-1]["content"]
+    if what == "another method":
+        msgs[-1]["content"] = "Rate the assistant turn below for relevance.\n\nAssistant turn:\nHi\n\nAnswer: "
+    elif what == "whole turn":
+        msgs[-1]["content"] = user[:user.index("Target particle")] + "Target: the whole current assistant turn.\n\n" \
+            + user[user.index("Follow the instruction"):]
+    elif what == "instruction":
+        msgs[-1]["content"] = user.replace("Task description:", "Task description (reworded):")
+    elif what == "particle":
+        msgs[-1]["content"] = user.replace("- mention: ", "- mention: not ")
+    elif what == "scale":
+        msgs[-1]["content"] = user.replace("<integer from 0 to 2>", "<integer from 1 to 5>")
+    else:
+        msgs[-1]["content"] = user.replace("Turn 2 - USER: ", "Turn 2 - USER: well, ")
+    with pytest.raises(Refusal) as e:
+        Judge(replay_data).answer({"messages": msgs, "n": 5})
+    assert e.value.code == code
+
+
+def test_identical_particles_of_a_turn_get_the_first_ones_judgement_and_are_counted(replay_data, data_dir):
+    group = next((cid, t, [i for i, q in enumerate(ps) if q == p])
+                 for (cid, t), ps in replay_data.shown.items() for p in ps if ps.count(p) > 1)
+    cid, turn, members = group
+    judge = Judge(replay_data)
+    msgs, instr = _prompt(data_dir, "understanding", cid, turn, members[-1])
+    view = read_prompt(msgs)
+    assert replay_data.resolve(view).particle_ind == members[0]
+    out = judge.answer({"messages": msgs, "n": 5, "seed": 0})
+    first = replay_data.scores["understanding"][cid][turn][members[0]][instr]
+    values = [json.loads(c["message"]["content"].splitlines()[-1])["score"] for c in out["choices"]]
+    assert sum(values) / 5 == pytest.approx(first)
+    report = judge.report()
+    assert report["ambiguous_requests"] == 1 and report["ambiguous"][0]["answered"]["particle_ind"] == members[0]
+    assert [c["particle_ind"] for c in report["ambiguous"][0]["candidates"]] == members
+
+
+def test_an_unidentifiable_request_stops_the_run_with_one_line_and_caches_nothing(data_dir, tmp_path):
+    cache = tmp_path / "cache"
+    cmd = [sys.executable, "scripts/run.py", "experiment=crsarena_main", "llm=replay", "dataset.limit=1",
+           "method.unit=whole", "tracking=none", f"paths.data_dir={data_dir}", "paths.data_mirror=null",
+           f"llm.cache_dir={cache}", f"hydra.run.dir={tmp_path / 'run'}", "llm.progress=false"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 4, r.stderr[-2000:]
+    lines = [x for x in r.stderr.splitlines() if x.strip() and "WARNING" not in x and "INFO" not in x]
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    assert lines[0].startswith("stopped: the LLM endpoint refused a request (HTTP 400, whole_unit")
+    assert "as a whole" in lines[0] and "method.unit=whole cannot be replayed" in lines[0]
+    db = cache / "llm_cache.sqlite"
+    assert not db.exists() or sqlite3.connect(db).execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 0
