@@ -32,7 +32,6 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Sequence
 
-import numpy as np
 import pandas as pd
 
 from face.aspects import Aspect
@@ -370,6 +369,11 @@ def _sample_value(p: Planned, s, spec: ScoringSpec):
     return value, es if es is not None and es.value is not None else None
 
 
+def _mean(values: list) -> float:
+    """The mean of a few integer samples: their exact sum over their count (= numpy's mean, without its cost)."""
+    return float(sum(values) / len(values))
+
+
 def _n_valid(parsed, spec: ScoringSpec) -> int:
     if spec.estimator == "sampling":
         return sum(v is not None for v, _ in parsed)
@@ -392,10 +396,10 @@ def record_from_samples(p: Planned, samples, spec: ScoringSpec, parse=None) -> S
         valid = [v for v in values if v is not None][: spec.n]
         missing = spec.n - len(valid)
         if missing and spec.invalid.fallback == "min":
-            return ScoreRecord(score=float(np.mean(valid + [low] * missing)), n_requested=spec.n, n_valid=len(valid),
+            return ScoreRecord(score=_mean(valid + [low] * missing), n_requested=spec.n, n_valid=len(valid),
                                fallback=f"{missing} invalid sample(s) scored {low}", n_defaulted=missing, **base)
         reason = None if not missing else "no_valid_sample" if not valid else f"{missing} invalid sample(s) dropped"
-        return ScoreRecord(score=float(np.mean(valid)) if valid else math.nan, n_requested=spec.n,
+        return ScoreRecord(score=_mean(valid) if valid else math.nan, n_requested=spec.n,
                            n_valid=len(valid), fallback=reason, **base)
     es = next((e for _, e in parsed if e is not None), None)
     if es is not None:
@@ -443,7 +447,6 @@ async def _score_stream(client, planned: Iterable[Planned], spec: ScoringSpec, e
     bar = Progress(total or 0, desc, enabled=client.cfg.progress, usage=client.usage)
     queue: deque = deque()  # (planned, (samples, parsed) or the task drawing them), in the order planned
     shared: dict = {}  # request -> its task while in flight (identical requests wait for the same one)
-    items = iter(planned)
 
     memo: dict = {}  # (text, finish reason) -> parsed value: replies repeat (a short answer, a replayed one)
 
@@ -478,14 +481,12 @@ async def _score_stream(client, planned: Iterable[Planned], spec: ScoringSpec, e
             want += spec.samples - _n_valid(parsed, spec)
         return samples, parsed
 
+    looked_up = client.cached_stream(planned, lambda p: p.request)  # the cache read ahead, in a thread
+
     def fill() -> None:
-        new = [p for p in itertools.islice(items, window - len(queue))]
-        fresh = {p.request: p for p in new if p.request not in shared}  # identical requests looked up once
-        hits = dict(zip(fresh, client.cached_many(list(fresh)))) if fresh else {}
-        for p in new:
+        for p, hit in itertools.islice(looked_up, window - len(queue)):
             got = shared.get(p.request)
             if got is None:
-                hit = hits.get(p.request)
                 parsed = None if hit is None else parse_all(p, hit.samples)
                 if hit is not None and complete(parsed):
                     got = (hit.samples, parsed)
@@ -522,6 +523,7 @@ async def _score_stream(client, planned: Iterable[Planned], spec: ScoringSpec, e
         for _, got in queue:
             if isinstance(got, asyncio.Future):
                 got.cancel()
+        looked_up.close()
         bar.close()
 
 

@@ -51,6 +51,9 @@ class CRSArenaEval(Dataset):
             convs = crsarena.load_conversations(Path(data_dir) / CRSARENA_EVAL)
         return convs + [copy_of(c, k) for k in range(2, self.repeat + 1) for c in convs]
 
+    def published(self, data_dir: Path) -> pd.DataFrame:
+        return load_published_table(Path(data_dir) / PUBLISHED_TABLE)
+
 
 def copy_of(conv: Conversation, k: int) -> Conversation:
     """Copy k of a conversation (``dataset.repeat``, for scale benchmarks): id ``<id>~k``, every utterance followed by
@@ -58,6 +61,3 @@ def copy_of(conv: Conversation, k: int) -> Conversation:
     same labels, system and split."""
     turns = tuple(replace(t, utterance=f"{t.utterance} (copy {k})") for t in conv.turns)
     return replace(conv, conv_id=f"{conv.conv_id}~{k}", turns=turns)
-
-    def published(self, data_dir: Path) -> pd.DataFrame:
-        return load_published_table(Path(data_dir) / PUBLISHED_TABLE)

@@ -43,7 +43,10 @@ def run(cfg: DictConfig) -> dict:
         direct_results = ctx.evaluate(direct, n_boot=0)
         published = ctx.published()
         report = _server_report(ctx.run_dir / "llm_server.json")
-        diff = compare_runs(out.predictions, direct, explained_by(report))
+        groups = identical_groups(ctx.data_dir)
+        explained = {k for conv_id, turn_ind, _ in groups for a in ctx.aspects
+                     for k in ((a.name, conv_id, turn_ind), (a.name, conv_id))} | explained_by(report)
+        diff = compare_runs(out.predictions, direct, explained)
         unexplained = diff[diff["reason"] == "UNEXPLAINED"]
 
         comp = comparison_table(results, published)
@@ -68,9 +71,10 @@ def run(cfg: DictConfig) -> dict:
                         "replay judge answers a prompt that reads as several released particles with the first of "
                         f"them) or UNEXPLAINED. {counts}. Source: {label}.")
         paths += write_table(diff, ctx.out_dir, "run_file_diff", diff_caption, digits=10)
-        found = findings(report, out.metrics)
+        found = findings(groups, ctx, out, diff)
         paths += write_table(found, ctx.out_dir, "replay_report",
-                             f"What the replay judge answered and what the run found. Source: {label}.", digits=0)
+                             f"The identical-prompt groups of the released particles and what the run found. "
+                             f"Source: {label}.", digits=0)
         from face.report import figures  # matplotlib only where a figure is drawn
 
         for split in ("redial", "opendialkg"):
@@ -79,6 +83,8 @@ def run(cfg: DictConfig) -> dict:
                 f"Published bars: Table 2 of the paper. Ours: {label}; error bars: 95% bootstrap CI.",
                 ctx.out_dir / "figures" / f"bars_{split}_spearman.png"))
         print_table(caption, table.drop(columns=["ci_low", "ci_high"]))
+        print_table(f"What the replay judge answered in this run (its count; a warm rerun sends nothing): {label}",
+                    judge_counts(report, out.metrics), 0)
         print_table(f"Run file vs reproduce_table2: {counts}", diff.head(40), 6)
         if len(unexplained):
             print(f"warning: {len(unexplained)} prediction(s) differ from reproduce_table2 without an identical-prompt "
@@ -139,23 +145,58 @@ def _counts(live: Predictions, direct: Predictions, diff: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
-def findings(report: dict, metrics: dict) -> pd.DataFrame:
-    """The replay judge's counts and the run's, one row each."""
+def identical_groups(data_dir: Path) -> list[tuple[str, int, tuple[int, ...]]]:
+    """(conversation, turn, particle indices) of every group of released particles that read the same in their
+    turn's prompt (dialogue act, mention and feedback, whitespace normalised): one prompt, one judgement."""
+    from face.data.released import load_released_particles
+
+    groups = []
+    for r in load_released_particles(Path(data_dir) / RELEASED_PARTICLES):
+        seen: dict[tuple, list[int]] = {}
+        for i, p in enumerate(r.particles):
+            seen.setdefault((p.dialogue_act, " ".join(p.mention.split()), " ".join(p.user_feedback.split())),
+                            []).append(i)
+        groups += [(r.conv_id, r.turn_ind, tuple(ix)) for ix in seen.values() if len(ix) > 1]
+    return groups
+
+
+def findings(groups: list, ctx, out, diff: pd.DataFrame) -> pd.DataFrame:
+    """What the data and the run show, the same on every rerun (no count of requests: a warm rerun sends none)."""
+    from face.data.released import load_released_particles
+    from face.methods.released import load_scores
+
+    ids = {c.conv_id for c in ctx.convs}
+    mine = [g for g in groups if g[0] in ids]
+    scores = load_scores(ctx.data_dir, [a.name for a in ctx.aspects], ids)
+    values = scores.set_index(["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id"])["score"].to_dict()
+    prompts = differ = 0
+    for a in ctx.aspects:
+        for ins in {i for (asp, *_, i) in values if asp == a.name}:
+            for conv_id, turn_ind, members in mine:
+                got = {values.get((a.name, conv_id, turn_ind, m, ins)) for m in members} - {None}
+                prompts += bool(got)
+                differ += len(got) > 1
+    rows = [("conversations", len(ctx.convs)),
+            ("released particles", sum(len(r.particles) for r in load_released_particles(
+                Path(ctx.data_dir) / RELEASED_PARTICLES) if r.conv_id in ids)),
+            ("identical-prompt groups: particles that read the same in their turn", len(mine)),
+            ("... particles in them", sum(len(m) for _, _, m in mine)),
+            ("... their prompts (groups × instructions × aspects): one request each", prompts),
+            ("... of them with released values that differ (the first particle's is used)", differ),
+            ("scores (particle × instruction × aspect)", out.metrics.get("scores.total")),
+            ("scores without a valid answer", out.metrics.get("scores.without_valid_answer")),
+            ("predictions that differ from reproduce_table2's by more than 1e-10", len(diff)),
+            ("... not in a turn or conversation with an identical-prompt group",
+             int((diff["reason"] == "UNEXPLAINED").sum()))]
+    return pd.DataFrame([(k, "–" if v is None else f"{int(v):,}") for k, v in rows], columns=["what", "count"])
+
+
+def judge_counts(report: dict, metrics: dict) -> pd.DataFrame:
+    """The replay judge's own count of this run (console and MLflow only: it depends on what was cached)."""
     rows = [("HTTP requests answered", report.get("requests")), ("samples answered", report.get("samples")),
             ("scoring requests", report.get("scoring")), ("decomposition requests", report.get("decomposition")),
             ("requests with logprobs", report.get("logprobs_requests")), ("requests refused", report.get("refused")),
-            ("requests for an identical-prompt group (answered with its first particle)",
-             report.get("ambiguous_requests")),
-            ("distinct prompts of an identical-prompt group (groups × instructions × aspects)",
-             report.get("ambiguous_prompts")),
-            ("... of them with different released values", report.get("ambiguous_prompts_with_different_values")),
+            ("requests for an identical-prompt group", report.get("ambiguous_requests")),
             ("LLM calls of the run", metrics.get("llm_calls")),
-            ("HTTP requests sent", metrics.get("llm_http_requests")),
-            ("samples from the cache", metrics.get("llm_cache_hits")),
-            ("scores", metrics.get("scores.total")), ("scores without a valid answer", metrics.get(
-                "scores.without_valid_answer")), ("redrawn samples", metrics.get("scores.retried_draws")),
-            ("particles per assistant turn", metrics.get("particles.per_turn"))]
-    df = pd.DataFrame([(k, float("nan") if v is None else float(v)) for k, v in rows], columns=["what", "count"])
-    df["count"] = df["count"].map(lambda v: "–" if pd.isna(v) else (f"{v:.3f}" if v != int(v) else f"{int(v):,}"))
-    return df
-
+            ("samples from the cache", metrics.get("llm_cache_hits"))]
+    return pd.DataFrame([(k, "–" if v is None else f"{int(v):,}") for k, v in rows], columns=["what", "count"])

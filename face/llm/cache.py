@@ -108,6 +108,7 @@ class SampleCache:
         self._conn.execute("PRAGMA cache_size=-65536")  # 64 MB of pages: a warm paper-size rerun reads ~1 GB
         self._retry_locked(lambda: self._conn.execute(_SCHEMA))
         self._pending: dict[str, tuple] = {}  # key -> row, committed by the next flush
+        self._reader: sqlite3.Connection | None = None  # read_committed's (one other thread)
         self._flush_scheduled = False
         self.commits = 0
 
@@ -135,6 +136,24 @@ class SampleCache:
             q = f"SELECT key, payload FROM samples WHERE key IN ({','.join('?' * len(chunk))})"
             for k, payload in self._conn.execute(q, chunk):
                 out[k] = json.loads(payload)
+        return out
+
+    def read_committed(self, keys: list[str]) -> dict[str, str]:
+        """Payloads (JSON text) of the committed rows among ``keys``, read through a connection of its own: safe to
+        call from one other thread while this one writes (SQLite lets go of the GIL while it searches)."""
+        if self._reader is None:
+            self._reader = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False,
+                                           timeout=30)
+            self._reader.execute("PRAGMA cache_size=-65536")
+        out: dict[str, str] = {}
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            # one row for all: the whole search runs in one step, without the GIL (JSON escapes \x1e and \x1f)
+            q = ("SELECT group_concat(key || char(31) || payload, char(30)) FROM samples WHERE key IN "
+                 f"({','.join('?' * len(chunk))})")
+            (found,), = self._reader.execute(q, chunk).fetchall()
+            if found:
+                out.update(row.split("\x1f", 1) for row in found.split("\x1e"))
         return out
 
     def put_many(self, rows: Iterable[tuple[str, str, str, int, dict]]) -> None:
@@ -208,6 +227,10 @@ class SampleCache:
             self.flush()
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
+        if self._reader is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._reader.close()
+            self._reader = None
 
 
 def check_cache_dir(cache_dir: str | os.PathLike) -> None:
@@ -247,6 +270,7 @@ def _lp_from_json(data: list | None) -> list[TokenLogprob] | None:
 class CachingLM:
     def __init__(self, inner: Chat, store: SampleCache, cfg: Any, model: str):
         self.inner, self.store, self.cfg, self.model = inner, store, cfg, model
+        self._decoded: dict[str, dict] = {}  # payload text -> its JSON (read only): answers repeat
 
     def key_for(self, req: ChatRequest, sample_index: int) -> str:
         """The cache key of one sample (unchanged since the first cache was written: fixtures test it)."""
@@ -273,13 +297,21 @@ class CachingLM:
     def lookup_many(self, reqs: list[ChatRequest]) -> list[ChatResult | None]:
         """`lookup` of several requests with one query per 500 samples."""
         keys = [self.keys_for(r) for r in reqs]
-        hit = self.store.get_many(k for ks in keys for k in ks.values())
+        return self.results(reqs, keys, self.store.get_many(k for ks in keys for k in ks.values()))
+
+    def results(self, reqs: list[ChatRequest], keys: list[dict[int, str]], hit: dict) -> list[ChatResult | None]:
+        """The results of `reqs` from looked-up payloads (dicts, or their JSON text); None where one is missing."""
         out: list[ChatResult | None] = []
+        memo = self._decoded
         for req, ks in zip(reqs, keys):
             payloads = [hit.get(ks[i]) for i in req.indices]
             if any(p is None for p in payloads):
                 out.append(None)
                 continue
+            if len(memo) > 10_000:
+                memo.clear()
+            payloads = [(memo.get(p) or memo.setdefault(p, json.loads(p))) if isinstance(p, str) else p
+                        for p in payloads]
             samples = [validate(Completion(p["text"], p["finish_reason"], _lp_from_json(p.get("logprobs")),
                                            cached=True, sample_index=i, error=p.get("invalid")), req.adapter)
                        for i, p in zip(req.indices, payloads)]

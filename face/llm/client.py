@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -196,6 +198,41 @@ class LLMClient:
                 continue
             self.usage.add(CallRecord(tag=req.tag, n=req.n, cached_samples=res.cached_samples))
         return out
+
+    def cached_stream(self, items: Iterable[Any], request: Callable[[Any], ChatRequest], chunk: int = 256
+                      ) -> Iterator[tuple[Any, ChatResult | None]]:
+        """``(item, cached(request(item)))`` for every item, in order, the cache read one chunk ahead in a thread of
+        its own: SQLite lets go of the GIL while it searches, so a paper-size warm rerun (≈ 3.5 M samples) reads the
+        cache while this thread renders prompts and scores the chunk before."""
+        items = iter(items)
+        if self._lm is None:
+            self.start()
+        if self.cache is None or self.cfg.dry_run:
+            yield from ((x, None) for x in items)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        cache = self.cache
+        ahead: deque = deque()
+        with ThreadPoolExecutor(1, thread_name_prefix="cache-read") as pool:
+            while True:
+                batch = list(itertools.islice(items, chunk))
+                if batch:
+                    reqs = [request(x) for x in batch]
+                    keys = [cache.keys_for(r) for r in reqs]
+                    ahead.append((batch, reqs, keys, pool.submit(
+                        cache.store.read_committed, [k for ks in keys for k in ks.values()])))
+                if not ahead or (batch and len(ahead) < 2):
+                    if not ahead:
+                        return
+                    continue
+                batch, reqs, keys, found = ahead.popleft()
+                for x, req, res in zip(batch, reqs, cache.results(reqs, keys, found.result())):
+                    if res is not None and req.adapter is not None and any(s.error is not None for s in res.samples):
+                        res = None
+                    if res is not None:
+                        self.usage.add(CallRecord(tag=req.tag, n=req.n, cached_samples=res.cached_samples))
+                    yield x, res
 
     async def chat_many(self, requests: Sequence[ChatRequest], desc: str = "LLM",
                         on_error: str = "raise") -> list[ChatResult]:
