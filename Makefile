@@ -12,7 +12,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup setup-local run test test-fast test-slow lint results bench mlflow-ui clean-cache
+.PHONY: setup setup-local run test test-fast test-slow lint results bench bench-scale mlflow-ui clean-cache
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +47,7 @@ test-fast: setup
 test-slow: setup-local
 	$(BIN)/python -m pytest -q -m slow $(ARGS)
 
-# regenerate every committed table and figure that needs no LLM
+# regenerate every committed table and figure that needs no LLM (replay_table2: the replay judge, ≈ 11 min)
 results: setup
 	$(BIN)/python scripts/run.py experiment=reproduce_table2
 	$(BIN)/python scripts/run.py experiment=system_level
@@ -56,11 +56,17 @@ results: setup
 	$(BIN)/python scripts/run.py experiment=diagnostics
 	$(BIN)/python scripts/run.py experiment=optimize_selection
 	$(BIN)/python scripts/run.py experiment=usr_reference_metrics
+	$(BIN)/python scripts/run.py experiment=replay_table2
 
 bench: setup
 	$(BIN)/python scripts/bench_main.py
 	$(BIN)/python scripts/bench_llm.py
 	$(BIN)/python scripts/bench_job.py
+
+# paper scale: replay_table2 cold / warm / kill -9 + resume, a bare AsyncOpenAI loop beside it (≈ 35 min); ARGS e.g.
+# ARGS="--repeat 1,2,4 --no-warm --no-kill" for memory against data size
+bench-scale: setup
+	$(BIN)/python scripts/bench_scale.py $(ARGS)
 
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --port 5000

@@ -32,8 +32,6 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Sequence
 
-import pandas as pd
-
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction, Particle
 from face.particles import Decomposition, history_text, next_user_turn
@@ -471,7 +469,7 @@ async def _score_stream(client, planned: Iterable[Planned], spec: ScoringSpec, e
         want = spec.samples
         for _ in range(spec.invalid.attempts):
             req = replace(p.request, n=want)
-            res = client.cached(req) or await client.chat(req)
+            res = await client.chat(req)  # the cache layer serves what it holds (the stream looked first)
             samples = res.samples
             if any(getattr(s, "dry_run", False) for s in samples):
                 return samples, [(None, None)] * len(samples)
@@ -525,7 +523,3 @@ async def _score_stream(client, planned: Iterable[Planned], spec: ScoringSpec, e
                 got.cancel()
         looked_up.close()
         bar.close()
-
-
-def records_frame(records: Sequence[ScoreRecord]) -> pd.DataFrame:
-    return pd.DataFrame([vars(r) for r in records])  # shallow: the frame copies what it keeps

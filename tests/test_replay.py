@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,34 @@ def test_an_unidentifiable_request_stops_the_run_with_one_line_and_caches_nothin
     assert "as a whole" in lines[0] and "method.unit=whole cannot be replayed" in lines[0]
     db = cache / "llm_cache.sqlite"
     assert not db.exists() or sqlite3.connect(db).execute("SELECT COUNT(*) FROM samples").fetchone()[0] == 0
+
+
+def test_a_conversation_copy_is_read_as_its_original(replay_data, data_dir):
+    from face.datasets.crsarena import copy_of
+
+    convs = {c.conv_id: c for c in load_conversations(data_dir / "crsarena_eval/crs_arena_eval.json")}
+    copy = copy_of(convs[CONVS[0]], 3)
+    assert copy.conv_id == CONVS[0] + "~3" and all(t.utterance.endswith(" (copy 3)") for t in copy.turns)
+    assert [t.labels for t in copy.turns] == [t.labels for t in convs[CONVS[0]].turns]
+    parts = {(r.conv_id, r.turn_ind): r for r in load_released_particles(data_dir / "face_released/particles.jsonl")}
+    ins = load_instructions(data_dir / "face_released/top16_instructions/task_completion.json")[0]
+    p = parts[(CONVS[0], 3)].particles[1]
+    msgs = score_messages(Unit(ASPECTS["task_completion"], copy.conv_id, 3, 1, p), copy, ins.text, reasoning=True)
+    view = read_prompt([{"role": r, "content": c} for r, c in msgs])
+    j = replay_data.resolve(view)
+    assert (j.conv.conv_id, j.turn_ind, j.particle_ind) == (CONVS[0], 3, 1)
+
+
+def test_the_judge_stops_when_the_process_that_started_it_is_killed(data_dir):
+    code = ("import os, sys; from face.testing.replay import ReplayServer; "
+            f"s = ReplayServer({str(data_dir)!r}).start(); print(s._proc.pid, flush=True); os._exit(9)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    pid = int(r.stdout.split()[0])
+    status = Path(f"/proc/{pid}/status")
+    for _ in range(100):  # its standard input (a pipe from the dead process) is closed: it stops
+        state = status.read_text().split("State:")[1].split()[0] if status.exists() else "gone"
+        if state in ("Z", "X", "gone"):  # exited (a zombie until whoever adopted it reaps it)
+            return
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    raise AssertionError("the replay judge outlived the process that started it")

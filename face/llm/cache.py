@@ -290,15 +290,6 @@ class CachingLM:
                for i, k in keys.items() if (p := hit.get(k)) is not None}
         return keys, got
 
-    def lookup(self, req: ChatRequest) -> ChatResult | None:
-        """Every sample of `req` from the cache, without sending anything; None if one is missing."""
-        return self.lookup_many([req])[0]
-
-    def lookup_many(self, reqs: list[ChatRequest]) -> list[ChatResult | None]:
-        """`lookup` of several requests with one query per 500 samples."""
-        keys = [self.keys_for(r) for r in reqs]
-        return self.results(reqs, keys, self.store.get_many(k for ks in keys for k in ks.values()))
-
     def results(self, reqs: list[ChatRequest], keys: list[dict[int, str]], hit: dict) -> list[ChatResult | None]:
         """The results of `reqs` from looked-up payloads (dicts, or their JSON text); None where one is missing."""
         out: list[ChatResult | None] = []

@@ -180,25 +180,6 @@ class LLMClient:
             self.start()
         return await self._lm.chat(req)
 
-    def cached(self, req: ChatRequest) -> ChatResult | None:
-        """The result of `req` if every sample is in the cache and valid (accounted as a call served from the
-        cache), else None -- nothing is sent. The warm path of streaming stages: no task, no await."""
-        return self.cached_many([req])[0]
-
-    def cached_many(self, reqs: list[ChatRequest]) -> list[ChatResult | None]:
-        """`cached` for several requests, looked up together."""
-        if self._lm is None:
-            self.start()
-        if self.cache is None or self.cfg.dry_run:
-            return [None] * len(reqs)
-        out = self.cache.lookup_many(reqs)
-        for i, (req, res) in enumerate(zip(reqs, out)):
-            if res is None or (req.adapter is not None and any(s.error is not None for s in res.samples)):
-                out[i] = None
-                continue
-            self.usage.add(CallRecord(tag=req.tag, n=req.n, cached_samples=res.cached_samples))
-        return out
-
     def cached_stream(self, items: Iterable[Any], request: Callable[[Any], ChatRequest], chunk: int = 256
                       ) -> Iterator[tuple[Any, ChatResult | None]]:
         """``(item, cached(request(item)))`` for every item, in order, the cache read one chunk ahead in a thread of

@@ -1,0 +1,162 @@
+"""Answers: integer samples whose every 5 average the released value, a log-probability distribution with the
+released value as its expectation, the released particles; and ``Judge``, which answers one request body (or
+refuses it) and keeps the count."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import threading
+import time
+from typing import Any
+
+from .data import SAMPLES, Judged, ReplayData
+from .reader import Refusal, View, read_prompt
+
+MODEL = "face-released-judgements"
+
+def sample_values(value: float, positions: list[int]) -> list[int]:
+    """Integer samples at these positions of the 5-cycle whose every 5 consecutive samples average ``value``."""
+    total = round(value * SAMPLES)
+    return [(((k % SAMPLES) + 1) * total) // SAMPLES - ((k % SAMPLES) * total) // SAMPLES for k in positions]
+
+
+_TOKEN = re.compile(r"\s*\d|\s*[A-Za-z_]+|\s*[^\sA-Za-z_\d]|\s+")
+
+
+def tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text)
+
+
+_FILLERS = ("\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588", "\u2589", "\u258a")
+
+
+def _logprobs(toks: list[str], score_at: int | None, value: float | None, k: int) -> dict:
+    content = []
+    for i, tok in enumerate(toks):
+        if i == score_at and value is not None:
+            lo, frac = math.floor(value), value - math.floor(value)
+            dist = [(lo, 1.0 - frac)] + ([(lo + 1, frac)] if frac > 1e-12 else [])
+            prefix = tok[: len(tok) - len(tok.lstrip())]
+            top = [(prefix + str(d), math.log(p)) for d, p in sorted(dist, key=lambda x: -x[1])]
+            lp = next(lp for t, lp in top if t == tok)
+        else:
+            lp, top = 0.0, [(tok, 0.0)]
+        top += [(filler, -30.0) for filler in _FILLERS][: max(0, k - len(top))]  # tokens that spell no score
+        content.append({"token": tok, "logprob": lp, "bytes": None,
+                        "top_logprobs": [{"token": t, "logprob": x, "bytes": None} for t, x in top[:max(k, 1)]]})
+    return {"content": content}
+
+
+def score_text(x: int, position: int, reasoning: bool) -> str:
+    answer = json.dumps({"score": x})
+    if not reasoning:
+        return answer
+    return f"Replayed judgement of the FACE authors' LLM (sample {position % SAMPLES + 1} of {SAMPLES}).\n{answer}"
+
+
+def decompose_text(particles: list[dict], reasoning: bool) -> str:
+    answer = json.dumps({"particles": [{"dialogue_act": p["dialogue_act"], "mention": p["particle"],
+                                        "user_feedback": p["user_feedback"]} for p in particles]}, ensure_ascii=False)
+    if not reasoning:
+        return answer
+    return f"Replayed decomposition of the FACE authors ({len(particles)} particles).\n{answer}"
+
+
+class Judge:
+    """Answers one chat-completion body (a dict) or raises Refusal; keeps the counts."""
+
+    def __init__(self, data: ReplayData, model: str = MODEL):
+        self.data, self.model = data, model
+        self.stats: dict[str, Any] = {"requests": 0, "samples": 0, "scoring": 0, "decomposition": 0,
+                                      "logprobs_requests": 0, "refused": 0, "refused_by_code": {},
+                                      "ambiguous_requests": 0}
+        self.ambiguous: dict[str, dict] = {}  # prompt digest -> the identical-prompt group it stands for
+        self._lock = threading.Lock()
+
+    def answer(self, body: dict) -> dict:
+        try:
+            return self._answer(body)
+        except Refusal as e:
+            with self._lock:
+                self.stats["refused"] += 1
+                self.stats["refused_by_code"][e.code] = self.stats["refused_by_code"].get(e.code, 0) + 1
+            raise
+
+    def _answer(self, body: dict) -> dict:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise Refusal("no_prompt", "the request has no messages")
+        rf = body.get("response_format") or None
+        v = read_prompt(messages, rf)
+        j = self.data.resolve(v)
+        n = int(body.get("n") or 1)
+        seed = int(body.get("seed") or 0)
+        positions = [seed + c for c in range(n)]
+        schema = bool(rf) and rf.get("type") in ("json_schema", "json_object")
+        want_lp = bool(body.get("logprobs"))
+        k = int(body.get("top_logprobs") or 0)
+        if v.kind == "decompose":
+            text = decompose_text(self.data.particles.get((j.conv.conv_id, j.turn_ind), []),
+                                  reasoning=not schema and v.style == "numbered")
+            texts, values = [text] * n, [None] * n
+        else:
+            value, instr = self.data.judgement(v, j)
+            xs = sample_values(value, positions)
+            if want_lp:  # the reply's score token carries the distribution; its text shows the likelier value
+                xs = [math.floor(value) + (value - math.floor(value) >= 0.5)] * n
+            texts = [score_text(x, p, reasoning=not schema and v.style == "numbered") for x, p in zip(xs, positions)]
+            values = [value] * n
+            if j.candidates > 1:
+                self._note_ambiguous(messages, v, j, instr)
+        with self._lock:
+            self.stats["requests"] += 1
+            self.stats["samples"] += n
+            self.stats["scoring" if v.kind == "score" else "decomposition"] += 1
+            self.stats["logprobs_requests"] += want_lp
+        max_tokens = body.get("max_tokens")
+        choices, out_tokens = [], 0
+        for c, (text, value) in enumerate(zip(texts, values)):
+            toks = tokens(text)
+            finish = "stop"
+            if max_tokens is not None and len(toks) > int(max_tokens):
+                toks, finish = toks[: int(max_tokens)], "length"
+            out_tokens += len(toks)
+            lp = None
+            if want_lp:
+                at = max((i for i, t in enumerate(toks) if t.strip().isdigit()), default=None)
+                lp = _logprobs(toks, at, value, k)
+            choices.append({"index": c, "message": {"role": "assistant", "content": "".join(toks)},
+                            "finish_reason": finish, "logprobs": lp})
+        prompt_tokens = sum(len(str(m.get("content", ""))) // 4 + 4 for m in messages)
+        return {"id": "replay-" + hashlib.sha1(json.dumps(positions).encode()).hexdigest()[:12],
+                "object": "chat.completion", "created": int(time.time()), "model": body.get("model") or self.model,
+                "choices": choices, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens,
+                                              "total_tokens": prompt_tokens + out_tokens}}
+
+    def _note_ambiguous(self, messages: list, v: View, j: Judged, instr: str) -> None:
+        digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
+        with self._lock:
+            self.stats["ambiguous_requests"] += 1
+            if digest in self.ambiguous or len(self.ambiguous) >= 50_000:
+                return
+            c = j.conv
+            turns = [j.turn_ind] if v.level == "turn" or v.particle_turn is not None or v.particle_nth else \
+                [t for t, role, _ in c.turns if role == "ASST"]
+            group = [(t, i) for t in turns for i, p in enumerate(self.data.shown.get((c.conv_id, t), ()))
+                     if p == v.particle]
+            table = self.data.scores[v.aspect or ""].get(c.conv_id, {})
+            self.ambiguous[digest] = {
+                "aspect": v.aspect, "conv_id": c.conv_id, "instruction_id": instr,
+                "candidates": [{"turn_ind": t, "particle_ind": i, "value": table.get(t, {}).get(i, {}).get(instr)}
+                               for t, i in group],
+                "answered": {"turn_ind": j.turn_ind, "particle_ind": j.particle_ind}}
+
+    def report(self) -> dict:
+        with self._lock:
+            groups = list(self.ambiguous.values())
+            return {**json.loads(json.dumps(self.stats)), "ambiguous_prompts": len(groups),
+                    "ambiguous_prompts_with_different_values": sum(
+                        len({c["value"] for c in g["candidates"]}) > 1 for g in groups),
+                    "ambiguous": groups}

@@ -1,0 +1,203 @@
+"""Reading a FACE prompt the way an LLM reads it: its sections by their headings, the dialogue or the turn with its
+history and the user's response, the particle, the instruction, the aspect and its scale (``read_prompt``), all
+whitespace-normalised (``norm``). Nothing of the project's prompt code is used."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NO_TURNS = "(no earlier turns)"
+NO_NEXT = ("N/A", "(the conversation ended here)", "")
+
+_COPY_MARK = re.compile(r"(?:^| )\(copy \d+\)(?= |$)")
+
+
+def norm(text: str) -> str:
+    """Whitespace-normalised text: how the replay compares what a prompt shows with the data. The mark of a
+    conversation copy (``dataset.repeat``: " (copy k)" after every utterance) is dropped: a copy reads as its
+    original (and is judged as it)."""
+    s = " ".join(text.split())
+    return _COPY_MARK.sub("", s) if "(copy " in s else s
+
+
+class Refusal(Exception):
+    """A request the replay cannot answer: HTTP 400 with ``code`` and a message that says why."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+# ------------------------------------------------------------------ what a prompt shows
+@dataclass
+class View:
+    kind: str  # "score" | "decompose"
+    level: str  # "turn" | "dialogue" (decomposition: "turn")
+    style: str  # "numbered" (Turn N - ROLE: text, one line per turn) | "speaker" (User: / Assistant: text)
+    target_turn: int | None = None  # the turn number shown with the target turn, if any
+    target_text: str | None = None
+    history: str | None = None  # normalised section
+    next_user: str | None = None  # normalised; "" when the prompt says there is none
+    dialogue: str | None = None  # normalised full dialogue
+    aspect: str | None = None
+    scale: tuple[int, int] | None = None
+    instruction: str | None = None  # normalised
+    whole: bool = False  # a whole turn / dialogue instead of a particle
+    particle: tuple[str, str, str] | None = None  # dialogue act, mention, user feedback (normalised)
+    particle_turn: int | None = None  # "(from assistant turn N)" in dialogue-level prompts
+    particle_nth: int | None = None  # "(from the assistant's 2nd turn)": its k-th turn, counted from 1
+    history_window: int | None = None  # turns of history the prompt says it shows (None: all earlier turns)
+
+
+_LAST = "\x00last:"  # marker prefix: the last occurrence after the previous marker (targets follow instructions)
+_FAMILIES: dict[str, tuple[str, str, str, int | None, tuple[str, ...]]] = {
+    # name: (kind, level, style, history window, section headings in order)
+    "score_turn_reasoning": ("score", "turn", "numbered", 2, (
+        "Dialogue history (the two turns before the current one):\n", "\n\nCurrent assistant turn:\n",
+        "\n\nUser's response:\n", "\n\nAspect: ", "\n\nInstruction:\n", _LAST + "\n\nTarget",
+        _LAST + "\n\nFollow the instruction")),
+    "score_dialogue_reasoning": ("score", "dialogue", "numbered", None, (
+        "Full dialogue:\n", "\n\nAspect: ", "\n\nInstruction:\n", _LAST + "\n\nTarget",
+        _LAST + "\n\nFollow the instruction")),
+    "score_turn_compact": ("score", "turn", "speaker", 2, (
+        "Aspect: ", "\n\nContext (the two turns before the assistant turn):\n", "\n\nAssistant turn:\n",
+        "\n\nUser's next turn:\n", "\n\nInstruction:\n", _LAST + "\n\nParticle to rate:\n",
+        _LAST + "\n\nAnswer with JSON")),
+    "score_dialogue_compact": ("score", "dialogue", "speaker", None, (
+        "Aspect: ", "\n\nDialogue:\n", "\n\nInstruction:\n", _LAST + "\n\nParticle to rate",
+        _LAST + "\n\nAnswer with JSON")),
+    "decompose_reasoning": ("decompose", "turn", "numbered", None, (
+        "Dialogue history:\n", "\n\nTarget assistant turn:\n", "\n\nUser's response:\n", "\n\nYour task:")),
+    "decompose_compact": ("decompose", "turn", "speaker", None, (
+        "Conversation so far:\n", "\n\nAssistant turn to split:\n", "\n\nThe user's next turn (their reaction):\n",
+        "\n\nSplit the assistant turn")),
+}
+_SIGNATURES = (("Current assistant turn:\n", "score_turn_reasoning"), ("Full dialogue:\n", "score_dialogue_reasoning"),
+               ("Context (the two turns before the assistant turn):\n", "score_turn_compact"),
+               ("Assistant turn to split:\n", "decompose_compact"), ("Target assistant turn:\n", "decompose_reasoning"),
+               ("\nDialogue:\n", "score_dialogue_compact"))
+_SCORE_FORMAT = re.compile(r'\{"score": <integer from (-?\d+) to (-?\d+)>\}')
+_NUMBERED = re.compile(r"^Turn (\d+) - (USER|ASST):(.*)$", re.DOTALL)
+_PARTICLE = re.compile(r"- dialogue act:[ ]?(.*?)\n- mention:[ ]?(.*?)\n- user feedback:[ ]?(.*)", re.DOTALL)
+_FROM_TURN = re.compile(r"\(from assistant turn (\d+)\)")
+_NTH_TURN = re.compile(r"\(from the assistant's (\d+)(?:st|nd|rd|th) turn\)")
+_ASPECT = re.compile(r"([a-z][a-z ]*?)(?: — .*)?$", re.DOTALL)
+
+
+def _sections(text: str, headings: tuple[str, ...]) -> list[str] | None:
+    """The text after each heading, up to the next one; None if a heading is missing or out of order."""
+    text = "\n\n" + text
+    starts, ends, pos = [], [], 0
+    for h in headings:
+        if h.startswith(_LAST):
+            h = h[len(_LAST):]
+            i = text.rfind(h)
+            if i < pos:
+                return None
+        else:
+            i = text.find(h if h.startswith("\n") else "\n\n" + h, pos)
+            if i < 0:
+                return None
+            if not h.startswith("\n"):
+                i += 2
+        starts.append(i)
+        ends.append(i + len(h))
+        pos = i + len(h)
+    return [text[ends[k]:(starts[k + 1] if k + 1 < len(starts) else len(text))] for k in range(len(headings))]
+
+
+def _unquote(s: str) -> str:
+    s = s.strip()
+    if s.startswith('"""') and s.endswith('"""') and len(s) >= 6:
+        s = s[3:-3]
+    return s
+
+
+def read_prompt(messages: list[dict], response_format: dict | None = None) -> View:
+    """What the last user message of a chat request shows (Refusal if it is not a FACE prompt this replay reads)."""
+    text = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
+    if isinstance(text, list):  # OpenAI multi-part content: the text parts
+        text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
+    if not isinstance(text, str) or not text.strip():
+        raise Refusal("no_prompt", "the request has no user message")
+    text = text.replace("\r\n", "\n")
+    family = next((f for sig, f in _SIGNATURES if sig in text), None)
+    if family is None:
+        raise Refusal("unknown_prompt", "not a FACE particle-scoring or decomposition prompt (none of the sections "
+                                        "'Current assistant turn:', 'Full dialogue:', 'Target assistant turn:', … "
+                                        "is shown): another method's prompt cannot be replayed")
+    kind, level, style, window, headings = _FAMILIES[family]
+    parts = _sections(text, headings)
+    if parts is None:
+        wanted = ", ".join(repr(h.replace(_LAST, "").strip().rstrip(":")) for h in headings)
+        raise Refusal("unreadable_prompt", f"not a FACE prompt this replay reads: it lacks the sections of FACE's "
+                                           f"{family.replace('_', ' ')} prompt ({wanted}, in this order)")
+    v = View(kind=kind, level=level, style=style, history_window=window)
+    if kind == "decompose":
+        history, target, nxt, _ = parts
+        v.history, v.next_user = norm(history), _next(nxt)
+        v.target_turn, v.target_text = _target(target, style)
+        return v
+    if family == "score_turn_reasoning":
+        history, target, nxt, aspect, instruction, particle, tail = parts
+    elif family == "score_dialogue_reasoning":
+        dialogue, aspect, instruction, particle, tail = parts
+    elif family == "score_turn_compact":
+        aspect, history, target, nxt, instruction, particle, tail = parts
+    else:
+        aspect, dialogue, instruction, particle, tail = parts
+    if level == "turn":
+        v.history, v.next_user = norm(history), _next(nxt)
+        v.target_turn, v.target_text = _target(target, style)
+    else:
+        v.dialogue = norm(dialogue)
+    m = _ASPECT.match(aspect.split("\n", 1)[0].strip())
+    v.aspect = m.group(1).strip().replace(" ", "_") if m else None
+    v.instruction = norm(instruction)
+    v.scale = _scale(tail, response_format)
+    if style == "numbered":
+        first, _, block = ("Target" + particle).strip().partition("\n")
+        if first.startswith("Target:") or not block.strip():
+            v.whole = True
+            return v
+        f = _FROM_TURN.search(first)
+        v.particle_turn = int(f.group(1)) if f else None
+    else:
+        block = particle
+        if level == "dialogue":  # "Particle to rate (from the assistant's 2nd turn):" in the compact prompt
+            first, _, block = ("Particle to rate" + particle).strip().partition("\n")
+            f = _NTH_TURN.search(first)
+            v.particle_nth = int(f.group(1)) if f else None
+        if block.strip().startswith("(no particle"):
+            v.whole = True
+            return v
+    p = _PARTICLE.match(block.strip())
+    if p is None:
+        raise Refusal("unreadable_particle", "the target particle is not shown as '- dialogue act: …', '- mention: "
+                                             "…', '- user feedback: …'")
+    v.particle = (norm(p.group(1)), norm(p.group(2)), norm(p.group(3)))
+    return v
+
+
+def _next(section: str) -> str:
+    s = norm(_unquote(section))
+    return "" if s in NO_NEXT else s
+
+
+def _target(section: str, style: str) -> tuple[int | None, str]:
+    s = section.strip()
+    if style == "numbered":
+        m = _NUMBERED.match(s)
+        if m is None or m.group(2) != "ASST":
+            raise Refusal("unreadable_turn", f"the target turn is not shown as 'Turn N - ASST: …': {s[:80]!r}")
+        return int(m.group(1)), norm(m.group(3))
+    return None, norm(_unquote(s))
+
+
+def _scale(tail: str, response_format: dict | None) -> tuple[int, int] | None:
+    m = _SCORE_FORMAT.search(tail)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    schema = ((response_format or {}).get("json_schema") or {}).get("schema") or (response_format or {}).get("schema")
+    enum = (((schema or {}).get("properties") or {}).get("score") or {}).get("enum")
+    return (min(enum), max(enum)) if enum else None

@@ -1,0 +1,214 @@
+"""The replay judge over HTTP (aiohttp): ``make_app``, ``ReplayServer`` (the configured server of a client,
+``llm=replay``) and ``main`` (``python -m face.testing.replay``)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+from .answers import MODEL, Judge
+from .data import DATA_FILES, ReplayData
+from .reader import Refusal
+
+
+def make_app(judge: Judge, latency_s: float = 0.0):
+    from aiohttp import web
+
+    async def chat(request: web.Request) -> web.Response:
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            return _error(web, "bad_json", "the request body is not JSON")
+        if latency_s > 0:
+            await asyncio.sleep(latency_s)
+        try:
+            out = judge.answer(body)
+        except Refusal as e:
+            return _error(web, e.code, str(e))
+        return web.Response(body=json.dumps(out, ensure_ascii=False).encode(), content_type="application/json")
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": judge.model, "object": "model",
+                                                               "owned_by": "face-replay"}]})
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.json_response(judge.report())
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/replay/stats", stats)
+    return app
+
+
+def _error(web, code: str, message: str):
+    return web.json_response({"error": {"message": f"replay judge: {message}", "type": "invalid_request_error",
+                                        "code": code, "param": None}}, status=400)
+
+
+class ReplayServer:
+    """The replay judge as the configured server of a client (``llm.server``): started before the first request,
+    stopped after the last; ``report()`` is its count of what it answered (identical prompts included).
+
+    ``process=True`` (the default) runs it in a process of its own, so its CPU is not the client's; ``False``
+    in a thread of this process (tests)."""
+
+    data_files = DATA_FILES  # fetched by the experiment before anything runs
+
+    def __init__(self, data_dir: str, model: str = MODEL, host: str = "127.0.0.1", port: int = 0,
+                 latency_s: float = 0.0, process: bool = True, startup_timeout_s: float = 120.0):
+        self.data_dir, self.model, self.host, self.port = str(data_dir), model, host, port
+        self.latency_s, self.process, self.startup_timeout_s = latency_s, process, startup_timeout_s
+        self.base_url: str | None = None
+        self._proc: subprocess.Popen | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner = None
+        self._judge: Judge | None = None
+        self.final_report: dict | None = None
+
+    def start(self) -> ReplayServer:
+        if self.process:
+            self._spawn()
+        else:
+            self._serve_in_thread()
+        return self
+
+    def _spawn(self) -> None:
+        import os
+
+        root = str(Path(__file__).resolve().parents[3])
+        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        cmd = [sys.executable, "-m", "face.testing.replay", "--data-dir", self.data_dir, "--host", self.host,
+               "--port", str(self.port), "--latency", str(self.latency_s), "--model", self.model,
+               "--until-stdin-closes"]
+        # its stdin is a pipe from this process: when this process ends, however it ends (kill -9 included), the
+        # pipe closes and the server stops
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env)
+        line = self._proc.stdout.readline() if self._proc.stdout else ""
+        if not line.startswith("READY "):
+            self._proc.wait(timeout=30)
+            err = (self._proc.stderr.read() if self._proc.stderr else "").strip().splitlines()
+            self._proc = None
+            raise RuntimeError(f"the replay judge did not start: {(err or [line.strip()])[-1]}")
+        self.base_url = line.split()[1]
+
+    def _serve_in_thread(self) -> None:
+        from aiohttp import web
+
+        self._judge = Judge(ReplayData(self.data_dir), self.model)
+        ready, err = threading.Event(), []
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+
+            async def up() -> None:
+                self._runner = web.AppRunner(make_app(self._judge, self.latency_s), access_log=None,
+                                             shutdown_timeout=0.2)
+                await self._runner.setup()
+                await web.TCPSite(self._runner, self.host, self.port).start()
+                self.base_url = f"http://{self.host}:{self._runner.addresses[0][1]}/v1"
+
+            try:
+                self._loop.run_until_complete(up())
+            except BaseException as e:  # handed to the starting thread
+                err.append(e)
+                ready.set()
+                return
+            ready.set()
+            self._loop.run_forever()
+            self._loop.run_until_complete(self._runner.cleanup())
+            self._loop.close()
+
+        self._thread = threading.Thread(target=run, name="replay-judge", daemon=True)
+        self._thread.start()
+        ready.wait(self.startup_timeout_s)
+        if err:
+            raise err[0]
+
+    def report(self) -> dict | None:
+        """What the judge answered so far (None when it cannot be asked)."""
+        if self._judge is not None:
+            return self._judge.report()
+        if self.base_url is None:
+            return self.final_report
+        try:
+            with urllib.request.urlopen(self.base_url + "/replay/stats", timeout=30) as r:
+                return json.loads(r.read())
+        except OSError:
+            return self.final_report
+
+    def stop(self) -> None:
+        if self.base_url is not None:
+            self.final_report = self.report()
+        if self._proc is not None:
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+            self._proc = None
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._thread = self._loop = None
+        self.base_url = None
+
+    def __enter__(self) -> ReplayServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="The replay judge: FACE's prompts answered with the FACE authors' "
+                                             "released judgements of CRSArena-Eval (an OpenAI-compatible server)")
+    ap.add_argument("--data-dir", default="data/raw", help="directory laid out as the project fetches the data")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0: a free port (printed)")
+    ap.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--until-stdin-closes", action="store_true",
+                    help="stop when standard input reaches its end (a parent that started it has gone)")
+    a = ap.parse_args(argv)
+    try:
+        judge = Judge(ReplayData(a.data_dir), a.model)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    from aiohttp import web
+
+    async def serve() -> None:
+        runner = web.AppRunner(make_app(judge, a.latency), access_log=None, shutdown_timeout=0.2)
+        await runner.setup()
+        await web.TCPSite(runner, a.host, a.port).start()
+        print(f"READY http://{a.host}:{runner.addresses[0][1]}/v1", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        if a.until_stdin_closes:
+            def watch() -> None:
+                sys.stdin.read()  # returns at end of input: the parent's end of the pipe is closed
+                loop.call_soon_threadsafe(stop.set)
+
+            threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+        await stop.wait()
+        await runner.cleanup()
+
+    asyncio.run(serve())
