@@ -70,6 +70,15 @@ class Context:
     def predict(self, method: Method | None = None) -> MethodOutput:
         return (method or self.method).predict(self.inputs())
 
+    def predict_logged(self) -> MethodOutput:
+        """The method's predictions, its artifacts and metrics logged; after a dry run it says nothing was sent."""
+        out = self.predict()
+        self.tracker.log_artifacts(out.artifacts, "run")
+        self.tracker.log_metrics(out.metrics)
+        if out.dry_run:
+            print(f"Dry run: nothing was sent. {out.label}", flush=True)
+        return out
+
     def evaluate(self, preds, levels: Sequence[str] = LEVELS, n_boot: int | None = None,
                  splits: Sequence[str] | None = None) -> pd.DataFrame:
         m = self.cfg.metaeval

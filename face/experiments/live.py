@@ -13,11 +13,8 @@ from face.report.tables import comparison_table, print_table, write_table
 def run(cfg: DictConfig) -> dict:
     with experiment(cfg) as ctx:
         tracker = ctx.tracker
-        out = ctx.predict()
-        tracker.log_artifacts(out.artifacts, "run")
-        tracker.log_metrics(out.metrics)
+        out = ctx.predict_logged()
         if out.dry_run:
-            print(f"Dry run: nothing was sent. {out.label}", flush=True)
             return {"dry_run": True, "out_dir": ctx.out_dir}
         run_file = ctx.save_run(out.predictions)
         if not ctx.has_labels:

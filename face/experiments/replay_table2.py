@@ -31,11 +31,8 @@ def run(cfg: DictConfig) -> dict:
         from face.methods.released import FaceReleased
 
         tracker = ctx.tracker
-        out = ctx.predict()
-        tracker.log_artifacts(out.artifacts, "run")
-        tracker.log_metrics(out.metrics)
+        out = ctx.predict_logged()
         if out.dry_run:
-            print(f"Dry run: nothing was sent. {out.label}", flush=True)
             return {"dry_run": True, "out_dir": ctx.out_dir}
         ctx.save_run(out.predictions)
         results = ctx.evaluate(out.predictions)

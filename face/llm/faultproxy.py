@@ -32,6 +32,8 @@ from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout, web
 
+from face.llm.background import BackgroundLoop
+
 TRANSPORT_KINDS = ("429", "500", "html502", "timeout", "reset", "cut_json", "html200")
 ANSWER_KINDS = ("truncated", "garbled")
 ALL_KINDS = TRANSPORT_KINDS + ANSWER_KINDS
@@ -58,8 +60,7 @@ class FaultProxy:
         self.log_file = log_file
         self._attempts: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._bg: BackgroundLoop | None = None
         self._runner: web.AppRunner | None = None
         self._session: ClientSession | None = None
         self.base_url: str | None = None
@@ -141,38 +142,14 @@ class FaultProxy:
             await self._runner.cleanup()
 
     def start(self) -> FaultProxy:
-        ready, err = threading.Event(), []
-
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(self._loop)
-            try:
-                self._loop.run_until_complete(self._start())
-            except BaseException as e:  # reported to the starting thread
-                err.append(e)
-                ready.set()
-                return
-            ready.set()
-            self._loop.run_forever()
-            pending = [t for t in asyncio.all_tasks(self._loop) if not t.done()]
-            for t in pending:
-                t.cancel()
-            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self._loop.run_until_complete(self._cleanup())
-            self._loop.close()
-
-        self._thread = threading.Thread(target=run, name="fault-proxy", daemon=True)
-        self._thread.start()
-        ready.wait(30)
-        if err:
-            raise err[0]
+        self._bg = BackgroundLoop("fault-proxy")
+        self._bg.start(self._start, self._cleanup)
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-        self._thread = None
+        if self._bg is not None:
+            self._bg.stop()
+            self._bg = None
 
     def __enter__(self) -> FaultProxy:
         return self.start()

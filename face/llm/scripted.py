@@ -48,6 +48,8 @@ from typing import Any
 
 from aiohttp import web
 
+from face.llm.background import BackgroundLoop
+
 FAULT_KINDS = ("429", "500", "timeout", "malformed", "truncated", "disconnect")
 TRANSPORT_FAULTS = ("429", "500", "timeout")
 _TOKEN_RE = re.compile(r"\s*\d|\s*[A-Za-z]+|\s*[^\sA-Za-z\d]|\s+")
@@ -231,8 +233,7 @@ class ScriptedServer:
         self._lock = threading.Lock()
         self._active = 0
         self.max_active = 0
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._bg: BackgroundLoop | None = None
         self._runner: web.AppRunner | None = None
         self.info: ServerInfo | None = None
         # Batch API
@@ -484,36 +485,23 @@ class ScriptedServer:
         """Serve in a background thread; returns once the port is bound."""
         if self.log_file:
             self._log_fh = open(self.log_file, "a", encoding="utf-8")  # noqa: SIM115 - closed in stop()
-        ready = threading.Event()
-        err: list[BaseException] = []
-
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(self._loop)
-            try:
-                self._loop.run_until_complete(self._start())
-            except BaseException as e:
-                err.append(e)
-                ready.set()
-                return
-            ready.set()
-            self._loop.run_forever()
-            self._loop.run_until_complete(self._runner.cleanup())
-            self._loop.close()
-
-        self._thread = threading.Thread(target=run, name="scripted-llm-server", daemon=True)
-        self._thread.start()
-        ready.wait(30)
-        if err:
-            raise err[0]
+        self._bg = BackgroundLoop("scripted-llm-server")
+        self._bg.start(self._start, self._runner_cleanup)
         assert self.info is not None
         return self.info
 
+    async def _runner_cleanup(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def _thread(self) -> object | None:  # the serving thread while it runs (None once stopped)
+        return None if self._bg is None else self._bg._thread
+
     def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-        self._thread = None
+        if self._bg is not None:
+            self._bg.stop()
+            self._bg = None
         if self._log_fh is not None:
             self._log_fh.close()
             self._log_fh = None

@@ -12,6 +12,8 @@ import threading
 import urllib.request
 from pathlib import Path
 
+from face.llm.background import BackgroundLoop
+
 from .answers import MODEL, Judge
 from .data import DATA_FILES, ReplayData
 from .reader import Refusal
@@ -71,8 +73,7 @@ class ReplayServer:
         self.latency_s, self.process, self.startup_timeout_s = latency_s, process, startup_timeout_s
         self.base_url: str | None = None
         self._proc: subprocess.Popen | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._bg: BackgroundLoop | None = None
         self._runner = None
         self._judge: Judge | None = None
         self.final_report: dict | None = None
@@ -108,35 +109,18 @@ class ReplayServer:
         from aiohttp import web
 
         self._judge = Judge(ReplayData(self.data_dir), self.model)
-        ready, err = threading.Event(), []
 
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(self._loop)
+        async def up() -> None:
+            self._runner = web.AppRunner(make_app(self._judge, self.latency_s), access_log=None, shutdown_timeout=0.2)
+            await self._runner.setup()
+            await web.TCPSite(self._runner, self.host, self.port).start()
+            self.base_url = f"http://{self.host}:{self._runner.addresses[0][1]}/v1"
 
-            async def up() -> None:
-                self._runner = web.AppRunner(make_app(self._judge, self.latency_s), access_log=None,
-                                             shutdown_timeout=0.2)
-                await self._runner.setup()
-                await web.TCPSite(self._runner, self.host, self.port).start()
-                self.base_url = f"http://{self.host}:{self._runner.addresses[0][1]}/v1"
+        async def down() -> None:
+            await self._runner.cleanup()
 
-            try:
-                self._loop.run_until_complete(up())
-            except BaseException as e:  # handed to the starting thread
-                err.append(e)
-                ready.set()
-                return
-            ready.set()
-            self._loop.run_forever()
-            self._loop.run_until_complete(self._runner.cleanup())
-            self._loop.close()
-
-        self._thread = threading.Thread(target=run, name="replay-judge", daemon=True)
-        self._thread.start()
-        ready.wait(self.startup_timeout_s)
-        if err:
-            raise err[0]
+        self._bg = BackgroundLoop("replay-judge")
+        self._bg.start(up, down, self.startup_timeout_s)
 
     def report(self) -> dict | None:
         """What the judge answered so far (None when it cannot be asked)."""
@@ -162,10 +146,9 @@ class ReplayServer:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
             self._proc = None
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._thread = self._loop = None
+        if self._bg is not None:
+            self._bg.stop()
+            self._bg = None
         self.base_url = None
 
     def __enter__(self) -> ReplayServer:
