@@ -98,9 +98,9 @@ class ScoreSink:
             "instruction_id": self._instr.column(c["instruction_id"]), "score": floats("score"),
             "n_valid": ints("n_valid"), "n_retried": ints("n_retried"), "n_defaulted": ints("n_defaulted"),
             "valid_mass": floats("valid_mass")})
-        fallback = pd.Series(None, index=df.index, dtype=object)
-        if self._fallbacks:
-            fallback.loc[list(self._fallbacks)] = list(self._fallbacks.values())
+        fallback = np.full(len(df), None, dtype=object)
+        for row, why in self._fallbacks.items():
+            fallback[row] = why
         df["fallback"] = fallback
         return df
 

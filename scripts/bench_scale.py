@@ -71,6 +71,8 @@ def run_cmd(url: str, cache: Path, out: Path, args, repeat: int) -> list[str]:
         cmd.append(f"dataset.repeat={repeat}")
     if args.aspects:
         cmd.append(f"aspects=[{args.aspects}]")
+    if args.limit:
+        cmd.append(f"dataset.limit={args.limit}")
     return cmd
 
 
@@ -80,14 +82,15 @@ def timed(cmd: list[str], log: Path, kill_when=None) -> dict:
     with open(log, "w") as f:
         p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
         killed = False
-        if kill_when is not None:
-            while p.poll() is None:
-                if kill_when():
-                    os.kill(p.pid, signal.SIGKILL)
-                    killed = True
-                    break
-                time.sleep(0.05)
-        _, status, ru = os.wait4(p.pid, 0)
+        while True:  # wait4, not Popen.poll: the rusage of this process alone
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG if kill_when is not None else 0)
+            if pid:
+                break
+            if not killed and kill_when():
+                os.kill(p.pid, signal.SIGKILL)
+                killed = True
+            time.sleep(0.05)
+        p.returncode = 0  # reaped above
     wall = time.perf_counter() - t0
     code = os.waitstatus_to_exitcode(status)
     if code != 0 and not killed:
@@ -150,6 +153,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", default="1", help="data sizes: comma-separated K of dataset.repeat=K (default 1)")
     ap.add_argument("--aspects", default="", help="comma-separated aspects (default: all seven)")
+    ap.add_argument("--limit", type=int, default=0, help="only the first N conversations (a quick check)")
     ap.add_argument("--latency", type=float, default=0.0, help="the judge's seconds per answer")
     ap.add_argument("--concurrency", type=int, default=64, help="llm.concurrency of the runs and the bare loop")
     ap.add_argument("--bare", type=int, default=20000, help="requests of the bare AsyncOpenAI loop (0: none)")

@@ -125,3 +125,25 @@ def test_api_key_env_must_be_a_name():
 
     with pytest.raises(ValueError, match="NAME"):
         LLMConfig(backend="openai", api_key_env="sk-live-abc")
+
+
+def test_usage_holds_a_bounded_part_of_the_calls_and_exact_totals(tmp_path):
+    from face.llm.usage import KEEP_CALLS, LATENCY_SAMPLE, CallRecord, Usage
+
+    u = Usage()
+    n = KEEP_CALLS + 2500
+    for i in range(n):
+        failed = i % 1000 == 999  # 3 failures, one of them beyond the kept calls
+        u.add(CallRecord(tag="score" if i % 2 else "decompose", n=5, cached_samples=i % 3, http_requests=1,
+                         input_tokens=10, output_tokens=2, error="boom" if failed else None))
+    for i in range(LATENCY_SAMPLE * 3):
+        u.settle(0.0, 0, 0, latency_s=(i % 100) / 100)
+    s = u.summary()
+    assert s["calls"] == n and s["by_tag"]["score"]["calls"] == n // 2 and s["by_tag"]["decompose"]["calls"] == n // 2
+    assert s["cache_hits"] == sum(i % 3 for i in range(n)) and s["failures"] == 3
+    assert s["by_tag"]["score"]["input_tokens"] == 10 * (n // 2)
+    assert len(u.records) == KEEP_CALLS + 2  # the first KEEP_CALLS, then only the failed ones
+    assert s["latency_max_s"] == 0.99 and abs(s["latency_mean_s"] - 0.495) < 1e-9
+    assert len(u.http_latencies.sample) == LATENCY_SAMPLE and abs(s["latency_p50_s"] - 0.495) < 0.02
+    doc = json.loads(u.write_artifact(tmp_path / "u.json").read_text())
+    assert len(doc["calls"]) == KEEP_CALLS + 2 and str(n) in doc["calls_note"] and doc["totals"]["calls"] == n
