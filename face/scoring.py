@@ -445,15 +445,14 @@ async def _score_stream(client, planned: Iterable[Planned], spec: ScoringSpec, e
     bar = Progress(total or 0, desc, enabled=client.cfg.progress, usage=client.usage)
     queue: deque = deque()  # (planned, (samples, parsed) or the task drawing them), in the order planned
     shared: dict = {}  # request -> its task while in flight (identical requests wait for the same one)
-
-    memo: dict = {}  # (text, finish reason) -> parsed value: replies repeat (a short answer, a replayed one)
+    memo: dict = {}  # (text, finish reason, scale) -> parsed value: replies repeat (a short or a replayed one)
 
     def parse_all(p: Planned, samples) -> list:
         if spec.estimator != "sampling":
             return [_sample_value(p, s, spec) for s in samples]
-        out = []
+        out, scale = [], p.unit.aspect.scale
         for s in samples:
-            key = (s.text, s.finish_reason, s.dry_run)
+            key = (s.text, s.finish_reason, s.dry_run, scale)
             v = memo.get(key)
             if v is None:
                 if len(memo) > 100_000:
@@ -512,8 +511,8 @@ async def _score_stream(client, planned: Iterable[Planned], spec: ScoringSpec, e
                             from budget[0]
                     raise
             samples, parsed = got
-            memo = {id(s): v for s, v in zip(samples, parsed)}
-            emit(record_from_samples(p, samples, spec, lambda s, memo=memo: memo[id(s)]))
+            by_id = {id(s): v for s, v in zip(samples, parsed)}
+            emit(record_from_samples(p, samples, spec, lambda s, by_id=by_id: by_id[id(s)]))
             bar.update(sum(bool(getattr(s, "cached", False)) for s in samples), failed=False)
             if len(queue) <= window // 2:
                 fill()
