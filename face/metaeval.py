@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from face.aggregate import Predictions
+from face.aggregate import PRED_DECIMALS, Predictions
 from face.aspects import Aspect
 from face.data.schema import Conversation
 
@@ -94,8 +94,18 @@ class _Ties:
         return (wg * (wg - 1) / 2).sum(1)
 
 
+ROWS = 100  # bootstrap replicates handled at once: memory ~ ROWS × items, not replicates × items
+
+
 def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Spearman rho of each weighted replicate (rows of ``w`` in blocks of ``ROWS``: each row on its own, so the
+    values are those of the whole matrix at once)."""
     tx, ty = _Ties.of(x), _Ties.of(y)
+    return np.concatenate([_spearman_rows(tx, ty, w[i:i + ROWS]) for i in range(0, len(w), ROWS)]) if len(w) \
+        else np.empty(0)
+
+
+def _spearman_rows(tx: _Ties, ty: _Ties, w: np.ndarray) -> np.ndarray:
     rx, ry = tx.ranks(w), ty.ranks(w)
     sw = w.sum(1)
     sx, sy = (w * rx).sum(1), (w * ry).sum(1)
@@ -107,19 +117,30 @@ def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray
     return r
 
 
+KENDALL_BLOCK = 1 << 22  # elements of S built at once (16 MB of float32), whatever the number of items
+
+
 def weighted_kendall(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk: int = 256) -> np.ndarray:
     """Kendall tau-b of each weighted replicate: (C − D) / sqrt((n0 − n1)(n0 − n2)).
 
-    C − D = ½ wᵀ S w with S_ij = sign(x_i − x_j)·sign(y_i − y_j); copies of one item tie on both sides.
+    C − D = ½ wᵀ S w with S_ij = sign(x_i − x_j)·sign(y_i − y_j); copies of one item tie on both sides. S is built a
+    block of columns at a time (memory linear in the items, not quadratic); every partial sum is an integer below
+    2^24, exact in float32, so the blocks add up to the same value as the whole product.
     """
     x32, y32 = x.astype(np.float32), y.astype(np.float32)
-    s = np.sign(x32[:, None] - x32[None, :])
-    s *= np.sign(y32[:, None] - y32[None, :])
+    n_items = len(x)
+    step = max(1, KENDALL_BLOCK // max(n_items, 1))
     tx, ty = _Ties.of(x), _Ties.of(y)
     out = np.empty(len(w))
     for i in range(0, len(w), chunk):
         wc = w[i:i + chunk]
-        cd = 0.5 * (wc * (wc.astype(np.float32) @ s)).sum(1)
+        wc32 = wc.astype(np.float32)
+        cd = np.zeros(len(wc))
+        for j in range(0, n_items, step):
+            s = np.sign(x32[:, None] - x32[None, j:j + step])
+            s *= np.sign(y32[:, None] - y32[None, j:j + step])
+            cd += (wc[:, j:j + step] * (wc32 @ s)).sum(1)
+        cd *= 0.5
         n = wc.sum(1)
         n0 = n * (n - 1) / 2
         denom = (n0 - tx.tied_pairs(wc)) * (n0 - ty.tied_pairs(wc))
@@ -238,13 +259,15 @@ def rows_correlation(a: np.ndarray, b: np.ndarray, coefficient: str) -> np.ndarr
 
 
 def system_means(values: np.ndarray, systems: np.ndarray, w: np.ndarray | None = None) -> tuple[list, np.ndarray]:
-    """Mean of ``values`` per system (columns, sorted system names); one row per weight row."""
+    """Mean of ``values`` per system (columns, sorted system names); one row per weight row. Rounded to
+    ``PRED_DECIMALS`` like every prediction: a matrix product's last bits depend on how BLAS splits it (threads,
+    load), and equal means must tie exactly whatever they were, or rank correlations over a few systems move."""
     names = sorted(set(systems))
     onehot = (np.asarray(systems)[:, None] == np.array(names)[None, :]).astype(float)
     if w is None:
         w = np.ones((1, len(values)))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return names, (w @ (onehot * np.asarray(values, float)[:, None])) / (w @ onehot)
+        return names, np.round((w @ (onehot * np.asarray(values, float)[:, None])) / (w @ onehot), PRED_DECIMALS)
 
 
 # ---------------------------------------------------------------- items: predictions joined with labels

@@ -104,6 +104,14 @@ class ScoreSink:
         df["fallback"] = fallback
         return df
 
+    def take(self) -> pd.DataFrame:
+        """``frame()`` of the records since the last ``take``; their columns are then let go (the file stays)."""
+        df = self.frame()
+        self._aspect, self._conv, self._instr = _Codes(), _Codes(), _Codes()
+        self._cols = {k: array(v.typecode) for k, v in self._cols.items()}
+        self._fallbacks, self.rows = {}, 0
+        return df
+
     def close(self) -> Path | None:
         if self._f is not None:
             self._f.close()
@@ -115,3 +123,30 @@ class ScoreSink:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ScoreTally:
+    """The counts of a run's score records, added up part by part (``add`` returns the part it was given)."""
+
+    def __init__(self) -> None:
+        self.total = self.missing = self.fallbacks = self.retried = self.defaulted = 0
+        self.mass_sum, self.mass_n = 0.0, 0
+
+    def add(self, detail: pd.DataFrame) -> pd.DataFrame:
+        self.total += len(detail)
+        self.missing += int(detail["score"].isna().sum())
+        self.fallbacks += int(detail["fallback"].notna().sum())
+        self.retried += int(detail["n_retried"].sum())
+        self.defaulted += int(detail["n_defaulted"].sum())
+        mass = detail["valid_mass"].dropna()
+        self.mass_sum += float(mass.sum())
+        self.mass_n += len(mass)
+        return detail
+
+    def metrics(self, logprobs: bool) -> dict[str, float]:
+        out = {"scores.total": self.total, "scores.without_valid_answer": self.missing,
+               "scores.fallbacks": self.fallbacks, "scores.retried_draws": self.retried,
+               "scores.defaulted_samples": self.defaulted, "scores.dropped_units": self.missing}
+        if logprobs:
+            out["scores.mean_valid_mass"] = self.mass_sum / self.mass_n if self.mass_n else 0.0
+        return out

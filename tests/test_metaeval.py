@@ -150,3 +150,23 @@ def test_system_level_uses_per_system_means():
     # means: pred (2, 2, 6), human (1, 1, 3) -> human = pred / 2: Pearson 1; ranks (1.5, 1.5, 3) on both: Spearman 1
     assert out["pearson"][0] == pytest.approx(1.0) and out["spearman"][0] == pytest.approx(1.0)
     assert out["pearson"][4] == 3
+
+
+def test_bootstrap_coefficients_in_blocks_equal_the_whole_matrix_and_stay_linear_in_memory(monkeypatch):
+    import tracemalloc
+
+    from face import metaeval
+
+    rng = np.random.default_rng(3)
+    n = 6000  # S of Kendall's tau as one n × n float32 matrix: 144 MB
+    x, y = np.round(rng.normal(size=n), 2), rng.integers(0, 3, n).astype(float)
+    w = cluster_weights(rng.integers(0, 500, n), 40, np.random.default_rng(4))
+    tracemalloc.start()
+    kendall, spearman = WEIGHTED["kendall"](x, y, w), WEIGHTED["spearman"](x, y, w)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 90e6, peak  # blocks of S (16 MB each, with their temporaries), not the whole of it
+    monkeypatch.setattr(metaeval, "KENDALL_BLOCK", 10 ** 12)  # one block: the whole matrix
+    monkeypatch.setattr(metaeval, "ROWS", 10 ** 9)
+    assert np.array_equal(kendall, WEIGHTED["kendall"](x, y, w), equal_nan=True)
+    assert np.array_equal(spearman, WEIGHTED["spearman"](x, y, w), equal_nan=True)

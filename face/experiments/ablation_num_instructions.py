@@ -43,7 +43,8 @@ def run(cfg: DictConfig) -> dict:
         note = (f"{LABEL}; {ctx.subset}; k random instructions of 16, {a.n_seeds} seeds per k "
                 f"(one subset at k=16); mean ± sd over subsets.")
         paths = write_table(summary, ctx.out_dir, "k_instructions", f"Correlation vs number of instructions k. {note}")
-        raw.to_csv(ctx.out_dir / "k_instructions_raw.csv", index=False)
+        # 12 significant digits: the last bits of a correlation depend on how BLAS splits its sums (threads, load)
+        raw.to_csv(ctx.out_dir / "k_instructions_raw.csv", index=False, float_format="%.12g")
         paths.append(ctx.out_dir / "k_instructions_raw.csv")
         for coef in ("pearson", "spearman"):
             paths.append(figures.k_curve(summary[summary["split"] != "all"], coef, note,

@@ -30,7 +30,7 @@ from face.methods import Inputs, MethodOutput
 from face.particles import Decomposition, ParticlesSpec, decompose, from_released
 from face.prompts import generic_instruction, initial_instruction, unit_wording
 from face.report.tables import print_table
-from face.score_records import ScoreSink
+from face.score_records import ScoreSink, ScoreTally
 from face.scoring import (
     UNITS,
     UNLABELLED,
@@ -277,19 +277,23 @@ class Face:
                 decomps = proxy
             elif self.unit == "particle":
                 decomps = decompose(client, convs, self.particles, lcfg.supports_json_schema, ds.assistant)
+            parts, tally = [], ScoreTally()
             with ScoreSink(run_dir / "particle_scores.jsonl", decomps) as sink:
-                for a in inputs.aspects:
+                for a in inputs.aspects:  # one aspect's scores in memory at a time
                     units = units_for(a, convs, decomps or {}, self.unit, self.unlabelled_turns)
                     planned = plan_iter(units, instructions[a.name], by_id, self.scoring, lcfg.supports_json_schema,
                                         ds.judged)
                     score_stream(client, planned, self.scoring, sink.add, desc=f"scoring {a.name}",
                                  total=len(units) * len(instructions[a.name]))
+                    detail = tally.add(sink.take())
+                    scores = detail[detail["score"].notna()][SCORE_COLUMNS]
+                    parts.append(aggregate(scores, inputs.levels, self.instruction_agg, self.particle_agg))
+                    del detail, scores
             usage_path = client.usage.write_artifact(run_dir / "llm_usage.json")
             metrics = client.usage.mlflow_metrics()
             server_path = write_server_report(client, run_dir / "llm_server.json", metrics)
-        detail = sink.frame()
-        scores = detail[detail["score"].notna()][SCORE_COLUMNS]
-        preds = aggregate(scores, inputs.levels, self.instruction_agg, self.particle_agg)
+        preds = Predictions(pd.concat([p.turn for p in parts], ignore_index=True),
+                            pd.concat([p.dialogue for p in parts], ignore_index=True))
         if decomps is not None and self.empty_turn == "min":
             preds, n_filled = fill_empty(preds, inputs.aspects, convs, self.unlabelled_turns)
             metrics["predictions.empty_filled_with_min"] = n_filled
@@ -298,16 +302,9 @@ class Face:
             artifacts.append(write_particles(decomps, convs, run_dir / "particles.jsonl"))
             metrics["particles.per_turn"] = particles_per_turn(decomps)
             metrics["particles.fallback_turns"] = sum(d.fallback is not None for d in decomps.values())
-        metrics["scores.total"] = len(detail)
-        metrics["scores.without_valid_answer"] = int(detail["score"].isna().sum())
-        metrics["scores.fallbacks"] = int(detail["fallback"].notna().sum())
-        metrics["scores.retried_draws"] = int(detail["n_retried"].sum())
-        metrics["scores.defaulted_samples"] = int(detail["n_defaulted"].sum())
-        metrics["scores.dropped_units"] = int(detail["score"].isna().sum())
-        if self.estimator == "logprobs":
-            mass = detail["valid_mass"].dropna()
-            metrics["scores.mean_valid_mass"] = float(mass.mean()) if len(mass) else 0.0
-        return MethodOutput(preds, detail, label, artifacts, metrics)
+        metrics.update(tally.metrics(self.estimator == "logprobs"))
+        # the per-particle scores are in particle_scores.jsonl (not held in memory: a paper-size run has 0.7 M)
+        return MethodOutput(preds, None, label, artifacts, metrics)
 
 
 def fill_empty(preds: Predictions, aspects: Sequence[Aspect], convs: Sequence[Conversation],
