@@ -160,6 +160,13 @@ def cluster_weights(clusters: np.ndarray, n_boot: int, rng: np.random.Generator,
 
     ``clusters`` gives each item's cluster; every item of a drawn cluster gets its cluster's count.
     """
+    counts, inv = cluster_counts(clusters, n_boot, rng, strata)
+    return counts[:, inv]
+
+
+def cluster_counts(clusters: np.ndarray, n_boot: int, rng: np.random.Generator,
+                   strata: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``cluster_weights`` before it is spread over the items: (B × clusters counts, each item's cluster)."""
     uniq, inv = np.unique(clusters, return_inverse=True)
     k = len(uniq)
     counts = np.zeros((n_boot, k))
@@ -174,7 +181,7 @@ def cluster_weights(clusters: np.ndarray, n_boot: int, rng: np.random.Generator,
         draws = rng.integers(0, m, size=(n_boot, m))
         flat = (draws + np.arange(n_boot)[:, None] * m).ravel()
         counts[:, members] = np.bincount(flat, minlength=n_boot * m).reshape(n_boot, m)
-    return counts[:, inv]
+    return counts, inv
 
 
 MIN_CLUSTERS = 2  # fewer conversations (per split, or per system) than this: no interval
@@ -191,12 +198,18 @@ def bootstrap_ci(pred: np.ndarray, human: np.ndarray, clusters: np.ndarray, n_bo
                         len(np.unique(clusters)), MIN_CLUSTERS)
         return {c: (float("nan"), float("nan")) for c in coefficients}
     rng = np.random.default_rng(seed)
-    w = cluster_weights(np.asarray(clusters), n_boot, rng)
+    counts, inv = cluster_counts(np.asarray(clusters), n_boot, rng)
     x, y = np.asarray(pred, float), np.asarray(human, float)
     lo_q, hi_q = 50 * (1 - confidence), 50 * (1 + confidence)
+    # the replicates a block of ROWS at a time, spread over the items only then: memory ~ ROWS × items
+    blocks = {c: [] for c in coefficients}
+    for i in range(0, n_boot, ROWS):
+        w = counts[i:i + ROWS][:, inv]
+        for c in coefficients:
+            blocks[c].append(WEIGHTED[c](x, y, w))
     out = {}
     for c in coefficients:
-        vals = WEIGHTED[c](x, y, w)
+        vals = np.concatenate(blocks[c])
         if np.all(np.isnan(vals)):
             out[c] = (float("nan"), float("nan"))
         else:

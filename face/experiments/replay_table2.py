@@ -36,7 +36,7 @@ def run(cfg: DictConfig) -> dict:
             return {"dry_run": True, "out_dir": ctx.out_dir}
         ctx.save_run(out.predictions)
         results = ctx.evaluate(out.predictions)
-        direct = FaceReleased().predict(ctx.inputs()).predictions  # reproduce_table2's predictions
+        direct = with_copies(FaceReleased().predict(ctx.inputs()).predictions, ctx.convs)  # reproduce_table2's
         direct_results = ctx.evaluate(direct, n_boot=0)
         published = ctx.published()
         report = _server_report(ctx.run_dir / "llm_server.json")
@@ -95,6 +95,25 @@ def run(cfg: DictConfig) -> dict:
         return {"results": results, "table": table, "diff": diff, "out_dir": ctx.out_dir}
 
 
+def original(conv_id: str) -> str:
+    """The conversation a copy was made from (``dataset.repeat``: ``<id>~k``)."""
+    return conv_id.split("~", 1)[0]
+
+
+def with_copies(p: Predictions, convs) -> Predictions:
+    """Predictions of the originals given to their copies too (a copy is judged as its original)."""
+    copies = [(c.conv_id, original(c.conv_id)) for c in convs if c.conv_id != original(c.conv_id)]
+    if not copies:
+        return p
+    ids = pd.DataFrame(copies, columns=["copy", "conv_id"])
+
+    def spread(df: pd.DataFrame) -> pd.DataFrame:
+        more = df.merge(ids, on="conv_id").drop(columns="conv_id").rename(columns={"copy": "conv_id"})
+        return pd.concat([df, more[df.columns]], ignore_index=True)
+
+    return Predictions(spread(p.turn), spread(p.dialogue))
+
+
 def _server_report(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
@@ -119,7 +138,7 @@ def compare_runs(live: Predictions, direct: Predictions, explained: set[tuple]) 
         bad = m[m["pred_live"].isna() | m["pred_direct"].isna() | (gap > TOLERANCE / 2)]
         for r in bad.itertuples(index=False):
             d = r._asdict()
-            key = tuple(d[c] for c in cols)
+            key = tuple(original(d[c]) if c == "conv_id" else d[c] for c in cols)
             rows.append({"level": level, "aspect": d["aspect"], "conv_id": d["conv_id"],
                          "turn_ind": d.get("turn_ind", -1), "live": d["pred_live"],
                          "reproduce_table2": d["pred_direct"],
@@ -162,17 +181,14 @@ def findings(groups: list, ctx, out, diff: pd.DataFrame) -> pd.DataFrame:
     from face.data.released import load_released_particles
     from face.methods.released import load_scores
 
-    ids = {c.conv_id for c in ctx.convs}
+    ids = {original(c.conv_id) for c in ctx.convs}
     mine = [g for g in groups if g[0] in ids]
-    scores = load_scores(ctx.data_dir, [a.name for a in ctx.aspects], ids)
-    values = scores.set_index(["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id"])["score"].to_dict()
-    prompts = differ = 0
-    for a in ctx.aspects:
-        for ins in {i for (asp, *_, i) in values if asp == a.name}:
-            for conv_id, turn_ind, members in mine:
-                got = {values.get((a.name, conv_id, turn_ind, m, ins)) for m in members} - {None}
-                prompts += bool(got)
-                differ += len(got) > 1
+    group_of = {(conv_id, turn_ind, m): i for i, (conv_id, turn_ind, ms) in enumerate(mine) for m in ms}
+    scores = load_scores(ctx.data_dir, [a.name for a in ctx.aspects], {g[0] for g in mine})
+    scores["group"] = [group_of.get(k) for k in zip(scores["conv_id"], scores["turn_ind"], scores["particle_ind"])]
+    grouped = scores.dropna(subset=["group"]).groupby(["aspect", "group", "instruction_id"],
+                                                      observed=True)["score"].nunique()
+    prompts, differ = len(grouped), int((grouped > 1).sum())
     rows = [("conversations", len(ctx.convs)),
             ("released particles", sum(len(r.particles) for r in load_released_particles(
                 Path(ctx.data_dir) / RELEASED_PARTICLES) if r.conv_id in ids)),
