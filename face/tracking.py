@@ -249,12 +249,19 @@ class Tracker:
             self.mlflow.log_metrics(clean)
 
     def log_artifacts(self, paths: Iterable[str | Path], subdir: str | None = None) -> None:
+        """Copy files (or directories) into the run's artifacts; a file over ``tracking.max_artifact_mb`` stays
+        where it is and the run gets a tag naming it (a paper-size particle_scores.jsonl is ~0.3 GB a run)."""
         if self.enabled:
+            limit = self.cfg.tracking.get("max_artifact_mb")
             for p in paths:
                 p = Path(p)
                 if p.is_dir():
                     self.mlflow.log_artifacts(str(p), artifact_path=subdir)
                 elif p.exists():
+                    size = p.stat().st_size
+                    if limit is not None and size > limit * 1e6:
+                        self.mlflow.set_tag(f"not_logged.{p.name}", f"{size / 1e6:.0f} MB, in {p.parent}")
+                        continue
                     self.mlflow.log_artifact(str(p), artifact_path=subdir)
 
     def log_dict(self, obj: Any, name: str) -> None:

@@ -222,3 +222,18 @@ def test_cli_multirun_sweep(tmp_path, mirror):
     assert sorted(r.data.params["method.particle_agg"] for r in runs) == ["max", "mean"]
     assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}
     assert all(r.data.tags["sweep_dir"] == str(tmp_path / "sweep") for r in runs)
+
+
+def test_files_over_the_artifact_limit_stay_in_the_run_directory_with_a_tag(cfg_factory, tmp_path):
+    from face.tracking import Tracker
+
+    small, big = tmp_path / "small.json", tmp_path / "big.jsonl"
+    small.write_text("{}")
+    big.write_bytes(b"x" * 3_000_000)
+    cfg = cfg_factory("tracking.max_artifact_mb=1")
+    with Tracker(cfg, "limit") as tracker:
+        tracker.log_artifacts([small, big], "run")
+        run_id = tracker.run_id
+    client = MlflowClient(cfg.tracking.tracking_uri)
+    assert [a.path for a in client.list_artifacts(run_id, "run")] == ["run/small.json"]
+    assert client.get_run(run_id).data.tags["not_logged.big.jsonl"] == f"3 MB, in {tmp_path}"
