@@ -14,8 +14,8 @@ os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))
 
 
 def _mirror() -> Path:
-    env = os.environ.get("FACE_DATA_MIRROR")
-    return Path(env) if env else ROOT.parent / "shared" / "data"
+    env = os.environ.get("FACE_DATA_MIRROR")  # relative to where the tests are run from, as the README writes it
+    return Path(env).resolve() if env else ROOT.parent / "shared" / "data"
 
 
 @pytest.fixture(scope="session")

@@ -83,7 +83,7 @@ def ensure_data(data_dir: str | Path, files: Iterable[str] | None = None, mirror
                 download: bool = True) -> Path:
     """Fetch and verify ``files`` (local paths from the manifest; default: all) into ``data_dir``."""
     data_dir = Path(data_dir)
-    mirror_path = Path(mirror) if mirror else None
+    mirror_path = Path(mirror).resolve() if mirror else None  # relative to where the command was run
     for name in (files if files is not None else MANIFEST):
         if name not in MANIFEST:
             raise DataError(data_dir / name, f"not a known data file; known: {', '.join(sorted(MANIFEST))}")
