@@ -37,6 +37,7 @@ run: setup
 
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 test: setup-local lint
 	$(BIN)/python -m pytest -q $(ARGS)

@@ -100,7 +100,7 @@ def parse_particles(answer, adapter=None, reasoning: bool = False) -> tuple[Part
 
     adapter = adapter or particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
     if reasoning:
-        from face.scoring import last_json_object
+        from face.llm.adapters import last_json_object
 
         if getattr(answer, "finish_reason", "") == "length":
             return "truncated (finish_reason=length)"

@@ -27,13 +27,13 @@ turn, so a turn cannot open a new block of the prompt.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Sequence
 
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction, Particle
+from face.llm.adapters import last_json_object
 from face.particles import Decomposition, history_text, next_user_turn
 from face.prompts import render
 
@@ -261,22 +261,6 @@ def score_value(answer, scale: Sequence[int]) -> int | None:
     got = score_adapter(scale).parse(answer)
     return None if isinstance(got, str) else got.score
 
-
-def last_json_object(text: str) -> tuple[dict, int] | None:
-    """The last top-level JSON object in ``text`` that parses, with its start offset (reasoning comes
-    before it; an object nested in a larger one is part of that one)."""
-    dec = json.JSONDecoder()
-    found, i = None, text.find("{")
-    while i != -1:
-        try:
-            obj, end = dec.raw_decode(text, i)
-        except ValueError:
-            i = text.find("{", i + 1)
-            continue
-        if isinstance(obj, dict):
-            found = (obj, i)
-        i = text.find("{", end)
-    return found
 
 
 def reasoned_value(answer, scale: Sequence[int]) -> int | None:

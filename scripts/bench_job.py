@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from face.llm.scripted import spawn  # noqa: E402  (the benchmark's own process; the job is a child)
+from face.testing.scripted import spawn  # noqa: E402  (the benchmark's own process; the job is a child)
 
 # Runs in the child before scripts/run.py: wraps the client's methods once face.llm.client is imported
 # (by the job itself, when it gets there), so the import order and times are the job's own.

@@ -1,6 +1,6 @@
 """Benchmark of live scoring against one OpenAI-compatible endpoint with 200 ms latency (issue 10).
 
-The endpoint is the scripted server (`python -m face.llm.scripted --latency 0.2`, its own process).
+The endpoint is the scripted server (`python -m face.testing.scripted --latency 0.2`, its own process).
 The job is the paper's: CRSArena conversations, dialogue_overall, the released particles, 16 released
 instructions × 5 samples, the reasoning prompt. Rows, all on the same requests:
 
@@ -45,10 +45,10 @@ from face.data.released import load_instructions, load_released_particles  # noq
 from face.llm import LLMConfig, make_client  # noqa: E402
 from face.llm import probe as endpoint_probe  # noqa: E402
 from face.llm.base import runs  # noqa: E402
-from face.llm.scripted import spawn  # noqa: E402
 from face.llm.transport import OpenAITransport  # noqa: E402
 from face.particles import from_released  # noqa: E402
 from face.scoring import ScoringSpec, plan, score, units_for  # noqa: E402
+from face.testing.scripted import spawn  # noqa: E402
 
 ASPECT = "dialogue_overall"
 SPEC = ScoringSpec("sampling", 5)  # the paper's: 5 samples, T = 0.6, reasoning before the JSON answer

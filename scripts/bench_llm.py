@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from face.llm import ChatRequest, LLMConfig, make_client  # noqa: E402
-from face.llm.scripted import spawn  # noqa: E402
+from face.testing.scripted import spawn  # noqa: E402
 
 
 def requests(k: int, prefix: str) -> list[ChatRequest]:

@@ -1,4 +1,4 @@
-"""Table and plots of an optimize_instructions sweep, read back from MLflow: see face/optimize/sweep_report.py."""
+"""Table and plots of an optimize_instructions sweep, read back from MLflow: see face/experiments/sweep_report.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from face.optimize.sweep_report import main
+from face.experiments.sweep_report import main
 
 if __name__ == "__main__":
     sys.exit(main())

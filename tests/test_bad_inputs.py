@@ -230,7 +230,7 @@ def test_every_bad_input_through_the_cli(cli_results):
 @pytest.mark.slow
 def test_cli_live_run_writes_the_key_nowhere_including_hydra(tmp_path, data_dir):
     """The leak scan of tests/test_secrets.py, through the CLI: .hydra/*.yaml, MLflow, run dir, cache, results."""
-    from face.llm.scripted import ScriptedServer
+    from face.testing.scripted import ScriptedServer
 
     secret = "sk-test-CLI-SECRET-91b2c3"
     with ScriptedServer() as info:

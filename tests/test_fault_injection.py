@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from face.llm.faultproxy import TRANSPORT_KINDS, FaultProxy
-from face.llm.scripted import ScriptedServer
+from face.testing.faultproxy import TRANSPORT_KINDS, FaultProxy
+from face.testing.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 LIVE = ["experiment=crsarena_main", "llm=openai_compatible", "llm.model=scripted-model", "llm.progress=false",

@@ -80,9 +80,9 @@ def test_one_logprobs_call_replaces_five_samples_on_the_scripted_server(tmp_path
     from face.data.released import load_released_particles
     from face.data.schema import Instruction
     from face.llm import LLMConfig, make_client
-    from face.llm.scripted import ScriptedServer
     from face.particles import from_released
     from face.scoring import ScoringSpec, plan, score, units_for
+    from face.testing.scripted import ScriptedServer
 
     convs = select(load_conversations(data_dir / CRSARENA_EVAL), limit=1)
     decomps = from_released([r for r in load_released_particles(data_dir / RELEASED_PARTICLES)

@@ -17,7 +17,6 @@ from face.data.crsarena import ASPECTS, load_conversations, select
 from face.data.released import load_released_particles
 from face.data.schema import Instruction, Particle
 from face.llm import Completion, LLMConfig, TokenLogprob, make_client
-from face.llm.scripted import ScriptedServer
 from face.particles import ParticlesSpec, decompose, from_released, parse_particles, plurality_vote
 from face.runfile import read_run_file
 from face.scoring import (
@@ -31,6 +30,7 @@ from face.scoring import (
     score_value,
     units_for,
 )
+from face.testing.scripted import ScriptedServer
 
 P = Particle
 
@@ -270,7 +270,7 @@ def test_prefix_order_groups_requests_sharing_a_prompt_prefix(convs, data_dir):
 
 
 def test_server_receives_requests_in_planned_order(tmp_path, convs, data_dir):
-    from face.llm.scripted import _h
+    from face.testing.scripted import _h
 
     srv = ScriptedServer(responder=face_responder)
     with srv as info:

@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from face.aspects import Aspect
 from face.data.schema import Conversation, Turn
+from face.data.split import split_conversations
 from face.optimize import checkpoint
 from face.optimize.bandit import Bandit, random_choice
 from face.optimize.beam import BeamSearch, StopOptimization, minibatch
@@ -23,9 +24,8 @@ from face.optimize.checkpoint import Candidate, OptState, ResumeMismatch
 from face.optimize.config import OptimizerConfig
 from face.optimize.cost import CostInputs, estimate, paper_setting
 from face.optimize.items import Item, correlation, errors, ranks, reward, worst
-from face.optimize.registry import parse_set, set_template
 from face.optimize.rewrites import Rewrite, instruction_text
-from face.optimize.split import split_conversations
+from face.prompt_registry import parse_set, set_template
 
 ASPECT = Aspect("relevance", "turn", (0, 1, 2, 3), "Is it relevant?", {})
 
@@ -262,7 +262,7 @@ TINY = ["experiment=optimize_instructions", "aspects=[relevance]", "dataset.limi
 
 @pytest.fixture
 def scripted():
-    from face.llm.scripted import ScriptedServer
+    from face.testing.scripted import ScriptedServer
 
     with ScriptedServer() as info:
         yield info
@@ -321,7 +321,7 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
 def test_kill_after_round_one_and_resume_sends_nothing_twice(cfg_factory, scripted, tmp_path):
     common = [*TINY, "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1", "optimizer.beam=2",
               "tracking=none"]
-    from face.llm.scripted import ScriptedServer
+    from face.testing.scripted import ScriptedServer
 
     with ScriptedServer() as ref_info:  # the uninterrupted run, on its own server and cache
         ref = _run(cfg_factory(*common, *_server_overrides(ref_info, tmp_path / "cache_ref"), tracking=False))
@@ -356,7 +356,7 @@ def _server_of(info):
 
 @pytest.fixture(autouse=True)
 def _track_servers(monkeypatch):
-    from face.llm import scripted as mod
+    from face.testing import scripted as mod
 
     orig = mod.ScriptedServer.start
 
@@ -403,7 +403,7 @@ def test_multirun_2x2x2_gives_8_runs_and_the_sweep_report(tmp_path, mirror):
     import subprocess
     import sys
 
-    from face.optimize.sweep_report import report
+    from face.experiments.sweep_report import report
 
     root = Path(__file__).resolve().parents[1]
     uri = f"sqlite:///{tmp_path / 'm.db'}"

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from face.llm import ChatRequest, LLMConfig, make_client
 from face.llm import probe as endpoint_probe
 from face.llm.limiter import Limiter
-from face.llm.scripted import ScriptedServer
+from face.testing.scripted import ScriptedServer
 
 
 class IgnoresN(ScriptedServer):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from face.llm.scripted import ScriptedServer
+from face.testing.scripted import ScriptedServer
 
 SECRET = "sk-test-SECRET-7f3a9c"
 

@@ -9,9 +9,9 @@ import math
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction, Particle, Turn
 from face.llm import LLMConfig, make_client
-from face.llm.scripted import ScriptedServer
 from face.score_records import ScoreSink
 from face.scoring import ScoreRecord, ScoringSpec, plan_iter, score_stream, units_for
+from face.testing.scripted import ScriptedServer
 
 ASPECT = Aspect("relevance", "turn", (0, 1, 2), "Is it relevant?")
 INSTRUCTIONS = [Instruction(f"i{k}", f"Instruction {k}: rate the nugget.") for k in range(3)]

@@ -4,7 +4,7 @@
   conversation up to it) or the whole conversation (dialogue-level aspects) — asking for the aspect's
   score; ``{"score": k}``, schema-constrained where the endpoint supports it; the mean of ``n`` samples.
 - ``LLMCoTICL``: reasoning before the score, with ``k_examples`` rated examples (human labels) drawn from
-  the *training fold* only (the optimizer's conversation-level split, ``face.optimize.split``, fold 0 held
+  the *training fold* only (the optimizer's conversation-level split, ``face.data.split``, fold 0 held
   out); the last JSON object of the reply is the answer. Units of the training fold are scored too (every
   item gets a prediction), but an example is never the unit it is shown for.
 - ``GEval``: evaluation steps generated once per aspect by the LLM (cached like every call, registered in
@@ -217,7 +217,7 @@ class LLMDirect(_LLMBaseline):
 def training_conversations(convs: Sequence[Conversation], folds: int, seed: int) -> list[Conversation]:
     """The optimizer's training side (fold 0 held out as test, no dev)."""
     try:
-        from face.optimize.split import split_conversations
+        from face.data.split import split_conversations
     except ImportError:  # the optimizer's split is not in this tree: the same rule, seeded, by system
         rng = np.random.default_rng(seed)
         keep = {c.conv_id for c in convs if rng.random() >= 1 / folds}

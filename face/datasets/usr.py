@@ -36,7 +36,7 @@ class USR(Dataset):
 
     def published(self, data_dir: Path) -> pd.DataFrame:
         """USR's published turn-level correlations (its Tables 3-6) and the FACE paper's transfer headline,
-        with their citations (``face.baselines.published``); the data files are not needed."""
-        from face.baselines.published import usr_published
+        with their citations (``face.datasets.published``); the data files are not needed."""
+        from face.datasets.published import usr_published
 
         return usr_published(self.corpus)

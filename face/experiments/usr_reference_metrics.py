@@ -44,7 +44,7 @@ def _matches(same: float, swapped: float, published: float, tol: float = 0.0001 
 
 def vs_published(ours: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     """Every published cell of our metrics beside ours: under the same coefficient label, and under the
-    other one (the transcription's labels of Tables 5/6 are swapped; see face.baselines.published)."""
+    other one (the transcription's labels of Tables 5/6 are swapped; see face.datasets.published)."""
     pub = published.assign(metric=published["method"].map({v: k for k, v in LABELS.items()})).dropna(subset=["metric"])
     other = {"pearson": "spearman", "spearman": "pearson"}
     rows = []

@@ -7,8 +7,8 @@
 
 Modules: base (records, the LM protocol), transport (HTTP + retries), budget (caps, dry run,
 accounting), cache (per-sample SQLite cache), client (server start-up, the stack, batches),
-adapters (typed JSON answers), structured (JSON answers with re-sampling), local / scripted
-(servers started beside the client).
+adapters (typed JSON answers), structured (JSON answers with re-sampling), local (the embedded llama.cpp
+server started beside the client). The test servers (scripted, fault proxy, replay) are in ``face.testing``.
 """
 from .base import (
     LM,

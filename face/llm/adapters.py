@@ -64,6 +64,22 @@ def extract_json(text: str) -> Any:
                 continue
     raise ValueError(f"no JSON found in model output: {text[:120]!r}")
 
+def last_json_object(text: str) -> tuple[dict, int] | None:
+    """The last top-level JSON object in ``text`` that parses, with its start offset (reasoning comes
+    before it; an object nested in a larger one is part of that one)."""
+    dec = json.JSONDecoder()
+    found, i = None, text.find("{")
+    while i != -1:
+        try:
+            obj, end = dec.raw_decode(text, i)
+        except ValueError:
+            i = text.find("{", i + 1)
+            continue
+        if isinstance(obj, dict):
+            found = (obj, i)
+        i = text.find("{", end)
+    return found
+
 
 def schema_prompt(schema: dict) -> str:
     return ("Respond with only a JSON value that conforms to this JSON schema (no other text):\n"

@@ -23,7 +23,7 @@ CachingLM (per-sample cache) -> BudgetLM (HTTP-sized pieces,
 concurrency, caps, dry run) -> OpenAITransport (one HTTP request, retries), or with `llm.batch=true`
 BatchTransport (the pieces as lines of OpenAI Batch API jobs; face/llm/batch.py). A backend is a
 config: `llm.server` names a server class started beside the client (`face.llm.local.LocalServer`,
-`face.llm.scripted.ScriptedServer`), or is null for an endpoint at `llm.base_url`.
+`face.testing.scripted.ScriptedServer`), or is null for an endpoint at `llm.base_url`.
 """
 from __future__ import annotations
 

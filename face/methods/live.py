@@ -170,8 +170,8 @@ class Face:
             out = [Instruction("initial", generic_instruction(aspect), 1, "initial")]
         elif spec.source == "initial_aspect":
             out = [Instruction("initial_aspect", initial_instruction(aspect), 1, "initial_aspect")]
-        elif spec.source == "mlflow":  # an optimized set (face/optimize/registry.py)
-            from face.optimize.registry import load_reference
+        elif spec.source == "mlflow":  # an optimized set (face/prompt_registry.py)
+            from face.prompt_registry import load_reference
 
             out = load_reference(spec.ref or "", aspect)
         else:

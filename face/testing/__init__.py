@@ -1,3 +1,9 @@
-"""Stand-ins for an LLM that the project starts itself: the replay judge (``face.testing.replay``, the FACE
-authors' released judgements served over HTTP). The scripted server and the fault proxy still live in
-``face.llm`` (``scripted``, ``faultproxy``)."""
+"""Stand-ins for an LLM endpoint that the project starts itself, for tests, benchmarks and checks:
+
+* ``replay`` -- the replay judge: the FACE authors' released judgements served over HTTP (``llm=replay``);
+* ``scripted`` -- a deterministic OpenAI-compatible server with scripted answers and injected faults
+  (``llm=scripted``);
+* ``faultproxy`` -- a proxy in front of any endpoint that injects transport and answer faults.
+
+Production code never imports this package (the layers contract in ``pyproject.toml`` says so); a run reaches
+these servers only through ``llm.server._target_`` in its config."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from face.llm import LLMConfig
-from face.llm.scripted import ScriptedServer
+from face.testing.scripted import ScriptedServer
 
 
 @pytest.fixture

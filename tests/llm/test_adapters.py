@@ -7,8 +7,8 @@ from pydantic import BaseModel, Field, field_validator
 
 from face.llm import ChatRequest, Completion, make_client
 from face.llm.adapters import JsonAdapter, particles_adapter, score_adapter
-from face.llm.scripted import ScriptedServer, default_responder, schema_instance
 from face.llm.structured import chat_json, extract_json, run_json_batch
+from face.testing.scripted import ScriptedServer, default_responder, schema_instance
 
 
 class Rating(BaseModel, extra="forbid"):

@@ -128,7 +128,7 @@ def test_a_batch_the_endpoint_rejects_fails_every_request_with_its_reason(server
 
 @pytest.mark.parametrize("bad, message", [
     ({"cache": False}, "needs the cache"),
-    ({"server": {"_target_": "face.llm.scripted.ScriptedServer"}}, "at llm.base_url"),
+    ({"server": {"_target_": "face.testing.scripted.ScriptedServer"}}, "at llm.base_url"),
     ({"batch_poll_s": 0}, "batch_poll_s must be > 0"),
     ({"batch_price_factor": 1.5}, "batch_price_factor must be in (0, 1]"),
 ])

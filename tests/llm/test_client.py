@@ -5,7 +5,7 @@ import time
 import pytest
 
 from face.llm import LM, ChatRequest, LLMCallError, LLMConfig, make_client
-from face.llm.scripted import ScriptedServer
+from face.testing.scripted import ScriptedServer
 
 
 def user(text: str) -> list[dict]:
@@ -181,7 +181,7 @@ def test_logprobs_unsupported_is_explicit(server, make_cfg):
 
 def test_scripted_backend_starts_its_own_server(tmp_path):
     cfg = LLMConfig(backend="scripted", cache_dir=str(tmp_path), progress=False,
-                    server={"_target_": "face.llm.scripted.ScriptedServer", "latency_s": 0.0})
+                    server={"_target_": "face.testing.scripted.ScriptedServer", "latency_s": 0.0})
     with make_client(cfg) as c:
         r = c.run(ChatRequest(messages="hello"))
         assert c.base_url.startswith("http://127.0.0.1:")
@@ -221,7 +221,7 @@ def test_progress_bar_shows_hits_failures_cost(server, make_cfg, capsys):
 
 
 def test_retries_counted_under_faults_injected_by_the_configured_server(tmp_path):
-    server = {"_target_": "face.llm.scripted.ScriptedServer", "fault_rate": 0.5, "fault_kinds": ["429", "500"],
+    server = {"_target_": "face.testing.scripted.ScriptedServer", "fault_rate": 0.5, "fault_kinds": ["429", "500"],
               "retry_after_s": 0.0}
     cfg = LLMConfig(backend="scripted", cache_dir=str(tmp_path), progress=False, max_retries=3,
                     backoff_base_s=0.001, backoff_max_s=0.01, server=server)
@@ -239,8 +239,9 @@ def test_retries_counted_under_faults_injected_by_the_configured_server(tmp_path
 
 def test_a_backend_is_a_config_not_a_branch(tmp_path):
     """Any label, any server class: the client takes base_url and model from the started server."""
+    server = {"_target_": "face.testing.scripted.ScriptedServer", "model": "served-model"}
     cfg = LLMConfig(backend="my-new-backend", model="ignored", base_url="http://ignored/v1", cache_dir=str(tmp_path),
-                    progress=False, server={"_target_": "face.llm.scripted.ScriptedServer", "model": "served-model"})
+                    progress=False, server=server)
     with make_client(cfg) as c:
         c.run(ChatRequest(messages="hi"))
         assert isinstance(c, LM) and c.model == "served-model" and c.base_url == c.server.base_url != cfg.base_url

@@ -44,7 +44,7 @@ def test_yaml_configs_compose(name, tmp_path):
     if name == "openai_compatible":
         assert cfg.server is None and cfg.base_url == "http://localhost:8000/v1" and cfg.max_retries == 6
     if name == "scripted":
-        assert cfg.server == {"_target_": "face.llm.scripted.ScriptedServer", "model": "scripted-model",
+        assert cfg.server == {"_target_": "face.testing.scripted.ScriptedServer", "model": "scripted-model",
                               "latency_s": 0.0, "fault_rate": 0.0}
         assert (cfg.backoff_base_s, cfg.progress, cfg.concurrency) == (0.01, False, 8)
 

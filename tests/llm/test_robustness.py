@@ -8,18 +8,18 @@ import time
 from pathlib import Path
 
 from face.llm import ChatRequest, SampleCache, make_client
-from face.llm.scripted import ScriptedServer, _h, read_log
+from face.testing.scripted import ScriptedServer, _h, read_log
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 
 
 class SubprocessServer:
-    """`python -m face.llm.scripted` in a subprocess (its own GIL), request log in a file."""
+    """`python -m face.testing.scripted` in a subprocess (its own GIL), request log in a file."""
 
     def __init__(self, log: Path, *args: str):
         self.log_path = log
-        self.proc = subprocess.Popen([sys.executable, "-m", "face.llm.scripted", "--log", str(log), *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "face.testing.scripted", "--log", str(log), *args],
                                      env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         assert line.startswith("READY"), line

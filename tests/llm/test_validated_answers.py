@@ -9,8 +9,8 @@ import pytest
 from face.llm import ChatRequest, SampleCache, make_client
 from face.llm.adapters import score_adapter
 from face.llm.cache import CACHE_FILE, CachingLM
-from face.llm.faultproxy import ANSWER_KINDS, TRANSPORT_KINDS, FaultProxy
-from face.llm.scripted import ScriptedServer
+from face.testing.faultproxy import ANSWER_KINDS, TRANSPORT_KINDS, FaultProxy
+from face.testing.scripted import ScriptedServer
 
 SCORES = score_adapter([1, 2, 3])
 

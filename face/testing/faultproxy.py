@@ -18,7 +18,7 @@ content fails the request's adapter (face.llm.validating re-draws them).
         ... llm.base_url = proxy.base_url ...
     proxy.log  # one entry per request: {"hash", "attempt", "fault"}
 
-CLI: python -m face.llm.faultproxy --upstream URL --rate 0.2 --kinds 429,500,reset --log FILE
+CLI: python -m face.testing.faultproxy --upstream URL --rate 0.2 --kinds 429,500,reset --log FILE
 """
 from __future__ import annotations
 

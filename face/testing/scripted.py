@@ -27,8 +27,8 @@ first k lines and expires).
   Authorization header is never logged.
 
 In-process:  with ScriptedServer(latency_s=0.1) as info: info.base_url
-As the configured server of a client: llm.server = {_target_: face.llm.scripted.ScriptedServer, ...}
-Subprocess:  python -m face.llm.scripted --port P --log FILE [--latency 0.1 --fault-rate 0.2]
+As the configured server of a client: llm.server = {_target_: face.testing.scripted.ScriptedServer, ...}
+Subprocess:  python -m face.testing.scripted --port P --log FILE [--latency 0.1 --fault-rate 0.2]
 """
 from __future__ import annotations
 
@@ -515,7 +515,7 @@ def spawn(latency_s: float = 0.0, *args: str) -> tuple[Any, str]:
     from pathlib import Path
 
     root = str(Path(__file__).resolve().parents[2])
-    p = subprocess.Popen([sys.executable, "-m", "face.llm.scripted", "--latency", str(latency_s), *args],
+    p = subprocess.Popen([sys.executable, "-m", "face.testing.scripted", "--latency", str(latency_s), *args],
                          stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=root))
     line = p.stdout.readline()
     if not line.startswith("READY"):

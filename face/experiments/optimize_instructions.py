@@ -19,6 +19,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from face.cost import Pricing
+from face.data.split import split_conversations
 from face.experiments.common import ConfigError, experiment
 from face.llm import LLMConfig, make_client
 from face.llm.usage import estimate_input_tokens
@@ -28,9 +29,8 @@ from face.optimize.checkpoint import Candidate, ResumeMismatch
 from face.optimize.config import OptimizerConfig
 from face.optimize.cost import CostInputs, estimate, paper_setting
 from face.optimize.items import correlation, indices_of, items_for
-from face.optimize.registry import SET_ARTIFACT, PromptLog
 from face.optimize.scorers import LiveScorer
-from face.optimize.split import split_conversations
+from face.prompt_registry import SET_ARTIFACT, PromptLog
 from face.prompts import generic_instruction, initial_instruction
 from face.report.tables import print_table
 from face.scoring import score_messages, units_for

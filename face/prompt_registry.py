@@ -1,5 +1,9 @@
 """The MLflow Prompt Registry for the optimizer, and references to an optimized set.
 
+It sits at the tracking layer: the optimizer writes through it, FACE's instruction source reads through it.
+A candidate is anything with the attributes of ``face.optimize.checkpoint.Candidate`` (``cid``, ``round``,
+``origin``, ``gradient_id``, ``version``, ``text``).
+
 Every candidate instruction (the initial one, each rewrite) is a version of the prompt
 ``face-opt-<aspect>``, tagged with aspect, round, parent version, gradient id, candidate id and run id;
 the final ranked set is a version of ``face-opt-<aspect>-set`` (the instructions as ``### <id>`` blocks).
@@ -16,10 +20,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from face.data.errors import DataError
 from face.data.schema import Instruction
-from face.optimize.checkpoint import Candidate
 
 SET_ARTIFACT = "optimized/instructions.json"
 _BLOCK = re.compile(r"^### (\S+)\s*$", re.MULTILINE)
@@ -48,7 +52,7 @@ class PromptLog:
                             and tracker.cfg.tracking.get("register_prompts", True))
         self.tracker, self.aspect = tracker, aspect
 
-    def register(self, cand: Candidate, parent: Candidate | None) -> int | None:
+    def register(self, cand: Any, parent: Any | None) -> int | None:
         if not self.enabled:
             return None
         from mlflow import genai
@@ -63,7 +67,7 @@ class PromptLog:
         cand.version = int(v.version)
         return cand.version
 
-    def register_set(self, ranked: list[Candidate], extra: dict[str, str]) -> str | None:
+    def register_set(self, ranked: list[Any], extra: dict[str, str]) -> str | None:
         if not self.enabled:
             return None
         from mlflow import genai
