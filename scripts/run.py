@@ -82,8 +82,9 @@ def precompose(argv: list[str]) -> str | None:
 
     from face.llm.config import is_env_var_name
 
-    overrides = [a for a in argv
-                 if not a.lstrip("+~").startswith(("hydra.", "hydra/")) and a not in ("-m", "--multirun")]
+    overrides = [a for a in argv  # Hydra's own settings are Hydra's, except where configs are looked up
+                 if (a.lstrip("+~").startswith("hydra.searchpath=")
+                     or not a.lstrip("+~").startswith(("hydra.", "hydra/"))) and a not in ("-m", "--multirun")]
     if any("," in a.partition("=")[2] and "[" not in a for a in overrides):  # a sweep: Hydra checks each job
         return None
     try:
