@@ -61,3 +61,39 @@ def cfg_factory(tmp_path: Path, data_dir: Path):
         return make_cfg(tmp_path, data_dir, list(overrides), tracking)
 
     return factory
+
+
+@pytest.fixture
+def plotted(monkeypatch) -> dict[str, dict]:
+    """What every figure saved during the test shows, read back from its matplotlib objects, by file name:
+    ``bars`` {series label: bar heights}, ``lines`` {label: (x, y)} of error-bar lines, ``points`` the scatter
+    points (n × 2), ``xticks`` the tick labels of the first axes. Figures are still written as usual."""
+    import numpy as np
+    from matplotlib.collections import PathCollection
+    from matplotlib.container import BarContainer, ErrorbarContainer
+
+    import face.baselines.figures as baseline_figures
+    import face.report.figures as report_figures
+
+    seen: dict[str, dict] = {}
+    save = report_figures._save
+
+    def spy(fig, path, note=None):
+        shown: dict = {"bars": {}, "lines": {}, "points": np.empty((0, 2)),
+                       "xticks": [t.get_text() for t in fig.axes[0].get_xticklabels()]}
+        for ax in fig.axes:
+            for c in ax.containers:
+                if isinstance(c, BarContainer):
+                    shown["bars"][c.get_label()] = [r.get_height() for r in c]
+                elif isinstance(c, ErrorbarContainer) and c.lines[0] is not None:
+                    x, y = c.lines[0].get_data()
+                    shown["lines"][f"{ax.get_title()}/{c.get_label()}"] = (list(x), list(y))
+            for coll in ax.collections:
+                if isinstance(coll, PathCollection):
+                    shown["points"] = np.vstack([shown["points"], coll.get_offsets()])
+        seen[Path(path).name] = shown
+        return save(fig, path, note)
+
+    monkeypatch.setattr(report_figures, "_save", spy)
+    monkeypatch.setattr(baseline_figures, "_save", spy)
+    return seen

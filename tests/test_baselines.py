@@ -6,14 +6,17 @@ import importlib
 import json
 from pathlib import Path
 
+import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from mlflow import genai
 
 from face.baselines.llm import GEval, LLMCoTICL, LLMDirect, training_conversations, units_of
 from face.baselines.transfer import DEFAULT_MAPPING, FaceTransfer
 from face.runfile import read_run_file
 
+ROOT = Path(__file__).resolve().parents[1]
 FAST = ("llm=scripted", "run_size=tiny", "metaeval.n_boot=50")
 
 
@@ -21,7 +24,7 @@ def _run(cfg):
     return importlib.import_module(cfg.runner).run(cfg)
 
 
-def test_crsarena_baselines_on_two_conversations(cfg_factory):
+def test_crsarena_baselines_on_two_conversations(cfg_factory, plotted):
     cfg = cfg_factory("experiment=crsarena_baselines", "dataset.limit=2", "aspects=[relevance,dialogue_overall]", *FAST,
                       tracking=False)
     out = _run(cfg)
@@ -46,22 +49,51 @@ def test_crsarena_baselines_on_two_conversations(cfg_factory):
     res_dir = Path(out["out_dir"])
     sig = pd.read_csv(res_dir / "significance.csv")
     assert set(sig["method_b"]) == {"llm_direct", "llm_cot_icl", "g_eval"} and set(sig["method_a"]) == {"face"}
-    assert (res_dir / "table_spearman.md").exists() and (res_dir / "figures" / "bars_redial_spearman.png").exists()
+    assert "| LLM-CoT+ICL |" in (res_dir / "table_spearman.md").read_text()
+    shown = plotted["bars_redial_spearman.png"]  # per method: our bars (and the published ones beside them)
+    aspects = [t.replace("\n", "_") for t in shown["xticks"]]
+    for method, source in [("LLM-Direct", ours), ("G-Eval", pub)]:
+        kind = "ours" if source is ours else "published"
+        want = source[(source["method"] == method) & (source["split"] == "redial")
+                      & (source["coefficient"] == "spearman")].set_index("aspect")["value"]
+        # a value the method does not have (a constant prediction on two conversations) is drawn as an empty bar
+        drawn = np.nan_to_num([want.get(a, np.nan) for a in aspects])
+        assert shown["bars"][f"{method} ({kind})"] == pytest.approx(drawn)
     steps = json.loads((run_dir / "g_eval_steps.json").read_text())
     assert set(steps) == {"relevance", "dialogue_overall"} and all(steps.values())  # one set per aspect
 
 
-def test_transfer_topical_chat_on_three_items(cfg_factory):
-    cfg = cfg_factory("experiment=transfer_topical_chat", "dataset.limit=3", *FAST, tracking=False)
+@pytest.mark.parametrize("corpus", ["topical_chat", "persona_chat"])
+def test_transfer_on_three_items(cfg_factory, plotted, corpus):
+    cfg = cfg_factory(f"experiment=transfer_{corpus}", "dataset.limit=3", *FAST, tracking=False)
     out = _run(cfg)
     res = out["results"]
     assert set(res["method"]) == {"face_transfer", "llm_direct", "llm_cot_icl", "g_eval"}
     assert set(res["aspect"]) == set(DEFAULT_MAPPING)
     assert set(res["level"]) == {"turn", "system"}
     assert "TRANSFER: CRSArena instructions" in out["labels"]["face_transfer"]
-    assert (Path(out["out_dir"]) / "figures" / "transfer_spearman.png").exists()
+    assert (res[res["level"] == "turn"]["n"] + res[res["level"] == "turn"]["n_missing"] == 3).all()
+    mine = res[(res["method"] == "face_transfer") & (res["level"] == "turn") & (res["coefficient"] == "spearman")
+               & (res["split"] == "all")].set_index("aspect")["value"]
+    lines = plotted["transfer_spearman.png"]["lines"]  # per aspect: CRSArena ReDial, OpenDialKG (published) → ours
+    assert len(lines) == len(DEFAULT_MAPPING)
+    for target, src in DEFAULT_MAPPING.items():
+        [(x, y)] = [xy for name, xy in lines.items() if name.endswith(f"/{src} → {target}")]
+        assert x == [0, 1, 2] and y[2] == pytest.approx(mine[target], nan_ok=True)
     long = out["long"]
     assert (long["source"].str.contains("Mehri & Eskenazi")).any()
+
+
+@pytest.mark.slow
+def test_every_baseline_prompt_is_a_version_in_the_mlflow_prompt_registry(cfg_factory):
+    cfg = cfg_factory("experiment=crsarena_baselines", "dataset.limit=1", "aspects=[efficiency]", *FAST)
+    _run(cfg)
+    mlflow.set_tracking_uri(cfg.tracking.tracking_uri)
+    for name in ("llm-direct", "llm-cot-icl", "g-eval", "g-eval-steps"):
+        prompt = genai.load_prompt(f"prompts:/face-efficiency-{name}@latest", allow_missing=True)
+        assert prompt is not None and prompt.template.strip(), name
+    direct = genai.load_prompt("prompts:/face-efficiency-llm-direct@latest").template
+    assert (ROOT / "face" / "prompts" / "baselines" / "direct.txt").read_text().strip() in direct
 
 
 def test_transfer_uses_the_mapped_released_instructions(data_dir):

@@ -127,12 +127,3 @@ def test_the_report_renders_in_headless_chromium_with_every_conversation_and_par
     for line in (out / "particles.jsonl").read_text().splitlines():
         for p in json.loads(line)["particles"]:
             assert p["particle"] in dom.replace("&amp;", "&").replace("&#39;", "'")
-
-
-@pytest.mark.slow
-def test_evaluate_runs_end_to_end_on_the_embedded_llm(tmp_path):
-    logs = _jsonl(tmp_path, CHAT[:1])
-    assert main(["evaluate", str(logs), "--aspects", "relevance", "--llm", "local", "--out", str(tmp_path / "out"),
-                 "--yes", "--set", f"paths.cache_dir={tmp_path / 'cache'}"]) == 0
-    run = json.loads((tmp_path / "out" / "run_file.json").read_text())
-    assert [r["conv_id"] for r in run] == ["c1"] and (tmp_path / "out" / "report.html").exists()

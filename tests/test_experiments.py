@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 from scipy import stats
@@ -67,16 +68,25 @@ def _artifacts(client, run_id, path=""):
 
 
 @pytest.mark.slow
-def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory):
+def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory, plotted):
     cfg = cfg_factory("experiment=reproduce_table2", "metaeval.n_boot=100", "report.out_dir=${paths.output_dir}/res")
     out = _run(cfg)
     comp = out["comparison"]
     assert len(comp) == 28
     assert comp["within_0_001"].all(), comp[~comp["within_0_001"]]
     assert (comp["ours"] - comp["published"]).abs().max() <= 0.001 + 1e-9
-    for ext in ("md", "csv", "tex"):
-        assert (out["out_dir"] / f"table2_face.{ext}").exists()
-    assert len(list((out["out_dir"] / "figures").glob("bars_*.png"))) == 4
+    written = pd.read_csv(out["out_dir"] / "table2_face.csv")
+    assert written["ours"].to_numpy() == pytest.approx(comp["ours"].to_numpy(), abs=5e-5)  # as printed, 4 decimals
+    md = (out["out_dir"] / "table2_face.md").read_text()
+    assert all(f"| {r.aspect} | {r.level} |" in md and f"| {r.ours:.3f} |" in md for r in comp.itertuples())
+    assert sorted(plotted) == [f"bars_{s}_{c}.png" for s in ("opendialkg", "redial") for c in ("pearson", "spearman")]
+    for split, label, coef in [("redial", "ReDial", "spearman"), ("opendialkg", "OpenDialKG", "pearson")]:
+        shown = plotted[f"bars_{split}_{coef}.png"]
+        aspects = [t.replace("\n", "_") for t in shown["xticks"]]
+        want = comp[(comp["split"] == label) & (comp["coefficient"] == coef)].set_index("aspect")
+        assert sorted(aspects) == sorted(want.index)
+        assert shown["bars"]["FACE (ours, released scores)"] == pytest.approx([want.loc[a, "ours"] for a in aspects])
+        assert shown["bars"]["FACE"] == pytest.approx([want.loc[a, "published"] for a in aspects])
 
     client, run = _mlflow_run(cfg)
     assert run.info.status == "FINISHED"
@@ -138,7 +148,7 @@ def test_subset_runs_never_overwrite_committed_results(cfg_factory, tmp_path):
 
 
 @pytest.mark.slow
-def test_system_level_reports_ci_and_arena(cfg_factory):
+def test_system_level_reports_ci_and_arena(cfg_factory, plotted):
     cfg = cfg_factory("experiment=system_level", "metaeval.n_boot=100", "arena.n_boot=30",
                       "report.out_dir=${paths.output_dir}/res")
     out = _run(cfg)
@@ -149,13 +159,15 @@ def test_system_level_reports_ci_and_arena(cfg_factory):
     assert set(r.level) == {"system_vs_human_labels", "system_vs_arena_bt"}
     ranking = out["ranking"]
     assert len(ranking) == 9 and ranking["votes"].sum() == 2 * 185  # every one of the 185 votes has two sides
-    assert (out["out_dir"] / "figures" / "scatter_dialogue_overall.png").exists()
+    points = plotted["scatter_dialogue_overall.png"]["points"]  # one (mean prediction, mean label) per system
+    assert len(points) == 9
+    assert stats.spearmanr(points[:, 0], points[:, 1])[0] == pytest.approx(row["value"].iloc[0], abs=1e-9)
     _, run = _mlflow_run(cfg)
     assert "system_vs_arena.dialogue_overall.all.kendall" in run.data.metrics
 
 
 @pytest.mark.slow
-def test_ablation_num_instructions_small(cfg_factory, data_dir):
+def test_ablation_num_instructions_small(cfg_factory, data_dir, plotted):
     cfg = cfg_factory("experiment=ablation_num_instructions", "dataset.limit=60", "ablation.ks=[1,4,16]",
                       "ablation.n_seeds=2", "aspects=[relevance,dialogue_overall]")
     out = _run(cfg)
@@ -170,7 +182,12 @@ def test_ablation_num_instructions_small(cfg_factory, data_dir):
         _independent_value(data_dir, 60, "dialogue_overall", "dialogue", "redial", "pearson"), abs=1e-12)
     raw = out["raw"]  # each k-subset names k distinct instructions of the 16
     assert all(len(set(r.instructions.split(","))) == r.k for r in raw.itertuples(index=False))
-    assert (out["out_dir"] / "figures" / "k_curve_spearman.png").exists()
+    curve = plotted["k_curve_spearman.png"]["lines"]  # one line per split and aspect: mean over seeds against k
+    mean = s[s.coefficient == "spearman"].set_index(["split", "aspect", "k"])["mean"]
+    for split, title in [("opendialkg", "OpenDialKG"), ("redial", "ReDial")]:
+        assert f"{title}/relevance" in curve, sorted(curve)
+        x, y = curve[f"{title}/relevance"]
+        assert x == [1, 4, 16] and y == pytest.approx([mean[split, "relevance", k] for k in (1, 4, 16)])
     _, run = _mlflow_run(cfg)
     summaries = {"summary.k1_spearman_mean", "summary.k4_spearman_mean", "summary.k16_spearman_mean"}
     assert summaries <= set(run.data.metrics)
@@ -189,7 +206,9 @@ def test_ablation_aggregation_small(cfg_factory, data_dir):
                                                    ("max", "mean", "relevance", "turn", "all", "pearson")]:
         assert got[inst, part, aspect, split, coef] == pytest.approx(
             _independent_value(data_dir, 60, aspect, level, split, coef, inst, part), abs=1e-12), (inst, part, aspect)
-    assert (out["out_dir"] / "aggregation.tex").exists()
+    written = pd.read_csv(out["out_dir"] / "aggregation.csv")  # the table as written, rounded for print
+    assert len(written) == len(res) and written["value"].to_numpy() == pytest.approx(res["value"].to_numpy(),
+                                                                                      abs=5e-4)
 
 
 def test_unknown_aggregator_is_rejected(cfg_factory):

@@ -33,6 +33,7 @@ def _submitit_jobs(sweep: Path) -> dict[str, str]:
     return {p.parent.name: p.read_text() for p in (sweep / ".submitit").glob("*/*_0_log.err")}
 
 
+@pytest.mark.slow
 def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir):
     """Two live FACE jobs (scripted LLM) in two processes: each finishes with its run file, tables and LLM usage,
     both write to one LLM cache and one MLflow store, and each job is its own MLflow run tagged with the sweep."""

@@ -57,6 +57,7 @@ def test_bleu_rouge_by_hand():
     assert short == pytest.approx(math.exp(1 - 6 / 3), abs=1e-8)
 
 
+@pytest.mark.slow
 @needs_java
 def test_meteor_known_values():
     ref = "the cat is on the mat"
