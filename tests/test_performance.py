@@ -172,19 +172,6 @@ def test_base_url_list_from_hydra_config():
         LLMConfig(base_url=[])
 
 
-def test_shipped_backends_are_fast_by_default():
-    def load(name):
-        base = OmegaConf.load("conf/llm/base.yaml")
-        own = OmegaConf.load(f"conf/llm/{name}.yaml")
-        own.pop("defaults", None)
-        return OmegaConf.merge(base, own)
-
-    oc = load("openai_compatible")
-    assert oc.n_per_request > 1 and oc.probe and oc.adaptive_concurrency and oc.concurrency >= 256
-    oa = load("openai")
-    assert oa.adaptive_concurrency and oa.concurrency_start <= 16  # rate-limit aware
-
-
 def _run_cli(body: str) -> subprocess.CompletedProcess[str]:
     """`body` defines entry(); the child runs face.runner.run_cli(entry), stdout a pipe (block-buffered)."""
     code = "import atexit, sys, threading, time\nfrom face.runner import run_cli\n" + textwrap.dedent(body) + \
