@@ -1,7 +1,7 @@
 """What an aspect is: name, level, the human scale, a definition, and the annotation scheme.
 
 Aspects belong to datasets (``face.datasets``): each dataset declares the aspects its human labels
-were collected for. CRSArena-Eval's live in ``face.data.crsarena``, USR's in ``face.data.usr``.
+were collected for. CRSArena-Eval's live in ``face.datasets.crsarena``, USR's in ``face.datasets.usr``.
 """
 
 from __future__ import annotations

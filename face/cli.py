@@ -87,7 +87,7 @@ def _write_conversations(convs, path: Path) -> Path:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from face.data.chatlogs import load_logs
+    from face.datasets.chatlogs import load_logs
     from face.runner import EXIT_CONFIG, fail, run_guarded
 
     logs = args.logs.resolve()
@@ -132,9 +132,9 @@ def build_report(run_dir: Path) -> Path:
     """report.html + tables from a finished run directory (no LLM)."""
     import pandas as pd
 
-    from face.data.crsarena import ASPECTS, load_conversations
     from face.data.schema import Particle
-    from face.report import diagnostics
+    from face.datasets.crsarena import ASPECTS, load_conversations
+    from face.report import diagnostic_report as diagnostics
     from face.report.tables import write_table
     from face.runfile import read_run_file
 

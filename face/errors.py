@@ -1,9 +1,25 @@
-"""Errors that end a run with one line and exit code 2 (``scripts/run.py``): nothing was sent."""
+"""Errors that end a run with one line and exit code 2 (``scripts/run.py``): nothing was sent. ``DataError``: a bad
+input file, always named with the record; ``ConfigError``: a setting that cannot work."""
+
+from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from face.data.errors import DataError
+
+class DataError(ValueError):
+    """A data file is missing, corrupt or malformed.
+
+    The message always names the file and, where there is one, the record
+    (conversation id, line number or list index) and what was expected.
+    """
+
+    def __init__(self, path: str | Path, problem: str, record: str | None = None):
+        self.path = str(path)
+        self.record = record
+        self.problem = problem
+        where = f"{self.path}" + (f" [{record}]" if record else "")
+        super().__init__(f"{where}: {problem}")
 
 
 class ConfigError(ValueError):

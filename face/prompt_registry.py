@@ -22,8 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from face.data.errors import DataError
 from face.data.schema import Instruction
+from face.errors import DataError
 
 SET_ARTIFACT = "optimized/instructions.json"
 _BLOCK = re.compile(r"^### (\S+)\s*$", re.MULTILINE)

@@ -16,9 +16,9 @@ from typing import Collection
 import pandas as pd
 
 from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
-from face.data.crsarena import ASPECT_ALIASES
-from face.data.errors import DataError
 from face.data.io import check_type, field, read_json
+from face.datasets.crsarena import ASPECT_ALIASES
+from face.errors import DataError
 
 
 def to_records(preds: Predictions) -> list[dict]:

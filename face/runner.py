@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from omegaconf import DictConfig
 
-from face.data.errors import DataError
+from face.errors import DataError
 
 EXIT_CONFIG, EXIT_BUDGET, EXIT_LLM, EXIT_INTERRUPTED, EXIT_BUG = 2, 3, 4, 130, 1
 

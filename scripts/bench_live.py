@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from face.data import CRSARENA_EVAL, RELEASED_PARTICLES, ensure_data, released_instructions_file  # noqa: E402
-from face.data.crsarena import ASPECTS, load_conversations  # noqa: E402
-from face.data.released import load_instructions, load_released_particles  # noqa: E402
+from face.datasets.crsarena import ASPECTS, load_conversations  # noqa: E402
+from face.datasets.face_released import load_instructions, load_released_particles  # noqa: E402
 from face.llm import LLMConfig, make_client  # noqa: E402
 from face.llm import probe as endpoint_probe  # noqa: E402
 from face.llm.base import runs  # noqa: E402

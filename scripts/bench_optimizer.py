@@ -26,14 +26,14 @@ def main() -> None:
 
     from face.cost import Pricing
     from face.data import CRSARENA_EVAL, RELEASED_PARTICLES, ensure_data
-    from face.data.crsarena import ASPECTS, load_conversations
     from face.data.split import split_conversations
+    from face.datasets.crsarena import ASPECTS, load_conversations
     from face.methods.live import _released_decomps
     from face.methods.released import load_scores
     from face.optimize.beam import BeamSearch
     from face.optimize.checkpoint import Candidate
     from face.optimize.config import OptimizerConfig
-    from face.optimize.cost import CostInputs, estimate
+    from face.optimize.estimate import CostInputs, estimate
     from face.optimize.items import correlation, indices_of, items_for
     from face.optimize.scorers import ReplayScorer
     from face.report.tables import print_table

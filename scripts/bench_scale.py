@@ -113,8 +113,8 @@ def bare_loop(url: str, n: int, concurrency: int, aspect: str) -> dict:
 import asyncio, json, sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from pathlib import Path
-from face.data.crsarena import ASPECTS, load_conversations
-from face.data.released import load_instructions, load_released_particles
+from face.datasets.crsarena import ASPECTS, load_conversations
+from face.datasets.face_released import load_instructions, load_released_particles
 from face.particles import from_released
 from face.scoring import ScoringSpec, plan_iter, units_for
 d = Path({str(data_dir())!r})

@@ -72,7 +72,6 @@ def plotted(monkeypatch) -> dict[str, dict]:
     from matplotlib.collections import PathCollection
     from matplotlib.container import BarContainer, ErrorbarContainer
 
-    import face.baselines.figures as baseline_figures
     import face.report.figures as report_figures
 
     seen: dict[str, dict] = {}
@@ -95,5 +94,4 @@ def plotted(monkeypatch) -> dict[str, dict]:
         return save(fig, path, note)
 
     monkeypatch.setattr(report_figures, "_save", spy)
-    monkeypatch.setattr(baseline_figures, "_save", spy)
     return seen

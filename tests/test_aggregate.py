@@ -9,8 +9,8 @@ import pytest
 
 from face.aggregate import aggregate, particle_scores, random_instruction_subsets
 from face.data import RELEASED_RUN, released_scores_file
-from face.data.crsarena import ASPECTS
-from face.data.released import load_particle_scores
+from face.datasets.crsarena import ASPECTS
+from face.datasets.face_released import load_particle_scores
 
 ROWS = [  # aspect, conv, turn, particle, instruction, score
     ("relevance", "c1", 1, 0, "i1", 1.0), ("relevance", "c1", 1, 0, "i2", 2.0),

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from face.arena import bradley_terry, pair_counts, ranking_table
+from face.arena_ranking import bradley_terry, pair_counts, ranking_table
 from face.data import ARENA_VOTES
-from face.data.arena import load_votes
 from face.data.schema import ArenaVote
+from face.datasets.arena import load_votes
 
 
 def _vote(a: str, b: str, winner: str | None) -> ArenaVote:

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from face.data.crsarena import load_conversations
-from face.data.errors import DataError
 from face.data.schema import ASSISTANT, Conversation, Turn
+from face.datasets.crsarena import load_conversations
+from face.errors import DataError
 from face.experiments.common import check_utterances
 from face.runfile import read_run_file
 

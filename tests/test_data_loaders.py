@@ -18,11 +18,16 @@ from face.data import (
     released_instructions_file,
     released_scores_file,
 )
-from face.data.arena import load_dialogues, load_votes
-from face.data.crsarena import ASPECTS, load_conversations, select
-from face.data.released import load_instructions, load_particle_scores, load_published_table, load_released_particles
 from face.data.schema import ASSISTANT, DIALOGUE_ACTS, USER
-from face.data.usr import USR_ASPECTS, load_usr, to_conversations
+from face.datasets.arena import load_dialogues, load_votes
+from face.datasets.crsarena import ASPECTS, load_conversations, select
+from face.datasets.face_released import (
+    load_instructions,
+    load_particle_scores,
+    load_published_table,
+    load_released_particles,
+)
+from face.datasets.usr import USR_ASPECTS, load_usr, to_conversations
 
 
 def test_crsarena_eval_has_467_conversations_9_crss_and_4473_utterances(data_dir):

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from face.data.schema import Conversation, Particle, Turn
-from face.report.diagnostics import diagnose, patterns
+from face.report.diagnostic_report import diagnose, patterns
 
 
 def _conv(cid, system, n_turns):
@@ -32,8 +32,8 @@ def test_patterns_by_hand():
 
 def test_mean_particle_score_by_act_equals_the_raw_files(data_dir):
     from face.data import CRSARENA_EVAL, RELEASED_PARTICLES, released_scores_file
-    from face.data.crsarena import load_conversations
-    from face.data.released import load_particle_scores, load_released_particles
+    from face.datasets.crsarena import load_conversations
+    from face.datasets.face_released import load_particle_scores, load_released_particles
 
     convs = load_conversations(data_dir / CRSARENA_EVAL)[:30]
     ids = {c.conv_id for c in convs}

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from face.aggregate import Predictions
-from face.data.crsarena import ASPECTS
 from face.data.schema import Conversation, Turn
+from face.datasets.crsarena import ASPECTS
 from face.metaeval import bootstrap_ci, cluster_weights, paired_difference, system_correlations
 from face.methods.live import Face, fill_empty
 
@@ -76,9 +76,9 @@ def test_one_logprobs_call_replaces_five_samples_on_the_scripted_server(tmp_path
     """Measured on the server: the same units with reasoning cost 5 completions each when sampled (n=5) and
     1 with log-probabilities, and both give a score for every unit."""
     from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
-    from face.data.crsarena import load_conversations, select
-    from face.data.released import load_released_particles
     from face.data.schema import Instruction
+    from face.datasets.crsarena import load_conversations, select
+    from face.datasets.face_released import load_released_particles
     from face.llm import LLMConfig, make_client
     from face.particles import from_released
     from face.scoring import ScoringSpec, plan, score, units_for

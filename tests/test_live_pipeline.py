@@ -13,9 +13,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
-from face.data.crsarena import ASPECTS, load_conversations, select
-from face.data.released import load_released_particles
 from face.data.schema import Instruction, Particle
+from face.datasets.crsarena import ASPECTS, load_conversations, select
+from face.datasets.face_released import load_released_particles
 from face.llm import Completion, LLMConfig, TokenLogprob, make_client
 from face.particles import ParticlesSpec, decompose, from_released, parse_particles, plurality_vote
 from face.runfile import read_run_file

@@ -8,8 +8,8 @@ import pytest
 from scipy import stats
 
 from face.aggregate import Predictions
-from face.data.crsarena import ASPECTS
 from face.data.schema import Conversation, Turn
+from face.datasets.crsarena import ASPECTS
 from face.metaeval import (
     COEFFICIENTS,
     WEIGHTED,

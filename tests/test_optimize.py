@@ -23,7 +23,7 @@ from face.optimize.bandit import Bandit, random_choice
 from face.optimize.beam import BeamSearch, StopOptimization, minibatch
 from face.optimize.checkpoint import Candidate, OptState, ResumeMismatch
 from face.optimize.config import OptimizerConfig
-from face.optimize.cost import CostInputs, estimate, paper_setting
+from face.optimize.estimate import CostInputs, estimate, paper_setting
 from face.optimize.items import Item, correlation, errors, ranks, reward, worst
 from face.optimize.rewrites import Rewrite, instruction_text
 from face.prompt_registry import parse_set, set_template
@@ -244,7 +244,7 @@ def test_rewrite_rendering_and_set_templates():
 def test_replay_scorer_matches_released_aggregation(data_dir):
     from face.aggregate import aggregate
     from face.data import CRSARENA_EVAL
-    from face.data.crsarena import ASPECTS, load_conversations
+    from face.datasets.crsarena import ASPECTS, load_conversations
     from face.methods.released import load_scores
     from face.optimize.items import items_for
     from face.optimize.scorers import ReplayScorer

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
-from face.data.crsarena import ASPECTS, load_conversations, select
-from face.data.released import load_released_particles
 from face.data.schema import Conversation, Particle, Turn
+from face.datasets.crsarena import ASPECTS, load_conversations, select
+from face.datasets.face_released import load_released_particles
 from face.datasets.usr import USR
 from face.particles import decompose_messages, from_released
 from face.scoring import Unit, score_messages, units_for
@@ -139,7 +139,7 @@ def test_reasoning_prompt_carries_the_particle_definition_every_level_and_the_re
 
 def test_released_instructions_are_inserted_verbatim(data_dir):
     from face.data import released_instructions_file
-    from face.data.released import load_instructions
+    from face.datasets.face_released import load_instructions
 
     for ins in load_instructions(data_dir / released_instructions_file("relevance"))[:3]:
         _, user = _reasoning("relevance", 5, Particle("others", "x", "y"), ins.text)

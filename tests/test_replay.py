@@ -18,10 +18,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from face.aggregate import Predictions
-from face.data.crsarena import ASPECTS, load_conversations
-from face.data.released import load_instructions, load_released_particles
 from face.data.schema import Particle
-from face.datasets.crsarena import CRSArenaEval
+from face.datasets.crsarena import ASPECTS, CRSArenaEval, load_conversations
+from face.datasets.face_released import load_instructions, load_released_particles
 from face.methods import Inputs
 from face.methods.live import Face
 from face.methods.released import FaceReleased

@@ -10,7 +10,7 @@ import pytest
 
 from face.aggregate import Predictions
 from face.data import RELEASED_RUN, DataError
-from face.data.crsarena import ASPECTS
+from face.datasets.crsarena import ASPECTS
 from face.runfile import read_run_file, write_run_file
 
 PREDS = Predictions(

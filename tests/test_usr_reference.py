@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from face.baselines import reference
-from face.data import usr
+from face.datasets import usr
 
 FILES = {"topical_chat": "tc_usr_data.json", "persona_chat": "pc_usr_data.json"}
 needs_java = pytest.mark.skipif(not reference.java_available(), reason="METEOR 1.5 needs a Java runtime")

@@ -24,7 +24,7 @@ import pandas as pd
 
 from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.aspects import Aspect
-from face.data.usr import GROUND_TRUTH
+from face.datasets.usr import GROUND_TRUTH
 from face.methods import Inputs, MethodOutput
 
 METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l")

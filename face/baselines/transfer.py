@@ -26,8 +26,8 @@ from typing import Sequence
 
 from face.aspects import Aspect
 from face.data import released_instructions_file
-from face.data.crsarena import ASPECTS as CRS_ASPECTS
 from face.data.schema import Instruction
+from face.datasets.crsarena import ASPECTS as CRS_ASPECTS
 from face.methods.live import Face
 
 DEFAULT_MAPPING = {"maintains_context": "relevance", "engaging": "interestingness",

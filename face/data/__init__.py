@@ -1,6 +1,6 @@
 """Data layer: fetch + verify upstream files, typed records, one loader per file."""
 
-from face.data.errors import DataError
+from face.errors import DataError
 from face.data.fetch import ensure_data
 from face.data.manifest import MANIFEST
 from face.data.schema import Conversation, Instruction, Particle, Turn, TurnParticles

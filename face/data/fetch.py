@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterable
 
-from face.data.errors import DataError
+from face.errors import DataError
 from face.data.manifest import MANIFEST, DataFile
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from face.data.errors import DataError
+from face.errors import DataError
 
 
 def check_file(path: Path) -> None:

@@ -1,5 +1,12 @@
-"""CRSArena-Eval (467 conversations, 9 CRSs, ReDial / OpenDialKG splits), or the user's own
-conversations in its format (``file=``, human labels optional)."""
+"""CRSArena-Eval: 467 conversations with 9 CRSs, turn- and dialogue-level human labels.
+
+The aspects below are the ones the paper reports, with the scale and the score-level descriptions of
+CRSArena-Eval's annotation scheme (in our words). Conversation ids read ``{system}_{dataset}_{uuid}``:
+the CRS is ``{system}_{dataset}`` and the split is the CRS's training dataset (``redial`` / ``opendialkg``).
+
+The dataset ``CRSArenaEval`` (``conf/dataset/``): CRSArena-Eval (467 conversations, 9 CRSs, ReDial / OpenDialKG
+splits), or the user's own conversations in its format (``file=``, human labels optional).
+"""
 
 from __future__ import annotations
 
@@ -8,17 +15,192 @@ from pathlib import Path
 
 import pandas as pd
 
-from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, crsarena
-from face.data.released import load_published_table
-from face.data.schema import Conversation
+from face.aspects import Aspect, aspect_table
+from face.data import CRSARENA_EVAL, PUBLISHED_TABLE
+from face.data.io import check_label, check_type, field, read_json
+from face.data.schema import ASSISTANT, USER, Conversation, Turn
 from face.datasets import Dataset
+from face.errors import DataError
+
+SPLITS = ("redial", "opendialkg")
+_NSY = ("does not", "somewhat", "does")  # 0 / 1 / 2 on the three-level scales
+
+ASPECTS: dict[str, Aspect] = aspect_table([
+    Aspect("relevance", "turn", (0, 1, 2),
+           "Does the assistant's response address the user's request and stay on topic?",
+           {0: "No: the response is not relevant to the previous turn.",
+            1: "Somewhat: the response is partly relevant to the previous turn.",
+            2: "Yes: the response is relevant to the previous turn."},
+           "Does the particle make sense at this point and serve what the user is interested in?"),
+    Aspect("interestingness", "turn", (0, 1, 2),
+           "Is the assistant's response engaging, informative or likely to spark the user's interest?",
+           {0: "No: the response presents facts without any chit-chat.",
+            1: "Somewhat: the response adds a little chit-chat to the facts it presents.",
+            2: "Yes: the response mixes chit-chat with the facts it presents."},
+           "Does the particle make the user want to go on with the conversation?"),
+    Aspect("understanding", "dialogue", (0, 1, 2),
+           "Did the assistant understand the user's requests and preferences throughout the dialogue?",
+           {0: "No: the assistant misses the user's request or fails to act on it.",
+            1: "Somewhat: the assistant partly understands the request or partly fulfils it.",
+            2: "Yes: the assistant understands the user's request and fulfils it."},
+           "Does the particle show that the assistant grasped the user's request and works to fulfil it?"),
+    Aspect("task_completion", "dialogue", (0, 1, 2),
+           "Did the assistant make recommendations that the user accepted or was satisfied with?",
+           {0: "No: the user accepts none of the assistant's suggestions.",
+            1: "Somewhat: the user accepts the suggestions only in part.",
+            2: "Yes: the user finally accepts the assistant's suggestions."},
+           "Does the particle make recommendations that the user ends up accepting?"),
+    Aspect("interest_arousal", "dialogue", (0, 1, 2),
+           "Did the assistant try to spark the user's interest in something new?",
+           {0: "No: the assistant makes no attempt to raise the user's interest.",
+            1: "Somewhat: the assistant makes some attempt to raise the user's interest.",
+            2: "Yes: the assistant tries to raise the user's interest."},
+           "Does the particle try to raise the user's interest in something new?"),
+    Aspect("efficiency", "dialogue", (0, 1),
+           "Did the assistant reach good recommendations quickly, without unnecessary turns?",
+           {0: "No: no good suggestion within the first three interactions.",
+            1: "Yes: good suggestions within the first three interactions."},
+           "Does the particle help reach recommendations that fit the user's interests within the first three "
+           "interactions?"),
+    Aspect("dialogue_overall", "dialogue", (0, 1, 2, 3, 4),
+           "Overall, how good was the assistant as a conversational recommender in this dialogue?",
+           {0: "Very dissatisfied with the assistant's performance.",
+            1: "Dissatisfied with the assistant's performance.",
+            2: "Neutral about the assistant's performance.",
+            3: "Satisfied with the assistant's performance.",
+            4: "Very satisfied with the assistant's performance."},
+           "What does the particle say about the overall impression the assistant makes?"),
+])
+TURN_ASPECTS = tuple(a for a, spec in ASPECTS.items() if spec.level == "turn")
+DIALOGUE_ASPECTS = tuple(a for a, spec in ASPECTS.items() if spec.level == "dialogue")
+
+# Labels present in CRSArena-Eval but not reported in the paper.
+UNREPORTED_DIALOGUE_LABELS = ("preference_elicitation", "explanation")
+
+# Names used for dialogue_overall in the authors' files.
+ASPECT_ALIASES = {"dialog_overall": "dialogue_overall", "overall_impression": "dialogue_overall"}
+
+UNREPORTED_SCALE = (0, 2)  # preference_elicitation and explanation: no / somewhat / yes, like the others
+_KNOWN_DIALOGUE_LABELS = set(DIALOGUE_ASPECTS) | set(UNREPORTED_DIALOGUE_LABELS)
+_KNOWN_TURN_LABELS = set(TURN_ASPECTS)
+
+
+def canonical_aspect(name: str) -> str:
+    """Map a legacy alias to its canonical name and reject unknown aspects."""
+    name = ASPECT_ALIASES.get(name, name)
+    if name not in ASPECTS:
+        raise KeyError(f"unknown aspect {name!r}; known: {', '.join(ASPECTS)} (aliases: {', '.join(ASPECT_ALIASES)})")
+    return name
+
+
+def system_and_split(conv_id: str) -> tuple[str, str]:
+    """``kbrd_redial_<uuid>`` -> (``kbrd_redial``, ``redial``); ids of another shape: (first token, ``all``)."""
+    parts = conv_id.split("_")
+    if len(parts) >= 3 and parts[1] in SPLITS:
+        return f"{parts[0]}_{parts[1]}", parts[1]
+    return parts[0], "all"
+
+
+def _labels(raw: dict, known: set[str], path: Path, record: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, value in raw.items():
+        canon = ASPECT_ALIASES.get(name, name)
+        if canon not in known:
+            raise DataError(path, f"unknown aspect {name!r} (known: {', '.join(sorted(known))})", record)
+        spec = ASPECTS.get(canon)
+        out[canon] = check_label(value, spec.scale if spec else UNREPORTED_SCALE, path, f"{record}, label {name!r}")
+    return out
+
+
+def parse_conversation(raw: object, path: Path, record: str, require_labels: bool = True) -> Conversation:
+    conv_id = field(raw, "conv_id", str, path, record)
+    if not conv_id.strip():
+        raise DataError(path, "empty conv_id", record)
+    record = f"conversation {conv_id!r}"
+    dialogue = field(raw, "dialogue", list, path, record)
+    if not dialogue:
+        raise DataError(path, "empty dialogue", record)
+    turns = []
+    for i, t in enumerate(dialogue):
+        rec = f"{record}, turn {i}"
+        role = field(t, "role", str, path, rec)
+        if role not in (USER, ASSISTANT):
+            raise DataError(path, f"unknown role {role!r} (expected {USER!r} or {ASSISTANT!r})", rec)
+        labels = t.get("turn_level_aggregated") or {}
+        check_type(labels, dict, path, rec + ", turn_level_aggregated")
+        turn_ind = field(t, "turn_ind", int, path, rec)
+        if turn_ind < 0:
+            raise DataError(path, f"negative turn_ind {turn_ind}", rec)
+        if turns and turn_ind <= turns[-1].turn_ind:
+            raise DataError(path, f"turn_ind {turn_ind} after {turns[-1].turn_ind}: "
+                                  f"{'duplicate' if turn_ind == turns[-1].turn_ind else 'out of order'} "
+                                  "(turn_ind must increase)", rec)
+        turns.append(Turn(
+            turn_ind=turn_ind,
+            role=role,
+            utterance=field(t, "utterance", str, path, rec),
+            labels=_labels(labels, _KNOWN_TURN_LABELS, path, rec),
+        ))
+    for prev, cur in zip(turns, turns[1:]):
+        if prev.role == cur.role:
+            raise DataError(path, f"roles do not alternate: turns {prev.turn_ind} and {cur.turn_ind} are both "
+                                  f"{cur.role}", record)
+    for t in turns:
+        if t.labels and t.role == USER:
+            raise DataError(path, f"turn labels {sorted(t.labels)} on a {USER} turn (only {ASSISTANT} turns are "
+                                  "labelled)", f"{record}, turn_ind {t.turn_ind}")
+    if not any(t.role == ASSISTANT for t in turns):
+        raise DataError(path, f"no {ASSISTANT} turn: nothing to evaluate", record)
+    if require_labels:
+        dial_labels = field(raw, "dial_level_aggregated", dict, path, record)
+    else:
+        dial_labels = check_type(raw.get("dial_level_aggregated") or {}, dict, path, record)
+    system, split = system_and_split(conv_id)
+    return Conversation(conv_id, tuple(turns), _labels(dial_labels, _KNOWN_DIALOGUE_LABELS, path, record),
+                        system=system, split=split)
+
+
+def load_conversations(path: str | Path, require_labels: bool = True) -> list[Conversation]:
+    """Load CRSArena-Eval (or any file in its format: a JSON list of conversations)."""
+    path = Path(path)
+    raw = read_json(path)
+    check_type(raw, list, path, "top level")
+    if not raw:
+        raise DataError(path, "no conversations (an empty list)", "top level")
+    return check_unique_ids([parse_conversation(c, path, f"index {i}", require_labels) for i, c in enumerate(raw)],
+                            path)
+
+
+def check_unique_ids(convs: list[Conversation], path: Path) -> list[Conversation]:
+    """``convs`` unchanged, or a DataError naming the first repeated conversation id."""
+    seen: set[str] = set()
+    for c in convs:
+        if c.conv_id in seen:
+            raise DataError(path, "duplicate conversation id", f"conversation {c.conv_id!r}")
+        seen.add(c.conv_id)
+    return convs
+
+
+def select(convs: list[Conversation], systems: list[str] | None = None, splits: list[str] | None = None,
+           limit: int | None = None) -> list[Conversation]:
+    """A subset: by system (a CRS id ``kbrd_redial`` or its model ``kbrd``), by split, then the first ``limit``."""
+    out = convs
+    if systems:
+        out = [c for c in out if c.system in systems or c.system.split("_")[0] in systems]
+    if splits:
+        out = [c for c in out if c.split in splits]
+    if limit is not None:
+        out = out[:limit]
+    return out
+
+
 
 
 class CRSArenaEval(Dataset):
     title = "CRSArena-Eval"
-    splits_all = crsarena.SPLITS
-    aspects = crsarena.ASPECTS
-    aliases = crsarena.ASPECT_ALIASES
+    splits_all = SPLITS
+    aspects = ASPECTS
+    aliases = ASPECT_ALIASES
     assistant = "movie-recommendation assistant"
     judged = "conversational recommender systems"
 
@@ -46,12 +228,14 @@ class CRSArenaEval(Dataset):
 
     def load_all(self, data_dir: Path) -> list[Conversation]:
         if self.file is not None:
-            convs = crsarena.load_conversations(self.file, require_labels=False)
+            convs = load_conversations(self.file, require_labels=False)
         else:
-            convs = crsarena.load_conversations(Path(data_dir) / CRSARENA_EVAL)
+            convs = load_conversations(Path(data_dir) / CRSARENA_EVAL)
         return convs + [copy_of(c, k) for k in range(2, self.repeat + 1) for c in convs]
 
     def published(self, data_dir: Path) -> pd.DataFrame:
+        from face.datasets.face_released import load_published_table
+
         return load_published_table(Path(data_dir) / PUBLISHED_TABLE)
 
 

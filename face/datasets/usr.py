@@ -1,21 +1,111 @@
-"""USR's human judgements of Topical-Chat and PersonaChat responses: turn level (one evaluated
-response per item) for each of the six qualities; the system is the response generator."""
+"""USR human judgements (Mehri & Eskenazi, 2020) for Topical-Chat and PersonaChat.
+
+``load_usr`` reads the file as released (one record per dialogue context with several annotated
+responses); ``to_conversations`` turns each (context, response) pair into a ``Conversation`` whose last
+assistant turn is the response under evaluation, labelled with the annotators' mean per quality, and
+whose system is the response generator. Roles are assigned backwards from the response, alternating.
+
+The dataset ``USR`` (``conf/dataset/``): USR's human judgements of Topical-Chat and PersonaChat responses: turn
+level (one evaluated response per item) for each of the six qualities; the system is the response generator.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 
-from face.data import USR_FILES, usr
-from face.data.schema import Conversation
+from face.aspects import Aspect, aspect_table
+from face.data import USR_FILES
+from face.data.io import check_label, check_type, field, read_json
+from face.data.schema import ASSISTANT, USER, Conversation, Turn, USRContext, USRResponse
 from face.datasets import Dataset
+from face.errors import DataError
+
+USR_ASPECTS = ("Understandable", "Natural", "Maintains Context", "Engaging", "Uses Knowledge", "Overall")
+GROUND_TRUTH = "Original Ground Truth"
+
+# The qualities, their scales and our wording of what annotators were asked (USR, section 3).
+ASPECTS: dict[str, Aspect] = aspect_table([
+    Aspect("understandable", "turn", (0, 1), "Can the response be understood given the conversation so far?",
+           {0: "No: the response cannot be understood in this context.", 1: "Yes: the response is understandable."},
+           "Can the particle be understood given the conversation so far?"),
+    Aspect("natural", "turn", (1, 2, 3), "Is the response something a person would naturally say?",
+           {1: "Not natural.", 2: "Somewhat natural.", 3: "Natural."},
+           "Is the particle something a person would naturally say?"),
+    Aspect("maintains_context", "turn", (1, 2, 3), "Does the response continue the conversation sensibly?",
+           {1: "No: it ignores or contradicts the conversation.", 2: "Somewhat.", 3: "Yes: a valid continuation."},
+           "Does the particle continue the conversation sensibly?"),
+    Aspect("engaging", "turn", (1, 2, 3), "Is the response interesting rather than dull?",
+           {1: "Dull.", 2: "Somewhat interesting.", 3: "Interesting."},
+           "Does the particle make the response interesting rather than dull?"),
+    Aspect("uses_knowledge", "turn", (0, 1), "Does the response make use of the fact it was conditioned on?",
+           {0: "No: the fact is not used.", 1: "Yes: the fact is used."},
+           "Does the particle make use of the fact the response was conditioned on?"),
+    Aspect("overall", "turn", (1, 2, 3, 4, 5), "What is the overall quality of the response?",
+           {1: "Very poor.", 2: "Poor.", 3: "Fair.", 4: "Good.", 5: "Very good."},
+           "What does the particle say about the overall quality of the response?"),
+])
+_KEY = {name: key for key, name in zip(USR_ASPECTS, ASPECTS)}  # our aspect name -> the file's key
+_ASPECT_OF = {key: name for name, key in _KEY.items()}  # the file's key -> our aspect name
+
+
+def load_usr(path: str | Path) -> list[USRContext]:
+    path = Path(path)
+    raw = check_type(read_json(path), list, path, "top level")
+    if not raw:
+        raise DataError(path, "no dialogue contexts (an empty list)", "top level")
+    out = []
+    for i, obj in enumerate(raw):
+        rec = f"context {i}"
+        responses = []
+        for j, r in enumerate(field(obj, "responses", list, path, rec)):
+            r_rec = f"{rec}, response {j}"
+            ratings = {}
+            for aspect in USR_ASPECTS:
+                vals = field(r, aspect, list, path, r_rec)
+                if not vals:
+                    raise DataError(path, f"no ratings for {aspect!r}", r_rec)
+                scale = ASPECTS[_ASPECT_OF[aspect]].scale
+                ratings[aspect] = tuple(check_label(v, scale, path, f"{r_rec}, {aspect}") for v in vals)
+            responses.append(USRResponse(i, field(r, "model", str, path, r_rec),
+                                         field(r, "response", str, path, r_rec).strip(), ratings))
+        context = tuple(t.strip() for t in field(obj, "context", str, path, rec).strip().split("\n") if t.strip())
+        out.append(USRContext(i, context, field(obj, "fact", str, path, rec), tuple(responses)))
+    return out
+
+
+def _slug(model: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", model.lower()).strip("-")
+
+
+def to_conversations(contexts: list[USRContext], exclude_ground_truth: bool = True) -> list[Conversation]:
+    """One conversation per (context, response); ids ``{context_id}:{generator}``.
+
+    The original ground-truth response is the reference of every context (``meta["reference"]``);
+    with ``exclude_ground_truth`` (USR's protocol) it is not itself an evaluated item."""
+    out = []
+    for ctx in contexts:
+        reference = next((r.response for r in ctx.responses if r.model == GROUND_TRUTH), None)
+        for r in ctx.responses:
+            if exclude_ground_truth and r.model == GROUND_TRUTH:
+                continue
+            texts = [*ctx.context, r.response]
+            n = len(texts)
+            turns = tuple(Turn(i, ASSISTANT if (n - 1 - i) % 2 == 0 else USER, text,
+                               {a: r.mean(_KEY[a]) for a in ASPECTS} if i == n - 1 else {})
+                          for i, text in enumerate(texts))
+            out.append(Conversation(f"{ctx.context_id}:{_slug(r.model)}", turns, {}, system=r.model, split="all",
+                                    evaluated=(n - 1,), meta={"fact": ctx.fact, "reference": reference}))
+    return out
+
 
 TITLES = {"topical_chat": "USR Topical-Chat", "persona_chat": "USR PersonaChat"}
 
 
 class USR(Dataset):
-    aspects = usr.ASPECTS
+    aspects = ASPECTS
     assistant = "open-domain chit-chat assistant"
     judged = "open-domain dialogue systems"
 
@@ -31,8 +121,8 @@ class USR(Dataset):
         return [USR_FILES[self.corpus]]
 
     def load_all(self, data_dir: Path) -> list[Conversation]:
-        contexts = usr.load_usr(Path(data_dir) / USR_FILES[self.corpus])
-        return usr.to_conversations(contexts, self.exclude_ground_truth)
+        contexts = load_usr(Path(data_dir) / USR_FILES[self.corpus])
+        return to_conversations(contexts, self.exclude_ground_truth)
 
     def published(self, data_dir: Path) -> pd.DataFrame:
         """USR's published turn-level correlations (its Tables 3-6) and the FACE paper's transfer headline,

@@ -123,7 +123,7 @@ def wide_table(long: pd.DataFrame, coefficient: str) -> pd.DataFrame:
 
 
 def figures(long: pd.DataFrame, ctx, note: str) -> list[Path]:
-    from face.baselines.figures import bars_by_quality
+    from face.report.figures import bars_by_quality
 
     out = []
     ours = long[long["source"].str.startswith("ours")]
@@ -142,8 +142,8 @@ def figures(long: pd.DataFrame, ctx, note: str) -> list[Path]:
 def transfer_outputs(results: pd.DataFrame, ctx, reference: str, note: str) -> list[Path]:
     """Per FACE aspect: published FACE on CRSArena-Eval (ReDial, OpenDialKG) → ours on this USR corpus (and the
     other corpus when its transfer experiment has written its results), Spearman, turn level."""
-    from face.baselines.figures import transfer_figure
     from face.datasets.crsarena import CRSArenaEval
+    from face.report.figures import transfer_figure
 
     method = ctx.methods.get(reference)
     mapping = getattr(method, "mapping", None)

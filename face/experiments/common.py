@@ -23,9 +23,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from face.aspects import Aspect
 from face.data import ensure_data
-from face.data.errors import DataError
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
+from face.errors import DataError
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
 from face.runfile import write_run_file

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from face.aggregate import aggregate
 from face.data import RELEASED_PARTICLES
-from face.data.released import load_released_particles
+from face.datasets.face_released import load_released_particles
 from face.experiments.common import experiment, released_scores
 from face.methods.released import LABEL
 from face.report import diagnostics, figures

@@ -27,7 +27,7 @@ from face.optimize import checkpoint
 from face.optimize.beam import BeamSearch, StopOptimization, Writer
 from face.optimize.checkpoint import Candidate, ResumeMismatch
 from face.optimize.config import OptimizerConfig
-from face.optimize.cost import CostInputs, estimate, paper_setting
+from face.optimize.estimate import CostInputs, estimate, paper_setting
 from face.optimize.items import correlation, indices_of, items_for
 from face.optimize.scorers import LiveScorer
 from face.prompt_registry import SET_ARTIFACT, PromptLog

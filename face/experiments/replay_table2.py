@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from face.aggregate import PRED_DECIMALS, Predictions
 from face.data import RELEASED_PARTICLES, released_scores_file
-from face.data.crsarena import ASPECTS as RELEASED_ASPECTS
+from face.datasets.crsarena import ASPECTS as RELEASED_ASPECTS
 from face.experiments.common import experiment
 from face.report.tables import comparison_table, order_aspects, print_table, write_table
 
@@ -164,7 +164,7 @@ def _counts(live: Predictions, direct: Predictions, diff: pd.DataFrame) -> str:
 def identical_groups(data_dir: Path) -> list[tuple[str, int, tuple[int, ...]]]:
     """(conversation, turn, particle indices) of every group of released particles that read the same in their
     turn's prompt (dialogue act, mention and feedback, whitespace normalised): one prompt, one judgement."""
-    from face.data.released import load_released_particles
+    from face.datasets.face_released import load_released_particles
 
     groups = []
     for r in load_released_particles(Path(data_dir) / RELEASED_PARTICLES):
@@ -178,7 +178,7 @@ def identical_groups(data_dir: Path) -> list[tuple[str, int, tuple[int, ...]]]:
 
 def findings(groups: list, ctx, out, diff: pd.DataFrame) -> pd.DataFrame:
     """What the data and the run show, the same on every rerun (no count of requests: a warm rerun sends none)."""
-    from face.data.released import load_released_particles
+    from face.datasets.face_released import load_released_particles
     from face.methods.released import load_scores
 
     ids = {original(c.conv_id) for c in ctx.convs}

@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from face import arena
 from face.data import ARENA_VOTES
-from face.data.arena import load_votes
+from face.datasets.arena import load_votes
 from face.datasets.crsarena import CRSArenaEval
 from face.experiments.common import experiment
 from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, rows_correlation, system_means, system_table

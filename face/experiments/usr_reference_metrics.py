@@ -129,7 +129,7 @@ def run(cfg: DictConfig) -> dict:
                                  f"{LABELS[cfg.reference.compare_to]} minus each other metric: paired bootstrap over "
                                  "contexts (CI of the difference, two-sided p) and Williams' test (Pearson; assumes "
                                  f"independent items, so optimistic here). {note}", digits=4)
-        from face.baselines.figures import bars_by_quality
+        from face.report.figures import bars_by_quality
 
         for corpus in corpora:
             for coef in ("spearman", "pearson"):

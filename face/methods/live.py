@@ -19,13 +19,12 @@ from face.aggregate import AGGREGATORS, Predictions, aggregate
 from face.aspects import Aspect
 from face.cost import Pricing, cost_table, decomposition_cost, particles_per_turn, scale_stage, scoring_cost
 from face.data import RELEASED_PARTICLES, released_instructions_file
-from face.data.crsarena import ASPECTS as RELEASED_ASPECTS  # the aspects the authors released instructions for
-from face.data.errors import DataError
 from face.data.io import check_type, read_json
 from face.data.io import field as json_field
-from face.data.released import SCORE_COLUMNS, load_instructions, load_released_particles
 from face.data.schema import Conversation, Instruction
-from face.errors import ConfigError
+from face.datasets.crsarena import ASPECTS as RELEASED_ASPECTS  # the aspects the authors released instructions for
+from face.datasets.face_released import SCORE_COLUMNS, load_instructions, load_released_particles
+from face.errors import ConfigError, DataError
 from face.methods import Inputs, MethodOutput
 from face.particles import Decomposition, ParticlesSpec, decompose, from_released
 from face.prompts import generic_instruction, initial_instruction, unit_wording

@@ -11,7 +11,7 @@ import pandas as pd
 from face.aggregate import AGGREGATORS, aggregate
 from face.aspects import Aspect
 from face.data import released_instructions_file, released_scores_file
-from face.data.released import load_instructions, load_particle_scores
+from face.datasets.face_released import load_instructions, load_particle_scores
 from face.methods import Inputs, MethodOutput
 
 LABEL = ("FACE (ours, released scores): the authors' per-particle scores — their LLM, 5 samples per "

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from face.data.errors import DataError
+from face.errors import DataError
 
 
 class ResumeMismatch(ValueError):

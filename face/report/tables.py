@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from face.data import crsarena, usr
+from face.datasets import crsarena, usr
 
 # display order of the aspects we know; any other aspect follows in order of appearance
 ASPECT_ORDER = [*crsarena.ASPECTS, *usr.ASPECTS]

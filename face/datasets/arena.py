@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from face.data.errors import DataError
 from face.data.io import check_type, field, read_json
 from face.data.schema import ArenaDialogue, ArenaVote
+from face.errors import DataError
 
 _VOTE_COLUMNS = ("session_id", "user_id", "crs1", "crs2", "vote")
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from face.data.crsarena import ASPECT_ALIASES, ASPECTS
-from face.data.errors import DataError
 from face.data.io import as_int, check_type, field, read_json, read_jsonl
 from face.data.schema import DIALOGUE_ACTS, Instruction, Particle, PublishedScore, TurnParticles
+from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS
+from face.errors import DataError
 
 _NUMBER_TYPES = frozenset({float, int})
 SCORE_COLUMNS = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score"]
