@@ -27,9 +27,11 @@ turn, so a turn cannot open a new block of the prompt.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, ClassVar, Iterable, Iterator, Sequence
 
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction, Particle
@@ -37,7 +39,6 @@ from face.llm.adapters import last_json_object
 from face.particles import Decomposition, history_text, next_user_turn
 from face.prompts import render
 
-ESTIMATORS = ("sampling", "logprobs")
 UNITS = ("particle", "whole")
 ORDERS = ("prefix", "naive")
 FALLBACKS = ("min", "drop")
@@ -73,17 +74,31 @@ class ScoringSpec:
     def __post_init__(self) -> None:
         if isinstance(self.invalid, dict):
             object.__setattr__(self, "invalid", InvalidPolicy(**self.invalid))
-        if self.estimator not in ESTIMATORS:
-            raise ValueError(f"unknown estimator {self.estimator!r}; choose from {ESTIMATORS}")
+        if self.estimator not in ESTIMATORS and "." not in self.estimator:
+            raise ValueError(f"unknown estimator {self.estimator!r}; choose from {tuple(ESTIMATORS)} or give a "
+                             "class as module.Class")
+        _ = self.scorer  # a class of the user's: imported now, before anything runs
         if self.order not in ORDERS:
             raise ValueError(f"unknown order {self.order!r}; choose from {ORDERS}")
         if self.n < 1:
             raise ValueError(f"the number of samples n must be >= 1, got {self.n}")
 
+    @functools.cached_property
+    def scorer(self) -> Estimator:
+        """The estimator named by ``estimator``: a built-in name or the dotted path of a class."""
+        cls = ESTIMATORS.get(self.estimator)
+        if cls is None:
+            module, _, name = self.estimator.rpartition(".")
+            try:
+                cls = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError, ValueError) as e:
+                raise ValueError(f"method.estimator={self.estimator}: not an importable class ({e})") from None
+        return cls()
+
     @property
     def samples(self) -> int:
         """Completions per unit × instruction."""
-        return self.n if self.estimator == "sampling" else 1
+        return self.scorer.answers(self)
 
     @property
     def answer_tokens(self) -> int:
@@ -316,9 +331,9 @@ def plan_iter(units: Sequence[Unit], instructions: Sequence[Instruction], convs:
               spec: ScoringSpec, json_schema: bool, judged: str = "conversational recommender systems"
               ) -> Iterator[Planned]:
     """``plan`` as a generator: each prompt is rendered when it is needed (a paper-size stage plans 10^5)."""
-    from face.llm import ChatRequest
     from face.llm.adapters import score_adapter
 
+    scorer = spec.scorer
     rank = {i.instruction_id: r for r, i in enumerate(instructions)}
     pairs = [(u, i) for u in units for i in instructions]
     # the prompt reads context -> instruction -> particle; "prefix" sorts the same way, so consecutive
@@ -328,12 +343,7 @@ def plan_iter(units: Sequence[Unit], instructions: Sequence[Instruction], convs:
                                   rank[p[1].instruction_id], p[0].turn_ind, p[0].particle_ind))
     for u, ins in pairs:
         messages = score_messages(u, convs[u.conv_id], ins.text, judged, spec.reasoning)
-        if spec.estimator == "sampling":
-            req = ChatRequest(messages=messages, n=spec.n, temperature=spec.temperature,
-                              max_tokens=spec.answer_tokens, tag=f"score:{u.aspect.name}")
-        else:
-            req = ChatRequest(messages=messages, n=1, temperature=0.0, max_tokens=spec.answer_tokens, logprobs=True,
-                              top_logprobs=spec.top_logprobs, tag=f"score:{u.aspect.name}")
+        req = scorer.request(messages, spec, f"score:{u.aspect.name}")
         if json_schema and not spec.reasoning:  # a schema would rule the reasoning out
             req = score_adapter(u.aspect.scale).request(req, native=True)
         yield Planned(u, ins, req)
@@ -341,14 +351,7 @@ def plan_iter(units: Sequence[Unit], instructions: Sequence[Instruction], convs:
 
 def _sample_value(p: Planned, s, spec: ScoringSpec):
     """(value or None, ExpectedScore or None) of one completion."""
-    from face.llm.logprobs import expected_score
-
-    scale = p.unit.aspect.scale
-    value = reasoned_value(s, scale) if spec.reasoning else score_value(s, scale)
-    if spec.estimator == "sampling":
-        return value, None
-    es = reasoned_expectation(s, scale) if spec.reasoning else expected_score(s, scale)
-    return value, es if es is not None and es.value is not None else None
+    return spec.scorer.parse(s, p.unit.aspect.scale, spec.reasoning)
 
 
 def _mean(values: list) -> float:
@@ -357,44 +360,140 @@ def _mean(values: list) -> float:
 
 
 def _n_valid(parsed, spec: ScoringSpec) -> int:
-    if spec.estimator == "sampling":
-        return sum(v is not None for v, _ in parsed)
-    return int(any(e is not None for _, e in parsed))
+    return spec.scorer.n_valid(parsed)
 
 
 def record_from_samples(p: Planned, samples, spec: ScoringSpec, parse=None) -> ScoreRecord:
     """One score from every draw of a unit × instruction (invalid ones replaced, then the policy applied);
     ``parse(sample)``: its ``_sample_value`` (by default computed here)."""
     u = p.unit
-    low = u.aspect.low
     base = dict(aspect=u.aspect.name, conv_id=u.conv_id, turn_ind=u.turn_ind, particle_ind=u.particle_ind,
                 instruction_id=p.instruction.instruction_id, estimator=spec.estimator)
     if any(getattr(s, "dry_run", False) for s in samples):
         return ScoreRecord(score=math.nan, n_requested=spec.samples, n_valid=0, fallback="dry_run", **base)
     parsed = [parse(s) if parse else _sample_value(p, s, spec) for s in samples]
-    values = [v for v, _ in parsed]
-    base.update(samples=values, n_retried=max(0, len(samples) - spec.samples))
-    if spec.estimator == "sampling":
-        valid = [v for v in values if v is not None][: spec.n]
+    base.update(samples=[v for v, _ in parsed], n_retried=max(0, len(samples) - spec.samples))
+    return spec.scorer.record(parsed, spec, u.aspect.low, base)
+
+
+# ---------------------------------------------------------------- estimators: a score from the LLM's answers
+
+class Estimator:
+    """How a unit × instruction is scored from the LLM's answers: the request (how many answers, how sampled),
+    what one answer says (``parse``: its value, and what else it carries), how many valid answers make a score,
+    and the score from them (``record``). ``method.estimator`` names one: ``sampling``, ``logprobs``, or the
+    dotted path of a class of your own."""
+
+    name: ClassVar[str] = "custom"
+    memo_parse: ClassVar[bool] = False  # parse depends on the reply's text, finish reason and the scale alone
+    reads_logprobs: ClassVar[bool] = False  # records carry a score distribution (valid_mass metrics)
+
+    def answers(self, spec: ScoringSpec) -> int:
+        """Valid answers wanted per unit × instruction."""
+        raise NotImplementedError
+
+    def request(self, messages, spec: ScoringSpec, tag: str):
+        raise NotImplementedError
+
+    def parse(self, sample, scale: Sequence[int], reasoning: bool) -> tuple[int | None, object | None]:
+        raise NotImplementedError
+
+    def n_valid(self, parsed) -> int:
+        raise NotImplementedError
+
+    def record(self, parsed, spec: ScoringSpec, low: int, base: dict) -> ScoreRecord:
+        raise NotImplementedError
+
+    def describe(self, spec: ScoringSpec) -> str:
+        return f"estimator: {spec.estimator}"
+
+
+class SamplingEstimator(Estimator):
+    """n answers sampled at the temperature; the score is their mean (``combine``). An answer that is not a valid
+    score is redrawn; what is still missing after ``invalid.attempts`` draws counts as the scale's lowest
+    (``invalid.fallback=min``, the authors) or is left out (``drop``)."""
+
+    name: ClassVar[str] = "sampling"
+    memo_parse: ClassVar[bool] = True
+
+    def answers(self, spec: ScoringSpec) -> int:
+        return spec.n
+
+    def request(self, messages, spec: ScoringSpec, tag: str):
+        from face.llm import ChatRequest
+
+        return ChatRequest(messages=messages, n=spec.n, temperature=spec.temperature, max_tokens=spec.answer_tokens,
+                           tag=tag)
+
+    def parse(self, sample, scale, reasoning):
+        return (reasoned_value(sample, scale) if reasoning else score_value(sample, scale)), None
+
+    def n_valid(self, parsed) -> int:
+        return sum(v is not None for v, _ in parsed)
+
+    def combine(self, values: list[int]) -> float:
+        """The score of a unit × instruction from its valid sampled values."""
+        return _mean(values)
+
+    def record(self, parsed, spec: ScoringSpec, low: int, base: dict) -> ScoreRecord:
+        valid = [v for v, _ in parsed if v is not None][: spec.n]
         missing = spec.n - len(valid)
         if missing and spec.invalid.fallback == "min":
-            return ScoreRecord(score=_mean(valid + [low] * missing), n_requested=spec.n, n_valid=len(valid),
+            return ScoreRecord(score=self.combine(valid + [low] * missing), n_requested=spec.n, n_valid=len(valid),
                                fallback=f"{missing} invalid sample(s) scored {low}", n_defaulted=missing, **base)
         reason = None if not missing else "no_valid_sample" if not valid else f"{missing} invalid sample(s) dropped"
-        return ScoreRecord(score=_mean(valid) if valid else math.nan, n_requested=spec.n,
+        return ScoreRecord(score=self.combine(valid) if valid else math.nan, n_requested=spec.n,
                            n_valid=len(valid), fallback=reason, **base)
-    es = next((e for _, e in parsed if e is not None), None)
-    if es is not None:
-        return ScoreRecord(score=float(es.value), n_requested=1, n_valid=1, valid_mass=es.valid_mass,
-                           distribution={str(k): v for k, v in es.distribution.items()}, **base)
-    valid = [v for v in values if v is not None]
-    if valid:  # the answer parsed but no usable logprobs at its position: say so
-        return ScoreRecord(score=float(valid[0]), n_requested=1, n_valid=1, fallback="parsed_value_without_logprobs",
-                           **base)
-    if spec.invalid.fallback == "min":
-        return ScoreRecord(score=float(low), n_requested=1, n_valid=0, n_defaulted=1,
-                           fallback=f"no valid answer: scored {low}", **base)
-    return ScoreRecord(score=math.nan, n_requested=1, n_valid=0, fallback="no_valid_answer", **base)
+
+    def describe(self, spec: ScoringSpec) -> str:
+        return f"estimator: {spec.estimator} (n={spec.n}, T={spec.temperature})"
+
+
+class LogprobsEstimator(Estimator):
+    """One greedy answer; the score is the probability-weighted mean over the valid score tokens at the position
+    of the answer's score (G-Eval style)."""
+
+    name: ClassVar[str] = "logprobs"
+    reads_logprobs: ClassVar[bool] = True
+
+    def answers(self, spec: ScoringSpec) -> int:
+        return 1
+
+    def request(self, messages, spec: ScoringSpec, tag: str):
+        from face.llm import ChatRequest
+
+        return ChatRequest(messages=messages, n=1, temperature=0.0, max_tokens=spec.answer_tokens, logprobs=True,
+                           top_logprobs=spec.top_logprobs, tag=tag)
+
+    def parse(self, sample, scale, reasoning):
+        from face.llm.logprobs import expected_score
+
+        value = reasoned_value(sample, scale) if reasoning else score_value(sample, scale)
+        es = reasoned_expectation(sample, scale) if reasoning else expected_score(sample, scale)
+        return value, es if es is not None and es.value is not None else None
+
+    def n_valid(self, parsed) -> int:
+        return int(any(e is not None for _, e in parsed))
+
+    def record(self, parsed, spec: ScoringSpec, low: int, base: dict) -> ScoreRecord:
+        es = next((e for _, e in parsed if e is not None), None)
+        if es is not None:
+            return ScoreRecord(score=float(es.value), n_requested=1, n_valid=1, valid_mass=es.valid_mass,
+                               distribution={str(k): v for k, v in es.distribution.items()}, **base)
+        valid = [v for v, _ in parsed if v is not None]
+        if valid:  # the answer parsed but no usable logprobs at its position: say so
+            return ScoreRecord(score=float(valid[0]), n_requested=1, n_valid=1,
+                               fallback="parsed_value_without_logprobs", **base)
+        if spec.invalid.fallback == "min":
+            return ScoreRecord(score=float(low), n_requested=1, n_valid=0, n_defaulted=1,
+                               fallback=f"no valid answer: scored {low}", **base)
+        return ScoreRecord(score=math.nan, n_requested=1, n_valid=0, fallback="no_valid_answer", **base)
+
+    def describe(self, spec: ScoringSpec) -> str:
+        return f"estimator: {spec.estimator} (top {spec.top_logprobs} logprobs)"
+
+
+ESTIMATORS: dict[str, type[Estimator]] = {c.name: c for c in (SamplingEstimator, LogprobsEstimator)}
 
 
 def score(client, planned: Sequence[Planned], spec: ScoringSpec, desc: str = "scoring") -> list[ScoreRecord]:
@@ -432,7 +531,7 @@ async def _score_stream(client, planned: Iterable[Planned], spec: ScoringSpec, e
     memo: dict = {}  # (text, finish reason, scale) -> parsed value: replies repeat (a short or a replayed one)
 
     def parse_all(p: Planned, samples) -> list:
-        if spec.estimator != "sampling":
+        if not spec.scorer.memo_parse:
             return [_sample_value(p, s, spec) for s in samples]
         out, scale = [], p.unit.aspect.scale
         for s in samples:

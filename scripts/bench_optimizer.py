@@ -28,7 +28,7 @@ def main() -> None:
     from face.data import CRSARENA_EVAL, RELEASED_PARTICLES, ensure_data
     from face.data.split import split_conversations
     from face.datasets.crsarena import ASPECTS, load_conversations
-    from face.methods.live import _released_decomps
+    from face.methods.parts import released_decompositions
     from face.methods.released import load_scores
     from face.optimize.beam import BeamSearch
     from face.optimize.checkpoint import Candidate
@@ -42,7 +42,7 @@ def main() -> None:
     data = Path(os.environ.get("FACE_DATA_DIR") or tempfile.mkdtemp(prefix="face-bench-"))
     ensure_data(data, mirror=os.environ.get("FACE_DATA_MIRROR"), download=True)
     convs = load_conversations(data / CRSARENA_EVAL)
-    decomps = _released_decomps(data / RELEASED_PARTICLES, convs)
+    decomps = released_decompositions(data / RELEASED_PARTICLES, convs)
     paper = OptimizerConfig()  # the paper's α = β = b = 4, c = 1; minibatches of 20; 128 pulls per round
     gpt4o_mini = Pricing(1, 0.15, 0.60)
     split = split_conversations(convs, paper.split.folds, paper.split.fold, paper.split.dev_fraction, 0)

@@ -5,7 +5,9 @@ gives."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +42,27 @@ def test_toy_dataset_and_method_run_through_the_cli_from_a_config_dir_of_their_o
     assert res["dialogue", "overall", "a", "pearson"] == pytest.approx(stats.pearsonr(*zip(*dial_a))[0], abs=1e-4)
     assert set(out["split"]) == {"a", "b", "all"}  # the dataset's own splits, then pooled
     assert (run_dir / "run_file.json").exists()
+
+
+def test_own_instruction_source_and_scorer_run_live_face_through_the_cli(tmp_path, data_dir):
+    """Live FACE with an instruction source and a scorer of the user's own (tests/toy_extension.py), named in a
+    method config that lives only in the user's directory: every score is under the toy instruction, and is the
+    median (not the mean) of its three sampled values."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "run.py"), f"hydra.searchpath=[file://{TOY_CONF}]",
+                          "experiment=crsarena_main", "method=face_toy_parts", "llm=scripted", "run_size=tiny",
+                          "method.particles.source=released", "dataset.limit=3", "aspects=[relevance]",
+                          "metaeval.n_boot=0", "tracking=none", f"paths.data_dir={data_dir}",
+                          f"paths.output_dir={run_dir}", f"hydra.run.dir={run_dir}",
+                          f"paths.results_dir={tmp_path / 'results'}", f"paths.cache_dir={tmp_path / 'cache'}"],
+                         env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    records = [json.loads(line) for line in (run_dir / "particle_scores.jsonl").read_text().splitlines()]
+    assert records and {r["instruction_id"] for r in records} == {"one_line"}
+    assert all(len(r["samples"]) == 3 for r in records)
+    assert [r["score"] for r in records] == [statistics.median(r["samples"]) for r in records]
+    assert any(statistics.median(r["samples"]) != statistics.mean(r["samples"]) for r in records)  # can tell
 
 
 def test_unknown_aspect_of_a_dataset_is_rejected_before_anything_runs(cfg_factory):
@@ -106,7 +129,7 @@ def test_the_cost_estimate_of_undecomposed_conversations_counts_the_particles_to
     face = Face()
     inputs = Inputs(ds, [conv], [ds.aspect("relevance")], data_dir, data_dir, {"n_per_request": 1})
     instructions = {"relevance": face.instruction_set(data_dir, ds.aspect("relevance"))}
-    costs = face.estimate(inputs, instructions, face._proxy(inputs)).set_index("stage")
+    costs = face.estimate(inputs, instructions, face.proxy(inputs)).set_index("stage")
     assert costs.loc["score:relevance", "calls"] == round(16 * 5 * 6274 / 2235)
 
 

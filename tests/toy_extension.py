@@ -1,17 +1,22 @@
-"""A toy dataset and a toy method, registered only by the test-local configs in tests/toy_conf/:
-they prove that adding a dataset or a method needs a new module and a config, and no edit elsewhere."""
+"""A toy dataset, a toy method, and a toy instruction source and scorer for live FACE, registered only by the
+test-local configs in tests/toy_conf/: they prove that adding a dataset, a method or a part of FACE needs a new
+module and a config, and no edit elsewhere."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 
 from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.aspects import Aspect, aspect_table
-from face.data.schema import Conversation, Turn
+from face.data.schema import Conversation, Instruction, Turn
 from face.datasets import Dataset
 from face.methods import Inputs, MethodOutput
+from face.methods.parts import InstructionSource
+from face.scoring import SamplingEstimator
 
 REPLIES = ["Yes.", "Try Heat.", "Maybe Alien, it is a classic.", "I would suggest Solaris, a slow and thoughtful film.",
            "Sure.", "Have you seen Blade Runner? It is long, but many people love its atmosphere and music."]
@@ -63,3 +68,24 @@ class WordCount:
         preds = Predictions(pd.DataFrame(turn_rows, columns=TURN_COLUMNS), pd.DataFrame(dial_rows,
                                                                                          columns=DIALOGUE_COLUMNS))
         return MethodOutput(preds, label="word count (toy method)")
+
+
+# ---------------------------------------------------------------- parts of live FACE (face/methods/parts.py)
+
+class OneLineInstructions(InstructionSource):
+    """A toy instruction source: one fixed instruction per aspect (``method.instructions.source=`` this class)."""
+
+    name: ClassVar[str] = "one_line"
+
+    def load(self, data_dir, aspect: str) -> list[Instruction]:
+        return [Instruction("one_line", f"Rate how well the particle serves {aspect.replace('_', ' ')}.", 1,
+                            "one_line")]
+
+
+class MedianOfSamples(SamplingEstimator):
+    """A toy scorer: the median of the sampled scores instead of their mean (``method.estimator=`` this class)."""
+
+    name: ClassVar[str] = "median"
+
+    def combine(self, values: list[int]) -> float:
+        return float(statistics.median(values))

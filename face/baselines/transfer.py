@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Sequence
 
 from face.aspects import Aspect
-from face.data import released_instructions_file
 from face.data.schema import Instruction
 from face.datasets.crsarena import ASPECTS as CRS_ASPECTS
 from face.methods.live import Face
@@ -44,7 +43,7 @@ class FaceTransfer(Face):
         bad = {k: v for k, v in self.mapping.items() if v not in CRS_ASPECTS}
         if bad:
             raise ValueError(f"method.mapping: {bad} name no CRSArena-Eval aspect ({', '.join(CRS_ASPECTS)})")
-        if self.instructions.source not in ("released", "file"):
+        if self.source.name not in ("released", "file"):
             raise ValueError("method.instructions.source must be released (the authors' CRSArena instructions) or "
                              "file (an optimized set for CRSArena's aspects): the transfer uses CRSArena instructions")
 
@@ -56,10 +55,9 @@ class FaceTransfer(Face):
         return self.mapping[target]
 
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
-        sources = [self.source_aspect(a.name) for a in aspects]
-        if self.instructions.source == "released":
-            return [released_instructions_file(s) for s in dict.fromkeys(sources)]
-        return []
+        """The instruction files of the mapped CRSArena-Eval aspects (the target's own particles are decomposed)."""
+        sources = [CRS_ASPECTS[s] for s in dict.fromkeys(self.source_aspect(a.name) for a in aspects)]
+        return self.units.files(dataset) + self.source.files(dataset, sources)
 
     def _instructions(self, data_dir: Path, aspect: str) -> list[Instruction]:
         return super()._instructions(data_dir, self.source_aspect(aspect))

@@ -327,10 +327,8 @@ def llm_server_files(cfg: DictConfig) -> list[str]:
 
 
 def _uses_llm(method) -> bool:
-    """Does the method call an LLM? (``uses_llm`` on the method, else: is it live FACE)."""
-    from face.methods.live import Face
-
-    return bool(getattr(method, "uses_llm", isinstance(method, Face)))
+    """Does the method call an LLM? Its declared ``uses_llm`` (a method without one does not)."""
+    return bool(getattr(method, "uses_llm", False))
 
 
 def check_paths(cfg: DictConfig, out_dir: Path, run_dir: Path, uses_llm: bool) -> None:

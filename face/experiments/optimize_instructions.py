@@ -75,7 +75,7 @@ def run(cfg: DictConfig) -> dict:
     ocfg = optimizer_config(cfg)
     with experiment(cfg) as ctx:
         method = ctx.method
-        if not isinstance(method, Face) or method.unit != "particle":
+        if not isinstance(method, Face) or method.units.unit != "particle":
             raise ConfigError("optimize_instructions needs method=face with method.unit=particle")
         tracker, run_dir = ctx.tracker, ctx.run_dir
         inputs = ctx.inputs()
@@ -83,7 +83,7 @@ def run(cfg: DictConfig) -> dict:
         split = split_conversations(ctx.convs, ocfg.split.folds, ocfg.split.fold, ocfg.split.dev_fraction,
                                     ocfg.split.seed)
         tracker.set_tags({"split.train": len(split.train), "split.dev": len(split.dev), "split.test": len(split.test)})
-        proxy = method._proxy(inputs)
+        proxy = method.proxy(inputs)
         pricing = Pricing.of(lcfg)
         plans, estimates = {}, []
         for a in ctx.aspects:
@@ -121,12 +121,7 @@ def run(cfg: DictConfig) -> dict:
         results, trajectories, gradients, sets = [], [], [], {}
         try:
             with make_client(lcfg) as client:
-                decomps = proxy if method.uses_released_particles else None
-                if decomps is None:
-                    from face.particles import decompose
-
-                    decomps = decompose(client, ctx.convs, method.particles, lcfg.supports_json_schema,
-                                        ctx.dataset.assistant)
+                decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, proxy, lcfg.supports_json_schema)
 
                 def usage() -> tuple[int, float]:
                     return client.usage.calls, client.usage.spent_usd

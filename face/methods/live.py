@@ -2,32 +2,36 @@
 
 Method variants are configuration, not code: ``method.unit=whole`` is the no-particles ablation,
 ``method.instructions.source=initial`` the no-optimization one, ``method.estimator=logprobs`` the
-G-Eval-style estimator, ``method.particles.source=released`` scores the authors' particles.
+G-Eval-style estimator, ``method.particles.source=released`` scores the authors' particles. ``Face`` composes its
+parts (``face/methods/parts.py``): an instruction source, a unit source, the scoring spec, the aggregators.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import pandas as pd
 
 from face.aggregate import AGGREGATORS, Predictions, aggregate
 from face.aspects import Aspect
-from face.cost import Pricing, cost_table, decomposition_cost, particles_per_turn, scale_stage, scoring_cost
-from face.data import RELEASED_PARTICLES, released_instructions_file
-from face.data.io import check_type, read_json
-from face.data.io import field as json_field
+from face.cost import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost
 from face.data.schema import Conversation, Instruction
-from face.datasets.crsarena import ASPECTS as RELEASED_ASPECTS  # the aspects the authors released instructions for
-from face.datasets.face_released import SCORE_COLUMNS, load_instructions, load_released_particles
-from face.errors import ConfigError, DataError
+from face.datasets.face_released import SCORE_COLUMNS
+from face.errors import ConfigError
 from face.methods import Inputs, MethodOutput
-from face.particles import Decomposition, ParticlesSpec, decompose, from_released
-from face.prompts import generic_instruction, initial_instruction, unit_wording
+from face.methods.parts import (
+    INSTRUCTION_SOURCES,
+    RELEASED_PARTICLES_PER_TURN,
+    InstructionSource,
+    UnitSource,
+    build,
+    unit_source,
+)
+from face.particles import Decomposition, ParticlesSpec
 from face.report.tables import print_table
 from face.score_records import ScoreSink, ScoreTally
 from face.scoring import (
@@ -42,10 +46,6 @@ from face.scoring import (
 )
 
 log = logging.getLogger(__name__)
-# particles per assistant turn in the authors' released decomposition of CRSArena-Eval (6,274 / 2,235): the
-# estimate's particle count for conversations that are not decomposed yet and have no released particles
-RELEASED_PARTICLES_PER_TURN = 6274 / 2235
-INSTRUCTION_SOURCES = ("released", "initial", "initial_aspect", "file", "mlflow")
 EMPTY_TURN_RULES = ("drop", "min")
 
 
@@ -53,21 +53,18 @@ EMPTY_TURN_RULES = ("drop", "min")
 class InstructionsSpec:
     # released: the authors' top-16 per aspect | initial: the paper's generic initial instruction ("FACE w/o
     # train") | initial_aspect: our aspect-specific initial instructions | file: a JSON file (e.g. an optimizer's)
+    # | mlflow: an optimized set in MLflow | module.Class: a class of your own (face/methods/parts.py)
     source: str = "released"
     file: str | None = None  # JSON {aspect: [{instruction_id, text}]} for source=file
     max: int | None = None  # use the first N (by rank); None = all
     ref: str | None = None  # source=mlflow: NAME@VERSION ({aspect} allowed in NAME), prompts:/NAME/V or runs:/RUN_ID
 
     def __post_init__(self) -> None:
-        if self.source not in INSTRUCTION_SOURCES:
-            raise ValueError(f"unknown instruction source {self.source!r}; choose from {INSTRUCTION_SOURCES}")
-        if self.source == "file" and not self.file:
-            raise ValueError("method.instructions.source=file needs method.instructions.file")
-        if self.source == "mlflow" and not self.ref:
-            raise ValueError("method.instructions.source=mlflow needs method.instructions.ref=NAME@VERSION, "
-                             "prompts:/NAME/VERSION or runs:/RUN_ID")
         if self.max is not None and self.max < 1:
             raise ValueError(f"method.instructions.max must be >= 1 or null, got {self.max}")
+
+    def build(self) -> InstructionSource:
+        return build(INSTRUCTION_SOURCES, self.source, "instruction source", {"file": self.file, "ref": self.ref})
 
 
 @dataclass
@@ -90,11 +87,12 @@ class CostSpec:
 class Face:
     """FACE live. Config: ``conf/method/face.yaml``; every key is a field here."""
 
+    uses_llm: ClassVar[bool] = True  # the LLM settings, cache and server are checked before anything runs
     name: str = "face"
     unit: str = "particle"  # particle | whole (score whole turns / dialogues: ablation_no_particles)
     particles: ParticlesSpec = field(default_factory=ParticlesSpec)
     instructions: InstructionsSpec = field(default_factory=InstructionsSpec)
-    estimator: str = "sampling"
+    estimator: str = "sampling"  # sampling | logprobs | module.Class (face.scoring.Estimator)
     n: int = 5
     temperature: float | None = 0.6
     max_tokens: int | None = None  # None: 768 with reasoning, 16 without
@@ -109,6 +107,9 @@ class Face:
     instruction_agg: str = "mean"
     particle_agg: str = "mean"
     cost: CostSpec = field(default_factory=CostSpec)
+    # the parts, built from the settings above (face/methods/parts.py)
+    source: InstructionSource = field(init=False, repr=False, compare=False)
+    units: UnitSource = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for key, cls in (("particles", ParticlesSpec), ("instructions", InstructionsSpec), ("cost", CostSpec),
@@ -125,77 +126,31 @@ class Face:
             if getattr(self, key) not in AGGREGATORS:
                 raise ValueError(f"method.{key} must be one of {AGGREGATORS}, got {getattr(self, key)!r}")
         _ = self.scoring  # validates estimator / order / n now, before anything runs
+        self.source = self.instructions.build()
+        self.units = unit_source(self.unit, self.particles)
 
     @property
     def scoring(self) -> ScoringSpec:
         return ScoringSpec(self.estimator, self.n, self.temperature, self.max_tokens, self.top_logprobs, self.order,
                            self.reasoning, self.invalid)
 
-    @property
-    def uses_released_particles(self) -> bool:
-        return self.unit == "particle" and self.particles.source == "released"
-
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
-        if self.uses_released_particles and not dataset.released_artifacts:
-            raise ValueError(f"method.particles.source=released: the authors released particles for CRSArena-Eval "
-                             f"only, not for {dataset.title}; use method.particles.source=llm")
-        if self.instructions.source == "released" and not set(a.name for a in aspects) <= set(RELEASED_ASPECTS):
-            raise ValueError(f"method.instructions.source=released: the authors released instructions for "
-                             f"{', '.join(RELEASED_ASPECTS)}, not for {dataset.title}'s aspects; use "
-                             "method.instructions.source=initial or file")
-        if self.instructions.source == "initial_aspect":
-            for a in aspects:
-                initial_instruction(a.name)  # fails now, not after the decomposition, if there is none
-        files = []
-        if dataset.released_artifacts and self.unit == "particle":
-            files.append(RELEASED_PARTICLES)  # the authors' particles, or the particle-count proxy of the estimate
-        if self.instructions.source == "released":
-            files += [released_instructions_file(a.name) for a in aspects]
-        return files
+        return self.units.files(dataset) + self.source.files(dataset, aspects)
 
     def instruction_set(self, data_dir: Path, aspect: Aspect) -> list[Instruction]:
-        """The instructions an aspect is scored under (released top-16, an initial one, or a file); for whole
-        turns / dialogues (``unit=whole``) reworded to speak of turns or dialogues instead of particles."""
-        out = self._instructions(data_dir, aspect.name)
-        if self.unit == "whole":
-            out = [replace(i, text=unit_wording(i.text, aspect.level)) for i in out]
-        return out
+        """The instructions an aspect is scored under, as the unit source words them (``unit=whole``: of turns or
+        dialogues instead of particles)."""
+        return [self.units.reword(i, aspect) for i in self._instructions(data_dir, aspect.name)]
 
     def _instructions(self, data_dir: Path, aspect: str) -> list[Instruction]:
-        spec = self.instructions
-        if spec.source == "released":
-            out = load_instructions(Path(data_dir) / released_instructions_file(aspect))
-        elif spec.source == "initial":
-            out = [Instruction("initial", generic_instruction(aspect), 1, "initial")]
-        elif spec.source == "initial_aspect":
-            out = [Instruction("initial_aspect", initial_instruction(aspect), 1, "initial_aspect")]
-        elif spec.source == "mlflow":  # an optimized set (face/prompt_registry.py)
-            from face.prompt_registry import load_reference
-
-            out = load_reference(spec.ref or "", aspect)
-        else:
-            path = Path(spec.file or "")
-            raw = check_type(read_json(path), dict, path, "top level")
-            items = check_type(raw.get(aspect, []), list, path, aspect)
-            out = [Instruction(json_field(x, "instruction_id", str, path, f"{aspect}[{i}]"),
-                               json_field(x, "text", str, path, f"{aspect}[{i}]"), i + 1, "file")
-                   for i, x in enumerate(items)]
-            if not out:
-                raise DataError(path, f"no instructions for aspect {aspect!r}")
-        return out[: spec.max] if spec.max else out
+        out = self.source.load(data_dir, aspect)
+        return out[: self.instructions.max] if self.instructions.max else out
 
     def describe(self, llm: dict, instructions: dict[str, list[Instruction]]) -> str:
         n_instr = sorted({len(v) for v in instructions.values()})
-        parts = [f"FACE live — LLM: {llm.get('model')} ({llm.get('backend')})"]
-        if self.unit == "whole":
-            parts.append("unit: whole turn / dialogue (no particles)")
-        else:
-            parts.append(f"particles: {self.particles.source}" + (
-                f" (k={self.particles.k} samples, plurality vote)" if self.particles.source == "llm" else ""))
-        parts.append(f"instructions: {self.instructions.source} × {'/'.join(map(str, n_instr))}")
-        parts.append(f"estimator: {self.estimator}" + (f" (n={self.n}, T={self.temperature})"
-                                                       if self.estimator == "sampling"
-                                                       else f" (top {self.top_logprobs} logprobs)"))
+        parts = [f"FACE live — LLM: {llm.get('model')} ({llm.get('backend')})", self.units.describe(),
+                 f"instructions: {self.source.name} × {'/'.join(map(str, n_instr))}"]
+        parts.append(self.scoring.scorer.describe(self.scoring))
         parts.append(("reasoning before the score" if self.reasoning else "score only, no reasoning")
                      + f"; invalid answers: {self.invalid.attempts} draws, then {self.invalid.fallback}")
         if llm.get("backend") == "local":
@@ -209,14 +164,10 @@ class Face:
         pricing = Pricing.of(llm)
         by_id = {c.conv_id: c for c in convs}
         n_turns = sum(len(c.evaluated_turns()) for c in convs)
-        stages = []
-        if self.unit == "particle" and self.particles.source == "llm":
-            stages.append(decomposition_cost(convs, self.particles.k,
-                                             self.cost.decompose_tokens(self.particles.reasoning), pricing,
-                                             ds.assistant, self.particles.reasoning))
+        stages = self.units.cost_stages(convs, ds, pricing, self.cost.decompose_tokens(self.particles.reasoning))
         whole_turn_proxy = any(d.source == "proxy" for d in proxy.values())
         for a in inputs.aspects:
-            units = units_for(a, convs, proxy, self.unit, self.unlabelled_turns)
+            units = units_for(a, convs, proxy, self.units.unit, self.unlabelled_turns)
             stage = scoring_cost(a.name, units, instructions[a.name], by_id, n_turns, self.scoring,
                                  self.cost.score_tokens(self.reasoning), pricing, ds.judged)
             if whole_turn_proxy:
@@ -224,16 +175,9 @@ class Face:
             stages.append(stage)
         return cost_table(stages)
 
-    def _proxy(self, inputs: Inputs) -> dict[tuple[str, int], Decomposition]:
-        """Particles before decomposition: the authors' (CRSArena-Eval), else one per turn (the whole turn)."""
-        if self.unit == "whole":
-            return {}
-        if inputs.dataset.released_artifacts:
-            return _released_decomps(inputs.data_dir / RELEASED_PARTICLES, inputs.convs)
-        from face.particles import whole_turn
-
-        return {(c.conv_id, t.turn_ind): Decomposition(c.conv_id, t.turn_ind, (whole_turn(c, t),), "proxy")
-                for c in inputs.convs for t in c.evaluated_turns()}
+    def proxy(self, inputs: Inputs) -> dict[tuple[str, int], Decomposition]:
+        """The particles known before anything is sent (the estimate's particle counts)."""
+        return self.units.proxy(inputs.dataset, inputs.data_dir, inputs.convs)
 
     def predict(self, inputs: Inputs) -> MethodOutput:
         from face.llm import LLMConfig, make_client
@@ -241,16 +185,12 @@ class Face:
         run_dir, convs = inputs.run_dir, inputs.convs
         instructions = {a.name: self.instruction_set(inputs.data_dir, a) for a in inputs.aspects}
         label = self.describe(inputs.llm, instructions)
-        proxy = self._proxy(inputs)
+        proxy = self.proxy(inputs)
         costs = self.estimate(inputs, instructions, proxy)
         costs_path = run_dir / "cost_estimate.csv"
         costs_path.parent.mkdir(parents=True, exist_ok=True)
         costs.to_csv(costs_path, index=False)
-        proxy_note = ("" if self.unit == "whole" or self.particles.source == "released" else
-                      f" (particle counts: {particles_per_turn(proxy):.2f} per turn from the released particles)"
-                      if inputs.dataset.released_artifacts else
-                      f" (particle counts: {RELEASED_PARTICLES_PER_TURN:.2f} per turn, the mean of the released "
-                      "decomposition of CRSArena-Eval)")
+        proxy_note = self.units.proxy_note(inputs.dataset, proxy)
         lcfg = LLMConfig.from_dict(inputs.llm)
         if lcfg.batch:
             proxy_note += (f" (OpenAI Batch API price: {lcfg.batch_price_factor:g} × list price "
@@ -258,7 +198,7 @@ class Face:
         print_table(f"Cost estimate before sending anything{proxy_note} — {label}", costs, 2)
         if inputs.tracker is not None:
             for a, ins in instructions.items():
-                inputs.tracker.register_instructions(a, ins, self.instructions.source)
+                inputs.tracker.register_instructions(a, ins, self.source.name)
         estimated = float(costs["cost_usd"].iloc[-1])
         if lcfg.max_cost_usd is not None and estimated > lcfg.max_cost_usd and not (lcfg.force or lcfg.dry_run):
             raise ConfigError(f"llm.max_cost_usd={lcfg.max_cost_usd} is below the cost estimate ${estimated:.2f}: "
@@ -271,15 +211,11 @@ class Face:
         by_id = {c.conv_id: c for c in convs}
         ds = inputs.dataset
         with make_client(lcfg) as client:
-            decomps = None
-            if self.uses_released_particles:
-                decomps = proxy
-            elif self.unit == "particle":
-                decomps = decompose(client, convs, self.particles, lcfg.supports_json_schema, ds.assistant)
+            decomps = self.units.decompositions(client, convs, ds, proxy, lcfg.supports_json_schema)
             parts, tally = [], ScoreTally()
             with ScoreSink(run_dir / "particle_scores.jsonl", decomps) as sink:
                 for a in inputs.aspects:  # one aspect's scores in memory at a time
-                    units = units_for(a, convs, decomps or {}, self.unit, self.unlabelled_turns)
+                    units = units_for(a, convs, decomps or {}, self.units.unit, self.unlabelled_turns)
                     planned = plan_iter(units, instructions[a.name], by_id, self.scoring, lcfg.supports_json_schema,
                                         ds.judged)
                     score_stream(client, planned, self.scoring, sink.add, desc=f"scoring {a.name}",
@@ -301,7 +237,7 @@ class Face:
             artifacts.append(write_particles(decomps, convs, run_dir / "particles.jsonl"))
             metrics["particles.per_turn"] = particles_per_turn(decomps)
             metrics["particles.fallback_turns"] = sum(d.fallback is not None for d in decomps.values())
-        metrics.update(tally.metrics(self.estimator == "logprobs"))
+        metrics.update(tally.metrics(self.scoring.scorer.reads_logprobs))
         # the per-particle scores are in particle_scores.jsonl (not held in memory: a paper-size run has 0.7 M)
         return MethodOutput(preds, None, label, artifacts, metrics)
 
@@ -322,18 +258,6 @@ def fill_empty(preds: Predictions, aspects: Sequence[Aspect], convs: Sequence[Co
     if add_d:
         dial = pd.concat([dial, pd.DataFrame(add_d, columns=dial.columns)], ignore_index=True)
     return Predictions(turn, dial), len(add_t) + len(add_d)
-
-
-def _released_decomps(path: Path, convs: Sequence[Conversation]) -> dict[tuple[str, int], Decomposition]:
-    ids = {c.conv_id for c in convs}
-    decomps = from_released([r for r in load_released_particles(path) if r.conv_id in ids])
-    missing = [(c.conv_id, t.turn_ind) for c in convs for t in c.evaluated_turns()
-               if (c.conv_id, t.turn_ind) not in decomps]
-    if missing:
-        log.warning("%d assistant turns have no released particles (e.g. %s); they get none", len(missing), missing[0])
-        for key in missing:
-            decomps[key] = Decomposition(key[0], key[1], (), "released", fallback="no_released_particles")
-    return decomps
 
 
 def write_particles(decomps: dict[tuple[str, int], Decomposition], convs: Sequence[Conversation], path: Path) -> Path:
