@@ -103,14 +103,22 @@ def test_one_logprobs_call_replaces_five_samples_on_the_scripted_server(tmp_path
     assert completions == {"sampling": 5 * len(units), "logprobs": len(units)}
 
 
-def test_a_budget_below_the_estimate_refuses_to_start_unless_forced(cfg_factory):
+@pytest.mark.parametrize("job", [
+    ("experiment=crsarena_main",),
+    ("experiment=crsarena_baselines",),  # the baselines run first: LLM-Direct is refused
+    ("experiment=optimize_instructions", "aspects=[relevance]", "dataset.limit=8", "method.particles.source=released"),
+])
+def test_a_budget_below_the_estimate_refuses_to_start_every_llm_job(cfg_factory, job):
+    """One gate for live FACE, the LLM baselines and the optimizer: refused before a scoring request is sent."""
     import importlib
     from pathlib import Path
 
     from face.errors import ConfigError
 
-    cfg = cfg_factory("experiment=crsarena_main", "llm=scripted", "dataset.limit=1", "llm.price_input_per_mtok=1000",
-                      "llm.max_cost_usd=0.01", tracking=False)
+    cfg = cfg_factory("llm=scripted", "run_size=tiny", "dataset.limit=1", "llm.price_input_per_mtok=1000",
+                      "llm.max_cost_usd=0.01", *job, tracking=False)
     with pytest.raises(ConfigError, match=r"llm.max_cost_usd=0.01 is below the cost estimate \$"):
         importlib.import_module(cfg.runner).run(cfg)
-    assert not (Path(cfg.paths.output_dir) / "run_file.json").exists()
+    run_dir = Path(cfg.paths.output_dir)
+    assert not (run_dir / "run_file.json").exists() and not list(run_dir.glob("scores_*.csv"))
+    assert not list(run_dir.glob("llm_usage*.json"))  # no job got as far as its usage report

@@ -30,10 +30,11 @@ from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.aspects import Aspect
 from face.cost import Pricing
 from face.data.schema import Conversation, Instruction
+from face.data.split import split_conversations
 from face.llm.usage import estimate_input_tokens
 from face.methods import Inputs, MethodOutput
+from face.methods.job import LLMJob
 from face.prompts import render, template_text
-from face.report.tables import print_table
 from face.scoring import numbered, reasoned_value
 
 log = logging.getLogger(__name__)
@@ -148,32 +149,26 @@ class _LLMBaseline:
         return out
 
     def predict(self, inputs: Inputs) -> MethodOutput:
-        from face.llm import LLMConfig, make_client
+        from face.llm import LLMConfig
 
         lcfg = LLMConfig.from_dict(inputs.llm)
         native = lcfg.supports_json_schema
         units = units_of(inputs.aspects, inputs.convs)
-        label = self.describe(inputs.llm)
+        job = LLMJob(lcfg, inputs.run_dir, self.describe(inputs.llm), name=self.name)
         self.register(inputs)
         run_dir = inputs.run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
-        costs_path = run_dir / f"cost_estimate_{self.name}.csv"
-        if lcfg.dry_run:
-            reqs = self.requests(units, inputs, None, native)
-            costs = self.estimate(reqs, inputs)
-            costs.to_csv(costs_path, index=False)
-            print_table(f"Cost estimate (dry run, nothing sent) — {label}", costs, 2)
-            return MethodOutput(Predictions.empty(), label=label + " — DRY RUN, nothing sent", artifacts=[costs_path],
-                                metrics={f"estimate.{self.name}.calls": float(costs['calls'].sum())}, dry_run=True)
-        with make_client(lcfg) as client:
+        if job.dry_run:  # G-Eval's steps are not drawn: its requests are estimated without them
+            costs = self.estimate(self.requests(units, inputs, None, native), inputs)
+            job.gate(costs)
+            job.metrics[f"estimate.{self.name}.calls"] = float(costs["calls"].sum())
+            return job.dry_run_output()
+        with job.client() as client:
             self.prepare(inputs, client, native)
             reqs = self.requests(units, inputs, client, native)
-            costs = self.estimate(reqs, inputs)
-            costs.to_csv(costs_path, index=False)
-            print_table(f"Cost estimate before sending — {label}", costs, 2)
+            job.gate(self.estimate(reqs, inputs))  # over llm.max_cost_usd: refused before the scoring requests
             results = client.run_batch(reqs, desc=self.name)
-            usage_path = client.usage.write_artifact(run_dir / f"llm_usage_{self.name}.json")
-            metrics = client.usage.mlflow_metrics(prefix=f"{self.name}.llm_")
+            job.finish(client)
+        metrics = job.metrics
         values, invalid = zip(*(self.value(u, r) for u, r in zip(units, results))) if units else ((), ())
         detail = pd.DataFrame({"aspect": [u.aspect.name for u in units], "conv_id": [u.conv.conv_id for u in units],
                                "turn_ind": [u.turn_ind for u in units], "score": list(values),
@@ -183,7 +178,7 @@ class _LLMBaseline:
         metrics[f"{self.name}.units"] = len(units)
         metrics[f"{self.name}.units_without_score"] = int(detail["score"].isna().sum())
         metrics[f"{self.name}.invalid_samples"] = int(np.sum(invalid)) if units else 0
-        return MethodOutput(predictions(units, values), detail, label, [costs_path, usage_path, detail_path], metrics)
+        return MethodOutput(predictions(units, values), detail, job.label, [*job.artifacts, detail_path], metrics)
 
 
 def _mean_valid(result, scale: Sequence[int]) -> tuple[float | None, int]:
@@ -216,12 +211,6 @@ class LLMDirect(_LLMBaseline):
 
 def training_conversations(convs: Sequence[Conversation], folds: int, seed: int) -> list[Conversation]:
     """The optimizer's training side (fold 0 held out as test, no dev)."""
-    try:
-        from face.data.split import split_conversations
-    except ImportError:  # the optimizer's split is not in this tree: the same rule, seeded, by system
-        rng = np.random.default_rng(seed)
-        keep = {c.conv_id for c in convs if rng.random() >= 1 / folds}
-        return [c for c in convs if c.conv_id in keep]
     split = split_conversations(convs, folds=folds, fold=0, dev_fraction=0.0, seed=seed)
     train = set(split.train)
     return [c for c in convs if c.conv_id in train]

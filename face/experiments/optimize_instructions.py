@@ -21,8 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from face.cost import Pricing
 from face.data.split import split_conversations
 from face.experiments.common import ConfigError, experiment
-from face.llm import LLMConfig, make_client
+from face.llm import LLMConfig
 from face.llm.usage import estimate_input_tokens
+from face.methods.job import LLMJob
 from face.optimize import checkpoint
 from face.optimize.beam import BeamSearch, StopOptimization, Writer
 from face.optimize.checkpoint import Candidate, ResumeMismatch
@@ -98,18 +99,18 @@ def run(cfg: DictConfig) -> dict:
                 est = estimate(oc, ci, pricing)
                 estimates.append(est.assign(aspect=a.name, setting=label))
         costs = pd.concat(estimates, ignore_index=True)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        costs.to_csv(run_dir / "cost_estimate.csv", index=False)
         summary = (costs[costs["stage"].isin(["per round", "total"])]
                    .groupby(["setting", "stage"], sort=False)[["calls", "input_tokens", "output_tokens", "cost_usd"]]
                    .sum().reset_index())
-        print_table(f"Optimizer cost before sending anything ({len(ctx.aspects)} aspects, {lcfg.model}; scoring "
-                    f"counts are upper bounds, cached pairs are free; paper setting: α=β=b=4, c=1, minibatch 20)",
-                    summary, 2)
-        tracker.log_artifacts([run_dir / "cost_estimate.csv"], "optimizer")
+        job = LLMJob(lcfg, run_dir, f"the optimizer, {len(ctx.aspects)} aspects, {lcfg.model}")
+        this_run = summary[(summary["setting"] == "this run") & (summary["stage"] == "total")]["cost_usd"].sum()
+        job.gate(summary, " (scoring counts are upper bounds, cached pairs are free; paper setting: α=β=b=4, c=1, "
+                 "minibatch 20)", estimated_usd=float(this_run))
+        costs.to_csv(job.artifacts[0], index=False)  # the per-aspect detail behind the summary printed
+        tracker.log_artifacts(job.artifacts, "optimizer")
         tracker.log_metrics({f"estimate.{r.setting.replace(' ', '_')}.{r.stage.replace(' ', '_')}.calls": r.calls
                              for r in summary.itertuples()})
-        if lcfg.dry_run:
+        if job.dry_run:
             print("Dry run: nothing was sent.", flush=True)
             return {"dry_run": True, "costs": costs}
 
@@ -120,7 +121,7 @@ def run(cfg: DictConfig) -> dict:
                                                                      if ocfg.resume else {})})
         results, trajectories, gradients, sets = [], [], [], {}
         try:
-            with make_client(lcfg) as client:
+            with job.client() as client:
                 decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, proxy, lcfg.supports_json_schema)
 
                 def usage() -> tuple[int, float]:
@@ -169,8 +170,8 @@ def run(cfg: DictConfig) -> dict:
                                 "dev_spearman": f"{row['dev_final_spearman']:.4f}"})
                     if ref:
                         tracker.set_tags({f"prompt.{name}": ref})
-                tracker.log_metrics(client.usage.mlflow_metrics())
-                client.usage.write_artifact(run_dir / "llm_usage.json")
+                job.finish(client)
+                tracker.log_metrics(job.metrics)
         except StopOptimization as stop:
             msg = (f"{stop}: checkpoint in {ckpt_dir}; continue with optimizer.resume={ckpt_dir} "
                    "(and the same settings)")

@@ -21,8 +21,8 @@ from face.aspects import Aspect
 from face.cost import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost
 from face.data.schema import Conversation, Instruction
 from face.datasets.face_released import SCORE_COLUMNS
-from face.errors import ConfigError
 from face.methods import Inputs, MethodOutput
+from face.methods.job import LLMJob
 from face.methods.parts import (
     INSTRUCTION_SOURCES,
     RELEASED_PARTICLES_PER_TURN,
@@ -32,7 +32,6 @@ from face.methods.parts import (
     unit_source,
 )
 from face.particles import Decomposition, ParticlesSpec
-from face.report.tables import print_table
 from face.score_records import ScoreSink, ScoreTally
 from face.scoring import (
     UNITS,
@@ -180,37 +179,24 @@ class Face:
         return self.units.proxy(inputs.dataset, inputs.data_dir, inputs.convs)
 
     def predict(self, inputs: Inputs) -> MethodOutput:
-        from face.llm import LLMConfig, make_client
+        from face.llm import LLMConfig
 
         run_dir, convs = inputs.run_dir, inputs.convs
         instructions = {a.name: self.instruction_set(inputs.data_dir, a) for a in inputs.aspects}
-        label = self.describe(inputs.llm, instructions)
+        lcfg = LLMConfig.from_dict(inputs.llm)
+        job = LLMJob(lcfg, run_dir, self.describe(inputs.llm, instructions))
         proxy = self.proxy(inputs)
         costs = self.estimate(inputs, instructions, proxy)
-        costs_path = run_dir / "cost_estimate.csv"
-        costs_path.parent.mkdir(parents=True, exist_ok=True)
-        costs.to_csv(costs_path, index=False)
-        proxy_note = self.units.proxy_note(inputs.dataset, proxy)
-        lcfg = LLMConfig.from_dict(inputs.llm)
-        if lcfg.batch:
-            proxy_note += (f" (OpenAI Batch API price: {lcfg.batch_price_factor:g} × list price "
-                           f"${costs['cost_usd'].iloc[-1] / lcfg.batch_price_factor:.2f})")
-        print_table(f"Cost estimate before sending anything{proxy_note} — {label}", costs, 2)
+        job.gate(costs, self.units.proxy_note(inputs.dataset, proxy))
         if inputs.tracker is not None:
             for a, ins in instructions.items():
                 inputs.tracker.register_instructions(a, ins, self.source.name)
-        estimated = float(costs["cost_usd"].iloc[-1])
-        if lcfg.max_cost_usd is not None and estimated > lcfg.max_cost_usd and not (lcfg.force or lcfg.dry_run):
-            raise ConfigError(f"llm.max_cost_usd={lcfg.max_cost_usd} is below the cost estimate ${estimated:.2f}: "
-                              "raise it, or pass llm.force=true to start anyway (the estimate ignores cached "
-                              "samples, so a resumed run may cost less; the budget still stops it)")
-        if lcfg.dry_run:
-            return MethodOutput(Predictions.empty(), label=label + " — DRY RUN, nothing sent", artifacts=[costs_path],
-                                metrics={f"estimate.{r.stage}.calls": r.calls for r in costs.itertuples()},
-                                dry_run=True)
+        if job.dry_run:
+            job.metrics.update({f"estimate.{r.stage}.calls": r.calls for r in costs.itertuples()})
+            return job.dry_run_output()
         by_id = {c.conv_id: c for c in convs}
         ds = inputs.dataset
-        with make_client(lcfg) as client:
+        with job.client() as client:
             decomps = self.units.decompositions(client, convs, ds, proxy, lcfg.supports_json_schema)
             parts, tally = [], ScoreTally()
             with ScoreSink(run_dir / "particle_scores.jsonl", decomps) as sink:
@@ -224,22 +210,21 @@ class Face:
                     scores = detail[detail["score"].notna()][SCORE_COLUMNS]
                     parts.append(aggregate(scores, inputs.levels, self.instruction_agg, self.particle_agg))
                     del detail, scores
-            usage_path = client.usage.write_artifact(run_dir / "llm_usage.json")
-            metrics = client.usage.mlflow_metrics()
-            server_path = write_server_report(client, run_dir / "llm_server.json", metrics)
+            job.finish(client)
+        metrics = job.metrics
         preds = Predictions(pd.concat([p.turn for p in parts], ignore_index=True),
                             pd.concat([p.dialogue for p in parts], ignore_index=True))
         if decomps is not None and self.empty_turn == "min":
             preds, n_filled = fill_empty(preds, inputs.aspects, convs, self.unlabelled_turns)
             metrics["predictions.empty_filled_with_min"] = n_filled
-        artifacts = [costs_path, usage_path, sink.path, *([server_path] if server_path else [])]
+        artifacts = [*job.artifacts, sink.path]
         if decomps is not None:
             artifacts.append(write_particles(decomps, convs, run_dir / "particles.jsonl"))
             metrics["particles.per_turn"] = particles_per_turn(decomps)
             metrics["particles.fallback_turns"] = sum(d.fallback is not None for d in decomps.values())
         metrics.update(tally.metrics(self.scoring.scorer.reads_logprobs))
         # the per-particle scores are in particle_scores.jsonl (not held in memory: a paper-size run has 0.7 M)
-        return MethodOutput(preds, None, label, artifacts, metrics)
+        return MethodOutput(preds, None, job.label, artifacts, metrics)
 
 
 def fill_empty(preds: Predictions, aspects: Sequence[Aspect], convs: Sequence[Conversation],
@@ -275,17 +260,4 @@ def write_particles(decomps: dict[tuple[str, int], Decomposition], convs: Sequen
                                    "user_feedback": p.user_feedback} for i, p in enumerate(d.particles)],
                     "source": d.source, "n_valid_samples": d.n_valid, "n_samples": d.n_samples, "votes": d.votes,
                     "fallback": d.fallback}) + "\n")
-    return path
-
-
-def write_server_report(client, path: Path, metrics: dict) -> Path | None:
-    """What the LLM server the client started says of the run (the replay judge: requests it answered, identical
-    prompts, refusals), as ``path`` and ``llm_server.*`` metrics; None for servers that say nothing."""
-    report = getattr(client.server, "report", None)
-    got = report() if callable(report) else None
-    if not got:
-        return None
-    path.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    metrics.update({f"llm_server.{k}": float(v) for k, v in got.items()
-                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return path

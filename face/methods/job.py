@@ -1,0 +1,111 @@
+"""One LLM job, the same for live FACE, every LLM baseline and the instruction optimizer:
+
+    plan -> estimate -> gate (write and print the estimate; refuse a run over llm.max_cost_usd; stop for a dry run)
+         -> send (one client) -> collect -> usage (llm_usage.json, llm_server.json, MLflow metrics)
+
+What a job plans, sends and collects is the caller's; the estimate table, the budget refusal, the dry run and the
+usage artifacts exist here only.
+
+    job = LLMJob(lcfg, run_dir, label)
+    job.gate(costs)                      # ConfigError over budget; the estimate is in run_dir
+    if job.dry_run:
+        return job.dry_run_output()
+    with job.client() as client:
+        ...                              # send, collect
+        job.finish(client)               # usage artifacts and metrics
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pandas as pd
+
+from face.aggregate import Predictions
+from face.errors import ConfigError
+from face.llm import LLMConfig
+from face.methods import MethodOutput
+from face.report.tables import print_table
+
+
+def estimated_cost(costs: pd.DataFrame) -> float:
+    """The run's estimated cost: the ``total`` row of a cost table, else the sum of its stages."""
+    total = costs[costs["stage"] == "total"] if "stage" in costs.columns else costs.iloc[0:0]
+    return float(total["cost_usd"].iloc[-1]) if len(total) else float(costs["cost_usd"].sum())
+
+
+@dataclass
+class LLMJob:
+    """The gate and the accounting of one LLM job, built once from the run's typed LLM settings."""
+
+    lcfg: LLMConfig
+    run_dir: Path
+    label: str  # what the job is, with its LLM (the estimate's and the run's description)
+    name: str = ""  # artifacts: cost_estimate[_name].csv, llm_usage[_name].json; metrics: [name.]llm_*
+    artifacts: list[Path] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def _file(self, stem: str, ext: str) -> Path:
+        return self.run_dir / (f"{stem}_{self.name}.{ext}" if self.name else f"{stem}.{ext}")
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.lcfg.dry_run)
+
+    def gate(self, costs: pd.DataFrame, note: str = "", estimated_usd: float | None = None) -> Path:
+        """Write and print the estimate; a ConfigError if it is over ``llm.max_cost_usd`` (unless ``llm.force`` or a
+        dry run). ``estimated_usd``: the figure compared with the cap (default: the table's total)."""
+        path = self._file("cost_estimate", "csv")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        costs.to_csv(path, index=False)
+        self.artifacts.append(path)
+        estimated = estimated_cost(costs) if estimated_usd is None else estimated_usd
+        if self.lcfg.batch:
+            note += (f" (OpenAI Batch API price: {self.lcfg.batch_price_factor:g} × list price "
+                     f"${estimated / self.lcfg.batch_price_factor:.2f})")
+        when = " (dry run: nothing is sent)" if self.dry_run else ""
+        print_table(f"Cost estimate before sending anything{when}{note} — {self.label}", costs, 2)
+        cap = self.lcfg.max_cost_usd
+        if cap is not None and estimated > cap and not (self.lcfg.force or self.dry_run):
+            raise ConfigError(f"llm.max_cost_usd={cap} is below the cost estimate ${estimated:.2f}: raise it, or "
+                              "pass llm.force=true to start anyway (the estimate ignores cached samples, so a "
+                              "resumed run may cost less; the budget still stops it)")
+        return path
+
+    def dry_run_output(self) -> MethodOutput:
+        """A method's output for a dry run: no predictions, the estimate as its artifact and metrics."""
+        return MethodOutput(Predictions.empty(), label=self.label + " — DRY RUN, nothing sent",
+                            artifacts=list(self.artifacts), metrics=dict(self.metrics), dry_run=True)
+
+    @contextmanager
+    def client(self) -> Iterator:
+        """The one client of the job (its server started and stopped with it)."""
+        from face.llm import make_client
+
+        with make_client(self.lcfg) as client:
+            yield client
+
+    def finish(self, client) -> None:
+        """The job's usage: llm_usage[_name].json, what the server says of the run (llm_server.json), metrics."""
+        self.artifacts.append(client.usage.write_artifact(self._file("llm_usage", "json")))
+        self.metrics.update(client.usage.mlflow_metrics(prefix=f"{self.name}.llm_" if self.name else "llm_"))
+        server = write_server_report(client, self._file("llm_server", "json"), self.metrics)
+        if server is not None:
+            self.artifacts.append(server)
+
+
+def write_server_report(client, path: Path, metrics: dict) -> Path | None:
+    """What the LLM server the client started says of the run (the replay judge: requests it answered, identical
+    prompts, refusals), as ``path`` and ``llm_server.*`` metrics; None for servers that say nothing."""
+    report = getattr(client.server, "report", None)
+    got = report() if callable(report) else None
+    if not got:
+        return None
+    path.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    metrics.update({f"llm_server.{k}": float(v) for k, v in got.items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    return path
