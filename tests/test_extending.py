@@ -121,13 +121,14 @@ def test_the_cost_estimate_of_undecomposed_conversations_counts_the_particles_to
     5 samples that is ≈ 224.6 scoring calls per turn, the paper's ≈ 226."""
     from face.data.schema import Conversation, Turn
     from face.datasets.chatlogs import ChatLogs
+    from face.llm import LLMConfig
     from face.methods import Inputs
     from face.methods.live import Face
 
     conv = Conversation("c", (Turn(0, "USER", "hi"), Turn(1, "ASST", "Try Heat."), Turn(2, "USER", "ok")), system="s")
     ds = ChatLogs(path="x.json")
     face = Face()
-    inputs = Inputs(ds, [conv], [ds.aspect("relevance")], data_dir, data_dir, {"n_per_request": 1})
+    inputs = Inputs(ds, [conv], [ds.aspect("relevance")], data_dir, data_dir, LLMConfig(n_per_request=1))
     instructions = {"relevance": face.instruction_set(data_dir, ds.aspect("relevance"))}
     costs = face.estimate(inputs, instructions, face.proxy(inputs)).set_index("stage")
     assert costs.loc["score:relevance", "calls"] == round(16 * 5 * 6274 / 2235)

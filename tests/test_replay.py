@@ -21,6 +21,7 @@ from face.aggregate import Predictions
 from face.data.schema import Particle
 from face.datasets.crsarena import ASPECTS, CRSArenaEval, load_conversations
 from face.datasets.face_released import load_instructions, load_released_particles
+from face.llm import LLMConfig
 from face.methods import Inputs
 from face.methods.live import Face
 from face.methods.released import FaceReleased
@@ -51,7 +52,8 @@ def _llm(cfg_factory, tmp_path: Path, **over) -> dict:
 
 def _inputs(data_dir: Path, tmp_path: Path, llm: dict, aspects: list[str]) -> Inputs:
     convs = [c for c in load_conversations(data_dir / "crsarena_eval/crs_arena_eval.json") if c.conv_id in CONVS]
-    return Inputs(CRSArenaEval(), convs, [ASPECTS[a] for a in aspects], data_dir, tmp_path / "run", llm)
+    return Inputs(CRSArenaEval(), convs, [ASPECTS[a] for a in aspects], data_dir, tmp_path / "run",
+                  LLMConfig.from_dict(llm))
 
 
 def _as_dict(p: Predictions) -> dict:

@@ -31,7 +31,7 @@ class Dataset:
 
     def __init__(self, name: str, limit: int | None = None, systems: Sequence[str] | None = None,
                  splits: Sequence[str] | None = None, download: bool = True, instructions: str = "initial"):
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"dataset.limit must be a positive integer or null, got {limit!r}")
         unknown = sorted(set(splits or ()) - set(self.splits_all))
         if unknown:

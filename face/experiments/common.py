@@ -9,6 +9,7 @@ overwritten by it (``report.out_dir`` overrides both).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -25,7 +26,8 @@ from face.aspects import Aspect
 from face.data import ensure_data
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
-from face.errors import DataError
+from face.errors import ConfigError, DataError, require_writable_dir
+from face.llm import LLMConfig
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
 from face.runfile import write_run_file
@@ -37,8 +39,6 @@ log = logging.getLogger(__name__)
 # set +checks.max_utterance_chars=N (or null to switch the check off)
 MAX_UTTERANCE_CHARS = 20_000
 
-
-from face.errors import ConfigError, require_writable_dir  # noqa: E402  (ConfigError re-exported)
 
 
 @dataclass
@@ -56,15 +56,16 @@ class Context:
     tracker: Tracker
     has_labels: bool = True  # False for user conversations without human labels: predict only
     extra: dict = field(default_factory=dict)
+    llm: LLMConfig | None = None  # conf/llm as LLMConfig: built and checked once, before anything runs
 
     @property
     def method(self) -> Method:
         return next(iter(self.methods.values()))
 
     def inputs(self) -> Inputs:
-        llm = OmegaConf.to_container(self.cfg.llm, resolve=True) if "llm" in self.cfg else {}
-        if llm and not llm.get("usage_file"):
-            llm["usage_file"] = str(self.run_dir / "llm_usage.json")  # written even when the run stops early
+        llm = self.llm
+        if llm is not None and not llm.usage_file:  # written even when the run stops early
+            llm = dataclasses.replace(llm, usage_file=str(self.run_dir / "llm_usage.json"))
         return Inputs(self.dataset, self.convs, self.aspects, self.data_dir, self.run_dir, llm, self.tracker)
 
     def predict(self, method: Method | None = None) -> MethodOutput:
@@ -217,7 +218,7 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
     Every setting is checked (``ConfigError``: one line naming it) before anything is fetched, written or
     sent; the MLflow run opens only after that."""
     try:
-        check_settings(cfg, method_cfgs)
+        llm = check_settings(cfg, method_cfgs)
         dataset = build(cfg.dataset)
         methods = {name: build(node) for name, node in (method_cfgs or {cfg.method.name: cfg.method}).items()}
         aspects = dataset.resolve_aspects(cfg.get("aspects"))
@@ -252,7 +253,7 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
         has_labels = any(c.labels or any(t.labels for t in c.turns) for c in convs)
         log.info("%s; results -> %s", subset, out_dir)
         yield Context(cfg, dataset, methods, convs, aspects, splits, data_dir, out_dir, run_dir, subset, tracker,
-                      has_labels)
+                      has_labels, llm=llm)
 
 
 # ---------------------------------------------------------------- checks before anything runs
@@ -275,11 +276,10 @@ _METHOD_NUMBERS = (("n", "int", 1, False), ("temperature", "num", 0, True), ("ma
                    ("particles.max_tokens", "int", 1, True), ("instructions.max", "int", 1, True))
 
 
-def check_settings(cfg: DictConfig, method_cfgs: dict[str, DictConfig] | None = None) -> None:
-    """Settings the builders do not check themselves (or check only after something was sent)."""
-    limit = _setting(cfg, "dataset.limit")
-    if limit is not None and (not _is_int(limit) or limit < 1):
-        raise ConfigError(f"dataset.limit must be a positive integer or null, got {limit!r}")
+def check_settings(cfg: DictConfig, method_cfgs: dict[str, DictConfig] | None = None) -> LLMConfig | None:
+    """Settings the builders do not check themselves (or check only after something was sent; the dataset checks its
+    own selection, the methods their own settings when built); returns the LLM
+    settings typed (``LLMConfig``, checked here once), or None for a configuration without ``llm``."""
     n_boot = _setting(cfg, "metaeval.n_boot", 0)
     if not _is_int(n_boot) or n_boot < 0:
         raise ConfigError(f"metaeval.n_boot must be an integer >= 0 (0 = no confidence intervals), got {n_boot!r}")
@@ -298,16 +298,16 @@ def check_settings(cfg: DictConfig, method_cfgs: dict[str, DictConfig] | None = 
             if not ok:
                 what = "an integer" if kind == "int" else "a number"
                 raise ConfigError(f"{prefix}.{key} must be {what} >= {lo}{' or null' if nullable else ''}, got {v!r}")
+    llm = None
     if "llm" in cfg:
-        from face.llm import LLMConfig
-
         try:
-            LLMConfig.from_dict(cfg.llm)
+            llm = LLMConfig.from_dict(cfg.llm)
         except ValueError as e:
             raise ConfigError(str(e)) from None
     max_chars = _setting(cfg, "checks.max_utterance_chars", MAX_UTTERANCE_CHARS)
     if max_chars is not None and (not _is_int(max_chars) or max_chars < 1):
         raise ConfigError(f"checks.max_utterance_chars must be a positive integer or null, got {max_chars!r}")
+    return llm
 
 
 def llm_server_files(cfg: DictConfig) -> list[str]:

@@ -54,7 +54,7 @@ def run_config(ocfg: OptimizerConfig, aspect: str, ctx, lcfg: LLMConfig, method)
     """What the optimization of one aspect depends on (compared when resuming)."""
     return {"optimizer": ocfg.fingerprint_fields(), "aspect": aspect,
             "conversations": sorted(c.conv_id for c in ctx.convs),
-            "llm": {"model": lcfg.model, "backend": ctx.cfg.llm.get("backend")},
+            "llm": {"model": lcfg.model, "backend": lcfg.backend},
             "scoring": json.loads(json.dumps(asdict(method.scoring))), "particles": method.particles.source}
 
 
@@ -80,7 +80,7 @@ def run(cfg: DictConfig) -> dict:
             raise ConfigError("optimize_instructions needs method=face with method.unit=particle")
         tracker, run_dir = ctx.tracker, ctx.run_dir
         inputs = ctx.inputs()
-        lcfg = LLMConfig.from_dict(inputs.llm)
+        lcfg = inputs.llm
         split = split_conversations(ctx.convs, ocfg.split.folds, ocfg.split.fold, ocfg.split.dev_fraction,
                                     ocfg.split.seed)
         tracker.set_tags({"split.train": len(split.train), "split.dev": len(split.dev), "split.test": len(split.test)})

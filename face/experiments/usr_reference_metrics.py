@@ -87,7 +87,7 @@ def run(cfg: DictConfig) -> dict:
                 ensure_data(ctx.data_dir, dataset.files(), cfg.paths.get("data_mirror"), dataset.download)
                 convs = dataset.select(dataset.load_all(ctx.data_dir))
             aspects = dataset.resolve_aspects(cfg.get("aspects"))
-            inputs = Inputs(dataset, convs, aspects, ctx.data_dir, ctx.run_dir, {}, ctx.tracker)
+            inputs = Inputs(dataset, convs, aspects, ctx.data_dir, ctx.run_dir, None, ctx.tracker)
             outs = predict_many(metrics, inputs)
             n_items[corpus] = sum(len(c.evaluated_turns()) for c in convs)
             for m, out in outs.items():

@@ -1,4 +1,5 @@
-"""LLMConfig: every knob of the LLM access layer (keys of conf/llm/*.yaml; defaults in conf/llm/base.yaml)."""
+"""LLMConfig: every knob of the LLM access layer (keys of conf/llm/*.yaml). The defaults here are conf/llm/base.yaml's
+(tests/llm/test_config_cli.py holds them equal), so a run and a client built in code behave alike."""
 from __future__ import annotations
 
 import dataclasses
@@ -46,7 +47,7 @@ class LLMConfig:
     # wire format of a json_schema response_format: "openai" ({"type": "json_schema", "json_schema":
     # {"name", "schema"}}) or "json_object_schema" ({"type": "json_object", "schema": ...}; llama-cpp-python)
     json_schema_format: str = "openai"
-    concurrency: int = 2  # requests in flight at most (the cap of the adaptive limit)
+    concurrency: int = 8  # requests in flight at most (the cap of the adaptive limit)
     adaptive_concurrency: bool = False  # AIMD between 1 and `concurrency` (face/llm/limiter.py)
     concurrency_start: int | None = None  # the adaptive limit's first value (None: `concurrency`)
     latency_tolerance: float = 2.0  # adaptive: back off when latency exceeds this × its unloaded value

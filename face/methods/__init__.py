@@ -18,6 +18,7 @@ import pandas as pd
 from face.aggregate import Predictions
 from face.aspects import Aspect
 from face.data.schema import Conversation
+from face.llm.config import LLMConfig
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Inputs:
     aspects: list[Aspect]
     data_dir: Path
     run_dir: Path  # the job's own directory (run files, per-particle files)
-    llm: dict = field(default_factory=dict)  # resolved LLM config (conf/llm), for methods that call one
+    llm: LLMConfig | None = None  # the LLM settings (conf/llm), typed once by the experiment; None: no LLM
     tracker: Any = None  # face.tracking.Tracker or None
 
     @property

@@ -21,6 +21,7 @@ from face.aspects import Aspect
 from face.cost import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost
 from face.data.schema import Conversation, Instruction
 from face.datasets.face_released import SCORE_COLUMNS
+from face.errors import ConfigError
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
 from face.methods.parts import (
@@ -147,12 +148,12 @@ class Face:
 
     def describe(self, llm: dict, instructions: dict[str, list[Instruction]]) -> str:
         n_instr = sorted({len(v) for v in instructions.values()})
-        parts = [f"FACE live — LLM: {llm.get('model')} ({llm.get('backend')})", self.units.describe(),
+        parts = [f"FACE live — LLM: {llm.model} ({llm.backend})", self.units.describe(),
                  f"instructions: {self.source.name} × {'/'.join(map(str, n_instr))}"]
         parts.append(self.scoring.scorer.describe(self.scoring))
         parts.append(("reasoning before the score" if self.reasoning else "score only, no reasoning")
                      + f"; invalid answers: {self.invalid.attempts} draws, then {self.invalid.fallback}")
-        if llm.get("backend") == "local":
+        if llm.backend == "local":
             parts.append("TINY LOCAL MODEL: pipeline check only, no judging signal")
         return "; ".join(parts)
 
@@ -179,11 +180,11 @@ class Face:
         return self.units.proxy(inputs.dataset, inputs.data_dir, inputs.convs)
 
     def predict(self, inputs: Inputs) -> MethodOutput:
-        from face.llm import LLMConfig
-
         run_dir, convs = inputs.run_dir, inputs.convs
         instructions = {a.name: self.instruction_set(inputs.data_dir, a) for a in inputs.aspects}
-        lcfg = LLMConfig.from_dict(inputs.llm)
+        lcfg = inputs.llm
+        if lcfg is None:
+            raise ConfigError("method=face calls an LLM: the configuration needs an llm group")
         job = LLMJob(lcfg, run_dir, self.describe(inputs.llm, instructions))
         proxy = self.proxy(inputs)
         costs = self.estimate(inputs, instructions, proxy)

@@ -102,3 +102,18 @@ def test_cli_as_module(tmp_path):
     out = subprocess.run([sys.executable, "-m", "face.llm", "stats", "--cache-dir", str(tmp_path), "--json"],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], check=True)
     assert '"samples": 0' in out.stdout
+
+
+def test_llm_config_defaults_are_the_shipped_base_yaml():
+    """One source of defaults: a client built in code (LLMConfig()) behaves like a run (conf/llm/base.yaml)."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    base = OmegaConf.to_container(OmegaConf.load(Path(__file__).resolve().parents[2] / "conf/llm/base.yaml"))
+    defaults = LLMConfig()
+    own = {f.name for f in dataclasses.fields(LLMConfig)}
+    assert set(base) <= own, "conf/llm/base.yaml has keys LLMConfig does not know"
+    differ = {k: (v, getattr(defaults, k)) for k, v in base.items()
+              if v != "???" and not str(v).startswith("${") and v != getattr(defaults, k)}
+    assert differ == {}, f"base.yaml vs LLMConfig defaults: {differ}"
