@@ -1,6 +1,6 @@
 # Set-up and everyday commands. Every target installs what it needs first (a venv in .venv).
 #   make run    — the main job: reproduce the FACE row of Table 2 from the released scores (no LLM, no key)
-#   make test   — lint + the whole test suite, including the slow tests on the embedded local LLM
+#   make test   — lint + the whole test suite: the fast tests on both cores, then the slow ones (embedded local LLM)
 # Without internet, point FACE_DATA_MIRROR at a copy of the data, e.g. FACE_DATA_MIRROR=../shared/data make run
 #
 # `make run` installs only the main environment (requirements.lock). The embedded local LLM
@@ -39,11 +39,13 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
+# the fast suite on both cores (pytest-xdist), then the slow tests one at a time (timings, servers, the embedded LLM)
 test: setup-local lint
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n 2 $(ARGS)
+	$(BIN)/python -m pytest -q -m slow $(ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n 2 $(ARGS)
 
 test-slow: setup-local
 	$(BIN)/python -m pytest -q -m slow $(ARGS)
