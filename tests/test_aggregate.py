@@ -61,6 +61,11 @@ def test_summation_order_noise_cannot_break_ties():
     rows += [("relevance", "c", 3, 0, f"i{k}", v) for k, v in enumerate([0.3, 0.2, 0.1])]
     p = aggregate(pd.DataFrame(rows, columns=SCORES.columns), LEVELS)
     assert _turn(p, 1) == _turn(p, 3)
+    # the same at dialogue level: two conversations whose particle means differ only in summation order
+    rows = [("understanding", "a", 1, j, "i0", v) for j, v in enumerate([0.1, 0.2, 0.3])]
+    rows += [("understanding", "b", 1, j, "i0", v) for j, v in enumerate([0.3, 0.2, 0.1])]
+    d = aggregate(pd.DataFrame(rows, columns=SCORES.columns), LEVELS).dialogue.set_index("conv_id")["pred"]
+    assert d["a"] == d["b"] == 0.2
 
 
 def test_random_subsets_reproducible():

@@ -209,6 +209,34 @@ def test_some_invalid_samples_are_replaced_by_valid_redraws(tmp_path, convs, dat
     assert r.samples == [None, 2, None, 2, 2] and r.score == 2.0 and r.n_retried == 2 and r.n_defaulted == 0
 
 
+@pytest.mark.parametrize("fallback,expected", [("min", 2 / 3), ("drop", 2.0)])
+def test_samples_still_invalid_after_the_redraws_follow_the_policy_beside_valid_ones(tmp_path, convs, data_dir,
+                                                                                   fallback, expected):
+    """Only seed 0 answers (2): of n = 3 one is valid after 2 draws; min counts the other two as 0, drop leaves
+    them out."""
+    with ScriptedServer(responder=lambda b: '{"score": 2}' if b.get("seed") == 0 else "?") as info:
+        units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:1]
+        spec = ScoringSpec("sampling", 3, reasoning=False, invalid=InvalidPolicy(attempts=2, fallback=fallback))
+        planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, spec, True)
+        with make_client(_client_cfg(info, tmp_path, n_per_request=1)) as client:
+            [r] = score(client, planned, spec)
+    assert r.samples == [2, None, None, None, None] and r.n_valid == 1
+    assert r.score == pytest.approx(expected)
+    assert r.n_defaulted == (2 if fallback == "min" else 0)
+
+
+@pytest.mark.parametrize("fallback", ["min", "drop"])
+def test_logprobs_estimator_without_logprobs_uses_the_parsed_answer_else_the_policy(fallback):
+    unit = Unit(ASPECTS["relevance"], "c", 1, 0, P("recommendation", "Heat", ""))
+    p = Planned(unit, INSTR[0], None)
+    spec = ScoringSpec("logprobs", reasoning=False, invalid=InvalidPolicy(fallback=fallback))
+    r = record_from_samples(p, [Completion('{"score": 1}', "stop", logprobs=None)], spec)
+    assert (r.score, r.n_valid, r.fallback) == (1.0, 1, "parsed_value_without_logprobs")
+    r = record_from_samples(p, [Completion("no idea", "stop", logprobs=None)], spec)
+    assert r.n_valid == 0
+    assert r.score == (0.0 if fallback == "min" else pytest.approx(math.nan, nan_ok=True))
+
+
 def test_logprobs_estimator_is_probability_weighted_and_records_mass(tmp_path, convs, data_dir):
     with ScriptedServer() as info:  # default responder: schema-valid answer with logprobs
         units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:4]

@@ -170,3 +170,66 @@ def test_bootstrap_coefficients_in_blocks_equal_the_whole_matrix_and_stay_linear
     monkeypatch.setattr(metaeval, "ROWS", 10 ** 9)
     assert np.array_equal(kendall, WEIGHTED["kendall"](x, y, w), equal_nan=True)
     assert np.array_equal(spearman, WEIGHTED["spearman"](x, y, w), equal_nan=True)
+
+
+# ---------------------------------------------------------------- what the mutation run showed untested
+
+def test_p_values_are_scipys():
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=25)
+    y = 0.3 * x + rng.normal(size=25)
+    got = correlate(x, y)
+    for c in COEFFICIENTS:
+        assert got[c][1] == pytest.approx(SCIPY[c](x, y)[1], rel=1e-9)
+        assert got[c][1] != pytest.approx(got[c][0])  # a p-value, not the coefficient again
+
+
+def test_every_conversation_is_drawn_once_per_replicate_on_average_within_its_stratum():
+    """Resampling with replacement: each conversation is expected once per replicate (the last one too), and a
+    stratum's draws stay in the stratum."""
+    from face.metaeval import cluster_counts
+
+    clusters = np.array([f"c{i}" for i in range(7)])
+    strata = np.array(["s1"] * 3 + ["s2"] * 4)
+    counts, inv = cluster_counts(clusters, 4000, np.random.default_rng(5), strata)
+    assert counts.shape == (4000, 7) and (inv == np.arange(7)).all()
+    assert (counts[:, :3].sum(axis=1) == 3).all() and (counts[:, 3:].sum(axis=1) == 4).all()
+    np.testing.assert_allclose(counts.mean(axis=0), 1.0, atol=0.08)  # every one, the last included
+    assert (counts.max(axis=0) >= 3).all()  # with replacement: a conversation can come several times
+
+
+@pytest.mark.parametrize("confidence", [0.8, 0.95])
+def test_bootstrap_ci_is_the_requested_percentile_interval(confidence):
+    x, y, groups = _clustered(4, 20, 3)
+    got = bootstrap_ci(x, y, groups, 300, seed=2, confidence=confidence)
+    w = cluster_weights(groups, 300, np.random.default_rng(2)).astype(int)
+    tail = 50 * (1 - confidence)
+    for coef in COEFFICIENTS:
+        vals = [SCIPY[coef](np.repeat(x, wr), np.repeat(y, wr))[0] for wr in w]
+        assert got[coef] == pytest.approx(tuple(np.percentile(vals, [tail, 100 - tail])), abs=1e-9)
+
+
+def test_system_level_interval_is_the_brute_force_over_resampled_conversations():
+    """Resample conversations within each system, recompute every system's mean prediction and mean label from
+    the resampled items (pandas), correlate the means (scipy): the percentile interval is the reported one."""
+    rng = np.random.default_rng(8)
+    rows = []
+    for s in range(5):
+        for c in range(4):
+            for t in range(1 + (c % 3)):  # conversations of different lengths: a mean over items, not over convs
+                h = float(rng.integers(0, 3))
+                rows.append((f"s{s}_c{c}", f"s{s}", h + 0.5 * s + rng.normal(0, 0.7), h + 0.3 * s))
+    df = pd.DataFrame(rows, columns=["conv_id", "system", "pred", "human"])
+    got = system_correlations(df, n_boot=200, seed=4, confidence=0.9)
+    w = cluster_weights(df["conv_id"].to_numpy(), 200, np.random.default_rng(4), strata=df["system"].to_numpy())
+    assert (w[:, df["conv_id"] == "s0_c1"] == w[:, [list(df["conv_id"]).index("s0_c1")]]).all()  # whole convs
+    for coef in COEFFICIENTS:
+        vals = []
+        for wr in w.astype(int):
+            boot = df.loc[df.index.repeat(wr)]
+            means = boot.groupby("system")[["pred", "human"]].mean().round(10)  # ties exact (system_means)
+            vals.append(SCIPY[coef](means["pred"], means["human"])[0])
+        lo, hi = np.nanpercentile(vals, [5, 95])
+        assert got[coef][2:4] == pytest.approx((lo, hi), abs=1e-9), coef
+        means = df.groupby("system")[["pred", "human"]].mean()
+        assert got[coef][:2] == pytest.approx(tuple(SCIPY[coef](means["pred"], means["human"])), abs=1e-9)

@@ -75,6 +75,17 @@ def test_authors_released_run_file_reads_every_value(data_dir):
     ([{"conv_id": "a", "turns": [{"turn_ind": 1, "turn_level_pred": {"charm": 1}}]}], "unknown aspect 'charm'"),
     ([{"conv_id": "a", "turns": [{"turn_ind": 1, "turn_level_pred": {"relevance": "x"}}]}], "expected a number"),
     ([{"conv_id": "a", "dial_level_pred": {"efficiency": float("nan")}}], "prediction is nan"),
+    ({"conv_id": "a"}, "top level.*expected a list"),
+    ([], "no conversations"),
+    ([{"conv_id": 7}], r"index 0.*conv_id"),
+    ([{"conv_id": "a", "turns": {"turn_ind": 1}}], "conversation 'a'.*turns"),
+    ([{"conv_id": "a", "turns": [{"turn_ind": "1", "turn_level_pred": {}}]}], r"turns\[0\].*turn_ind"),
+    ([{"conv_id": "a", "turns": [{"turn_ind": 1, "turn_level_pred": [1]}]}], r"turns\[0\].*turn_level_pred"),
+    ([{"conv_id": "a", "dial_level_pred": [0.5]}], "conversation 'a'.*expected an object"),
+    ([{"conv_id": "a", "turns": [{"turn_ind": 1, "turn_level_pred": {}}, {"turn_ind": 1, "turn_level_pred": {}}]}],
+     "duplicate turn_ind 1"),
+    ([{"conv_id": "a"}, {"conv_id": "a"}], "duplicate conversation"),
+    ([{"conv_id": "a", "dial_level_pred": {"efficiency": True}}], "expected a number"),
 ])
 def test_bad_run_files(tmp_path, payload, match):
     p = tmp_path / "bad.json"

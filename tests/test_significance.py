@@ -102,3 +102,54 @@ def test_comparison_table_on_conversations():
     assert row["diff"] == pytest.approx(np.corrcoef(a, y)[0, 1] - np.corrcoef(b, y)[0, 1])
     assert row["p_bootstrap"] < 0.05 and row["p_williams"] < 0.05
     assert math.isnan(table.iloc[1]["p_williams"])  # Williams is for Pearson only
+
+
+def test_p_value_and_ci_come_from_the_same_resampled_differences():
+    """Brute force: the conversations drawn for the CI (seeded), d* = coef(a) − coef(b) on each resample by scipy;
+    the CI is its percentile interval and the p-value 2·min(P(d* ≤ 0), P(d* ≥ 0)) of the very same d*."""
+    from scipy import stats
+
+    from face.metaeval import cluster_weights
+
+    rng = np.random.default_rng(5)
+    a, b, y, cl = _clustered(rng, 15, 3, 0.5, 0.35, 0.3)
+    res = paired_bootstrap(a, b, y, cl, "pearson", n_boot=300, seed=9, confidence=0.9)
+    w = cluster_weights(cl, 300, np.random.default_rng(9)).astype(int)
+    d = np.array([stats.pearsonr(np.repeat(a, r), np.repeat(y, r))[0] - stats.pearsonr(np.repeat(b, r),
+                                                                                      np.repeat(y, r))[0] for r in w])
+    assert (res["ci_low"], res["ci_high"]) == pytest.approx(tuple(np.percentile(d, [5, 95])), abs=1e-9)
+    assert res["p_value"] == pytest.approx(min(1.0, 2 * min(np.mean(d <= 0), np.mean(d >= 0))))
+    assert 0 < res["p_value"] < 1  # a case where the two tails differ
+
+
+def test_comparison_table_rows_are_per_split_with_the_reference_as_a():
+    """Each split's row uses that split's items only; value_a is the reference's correlation, value_b the other's."""
+    from scipy import stats
+
+    rng = np.random.default_rng(6)
+    aspect = Aspect("overall", "turn", (1, 2, 3, 4, 5), "overall", {i: str(i) for i in range(1, 6)}, "overall")
+    convs, rows_a, rows_b, truth = [], [], [], []
+    for i in range(40):
+        split = "x" if i < 24 else "z"
+        y = float(rng.integers(1, 6))
+        pa, pb = y + rng.normal(0, 0.5 if split == "x" else 2.0), y + rng.normal(0, 1.5)
+        cid = f"c{i}"
+        convs.append(Conversation(cid, (Turn(0, USER, "hi", {}), Turn(1, ASSISTANT, "hello", {"overall": y})),
+                                  {}, system=f"s{i % 3}", split=split, evaluated=(1,)))
+        rows_a.append(("overall", cid, 1, pa))
+        rows_b.append(("overall", cid, 1, pb))
+        truth.append((split, y, pa, pb))
+    cols = ["aspect", "conv_id", "turn_ind", "pred"]
+    empty = pd.DataFrame(columns=["aspect", "conv_id", "pred"])
+    preds = {"A": Predictions(pd.DataFrame(rows_a, columns=cols), empty),
+             "B": Predictions(pd.DataFrame(rows_b, columns=cols), empty)}
+    table = comparison_table(preds, "A", convs, [aspect], splits=["x", "z", "all"], coefficients=["spearman"],
+                             n_boot=50).set_index("split")
+    t = pd.DataFrame(truth, columns=["split", "y", "a", "b"])
+    for split in ("x", "z", "all"):
+        sub = t if split == "all" else t[t["split"] == split]
+        row = table.loc[split]
+        assert row["n"] == len(sub) and (row["method_a"], row["method_b"]) == ("A", "B")
+        assert row["value_a"] == pytest.approx(stats.spearmanr(sub["a"], sub["y"])[0])
+        assert row["value_b"] == pytest.approx(stats.spearmanr(sub["b"], sub["y"])[0])
+        assert row["diff"] == pytest.approx(row["value_a"] - row["value_b"])
