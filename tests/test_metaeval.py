@@ -216,7 +216,7 @@ def test_system_level_interval_is_the_brute_force_over_resampled_conversations()
     rows = []
     for s in range(5):
         for c in range(4):
-            for t in range(1 + (c % 3)):  # conversations of different lengths: a mean over items, not over convs
+            for _ in range(1 + (c % 3)):  # conversations of different lengths: a mean over items, not over convs
                 h = float(rng.integers(0, 3))
                 rows.append((f"s{s}_c{c}", f"s{s}", h + 0.5 * s + rng.normal(0, 0.7), h + 0.3 * s))
     df = pd.DataFrame(rows, columns=["conv_id", "system", "pred", "human"])
