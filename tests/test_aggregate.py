@@ -7,7 +7,14 @@ import json
 import pandas as pd
 import pytest
 
-from face.aggregate import aggregate, particle_scores, random_instruction_subsets
+from face.aggregate import (
+    DIALOGUE_COLUMNS,
+    TURN_COLUMNS,
+    Predictions,
+    aggregate,
+    particle_scores,
+    random_instruction_subsets,
+)
 from face.data import RELEASED_RUN, released_scores_file
 from face.datasets.crsarena import ASPECTS
 from face.datasets.face_released import load_particle_scores
@@ -66,6 +73,22 @@ def test_summation_order_noise_cannot_break_ties():
     rows += [("understanding", "b", 1, j, "i0", v) for j, v in enumerate([0.3, 0.2, 0.1])]
     d = aggregate(pd.DataFrame(rows, columns=SCORES.columns), LEVELS).dialogue.set_index("conv_id")["pred"]
     assert d["a"] == d["b"] == 0.2
+
+
+def test_predictions_are_rounded_to_ten_decimals_and_empty_ones_have_their_columns():
+    rows = [("relevance", "c", 1, j, "i0", v) for j, v in enumerate([0.0, 0.0, 1.0])]
+    p = aggregate(pd.DataFrame(rows, columns=SCORES.columns), LEVELS)
+    assert _turn(p, 1) == 0.3333333333  # 1/3 to PRED_DECIMALS = 10
+    e = Predictions.empty()
+    assert list(e.turn.columns) == TURN_COLUMNS and list(e.dialogue.columns) == DIALOGUE_COLUMNS
+
+
+def test_random_subsets_take_any_k_from_one_to_all():
+    ids = [f"i{k}" for k in range(5)]
+    assert [len(s) for s in (random_instruction_subsets(ids, k, [0])[0] for k in (1, 5))] == [1, 5]
+    for k in (0, 6):
+        with pytest.raises(ValueError, match=f"k={k} must be between 1"):
+            random_instruction_subsets(ids, k, [0])
 
 
 def test_random_subsets_reproducible():

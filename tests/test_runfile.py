@@ -20,7 +20,9 @@ PREDS = Predictions(
 
 
 def test_written_file_is_the_authors_format_with_these_values(tmp_path):
-    raw = json.loads(write_run_file(PREDS, tmp_path / "run.json").read_text())
+    text = write_run_file(PREDS, tmp_path / "run.json").read_text()
+    assert text.splitlines()[1] == " {"  # indented by one space, as the committed run files are
+    raw = json.loads(text)
     # PREDS written out by hand in the authors' format: turns sorted by turn_ind, one entry per conversation
     assert raw == [
         {"conv_id": "c1",
@@ -90,5 +92,6 @@ def test_authors_released_run_file_reads_every_value(data_dir):
 def test_bad_run_files(tmp_path, payload, match):
     p = tmp_path / "bad.json"
     p.write_text(json.dumps(payload))
-    with pytest.raises(DataError, match=match):
+    with pytest.raises(DataError, match=match) as err:
         read_run_file(p, known=list(ASPECTS))
+    assert str(err.value).startswith(f"{p} [")  # the file first, then the record, then what is wrong

@@ -1,0 +1,225 @@
+"""Mutation testing of the modules whose numbers reach the published tables: does each module's own test suite
+notice when its code is subtly wrong?
+
+Every mutant is one small change to one line -- a comparison flipped (< to <=, == to !=), an arithmetic operator
+swapped (+ to -, * to /), a number off by one, `and` to `or`, a `not` dropped, a rounding dropped, the first two
+arguments of a call swapped -- made with Python's own `ast` module in a scratch copy of the package. The module's
+test files then run (`pytest -x`); the mutant is killed when they fail. A survivor is either a missing test or an
+equivalent mutant (the same behaviour written differently); `scripts/mutation_equivalent.txt` lists the ones
+judged equivalent, each with its reason, and they are left out of the score.
+
+    .venv/bin/python scripts/mutation.py                     # every target (≈ 15 min on 2 cores)
+    .venv/bin/python scripts/mutation.py --only metaeval     # one target
+    .venv/bin/python scripts/mutation.py --list              # the mutants, without running anything
+
+Prints one line per survivor (module:line, the change) and the score: killed / (mutants − equivalent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import concurrent.futures as cf
+import copy
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# module -> (the functions mutated, or None for all; the test files that are its own)
+TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
+    "aggregate": (None, ("tests/test_aggregate.py",)),
+    "metaeval": (None, ("tests/test_metaeval.py",)),
+    "significance": (None, ("tests/test_significance.py",)),
+    "runfile": (None, ("tests/test_runfile.py",)),
+    "scoring": (("score_value", "reasoned_value", "reasoned_expectation", "record_from_samples", "_mean",
+                 "SamplingEstimator", "LogprobsEstimator"),
+                ("tests/test_live_pipeline.py", "tests/test_fidelity.py")),
+}
+
+_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
+        ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
+        ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    module: str
+    index: int  # its place in the walk of the module's tree (the same on every run of the same source)
+    line: int
+    change: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}:{self.line}: {self.change}"
+
+
+def _in_targets(tree: ast.Module, names: tuple[str, ...] | None) -> set[int]:
+    """ids of the nodes inside the functions / classes to mutate (every node when ``names`` is None)."""
+    keep: set[int] = set()
+    for node in tree.body:
+        if names is None or (isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names):
+            keep.update(id(n) for n in ast.walk(node))
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef, ast.Module))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return keep - docstrings
+
+
+def _changes(node: ast.AST) -> list[tuple[str, callable]]:
+    """(description, apply) for every mutation of this one node; apply edits a copy of the node in place."""
+    out = []
+    if isinstance(node, ast.Compare):
+        for i, op in enumerate(node.ops):
+            if type(op) in _CMP:
+                new = _CMP[type(op)]
+                out.append((f"{type(op).__name__} -> {new.__name__}",
+                            lambda n, i=i, new=new: n.ops.__setitem__(i, new())))
+    elif isinstance(node, ast.BinOp) and type(node.op) in _BIN:
+        new = _BIN[type(node.op)]
+        out.append((f"{type(node.op).__name__} -> {new.__name__}", lambda n, new=new: setattr(n, "op", new())))
+    elif isinstance(node, ast.BoolOp):
+        new = ast.Or if isinstance(node.op, ast.And) else ast.And
+        out.append((f"{type(node.op).__name__} -> {new.__name__}", lambda n, new=new: setattr(n, "op", new())))
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        out.append(("not dropped", "unwrap"))
+    elif isinstance(node, ast.Constant) and type(node.value) in (int, float) and not isinstance(node.value, bool):
+        out.append((f"{node.value!r} -> {node.value + 1!r}", lambda n: setattr(n, "value", n.value + 1)))
+    elif isinstance(node, ast.Call):
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        if name == "round":
+            out.append(("rounding dropped", "unround"))
+        if len(node.args) >= 2 and not any(isinstance(a, ast.Starred) for a in node.args[:2]):
+            out.append((f"{name or 'call'}: first two arguments swapped",
+                        lambda n: n.args.__setitem__(slice(0, 2), [n.args[1], n.args[0]])))
+    return out
+
+
+def mutants_of(module: str) -> tuple[str, list[tuple[Mutant, str]]]:
+    """The module's source and every (mutant, mutated source)."""
+    names, _ = TARGETS[module]
+    path = ROOT / "face" / f"{module}.py"
+    source = path.read_text()
+    tree = ast.parse(source)
+    keep = _in_targets(tree, names)
+    nodes = [n for n in ast.walk(tree) if id(n) in keep]
+    out = []
+    for index, node in enumerate(nodes):
+        for change, how in _changes(node):
+            mutated = copy.deepcopy(tree)
+            target = [n for n in ast.walk(mutated)][[*ast.walk(tree)].index(node)]
+            if how == "unwrap":  # not x -> x
+                _replace(mutated, target, target.operand)
+            elif how == "unround":  # round(x, k) / x.round(k) -> x
+                inner = target.args[0] if isinstance(target.func, ast.Name) else target.func.value
+                _replace(mutated, target, inner)
+            else:
+                how(target)
+            try:
+                text = ast.unparse(ast.fix_missing_locations(mutated))
+            except Exception:
+                continue
+            out.append((Mutant(module, index, node.lineno, change), text))
+    return source, out
+
+
+def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
+    for parent in ast.walk(tree):
+        for field, value in ast.iter_fields(parent):
+            if value is old:
+                setattr(parent, field, new)
+                return
+            if isinstance(value, list):
+                for i, v in enumerate(value):
+                    if v is old:
+                        value[i] = new
+                        return
+
+
+def run_one(scratch: Path, mutant: Mutant, text: str, tests: tuple[str, ...], timeout: int) -> bool:
+    """True if the module's tests fail (the mutant is killed)."""
+    target = scratch / "face" / f"{mutant.module}.py"
+    target.write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(scratch), "FACE_PROJECT_ROOT": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        res = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+                              *[str(ROOT / t) for t in tests]], cwd=scratch, env=env, capture_output=True,
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return True  # a mutant that hangs is noticed (the suite would time out)
+    return res.returncode != 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", help="comma-separated modules (default: all of " + ", ".join(TARGETS) + ")")
+    ap.add_argument("--list", action="store_true", help="list the mutants, run nothing")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=300)
+    args = ap.parse_args(argv)
+    modules = args.only.split(",") if args.only else list(TARGETS)
+    equivalent = {}
+    eq_file = ROOT / "scripts" / "mutation_equivalent.txt"
+    if eq_file.exists():
+        for line in eq_file.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                key, _, why = line.partition(" | ")
+                equivalent[key.strip()] = why.strip()
+    total = killed = skipped = 0
+    survivors = []
+    for module in modules:
+        _, tests = TARGETS[module]
+        source, mutants = mutants_of(module)
+        print(f"{module}: {len(mutants)} mutants, tests {', '.join(tests)}", flush=True)
+        if args.list:
+            for m, _ in mutants:
+                print("  " + m.key + (" (equivalent)" if m.key in equivalent else ""))
+            continue
+        scratches: queue.Queue = queue.Queue()
+        dirs = []
+        for _ in range(max(1, args.jobs)):
+            d = Path(tempfile.mkdtemp(prefix="mutation_"))
+            shutil.copytree(ROOT / "face", d / "face", ignore=shutil.ignore_patterns("__pycache__"))
+            scratches.put(d)
+            dirs.append(d)
+
+        def run(item: tuple[Mutant, str], scratches=scratches, tests=tests) -> tuple[Mutant, bool]:
+            d = scratches.get()
+            try:
+                return item[0], run_one(d, item[0], item[1], tests, args.timeout)
+            finally:
+                scratches.put(d)
+
+        try:
+            todo = [(m, t) for m, t in mutants if m.key not in equivalent]
+            skipped += len(mutants) - len(todo)
+            with cf.ThreadPoolExecutor(len(dirs)) as pool:
+                for m, dead in pool.map(run, todo):
+                    killed += dead
+                    if not dead:
+                        survivors.append(m)
+                        print("  survived " + m.key, flush=True)
+            total += len(todo)
+        finally:
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
+    if args.list:
+        return 0
+    for s in sorted(survivors, key=lambda m: (m.module, m.line)):
+        print("SURVIVED " + s.key)
+    score = killed / total if total else 1.0
+    print(f"mutation score: {killed} killed of {total} non-equivalent mutants = {100 * score:.1f} % "
+          f"({skipped} judged equivalent, scripts/mutation_equivalent.txt)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
