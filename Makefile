@@ -12,7 +12,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup setup-local run test test-fast test-slow lint results bench bench-scale mlflow-ui clean-cache
+.PHONY: setup setup-local run test test-fast test-slow lint results bench bench-scale mutation mlflow-ui clean-cache
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,11 @@ bench: setup
 # ARGS="--repeat 1,2,4 --no-warm --no-kill" for memory against data size
 bench-scale: setup
 	$(BIN)/python scripts/bench_scale.py $(ARGS)
+
+# mutation testing of aggregate, metaeval, significance, runfile and scoring's answer reading: each module's own
+# tests against small ast mutants (scripts/mutation.py; not part of make test); ARGS e.g. "--only metaeval"
+mutation: setup
+	FACE_DATA_MIRROR="$${FACE_DATA_MIRROR:-../shared/data}" $(BIN)/python scripts/mutation.py $(ARGS)
 
 mlflow-ui: setup
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --port 5000

@@ -149,6 +149,8 @@ def run_one(scratch: Path, mutant: Mutant, text: str, tests: tuple[str, ...], ti
     target = scratch / "face" / f"{mutant.module}.py"
     target.write_text(text)
     env = {**os.environ, "PYTHONPATH": str(scratch), "FACE_PROJECT_ROOT": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    if env.get("FACE_DATA_MIRROR"):  # relative to where this script was started, not to the scratch copy
+        env["FACE_DATA_MIRROR"] = str(Path(env["FACE_DATA_MIRROR"]).resolve())
     try:
         res = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow",
                               *[str(ROOT / t) for t in tests]], cwd=scratch, env=env, capture_output=True,

@@ -153,3 +153,51 @@ def test_comparison_table_rows_are_per_split_with_the_reference_as_a():
         assert row["value_a"] == pytest.approx(stats.spearmanr(sub["a"], sub["y"])[0])
         assert row["value_b"] == pytest.approx(stats.spearmanr(sub["b"], sub["y"])[0])
         assert row["diff"] == pytest.approx(row["value_a"] - row["value_b"])
+
+
+def test_williams_is_undefined_where_its_formula_is():
+    assert all(math.isnan(v) for v in williams(0.5, 0.3, 0.4, 3))  # n − 3 degrees of freedom: none
+    assert all(math.isfinite(v) for v in williams(0.5, 0.3, 0.4, 4))
+    assert all(math.isnan(v) for v in williams(0.5, 0.5, 1.0, 50))  # a and b identical: the denominator is 0
+    assert all(math.isnan(v) for v in williams(float("nan"), 0.3, 0.4, 50))
+
+
+def test_williams_test_on_raw_values():
+    rng = np.random.default_rng(3)
+    a, b, y = _draw(rng, 60, 0.7, 0.2, 0.3)
+    t, p = williams_test(a, b, y)
+    assert t > 0 and p < 0.05  # a is the better one: a positive t
+    want = williams(*(float(np.corrcoef(u, v)[0, 1]) for u, v in ((a, y), (b, y), (a, b))), 60)
+    assert (t, p) == pytest.approx(want)
+    binary = (y > 0).astype(float)  # a side with range exactly 1 is not constant
+    assert all(math.isfinite(v) for v in williams_test(a, b, binary))
+    assert all(math.isnan(v) for v in williams_test(np.ones(60), b, y))  # a constant side: undefined
+    assert all(math.isnan(v) for v in williams_test(a[:3], b[:3], y[:3]))
+    assert all(math.isfinite(v) for v in williams_test(a[:4], b[:4], y[:4]))
+
+
+def test_paired_bootstrap_defaults_and_where_it_has_no_p_value():
+    rng = np.random.default_rng(4)
+    a, b, y, cl = _clustered(rng, 10, 2, 0.5, 0.2, 0.3)
+    assert paired_bootstrap(a, b, y, cl, "pearson") == paired_bootstrap(a, b, y, cl, "pearson", 1000, 0, 0.95)
+    assert math.isnan(paired_bootstrap(a, b, y, cl, "pearson", n_boot=0)["p_value"])
+    assert math.isnan(paired_bootstrap(a, b, y, np.zeros(len(y)), "pearson", n_boot=50)["p_value"])  # 1 cluster
+    two = paired_bootstrap(a[:4], b[:4], y[:4], np.array([0, 0, 1, 1]), "pearson", n_boot=50)
+    assert math.isfinite(two["p_value"])  # two clusters are enough
+    three = paired_bootstrap(a[:3], b[:3], y[:3], np.array([0, 1, 2]), "pearson", n_boot=50)
+    assert math.isfinite(three["p_value"])  # three items are enough
+    assert math.isnan(paired_bootstrap(a[:2], b[:2], y[:2], np.array([0, 1]), "pearson", n_boot=50)["p_value"])
+
+
+def test_comparison_table_defaults_are_a_thousand_resamples_seed_0():
+    rng = np.random.default_rng(7)
+    aspect = Aspect("overall", "turn", (1, 2, 3, 4, 5), "overall", {i: str(i) for i in range(1, 6)}, "overall")
+    a, b, y, cl = _clustered(rng, 12, 1, 0.6, 0.2, 0.3)
+    convs = [Conversation(f"c{i}", (Turn(0, USER, "hi", {}), Turn(1, ASSISTANT, "x", {"overall": y[i]})), {},
+                          system="s", split="all", evaluated=(1,)) for i in range(len(y))]
+    cols = ["aspect", "conv_id", "turn_ind", "pred"]
+    empty = pd.DataFrame(columns=["aspect", "conv_id", "pred"])
+    preds = {n: Predictions(pd.DataFrame([("overall", f"c{i}", 1, v[i]) for i in range(len(y))], columns=cols), empty)
+             for n, v in (("A", a), ("B", b))}
+    pd.testing.assert_frame_equal(comparison_table(preds, "A", convs, [aspect]),
+                                  comparison_table(preds, "A", convs, [aspect], n_boot=1000, seed=0))
