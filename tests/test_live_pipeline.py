@@ -226,6 +226,17 @@ def test_samples_still_invalid_after_the_redraws_follow_the_policy_beside_valid_
 
 
 @pytest.mark.parametrize("fallback", ["min", "drop"])
+def test_a_complete_sampled_record_says_nothing_went_wrong_and_a_dry_run_nothing_was_valid(fallback):
+    unit = Unit(ASPECTS["relevance"], "c", 1, 0, P("recommendation", "Heat", ""))
+    p = Planned(unit, INSTR[0], None)
+    spec = ScoringSpec("sampling", 2, reasoning=False, invalid=InvalidPolicy(fallback=fallback))
+    r = record_from_samples(p, [Completion('{"score": 1}', "stop"), Completion('{"score": 2}', "stop")], spec)
+    assert (r.score, r.n_valid, r.n_retried, r.n_defaulted, r.fallback) == (1.5, 2, 0, 0, None)
+    r = record_from_samples(p, [Completion("", "stop", dry_run=True)] * 2, spec)
+    assert (r.n_valid, r.fallback) == (0, "dry_run") and math.isnan(r.score)
+
+
+@pytest.mark.parametrize("fallback", ["min", "drop"])
 def test_logprobs_estimator_without_logprobs_uses_the_parsed_answer_else_the_policy(fallback):
     unit = Unit(ASPECTS["relevance"], "c", 1, 0, P("recommendation", "Heat", ""))
     p = Planned(unit, INSTR[0], None)
