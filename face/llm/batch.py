@@ -143,7 +143,7 @@ class BatchTransport:
         self.cfg = cfg
         self.http = OpenAITransport(cfg, base_url, model)  # request bodies and the SDK client
         self.base_url, self.model = base_url, model
-        self.key_for = key_for  # the cache's key function (set by the client once the cache exists)
+        self.key_for = key_for  # the cache's key function (face.llm.cache.request_key, bound)
         self.journal = Journal(folder)
         self._pending: dict[str, tuple[ChatRequest, dict]] = {}
         self._waiting: dict[str, list[tuple[ChatRequest, asyncio.Future]]] = {}

@@ -267,6 +267,12 @@ def _lp_from_json(data: list | None) -> list[TokenLogprob] | None:
     return None if data is None else [TokenLogprob(t, lp, [(a, b) for a, b in top]) for t, lp, top in data]
 
 
+def request_key(cfg: Any, model: str, req: ChatRequest, sample_index: int) -> str:
+    """The cache key of sample ``sample_index`` of ``req`` sent to ``model`` with the settings ``cfg``."""
+    return sample_key({"model": model, "messages": [list(m) for m in req.messages],
+                       **request_params(cfg, req), "seed": cfg.seed, "sample_index": sample_index})
+
+
 class CachingLM:
     def __init__(self, inner: Chat, store: SampleCache, cfg: Any, model: str):
         self.inner, self.store, self.cfg, self.model = inner, store, cfg, model
@@ -274,8 +280,7 @@ class CachingLM:
 
     def key_for(self, req: ChatRequest, sample_index: int) -> str:
         """The cache key of one sample (unchanged since the first cache was written: fixtures test it)."""
-        return sample_key({"model": self.model, "messages": [list(m) for m in req.messages],
-                           **request_params(self.cfg, req), "seed": self.cfg.seed, "sample_index": sample_index})
+        return request_key(self.cfg, self.model, req, sample_index)
 
     def keys_for(self, req: ChatRequest) -> dict[int, str]:
         """`key_for(req, i)` for every sample of `req` (the request serialised once)."""

@@ -28,6 +28,7 @@ config: `llm.server` names a server class started beside the client (`face.llm.l
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import itertools
 import logging
@@ -38,7 +39,7 @@ from typing import Any, Self
 
 from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused, Server
 from .budget import AccountingLM, BudgetLM
-from .cache import CachingLM, SampleCache
+from .cache import CachingLM, SampleCache, request_key
 from .config import LLMConfig
 from .transport import OpenAITransport
 from .usage import BudgetExceeded, CallRecord, Usage
@@ -90,22 +91,22 @@ class LLMClient:
         if not urls:
             raise ValueError(f"llm.base_url is required when no llm.server is configured (backend {cfg.backend!r})")
         self.base_url = urls[0]
+        cfg = self.cfg = self._know_endpoint(cfg)  # the endpoint probed first: every layer is built knowing it
+        cached = bool(cfg.cache and cfg.cache_dir)
         if cfg.batch:
             from .batch import BatchTransport
 
-            self.transport = BatchTransport(cfg, urls[0], self.model, Path(cfg.cache_dir) / "batches")
+            # a batch line's custom_id is the cache key of its first sample
+            key_for = functools.partial(request_key, cfg, self.model) if cached else None
+            self.transport = BatchTransport(cfg, urls[0], self.model, Path(cfg.cache_dir) / "batches", key_for)
         else:
             self.transport = OpenAITransport(cfg, urls, self.model)
-        cfg = self.cfg = self._know_endpoint(cfg)
-        self.transport.cfg = cfg
         # a batch takes every piece at once: the concurrency cap is for HTTP requests, not batch lines
         self.budget = BudgetLM(self.transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
                                if cfg.batch else cfg, self.usage)
         inner: Any = self.budget
-        if cfg.cache and cfg.cache_dir:
+        if cached:
             inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
-            if cfg.batch:
-                self.transport.key_for = self.cache.key_for  # a batch line's custom_id is its cache key
         self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
         return self
 
@@ -120,11 +121,14 @@ class LLMClient:
         if caps is None and not cfg.dry_run and not _loop_running():
             if self._loop is None or self._loop.is_closed():
                 self._loop = asyncio.new_event_loop()
-            transport = self.transport
+            transport = OpenAITransport(cfg, self.base_url, self.model)  # the probe's own, closed after it
 
             async def ask() -> probe.Capabilities:
-                api = transport._api().with_options(timeout=min(cfg.timeout_s, 30.0))
-                return await probe.probe(api, self.base_url, self.model)
+                try:
+                    api = transport._api().with_options(timeout=min(cfg.timeout_s, 30.0))
+                    return await probe.probe(api, self.base_url, self.model)
+                finally:
+                    await transport.aclose()
 
             try:
                 caps = self._loop.run_until_complete(ask())
