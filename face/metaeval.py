@@ -54,10 +54,12 @@ def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     sx, sy = w @ x, w @ y
     sxx, syy, sxy = w @ (x * x), w @ (y * y), w @ (x * y)
     cov = sw * sxy - sx * sy
-    var = (sw * sxx - sx * sx) * (sw * syy - sy * sy)
+    vx, vy = sw * sxx - sx * sx, sw * syy - sy * sy
     with np.errstate(invalid="ignore", divide="ignore"):
-        r = cov / np.sqrt(var)
-    r[var <= 1e-12 * np.maximum(1.0, sw) ** 4] = np.nan
+        r = cov / np.sqrt(vx * vy)
+    # a side that does not vary: its variance is what is left of cancelling sums, a few ulps of sw·Σwx² (relative,
+    # so a constant side is caught whatever the scale of the other side or the number of items)
+    r[(vx <= 1e-12 * sw * sxx) | (vy <= 1e-12 * sw * syy)] = np.nan
     return r
 
 
@@ -244,11 +246,12 @@ def _rows_rank(a: np.ndarray) -> np.ndarray:
 
 
 def _rows_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a - a.mean(1, keepdims=True)
-    b = b - b.mean(1, keepdims=True)
-    den = np.sqrt((a * a).sum(1) * (b * b).sum(1))
+    da, db = a - a.mean(1, keepdims=True), b - b.mean(1, keepdims=True)
+    saa, sbb = (da * da).sum(1), (db * db).sum(1)
+    # a row that does not vary: what is left of subtracting its mean is float noise (relative to its size)
+    flat = (saa <= 1e-24 * (a * a).sum(1)) | (sbb <= 1e-24 * (b * b).sum(1))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, (a * b).sum(1) / den, np.nan)
+        return np.where(flat, np.nan, (da * db).sum(1) / np.sqrt(saa * sbb))
 
 
 def _rows_kendall(a: np.ndarray, b: np.ndarray) -> np.ndarray:

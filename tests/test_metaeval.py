@@ -233,3 +233,125 @@ def test_system_level_interval_is_the_brute_force_over_resampled_conversations()
         assert got[coef][2:4] == pytest.approx((lo, hi), abs=1e-9), coef
         means = df.groupby("system")[["pred", "human"]].mean()
         assert got[coef][:2] == pytest.approx(tuple(SCIPY[coef](means["pred"], means["human"])), abs=1e-9)
+
+
+def test_correlations_are_undefined_below_three_items_or_with_a_constant_side():
+    assert all(np.isnan(v) for c in correlate([1.0, 2.0], [1.0, 3.0]).values() for v in c)
+    assert all(np.isnan(v) for c in correlate([1.0, 1.0, 1.0, 1.0], [1.0, 3.0, 2.0, 4.0]).values() for v in c)
+    assert all(np.isnan(v) for c in correlate([1.0, 3.0, 2.0, 4.0], [2.0, 2.0, 2.0, 2.0]).values() for v in c)
+    assert all(np.isfinite(v) for c in correlate([1.0, 3.0, 2.0], [1.0, 2.0, 4.0]).values() for v in c)
+    assert all(np.isfinite(v) for c in correlate([0.0, 1.0, 1.0, 0.0], [1.0, 2.0, 3.0, 1.5]).values() for v in c)
+
+
+def test_two_conversations_are_enough_for_an_interval_one_is_not():
+    x, y = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), np.array([1.0, 3.0, 2.0, 5.0, 4.0, 6.0])
+    two = bootstrap_ci(x, y, np.array([0, 0, 0, 1, 1, 1]), 50)
+    one = bootstrap_ci(x, y, np.zeros(6), 50)
+    assert all(np.isfinite(v) for ci in two.values() for v in ci)
+    assert all(np.isnan(v) for ci in one.values() for v in ci)
+
+
+def test_a_constant_side_with_float_noise_has_no_weighted_pearson():
+    """0.1 seven times: its variance is a few ulps, not 0 -- still no correlation (scipy: NaN)."""
+    x = np.full(7, 0.1)
+    y = np.arange(7.0)
+    assert np.isnan(WEIGHTED["pearson"](x, y, np.ones((1, 7))))[0]
+    assert np.isnan(WEIGHTED["pearson"](y, x, np.ones((1, 7))))[0]
+    big = np.full(1000, 0.1)  # the tolerance grows with the weights' total (the sums do)
+    assert np.isnan(WEIGHTED["pearson"](big, np.arange(1000.0), np.ones((1, 1000))))[0]
+
+
+def test_a_constant_row_has_no_correlation_at_system_level():
+    """Seven systems with the same mean 0.1 (float noise after subtracting the mean): NaN, as scipy says."""
+    b = np.array([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0]])
+    for c in COEFFICIENTS:
+        assert np.isnan(rows_correlation(np.full((1, 7), 0.1), b, c))[0]
+        assert np.isnan(rows_correlation(b, np.full((1, 7), 0.1), c))[0]
+
+
+def test_a_replicate_of_two_distinct_items_has_rank_correlation_one():
+    w = np.array([[1.0, 1.0, 0.0]])
+    assert WEIGHTED["spearman"](np.array([1.0, 2.0, 3.0]), np.array([1.0, 3.0, 2.0]), w)[0] == pytest.approx(
+        stats.spearmanr([1, 2], [1, 3])[0])
+
+
+def test_no_replicates_give_no_values():
+    x, y = np.arange(5.0), np.array([1.0, 3.0, 2.0, 5.0, 4.0])
+    for c in COEFFICIENTS:
+        assert WEIGHTED[c](x, y, np.empty((0, 5))).shape == (0,)
+
+
+def test_paired_difference_is_the_brute_force_difference_on_resampled_conversations():
+    from face.metaeval import paired_difference
+
+    rng = np.random.default_rng(12)
+    y = rng.normal(size=24)
+    a, b = y + rng.normal(0, 0.6, 24), y + rng.normal(0, 1.2, 24)
+    groups = np.repeat(np.arange(8), 3)
+    diff, lo, hi = paired_difference(a, b, y, groups, "spearman", n_boot=200, seed=3, confidence=0.9)
+    assert diff == pytest.approx(stats.spearmanr(a, y)[0] - stats.spearmanr(b, y)[0])
+    w = cluster_weights(groups, 200, np.random.default_rng(3)).astype(int)
+    d = [stats.spearmanr(np.repeat(a, r), np.repeat(y, r))[0] - stats.spearmanr(np.repeat(b, r), np.repeat(y, r))[0]
+         for r in w]
+    assert (lo, hi) == pytest.approx(tuple(np.percentile(d, [5, 95])), abs=1e-9)
+    assert paired_difference(a, b, y, groups, "pearson") == paired_difference(a, b, y, groups, "pearson", 1000, 0,
+                                                                                0.95)
+    for args in ((a, b, y, groups, "pearson", 0), (a[:2], b[:2], y[:2], groups[:2], "pearson", 50),
+                 (a, b, y, np.zeros(24), "pearson", 50)):  # no resamples, two items, one conversation
+        d0, lo0, hi0 = paired_difference(*args)
+        assert np.isnan(lo0) and np.isnan(hi0)
+    assert np.isfinite(paired_difference(a[:3], b[:3], y[:3], np.array([0, 1, 1]), "pearson", 50)[1])
+    assert np.isfinite(paired_difference(a, b, y, groups, "pearson", 1)[1])  # one resample is an interval too
+
+
+def test_bootstrap_ci_defaults_guards_and_warning(caplog):
+    x, y, groups = _clustered(5, 6, 2)
+    assert bootstrap_ci(x, y, groups) == bootstrap_ci(x, y, groups, 1000, 0, 0.95)
+    assert all(np.isnan(v) for ci in bootstrap_ci(x, y, groups, 0).values() for v in ci)
+    assert all(np.isnan(v) for ci in bootstrap_ci(x[:2], y[:2], groups[:2], 50).values() for v in ci)
+    assert all(np.isfinite(v) for ci in bootstrap_ci(x[:3], y[:3], np.array([0, 1, 1]), 50).values() for v in ci)
+    assert all(np.isfinite(v) for ci in bootstrap_ci(x, y, groups, 1).values() for v in ci)  # one resample: lo = hi
+    with caplog.at_level("WARNING", logger="face.metaeval"):
+        bootstrap_ci(x, y, groups, 0)
+        assert not caplog.records  # no interval asked for: nothing to warn about
+        bootstrap_ci(x[:3], y[:3], np.zeros(3), 50)
+    assert "from 1 conversation(s), need >= 2" in caplog.text
+
+
+def test_meta_evaluate_and_system_correlations_default_to_a_thousand_resamples_seed_0():
+    convs, preds = _toy(12)
+    aspects = [ASPECTS["dialogue_overall"]]
+    pd.testing.assert_frame_equal(meta_evaluate(preds, convs, aspects),
+                                  meta_evaluate(preds, convs, aspects, n_boot=1000, seed=0, confidence=0.95))
+    df = pd.DataFrame({"conv_id": list("abcdef"), "system": ["s1", "s1", "s2", "s2", "s3", "s3"],
+                       "pred": [1, 3, 2, 2.5, 5, 7], "human": [0, 2, 1, 1, 3, 2]})
+    assert system_correlations(df) == system_correlations(df, 1000, 0, 0.95)
+
+
+def test_system_level_interval_needs_three_systems_of_two_conversations(caplog):
+    df = pd.DataFrame({"conv_id": list("abcdefgh"), "system": ["s1", "s1", "s2", "s2", "s3", "s3", "s4", "s4"],
+                       "pred": [1, 3, 2, 2.5, 5, 7, 4, 6], "human": [0, 2, 1, 1, 3, 2, 2, 3]})
+    assert all(np.isfinite(v) for c in system_correlations(df, 50).values() for v in c[2:4])
+    three = df[df["system"] != "s4"]
+    assert all(np.isfinite(v) for c in system_correlations(three, 1).values() for v in c[2:4])
+    assert all(np.isnan(v) for c in system_correlations(df, 0).values() for v in c[2:4])
+    two = df[df["system"].isin(["s1", "s2"])]
+    assert all(np.isnan(v) for c in system_correlations(two, 50).values() for v in c[2:4])
+    with caplog.at_level("WARNING", logger="face.metaeval"):
+        lone = three.iloc[1:]  # three systems, s1 now with one conversation
+        got = [system_correlations(lone, n) for n in (50, 1)]
+    assert all(np.isnan(v) for g in got for c in g.values() for v in c[2:4])
+    assert caplog.text.count("a system has 1 conversation(s), need >= 2 per system") == 2
+
+
+def test_system_table_is_the_per_system_mean_of_predictions_and_labels():
+    from face.metaeval import system_table
+
+    convs, preds = _toy(12)
+    got = system_table(preds, convs, ASPECTS["dialogue_overall"]).set_index("system")
+    labels = {c.conv_id: (c.system, c.labels["dialogue_overall"]) for c in convs}
+    d = preds.dialogue.assign(system=[labels[i][0] for i in preds.dialogue["conv_id"]],
+                              human=[labels[i][1] for i in preds.dialogue["conv_id"]])
+    want = d.groupby("system")[["pred", "human"]].mean()
+    assert got.loc[want.index, "pred"].tolist() == pytest.approx(want["pred"].tolist())
+    assert got.loc[want.index, "human"].tolist() == pytest.approx(want["human"].tolist())
