@@ -6,7 +6,8 @@ swapped (+ to -, * to /), a number off by one, `and` to `or`, a `not` dropped, a
 arguments of a call swapped -- made with Python's own `ast` module in a scratch copy of the package. The module's
 test files then run (`pytest -x`); the mutant is killed when they fail. A survivor is either a missing test or an
 equivalent mutant (the same behaviour written differently); `scripts/mutation_equivalent.txt` lists the ones
-judged equivalent, each with its reason, and they are left out of the score.
+judged equivalent, each with its reason, and they are left out of the score. Its entries name module lines: after
+an edit of a module the script reports entries that no longer match a mutant (rerun `--list` to place them).
 
     .venv/bin/python scripts/mutation.py                     # every target (≈ 15 min on 2 cores)
     .venv/bin/python scripts/mutation.py --only metaeval     # one target
@@ -177,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
                 equivalent[key.strip()] = why.strip()
     total = killed = skipped = 0
     survivors = []
+    all_keys = {m.key for module in modules for m, _ in mutants_of(module)[1]}
+    stale = [k for k in equivalent if k.split(":")[0] in modules and k not in all_keys]
+    for k in stale:  # the module changed since the entry was written: its line moved, or the mutant is gone
+        print(f"stale entry in scripts/mutation_equivalent.txt (no such mutant now): {k}", flush=True)
     for module in modules:
         _, tests = TARGETS[module]
         source, mutants = mutants_of(module)
