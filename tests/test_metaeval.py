@@ -241,6 +241,7 @@ def test_correlations_are_undefined_below_three_items_or_with_a_constant_side():
     assert all(np.isnan(v) for c in correlate([1.0, 3.0, 2.0, 4.0], [2.0, 2.0, 2.0, 2.0]).values() for v in c)
     assert all(np.isfinite(v) for c in correlate([1.0, 3.0, 2.0], [1.0, 2.0, 4.0]).values() for v in c)
     assert all(np.isfinite(v) for c in correlate([0.0, 1.0, 1.0, 0.0], [1.0, 2.0, 3.0, 1.5]).values() for v in c)
+    assert all(np.isfinite(v) for c in correlate([1.0, 2.0, 3.0, 1.5], [0.0, 1.0, 1.0, 0.0]).values() for v in c)
 
 
 def test_two_conversations_are_enough_for_an_interval_one_is_not():
@@ -323,9 +324,12 @@ def test_meta_evaluate_and_system_correlations_default_to_a_thousand_resamples_s
     aspects = [ASPECTS["dialogue_overall"]]
     pd.testing.assert_frame_equal(meta_evaluate(preds, convs, aspects),
                                   meta_evaluate(preds, convs, aspects, n_boot=1000, seed=0, confidence=0.95))
-    df = pd.DataFrame({"conv_id": list("abcdef"), "system": ["s1", "s1", "s2", "s2", "s3", "s3"],
-                       "pred": [1, 3, 2, 2.5, 5, 7], "human": [0, 2, 1, 1, 3, 2]})
+    rng = np.random.default_rng(2)
+    df = pd.DataFrame({"conv_id": [f"c{i}" for i in range(15)], "system": [f"s{i % 5}" for i in range(15)],
+                       "pred": rng.normal(size=15), "human": rng.normal(size=15)})
     assert system_correlations(df) == system_correlations(df, 1000, 0, 0.95)
+    assert system_correlations(df) != system_correlations(df, 1001, 0, 0.95)  # the comparison can tell
+    assert system_correlations(df) != system_correlations(df, 1000, 1, 0.95)
 
 
 def test_system_level_interval_needs_three_systems_of_two_conversations(caplog):
@@ -339,6 +343,8 @@ def test_system_level_interval_needs_three_systems_of_two_conversations(caplog):
     assert all(np.isnan(v) for c in system_correlations(two, 50).values() for v in c[2:4])
     with caplog.at_level("WARNING", logger="face.metaeval"):
         lone = three.iloc[1:]  # three systems, s1 now with one conversation
+        system_correlations(lone, 0)
+        assert not caplog.records  # no interval asked for: nothing to warn about
         got = [system_correlations(lone, n) for n in (50, 1)]
     assert all(np.isnan(v) for g in got for c in g.values() for v in c[2:4])
     assert caplog.text.count("a system has 1 conversation(s), need >= 2 per system") == 2
