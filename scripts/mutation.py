@@ -165,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", help="comma-separated modules (default: all of " + ", ".join(TARGETS) + ")")
     ap.add_argument("--list", action="store_true", help="list the mutants, run nothing")
+    ap.add_argument("--match", action="append", default=[],
+                    help="run only the mutants whose key contains this text, e.g. 'metaeval:62:' (repeatable)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=300)
     args = ap.parse_args(argv)
@@ -206,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
                 scratches.put(d)
 
         try:
-            todo = [(m, t) for m, t in mutants if m.key not in equivalent]
-            skipped += len(mutants) - len(todo)
+            todo = [(m, t) for m, t in mutants if m.key not in equivalent
+                    and (not args.match or any(x in m.key for x in args.match))]
+            skipped += sum(m.key in equivalent for m, _ in mutants)
             with cf.ThreadPoolExecutor(len(dirs)) as pool:
                 for m, dead in pool.map(run, todo):
                     killed += dead

@@ -260,14 +260,24 @@ def test_a_constant_side_with_float_noise_has_no_weighted_pearson():
     assert np.isnan(WEIGHTED["pearson"](y, x, np.ones((1, 7))))[0]
     big = np.full(1000, 0.1)  # the tolerance grows with the weights' total (the sums do)
     assert np.isnan(WEIGHTED["pearson"](big, np.arange(1000.0), np.ones((1, 1000))))[0]
+    assert np.isnan(WEIGHTED["pearson"](np.arange(1000.0), big, np.ones((1, 1000))))[0]
+    for level in (1000.1, 98765.4321, 3.3e7 + 0.3):  # and with the size of the values
+        assert np.isnan(WEIGHTED["pearson"](np.full(7, level), y, np.ones((1, 7))))[0]
+        assert np.isnan(WEIGHTED["pearson"](y, np.full(7, level), np.ones((1, 7))))[0]
+    tiny = 1e-13 * y  # varying, however small: a correlation (1: a multiple of y)
+    assert WEIGHTED["pearson"](tiny, y, np.ones((1, 7)))[0] == pytest.approx(1.0)
+    assert WEIGHTED["pearson"](y, tiny, np.ones((1, 7)))[0] == pytest.approx(1.0)
 
 
 def test_a_constant_row_has_no_correlation_at_system_level():
     """Seven systems with the same mean 0.1 (float noise after subtracting the mean): NaN, as scipy says."""
     b = np.array([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0]])
     for c in COEFFICIENTS:
-        assert np.isnan(rows_correlation(np.full((1, 7), 0.1), b, c))[0]
-        assert np.isnan(rows_correlation(b, np.full((1, 7), 0.1), c))[0]
+        for level in (0.1, 1000.1, 98765.4321, 3.3e7 + 0.3):
+            assert np.isnan(rows_correlation(np.full((1, 7), level), b, c))[0]
+            assert np.isnan(rows_correlation(b, np.full((1, 7), level), c))[0]
+        assert rows_correlation(1e-13 * b, b, c)[0] == pytest.approx(1.0)  # varying, however small
+        assert rows_correlation(b, 1e-13 * b, c)[0] == pytest.approx(1.0)
 
 
 def test_a_replicate_of_two_distinct_items_has_rank_correlation_one():
@@ -316,7 +326,8 @@ def test_bootstrap_ci_defaults_guards_and_warning(caplog):
         bootstrap_ci(x, y, groups, 0)
         assert not caplog.records  # no interval asked for: nothing to warn about
         bootstrap_ci(x[:3], y[:3], np.zeros(3), 50)
-    assert "from 1 conversation(s), need >= 2" in caplog.text
+        bootstrap_ci(x[:3], y[:3], np.zeros(3), 1)
+    assert caplog.text.count("from 1 conversation(s), need >= 2") == 2
 
 
 def test_meta_evaluate_and_system_correlations_default_to_a_thousand_resamples_seed_0():
