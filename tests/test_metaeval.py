@@ -280,10 +280,19 @@ def test_a_constant_row_has_no_correlation_at_system_level():
         assert rows_correlation(b, 1e-13 * b, c)[0] == pytest.approx(1.0)
 
 
-def test_a_replicate_of_two_distinct_items_has_rank_correlation_one():
+def test_a_replicate_of_two_distinct_items_has_correlation_one():
     w = np.array([[1.0, 1.0, 0.0]])
-    assert WEIGHTED["spearman"](np.array([1.0, 2.0, 3.0]), np.array([1.0, 3.0, 2.0]), w)[0] == pytest.approx(
-        stats.spearmanr([1, 2], [1, 3])[0])
+    for c in COEFFICIENTS:
+        assert WEIGHTED[c](np.array([1.0, 2.0, 3.0]), np.array([1.0, 3.0, 2.0]), w)[0] == pytest.approx(
+            SCIPY[c]([1, 2], [1, 3])[0])
+        assert rows_correlation(np.array([[1.0, 2.0]]), np.array([[1.0, 3.0]]), c)[0] == pytest.approx(1.0)
+
+
+def test_system_means_without_weights_are_one_row():
+    from face.metaeval import system_means
+
+    names, means = system_means(np.array([1.0, 3.0, 2.0]), np.array(["b", "b", "a"]))
+    assert names == ["a", "b"] and means.tolist() == [[2.0, 2.0]]
 
 
 def test_no_replicates_give_no_values():
