@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
-from face import arena
+from face import arena_ranking as arena
 from face.data import ARENA_VOTES
 from face.datasets.arena import load_votes
 from face.datasets.crsarena import CRSArenaEval
