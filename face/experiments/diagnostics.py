@@ -11,7 +11,8 @@ from face.data import RELEASED_PARTICLES
 from face.datasets.face_released import load_released_particles
 from face.experiments.common import experiment, released_scores
 from face.methods.released import LABEL
-from face.report import diagnostics, figures
+from face.report import diagnostic_report as diagnostics
+from face.report import figures
 from face.report.tables import print_table, write_table
 
 
