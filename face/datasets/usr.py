@@ -106,6 +106,7 @@ TITLES = {"topical_chat": "USR Topical-Chat", "persona_chat": "USR PersonaChat"}
 
 class USR(Dataset):
     aspects = ASPECTS
+    response_level = True
     assistant = "open-domain chit-chat assistant"
     judged = "open-domain dialogue systems"
 

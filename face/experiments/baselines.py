@@ -49,7 +49,7 @@ def _method_cfgs(cfg: DictConfig) -> dict[str, DictConfig]:
 def run(cfg: DictConfig) -> dict:
     reference = cfg.method.name
     with experiment(cfg, extra_files=[PUBLISHED_TABLE], method_cfgs=_method_cfgs(cfg)) as ctx:
-        tracker, is_usr = ctx.tracker, hasattr(ctx.dataset, "corpus")
+        tracker, is_usr = ctx.tracker, ctx.dataset.response_level
         preds, labels, rows, dry = {}, {}, [], False
         levels = ("turn", "system") if is_usr else ("turn", "dialogue", "system")
         for name, method in ctx.methods.items():
