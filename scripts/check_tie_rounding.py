@@ -20,8 +20,11 @@ sys.path.insert(0, str(ROOT))
 
 from face.aggregate import aggregate  # noqa: E402
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, ensure_data, released_scores_file  # noqa: E402
-from face.datasets.crsarena import ASPECTS, load_conversations  # noqa: E402
-from face.datasets.face_released import load_published_table  # noqa: E402
+from face.datasets.crsarena import (  # noqa: E402
+    ASPECTS,
+    load_conversations,
+    load_published_table,
+)
 from face.metaeval import items  # noqa: E402
 from face.methods.released import load_scores  # noqa: E402
 

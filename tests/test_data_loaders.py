@@ -20,11 +20,10 @@ from face.data import (
 )
 from face.data.schema import ASSISTANT, DIALOGUE_ACTS, USER
 from face.datasets.arena import load_dialogues, load_votes
-from face.datasets.crsarena import ASPECTS, load_conversations, select
+from face.datasets.crsarena import ASPECTS, load_conversations, load_published_table, select
 from face.datasets.face_released import (
     load_instructions,
     load_particle_scores,
-    load_published_table,
     load_released_particles,
 )
 from face.datasets.usr import USR_ASPECTS, load_usr, to_conversations

@@ -18,7 +18,7 @@ import pandas as pd
 from face.aspects import Aspect, aspect_table
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE
 from face.data.io import check_label, check_type, field, read_json
-from face.data.schema import ASSISTANT, USER, Conversation, Turn
+from face.data.schema import ASSISTANT, USER, Conversation, PublishedScore, Turn
 from face.datasets import Dataset
 from face.errors import DataError
 
@@ -196,6 +196,36 @@ def select(convs: list[Conversation], systems: list[str] | None = None, splits: 
 
 
 
+# ---------------------------------------------------------------- the published Table 2 (the FACE paper)
+
+_SPLIT_KEYS = {"CRSArena-Eval_RD": "redial", "CRSArena-Eval_KG": "opendialkg"}
+_COEF_KEYS = {"pearson_r": "pearson", "spearman_rho": "spearman"}
+
+
+def load_published_table(path: str | Path) -> pd.DataFrame:
+    """Published Table 2 as a long table: method, split, aspect, coefficient, value (None = not reported)."""
+    path = Path(path)
+    raw = check_type(read_json(path), dict, path, "top level")
+    rows = []
+    for split_key, methods in raw.items():
+        if split_key not in _SPLIT_KEYS:
+            raise DataError(path, f"unknown split {split_key!r}; expected {', '.join(_SPLIT_KEYS)}")
+        for method, aspects in check_type(methods, dict, path, split_key).items():
+            for aspect, coefs in check_type(aspects, dict, path, f"{split_key}/{method}").items():
+                rec = f"{split_key}/{method}/{aspect}"
+                canon = ASPECT_ALIASES.get(aspect, aspect)
+                if canon not in ASPECTS:
+                    raise DataError(path, f"unknown aspect {aspect!r}", rec)
+                for coef_key, value in check_type(coefs, dict, path, rec).items():
+                    if coef_key not in _COEF_KEYS:
+                        raise DataError(path, f"unknown coefficient {coef_key!r}", rec)
+                    if value is not None:
+                        check_type(value, float, path, f"{rec}/{coef_key}")
+                    rows.append(PublishedScore(method, _SPLIT_KEYS[split_key], canon, _COEF_KEYS[coef_key],
+                                               None if value is None else float(value)))
+    return pd.DataFrame([r.__dict__ for r in rows])
+
+
 class CRSArenaEval(Dataset):
     title = "CRSArena-Eval"
     splits_all = SPLITS
@@ -234,8 +264,6 @@ class CRSArenaEval(Dataset):
         return convs + [copy_of(c, k) for k in range(2, self.repeat + 1) for c in convs]
 
     def published(self, data_dir: Path) -> pd.DataFrame:
-        from face.datasets.face_released import load_published_table
-
         return load_published_table(Path(data_dir) / PUBLISHED_TABLE)
 
 

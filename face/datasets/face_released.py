@@ -1,4 +1,5 @@
-"""The FACE authors' released artifacts: per-particle scores, particles, top-16 instructions, Table 2."""
+"""The FACE authors' released artifacts: per-particle scores, particles, top-16 instructions (their published Table 2
+is read by ``face.datasets.crsarena.load_published_table``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from face.data.io import as_int, check_type, field, read_json, read_jsonl
-from face.data.schema import DIALOGUE_ACTS, Instruction, Particle, PublishedScore, TurnParticles
-from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS
+from face.data.schema import DIALOGUE_ACTS, Instruction, Particle, TurnParticles
+from face.datasets.crsarena import ASPECTS
 from face.errors import DataError
 
 _NUMBER_TYPES = frozenset({float, int})
@@ -91,31 +92,3 @@ def load_instructions(path: str | Path, source: str = "released_top16") -> list[
     if len({x.instruction_id for x in out}) != len(out):
         raise DataError(path, "duplicate instruction iteration ids")
     return sorted(out, key=lambda x: x.rank or 0)
-
-
-_SPLIT_KEYS = {"CRSArena-Eval_RD": "redial", "CRSArena-Eval_KG": "opendialkg"}
-_COEF_KEYS = {"pearson_r": "pearson", "spearman_rho": "spearman"}
-
-
-def load_published_table(path: str | Path) -> pd.DataFrame:
-    """Published Table 2 as a long table: method, split, aspect, coefficient, value (None = not reported)."""
-    path = Path(path)
-    raw = check_type(read_json(path), dict, path, "top level")
-    rows = []
-    for split_key, methods in raw.items():
-        if split_key not in _SPLIT_KEYS:
-            raise DataError(path, f"unknown split {split_key!r}; expected {', '.join(_SPLIT_KEYS)}")
-        for method, aspects in check_type(methods, dict, path, split_key).items():
-            for aspect, coefs in check_type(aspects, dict, path, f"{split_key}/{method}").items():
-                rec = f"{split_key}/{method}/{aspect}"
-                canon = ASPECT_ALIASES.get(aspect, aspect)
-                if canon not in ASPECTS:
-                    raise DataError(path, f"unknown aspect {aspect!r}", rec)
-                for coef_key, value in check_type(coefs, dict, path, rec).items():
-                    if coef_key not in _COEF_KEYS:
-                        raise DataError(path, f"unknown coefficient {coef_key!r}", rec)
-                    if value is not None:
-                        check_type(value, float, path, f"{rec}/{coef_key}")
-                    rows.append(PublishedScore(method, _SPLIT_KEYS[split_key], canon, _COEF_KEYS[coef_key],
-                                               None if value is None else float(value)))
-    return pd.DataFrame([r.__dict__ for r in rows])
