@@ -223,6 +223,7 @@ def test_samples_still_invalid_after_the_redraws_follow_the_policy_beside_valid_
     assert r.samples == [2, None, None, None, None] and r.n_valid == 1
     assert r.score == pytest.approx(expected)
     assert r.n_defaulted == (2 if fallback == "min" else 0)
+    assert r.fallback == ("2 invalid sample(s) scored 0" if fallback == "min" else "2 invalid sample(s) dropped")
 
 
 @pytest.mark.parametrize("fallback", ["min", "drop"])
@@ -242,10 +243,21 @@ def test_logprobs_estimator_without_logprobs_uses_the_parsed_answer_else_the_pol
     p = Planned(unit, INSTR[0], None)
     spec = ScoringSpec("logprobs", reasoning=False, invalid=InvalidPolicy(fallback=fallback))
     r = record_from_samples(p, [Completion('{"score": 1}', "stop", logprobs=None)], spec)
-    assert (r.score, r.n_valid, r.fallback) == (1.0, 1, "parsed_value_without_logprobs")
+    assert (r.score, r.n_requested, r.n_valid, r.n_defaulted, r.fallback) == (1.0, 1, 1, 0,
+                                                                              "parsed_value_without_logprobs")
     r = record_from_samples(p, [Completion("no idea", "stop", logprobs=None)], spec)
-    assert r.n_valid == 0
+    assert (r.n_requested, r.n_valid, r.n_defaulted) == (1, 0, 1 if fallback == "min" else 0)
     assert r.score == (0.0 if fallback == "min" else pytest.approx(math.nan, nan_ok=True))
+
+
+def test_each_estimator_asks_for_what_it_reads():
+    from face.scoring import LogprobsEstimator, SamplingEstimator
+
+    spec = ScoringSpec("sampling", 5, temperature=0.6, top_logprobs=4, reasoning=False)
+    s = SamplingEstimator().request((("user", "rate"),), spec, "t")
+    assert (s.n, s.temperature, s.logprobs) == (5, 0.6, False)
+    g = LogprobsEstimator().request((("user", "rate"),), spec, "t")
+    assert (g.n, g.temperature, g.logprobs, g.top_logprobs) == (1, 0.0, True, 4)
 
 
 def test_logprobs_estimator_is_probability_weighted_and_records_mass(tmp_path, convs, data_dir):
@@ -257,6 +269,7 @@ def test_logprobs_estimator_is_probability_weighted_and_records_mass(tmp_path, c
             recs = score(client, planned, spec)
     for r in recs:
         assert r.fallback is None and 0 < r.valid_mass <= 1
+        assert (r.n_requested, r.n_valid, r.n_retried, r.n_defaulted) == (1, 1, 0, 0)  # one greedy answer, used
         assert r.score == pytest.approx(sum(float(v) * p for v, p in r.distribution.items()))
         assert 0 <= r.score <= 2
     assert len({round(r.score, 6) for r in recs}) > 1  # a real expectation, not the sampled integer

@@ -181,6 +181,7 @@ def test_paired_bootstrap_defaults_and_where_it_has_no_p_value():
     a, b, y, cl = _clustered(rng, 10, 2, 0.5, 0.2, 0.3)
     assert paired_bootstrap(a, b, y, cl, "pearson") == paired_bootstrap(a, b, y, cl, "pearson", 1000, 0, 0.95)
     assert math.isnan(paired_bootstrap(a, b, y, cl, "pearson", n_boot=0)["p_value"])
+    assert paired_bootstrap(a, b, y, cl, "pearson", n_boot=1)["p_value"] in (0.0, 1.0)  # one resample: a p-value
     assert math.isnan(paired_bootstrap(a, b, y, np.zeros(len(y)), "pearson", n_boot=50)["p_value"])  # 1 cluster
     two = paired_bootstrap(a[:4], b[:4], y[:4], np.array([0, 0, 1, 1]), "pearson", n_boot=50)
     assert math.isfinite(two["p_value"])  # two clusters are enough
