@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from dataclasses import replace
@@ -90,6 +91,10 @@ def evaluate(args: argparse.Namespace) -> int:
     from face.datasets.chatlogs import load_logs
     from face.runner import EXIT_CONFIG, fail, run_guarded
 
+    if not math.isfinite(args.confirm_above) or args.confirm_above < 0:  # nan would never ask
+        fail(EXIT_CONFIG, f"error: --confirm-above must be a number of USD >= 0, got {args.confirm_above}")
+    if args.limit is not None and args.limit < 1:  # 0 would mean all of them
+        fail(EXIT_CONFIG, f"error: --limit must be a positive number of conversations, got {args.limit}")
     logs = args.logs.resolve()
     try:
         convs = load_logs(logs)  # bad logs: one line, before anything is written

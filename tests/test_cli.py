@@ -66,6 +66,19 @@ def test_dry_run_prints_the_estimate_and_sends_nothing(tmp_path, capsys):
     assert not (tmp_path / "out" / "run_file.json").exists()
 
 
+@pytest.mark.parametrize("flags,expected", [
+    (["--confirm-above", "nan"], "--confirm-above must be a number of USD >= 0, got nan"),
+    (["--confirm-above", "-1"], "--confirm-above must be a number of USD >= 0"),
+    (["--limit", "0"], "--limit must be a positive number of conversations, got 0"),
+])
+def test_a_threshold_that_never_asks_or_a_limit_of_nothing_is_refused_before_anything(tmp_path, capsys, flags,
+                                                                                       expected):
+    with pytest.raises(SystemExit) as stop:
+        _evaluate(tmp_path, _jsonl(tmp_path, CHAT), *flags)
+    assert stop.value.code == 2 and expected in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_estimate_above_the_threshold_needs_yes_when_nobody_can_answer(tmp_path):
     logs = _jsonl(tmp_path, CHAT)
     res = subprocess.run([sys.executable, "-m", "face.cli", "evaluate", str(logs), "--llm", "scripted", "--out",

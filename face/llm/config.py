@@ -105,7 +105,7 @@ class LLMConfig:
                          ("backoff_base_s", 0.0), ("backoff_max_s", 0.0), ("price_input_per_mtok", 0.0),
                          ("price_output_per_mtok", 0.0), ("max_calls", 0), ("max_cost_usd", 0.0)):
             v = getattr(self, name)
-            if v is not None and v < lo:
+            if v is not None and not v >= lo:  # NaN too: a cap of NaN would never stop anything
                 raise ValueError(f"llm.{name} must be >= {lo}, got {v!r}")
         if self.temperature > 2:
             raise ValueError(f"llm.temperature must be in 0..2, got {self.temperature!r}")

@@ -117,3 +117,9 @@ def test_llm_config_defaults_are_the_shipped_base_yaml():
     differ = {k: (v, getattr(defaults, k)) for k, v in base.items()
               if v != "???" and not str(v).startswith("${") and v != getattr(defaults, k)}
     assert differ == {}, f"base.yaml vs LLMConfig defaults: {differ}"
+
+
+@pytest.mark.parametrize("key", ["max_cost_usd", "price_input_per_mtok", "price_output_per_mtok", "temperature"])
+def test_a_nan_setting_is_refused_a_nan_cap_would_never_stop(key):
+    with pytest.raises(ValueError, match=f"llm.{key} must be >= "):
+        LLMConfig(**{key: float("nan")})
