@@ -26,6 +26,18 @@ class ConfigError(ValueError):
     """A setting with a value that cannot work: the message names the setting and the allowed values."""
 
 
+def import_class(path: str, setting: str) -> type:
+    """The class a setting names by its dotted path (``my_project.module.Class``), or a ConfigError naming the
+    setting: the one way every ``_target_``-like setting is resolved."""
+    import importlib
+
+    module, _, name = str(path).rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"{setting}={path}: not an importable class ({e})") from None
+
+
 def require_writable_dir(path: Path, setting: str) -> None:
     """ConfigError naming ``setting`` unless ``path`` is, or can be created as, a directory this process may
     write (nothing is created here)."""
@@ -38,4 +50,4 @@ def require_writable_dir(path: Path, setting: str) -> None:
         raise ConfigError(f"{setting}: {path} is not writable ({p}: permission denied)")
 
 
-__all__ = ["ConfigError", "DataError", "require_writable_dir"]
+__all__ = ["ConfigError", "DataError", "import_class", "require_writable_dir"]

@@ -28,7 +28,6 @@ turn, so a turn cannot open a new block of the prompt.
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, ClassVar, Iterable, Iterator, Sequence
@@ -86,14 +85,9 @@ class ScoringSpec:
     @functools.cached_property
     def scorer(self) -> Estimator:
         """The estimator named by ``estimator``: a built-in name or the dotted path of a class."""
-        cls = ESTIMATORS.get(self.estimator)
-        if cls is None:
-            module, _, name = self.estimator.rpartition(".")
-            try:
-                cls = getattr(importlib.import_module(module), name)
-            except (ImportError, AttributeError, ValueError) as e:
-                raise ValueError(f"method.estimator={self.estimator}: not an importable class ({e})") from None
-        return cls()
+        from face.errors import import_class
+
+        return (ESTIMATORS.get(self.estimator) or import_class(self.estimator, "method.estimator"))()
 
     @property
     def samples(self) -> int:

@@ -26,7 +26,7 @@ from face.aspects import Aspect
 from face.data import ensure_data
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
-from face.errors import ConfigError, DataError, require_writable_dir
+from face.errors import ConfigError, DataError, import_class, require_writable_dir
 from face.llm import LLMConfig
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
@@ -316,14 +316,7 @@ def llm_server_files(cfg: DictConfig) -> list[str]:
     target = _setting(cfg, "llm.server._target_")
     if not target:
         return []
-    import importlib
-
-    module, _, name = str(target).rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError(f"llm.server._target_ {target!r} is not an importable class: {e}") from None
-    return list(getattr(cls, "data_files", ()))
+    return list(getattr(import_class(target, "llm.server._target_"), "data_files", ()))
 
 
 def _uses_llm(method) -> bool:

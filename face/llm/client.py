@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import itertools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
+
+from face.errors import import_class
 
 from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused, Server
 from .budget import AccountingLM, BudgetLM
@@ -51,13 +52,7 @@ log = logging.getLogger("face.llm")
 def build(spec: dict[str, Any]) -> Any:
     """`{"_target_": "pkg.module.Name", **kwargs}` -> pkg.module.Name(**kwargs)."""
     kwargs = dict(spec)
-    target = str(kwargs.pop("_target_"))
-    module, _, name = target.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"llm.server._target_ {target!r} is not an importable class: {e}") from e
-    return cls(**kwargs)
+    return import_class(kwargs.pop("_target_"), "llm.server._target_")(**kwargs)
 
 
 class LLMClient:

@@ -18,7 +18,6 @@ what its own requests cost (``cost_stages``) and, in the run, the decompositions
 
 from __future__ import annotations
 
-import importlib
 import logging
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -32,7 +31,7 @@ from face.data.io import field as json_field
 from face.data.schema import Conversation, Instruction
 from face.datasets.crsarena import ASPECTS as RELEASED_ASPECTS  # the aspects the authors released instructions for
 from face.datasets.face_released import load_instructions, load_released_particles
-from face.errors import DataError
+from face.errors import DataError, import_class
 from face.particles import Decomposition, ParticlesSpec, decompose, from_released, whole_turn
 from face.prompts import generic_instruction, initial_instruction, unit_wording
 
@@ -43,20 +42,11 @@ log = logging.getLogger(__name__)
 RELEASED_PARTICLES_PER_TURN = 6274 / 2235
 
 
-def import_class(path: str, setting: str, known: Sequence[str]) -> type:
-    """The class at dotted ``path`` (``my_project.module.Class``), or a ValueError naming ``setting``."""
-    module, _, name = path.rpartition(".")
-    if not module:
-        raise ValueError(f"unknown {setting} {path!r}; choose from {tuple(known)} or give a class as module.Class")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"{setting}={path}: not an importable class ({e})") from None
-
-
 def build(registry: dict[str, type], name: str, setting: str, settings: dict) -> object:
     """The part ``name`` (a key of ``registry`` or a dotted class path), given the ``settings`` it has fields for."""
-    cls = registry.get(name) or import_class(name, setting, list(registry))
+    if name not in registry and "." not in name:
+        raise ValueError(f"unknown {setting} {name!r}; choose from {tuple(registry)} or give a class as module.Class")
+    cls = registry.get(name) or import_class(name, setting)
     own = {f.name for f in fields(cls)} if hasattr(cls, "__dataclass_fields__") else set()
     return cls(**{k: v for k, v in settings.items() if k in own})
 
@@ -274,10 +264,7 @@ def unit_source(unit: str, particles: ParticlesSpec) -> UnitSource:
     """``method.unit=whole``: whole turns / dialogues; else the particle source ``method.particles.source``."""
     if unit == WholeUnits.unit:
         return WholeUnits()
-    cls = PARTICLE_SOURCES.get(particles.source) or import_class(particles.source, "method.particles.source",
-                                                                  list(PARTICLE_SOURCES))
-    own = {f.name for f in fields(cls)} if hasattr(cls, "__dataclass_fields__") else set()
-    return cls(spec=particles) if "spec" in own else cls()
+    return build(PARTICLE_SOURCES, particles.source, "method.particles.source", {"spec": particles})
 
 
 def released_decompositions(path: Path, convs: Sequence[Conversation]) -> dict[tuple[str, int], Decomposition]:
