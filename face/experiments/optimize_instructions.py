@@ -105,8 +105,7 @@ def run(cfg: DictConfig) -> dict:
         job = LLMJob(lcfg, run_dir, f"the optimizer, {len(ctx.aspects)} aspects, {lcfg.model}")
         this_run = summary[(summary["setting"] == "this run") & (summary["stage"] == "total")]["cost_usd"].sum()
         job.gate(summary, " (scoring counts are upper bounds, cached pairs are free; paper setting: α=β=b=4, c=1, "
-                 "minibatch 20)", estimated_usd=float(this_run))
-        costs.to_csv(job.artifacts[0], index=False)  # the per-aspect detail behind the summary printed
+                 "minibatch 20)", estimated_usd=float(this_run), detail=costs)
         tracker.log_artifacts(job.artifacts, "optimizer")
         tracker.log_metrics({f"estimate.{r.setting.replace(' ', '_')}.{r.stage.replace(' ', '_')}.calls": r.calls
                              for r in summary.itertuples()})

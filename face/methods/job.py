@@ -56,12 +56,14 @@ class LLMJob:
     def dry_run(self) -> bool:
         return bool(self.lcfg.dry_run)
 
-    def gate(self, costs: pd.DataFrame, note: str = "", estimated_usd: float | None = None) -> Path:
+    def gate(self, costs: pd.DataFrame, note: str = "", estimated_usd: float | None = None,
+             detail: pd.DataFrame | None = None) -> Path:
         """Write and print the estimate; a ConfigError if it is over ``llm.max_cost_usd`` (unless ``llm.force`` or a
-        dry run). ``estimated_usd``: the figure compared with the cap (default: the table's total)."""
+        dry run). ``estimated_usd``: the figure compared with the cap (default: the table's total); ``detail``: the
+        table written to the run directory when the one printed is its summary (default: ``costs``)."""
         path = self._file("cost_estimate", "csv")
         path.parent.mkdir(parents=True, exist_ok=True)
-        costs.to_csv(path, index=False)
+        (costs if detail is None else detail).to_csv(path, index=False)
         self.artifacts.append(path)
         estimated = estimated_cost(costs) if estimated_usd is None else estimated_usd
         if self.lcfg.batch:

@@ -22,6 +22,7 @@ from face.cost import Pricing, cost_table, particles_per_turn, scale_stage, scor
 from face.data.schema import Conversation, Instruction
 from face.datasets.face_released import SCORE_COLUMNS
 from face.errors import ConfigError
+from face.llm.config import LLMConfig
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
 from face.methods.parts import (
@@ -146,7 +147,7 @@ class Face:
         out = self.source.load(data_dir, aspect)
         return out[: self.instructions.max] if self.instructions.max else out
 
-    def describe(self, llm: dict, instructions: dict[str, list[Instruction]]) -> str:
+    def describe(self, llm: LLMConfig, instructions: dict[str, list[Instruction]]) -> str:
         n_instr = sorted({len(v) for v in instructions.values()})
         parts = [f"FACE live — LLM: {llm.model} ({llm.backend})", self.units.describe(),
                  f"instructions: {self.source.name} × {'/'.join(map(str, n_instr))}"]
