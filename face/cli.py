@@ -14,7 +14,6 @@ import json
 import math
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +27,15 @@ LOGS is a JSON or JSON Lines file in one of these formats:
                 {"id": "c1", "system": "my-crs-v2", "messages": [{"role": "user", "content": "..."},
                                                              {"role": "assistant", "content": "..."}]}
                 ("id" and "system" are optional; a conversation may also be a bare list of messages;
-                 system messages are ignored; user and assistant messages must alternate)
+                 system messages are ignored; user and assistant messages must alternate; "content" may
+                 also be OpenAI's list of parts [{"type": "text", "text": "..."}]: the text parts are
+                 joined with a newline, any other part, e.g. image_url, is refused)
   CRSArena-Eval a JSON list of {"conv_id", "dialogue": [{"turn_ind", "role": "USER"|"ASST", "utterance"}]}
+                (optionally "system" per conversation)
+UTF-8, with or without a byte-order mark. Ids and system names are strings or integers (an integer is kept
+as its digits: 0 is "0"); true/false, 1.5, NaN, Infinity, objects and lists are refused, as are empty or
+blank messages and utterances and invalid Unicode (a lone \\ud800 escape): one line naming the file, the
+conversation and the message, nothing written.
 
 Writes to --out: run_file.json (the FACE authors' run-file format), particles.jsonl, particle_scores.jsonl
 (every particle's score under every instruction, with raw samples), cost_estimate.csv, llm_usage.json,
@@ -51,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     e.add_argument("logs", type=Path, help="JSON / JSONL file of conversations (formats above)")
     e.add_argument("--aspects", default="relevance,interestingness,understanding,task_completion,interest_arousal,"
-                   "efficiency,dialogue_overall", help="comma-separated aspects (default: all seven of CRSArena-Eval)")
+                   "efficiency,dialogue_overall", help="comma-separated aspects (default: all seven of CRSArena-Eval); "
+                   "an empty, unknown or repeated name is refused")
     e.add_argument("--llm", default="local", help="LLM backend config: local (default, embedded, no key), openai, "
                    "openai_compatible, scripted (a fake server for tests), or any conf/llm/NAME.yaml")
     e.add_argument("--out", type=Path, default=None, help="output directory (default: face-runs/<LOGS name>)")
@@ -67,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="rebuild the diagnostics report of a finished run (no LLM call)",
                        description="Rebuild report.html and its tables from a finished `face evaluate` run "
                                    "directory (conversations.json, particles.jsonl, particle_scores.jsonl, "
-                                   "run_file.json); sends nothing.")
+                                   "run_file.json); sends nothing. A missing, empty, truncated or malformed "
+                                   "file is one line naming it and its line, exit 2.")
     r.add_argument("run_dir", type=Path, help="the --out directory of a finished `face evaluate`")
     return p
 
@@ -87,6 +95,30 @@ def _write_conversations(convs, path: Path) -> Path:
     return path
 
 
+def _aspect_names(text: str) -> list[str]:
+    """``--aspects``: comma-separated names of CRSArena-Eval's aspects (or their aliases). An empty list, an
+    empty name between commas, an unknown or a repeated name is one line and exit 2 (an empty list used to
+    mean all seven)."""
+    from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS
+    from face.runner import EXIT_CONFIG, fail
+
+    valid = f"valid: {', '.join(ASPECTS)}"
+    names = [n.strip() for n in text.split(",")]
+    if not any(names):
+        fail(EXIT_CONFIG, f"error: --aspects {text!r} names no aspect: name at least one ({valid})")
+    if not all(names):
+        fail(EXIT_CONFIG, f"error: --aspects {text!r}: an empty name between commas ({valid})")
+    canon = [ASPECT_ALIASES.get(n, n) for n in names]
+    unknown = [n for n, c in zip(names, canon) if c not in ASPECTS]
+    if unknown:
+        fail(EXIT_CONFIG, f"error: --aspects: unknown aspect {unknown[0]!r} ({valid}; aliases: "
+                          f"{', '.join(ASPECT_ALIASES)})")
+    twice = sorted({c for c in canon if canon.count(c) > 1})
+    if twice:
+        fail(EXIT_CONFIG, f"error: --aspects: {', '.join(twice)} named twice")
+    return canon
+
+
 def evaluate(args: argparse.Namespace) -> int:
     from face.datasets.chatlogs import load_logs
     from face.runner import EXIT_CONFIG, fail, run_guarded
@@ -95,6 +127,7 @@ def evaluate(args: argparse.Namespace) -> int:
         fail(EXIT_CONFIG, f"error: --confirm-above must be a number of USD >= 0, got {args.confirm_above}")
     if args.limit is not None and args.limit < 1:  # 0 would mean all of them
         fail(EXIT_CONFIG, f"error: --limit must be a positive number of conversations, got {args.limit}")
+    aspects = _aspect_names(args.aspects)
     logs = args.logs.resolve()
     try:
         convs = load_logs(logs)  # bad logs: one line, before anything is written
@@ -102,7 +135,8 @@ def evaluate(args: argparse.Namespace) -> int:
         fail(EXIT_CONFIG, f"error: {e}")
     out = (args.out or Path("face-runs") / logs.stem).resolve()
     overrides = ["experiment=crsarena_main", "dataset=chat_logs", f"dataset.path={logs}",
-                 f"aspects=[{args.aspects}]", f"llm={args.llm}", f"paths.output_dir={out}", f"report.out_dir={out}",
+                 f"aspects=[{','.join(aspects)}]", f"llm={args.llm}", f"paths.output_dir={out}",
+                 f"report.out_dir={out}",
                  *([] if args.mlflow else ["tracking=none"]), *([f"dataset.limit={args.limit}"] if args.limit else []),
                  *args.overrides]
     try:
@@ -133,27 +167,32 @@ def evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_report(run_dir: Path) -> Path:
-    """report.html + tables from a finished run directory (no LLM)."""
-    import pandas as pd
+REPORT_INPUTS = ("conversations.json", "particle_scores.jsonl", "run_file.json")  # particles.jsonl: optional
 
-    from face.data.schema import Particle
+
+def build_report(run_dir: Path) -> Path:
+    """report.html + tables from a finished run directory (no LLM). Every input is read through the checking
+    readers: a missing, empty, truncated or hand-broken file is one DataError naming it (and its line)."""
     from face.datasets.crsarena import ASPECTS, load_conversations
+    from face.datasets.face_released import load_released_particles
+    from face.errors import DataError
     from face.report import diagnostic_report as diagnostics
     from face.report.tables import write_table
     from face.runfile import read_run_file
+    from face.score_records import read_score_file
 
-    convs = load_conversations(run_dir / "conversations.json", require_labels=False)
-    systems = {r["conv_id"]: r.get("system") for r in json.loads((run_dir / "conversations.json").read_text())}
-    convs = [replace(c, system=systems[c.conv_id]) if systems.get(c.conv_id) else c for c in convs]
-    scores = pd.read_json(run_dir / "particle_scores.jsonl", lines=True)
+    if not run_dir.is_dir():
+        raise DataError(run_dir, "not a directory (the --out directory of a finished `face evaluate`)")
+    for name in REPORT_INPUTS:
+        if not (run_dir / name).exists():
+            raise DataError(run_dir / name, "missing: not the directory of a finished `face evaluate` run")
+    convs = load_conversations(run_dir / "conversations.json", require_labels=False, allow_empty_utterances=False)
+    scores = read_score_file(run_dir / "particle_scores.jsonl")
     scores = scores[(scores["particle_ind"] >= 0) & scores["score"].notna()]
     particles = {}
     if (run_dir / "particles.jsonl").exists():
-        for line in (run_dir / "particles.jsonl").read_text().splitlines():
-            r = json.loads(line)
-            particles[(r["conv_id"], r["turn_ind"])] = tuple(
-                Particle(p["dialogue_act"], p["particle"], p["user_feedback"]) for p in r["particles"])
+        particles = {(t.conv_id, t.turn_ind): t.particles
+                     for t in load_released_particles(run_dir / "particles.jsonl")}
     preds = read_run_file(run_dir / "run_file.json")
     aspects = [ASPECTS[a] for a in ASPECTS if a in set(scores["aspect"])]
     d = diagnostics.diagnose(scores, particles, convs)
@@ -173,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         print(f"Report: {build_report(args.run_dir.resolve())}")
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError) as e:  # DataError (a ValueError) names the file and the line
         fail(EXIT_CONFIG, f"error: cannot rebuild the report from {args.run_dir}: {e}")
     return 0
 

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from face.data.io import as_id, field, read_jsonl
+from face.errors import DataError
 from face.scoring import ScoreRecord
 
 # the compact columns (besides the identifying ones of SCORE_COLUMNS)
@@ -150,3 +152,24 @@ class ScoreTally:
         if logprobs:
             out["scores.mean_valid_mass"] = self.mass_sum / self.mass_n if self.mass_n else 0.0
         return out
+
+
+def read_score_file(path: Path) -> pd.DataFrame:
+    """A finished run's ``particle_scores.jsonl`` (what ``ScoreSink`` wrote) read back for the report: the
+    identifying columns and the score (null: no valid answer, NaN). Every line is checked, so a truncated,
+    hand-edited or foreign file is one DataError naming the file and the line, not a pandas message."""
+    cols: dict[str, list] = {k: [] for k in ("aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id",
+                                             "score")}
+    for lineno, obj in read_jsonl(path):
+        rec = f"line {lineno}"
+        cols["aspect"].append(field(obj, "aspect", str, path, rec))
+        cols["conv_id"].append(as_id(field(obj, "conv_id", (str, int), path, rec), path, rec, "conv_id"))
+        for key in ("turn_ind", "particle_ind"):
+            cols[key].append(field(obj, key, int, path, rec))
+        cols["instruction_id"].append(as_id(field(obj, "instruction_id", (str, int), path, rec), path, rec,
+                                            "instruction_id"))
+        score = field(obj, "score", (float, type(None)), path, rec)
+        cols["score"].append(math.nan if score is None else float(score))
+    if not cols["score"]:
+        raise DataError(path, "no score records (only blank lines)")
+    return pd.DataFrame(cols)

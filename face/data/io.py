@@ -25,34 +25,57 @@ def check_file(path: Path) -> None:
         raise DataError(path, "is empty")
 
 
-def read_json(path: str | Path) -> Any:
+def read_text(path: str | Path) -> str:
+    """The file's text, decoded as UTF-8; a leading byte-order mark is dropped (editors on Windows and Excel's
+    "CSV UTF-8" write one), any other undecodable byte is a DataError naming its line."""
     path = Path(path)
     check_file(path)
+    data = path.read_bytes()
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(path, f"malformed JSON: {e.msg}", f"line {e.lineno}, column {e.colno}") from None
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e.reason}") from None
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataError(path, f"not UTF-8 text: {e.reason} (byte 0x{data[e.start]:02x})", f"line {line}") from None
+
+
+def parse_json(text: str, path: str | Path, record: str | None = None) -> Any:
+    """``json.loads``, with every way it can fail as a DataError: malformed text, an integer of more digits than
+    Python converts (a ValueError, not a JSONDecodeError) or nesting deeper than the parser's recursion."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        where = record or f"line {e.lineno}, column {e.colno}"
+        raise DataError(path, f"malformed JSON: {e.msg}", where) from None
+    except RecursionError:
+        raise DataError(path, "malformed JSON: nested too deeply", record) from None
+    except ValueError as e:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
+        raise DataError(path, f"malformed JSON: {str(e).splitlines()[0]}", record) from None
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    return parse_json(read_text(path), path)
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed object) for each non-empty line."""
+    """Yield (line number, parsed object) for each non-empty line, reading line by line (score files are
+    large); a leading byte-order mark is dropped, an undecodable line is a DataError naming it."""
     path = Path(path)
     check_file(path)
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
             try:
-                yield lineno, json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(path, f"malformed JSON: {e.msg}", f"line {lineno}") from None
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(path, f"not UTF-8 text: {e.reason}", f"line {lineno}") from None
+            if line.strip():
+                yield lineno, parse_json(line, path, f"line {lineno}")
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object",
-               bool: "a boolean"}
+               bool: "a boolean", type(None): "null"}
 
 
 def field(obj: Any, key: str, kind: type | tuple[type, ...], path: str | Path, record: str) -> Any:
@@ -92,3 +115,44 @@ def check_label(value: Any, scale: tuple[float, ...] | None, path: str | Path, r
     if scale and not min(scale) <= v <= max(scale):
         raise DataError(path, f"label {v:g} is outside the aspect's scale {min(scale):g}..{max(scale):g}", record)
     return v
+
+
+def json_kind(value: Any) -> str:
+    """How a JSON value reads in an error message: ``NaN``, ``Infinity``, ``a number (1.5)``, ``an object``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return f"a non-integer number ({value!r})"
+    return f"{_TYPE_NAMES.get(type(value), type(value).__name__)} {value!r:.60}"
+
+
+def check_text(value: Any, path: str | Path, record: str) -> str:
+    """A string that can be written out as UTF-8. JSON's escapes can spell a lone surrogate (``"\\ud800"``),
+    which Python reads into a ``str`` but cannot encode: refused here, at load time, rather than as an
+    encoding error half way through a run."""
+    check_type(value, str, path, record)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise DataError(path, f"a lone surrogate {value[e.start]!r} at character {e.start} (invalid Unicode: a "
+                              "\\uD800-\\uDFFF escape without its pair)", record) from None
+    return value
+
+
+def as_id(value: Any, path: str | Path, record: str, what: str) -> str:
+    """An identifier (conversation id, system name) as text: a non-empty string, kept as it is, or an integer,
+    kept as its decimal digits (``0`` is ``"0"``). Anything else -- true/false, a non-integer number, NaN,
+    Infinity, null, an object, a list -- is a DataError, never stringified into an id nobody wrote."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise DataError(path, f"{what} must be a string or an integer, got {json_kind(value)}", record)
+    if not value.strip():
+        raise DataError(path, f"empty {what}", record)
+    return check_text(value, path, f"{record}, {what}")

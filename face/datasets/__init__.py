@@ -85,9 +85,19 @@ class Dataset:
         return self.aspects[canon]
 
     def resolve_aspects(self, names: Sequence[str] | None) -> list[Aspect]:
-        """The aspects to evaluate: ``names`` (validated), or the dataset's defaults."""
-        names = list(names) if names else list(self.default_aspects or self.aspects)
-        return [self.aspect(n) for n in names]
+        """The aspects to evaluate: ``names`` (validated), or the dataset's defaults when ``names`` is null. An
+        empty list names none: refused (it would otherwise silently mean all of them)."""
+        if isinstance(names, str):  # aspects=relevance: one name, not its letters
+            names = [names]
+        if names is not None and len(names) == 0:
+            raise ValueError(f"aspects=[] names no aspect: name at least one of {', '.join(self.aspects)} "
+                             "(or aspects=null for the dataset's defaults)")
+        names = list(names) if names is not None else list(self.default_aspects or self.aspects)
+        out = [self.aspect(n) for n in names]
+        dup = sorted({a.name for a in out if out.count(a) > 1})
+        if dup:  # relevance twice, or dialogue_overall and its alias: one set of scores under one name
+            raise ValueError(f"aspects: {', '.join(dup)} named twice")
+        return out
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

@@ -1,14 +1,17 @@
 """Conversation logs in the chat format CRS builders already have, or in CRSArena-Eval's format.
 
-Accepted (JSON or JSON Lines, detected from the content):
+Accepted (JSON or JSON Lines, detected from the content; UTF-8, with or without a byte-order mark):
 - a list of conversations, each a list of messages ``{"role": "user"|"assistant"|"system", "content": str}``;
 - a list (JSON) or one per line (JSONL) of objects ``{"id": str, "system": str, "messages": [...]}``
-  (``id`` and ``system`` optional);
+  (``id`` and ``system`` optional, or null; each a string or an integer, an integer kept as its digits);
+- a message's ``content`` may also be OpenAI's multi-part form, a list of ``{"type": "text", "text": str}``
+  parts: the text parts are joined with a newline (a part of another type, e.g. ``image_url``, is refused);
 - CRSArena-Eval's format (objects with ``conv_id`` and ``dialogue``), read by ``face.datasets.crsarena``.
 
 System messages are ignored; two consecutive messages of the same role, an unknown role, an empty message,
-a conversation without an assistant message, an empty file or text that is not UTF-8 raise one DataError
-naming the file, the conversation and the message index.
+an id or system name that is not a string or an integer (true/false, 1.5, NaN, Infinity, an object, a list),
+a lone surrogate escape (``"\\ud800"``), a conversation without an assistant message, an empty file or text
+that is not UTF-8 raise one DataError naming the file, the conversation and the message index.
 
 The dataset ``ChatLogs`` (``conf/dataset/``): your own conversation logs (chat format or CRSArena-Eval's), evaluated
 for CRSArena-Eval's aspects with their instructions. Human labels are optional: without them a run writes
@@ -20,7 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from face.data.io import check_file, check_type
+from face.data.io import as_id, check_text, check_type, field, json_kind, parse_json, read_text
 from face.data.schema import ASSISTANT, USER, Conversation, Turn
 from face.datasets import Dataset
 from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS, check_unique_ids, parse_conversation
@@ -31,16 +34,12 @@ ROLES = {"user": USER, "assistant": ASSISTANT}
 
 def _records(path: Path) -> list[tuple[str, object]]:
     """(record name, raw conversation) from a JSON list or JSON Lines."""
-    check_file(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(path, f"not UTF-8 text: {e.reason}") from None
+    text = read_text(path)
     if not text.strip():
         raise DataError(path, "contains no conversation")
     try:
         raw = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not one JSON document: JSON Lines, or an error named by its line below
         raw = None
     if isinstance(raw, list):
         return [(f"conversation {i}", r) for i, r in enumerate(raw)]
@@ -54,19 +53,56 @@ def _records(path: Path) -> list[tuple[str, object]]:
             out.append((f"line {lineno}", json.loads(line)))
         except json.JSONDecodeError as e:
             raise DataError(path, f"neither JSON nor JSON Lines: {e.msg}", f"line {lineno}") from None
+        except (ValueError, RecursionError):
+            parse_json(line, path, f"line {lineno}")  # raises the DataError that says what is wrong
     return out
+
+
+def _optional_id(raw: dict, keys: tuple[str, ...], path: Path, where: str, what: str) -> str | None:
+    """The first of ``keys`` present and not null, checked as an id (``face.data.io.as_id``); None if none is."""
+    for key in keys:
+        if raw.get(key) is not None:
+            return as_id(raw[key], path, f"{where}, key {key!r}", what)
+    return None
+
+
+def _content(content: object, path: Path, at: str) -> str:
+    """A message's text: a string, or OpenAI's multi-part content (a list of ``{"type": "text", "text": ...}``
+    parts), whose text parts are joined with a newline. A part of another type (``image_url``,
+    ``input_audio``, ...) cannot be evaluated from text and is refused, named with its index and type."""
+    if isinstance(content, list):
+        texts = []
+        for k, part in enumerate(content):
+            where = f"{at}, content part {k}"
+            if not isinstance(part, dict) or "type" not in part:
+                raise DataError(path, "a content part must be an object with a 'type' (e.g. {\"type\": \"text\", "
+                                      "\"text\": \"...\"})", where)
+            if part["type"] != "text":
+                raise DataError(path, f"content part of type {part['type']!r:.40}: only text parts can be evaluated "
+                                      "(remove it, or describe it in a text part)", where)
+            texts.append(check_text(field(part, "text", str, path, where), path, where))
+        content = "\n".join(texts)
+    elif not isinstance(content, str):
+        raise DataError(path, f"content must be a string or a list of text parts, got {json_kind(content)}",
+                        f"{at}, content")
+    content = check_text(content, path, at)
+    if not content.strip():
+        raise DataError(path, "empty message", at)
+    return content
 
 
 def _chat(raw: object, path: Path, record: str, index: int) -> Conversation:
     if isinstance(raw, dict):
-        conv_id = str(raw.get("id") or raw.get("conv_id") or f"conv{index}")
-        system = str(raw.get("system") or "unknown")
+        named = _optional_id(raw, ("id", "conv_id"), path, record, "conversation id")
+        conv_id = named if named is not None else f"conv{index}"
+        where = f"{record} ({conv_id})"
+        system = _optional_id(raw, ("system",), path, where, "system name") or "unknown"
         if "messages" not in raw:
-            raise DataError(path, "missing key 'messages' (a list of {role, content})", f"{record} ({conv_id})")
+            raise DataError(path, "missing key 'messages' (a list of {role, content})", where)
         messages = raw["messages"]
     else:
         conv_id, system, messages = f"conv{index}", "unknown", raw
-    where = f"{record} ({conv_id})"
+        where = f"{record} ({conv_id})"
     check_type(messages, list, path, f"{where}, messages")
     turns: list[Turn] = []
     for j, m in enumerate(messages):
@@ -76,11 +112,9 @@ def _chat(raw: object, path: Path, record: str, index: int) -> Conversation:
         role = m["role"]
         if role == "system":
             continue
-        if role not in ROLES:
-            raise DataError(path, f"unknown role {role!r} (expected user, assistant or system)", at)
-        content = check_type(m["content"], str, path, f"{at}, content")
-        if not content.strip():
-            raise DataError(path, "empty message", at)
+        if not isinstance(role, str) or role not in ROLES:
+            raise DataError(path, f"unknown role {role!r:.60} (expected user, assistant or system)", at)
+        content = _content(m["content"], path, at)
         if turns and turns[-1].role == ROLES[role]:
             raise DataError(path, f"two consecutive {role} messages (merge them, or insert the missing turn)", at)
         turns.append(Turn(len(turns), ROLES[role], content))
@@ -92,13 +126,16 @@ def _chat(raw: object, path: Path, record: str, index: int) -> Conversation:
 def load_logs(path: str | Path) -> list[Conversation]:
     """Every conversation of a log file (see the module doc for the formats)."""
     path = Path(path)
+    if not path.exists():  # the user's own file: no "run the fetch step" hint (check_file's, for data files)
+        raise DataError(path, "file not found")
     records = _records(path)
     if not records:
         raise DataError(path, "contains no conversation")
     convs = []
     for i, (record, raw) in enumerate(records):
         if isinstance(raw, dict) and "dialogue" in raw:  # CRSArena-Eval's format
-            convs.append(parse_conversation(raw, path, record, require_labels=False))
+            convs.append(parse_conversation(raw, path, record, require_labels=False,
+                                            allow_empty_utterances=False))
         else:
             convs.append(_chat(raw, path, record, i))
     return check_unique_ids(convs, path)

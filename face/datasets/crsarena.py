@@ -17,7 +17,7 @@ import pandas as pd
 
 from face.aspects import Aspect, aspect_table
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE
-from face.data.io import check_label, check_type, field, read_json
+from face.data.io import as_id, check_label, check_text, check_type, field, read_json
 from face.data.schema import ASSISTANT, USER, Conversation, PublishedScore, Turn
 from face.datasets import Dataset
 from face.errors import DataError
@@ -112,10 +112,24 @@ def _labels(raw: dict, known: set[str], path: Path, record: str) -> dict[str, fl
     return out
 
 
-def parse_conversation(raw: object, path: Path, record: str, require_labels: bool = True) -> Conversation:
-    conv_id = field(raw, "conv_id", str, path, record)
-    if not conv_id.strip():
-        raise DataError(path, "empty conv_id", record)
+def _utterance(turn: dict, path: Path, record: str, allow_empty: bool) -> str:
+    text = check_text(field(turn, "utterance", str, path, record), path, f"{record}, key 'utterance'")
+    if not allow_empty and not text.strip():
+        raise DataError(path, "empty utterance", record)
+    return text
+
+
+def parse_conversation(raw: object, path: Path, record: str, require_labels: bool = True,
+                       allow_empty_utterances: bool = True) -> Conversation:
+    """One conversation in CRSArena-Eval's format. ``conv_id`` (and the optional ``system``, the CRS's name; by
+    default the id's first part): a string or an integer (kept as its digits).
+    ``allow_empty_utterances``: the released CRSArena-Eval has 9 empty ASST utterances (labelled 0: the CRS
+    said nothing), so it is read as published; a user's file is refused on an empty or blank utterance."""
+    if not isinstance(raw, dict):
+        raise DataError(path, f"expected an object, got {type(raw).__name__}", record)
+    if "conv_id" not in raw:
+        raise DataError(path, "missing key 'conv_id'", record)
+    conv_id = as_id(raw["conv_id"], path, record, "conv_id")
     record = f"conversation {conv_id!r}"
     dialogue = field(raw, "dialogue", list, path, record)
     if not dialogue:
@@ -138,7 +152,7 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
         turns.append(Turn(
             turn_ind=turn_ind,
             role=role,
-            utterance=field(t, "utterance", str, path, rec),
+            utterance=_utterance(t, path, rec, allow_empty_utterances),
             labels=_labels(labels, _KNOWN_TURN_LABELS, path, rec),
         ))
     for prev, cur in zip(turns, turns[1:]):
@@ -156,19 +170,23 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
     else:
         dial_labels = check_type(raw.get("dial_level_aggregated") or {}, dict, path, record)
     system, split = system_and_split(conv_id)
+    if raw.get("system") is not None:  # optional: the CRS's name when the id does not say it
+        system = as_id(raw["system"], path, f"{record}, key 'system'", "system name")
     return Conversation(conv_id, tuple(turns), _labels(dial_labels, _KNOWN_DIALOGUE_LABELS, path, record),
                         system=system, split=split)
 
 
-def load_conversations(path: str | Path, require_labels: bool = True) -> list[Conversation]:
-    """Load CRSArena-Eval (or any file in its format: a JSON list of conversations)."""
+def load_conversations(path: str | Path, require_labels: bool = True,
+                       allow_empty_utterances: bool = True) -> list[Conversation]:
+    """Load CRSArena-Eval (or any file in its format: a JSON list of conversations); a user's file with
+    ``allow_empty_utterances=False`` (see ``parse_conversation``)."""
     path = Path(path)
     raw = read_json(path)
     check_type(raw, list, path, "top level")
     if not raw:
         raise DataError(path, "no conversations (an empty list)", "top level")
-    return check_unique_ids([parse_conversation(c, path, f"index {i}", require_labels) for i, c in enumerate(raw)],
-                            path)
+    return check_unique_ids([parse_conversation(c, path, f"index {i}", require_labels, allow_empty_utterances)
+                             for i, c in enumerate(raw)], path)
 
 
 def check_unique_ids(convs: list[Conversation], path: Path) -> list[Conversation]:
@@ -258,7 +276,9 @@ class CRSArenaEval(Dataset):
 
     def load_all(self, data_dir: Path) -> list[Conversation]:
         if self.file is not None:
-            convs = load_conversations(self.file, require_labels=False)
+            if not self.file.exists():  # the user's own file: no "run the fetch step" hint
+                raise DataError(self.file, "file not found (dataset.file)")
+            convs = load_conversations(self.file, require_labels=False, allow_empty_utterances=False)
         else:
             convs = load_conversations(Path(data_dir) / CRSARENA_EVAL)
         return convs + [copy_of(c, k) for k in range(2, self.repeat + 1) for c in convs]
