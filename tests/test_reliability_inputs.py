@@ -271,6 +271,14 @@ def test_openai_multipart_text_is_joined_with_a_newline(tmp_path):
     assert c.turns[3].utterance == "Then Ronin (1998)."
 
 
+def test_an_escaped_surrogate_pair_is_valid_text_not_a_lone_surrogate(tmp_path):
+    p = tmp_path / "logs.json"
+    p.write_text(json.dumps([CHAT]).replace("Try Heat (1995).", "Try Heat \\ud83c\\udfac"), encoding="utf-8")
+    assert "\\ud83c\\udfac" in p.read_text()  # the file holds the escapes, not the character
+    [c] = load_logs(p)
+    assert c.turns[1].utterance == "Try Heat \U0001F3AC"  # one character: the clapper board
+
+
 def test_integer_ids_and_system_names_are_kept_as_their_digits_never_renamed(tmp_path):
     convs = [*_with(CHAT, ["id"], 0, ["system"], 7), *_with(CHAT, ["id"], 12345678901234567890123),
              *_with(CHAT, ["id"], None, ["system"], None), *_with(ARENA, ["conv_id"], -5, ["system"], 0)]
