@@ -90,6 +90,8 @@ FILES = {
     "lone_surrogate_id": (_with(CHAT, ["id"], "c\udfff"), "face", ["conversation 0", "lone surrogate"]),
     "integer_of_5000_digits": ('[{"id": ' + "7" * 5000 + ', "messages": []}]', "face chat file",
                                ["malformed JSON", "4300 digits"]),
+    "integer_of_5000_digits_on_line_2": ('[\n {"id": ' + "7" * 5000 + ',\n  "messages": []}\n]\n', "face",
+                                        ["malformed JSON", "value has 5000 digits"]),
     "nested_too_deeply": ("[" * 100_000, "face chat file", ["malformed JSON", "nested too deeply"]),
     "id_1_and_string_1": (_with(CHAT, ["id"], 1) + _with(CHAT, ["id"], "1"), "face chat",
                           ["conversation '1'", "duplicate conversation id"]),

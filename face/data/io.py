@@ -49,7 +49,7 @@ def parse_json(text: str, path: str | Path, record: str | None = None) -> Any:
     except RecursionError:
         raise DataError(path, "malformed JSON: nested too deeply", record) from None
     except ValueError as e:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
-        raise DataError(path, f"malformed JSON: {str(e).splitlines()[0]}", record) from None
+        raise DataError(path, f"malformed JSON: {str(e).splitlines()[0].split(';')[0]}", record) from None
 
 
 def read_json(path: str | Path) -> Any:
@@ -155,4 +155,4 @@ def as_id(value: Any, path: str | Path, record: str, what: str) -> str:
         raise DataError(path, f"{what} must be a string or an integer, got {json_kind(value)}", record)
     if not value.strip():
         raise DataError(path, f"empty {what}", record)
-    return check_text(value, path, f"{record}, {what}")
+    return check_text(value, path, record)

@@ -39,8 +39,10 @@ def _records(path: Path) -> list[tuple[str, object]]:
         raise DataError(path, "contains no conversation")
     try:
         raw = json.loads(text)
-    except (ValueError, RecursionError):  # not one JSON document: JSON Lines, or an error named by its line below
+    except json.JSONDecodeError:  # not one JSON document: JSON Lines, or an error named by its line below
         raw = None
+    except (ValueError, RecursionError):  # well-formed up to a value Python cannot hold (4,300+ digits, nesting)
+        parse_json(text, path)  # raises the DataError that says what is wrong
     if isinstance(raw, list):
         return [(f"conversation {i}", r) for i, r in enumerate(raw)]
     if isinstance(raw, dict):
