@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from reliability import refused, run
 
+import face.secrets
 from face.secrets import redact, register, secret_in_overrides, secret_name, secret_setting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,8 +90,8 @@ def test_a_credential_is_refused_naming_the_setting_not_the_value(entry, name, t
     o = run(entry, _argv(entry, name, tmp_path), tmp_path, monkeypatch)
     assert refused(o, *{**CASES, **RUN_ONLY}[name][1]) == []
     assert RAW not in o.out + o.err  # the line names the setting, never the value
-    written = [p for p in tmp_path.rglob("*") if p.is_file() and "myconf" not in p.parts and p.name != "logs.jsonl"]
-    assert written == []  # nothing written: no .hydra/, no run dir, no MLflow store
+    written = [p for p in tmp_path.rglob("*") if "myconf" not in p.parts and p.name != "logs.jsonl"]
+    assert written == []  # nothing written, not even a directory: no .hydra/, no run or --out dir, no MLflow store
 
 
 def test_the_table_has_every_spelling_through_both_entry_points():
@@ -152,7 +153,8 @@ def test_redact_masks_credentials_and_nothing_else(text, expected):
     assert redact(text) == expected
 
 
-def test_a_registered_value_is_masked_wherever_it_appears():
+def test_a_registered_value_is_masked_wherever_it_appears(monkeypatch):
+    monkeypatch.setattr(face.secrets, "_registered", set())  # this test's registrations end with it
     value = "plainwordsecretvalue"  # no rule would recognise it
     assert redact(f"x{value}y") == f"x{value}y"
     register(value)
@@ -162,6 +164,7 @@ def test_a_registered_value_is_masked_wherever_it_appears():
 def test_the_key_read_from_the_environment_is_registered(monkeypatch):
     from face.llm.config import LLMConfig
 
+    monkeypatch.setattr(face.secrets, "_registered", set())
     monkeypatch.setenv("FACE_TEST_REGISTERED_KEY", "justlettersnokeyformat")
     assert LLMConfig(api_key_env="FACE_TEST_REGISTERED_KEY").api_key() == "justlettersnokeyformat"
     assert redact("refused justlettersnokeyformat.") == "refused ***."
