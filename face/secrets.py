@@ -32,10 +32,13 @@ _PREFIXED = re.compile(
     r"(?<![A-Za-z0-9])(?:(?:sk|pk|rk)[-_][A-Za-z0-9_\-]{8,}|hf_[A-Za-z0-9]{8,}|gsk_[A-Za-z0-9]{8,}"
     r"|xai-[A-Za-z0-9]{8,}|AIza[0-9A-Za-z_\-]{16,}|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}"
     r"|glpat-[A-Za-z0-9_\-]{16,}|xox[abprs]-[A-Za-z0-9\-]{8,}|AKIA[0-9A-Z]{16})")
-_SCHEME_AUTH = re.compile(r"(?i)\b(bearer|basic)(\s+)(?!\*\*\*)[A-Za-z0-9._~+/=\-]{4,}")
+# "Bearer <token>" (any case); "Basic <base64>" only capitalised and with an upper-case letter, digit or base64 sign
+# after its first character ("Basic statistics" is prose)
+_SCHEME_AUTH = re.compile(r"(?i:\b(bearer)(\s+)(?!\*\*\*)[A-Za-z0-9._~+/=\-]{4,})"
+                          r"|\b(Basic)(\s+)(?=[A-Za-z0-9+/]{8})(?=.[a-z0-9+/]*[A-Z0-9+/=])[A-Za-z0-9+/]+={0,2}")
 _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)(?!\*\*\*@)[^/\s@?#'\"]+@")
 _NAMED = re.compile(
-    r"(?i)((?:[\w\-]*(?:api[_\-]?key|secret|password|passwd|token|authorization|credentials?))['\"]?\s*[:=]\s*"
+    r"(?i)((?:api[_\-]?key|secret|password|passwd|token|authorization|credentials?)['\"]?\s*[:=]\s*"
     r"['\"]?)(?!\*\*\*)((?:bearer\s+|basic\s+)?[^\s'\",;}&)\]]+)")
 _LONG_RUN = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]{24,}(?![A-Za-z0-9])")
 
@@ -96,7 +99,7 @@ def redact(text: Any) -> str:
         s = s.replace(value, MASK)
     s = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", s)
     s = _NAMED.sub(lambda m: m.group(0) if _harmless(m.group(2)) else f"{m.group(1)}{MASK}", s)
-    s = _SCHEME_AUTH.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", s)
+    s = _SCHEME_AUTH.sub(lambda m: f"{m.group(1) or m.group(3)}{m.group(2) or m.group(4)}{MASK}", s)
     s = _PREFIXED.sub(MASK, s)
     return _LONG_RUN.sub(lambda m: MASK if _random_looking(m.group(0)) else m.group(0), s)
 

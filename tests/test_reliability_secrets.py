@@ -139,6 +139,7 @@ def test_a_setting_name_says_credential_or_not(name, is_secret):
     ("key sk-proj-AbC123dEf456", "key ***"),
     ("Authorization: Bearer abc.DEF-123", "Authorization: ***"),
     ("sent with Bearer abc.DEF-123 to it", "sent with Bearer *** to it"),
+    ("header Basic dXNlcjpwYXNz sent", "header Basic *** sent"),  # base64 of user:pass
     ("http://user:hunter2@host:8000/v1 failed", "http://***@host:8000/v1 failed"),
     ("GET /v1?api_key=hunter2&x=1", "GET /v1?api_key=***&x=1"),
     ("password: hunter2", "password: ***"),
@@ -147,6 +148,7 @@ def test_a_setting_name_says_credential_or_not(name, is_secret):
     ("api_key_env=OPENAI_API_KEY max_tokens=256", "api_key_env=OPENAI_API_KEY max_tokens=256"),
     ("run 0123456789abcdef0123456789abcdef", "run 0123456789abcdef0123456789abcdef"),
     ("DeepSeek-R1-Distill-Qwen-14B-GGUF", "DeepSeek-R1-Distill-Qwen-14B-GGUF"),
+    ("Basic statistics of the run", "Basic statistics of the run"),
     ("sqlite:////tmp/pytest-of-x/mlflow.db scikit-learn", "sqlite:////tmp/pytest-of-x/mlflow.db scikit-learn"),
 ])
 def test_redact_masks_credentials_and_nothing_else(text, expected):
