@@ -70,7 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--mlflow", action="store_true", help="also log the run to MLflow (sqlite:///mlflow.db)")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="any other setting, as for scripts/run.py (repeatable), e.g. --set method.estimator=logprobs "
-                        "--set run_size=tiny --set llm.base_url=http://gpu-box:8000/v1")
+                        "--set run_size=tiny --set llm.base_url=http://gpu-box:8000/v1; a credential (a key, token or "
+                        "password setting, a key-like value, user:pass@ in a URL) is refused: keep the key in the "
+                        "environment and name its variable with --set llm.api_key_env=NAME")
     r = sub.add_parser("report", help="rebuild the diagnostics report of a finished run (no LLM call)",
                        description="Rebuild report.html and its tables from a finished `face evaluate` run "
                                    "directory (conversations.json, particles.jsonl, particle_scores.jsonl, "
@@ -139,10 +141,18 @@ def evaluate(args: argparse.Namespace) -> int:
                  f"report.out_dir={out}",
                  *([] if args.mlflow else ["tracking=none"]), *([f"dataset.limit={args.limit}"] if args.limit else []),
                  *args.overrides]
+    from face.secrets import secret_in_overrides, secret_setting
+
+    bad = secret_in_overrides(args.overrides)  # a credential in --set: refused before anything is composed or written
+    if bad:
+        fail(EXIT_CONFIG, f"error: {bad}")
     try:
         cfg = _compose(overrides)
     except Exception as e:
         fail(EXIT_CONFIG, f"error: bad setting: {str(e).strip().splitlines()[0]}")
+    bad = secret_setting(cfg)  # ... or in a config file (conf/llm/NAME.yaml) or a nested value (llm.headers)
+    if bad:
+        fail(EXIT_CONFIG, f"error: {bad}")
     out.mkdir(parents=True, exist_ok=True)
     from omegaconf import OmegaConf
 

@@ -17,6 +17,7 @@ from typing import NoReturn
 from omegaconf import DictConfig
 
 from face.errors import DataError
+from face.secrets import install_log_redaction, redact, secret_setting
 
 EXIT_CONFIG, EXIT_BUDGET, EXIT_LLM, EXIT_INTERRUPTED, EXIT_BUG = 2, 3, 4, 130, 1
 
@@ -26,7 +27,9 @@ def _debug() -> bool:
 
 
 def fail(code: int, line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """Print the one line (redacted: an error message may quote a key, e.g. a server's "incorrect API key
+    sk-...") and exit with ``code``."""
+    print(redact(line), file=sys.stderr, flush=True)
     sys.exit(code)
 
 
@@ -74,6 +77,10 @@ def run_guarded(cfg: DictConfig) -> None:
     from face.experiments.common import ConfigError
     from face.llm import BudgetExceeded, LLMCallError, LLMRequestRefused
 
+    install_log_redaction()  # console and run.log: every log record is redacted (face.secrets)
+    bad = secret_setting(cfg)  # the entry points refuse this earlier; a config built another way is refused here
+    if bad:
+        fail(EXIT_CONFIG, f"error: {bad}")
     resume = f"Finished LLM calls are cached in {cfg.paths.get('cache_dir')}: rerun the same command to resume."
     stops = (  # first match wins: (what stopped the run, exit code, the line printed)
         ((DataError, ConfigError), EXIT_CONFIG, "error: {e}"),  # bad input or setting: nothing was sent

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from face.errors import require_writable_dir
+from face.secrets import redact
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ def run_params(cfg: DictConfig, uses_llm: bool = True) -> dict[str, str]:
             continue
         if isinstance(v, str) and os.path.isabs(v):
             v = Path(v).name
-        out[k] = ("null" if v is None else str(v))[:6000]
+        out[k] = redact("null" if v is None else str(v))[:6000]  # a key never becomes a param (face.secrets)
     return out
 
 
@@ -192,7 +193,8 @@ class Tracker:
         t = cfg.tracking
         self.enabled = bool(t.enabled)
         self.cfg = cfg
-        self.run_name = t.get("run_name") or run_name
+        name = t.get("run_name") or run_name
+        self.run_name = redact(name) if name else None  # a run name may quote settings
         self.uses_llm = uses_llm
         self.run_id: str | None = None
         if self.enabled:
@@ -241,7 +243,7 @@ class Tracker:
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         if self.enabled:
-            self.mlflow.set_tags({k: str(v) for k, v in tags.items()})
+            self.mlflow.set_tags({k: redact(v) for k, v in tags.items()})  # incl. the description, stop reasons
 
     def log_metrics(self, metrics: Mapping[str, float]) -> None:
         if self.enabled:
@@ -260,7 +262,7 @@ class Tracker:
                 elif p.exists():
                     size = p.stat().st_size
                     if limit is not None and size > limit * 1e6:
-                        self.mlflow.set_tag(f"not_logged.{p.name}", f"{size / 1e6:.0f} MB, in {p.parent}")
+                        self.mlflow.set_tag(f"not_logged.{p.name}", redact(f"{size / 1e6:.0f} MB, in {p.parent}"))
                         continue
                     self.mlflow.log_artifact(str(p), artifact_path=subdir)
 
@@ -270,7 +272,7 @@ class Tracker:
 
     def log_config(self) -> None:
         if self.enabled:
-            self.mlflow.log_text(OmegaConf.to_yaml(self.cfg, resolve=True), "config.yaml")
+            self.mlflow.log_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)), "config.yaml")
 
     def log_checksums(self, checksums: Mapping[str, str]) -> None:
         """The data files' sha256 as one artifact, and one tag: the sha256 of that listing."""

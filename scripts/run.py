@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import sys
 from pathlib import Path
@@ -38,25 +37,12 @@ def main(cfg: DictConfig) -> None:
     run_guarded(cfg)
 
 
-_SECRET_KEYS = re.compile(r"(^|\.)(api_key_env|api_key|key|token|secret|password)$", re.IGNORECASE)
-
-
 def secret_in_argv(argv: list[str]) -> str | None:
-    """The setting of an override that carries what looks like a secret (checked before Hydra writes .hydra/)."""
-    from face.llm.config import is_env_var_name, looks_like_secret
+    """The refusal line of an override that carries what looks like a credential (face.secrets: by its name, its
+    value or a URL's user-info), checked before Hydra writes .hydra/."""
+    from face.secrets import secret_in_overrides
 
-    for arg in argv:
-        key, eq, value = arg.partition("=")
-        if not eq:
-            continue
-        key = key.lstrip("+~")
-        value = value.strip("'\"")
-        if key.endswith("api_key_env") and value not in ("", "null") and not is_env_var_name(value):
-            return (f"{key} must be the NAME of an environment variable (letters, digits, _), not the key "
-                    "itself: put the key in the environment and set llm.api_key_env=OPENAI_API_KEY (its name)")
-        if _SECRET_KEYS.search(key) and not key.endswith("api_key_env") and looks_like_secret(value):
-            return f"{key}: refusing a secret on the command line (it would be written to .hydra/ and MLflow)"
-    return None
+    return secret_in_overrides(argv)
 
 
 def unique_run_dirs(argv: list[str]) -> list[str]:
@@ -77,33 +63,59 @@ def precompose(argv: list[str]) -> str | None:
     in any config file, is one line and exit 2 before anything is written."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from face.llm.config import is_env_var_name
+    from face.secrets import secret_setting
 
     overrides = [a for a in argv  # Hydra's own settings are Hydra's, except where configs are looked up
                  if (a.lstrip("+~").startswith("hydra.searchpath=")
                      or not a.lstrip("+~").startswith(("hydra.", "hydra/"))) and a not in ("-m", "--multirun")]
-    if any("," in a.partition("=")[2] and "[" not in a for a in overrides):  # a sweep: Hydra checks each job
-        return None
+    if any("," in a.partition("=")[2] and "[" not in a for a in overrides):  # a sweep: Hydra checks each job,
+        return secret_in_sweep(overrides)  # after writing its .hydra/: a credential is looked for here first
     try:
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return f"bad override: {first}"
-    key_env = OmegaConf.select(cfg, "llm.api_key_env", default=None, throw_on_missing=False)
-    if isinstance(key_env, str) and not is_env_var_name(key_env):
-        return ("llm.api_key_env must be the NAME of an environment variable (letters, digits, _), not the key "
-                "itself (found in a config file)")
+    return secret_setting(cfg)  # a credential in a config file, or in a nested value (llm.headers)
+
+
+def secret_in_sweep(overrides: list[str]) -> str | None:
+    """The refusal line of a credential in any config file a sweep would compose: every value of every swept
+    setting is composed once (the other swept settings at their first value), so each config group option the
+    sweep selects is checked. A sweep Hydra must expand itself (glob) or that does not compose is left to it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from face.secrets import secret_setting
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
+                   else [o.input_line] for o in parsed]
+    except Exception:
+        return None
+    firsts = [c[0] for c in choices]
+    jobs = [[*firsts[:i], v, *firsts[i + 1:]] for i, c in enumerate(choices) for v in c[1:]] + [firsts]
+    for job in jobs[:100]:
+        try:
+            with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+                bad = secret_setting(compose(config_name="config", overrides=job))
+        except Exception:
+            continue
+        if bad:
+            return bad
     return None
 
 
 def cli() -> None:
     argv = sys.argv[1:]
+    bad = secret_in_argv(argv)  # with --cfg too: it would print the key
+    if bad:
+        fail(EXIT_CONFIG, f"error: {bad}")
     if not any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):  # not --help, --cfg, ...
-        bad = secret_in_argv(argv) or precompose(argv)
+        bad = precompose(argv)
         if bad:
             fail(EXIT_CONFIG, f"error: {bad}")
         sys.argv = [sys.argv[0], *argv, *unique_run_dirs(argv)]

@@ -9,14 +9,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self, runtime_checkable
 
+from face.secrets import redact
+
 Messages = tuple[tuple[str, str], ...]
 
 
 class LLMCallError(RuntimeError):
-    """A request failed after all retries (or with a non-retryable error)."""
+    """A request failed after all retries (or with a non-retryable error). The message is redacted
+    (face.secrets): an endpoint may quote the key it got ("Incorrect API key provided: sk-..."), and the message
+    goes to the stop line, run.log, llm_usage.json and MLflow's stop_reason."""
 
     def __init__(self, message: str, retries: int = 0):
-        super().__init__(message)
+        super().__init__(redact(message))
         self.retries = retries  # retries spent before giving up (for accounting)
 
 

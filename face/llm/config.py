@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+from face.secrets import is_env_var_name, looks_like_secret, register
 
-
-def looks_like_secret(value: str) -> bool:
-    """A string that looks like an API key rather than the name of an environment variable."""
-    v = value.strip()
-    if v.startswith(("sk-", "sk_", "pk-", "hf_", "gsk_", "xai-", "AIza", "Bearer ")):
-        return True
-    if len(v) >= 24 and any(c.isdigit() for c in v) and any(c.islower() for c in v) and any(c.isupper() for c in v):
-        return True  # long, mixed case and digits: an env var name is not like that
-    return len(v) >= 32 and not v.isupper()
-
-
-def is_env_var_name(value: str) -> bool:
-    return bool(_ENV_NAME.fullmatch(value)) and not looks_like_secret(value)
+__all__ = ["LLMConfig", "is_env_var_name", "looks_like_secret"]
 
 
 @dataclass
@@ -185,7 +172,9 @@ class LLMConfig:
     def api_key(self) -> str:
         """The key's value from the environment ("not-needed" for keyless local servers)."""
         if self.api_key_env:
-            return os.environ.get(self.api_key_env) or "not-needed"
+            key = os.environ.get(self.api_key_env) or "not-needed"
+            register(key)  # redacted wherever it would appear (logs, stop messages, MLflow, captions)
+            return key
         return "not-needed"
 
 

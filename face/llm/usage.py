@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from face.secrets import redact
+
 
 class BudgetExceeded(RuntimeError):
     """Raised before a request that would exceed llm.max_calls or llm.max_cost_usd."""
@@ -188,6 +190,8 @@ class Usage:
     # ---- records ------------------------------------------------------
     def add(self, rec: CallRecord) -> None:
         self.calls += 1
+        if rec.error:  # written to llm_usage.json: an error may quote the key (face.secrets)
+            rec.error = redact(rec.error)
         self.cache_hits += rec.cached_samples
         if len(self.records) < KEEP_CALLS or rec.error is not None:
             self.records.append(rec)

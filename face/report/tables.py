@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from face.datasets import crsarena, usr
+from face.secrets import redact
 
 # display order of the aspects we know; any other aspect follows in order of appearance
 ASPECT_ORDER = [*crsarena.ASPECTS, *usr.ASPECTS]
@@ -47,7 +48,8 @@ def to_latex(df: pd.DataFrame, caption: str, digits: int = 3) -> str:
 
 def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str, digits: int = 3) -> list[Path]:
     """``name.md`` (caption + table), ``name.csv`` (6 significant digits: the same bytes on every machine and
-    rerun), ``name.tex``; returns the paths."""
+    rerun), ``name.tex``; returns the paths. The caption is redacted (face.secrets): it often quotes settings."""
+    caption = redact(caption)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, csv, tex = out_dir / f"{name}.md", out_dir / f"{name}.csv", out_dir / f"{name}.tex"
