@@ -10,9 +10,11 @@ LLM layer, cache and exit codes (0 done, 2 bad input or setting, 3 budget, 4 LLM
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -46,7 +48,16 @@ The cost estimate is printed before anything is sent; above --confirm-above USD 
 (--yes skips the question). Every LLM answer is cached (data/cache/llm): rerunning resumes for free.
 Large paid runs: --llm openai --set llm.batch=true sends the requests as OpenAI Batch API jobs (half price,
 answers within 24 h; rerun the same command after an interruption to resume the same jobs).
+
+--out belongs to one run at a time: rerunning the same LOGS with the same settings into it resumes that run;
+a directory holding another run's results (another input or other settings) is refused unless --overwrite;
+a second run into a directory still in use stops at once; an --out whose outputs would replace LOGS is refused.
+Every file is written under a temporary name and renamed when complete: a stop never leaves half a file.
 """
+
+# what `face evaluate` writes into --out (a name ending in / is a directory)
+OUTPUTS = ("run_file.json", "particles.jsonl", "particle_scores.jsonl", "cost_estimate.csv", "llm_usage.json",
+           "conversations.json", "report.html", "report_tables/")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
                    "an empty, unknown or repeated name is refused")
     e.add_argument("--llm", default="local", help="LLM backend config: local (default, embedded, no key), openai, "
                    "openai_compatible, scripted (a fake server for tests), or any conf/llm/NAME.yaml")
-    e.add_argument("--out", type=Path, default=None, help="output directory (default: face-runs/<LOGS name>)")
+    e.add_argument("--out", default=None, help="output directory (default: face-runs/<LOGS name>)")
+    e.add_argument("--overwrite", action="store_true",
+                   help="replace the results of another run (other logs or settings) in --out")
     e.add_argument("--yes", action="store_true", help="do not ask for confirmation, whatever the estimate")
     e.add_argument("--dry-run", action="store_true", help="print the cost estimate and stop (sends nothing)")
     e.add_argument("--confirm-above", type=float, default=1.0, metavar="USD",
@@ -89,11 +102,23 @@ def _compose(overrides: list[str]):
         return compose(config_name="config", overrides=overrides)
 
 
+def hydra_value(value: str) -> str:
+    """``value`` quoted for a Hydra override, taken literally: ``,`` ``'`` spaces and ``${...}`` stay as they are
+    (a path is never a sweep, nor an interpolation that would read, say, an API key from the environment)."""
+    from face.methods import escape_interpolation
+
+    value = escape_interpolation(value)  # OmegaConf: \${ is a literal ${
+    value = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value)  # Hydra: a backslash before ' or the end
+    return "'" + value.replace("'", "\\'") + "'"
+
+
 def _write_conversations(convs, path: Path) -> Path:
     """The conversations in CRSArena-Eval's format (what `face report` reads back)."""
-    path.write_text(json.dumps([{"conv_id": c.conv_id, "system": c.system, "dialogue": [
+    from face.files import atomic_write_text
+
+    atomic_write_text(path, json.dumps([{"conv_id": c.conv_id, "system": c.system, "dialogue": [
         {"turn_ind": t.turn_ind, "role": t.role, "utterance": t.utterance} for t in c.turns]} for c in convs],
-        indent=1), encoding="utf-8")
+        indent=1))
     return path
 
 
@@ -123,22 +148,32 @@ def _aspect_names(text: str) -> list[str]:
 
 def evaluate(args: argparse.Namespace) -> int:
     from face.datasets.chatlogs import load_logs
-    from face.runner import EXIT_CONFIG, fail, run_guarded
+    from face.errors import ConfigError, require_writable_dir
+    from face.files import dir_lock, refuse_input_overwrite
+    from face.runner import EXIT_CONFIG, fail
 
     if not math.isfinite(args.confirm_above) or args.confirm_above < 0:  # nan would never ask
         fail(EXIT_CONFIG, f"error: --confirm-above must be a number of USD >= 0, got {args.confirm_above}")
     if args.limit is not None and args.limit < 1:  # 0 would mean all of them
         fail(EXIT_CONFIG, f"error: --limit must be a positive number of conversations, got {args.limit}")
     aspects = _aspect_names(args.aspects)
+    if args.out is not None and not args.out.strip():
+        fail(EXIT_CONFIG, "error: --out: the path is empty")
     logs = args.logs.resolve()
     try:
         convs = load_logs(logs)  # bad logs: one line, before anything is written
     except Exception as e:
         fail(EXIT_CONFIG, f"error: {e}")
-    out = (args.out or Path("face-runs") / logs.stem).resolve()
-    overrides = ["experiment=crsarena_main", "dataset=chat_logs", f"dataset.path={logs}",
-                 f"aspects=[{','.join(aspects)}]", f"llm={args.llm}", f"paths.output_dir={out}",
-                 f"report.out_dir={out}",
+    out = Path(os.path.abspath(args.out or Path("face-runs") / logs.stem))
+    try:
+        refuse_input_overwrite(out, [logs], OUTPUTS, "--out")
+        require_writable_dir(out, "--out")
+    except ConfigError as e:
+        fail(EXIT_CONFIG, f"error: {e}")
+    out = out.resolve()
+    overrides = ["experiment=crsarena_main", "dataset=chat_logs", f"dataset.path={hydra_value(str(logs))}",
+                 f"aspects=[{','.join(aspects)}]", f"llm={args.llm}", f"paths.output_dir={hydra_value(str(out))}",
+                 f"report.out_dir={hydra_value(str(out))}",
                  *([] if args.mlflow else ["tracking=none"]), *([f"dataset.limit={args.limit}"] if args.limit else []),
                  *args.overrides]
     from face.secrets import secret_in_overrides, secret_setting
@@ -153,9 +188,32 @@ def evaluate(args: argparse.Namespace) -> int:
     bad = secret_setting(cfg)  # ... or in a config file (conf/llm/NAME.yaml) or a nested value (llm.headers)
     if bad:
         fail(EXIT_CONFIG, f"error: {bad}")
-    out.mkdir(parents=True, exist_ok=True)
+    existed = out.exists()
+    try:
+        with dir_lock(out, "--out"):  # held until the report is written: one run in --out at a time
+            return _evaluate_in(out, cfg, convs, args)
+    except ConfigError as e:
+        fail(EXIT_CONFIG, f"error: {e}")
+    except SystemExit:
+        with contextlib.suppress(OSError):
+            if not existed:
+                out.rmdir()  # refused before anything was written: leave no empty directory
+        raise
+
+
+def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
+    """The run, in its locked --out: ownership, the estimate (and confirmation), the run, the report."""
     from omegaconf import OmegaConf
 
+    from face.experiments.common import run_owner
+    from face.files import claim_state
+    from face.runner import EXIT_CONFIG, fail, run_guarded
+
+    state = claim_state(out, run_owner(cfg), "--out", args.overwrite, OUTPUTS)
+    if state == "resume":
+        print(f"Resuming the run in {out} (same logs and settings; finished LLM calls come from the cache).")
+    elif state == "overwrite":
+        print(f"Overwriting another run's results in {out} (--overwrite).")
     dry = OmegaConf.merge(cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
     run_guarded(dry)  # prints the estimate, writes cost_estimate.csv, sends nothing
     if args.dry_run:
@@ -218,10 +276,17 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "evaluate":
         return evaluate(args)
+    from face.errors import ConfigError
+    from face.files import dir_lock
     from face.runner import EXIT_CONFIG, fail
 
     try:
-        print(f"Report: {build_report(args.run_dir.resolve())}")
+        if not args.run_dir.is_dir():
+            raise ValueError("not a directory")
+        with dir_lock(args.run_dir, "RUN_DIR"):  # not while a run is writing there
+            print(f"Report: {build_report(args.run_dir.resolve())}")
+    except ConfigError as e:
+        fail(EXIT_CONFIG, f"error: {e}")
     except (OSError, ValueError, KeyError) as e:  # DataError (a ValueError) names the file and the line
         fail(EXIT_CONFIG, f"error: cannot rebuild the report from {args.run_dir}: {e}")
     return 0

@@ -38,16 +38,40 @@ def import_class(path: str, setting: str) -> type:
         raise ConfigError(f"{setting}={path}: not an importable class ({e})") from None
 
 
-def require_writable_dir(path: Path, setting: str) -> None:
-    """ConfigError naming ``setting`` unless ``path`` is, or can be created as, a directory this process may
-    write (nothing is created here)."""
-    p = Path(path).resolve()
-    while not p.exists() and p.parent != p:
-        p = p.parent
-    if not p.is_dir():
-        raise ConfigError(f"{setting}: {path} cannot be a directory: {p} is a file")
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise ConfigError(f"{setting}: {path} is not writable ({p}: permission denied)")
+# kernel pseudo-filesystems: writable on paper (root may even pass os.access), but nothing can be created there
+_PSEUDO_FS = ("/proc", "/sys")
+
+
+def require_writable_dir(path: Path | str, setting: str) -> None:
+    """ConfigError naming ``setting`` and the path unless ``path`` is, or can be created as, a directory this
+    process may write (nothing is created here): an empty path, a name longer than the file system allows,
+    a path under a file, under /proc or /sys, or under a read-only / immutable directory is refused."""
+    if not str(path).strip():
+        raise ConfigError(f"{setting}: the path is empty")
+    try:
+        p = Path(os.path.abspath(path))
+        too_long = [part for part in p.parts if len(os.fsencode(part)) > 255]
+        if too_long or len(os.fsencode(str(p))) > 4095:
+            raise ConfigError(f"{setting}: {_short(path)} is too long a path for the file system "
+                              f"({'a name over 255 bytes' if too_long else 'over 4095 bytes'})")
+        p = p.resolve()
+        while not p.exists() and p.parent != p:
+            p = p.parent
+        if any(p == Path(fs) or Path(fs) in p.parents for fs in _PSEUDO_FS):
+            raise ConfigError(f"{setting}: {path} is under {p}, a kernel pseudo-filesystem: nothing can be written "
+                              "there")
+        if not p.is_dir():
+            raise ConfigError(f"{setting}: {path} cannot be a directory: {p} is a file")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ConfigError(f"{setting}: {path} is not writable ({p}: permission denied or read-only)")
+    except OSError as e:  # ELOOP, EACCES on a parent, ...: still one line naming the path
+        raise ConfigError(f"{setting}: {_short(path)} cannot be used: {e.strerror or e}") from None
+
+
+def _short(path: Path | str) -> str:
+    """The path as said in a message: a very long one cut in the middle."""
+    s = str(path)
+    return s if len(s) <= 200 else f"{s[:100]}...{s[-60:]} ({len(s)} characters)"
 
 
 __all__ = ["ConfigError", "DataError", "import_class", "require_writable_dir"]

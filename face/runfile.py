@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Collection
 
@@ -19,6 +17,7 @@ from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.data.io import check_type, field, read_json
 from face.datasets.crsarena import ASPECT_ALIASES
 from face.errors import DataError
+from face.files import atomic_open
 
 
 def to_records(preds: Predictions) -> list[dict]:
@@ -40,11 +39,8 @@ def to_records(preds: Predictions) -> list[dict]:
 def write_run_file(preds: Predictions, path: str | Path) -> Path:
     """Write atomically (a crash never leaves a half-written run file)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with atomic_open(path) as f:
         json.dump(to_records(preds), f, indent=1)
-    os.replace(tmp, path)
     return path
 
 

@@ -5,6 +5,7 @@ of scores, whatever it sent to get them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from array import array
@@ -16,6 +17,7 @@ import pandas as pd
 
 from face.data.io import as_id, field, read_jsonl
 from face.errors import DataError
+from face.files import atomic_path
 from face.scoring import ScoreRecord
 
 # the compact columns (besides the identifying ones of SCORE_COLUMNS)
@@ -43,14 +45,18 @@ class _Codes:
 
 
 class ScoreSink:
-    """``add(record)``: one JSON line in ``path`` and one row of compact columns; ``frame()``: those columns."""
+    """``add(record)``: one JSON line in ``path`` and one row of compact columns; ``frame()``: those columns.
+
+    The lines are streamed (never held in memory) to a temporary name next to ``path``, renamed onto it when the
+    sink closes normally (``os.replace``): ``path`` is always a complete file -- the previous run's, or this one's.
+    A run stopped half-way removes its partial file (the rerun rebuilds it from the LLM cache)."""
 
     def __init__(self, path: Path | None, decomps: dict[tuple[str, int], Any] | None = None):
         self.path, self.decomps = path, decomps
         self._f = None
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._tmp = self._enter(atomic_path(path))
+            self._f = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._aspect, self._conv, self._instr = _Codes(), _Codes(), _Codes()
         self._cols = {"aspect": array("i"), "conv_id": array("i"), "turn_ind": array("i"), "particle_ind": array("i"),
                       "instruction_id": array("i"), "score": array("d"), "n_valid": array("i"),
@@ -114,17 +120,26 @@ class ScoreSink:
         self._fallbacks, self.rows = {}, 0
         return df
 
-    def close(self) -> Path | None:
+    def _enter(self, cm) -> Path:
+        self._stack = contextlib.ExitStack()
+        return self._stack.enter_context(cm)
+
+    def close(self, exc: BaseException | None = None) -> Path | None:
+        """Rename the complete file onto ``path`` (``exc``: the run failed -- drop the partial file instead)."""
         if self._f is not None:
             self._f.close()
             self._f = None
+            if exc is None:
+                self._stack.close()
+            else:
+                self._stack.__exit__(type(exc), exc, exc.__traceback__)
         return self.path
 
     def __enter__(self) -> ScoreSink:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind, exc, tb) -> None:
+        self.close(exc)
 
 
 class ScoreTally:

@@ -10,6 +10,7 @@ is in the output and in ``<sweep dir>/.submitit/<job id>/``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -21,7 +22,7 @@ os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))
 sys.path.insert(0, str(ROOT))
 
 import hydra  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from face.runner import EXIT_CONFIG, fail, run_cli, run_guarded  # noqa: E402
 
@@ -58,27 +59,29 @@ def unique_run_dirs(argv: list[str]) -> list[str]:
     return extra
 
 
-def precompose(argv: list[str]) -> str | None:
+def precompose(argv: list[str]) -> tuple[str | None, DictConfig | None]:
     """Compose the config once before Hydra's own run (which writes .hydra/ first): a bad override, or a secret
-    in any config file, is one line and exit 2 before anything is written."""
+    in any config file, is one line and exit 2 before anything is written. Returns (that line or None, the
+    config with its ``hydra`` node; None for a sweep)."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from face.secrets import secret_setting
 
-    overrides = [a for a in argv  # Hydra's own settings are Hydra's, except where configs are looked up
-                 if (a.lstrip("+~").startswith("hydra.searchpath=")
+    overrides = [a for a in argv  # Hydra's own settings are Hydra's, except where configs are looked up and runs go
+                 if (a.lstrip("+~").startswith(("hydra.searchpath=", "hydra.run.dir="))
                      or not a.lstrip("+~").startswith(("hydra.", "hydra/"))) and a not in ("-m", "--multirun")]
-    if any("," in a.partition("=")[2] and "[" not in a for a in overrides):  # a sweep: Hydra checks each job,
-        return secret_in_sweep(overrides)  # after writing its .hydra/: a credential is looked for here first
+    if any("," in a.partition("=")[2] and "[" not in a and "'" not in a and '"' not in a
+           for a in overrides):  # a sweep: Hydra checks each job, after writing its .hydra/: a credential is
+        return secret_in_sweep(overrides), None  # looked for here first
     try:
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
+            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"bad override: {first}"
-    return secret_setting(cfg)  # a credential in a config file, or in a nested value (llm.headers)
+        return f"bad override: {first}", None
+    return secret_setting(cfg), cfg  # a credential in a config file, or in a nested value (llm.headers)
 
 
 def secret_in_sweep(overrides: list[str]) -> str | None:
@@ -109,23 +112,63 @@ def secret_in_sweep(overrides: list[str]) -> str | None:
     return None
 
 
+# what a run may write into its run directory (an input file there with one of these names would be replaced)
+RUN_OUTPUTS = (".hydra/", "results/", "run_file.json", "particles.jsonl", "particle_scores.jsonl",
+               "cost_estimate.csv", "llm_usage.json", "conversations.json", "report.html", "report_tables/")
+
+
+def own_run_dir(argv: list[str], cfg: DictConfig, owned: contextlib.ExitStack) -> str | None:
+    """An explicit ``hydra.run.dir`` (every other run gets a new directory of its own): checked like any output
+    path, locked for the whole run (held in ``owned``), and refused when it holds another run's outputs -- the same
+    settings and input resume it (said on the console). Returns the line of a refusal, or None."""
+    from face.errors import ConfigError, require_writable_dir
+    from face.experiments.common import run_owner
+    from face.files import MARKER, claim_state, dir_lock, refuse_input_overwrite
+
+    if "hydra.run.dir" not in {a.partition("=")[0].lstrip("+~") for a in argv} or {"-m", "--multirun"} & set(argv):
+        return None
+    try:
+        value = str(OmegaConf.select(cfg, "hydra.run.dir") or "")
+        data = OmegaConf.select(cfg, "dataset.path", default=None, throw_on_missing=False)
+        if value.strip():
+            refuse_input_overwrite(Path(value), [data] if isinstance(data, str) and os.path.isfile(data) else [],
+                                   RUN_OUTPUTS, "hydra.run.dir")
+        require_writable_dir(value, "hydra.run.dir")
+        run_dir = Path(value).resolve()
+        owned.enter_context(dir_lock(run_dir, "hydra.run.dir"))
+        # Hydra's own files (.hydra/, the log) alone are not results: a run refused for a bad setting leaves them
+        results = [p.name for p in run_dir.iterdir() if p.name not in (".hydra", MARKER) and p.suffix != ".log"]
+        state = claim_state(run_dir, run_owner(cfg), "hydra.run.dir", outputs=results,
+                            how="remove it first (or rerun it with its own settings to resume it)")
+    except ConfigError as e:
+        return str(e)
+    except Exception as e:  # an interpolation that cannot be resolved, ...
+        return f"hydra.run.dir: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+    if state == "resume":
+        print(f"Resuming the run in {run_dir} (same settings and input).", flush=True)
+    return None
+
+
 def cli() -> None:
     argv = sys.argv[1:]
     bad = secret_in_argv(argv)  # with --cfg too: it would print the key
     if bad:
         fail(EXIT_CONFIG, f"error: {bad}")
-    if not any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):  # not --help, --cfg, ...
-        bad = precompose(argv)
-        if bad:
-            fail(EXIT_CONFIG, f"error: {bad}")
-        sys.argv = [sys.argv[0], *argv, *unique_run_dirs(argv)]
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops cleanly, like Ctrl-C
-    try:
-        main()
-    except SystemExit as e:
-        if e.code == 1 and not _started and not launched_job_failed(e):  # Hydra could not compose the config
-            sys.exit(EXIT_CONFIG)
-        raise
+    with contextlib.ExitStack() as owned:  # an explicit hydra.run.dir stays locked until the run ends
+        if not any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):  # not --help, --cfg, ...
+            bad, cfg = precompose(argv)
+            if not bad and cfg is not None:
+                bad = own_run_dir(argv, cfg, owned)
+            if bad:
+                fail(EXIT_CONFIG, f"error: {bad}")
+            sys.argv = [sys.argv[0], *argv, *unique_run_dirs(argv)]
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops cleanly, like Ctrl-C
+        try:
+            main()
+        except SystemExit as e:
+            if e.code == 1 and not _started and not launched_job_failed(e):  # Hydra could not compose the config
+                sys.exit(EXIT_CONFIG)
+            raise
 
 
 def launched_job_failed(e: SystemExit) -> bool:

@@ -31,6 +31,7 @@ from face.aspects import Aspect
 from face.cost import Pricing
 from face.data.schema import Conversation, Instruction
 from face.data.split import split_conversations
+from face.files import atomic_path, atomic_write_text
 from face.llm.config import LLMConfig
 from face.llm.usage import estimate_input_tokens
 from face.methods import Inputs, MethodOutput
@@ -173,7 +174,8 @@ class _LLMBaseline:
                                "turn_ind": [u.turn_ind for u in units], "score": list(values),
                                "invalid_samples": list(invalid)})
         detail_path = run_dir / f"scores_{self.name}.csv"
-        detail.to_csv(detail_path, index=False)
+        with atomic_path(detail_path) as tmp:
+            detail.to_csv(tmp, index=False)
         metrics[f"{self.name}.units"] = len(units)
         metrics[f"{self.name}.units_without_score"] = int(detail["score"].isna().sum())
         metrics[f"{self.name}.invalid_samples"] = int(np.sum(invalid)) if units else 0
@@ -315,8 +317,7 @@ class GEval(_LLMBaseline):
             for a in inputs.aspects:
                 inputs.tracker.register_instructions(a.name, [Instruction("g_eval-steps", self._steps[a.name])],
                                                      "g_eval_steps")
-        (inputs.run_dir / "g_eval_steps.json").write_text(
-            pd.Series(self._steps).to_json(indent=1), encoding="utf-8")
+        atomic_write_text(inputs.run_dir / "g_eval_steps.json", pd.Series(self._steps).to_json(indent=1))
 
     def requests(self, units, inputs, client, native):
         from face.llm import ChatRequest

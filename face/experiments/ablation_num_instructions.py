@@ -8,6 +8,7 @@ from tqdm import tqdm
 
 from face.aggregate import aggregate, instruction_ids, random_instruction_subsets
 from face.experiments.common import experiment, released_scores
+from face.files import atomic_path
 from face.metaeval import meta_evaluate
 from face.methods.released import LABEL
 from face.report import figures
@@ -44,7 +45,8 @@ def run(cfg: DictConfig) -> dict:
                 f"(one subset at k=16); mean ± sd over subsets.")
         paths = write_table(summary, ctx.out_dir, "k_instructions", f"Correlation vs number of instructions k. {note}")
         # 12 significant digits: the last bits of a correlation depend on how BLAS splits its sums (threads, load)
-        raw.to_csv(ctx.out_dir / "k_instructions_raw.csv", index=False, float_format="%.12g")
+        with atomic_path(ctx.out_dir / "k_instructions_raw.csv") as tmp:
+            raw.to_csv(tmp, index=False, float_format="%.12g")
         paths.append(ctx.out_dir / "k_instructions_raw.csv")
         for coef in ("pearson", "spearman"):
             paths.append(figures.k_curve(summary[summary["split"] != "all"], coef, note,

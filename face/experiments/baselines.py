@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from face.data import PUBLISHED_TABLE
 from face.experiments.common import experiment
+from face.files import atomic_path
 from face.report.tables import SPLIT_LABELS, order_aspects, print_table, write_table
 from face.significance import comparison_table
 
@@ -155,7 +156,8 @@ def transfer_outputs(results: pd.DataFrame, ctx, reference: str, note: str) -> l
              "value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high, "source": "ours"}
             for r in mine.itertuples() if r.aspect in mapping]
     path = ctx.out_dir / "transfer_spearman.csv"
-    pd.DataFrame(rows).to_csv(path, index=False)
+    with atomic_path(path) as tmp:
+        pd.DataFrame(rows).to_csv(tmp, index=False)
     other = {"topical_chat": "transfer_persona_chat", "persona_chat": "transfer_topical_chat"}[ctx.dataset.corpus]
     other_csv = Path(ctx.cfg.paths.results_dir) / other / "transfer_spearman.csv"
     if other_csv.exists():

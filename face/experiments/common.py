@@ -9,6 +9,7 @@ overwritten by it (``report.out_dir`` overrides both).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -27,6 +28,7 @@ from face.data import ensure_data
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
 from face.errors import ConfigError, DataError, import_class, require_writable_dir
+from face.files import digest_files, digest_settings, dir_lock, write_marker
 from face.llm import LLMConfig
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
@@ -179,6 +181,22 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
     return out
 
 
+def run_owner(cfg: DictConfig) -> dict[str, str]:
+    """What makes two runs the same run (the ownership marker ``.face-run.json`` of a run directory): a digest of
+    the settings that decide the results (not where things go, nor how they are shown) and of the input file
+    (``dataset.path``, by its bytes: the same file moved elsewhere is the same input)."""
+    from face.tracking import flatten
+
+    flat = flatten(OmegaConf.to_container(cfg, resolve=False))
+    settings = {k: v for k, v in flat.items()
+                if not k.startswith(_NOT_SETTINGS) and k not in ("dataset.path", "llm.dry_run")}
+    path = OmegaConf.select(cfg, "dataset.path", default=None, throw_on_missing=False)
+    owner = {"settings": digest_settings(settings)}
+    if isinstance(path, str) and os.path.isfile(path):
+        owner["input"] = digest_files([path])
+    return owner
+
+
 def settings_text(settings: dict[str, str]) -> str:
     return ("non-default settings: " + ", ".join(f"{k}={v}" for k, v in settings.items())) if settings else ""
 
@@ -237,7 +255,13 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
             raise
         raise ConfigError(str(e).strip("'\"")) from e
     data_dir = Path(cfg.paths.data_dir)
-    with Tracker(cfg, run_name(cfg.task_name, settings), uses_llm) as tracker:
+    with contextlib.ExitStack() as owned:  # the run's directories are this run's until it ends
+        owned.enter_context(dir_lock(run_dir, "paths.output_dir (hydra.run.dir)"))
+        owned.enter_context(dir_lock(out_dir, "report.out_dir" if cfg.report.get("out_dir") else "paths.results_dir"))
+        results = Path(cfg.paths.results_dir).resolve()
+        if results != run_dir.resolve() and results not in run_dir.resolve().parents:  # results/: the lock only
+            write_marker(run_dir, run_owner(cfg))
+        tracker = owned.enter_context(Tracker(cfg, run_name(cfg.task_name, settings), uses_llm))
         tracker.log_config()
         ensure_data(data_dir, files, cfg.paths.get("data_mirror"), dataset.download)
         tracker.log_checksums(data_checksums(files))

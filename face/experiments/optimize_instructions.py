@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from face.cost import Pricing
 from face.data.split import split_conversations
 from face.experiments.common import ConfigError, experiment
+from face.files import atomic_open, atomic_path, atomic_write_text
 from face.llm import LLMConfig
 from face.llm.usage import estimate_input_tokens
 from face.methods.job import LLMJob
@@ -198,14 +199,13 @@ def _report(ctx, ocfg, results, trajectories, gradients, sets, cfg) -> dict:
     from face.report.tables import write_table
 
     out_dir, tracker = ctx.out_dir, ctx.tracker
-    out_dir.mkdir(parents=True, exist_ok=True)
-    inst_path = out_dir / "instructions.json"
-    inst_path.write_text(json.dumps(sets, indent=1), encoding="utf-8")
+    inst_path = atomic_write_text(out_dir / "instructions.json", json.dumps(sets, indent=1))
     res = pd.DataFrame(results)
     traj = pd.DataFrame(trajectories)
-    traj.to_csv(out_dir / "trajectory.csv", index=False)
+    with atomic_path(out_dir / "trajectory.csv") as tmp:
+        traj.to_csv(tmp, index=False)
     grad_path = out_dir / "gradients.jsonl"
-    with open(grad_path, "w", encoding="utf-8") as f:
+    with atomic_open(grad_path) as f:
         for g in gradients:
             f.write(json.dumps(g, default=str) + "\n")
     note = (f"LLM {cfg.llm.model} ({cfg.llm.backend}); {ctx.subset}; optimized on the train fold(s), "
@@ -255,6 +255,7 @@ def _figure(traj: pd.DataFrame, path: Path, note: str) -> Path:
     axes[0][0].legend(fontsize=7)
     fig.suptitle(note[:160], fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return path

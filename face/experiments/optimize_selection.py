@@ -31,6 +31,7 @@ from face.aggregate import PRED_DECIMALS
 from face.data.split import split_conversations
 from face.experiments.common import ConfigError, experiment
 from face.experiments.optimize_instructions import optimizer_config
+from face.files import atomic_path
 from face.methods.released import load_scores
 from face.optimize.bandit import Bandit, random_choice
 from face.optimize.items import correlation, indices_of, items_for, reward
@@ -165,8 +166,8 @@ def run(cfg: DictConfig) -> dict:
         df["regret"] = df["best"] - df["heldout"]
         df["set"] = df["set"].map(lambda s: ",".join(map(str, s)))
         raw = ctx.run_dir / "selection_runs.csv"
-        raw.parent.mkdir(parents=True, exist_ok=True)
-        df.to_csv(raw, index=False)
+        with atomic_path(raw) as tmp:
+            df.to_csv(tmp, index=False)
         grid = (df.groupby(["aspect", "policy", "budget", "ucb_c"], dropna=False)
                 .agg(heldout=("heldout", "mean"), heldout_sd=("heldout", "std"), regret=("regret", "mean"),
                      best=("best", "mean"), pulls=("pulls", "mean"), item_evaluations=("item_evaluations", "mean"),
@@ -254,7 +255,8 @@ def _figures(grid: pd.DataFrame, ocfg, out: Path, note: str) -> list[Path]:
     fig.suptitle("Bandit selection among the released instructions (replay, no LLM)", fontsize=8)
     fig.tight_layout()
     p = out / "heldout_vs_budget.png"
-    fig.savefig(p, dpi=120)
+    with atomic_path(p) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
     paths.append(p)
     fig, ax = plt.subplots(figsize=(4.5, 3))
@@ -268,7 +270,8 @@ def _figures(grid: pd.DataFrame, ocfg, out: Path, note: str) -> list[Path]:
     ax.legend(fontsize=5)
     fig.tight_layout()
     p = out / "regret_vs_c.png"
-    fig.savefig(p, dpi=120)
+    with atomic_path(p) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
     paths.append(p)
     return paths

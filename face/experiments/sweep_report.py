@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from face.files import atomic_path, atomic_write_text
+
 HELDOUT = "metrics.heldout.mean.test_final_spearman"
 INITIAL = "metrics.heldout.mean.test_initial_spearman"
 COST = "metrics.optimizer.cost_usd"
@@ -72,7 +74,8 @@ def plot(table: pd.DataFrame, swept: list[str], path: Path, title: str) -> Path:
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title[:150], fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return path
 
@@ -84,8 +87,9 @@ def report(tracking_uri: str, out: Path, experiment: str = "optimize_instruction
     table, swept = summarize(runs)
     out.mkdir(parents=True, exist_ok=True)
     title = f"Sweep {runs['sweep'].iloc[0]} ({len(table)} runs; swept: {', '.join(swept) or 'nothing'})"
-    table.to_csv(out / "sweep.csv", index=False)
-    (out / "sweep.md").write_text(f"{title}\n\n{to_markdown(table, 4)}\n", encoding="utf-8")
+    with atomic_path(out / "sweep.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    atomic_write_text(out / "sweep.md", f"{title}\n\n{to_markdown(table, 4)}\n")
     fig = plot(table, swept, out / "sweep.png", title)
     print(f"\n== {title}\n{to_markdown(table, 4)}\n", flush=True)
     return {"table": table, "swept": swept, "paths": [out / "sweep.csv", out / "sweep.md", fig]}

@@ -9,6 +9,7 @@ A new method (a baseline, an optimized variant) is one module plus one config; n
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence
@@ -56,6 +57,33 @@ class Method(Protocol):
     def predict(self, inputs: Inputs) -> MethodOutput: ...
 
 
+def escape_interpolation(value: str) -> str:
+    """``value`` as an OmegaConf string that reads back as exactly ``value`` (``\\${`` is a literal ``${``)."""
+    return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
+
+
+def _literal_values(node: Any) -> Any:
+    """The node to instantiate: itself, unless a value reads as a literal ``${`` (a path given with ``${`` in it,
+    escaped). Hydra's instantiate resolves its copy in place (``OmegaConf.resolve``) and reads it again, so such a
+    value would be taken for an interpolation the second time: it gets a resolved copy, escaped twice."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.is_config(node):
+        return node
+    data = OmegaConf.to_container(node, resolve=True)
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return escape_interpolation(escape_interpolation(v)) if isinstance(v, str) and "${" in v else v
+
+    if "${" not in repr(data):
+        return node
+    return OmegaConf.create(walk(data))
+
+
 def build(node: Any) -> Any:
     """The object a config node names with ``_target_`` (methods, datasets); a bad parameter raises the
     class's own ValueError (not Hydra's wrapper), so the message names what is wrong."""
@@ -65,7 +93,7 @@ def build(node: Any) -> Any:
     if node is None or "_target_" not in node:
         raise ValueError("the config node has no _target_ naming the class to build")
     try:
-        return instantiate(node, _convert_="all")
+        return instantiate(_literal_values(node), _convert_="all")
     except InstantiationException as e:
         cause = e.__cause__
         if isinstance(cause, (ValueError, TypeError)):

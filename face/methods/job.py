@@ -27,6 +27,7 @@ import pandas as pd
 
 from face.aggregate import Predictions
 from face.errors import ConfigError
+from face.files import atomic_path, atomic_write_text
 from face.llm import LLMConfig
 from face.methods import MethodOutput
 from face.report.tables import print_table
@@ -62,8 +63,8 @@ class LLMJob:
         dry run). ``estimated_usd``: the figure compared with the cap (default: the table's total); ``detail``: the
         table written to the run directory when the one printed is its summary (default: ``costs``)."""
         path = self._file("cost_estimate", "csv")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        (costs if detail is None else detail).to_csv(path, index=False)
+        with atomic_path(path) as tmp:
+            (costs if detail is None else detail).to_csv(tmp, index=False)
         self.artifacts.append(path)
         estimated = estimated_cost(costs) if estimated_usd is None else estimated_usd
         if self.lcfg.batch:
@@ -107,7 +108,7 @@ def write_server_report(client, path: Path, metrics: dict) -> Path | None:
     got = report() if callable(report) else None
     if not got:
         return None
-    path.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(got, indent=1, ensure_ascii=False) + "\n")
     metrics.update({f"llm_server.{k}": float(v) for k, v in got.items()
                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return path

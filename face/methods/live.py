@@ -22,6 +22,7 @@ from face.cost import Pricing, cost_table, particles_per_turn, scale_stage, scor
 from face.data.schema import Conversation, Instruction
 from face.datasets.face_released import SCORE_COLUMNS
 from face.errors import ConfigError
+from face.files import atomic_open
 from face.llm.config import LLMConfig
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
@@ -249,8 +250,7 @@ def fill_empty(preds: Predictions, aspects: Sequence[Aspect], convs: Sequence[Co
 
 def write_particles(decomps: dict[tuple[str, int], Decomposition], convs: Sequence[Conversation], path: Path) -> Path:
     """Particles in the authors' JSON Lines format (+ our provenance fields)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_open(path) as f:
         for c in convs:
             for t in c.evaluated_turns():
                 d = decomps.get((c.conv_id, t.turn_ind))

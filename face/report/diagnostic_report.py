@@ -20,6 +20,7 @@ import pandas as pd
 from face.aggregate import Predictions
 from face.aspects import Aspect
 from face.data.schema import ASSISTANT, Conversation, Particle
+from face.files import atomic_write_text
 
 LOW_QUANTILE = 0.1  # "low-scoring": the lowest 10 % of an aspect's particle scores
 
@@ -185,6 +186,5 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
         by_position=d.by_position.to_dict("records"), worst=d.worst.to_dict("records"),
         conversations=_views(d, scores, preds, convs))
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html, encoding="utf-8")
+    atomic_write_text(path, html)
     return path

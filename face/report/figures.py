@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from face.files import atomic_path
 from face.report.tables import SPLIT_LABELS, ordered
 
 COEF_LABELS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
@@ -43,8 +44,8 @@ def _save(fig: plt.Figure, path: str | Path, note: str | None = None) -> Path:
     if note is not None:
         _caption(fig, note)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
     return path
 

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from face.datasets import crsarena, usr
+from face.files import atomic_path, atomic_write_text
 from face.secrets import redact
 
 # display order of the aspects we know; any other aspect follows in order of appearance
@@ -51,11 +52,11 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str, 
     rerun), ``name.tex``; returns the paths. The caption is redacted (face.secrets): it often quotes settings."""
     caption = redact(caption)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     md, csv, tex = out_dir / f"{name}.md", out_dir / f"{name}.csv", out_dir / f"{name}.tex"
-    md.write_text(f"{caption}\n\n{to_markdown(df, digits)}\n", encoding="utf-8")
-    df.to_csv(csv, index=False, float_format="%.6g")
-    tex.write_text(to_latex(df, caption, digits), encoding="utf-8")
+    atomic_write_text(md, f"{caption}\n\n{to_markdown(df, digits)}\n")
+    with atomic_path(csv) as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+    atomic_write_text(tex, to_latex(df, caption, digits))
     return [md, csv, tex]
 
 

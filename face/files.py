@@ -1,0 +1,178 @@
+"""Writing a run's outputs safely: every file appears whole or not at all, a directory belongs to one run at a
+time, and a run never writes over another run's results or over its own input.
+
+* ``atomic_path`` / ``atomic_open`` / ``atomic_write_text`` / ``atomic_write_bytes``: the bytes go to a temporary
+  name in the same directory, which is renamed onto the file (``os.replace``) only when everything was written; a
+  crash or an exception half-way leaves the old file as it was and no temporary file behind.
+* ``dir_lock``: an exclusive ``fcntl.flock`` on the directory itself (no lock file, so ``results/`` stays exactly
+  as committed); the operating system releases it when the process ends, however it ends. A second run into the
+  same directory stops with one line. Re-entrant within a process (``face evaluate`` holds it across its dry
+  pass, its run and its report; the experiment takes it again inside).
+* ``claim_state`` / ``write_marker``: the ownership marker ``.face-run.json`` (a digest of the input files and of
+  the settings that
+  decide the results): the same input and settings resume, anything else needs ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+from face.errors import ConfigError, require_writable_dir
+
+MARKER = ".face-run.json"
+
+
+def _file_mode() -> int:
+    """The mode an ordinary ``open(path, "w")`` would give (mkstemp's 0600 would hide outputs from others)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_MODE = _file_mode()
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path next to ``path`` with the same suffix (matplotlib and pandas pick the format from it),
+    renamed onto ``path`` when the block ends normally and removed when it raises."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, _MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """``open(path, mode)`` whose file replaces ``path`` only once it is complete and closed."""
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=None if "b" in mode else encoding) as f:
+        yield f
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
+    with atomic_open(path, "w", encoding=encoding) as f:
+        f.write(text)
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    with atomic_open(path, "wb") as f:
+        f.write(data)
+    return Path(path)
+
+
+# ---------------------------------------------------------------- one run per directory
+_held: dict[str, list[int]] = {}  # real path -> [fd, depth]: the locks this process holds
+
+
+@contextlib.contextmanager
+def dir_lock(path: str | os.PathLike, setting: str) -> Iterator[Path]:
+    """Hold an exclusive lock on directory ``path`` (created if needed) for the block; ConfigError naming
+    ``setting`` when another process holds it."""
+    require_writable_dir(Path(path), setting)
+    key = os.path.realpath(path)
+    if key in _held:
+        _held[key][1] += 1
+    else:
+        os.makedirs(key, exist_ok=True)
+        fd = os.open(key, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise ConfigError(f"{setting}: {path} is in use by another run (locked); wait for it to finish or "
+                              "choose another directory") from None
+        _held[key] = [fd, 1]
+    try:
+        yield Path(path)
+    finally:
+        _held[key][1] -= 1
+        if not _held[key][1]:
+            fd = _held.pop(key)[0]
+            os.close(fd)  # closing the last descriptor releases the flock
+
+
+def digest_files(paths: Iterable[str | os.PathLike]) -> str:
+    """sha256 over the files' bytes, in order (what the run read)."""
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def digest_settings(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def refuse_input_overwrite(directory: Path, inputs: Iterable[Path], outputs: Iterable[str], setting: str) -> None:
+    """ConfigError when an input file is the directory itself or one of the files the run will write there
+    (``outputs``: names relative to the directory; a name ending in ``/`` is a whole subdirectory)."""
+    d = Path(os.path.realpath(directory))
+    for inp in inputs:
+        i = Path(os.path.realpath(inp))
+        if i == d:
+            raise ConfigError(f"{setting}: {directory} is the input file itself; choose a directory for the outputs")
+        for name in [*outputs, MARKER]:
+            target = d / name.rstrip("/")
+            if i == target or (name.endswith("/") and target in i.parents):
+                raise ConfigError(f"{setting}: {directory} contains the input {inp}, which the run would "
+                                  f"overwrite with its {name}; choose another output directory")
+
+
+def claim_state(directory: Path, owner: dict, setting: str, overwrite: bool = False,
+                outputs: Iterable[str] = (), how: str = "pass --overwrite to replace them") -> str:
+    """Whose is ``directory``? ``"new"`` (no run's), ``"resume"`` (its marker names the same ``owner``: the same
+    input and settings) or ``"overwrite"`` (another run's, and ``overwrite``); ConfigError naming ``setting`` for
+    another run's results without ``overwrite`` -- results without a marker (any of ``outputs``) count as
+    another run's. Writes nothing (``write_marker`` does, once the run's settings passed their checks)."""
+    directory = Path(directory)
+    marker = directory / MARKER
+    state = "new"
+    if marker.exists():
+        try:
+            theirs = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            theirs = None
+        state = "resume" if isinstance(theirs, dict) and theirs.get("owner") == owner else "other"
+    elif any((directory / name.rstrip("/")).exists() for name in outputs):
+        state = "other"  # results without a marker: an older run, or something else entirely
+    if state == "other":
+        if not overwrite:
+            raise ConfigError(f"{setting}: {directory} holds another run's results (a different input or different "
+                              f"settings); {how}, or choose another directory")
+        state = "overwrite"
+    return state
+
+
+def write_marker(directory: Path, owner: dict) -> None:
+    """The directory's ownership marker (``claim_state`` reads it), rewritten only when it changes."""
+    text = json.dumps({"owner": owner, "note": "the run that owns this directory: digests of its input and of the "
+                       "settings that decide its results"}, indent=1, sort_keys=True) + "\n"
+    marker = Path(directory) / MARKER
+    with contextlib.suppress(OSError):
+        if marker.read_text(encoding="utf-8") == text:
+            return
+    atomic_write_text(marker, text)
+
+
+__all__ = ["MARKER", "atomic_open", "atomic_path", "atomic_write_bytes", "atomic_write_text", "claim_state",
+           "digest_files", "digest_settings", "dir_lock", "refuse_input_overwrite", "write_marker"]
