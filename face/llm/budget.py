@@ -12,6 +12,7 @@ requests, tokens, cost, latency, error) in `Usage`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import replace
 from typing import Any
@@ -37,6 +38,7 @@ class BudgetLM:
         self._limiters: dict[int, Limiter] = {}  # per event loop (futures belong to one loop)
         self.limiter: Limiter | None = None  # the one of the loop that ran last
         self._first: dict[int, asyncio.Lock] = {}  # per event loop: the first request under a cost cap goes alone
+        self._events: dict[int, asyncio.Event] = {}  # per event loop: a reservation was given back
         if hasattr(inner, "on_throttle"):
             inner.on_throttle = self._throttle  # the transport reports 429 / 503 (+ Retry-After)
         usage.concurrency = self._concurrency
@@ -89,7 +91,8 @@ class BudgetLM:
         endpoint counts for a prompt, so requests sent together on the estimate could jointly pass the cap. The
         returned lock (held by that first request) is released once it settled or failed."""
         u = self.usage
-        if u.max_cost_usd is None or self.cfg.dry_run or getattr(self.cfg, "batch", False) or u.settled:
+        if (u.max_cost_usd is None or self.cfg.dry_run or getattr(self.cfg, "batch", False) or u.settled
+                or not (u.price_input_per_mtok or u.price_output_per_mtok)):
             return None
         lock = self._first.get(id(asyncio.get_running_loop()))
         if lock is None:
@@ -105,6 +108,8 @@ class BudgetLM:
         await lim.acquire()
         latency = None
         try:
+            while self.usage.must_wait(est):  # only requests in flight stand in the way: wait for them to settle
+                await self._changed().wait()
             reserved = self.usage.reserve(req.tag, est)  # raises BudgetExceeded; no await between it and sending
             if self.cfg.dry_run:
                 return ChatResult(request=req, samples=[Completion("", "dry_run", sample_index=i, dry_run=True)
@@ -115,6 +120,7 @@ class BudgetLM:
                 res = await self.inner.chat(req)
             except BaseException as e:
                 self.usage.release(reserved)
+                self._notify()
                 self.usage.note_retries(e.retries if isinstance(e, LLMCallError) else 0)
                 raise
             if not res.retries:
@@ -125,7 +131,22 @@ class BudgetLM:
         out_est = sum(estimate_tokens(len(s.text)) for s in res.samples)
         res.input_tokens, res.output_tokens, res.cost_usd = self.usage.settle(
             reserved, est, res.input_tokens, res.output_tokens, res.latency_s, out_est)
+        self._notify()
         return res
+
+    def _changed(self) -> asyncio.Event:
+        """Set when a request of this loop settles or fails (its reservation is given back)."""
+        loop = id(asyncio.get_running_loop())
+        ev = self._events.get(loop)
+        if ev is None:
+            ev = self._events[loop] = asyncio.Event()
+        return ev
+
+    def _notify(self) -> None:
+        with contextlib.suppress(RuntimeError):  # no running loop: nobody waits
+            ev = self._events.pop(id(asyncio.get_running_loop()), None)
+            if ev is not None:
+                ev.set()
 
 
 class AccountingLM:

@@ -130,7 +130,8 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     spent_usd: float = 0.0
-    reserved_usd: float = 0.0  # estimates of requests in flight
+    reserved_usd: float = 0.0  # worst cases of the requests in flight
+    requests_in_flight: int = 0
     est_input_tokens: int = 0
     est_output_tokens: int = 0
     est_cost_usd: float = 0.0
@@ -158,6 +159,15 @@ class Usage:
         return cost_usd(tin * self.input_ratio, tout * self.output_ratio, self.price_input_per_mtok,
                         self.price_output_per_mtok)
 
+    def must_wait(self, est: tuple[int, int, float]) -> bool:
+        """Whether the next request fits the cost cap only once the requests in flight have settled (their
+        reservations are worst cases: most give back the difference)."""
+        if self.dry_run or self.max_cost_usd is None or self.requests_in_flight <= 0:
+            return False
+        worst = self.worst_case(est)
+        return (self.spent_usd + self.reserved_usd + worst > self.max_cost_usd
+                and self.spent_usd + worst <= self.max_cost_usd)
+
     def reserve(self, tag: str, est: tuple[int, int, float]) -> float:
         """Check the caps for one more HTTP request and reserve its worst-case cost (returned: hand it back to
         ``settle`` or ``release``).
@@ -174,6 +184,7 @@ class Usage:
                 raise self._stop(f"llm.max_cost_usd={self.max_cost_usd} would be exceeded by the next request "
                                  f"(worst case ${worst:.6f})", tag)
             self.http_requests += 1
+            self.requests_in_flight += 1
             self.reserved_usd += worst
         else:
             self.dry_run_requests += 1
@@ -187,7 +198,7 @@ class Usage:
         """A request finished: replace its reservation with its cost, from the tokens the endpoint reports; where
         it reports none, the estimate (the input's; ``output_estimate`` for the output, ~4 characters a token of
         the answers). Returns (input tokens, output tokens, cost) as counted."""
-        self.reserved_usd = max(0.0, self.reserved_usd - reserved)
+        self._give_back(reserved)
         tin, tout, _ = est
         if input_tokens > 0 and tin > 0:
             self.input_ratio = max(self.input_ratio, input_tokens / tin)
@@ -206,7 +217,12 @@ class Usage:
 
     def release(self, reserved: float) -> None:
         """A request failed for good: drop its reservation."""
-        self.reserved_usd = max(0.0, self.reserved_usd - reserved)
+        self._give_back(reserved)
+
+    def _give_back(self, reserved: float) -> None:
+        self.requests_in_flight = max(0, self.requests_in_flight - 1)
+        # nothing in flight: exactly nothing reserved (no rounding residue left to block a request)
+        self.reserved_usd = max(0.0, self.reserved_usd - reserved) if self.requests_in_flight else 0.0
 
     def _stop(self, what: str, tag: str) -> BudgetExceeded:
         """The budget stop; its message is written when read, once the requests in flight have settled."""

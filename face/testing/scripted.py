@@ -17,7 +17,7 @@ first k lines and expires).
   distribution over the digits.
 * Accounting: `usage_factor` multiplies the reported `usage` tokens (an endpoint whose tokenizer counts
   more than the client's estimate), `report_usage=False` leaves `usage` out; `logprobs_missing` is the
-  share of choices (by hash of text and seed) answered without logprobs although they were asked for.
+  share of choices (by hash of messages and seed) answered without logprobs although they were asked for.
 * Latency (asyncio.sleep) and fault injection: "429" (with Retry-After),
   "500", "timeout" (hangs past the client timeout), "malformed" (not-JSON
   content), "truncated" (finish_reason "length", cut text), "disconnect".
@@ -459,7 +459,7 @@ class ScriptedServer:
                 toks = tokenize(text)
             out_tokens += len(toks)
             lp = None
-            if want_lp and not (self.logprobs_missing and _unit(_h(text, sub.get("seed"), "nolp"))
+            if want_lp and not (self.logprobs_missing and _unit(_h(sub.get("messages"), sub.get("seed"), "nolp"))
                                 < self.logprobs_missing):
                 lp = {"content": _token_logprobs(toks, k, random.Random(_h(text, sub.get("seed"))))}
             choices.append({"index": j, "message": {"role": "assistant", "content": text},
