@@ -17,7 +17,10 @@ Two prompts (``ScoringSpec.reasoning``):
 Invalid answers (``InvalidPolicy``): an invalid sample is drawn again, up to ``attempts`` draws in all
 (the authors: 10); a sample still invalid then counts as the scale's lowest score (``fallback=min``, the
 authors' rule) or is left out (``fallback=drop``: the mean of the valid samples, no score without any).
-Every retry and default is counted in the score record.
+With ``logprobs``, an answer without logprobs at its score is redrawn the same way; if no draw has them,
+``logprobs_missing`` decides: ``parsed`` (its parsed integer), ``redraw`` (invalid: ``fallback`` applies) or
+``min`` (the lowest score). Every retry and default is counted in the score record, and in the client's usage
+(``count_answers``: llm_usage.json, the ``llm_*`` metrics, the console line).
 
 Both prompts put what the requests of one turn share first (context, aspect, grades), then the
 instruction, then the particle, and calls are ordered the same way, so llama.cpp / vLLM / SGLang reuse

@@ -4,6 +4,9 @@ A *call* is one `client.chat(request)` (one ChatRequest, n samples). It may be
 served from the cache (per sample) and/or need one or more HTTP requests
 (n is split into chunks of `n_per_request`). Only HTTP requests cost money.
 `face.llm.budget` fills this in: per HTTP request (caps, cost, retries) and per call (records).
+A request's cost is the tokens the endpoint reports (the estimate where it reports none); the caps reserve
+each request's worst case before it is sent (``reserve``) and take the real cost when it settles
+(``settle``). ``note_scores`` adds what the scorer made of the answers to the adapters' counts.
 """
 from __future__ import annotations
 
