@@ -17,7 +17,10 @@ Two prompts (``ScoringSpec.reasoning``):
 Invalid answers (``InvalidPolicy``): an invalid sample is drawn again, up to ``attempts`` draws in all
 (the authors: 10); a sample still invalid then counts as the scale's lowest score (``fallback=min``, the
 authors' rule) or is left out (``fallback=drop``: the mean of the valid samples, no score without any).
-Every retry and default is counted in the score record.
+With ``logprobs``, an answer without logprobs at its score is redrawn the same way; if no draw has them,
+``logprobs_missing`` decides: ``parsed`` (its parsed integer), ``redraw`` (invalid: ``fallback`` applies) or
+``min`` (the lowest score). Every retry and default is counted in the score record, and in the client's usage
+(``count_answers``: llm_usage.json, the ``llm_*`` metrics, the console line).
 
 Both prompts put what the requests of one turn share first (context, aspect, grades), then the
 instruction, then the particle, and calls are ordered the same way, so llama.cpp / vLLM / SGLang reuse
@@ -41,6 +44,7 @@ from face.prompts import render
 UNITS = ("particle", "whole")
 ORDERS = ("prefix", "naive")
 FALLBACKS = ("min", "drop")
+LOGPROBS_MISSING = ("parsed", "redraw", "min")
 
 
 @dataclass(frozen=True)
@@ -49,12 +53,19 @@ class InvalidPolicy:
 
     attempts: int = 10  # draws per sample in all before giving up (the authors: 10)
     fallback: str = "min"  # min: the scale's lowest score (the authors) | drop: leave the sample out
+    # estimator=logprobs, an answer without logprobs at its score (redrawn like an invalid one first), if no draw
+    # has them: parsed: its parsed integer is the score | redraw: it counts as invalid (``fallback`` applies) |
+    # min: the scale's lowest score
+    logprobs_missing: str = "parsed"
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise ValueError(f"method.invalid.attempts must be >= 1, got {self.attempts}")
         if self.fallback not in FALLBACKS:
             raise ValueError(f"method.invalid.fallback must be one of {FALLBACKS}, got {self.fallback!r}")
+        if self.logprobs_missing not in LOGPROBS_MISSING:
+            raise ValueError(f"method.invalid.logprobs_missing must be one of {LOGPROBS_MISSING}, "
+                             f"got {self.logprobs_missing!r}")
 
 
 @dataclass(frozen=True)
@@ -475,19 +486,37 @@ class LogprobsEstimator(Estimator):
             return ScoreRecord(score=float(es.value), n_requested=1, n_valid=1, valid_mass=es.valid_mass,
                                distribution={str(k): v for k, v in es.distribution.items()}, **base)
         valid = [v for v, _ in parsed if v is not None]
-        if valid:  # the answer parsed but no usable logprobs at its position: say so
+        policy = spec.invalid.logprobs_missing  # what an answer without logprobs is worth
+        if valid and policy == "parsed":  # the answer parsed but no usable logprobs at its position: say so
             return ScoreRecord(score=float(valid[0]), n_requested=1, n_valid=1,
                                fallback="parsed_value_without_logprobs", **base)
+        if valid and policy == "min":
+            return ScoreRecord(score=float(low), n_requested=1, n_valid=0, n_defaulted=1,
+                               fallback=f"no logprobs: scored {low}", **base)
+        why = "no logprobs" if valid else "no valid answer"  # (redraw: an answer without logprobs is invalid)
         if spec.invalid.fallback == "min":
             return ScoreRecord(score=float(low), n_requested=1, n_valid=0, n_defaulted=1,
-                               fallback=f"no valid answer: scored {low}", **base)
-        return ScoreRecord(score=math.nan, n_requested=1, n_valid=0, fallback="no_valid_answer", **base)
+                               fallback=f"{why}: scored {low}", **base)
+        return ScoreRecord(score=math.nan, n_requested=1, n_valid=0, fallback=why.replace(" ", "_"), **base)
 
     def describe(self, spec: ScoringSpec) -> str:
         return f"estimator: {spec.estimator} (top {spec.top_logprobs} logprobs)"
 
 
 ESTIMATORS: dict[str, type[Estimator]] = {c.name: c for c in (SamplingEstimator, LogprobsEstimator)}
+
+
+def count_answers(client, tag: str, rec: ScoreRecord, rejected: int) -> None:
+    """What one score record says of the LLM's answers, into the client's usage (``llm_usage.json``, the
+    ``llm_*`` metrics and the summary line count them with the adapters' answers): ``rejected`` draws were not a
+    valid answer, ``n_retried`` extra draws, ``n_requested - n_valid`` samples left without a valid answer,
+    ``n_defaulted`` of them scored as the lowest, an answer scored without its logprobs."""
+    usage = getattr(client, "usage", None)
+    if usage is None or not hasattr(usage, "note_scores") or rec.fallback == "dry_run":
+        return
+    usage.note_scores(tag, rejected=rejected, redraws=rec.n_retried, invalid=rec.n_requested - rec.n_valid,
+                      defaulted=rec.n_defaulted,
+                      logprob_fallbacks=int(rec.fallback is not None and "logprobs" in rec.fallback))
 
 
 def score(client, planned: Sequence[Planned], spec: ScoringSpec, desc: str = "scoring") -> list[ScoreRecord]:
@@ -589,7 +618,9 @@ async def _score_stream(client, planned: Iterable[Planned], spec: ScoringSpec, e
                     raise
             samples, parsed = got
             by_id = {id(s): v for s, v in zip(samples, parsed)}
-            emit(record_from_samples(p, samples, spec, lambda s, by_id=by_id: by_id[id(s)]))
+            rec = record_from_samples(p, samples, spec, lambda s, by_id=by_id: by_id[id(s)])
+            count_answers(client, p.request.tag, rec, len(samples) - _n_valid(parsed, spec))
+            emit(rec)
             bar.update(sum(bool(getattr(s, "cached", False)) for s in samples), failed=False)
             if len(queue) <= window // 2:
                 fill()

@@ -47,8 +47,9 @@ def test_probe_uses_n_where_honoured_and_remembers_the_answer(tmp_path):
         with make_client(cfg_for(info.base_url, tmp_path / "c", n_per_request=128)) as c:
             assert c.cfg.n_per_request == 128
             res = c.run_batch(reqs(6))
-        assert c.usage.http_requests == 6  # one request per 5 samples
-        assert len(srv.log) == 6 + 2  # + the two probe requests
+        assert c.usage.http_requests == 6 + 2  # one request per 5 samples, + the two probe requests (counted)
+        assert c.usage.by_tag["probe"]["http_requests"] == 2 and c.usage.by_tag["perf"]["http_requests"] == 6
+        assert len(srv.log) == 6 + 2
         doc = json.loads((tmp_path / "c" / endpoint_probe.ENDPOINTS_FILE).read_text())
         (caps,) = doc.values()
         assert caps["n"] is True and caps["logprobs"] is True and caps["json_schema"] is True
@@ -64,11 +65,11 @@ def test_endpoint_ignoring_n_is_split_transparently_with_the_same_results(tmp_pa
     with ScriptedServer() as a, IgnoresN() as b:
         with make_client(cfg_for(a.base_url, tmp_path / "a", n_per_request=128)) as c:
             honoured = c.run_batch(reqs(4))
-            assert c.usage.http_requests == 4
+            assert c.usage.http_requests == 4 + 2  # + the probe's two
         with make_client(cfg_for(b.base_url, tmp_path / "b", n_per_request=128)) as c:
             assert c.cfg.n_per_request == 1  # the probe saw one choice for n=3
             split = c.run_batch(reqs(4))
-            assert c.usage.http_requests == 20
+            assert c.usage.by_tag["perf"]["http_requests"] == 20
     assert [r.texts for r in honoured] == [r.texts for r in split]
 
 
@@ -90,7 +91,7 @@ def test_cache_filled_with_the_old_defaults_still_hits(tmp_path):
                       concurrency_start=64)
         with make_client(new) as c:
             after = c.run_batch(reqs(10))
-            assert c.usage.http_requests == 0 and c.usage.cache_hits == 50
+            assert c.usage.by_tag["perf"]["http_requests"] == 0 and c.usage.cache_hits == 50  # (+ the probe)
     assert [r.texts for r in before] == [r.texts for r in after]
 
 

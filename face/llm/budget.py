@@ -2,14 +2,17 @@
 
 `BudgetLM` sits right above the transport: it splits a request into HTTP-sized pieces
 (`llm.n_per_request` samples each), runs at most `llm.concurrency` of them at once, and checks
-the caps (`llm.max_calls`, `llm.max_cost_usd`) right before each one is sent -- so concurrent
-tasks cannot jointly overshoot -- or, with `llm.dry_run`, counts and prices it instead of
-sending it. `AccountingLM` is the outermost layer: one record per call (tag, cache hits, HTTP
+the caps (`llm.max_calls`, `llm.max_cost_usd`) right before each one is sent, reserving its worst
+case (input estimate and max_tokens × n, scaled by the largest reported / estimated token ratio
+seen) -- so concurrent tasks cannot jointly overshoot -- or, with `llm.dry_run`, counts and prices
+it instead of sending it. A request's cost is the endpoint's reported tokens (the estimate where it
+reports none). `AccountingLM` is the outermost layer: one record per call (tag, cache hits, HTTP
 requests, tokens, cost, latency, error) in `Usage`.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import replace
 from typing import Any
@@ -26,7 +29,7 @@ from .base import (
     runs,
 )
 from .limiter import Limiter
-from .usage import BudgetExceeded, CallRecord, Usage
+from .usage import BudgetExceeded, CallRecord, Usage, estimate_tokens
 
 
 class BudgetLM:
@@ -34,6 +37,8 @@ class BudgetLM:
         self.inner, self.cfg, self.usage = inner, cfg, usage
         self._limiters: dict[int, Limiter] = {}  # per event loop (futures belong to one loop)
         self.limiter: Limiter | None = None  # the one of the loop that ran last
+        self._first: dict[int, asyncio.Lock] = {}  # per event loop: the first request under a cost cap goes alone
+        self._events: dict[int, asyncio.Event] = {}  # per event loop: a reservation was given back
         if hasattr(inner, "on_throttle"):
             inner.on_throttle = self._throttle  # the transport reports 429 / 503 (+ Retry-After)
         usage.concurrency = self._concurrency
@@ -74,11 +79,38 @@ class BudgetLM:
 
     async def _send(self, req: ChatRequest) -> ChatResult:
         est = self.usage.estimate(req.messages, request_params(self.cfg, req)["max_tokens"], req.n)
+        first = await self._calibrating()
+        try:
+            return await self._send_now(req, est)
+        finally:
+            if first is not None:
+                first.release()
+
+    async def _calibrating(self) -> asyncio.Lock | None:
+        """Under a cost cap, the first request goes alone: until one has settled, nobody knows how many tokens this
+        endpoint counts for a prompt, so requests sent together on the estimate could jointly pass the cap. The
+        returned lock (held by that first request) is released once it settled or failed."""
+        u = self.usage
+        if (u.max_cost_usd is None or self.cfg.dry_run or getattr(self.cfg, "batch", False) or u.settled
+                or not (u.price_input_per_mtok or u.price_output_per_mtok)):
+            return None
+        lock = self._first.get(id(asyncio.get_running_loop()))
+        if lock is None:
+            lock = self._first[id(asyncio.get_running_loop())] = asyncio.Lock()
+        await lock.acquire()
+        if self.usage.settled:
+            lock.release()
+            return None
+        return lock
+
+    async def _send_now(self, req: ChatRequest, est: tuple[int, int, float]) -> ChatResult:
         lim = self._limiter()
         await lim.acquire()
         latency = None
         try:
-            self.usage.reserve(req.tag, est)  # raises BudgetExceeded; no await between it and sending
+            while self.usage.must_wait(est):  # only requests in flight stand in the way: wait for them to settle
+                await self._changed().wait()
+            reserved = self.usage.reserve(req.tag, est)  # raises BudgetExceeded; no await between it and sending
             if self.cfg.dry_run:
                 return ChatResult(request=req, samples=[Completion("", "dry_run", sample_index=i, dry_run=True)
                                                         for i in req.indices],
@@ -87,7 +119,8 @@ class BudgetLM:
             try:
                 res = await self.inner.chat(req)
             except BaseException as e:
-                self.usage.release(est[2])
+                self.usage.release(reserved)
+                self._notify()
                 self.usage.note_retries(e.retries if isinstance(e, LLMCallError) else 0)
                 raise
             if not res.retries:
@@ -95,8 +128,25 @@ class BudgetLM:
         finally:
             lim.release(latency)
         self.usage.note_retries(res.retries)
-        res.cost_usd = self.usage.settle(est[2], res.input_tokens, res.output_tokens, res.latency_s)
+        out_est = sum(estimate_tokens(len(s.text)) for s in res.samples)
+        res.input_tokens, res.output_tokens, res.cost_usd = self.usage.settle(
+            reserved, est, res.input_tokens, res.output_tokens, res.latency_s, out_est)
+        self._notify()
         return res
+
+    def _changed(self) -> asyncio.Event:
+        """Set when a request of this loop settles or fails (its reservation is given back)."""
+        loop = id(asyncio.get_running_loop())
+        ev = self._events.get(loop)
+        if ev is None:
+            ev = self._events[loop] = asyncio.Event()
+        return ev
+
+    def _notify(self) -> None:
+        with contextlib.suppress(RuntimeError):  # no running loop: nobody waits
+            ev = self._events.pop(id(asyncio.get_running_loop()), None)
+            if ev is not None:
+                ev.set()
 
 
 class AccountingLM:

@@ -31,6 +31,7 @@ import asyncio
 import functools
 import itertools
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -43,7 +44,7 @@ from .budget import AccountingLM, BudgetLM
 from .cache import CachingLM, SampleCache, request_key
 from .config import LLMConfig
 from .transport import OpenAITransport
-from .usage import BudgetExceeded, CallRecord, Usage
+from .usage import BudgetExceeded, CallRecord, Usage, estimate_tokens
 from .validating import ValidatingLM
 
 log = logging.getLogger("face.llm")
@@ -107,7 +108,9 @@ class LLMClient:
 
     def _know_endpoint(self, cfg: LLMConfig) -> LLMConfig:
         """The config with `n_per_request` fitted to the endpoint: n is used only where honoured (probed once
-        per base URL and model, remembered in cache_dir/endpoints.json). Nothing is sent in a dry run."""
+        per base URL and model, remembered in cache_dir/endpoints.json). Nothing is sent in a dry run. The probe's
+        requests are retried, counted (tag "probe") and capped like any other; without room in the budget for
+        them the config is trusted; a probe that fails after its retries stops the run (LLMCallError)."""
         if not cfg.probe or cfg.n_per_request <= 1 or cfg.batch:
             return cfg
         from . import probe
@@ -116,21 +119,26 @@ class LLMClient:
         if caps is None and not cfg.dry_run and not _loop_running():
             if self._loop is None or self._loop.is_closed():
                 self._loop = asyncio.new_event_loop()
-            transport = OpenAITransport(cfg, self.base_url, self.model)  # the probe's own, closed after it
+            # the probe's own transport (closed after it): the same retry policy as every request
+            transport = OpenAITransport(cfg.replace(timeout_s=min(cfg.timeout_s, 30.0)), self.base_url, self.model)
 
             async def ask() -> probe.Capabilities:
                 try:
-                    api = transport._api().with_options(timeout=min(cfg.timeout_s, 30.0))
-                    return await probe.probe(api, self.base_url, self.model)
+                    return await probe.probe(functools.partial(self._probe_send, transport), self.base_url,
+                                             self.model)
                 finally:
                     await transport.aclose()
 
             try:
                 caps = self._loop.run_until_complete(ask())
-            except Exception as e:  # unreachable now: split n (always correct); ask again next run
-                log.warning("could not probe %s (%s: %s); sending one request per sample",
-                            self.base_url, type(e).__name__, str(e)[:200])
-                return cfg.replace(n_per_request=1)
+            except BudgetExceeded as e:  # no room for the probe: trust the config, for this run only
+                log.warning("the endpoint probe does not fit the LLM budget (%s); trusting llm.n_per_request=%d "
+                            "as configured", str(e).split(" (next request")[0], cfg.n_per_request)
+                return cfg
+            except LLMRequestRefused:
+                raise
+            except LLMCallError as e:  # failed after its retries: the run stops (never remembered)
+                raise LLMCallError(f"the endpoint probe of {self.base_url} failed: {e}", retries=e.retries) from e
             probe.save(cfg.cache_dir if cfg.cache else None, caps)
             log.info("endpoint %s (%s): n %s, logprobs %s, JSON schema %s", self.base_url, self.model,
                      "honoured" if caps.n else f"not honoured ({caps.max_n_seen} choice(s) for n=3)",
@@ -143,6 +151,32 @@ class LLMClient:
         if caps is not None and not caps.n:
             return cfg.replace(n_per_request=1)
         return cfg
+
+    async def _probe_send(self, transport: OpenAITransport, body: dict[str, Any]) -> dict:
+        """One probe request, as every request: within the budget (``Usage.reserve``), retried by the transport,
+        its tokens, cost and retries counted under the tag ``probe``."""
+        msgs = tuple((m["role"], m["content"]) for m in body["messages"])
+        est = self.usage.estimate(msgs, body["max_tokens"], body.get("n", 1))
+        reserved = self.usage.reserve("probe", est)
+        t0 = time.perf_counter()
+        try:
+            data, retries = await transport.post(body, "probe")
+        except BaseException as e:
+            self.usage.release(reserved)
+            self.usage.note_retries(getattr(e, "retries", 0))
+            self.usage.add(CallRecord(tag="probe", n=body.get("n", 1), latency_s=time.perf_counter() - t0,
+                                      error=f"{type(e).__name__}: {e}"))
+            raise
+        latency = time.perf_counter() - t0
+        self.usage.note_retries(retries)
+        reported = data.get("usage") or {}
+        out_est = sum(estimate_tokens(len((c.get("message") or {}).get("content") or ""))
+                      for c in data.get("choices") or [])
+        tin, tout, cost = self.usage.settle(reserved, est, int(reported.get("prompt_tokens") or 0),
+                                            int(reported.get("completion_tokens") or 0), latency, out_est)
+        self.usage.add(CallRecord(tag="probe", n=body.get("n", 1), http_requests=1, retries=retries,
+                                  latency_s=latency, input_tokens=tin, output_tokens=tout, cost_usd=cost))
+        return data
 
     def close(self) -> None:
         if self.cfg.usage_file and (self.usage.calls or self.usage.dry_run_requests):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -94,6 +95,11 @@ class LLMConfig:
             v = getattr(self, name)
             if v is not None and not v >= lo:  # NaN too: a cap of NaN would never stop anything
                 raise ValueError(f"llm.{name} must be >= {lo}, got {v!r}")
+        for name in ("price_input_per_mtok", "price_output_per_mtok", "max_cost_usd"):
+            v = getattr(self, name)
+            if v is not None and math.isinf(v):  # an infinite price makes every cost inf; null is "no cap"
+                raise ValueError(f"llm.{name} must be a finite number, got {v!r}"
+                                 + (" (null means no cap)" if name == "max_cost_usd" else ""))
         if self.temperature > 2:
             raise ValueError(f"llm.temperature must be in 0..2, got {self.temperature!r}")
         if self.top_p is not None and not 0 < self.top_p <= 1:

@@ -4,7 +4,10 @@ Two tiny requests (one token each, run together): one with `n=3`, `logprobs` and
 (three choices back: n is honoured; token log-probabilities back: logprobs work), one with a
 JSON-schema `response_format` (accepted: constrained answers work). The answer is remembered in
 `<llm.cache_dir>/endpoints.json` (and in memory), keyed by base URL and model, so later runs send
-nothing. Probe requests are not samples: they are neither cached as samples nor counted in the usage.
+nothing. Probe requests are requests like any other, only not samples: retried on every transient fault with
+the transport's policy, counted in the usage under the tag "probe" and subject to `llm.max_calls` /
+`llm.max_cost_usd` (when the budget has no room for them the probe is skipped and the config trusted; nothing
+is remembered then). A probe that fails after its retries stops the run; it is never remembered.
 
 Only `n` is acted upon (`LLMClient`: `llm.n_per_request` > 1 is used where n is honoured, one request
 per sample where it is not). Log-probabilities and JSON schemas are part of the cache keys of what
@@ -48,36 +51,35 @@ def endpoint_key(base_url: str, model: str) -> str:
     return f"{base_url.rstrip('/')} {model}"
 
 
-def _status(exc: BaseException) -> int | None:
-    return getattr(exc, "status_code", None)
+async def _ask(send: Any, body: dict) -> dict | None:
+    """The reply of one probe request; None when the endpoint refuses it as it is (a 4xx other than 401 / 403 /
+    404: this feature is not accepted). ``send`` retries transient faults like any other request."""
+    from .base import LLMRequestRefused
 
-
-async def _post(api: Any, body: dict) -> dict | None:
-    """The reply of one probe request; None when the endpoint rejects the request (4xx)."""
     try:
-        raw = await api.post("/chat/completions", cast_to=bytes, body=body)
-    except Exception as exc:  # 400 / 422: this feature is not accepted; anything else: let the caller know
-        if _status(exc) is not None and 400 <= _status(exc) < 500 and _status(exc) not in (401, 403, 404, 408, 429):
-            return None
-        raise
-    return json.loads(raw)
+        return await send(body)
+    except LLMRequestRefused as exc:
+        if exc.status in (401, 403, 404):
+            raise
+        return None
 
 
-async def probe(api: Any, base_url: str, model: str) -> Capabilities:
-    """Ask the endpoint (an openai.AsyncOpenAI bound to it) what it honours."""
+async def probe(send: Any, base_url: str, model: str) -> Capabilities:
+    """Ask the endpoint what it honours; ``send(body) -> completion`` posts one request (retried, counted and
+    capped as every request is: ``LLMClient``)."""
     msgs = [{"role": "user", "content": "Answer with one word: ok"}]
     base = {"model": model, "messages": msgs, "max_tokens": 1, "temperature": 1.0, "seed": 0}
     schema = {"type": "json_schema", "json_schema": {"name": "probe", "schema": {
         "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}}
-    full, js = await asyncio.gather(_post(api, {**base, "n": 3, "logprobs": True, "top_logprobs": 1}),
-                                    _post(api, {**base, "max_tokens": 8, "response_format": schema}),
+    full, js = await asyncio.gather(_ask(send, {**base, "n": 3, "logprobs": True, "top_logprobs": 1}),
+                                    _ask(send, {**base, "max_tokens": 8, "response_format": schema}),
                                     return_exceptions=True)
     for r in (full, js):
         if isinstance(r, BaseException):
             raise r
     logprobs: bool | None
     if full is None:  # n or logprobs rejected: ask for n alone
-        nreply = await _post(api, {**base, "n": 3})
+        nreply = await _ask(send, {**base, "n": 3})
         logprobs = None if nreply is None else False
     else:
         nreply = full

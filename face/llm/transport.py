@@ -190,10 +190,16 @@ class OpenAITransport:
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         """One HTTP request for the samples of `req` (retried); the result's `retries` counts the retries."""
-        body = self.body(req)
+        t0 = time.perf_counter()
+        data, retries = await self.post(self.body(req), req.tag)
+        return completion_result(req, data, retries=retries, latency_s=time.perf_counter() - t0)
+
+    async def post(self, body: dict[str, Any], tag: str) -> tuple[dict, int]:
+        """POST one chat-completion body with the retry policy (every request goes through here, the endpoint
+        probe's too): (the decoded completion, retries spent); LLMRequestRefused for a 4xx no retry can fix,
+        LLMCallError once the retries are spent."""
         retrying = AsyncRetrying(retry=retry_if_exception(retryable), wait=self._wait,
                                  stop=stop_after_attempt(self.cfg.max_retries + 1), reraise=True)
-        t0 = time.perf_counter()
         attempts = 0
         url = None
         try:
@@ -211,13 +217,13 @@ class OpenAITransport:
                         self.in_flight[url] -= 1
                     data = decode_completion(raw)
         except Exception as exc:
-            refused = refusal(exc, req.tag)
+            refused = refusal(exc, tag)
             if refused is not None:
                 raise refused from exc
             msg = str(exc) if len(str(exc)) <= 300 else str(exc)[:300] + "..."
-            raise LLMCallError(f"LLM request failed (tag={req.tag!r}, attempts={attempts}): "
+            raise LLMCallError(f"LLM request failed (tag={tag!r}, attempts={attempts}): "
                                f"{type(exc).__name__}: {msg}", retries=max(0, attempts - 1)) from exc
-        return completion_result(req, data, retries=attempts - 1, latency_s=time.perf_counter() - t0)
+        return data, attempts - 1
 
 
 def refusal(exc: BaseException, tag: str) -> LLMRequestRefused | None:

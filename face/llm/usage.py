@@ -4,6 +4,9 @@ A *call* is one `client.chat(request)` (one ChatRequest, n samples). It may be
 served from the cache (per sample) and/or need one or more HTTP requests
 (n is split into chunks of `n_per_request`). Only HTTP requests cost money.
 `face.llm.budget` fills this in: per HTTP request (caps, cost, retries) and per call (records).
+A request's cost is the tokens the endpoint reports (the estimate where it reports none); the caps reserve
+each request's worst case before it is sent (``reserve``) and take the real cost when it settles
+(``settle``). ``note_scores`` adds what the scorer made of the answers to the adapters' counts.
 """
 from __future__ import annotations
 
@@ -18,7 +21,17 @@ from face.secrets import redact
 
 
 class BudgetExceeded(RuntimeError):
-    """Raised before a request that would exceed llm.max_calls or llm.max_cost_usd."""
+    """Raised before a request that would exceed llm.max_calls or llm.max_cost_usd.
+
+    ``render`` (optional) writes the message when it is read rather than when the stop happened: requests
+    still in flight then settle first, so the spend it states is the one ``llm_usage.json`` records."""
+
+    def __init__(self, message: str, render: Any = None):
+        super().__init__(message)
+        self.render = render
+
+    def __str__(self) -> str:
+        return self.render() if self.render is not None else super().__str__()
 
 
 @dataclass
@@ -96,7 +109,7 @@ class Latencies:
 
 
 _TAG_FIELDS = ("calls", "http_requests", "cache_hits", "failures", "input_tokens", "output_tokens", "cost_usd",
-               "answer_retries", "rejected_answers", "invalid_answers")
+               "answer_retries", "rejected_answers", "invalid_answers", "defaulted_answers", "logprob_fallbacks")
 
 
 @dataclass
@@ -122,10 +135,17 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     spent_usd: float = 0.0
-    reserved_usd: float = 0.0  # estimates of requests in flight
+    reserved_usd: float = 0.0  # worst cases of the requests in flight
+    requests_in_flight: int = 0
     est_input_tokens: int = 0
     est_output_tokens: int = 0
     est_cost_usd: float = 0.0
+    # reported / estimated tokens, the largest seen (>= 1): a request's worst case is scaled by them, so an
+    # endpoint whose tokenizer counts more than ~4 characters a token cannot push the spend past the cap
+    input_ratio: float = 1.0
+    output_ratio: float = 1.0
+    settled: int = 0  # HTTP requests finished (their cost known)
+    unreported_usage: int = 0  # of them, answered without token counts (their cost is the estimate)
     http_latencies: Latencies = field(default_factory=Latencies)
     # () -> {"concurrency_limit", "concurrency_limit_reached", "max_in_flight", ...} (set by BudgetLM)
     concurrency: Any = field(default=None, repr=False, compare=False)
@@ -137,41 +157,81 @@ class Usage:
         tout = max_tokens * n
         return tin, tout, cost_usd(tin, tout, self.price_input_per_mtok, self.price_output_per_mtok)
 
-    def reserve(self, tag: str, est: tuple[int, int, float]) -> None:
-        """Check the caps for one more HTTP request and reserve its estimated cost.
+    def worst_case(self, est: tuple[int, int, float]) -> float:
+        """What one request may cost at most: its input estimate and max_tokens × n, each scaled by the largest
+        ratio of reported to estimated tokens seen so far."""
+        tin, tout, _ = est
+        return cost_usd(tin * self.input_ratio, tout * self.output_ratio, self.price_input_per_mtok,
+                        self.price_output_per_mtok)
+
+    def must_wait(self, est: tuple[int, int, float]) -> bool:
+        """Whether the next request fits the cost cap only once the requests in flight have settled (their
+        reservations are worst cases: most give back the difference)."""
+        if self.dry_run or self.max_cost_usd is None or self.requests_in_flight <= 0:
+            return False
+        worst = self.worst_case(est)
+        return (self.spent_usd + self.reserved_usd + worst > self.max_cost_usd
+                and self.spent_usd + worst <= self.max_cost_usd)
+
+    def reserve(self, tag: str, est: tuple[int, int, float]) -> float:
+        """Check the caps for one more HTTP request and reserve its worst-case cost (returned: hand it back to
+        ``settle`` or ``release``).
 
         Called right before sending (no await in between), so concurrent tasks
         cannot jointly overshoot the caps."""
         tin, tout, c = est
+        worst = 0.0
         if not self.dry_run:
+            worst = self.worst_case(est)
             if self.max_calls is not None and self.http_requests + 1 > self.max_calls:
-                raise BudgetExceeded(self._budget_message(
-                    f"llm.max_calls={self.max_calls} reached", tag))
-            if self.max_cost_usd is not None and self.spent_usd + self.reserved_usd + c > self.max_cost_usd:
-                raise BudgetExceeded(self._budget_message(
-                    f"llm.max_cost_usd={self.max_cost_usd} would be exceeded by the next request "
-                    f"(estimated ${c:.6f}; spent ${self.spent_usd:.6f}, in flight ${self.reserved_usd:.6f})", tag))
+                raise self._stop(f"llm.max_calls={self.max_calls} reached", tag)
+            if self.max_cost_usd is not None and self.spent_usd + self.reserved_usd + worst > self.max_cost_usd:
+                raise self._stop(f"llm.max_cost_usd={self.max_cost_usd} would be exceeded by the next request "
+                                 f"(worst case ${worst:.6f})", tag)
             self.http_requests += 1
-            self.reserved_usd += c
+            self.requests_in_flight += 1
+            self.reserved_usd += worst
         else:
             self.dry_run_requests += 1
         self.est_input_tokens += tin
         self.est_output_tokens += tout
         self.est_cost_usd += c
+        return worst
 
-    def settle(self, est_cost: float, input_tokens: int, output_tokens: int, latency_s: float) -> float:
-        """A request finished: replace its reservation with the actual cost."""
-        self.reserved_usd = max(0.0, self.reserved_usd - est_cost)
+    def settle(self, reserved: float, est: tuple[int, int, float], input_tokens: int, output_tokens: int,
+               latency_s: float, output_estimate: int = 0) -> tuple[int, int, float]:
+        """A request finished: replace its reservation with its cost, from the tokens the endpoint reports; where
+        it reports none, the estimate (the input's; ``output_estimate`` for the output, ~4 characters a token of
+        the answers). Returns (input tokens, output tokens, cost) as counted."""
+        self._give_back(reserved)
+        tin, tout, _ = est
+        if input_tokens > 0 and tin > 0:
+            self.input_ratio = max(self.input_ratio, input_tokens / tin)
+        if output_tokens > 0 and tout > 0:
+            self.output_ratio = max(self.output_ratio, output_tokens / tout)
+        if input_tokens <= 0 and output_tokens <= 0:
+            self.unreported_usage += 1
+            input_tokens, output_tokens = tin, output_estimate
         c = cost_usd(input_tokens, output_tokens, self.price_input_per_mtok, self.price_output_per_mtok)
+        self.settled += 1
         self.spent_usd += c
         self.input_tokens += input_tokens
         self.output_tokens += output_tokens
         self.http_latencies.append(latency_s)
-        return c
+        return input_tokens, output_tokens, c
 
-    def release(self, est_cost: float) -> None:
+    def release(self, reserved: float) -> None:
         """A request failed for good: drop its reservation."""
-        self.reserved_usd = max(0.0, self.reserved_usd - est_cost)
+        self._give_back(reserved)
+
+    def _give_back(self, reserved: float) -> None:
+        self.requests_in_flight = max(0, self.requests_in_flight - 1)
+        # nothing in flight: exactly nothing reserved (no rounding residue left to block a request)
+        self.reserved_usd = max(0.0, self.reserved_usd - reserved) if self.requests_in_flight else 0.0
+
+    def _stop(self, what: str, tag: str) -> BudgetExceeded:
+        """The budget stop; its message is written when read, once the requests in flight have settled."""
+        return BudgetExceeded(self._budget_message(what, tag), render=lambda: self._budget_message(what, tag))
 
     def _budget_message(self, what: str, tag: str) -> str:
         remaining = []
@@ -182,7 +242,8 @@ class Usage:
         where = f" in {self.cache_dir}" if self.cache_dir else ""
         return (f"LLM budget exceeded: {what} (next request tag={tag!r}). "
                 f"Done so far: {self.calls} calls, {self.http_requests} HTTP requests sent, "
-                f"{self.cache_hits} samples from cache, ${self.spent_usd:.6f} spent; "
+                f"{self.cache_hits} samples from cache, ${self.spent_usd:.6f} spent"
+                f"{f' (${self.reserved_usd:.6f} still in flight)' if self.reserved_usd else ''}; "
                 f"remaining budget: {', '.join(remaining) or 'n/a'}. "
                 f"All finished calls are cached{where}: raise the cap and re-run to continue "
                 f"without paying for them again.")
@@ -227,6 +288,24 @@ class Usage:
         if len(self.invalid_events) < KEEP_EVENTS:
             self.invalid_events.append({"tag": tag, "reason": reason})
 
+    def note_scores(self, tag: str, rejected: int = 0, redraws: int = 0, invalid: int = 0, defaulted: int = 0,
+                    logprob_fallbacks: int = 0) -> None:
+        """What the scorer made of its answers (face.scoring parses them itself, not through an adapter): draws
+        that were not a valid score, extra draws, samples left without a valid answer, samples counted as the
+        lowest score, answers scored without their logprobs. Added to the same totals as the adapters' counts."""
+        t = self.by_tag.setdefault(tag or "(none)", {**dict.fromkeys(_TAG_FIELDS, 0), "cost_usd": 0.0})
+        for k, v in (("rejected_answers", rejected), ("answer_retries", redraws), ("invalid_answers", invalid),
+                     ("defaulted_answers", defaulted), ("logprob_fallbacks", logprob_fallbacks)):
+            t[k] = t.get(k, 0) + v
+
+    def counts_line(self) -> str:
+        """The answer counts of the run, one line (printed after a run; the same numbers as llm_usage.json)."""
+        s = self.summary()
+        return (f"LLM answers: {s['rejected_answers']} invalid draws, {s['answer_retries']} redraws, "
+                f"{s['invalid_answers']} samples without a valid answer ({s['defaulted_answers']} scored as the "
+                f"lowest), {s['logprob_fallbacks']} scored without logprobs; {s['http_requests']} HTTP requests, "
+                f"{s['retries']} retries, ${s['cost_usd']:.6f} spent")
+
     # ---- reports ------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         lat = self.http_latencies
@@ -243,6 +322,9 @@ class Usage:
             "answer_retries": sum(t["answer_retries"] for t in tags),
             "rejected_answers": sum(t["rejected_answers"] for t in tags),
             "invalid_answers": sum(t["invalid_answers"] for t in tags),
+            "defaulted_answers": sum(t.get("defaulted_answers", 0) for t in tags),
+            "logprob_fallbacks": sum(t.get("logprob_fallbacks", 0) for t in tags),
+            "unreported_usage_requests": self.unreported_usage,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cost_usd": self.spent_usd,

@@ -96,6 +96,7 @@ class LLMJob:
         """The job's usage: llm_usage[_name].json, what the server says of the run (llm_server.json), metrics."""
         self.artifacts.append(client.usage.write_artifact(self._file("llm_usage", "json")))
         self.metrics.update(client.usage.mlflow_metrics(prefix=f"{self.name}.llm_" if self.name else "llm_"))
+        print(f"{self.name + ': ' if self.name else ''}{client.usage.counts_line()}")  # llm_usage.json's numbers
         server = write_server_report(client, self._file("llm_server", "json"), self.metrics)
         if server is not None:
             self.artifacts.append(server)

@@ -155,6 +155,8 @@ class Face:
         parts.append(self.scoring.scorer.describe(self.scoring))
         parts.append(("reasoning before the score" if self.reasoning else "score only, no reasoning")
                      + f"; invalid answers: {self.invalid.attempts} draws, then {self.invalid.fallback}")
+        if self.scoring.scorer.reads_logprobs and self.invalid.logprobs_missing != "parsed":
+            parts.append(f"answers without logprobs: {self.invalid.logprobs_missing}")
         if llm.backend == "local":
             parts.append("TINY LOCAL MODEL: pipeline check only, no judging signal")
         return "; ".join(parts)

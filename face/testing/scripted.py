@@ -15,6 +15,9 @@ first k lines and expires).
   prompt, wrapped in prose and a code fence), otherwise echo-ish text.
 * logprobs/top_logprobs over simple tokens; numeric tokens get a deterministic
   distribution over the digits.
+* Accounting: `usage_factor` multiplies the reported `usage` tokens (an endpoint whose tokenizer counts
+  more than the client's estimate), `report_usage=False` leaves `usage` out; `logprobs_missing` is the
+  share of choices (by hash of messages and seed) answered without logprobs although they were asked for.
 * Latency (asyncio.sleep) and fault injection: "429" (with Retry-After),
   "500", "timeout" (hangs past the client timeout), "malformed" (not-JSON
   content), "truncated" (finish_reason "length", cut text), "disconnect".
@@ -209,7 +212,8 @@ class ScriptedServer:
                  fault_kinds: tuple[str, ...] | list[str] = TRANSPORT_FAULTS, faults_per_request: int = 1,
                  retry_after_s: float | None = 0.05, hang_s: float = 5.0, log_file: str | None = None,
                  model: str = "scripted-model", responder: Callable[[dict], str] | None = None,
-                 max_concurrent: int | None = None, batch_delay_s: float = 0.0):
+                 max_concurrent: int | None = None, batch_delay_s: float = 0.0, usage_factor: float = 1.0,
+                 report_usage: bool = True, logprobs_missing: float = 0.0):
         bad = set(fault_kinds) - set(FAULT_KINDS)
         if bad:
             raise ValueError(f"unknown fault kinds {sorted(bad)}; choose from {FAULT_KINDS}")
@@ -223,6 +227,9 @@ class ScriptedServer:
         self.model = model
         self.responder = responder or default_responder
         self.max_concurrent = max_concurrent  # a rate limit: 429 (+ Retry-After) beyond this many in flight
+        self.usage_factor = usage_factor  # reported usage tokens × this (an endpoint counting more than it seems)
+        self.report_usage = report_usage  # False: replies without a `usage` object
+        self.logprobs_missing = logprobs_missing  # share of choices answered without logprobs (by hash)
         self.rate_limited = 0
         self.log: list[dict] = []
         self.log_file = log_file
@@ -452,15 +459,19 @@ class ScriptedServer:
                 toks = tokenize(text)
             out_tokens += len(toks)
             lp = None
-            if want_lp:
+            if want_lp and not (self.logprobs_missing and _unit(_h(sub.get("messages"), sub.get("seed"), "nolp"))
+                                < self.logprobs_missing):
                 lp = {"content": _token_logprobs(toks, k, random.Random(_h(text, sub.get("seed"))))}
             choices.append({"index": j, "message": {"role": "assistant", "content": text},
                             "finish_reason": finish, "logprobs": lp})
         prompt_tokens = sum(len(tokenize(str(m.get("content", "")))) + 3 for m in body.get("messages", []))
-        return {"id": "chatcmpl-" + _h(body)[:12], "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model") or self.model, "choices": choices,
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens,
-                          "total_tokens": prompt_tokens + out_tokens}}
+        prompt_tokens, out_tokens = round(prompt_tokens * self.usage_factor), round(out_tokens * self.usage_factor)
+        reply = {"id": "chatcmpl-" + _h(body)[:12], "object": "chat.completion", "created": int(time.time()),
+                 "model": body.get("model") or self.model, "choices": choices}
+        if self.report_usage:
+            reply["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens,
+                              "total_tokens": prompt_tokens + out_tokens}
+        return reply
 
     # ---- lifecycle ------------------------------------------------------
     async def _start(self) -> None:

@@ -137,7 +137,7 @@ def test_usage_holds_a_bounded_part_of_the_calls_and_exact_totals(tmp_path):
         u.add(CallRecord(tag="score" if i % 2 else "decompose", n=5, cached_samples=i % 3, http_requests=1,
                          input_tokens=10, output_tokens=2, error="boom" if failed else None))
     for i in range(LATENCY_SAMPLE * 3):
-        u.settle(0.0, 0, 0, latency_s=(i % 100) / 100)
+        u.settle(0.0, (0, 0, 0.0), 0, 0, latency_s=(i % 100) / 100)
     s = u.summary()
     assert s["calls"] == n and s["by_tag"]["score"]["calls"] == n // 2 and s["by_tag"]["decompose"]["calls"] == n // 2
     assert s["cache_hits"] == sum(i % 3 for i in range(n)) and s["failures"] == 3
