@@ -7,6 +7,7 @@ switched off (``tracking=none``) without changing experiment code.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -186,6 +187,19 @@ def description(results, label: str, settings: str) -> str:
     return "\n".join(lines)
 
 
+def use_experiment(t: DictConfig) -> str:
+    """Point MLflow at ``tracking.tracking_uri`` and its experiment ``tracking.experiment_name`` (created when
+    missing); returns the experiment id."""
+    import mlflow
+
+    mlflow.set_tracking_uri(t.tracking_uri)
+    with _store_lock(str(t.tracking_uri)):  # two jobs starting on a new store: one creates the tables
+        if mlflow.get_experiment_by_name(t.experiment_name) is None:
+            location = Path(t.artifact_location).resolve().as_uri() if t.get("artifact_location") else None
+            mlflow.create_experiment(t.experiment_name, artifact_location=location)
+        return mlflow.set_experiment(t.experiment_name).experiment_id
+
+
 class Tracker:
     """Logs to MLflow when enabled, does nothing otherwise."""
 
@@ -201,24 +215,26 @@ class Tracker:
             import mlflow
 
             self.mlflow = mlflow
-            mlflow.set_tracking_uri(t.tracking_uri)
-            with _store_lock(str(t.tracking_uri)):  # two jobs starting on a new store: one creates the tables
-                if mlflow.get_experiment_by_name(t.experiment_name) is None:
-                    location = Path(t.artifact_location).resolve().as_uri() if t.get("artifact_location") else None
-                    mlflow.create_experiment(t.experiment_name, artifact_location=location)
-                mlflow.set_experiment(t.experiment_name)
+            use_experiment(t)
 
     def __enter__(self) -> Tracker:
         if self.enabled:
             mark_stale_runs(self.mlflow)
-            run = self.mlflow.start_run(run_name=self.run_name)
+            sweep, parent, name = self._sweep_tags(), None, self.run_name
+            if sweep:  # a job of a multirun: a child of the sweep's parent run, named by the sweep's settings
+                overrides = list(hydra_job().overrides.task)
+                exp = self.mlflow.get_experiment_by_name(self.cfg.tracking.experiment_name)
+                parent = sweep_parent(exp.experiment_id, sweep["sweep_dir"], self.cfg.task_name, overrides)
+                if not self.cfg.tracking.get("run_name"):
+                    name = redact(job_name(self.cfg.task_name, overrides, parent.swept))
+                self.run_name = name
+            run = self.mlflow.start_run(run_name=name, parent_run_id=parent.run_id if parent else None)
             self.run_id = run.info.run_id
             self.set_tags(process_tags())
             self.mlflow.log_params(run_params(self.cfg, self.uses_llm))
             self.set_tags({"git_commit": git_commit(self.cfg.paths.root_dir), "task_name": self.cfg.task_name})
-            sweep = self._sweep_tags()
             if sweep:
-                self.set_tags(sweep)
+                self.set_tags({**sweep, SWEEP_ROLE: "job"})
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -230,13 +246,8 @@ class Tracker:
             self.mlflow.end_run(status=status)
 
     def _sweep_tags(self) -> dict[str, str]:
-        try:
-            from hydra.core.hydra_config import HydraConfig
-
-            hc = HydraConfig.get()
-        except (ImportError, ValueError):
-            return {}
-        if str(hc.mode) != "RunMode.MULTIRUN":
+        hc = hydra_job()
+        if hc is None or str(hc.mode) != "RunMode.MULTIRUN":
             return {}
         return {"sweep_dir": str(hc.sweep.dir), "sweep_job": str(hc.job.num),
                 "sweep_overrides": ",".join(hc.overrides.task)}
@@ -317,6 +328,107 @@ class Tracker:
         except Exception as e:  # an older store without prompt links: the tag above still names it
             log.warning("could not link prompt %s to the run: %s", uri, e)
         return uri
+
+
+# ---------------------------------------------------------------- sweeps: one parent run, each job its child
+SWEEP_ROLE = "sweep_role"  # tag: "parent" (one per Hydra multirun) or "job"
+SWEPT_TAG = "sweep_swept"  # tag of the parent: the swept keys, comma-separated
+# override keys that say where things go, not what is computed: never part of a job's name
+_NOT_NAMED = ("paths.", "tracking.", "hydra.", "report.", "experiment")
+
+
+def hydra_job():
+    """Hydra's config of the running job, or None outside a Hydra app."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return HydraConfig.get()
+    except (ImportError, ValueError):
+        return None
+
+
+def is_multirun() -> bool:
+    """True inside a job of a Hydra multirun (``-m``): its outputs stay in its own job directory."""
+    hc = hydra_job()
+    return hc is not None and str(hc.mode) == "RunMode.MULTIRUN"
+
+
+def swept_keys(overrides: Sequence[str]) -> list[str]:
+    """The keys a multirun sweeps (``key=a,b``, ``range(...)``, ...), in command-line order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:
+        return []
+    return [o.get_key_element().lstrip("+~") for o in parsed if o.is_sweep_override()]
+
+
+def _tails(keys: Sequence[str]) -> list[str]:
+    """The last part of each key where that is unambiguous (``optimizer.alpha`` -> ``alpha``)."""
+    tails = [k.rsplit(".", 1)[-1] for k in keys]
+    return [t if tails.count(t) == 1 else k for t, k in zip(tails, keys)]
+
+
+def job_name(task: str, overrides: Sequence[str], swept: Sequence[str]) -> str:
+    """A sweep job's run name: the experiment, then every setting the command line gave, swept ones first, with
+    its value in this job (defaults included): ``optimize_instructions alpha=1 beam=2 beta=1 ...``."""
+    pairs = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = key.lstrip("+~")
+        if key and not key.startswith(_NOT_NAMED):
+            pairs.append((key, value))
+    order = {k: i for i, k in enumerate(swept)}
+    pairs.sort(key=lambda kv: order.get(kv[0], len(order)))
+    names = _tails([k for k, _ in pairs])
+    return " ".join([task, *(f"{n}={v}" for n, (_, v) in zip(names, pairs))])[:250]
+
+
+def sweep_name(task: str, swept: Sequence[str]) -> str:
+    """The parent run's name: the experiment and the swept keys."""
+    return f"{task} sweep: {' x '.join(_tails(swept)) or 'one job'}"[:250]
+
+
+@dataclasses.dataclass
+class SweepParent:
+    run_id: str
+    swept: list[str]
+
+
+def find_sweep_parent(client, experiment_id: str, sweep_dir: str):
+    """The parent run of the multirun writing to ``sweep_dir`` (tag ``sweep_dir``), or None."""
+    runs = client.search_runs([experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'", max_results=1000)
+    mine = [r for r in runs if r.data.tags.get("sweep_dir") == sweep_dir]
+    return min(mine, key=lambda r: r.info.start_time) if mine else None
+
+
+def sweep_parent(experiment_id: str, sweep_dir: str, task: str, overrides: Sequence[str],
+                 swept: Sequence[str] | None = None, description: str | None = None) -> SweepParent:
+    """Find or create (under the store lock: jobs of a launcher run in parallel processes) the parent run of a
+    sweep in the active experiment. The Hydra callback creates it before the first job, knowing which keys are
+    swept; a job that finds none (a sweep over experiments, or no callback) creates one named after its own
+    settings."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    with _store_lock(mlflow.get_tracking_uri()):
+        found = find_sweep_parent(client, experiment_id, sweep_dir)
+        if found is not None:
+            keys = [k for k in found.data.tags.get(SWEPT_TAG, "").split(",") if k]
+            return SweepParent(found.info.run_id, keys)
+        keys = list(swept) if swept is not None else [o.partition("=")[0].lstrip("+~") for o in overrides
+                                                       if not o.lstrip("+~").startswith(_NOT_NAMED)]
+        tags = {"sweep_dir": sweep_dir, SWEEP_ROLE: "parent", SWEPT_TAG: ",".join(keys),
+                "sweep_overrides": " ".join(overrides), "task_name": task, **process_tags()}
+        if description:
+            tags["mlflow.note.content"] = description
+        run = client.create_run(experiment_id, run_name=redact(sweep_name(task, keys)),
+                                tags={k: redact(v) for k, v in tags.items()})
+        if swept is None:  # made by a job: no callback ends it, and the job's process is not the sweep's
+            client.set_terminated(run.info.run_id, status="FINISHED")
+        return SweepParent(run.info.run_id, keys)
 
 
 def metric_name(level: str, aspect: str, split: str, coefficient: str, suffix: str = "") -> str:

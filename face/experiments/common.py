@@ -209,11 +209,13 @@ def run_name(task: str, settings: dict[str, str]) -> str:
 
 
 def out_dir_for(cfg: DictConfig, dataset, settings: dict[str, str] | None = None) -> Path:
-    """``results/<task_name>`` for the experiment's default configuration on the full data only; anything else
-    writes into its own run directory (``report.out_dir`` overrides both)."""
+    """``results/<task_name>`` for the experiment's default configuration on the full data only, outside a
+    multirun; anything else writes into its own run directory (``report.out_dir`` overrides both)."""
+    from face.tracking import is_multirun
+
     if cfg.report.get("out_dir"):
         return Path(cfg.report.out_dir)
-    if dataset.is_subset or settings:
+    if dataset.is_subset or settings or is_multirun():  # a sweep job (even the default one) keeps to its job dir
         return Path(cfg.paths.output_dir) / "results"
     return Path(cfg.paths.results_dir) / cfg.task_name
 

@@ -230,6 +230,11 @@ def _report(ctx, ocfg, results, trajectories, gradients, sets, cfg) -> dict:
         metrics[f"optimizer.{r['aspect']}.llm_calls"] = r["llm_calls"]
     metrics["heldout.mean.test_final_spearman"] = float(np.nanmean(res["test_final_spearman"]))
     metrics["heldout.mean.test_initial_spearman"] = float(np.nanmean(res["test_initial_spearman"]))
+    # the headline (runs table, sweep report): held-out Spearman of the final set vs the initial instruction
+    metrics["summary.heldout_final_spearman"] = metrics["heldout.mean.test_final_spearman"]
+    metrics["summary.heldout_initial_spearman"] = metrics["heldout.mean.test_initial_spearman"]
+    metrics["summary.heldout_gain"] = (metrics["heldout.mean.test_final_spearman"]
+                                       - metrics["heldout.mean.test_initial_spearman"])
     metrics["optimizer.cost_usd"] = float(res["cost_usd"].sum())
     metrics["optimizer.llm_calls"] = float(res["llm_calls"].sum())
     tracker.log_metrics(metrics)
