@@ -13,6 +13,7 @@ import math
 import os
 import socket
 import subprocess
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -163,16 +164,33 @@ def run_params(cfg: DictConfig, uses_llm: bool = True) -> dict[str, str]:
     return out
 
 
-def summary_metrics(results) -> dict[str, float]:
+def summary_metrics(results, prefix: str = "") -> dict[str, float]:
     """A few numbers for the runs table: mean Spearman over aspects at turn and dialogue level (pooled split)
-    and at system level."""
+    and at system level, as ``summary.[prefix]{level}_spearman_mean`` (a prefix names one of several methods)."""
     out = {}
     r = results[(results["coefficient"] == "spearman") & (results["split"] == "all")]
     for level in ("turn", "dialogue", "system"):
         v = r[r["level"] == level]["value"].dropna()
         if len(v):
-            out[f"summary.{level}_spearman_mean"] = float(v.mean())
+            out[f"summary.{prefix}{level}_spearman_mean"] = float(v.mean())
     return out
+
+
+# the first of these an experiment logs is its headline metric (else its first ``summary.*`` metric by name): the
+# experiment's primary metric in MLflow's charts and compare view, the sweep report's first column
+HEADLINES = ("summary.heldout_final_spearman", "summary.ucb_heldout_mean", "summary.turn_spearman_mean",
+             "summary.dialogue_spearman_mean", "summary.system_spearman_mean")
+PRIMARY_METRIC_TAG = "mlflow.experiment.primaryMetric.name"  # an experiment tag MLflow's UI reads
+
+
+def headline(metrics: Iterable[str]) -> str | None:
+    """The headline metric among metric names (see HEADLINES)."""
+    metrics = set(metrics)
+    for m in HEADLINES:
+        if m in metrics:
+            return m
+    rest = sorted(m for m in metrics if m.startswith("summary."))
+    return rest[0] if rest else None
 
 
 def description(results, label: str, settings: str) -> str:
@@ -260,6 +278,22 @@ class Tracker:
         if self.enabled:
             clean = {k: float(v) for k, v in metrics.items() if v is not None and not math.isnan(float(v))}
             self.mlflow.log_metrics(clean)
+            self._primary_metric(clean)
+
+    def _primary_metric(self, metrics: Mapping[str, float]) -> None:
+        """The experiment's headline metric as its primary metric (MLflow's charts and compare view show it first
+        instead of the first metric by name), set once: the first headline an experiment's run logs."""
+        head = headline(metrics)
+        if head is None or getattr(self, "_primary_set", False):
+            return
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient()
+        exp = client.get_experiment(self.mlflow.active_run().info.experiment_id)
+        current = exp.tags.get(PRIMARY_METRIC_TAG)
+        if current is None or (current not in HEADLINES and head in HEADLINES):
+            client.set_experiment_tag(exp.experiment_id, PRIMARY_METRIC_TAG, head)
+        self._primary_set = True
 
     def log_artifacts(self, paths: Iterable[str | Path], subdir: str | None = None) -> None:
         """Copy files (or directories) into the run's artifacts; a file over ``tracking.max_artifact_mb`` stays
@@ -294,6 +328,27 @@ class Tracker:
             listing = json.dumps(dict(sorted(checksums.items())), indent=1)
             self.mlflow.log_text(listing, "data_sha256.json")
             self.set_tags({"data_sha256": hashlib.sha256(listing.encode()).hexdigest()})
+
+    def log_dataset(self, name: str, rows: Sequence[Mapping[str, Any]], files: Mapping[str, str],
+                    source: str) -> None:
+        """The data the run read, as MLflow's dataset input (the runs table's *Dataset* column, shown by default):
+        one row per conversation used (id, system, split, evaluated turns), its name, a digest of the data files'
+        sha256 (the same files give the same digest) and where it comes from."""
+        if not self.enabled:
+            return
+        import hashlib
+        import json
+
+        import pandas as pd
+
+        digest = hashlib.sha256(json.dumps(dict(sorted(files.items()))).encode()).hexdigest()[:12]
+        try:
+            with warnings.catch_warnings():  # MLflow's hints on integer columns and local sources: not ours to act on
+                warnings.simplefilter("ignore")
+                ds = self.mlflow.data.from_pandas(pd.DataFrame(list(rows)), source=source, name=name, digest=digest)
+                self.mlflow.log_input(ds, context="evaluation")
+        except Exception as e:  # an MLflow without the dataset API: the data_sha256 tag still names the data
+            log.warning("could not log the dataset to MLflow: %s", e)
 
     def describe(self, text: str) -> None:
         """The run page's description (Markdown)."""

@@ -20,23 +20,12 @@ from pathlib import Path
 import pandas as pd
 
 from face.files import atomic_path, atomic_write_text
+from face.tracking import headline
 
 log = logging.getLogger(__name__)
 
-# the first of these a sweep's jobs logged is its headline (then the first summary.* metric by name)
-HEADLINES = ("summary.heldout_final_spearman", "summary.turn_spearman_mean", "summary.dialogue_spearman_mean",
-             "summary.system_spearman_mean")
 # a few cost columns shown beside the summary metrics when the jobs logged them
 EXTRA = {"metrics.optimizer.llm_calls": "llm_calls", "metrics.optimizer.cost_usd": "cost_usd"}
-
-
-def headline(metrics: list[str]) -> str | None:
-    """The headline metric among ``summary.*`` names (see HEADLINES)."""
-    for m in HEADLINES:
-        if m in metrics:
-            return m
-    rest = sorted(m for m in metrics if m.startswith("summary."))
-    return rest[0] if rest else None
 
 
 # ---------------------------------------------------------------- reading a sweep back
