@@ -196,7 +196,7 @@ def _step_logger(tracker, aspect: str):
 
 
 def _report(ctx, ocfg, results, trajectories, gradients, sets, cfg) -> dict:
-    from face.report.tables import write_table
+    from face.report.tables import to_markdown, write_table
 
     out_dir, tracker = ctx.out_dir, ctx.tracker
     inst_path = atomic_write_text(out_dir / "instructions.json", json.dumps(sets, indent=1))
@@ -238,6 +238,10 @@ def _report(ctx, ocfg, results, trajectories, gradients, sets, cfg) -> dict:
     metrics["optimizer.cost_usd"] = float(res["cost_usd"].sum())
     metrics["optimizer.llm_calls"] = float(res["llm_calls"].sum())
     tracker.log_metrics(metrics)
+    tracker.describe(f"**Instruction optimizer**: held-out Spearman of the final set vs the initial instruction "
+                     f"(mean over aspects: {metrics['summary.heldout_final_spearman']:.3f} vs "
+                     f"{metrics['summary.heldout_initial_spearman']:.3f}).\n\n{note}\n\n"
+                     + to_markdown(shown, 3))
     return {"results": res, "trajectory": traj, "instructions": inst_path, "out_dir": out_dir}
 
 

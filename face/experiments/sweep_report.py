@@ -77,7 +77,8 @@ def summarize(runs: pd.DataFrame, swept: list[str]) -> tuple[pd.DataFrame, pd.Da
         jobs[m] = runs[f"metrics.{m}"].to_numpy()
     for col, name in EXTRA.items():
         if col in runs:
-            jobs[name] = runs[col].to_numpy()
+            v = runs[col]
+            jobs[name] = (v.astype("Int64") if v.notna().all() and (v == v.round()).all() else v).to_numpy()
     jobs = jobs.sort_values(keys or ["run"], kind="stable").reset_index(drop=True)
     group = [k for k in keys if k.rsplit(".", 1)[-1] != "seed"]  # a swept seed: repetitions of one setting
     done = jobs[jobs["status"] == "FINISHED"]
