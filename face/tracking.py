@@ -7,11 +7,13 @@ switched off (``tracking=none``) without changing experiment code.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
 import socket
 import subprocess
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -162,16 +164,33 @@ def run_params(cfg: DictConfig, uses_llm: bool = True) -> dict[str, str]:
     return out
 
 
-def summary_metrics(results) -> dict[str, float]:
+def summary_metrics(results, prefix: str = "") -> dict[str, float]:
     """A few numbers for the runs table: mean Spearman over aspects at turn and dialogue level (pooled split)
-    and at system level."""
+    and at system level, as ``summary.[prefix]{level}_spearman_mean`` (a prefix names one of several methods)."""
     out = {}
     r = results[(results["coefficient"] == "spearman") & (results["split"] == "all")]
     for level in ("turn", "dialogue", "system"):
         v = r[r["level"] == level]["value"].dropna()
         if len(v):
-            out[f"summary.{level}_spearman_mean"] = float(v.mean())
+            out[f"summary.{prefix}{level}_spearman_mean"] = float(v.mean())
     return out
+
+
+# the first of these an experiment logs is its headline metric (else its first ``summary.*`` metric by name): the
+# experiment's primary metric in MLflow's charts and compare view, the sweep report's first column
+HEADLINES = ("summary.heldout_final_spearman", "summary.ucb_heldout_mean", "summary.turn_spearman_mean",
+             "summary.dialogue_spearman_mean", "summary.system_spearman_mean")
+PRIMARY_METRIC_TAG = "mlflow.experiment.primaryMetric.name"  # an experiment tag MLflow's UI reads
+
+
+def headline(metrics: Iterable[str]) -> str | None:
+    """The headline metric among metric names (see HEADLINES)."""
+    metrics = set(metrics)
+    for m in HEADLINES:
+        if m in metrics:
+            return m
+    rest = sorted(m for m in metrics if m.startswith("summary."))
+    return rest[0] if rest else None
 
 
 def description(results, label: str, settings: str) -> str:
@@ -184,6 +203,19 @@ def description(results, label: str, settings: str) -> str:
             ci = "" if math.isnan(x.ci_low) else f"[{x.ci_low:.3f}, {x.ci_high:.3f}]"
             lines.append(f"| {x.level} | {x.aspect} | {x.value:.3f} | {ci} |")
     return "\n".join(lines)
+
+
+def use_experiment(t: DictConfig) -> str:
+    """Point MLflow at ``tracking.tracking_uri`` and its experiment ``tracking.experiment_name`` (created when
+    missing); returns the experiment id."""
+    import mlflow
+
+    mlflow.set_tracking_uri(t.tracking_uri)
+    with _store_lock(str(t.tracking_uri)):  # two jobs starting on a new store: one creates the tables
+        if mlflow.get_experiment_by_name(t.experiment_name) is None:
+            location = Path(t.artifact_location).resolve().as_uri() if t.get("artifact_location") else None
+            mlflow.create_experiment(t.experiment_name, artifact_location=location)
+        return mlflow.set_experiment(t.experiment_name).experiment_id
 
 
 class Tracker:
@@ -201,24 +233,26 @@ class Tracker:
             import mlflow
 
             self.mlflow = mlflow
-            mlflow.set_tracking_uri(t.tracking_uri)
-            with _store_lock(str(t.tracking_uri)):  # two jobs starting on a new store: one creates the tables
-                if mlflow.get_experiment_by_name(t.experiment_name) is None:
-                    location = Path(t.artifact_location).resolve().as_uri() if t.get("artifact_location") else None
-                    mlflow.create_experiment(t.experiment_name, artifact_location=location)
-                mlflow.set_experiment(t.experiment_name)
+            use_experiment(t)
 
     def __enter__(self) -> Tracker:
         if self.enabled:
             mark_stale_runs(self.mlflow)
-            run = self.mlflow.start_run(run_name=self.run_name)
+            sweep, parent, name = self._sweep_tags(), None, self.run_name
+            if sweep:  # a job of a multirun: a child of the sweep's parent run, named by the sweep's settings
+                overrides = list(hydra_job().overrides.task)
+                exp = self.mlflow.get_experiment_by_name(self.cfg.tracking.experiment_name)
+                parent = sweep_parent(exp.experiment_id, sweep["sweep_dir"], self.cfg.task_name, overrides)
+                if not self.cfg.tracking.get("run_name"):
+                    name = redact(job_name(self.cfg.task_name, overrides, parent.swept))
+                self.run_name = name
+            run = self.mlflow.start_run(run_name=name, parent_run_id=parent.run_id if parent else None)
             self.run_id = run.info.run_id
             self.set_tags(process_tags())
             self.mlflow.log_params(run_params(self.cfg, self.uses_llm))
             self.set_tags({"git_commit": git_commit(self.cfg.paths.root_dir), "task_name": self.cfg.task_name})
-            sweep = self._sweep_tags()
             if sweep:
-                self.set_tags(sweep)
+                self.set_tags({**sweep, SWEEP_ROLE: "job"})
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -230,13 +264,8 @@ class Tracker:
             self.mlflow.end_run(status=status)
 
     def _sweep_tags(self) -> dict[str, str]:
-        try:
-            from hydra.core.hydra_config import HydraConfig
-
-            hc = HydraConfig.get()
-        except (ImportError, ValueError):
-            return {}
-        if str(hc.mode) != "RunMode.MULTIRUN":
+        hc = hydra_job()
+        if hc is None or str(hc.mode) != "RunMode.MULTIRUN":
             return {}
         return {"sweep_dir": str(hc.sweep.dir), "sweep_job": str(hc.job.num),
                 "sweep_overrides": ",".join(hc.overrides.task)}
@@ -249,6 +278,22 @@ class Tracker:
         if self.enabled:
             clean = {k: float(v) for k, v in metrics.items() if v is not None and not math.isnan(float(v))}
             self.mlflow.log_metrics(clean)
+            self._primary_metric(clean)
+
+    def _primary_metric(self, metrics: Mapping[str, float]) -> None:
+        """The experiment's headline metric as its primary metric (MLflow's charts and compare view show it first
+        instead of the first metric by name), set once: the first headline an experiment's run logs."""
+        head = headline(metrics)
+        if head is None or getattr(self, "_primary_set", False):
+            return
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient()
+        exp = client.get_experiment(self.mlflow.active_run().info.experiment_id)
+        current = exp.tags.get(PRIMARY_METRIC_TAG)
+        if current is None or (current not in HEADLINES and head in HEADLINES):
+            client.set_experiment_tag(exp.experiment_id, PRIMARY_METRIC_TAG, head)
+        self._primary_set = True
 
     def log_artifacts(self, paths: Iterable[str | Path], subdir: str | None = None) -> None:
         """Copy files (or directories) into the run's artifacts; a file over ``tracking.max_artifact_mb`` stays
@@ -284,6 +329,27 @@ class Tracker:
             self.mlflow.log_text(listing, "data_sha256.json")
             self.set_tags({"data_sha256": hashlib.sha256(listing.encode()).hexdigest()})
 
+    def log_dataset(self, name: str, rows: Sequence[Mapping[str, Any]], files: Mapping[str, str],
+                    source: str) -> None:
+        """The data the run read, as MLflow's dataset input (the runs table's *Dataset* column, shown by default):
+        one row per conversation used (id, system, split, evaluated turns), its name, a digest of the data files'
+        sha256 (the same files give the same digest) and where it comes from."""
+        if not self.enabled:
+            return
+        import hashlib
+        import json
+
+        import pandas as pd
+
+        digest = hashlib.sha256(json.dumps(dict(sorted(files.items()))).encode()).hexdigest()[:12]
+        try:
+            with warnings.catch_warnings():  # MLflow's hints on integer columns and local sources: not ours to act on
+                warnings.simplefilter("ignore")
+                ds = self.mlflow.data.from_pandas(pd.DataFrame(list(rows)), source=source, name=name, digest=digest)
+                self.mlflow.log_input(ds, context="evaluation")
+        except Exception as e:  # an MLflow without the dataset API: the data_sha256 tag still names the data
+            log.warning("could not log the dataset to MLflow: %s", e)
+
     def describe(self, text: str) -> None:
         """The run page's description (Markdown)."""
         self.set_tags({"mlflow.note.content": text})
@@ -317,6 +383,107 @@ class Tracker:
         except Exception as e:  # an older store without prompt links: the tag above still names it
             log.warning("could not link prompt %s to the run: %s", uri, e)
         return uri
+
+
+# ---------------------------------------------------------------- sweeps: one parent run, each job its child
+SWEEP_ROLE = "sweep_role"  # tag: "parent" (one per Hydra multirun) or "job"
+SWEPT_TAG = "sweep_swept"  # tag of the parent: the swept keys, comma-separated
+# override keys that say where things go, not what is computed: never part of a job's name
+_NOT_NAMED = ("paths.", "tracking.", "hydra.", "report.", "experiment")
+
+
+def hydra_job():
+    """Hydra's config of the running job, or None outside a Hydra app."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return HydraConfig.get()
+    except (ImportError, ValueError):
+        return None
+
+
+def is_multirun() -> bool:
+    """True inside a job of a Hydra multirun (``-m``): its outputs stay in its own job directory."""
+    hc = hydra_job()
+    return hc is not None and str(hc.mode) == "RunMode.MULTIRUN"
+
+
+def swept_keys(overrides: Sequence[str]) -> list[str]:
+    """The keys a multirun sweeps (``key=a,b``, ``range(...)``, ...), in command-line order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:
+        return []
+    return [o.get_key_element().lstrip("+~") for o in parsed if o.is_sweep_override()]
+
+
+def _tails(keys: Sequence[str]) -> list[str]:
+    """The last part of each key where that is unambiguous (``optimizer.alpha`` -> ``alpha``)."""
+    tails = [k.rsplit(".", 1)[-1] for k in keys]
+    return [t if tails.count(t) == 1 else k for t, k in zip(tails, keys)]
+
+
+def job_name(task: str, overrides: Sequence[str], swept: Sequence[str]) -> str:
+    """A sweep job's run name: the experiment, then every setting the command line gave, swept ones first, with
+    its value in this job (defaults included): ``optimize_instructions alpha=1 beam=2 beta=1 ...``."""
+    pairs = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = key.lstrip("+~")
+        if key and not key.startswith(_NOT_NAMED):
+            pairs.append((key, value))
+    order = {k: i for i, k in enumerate(swept)}
+    pairs.sort(key=lambda kv: order.get(kv[0], len(order)))
+    names = _tails([k for k, _ in pairs])
+    return " ".join([task, *(f"{n}={v}" for n, (_, v) in zip(names, pairs))])[:250]
+
+
+def sweep_name(task: str, swept: Sequence[str]) -> str:
+    """The parent run's name: the experiment and the swept keys."""
+    return f"{task} sweep: {' x '.join(_tails(swept)) or 'one job'}"[:250]
+
+
+@dataclasses.dataclass
+class SweepParent:
+    run_id: str
+    swept: list[str]
+
+
+def find_sweep_parent(client, experiment_id: str, sweep_dir: str):
+    """The parent run of the multirun writing to ``sweep_dir`` (tag ``sweep_dir``), or None."""
+    runs = client.search_runs([experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'", max_results=1000)
+    mine = [r for r in runs if r.data.tags.get("sweep_dir") == sweep_dir]
+    return min(mine, key=lambda r: r.info.start_time) if mine else None
+
+
+def sweep_parent(experiment_id: str, sweep_dir: str, task: str, overrides: Sequence[str],
+                 swept: Sequence[str] | None = None, description: str | None = None) -> SweepParent:
+    """Find or create (under the store lock: jobs of a launcher run in parallel processes) the parent run of a
+    sweep in the active experiment. The Hydra callback creates it before the first job, knowing which keys are
+    swept; a job that finds none (a sweep over experiments, or no callback) creates one named after its own
+    settings."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    with _store_lock(mlflow.get_tracking_uri()):
+        found = find_sweep_parent(client, experiment_id, sweep_dir)
+        if found is not None:
+            keys = [k for k in found.data.tags.get(SWEPT_TAG, "").split(",") if k]
+            return SweepParent(found.info.run_id, keys)
+        keys = list(swept) if swept is not None else [o.partition("=")[0].lstrip("+~") for o in overrides
+                                                       if not o.lstrip("+~").startswith(_NOT_NAMED)]
+        tags = {"sweep_dir": sweep_dir, SWEEP_ROLE: "parent", SWEPT_TAG: ",".join(keys),
+                "sweep_overrides": " ".join(overrides), "task_name": task, **process_tags()}
+        if description:
+            tags["mlflow.note.content"] = description
+        run = client.create_run(experiment_id, run_name=redact(sweep_name(task, keys)),
+                                tags={k: redact(v) for k, v in tags.items()})
+        if swept is None:  # made by a job: no callback ends it, and the job's process is not the sweep's
+            client.set_terminated(run.info.run_id, status="FINISHED")
+        return SweepParent(run.info.run_id, keys)
 
 
 def metric_name(level: str, aspect: str, split: str, coefficient: str, suffix: str = "") -> str:

@@ -237,10 +237,15 @@ def test_cli_multirun_sweep(tmp_path, mirror):
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'ml.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("reproduce_table2").experiment_id])
+    every = client.search_runs([client.get_experiment_by_name("reproduce_table2").experiment_id])
+    [parent] = [r for r in every if "mlflow.parentRunId" not in r.data.tags]
+    runs = [r for r in every if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert parent.info.run_name == "reproduce_table2 sweep: particle_agg" and len(runs) == 2
     assert sorted(r.data.params["method.particle_agg"] for r in runs) == ["max", "mean"]
+    assert sorted(r.info.run_name for r in runs) == ["reproduce_table2 particle_agg=max limit=30 n_boot=0",
+                                                     "reproduce_table2 particle_agg=mean limit=30 n_boot=0"]
     assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}
-    assert all(r.data.tags["sweep_dir"] == str(tmp_path / "sweep") for r in runs)
+    assert all(r.data.tags["sweep_dir"] == str(tmp_path / "sweep") for r in every)
 
 
 def test_files_over_the_artifact_limit_stay_in_the_run_directory_with_a_tag(cfg_factory, tmp_path):

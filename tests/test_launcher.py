@@ -56,11 +56,15 @@ def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir):
     assert (tmp_path / "cache" / "llm" / "llm_cache.sqlite").exists()  # one cache (paths.cache_dir) for both jobs
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'ml.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("crsarena_main").experiment_id])
+    every = client.search_runs([client.get_experiment_by_name("crsarena_main").experiment_id])
+    [parent] = [r for r in every if r.data.tags.get("sweep_role") == "parent"]  # one per sweep, made before the jobs
+    runs = [r for r in every if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]  # each job its child
+    assert len(every) == 3 and parent.info.run_name == "crsarena_main sweep: n"
     assert sorted(r.data.params["method.n"] for r in runs) == ["1", "2"]
-    assert all(r.info.status == "FINISHED" for r in runs)
+    assert all(r.info.status == "FINISHED" for r in every)
     assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}
-    assert all(r.data.tags["sweep_dir"] == str(sweep) for r in runs)
+    assert all(r.data.tags["sweep_dir"] == str(sweep) for r in every)
+    assert (sweep / "sweep_report.md").exists()
 
 
 @pytest.mark.slow  # ~20 s, most of it submitit waiting 15 s for the result file a failed job never writes

@@ -405,19 +405,29 @@ def test_optimize_selection_small(cfg_factory):
                                                                   "heldout_vs_budget.png").exists()
 
 
-# ------------------------------------------------------------------ sweeps (slow: 8 jobs through Hydra)
+# ------------------------------------------------------------------ sweeps (slow: 4 jobs through Hydra)
+
+def _git_status(root: Path) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
+
 
 @pytest.mark.slow
-def test_multirun_2x2x2_gives_8_runs_and_the_sweep_report(tmp_path, mirror):
+def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_report(tmp_path, mirror):
+    """The sweep of issue 22 (alpha=1,2 beta=1 beam=1,2): one MLflow parent run named after the swept keys, 4
+    FINISHED children named by alpha, beta and beam, each with the headline summary metric; the report (read
+    back from MLflow) in the sweep directory and on the parent; nothing written into the repository."""
     import subprocess
     import sys
 
-    from face.experiments.sweep_report import report
+    import pandas as pd
 
     root = Path(__file__).resolve().parents[1]
+    before = _git_status(root)
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    res = subprocess.run([sys.executable, "scripts/run.py", "-m", *TINY, "llm=scripted", "optimizer.rounds=1",
-                          "optimizer.alpha=1,2", "optimizer.beta=1,2", "optimizer.beam=1,2",
+    res = subprocess.run([sys.executable, "scripts/run.py", "-m", *TINY, "llm=scripted", "optimizer.alpha=1,2",
+                          "optimizer.beta=1", "optimizer.beam=1,2", "optimizer.rounds=1",
                           f"tracking.tracking_uri={uri}", f"tracking.artifact_location={tmp_path / 'mlruns'}",
                           f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={tmp_path / 'data'}",
                           f"paths.data_mirror={mirror}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
@@ -425,11 +435,29 @@ def test_multirun_2x2x2_gives_8_runs_and_the_sweep_report(tmp_path, mirror):
     assert res.returncode == 0, res.stderr[-3000:]
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("optimize_instructions").experiment_id])
-    assert len(runs) == 8 and all(r.info.status == "FINISHED" for r in runs)
-    assert len({r.data.tags["sweep_dir"] for r in runs}) == 1
-    assert sorted(r.data.tags["sweep_job"] for r in runs) == [str(i) for i in range(8)]
-    out = report(uri, tmp_path / "report")
-    table = out["table"]
-    assert len(table) == 8 and set(out["swept"]) == {"alpha", "beta", "beam"}
-    assert table["llm_calls"].notna().all()
-    assert all(p.exists() for p in out["paths"])
+    [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(runs) == 5 and len(children) == 4
+    assert parent.info.run_name == "optimize_instructions sweep: alpha x beam"
+    assert parent.info.status == "FINISHED" and all(r.info.status == "FINISHED" for r in children)
+    names = sorted(r.info.run_name for r in children)
+    for (a, b), name in zip([(1, 1), (1, 2), (2, 1), (2, 2)], names):
+        assert name.startswith(f"optimize_instructions alpha={a} beam={b} ") and " beta=1" in name
+    for r in children:
+        assert {"summary.heldout_final_spearman", "summary.heldout_initial_spearman"} <= set(r.data.metrics)
+        assert r.data.params["optimizer.alpha"] in ("1", "2")  # integers as integers, not 1.0
+        assert [d.dataset.name for d in r.inputs.dataset_inputs] == ["CRSArena-Eval"]
+    assert not any(k.startswith("llm_score") for k in children[0].data.metrics)  # per stage: in the artifact
+    # the report: from the children, in the sweep directory and on the parent
+    sweep = tmp_path / "sweep"
+    jobs = pd.read_csv(sweep / "sweep_jobs.csv")
+    by_name = {r.info.run_name: r.data.metrics["summary.heldout_final_spearman"] for r in children}
+    assert dict(zip(jobs["run"], jobs["summary.heldout_final_spearman"])) == pytest.approx(by_name)
+    assert parent.data.metrics["summary.heldout_final_spearman"] == pytest.approx(max(by_name.values()))
+    assert "scripted-model (scripted)" in (sweep / "sweep_report.md").read_text()
+    logged = {f.path for f in client.list_artifacts(parent.info.run_id, "sweep_report")}
+    assert {"sweep_report/sweep_report.md", "sweep_report/sweep_jobs.csv", "sweep_report/sweep_report.png"} <= logged
+    assert client.get_experiment_by_name("optimize_instructions").tags[
+        "mlflow.experiment.primaryMetric.name"] == "summary.heldout_final_spearman"
+    assert all((sweep / n / "results" / "heldout.csv").exists() for n in "0123")  # each job its own tables
+    assert _git_status(root) == before  # no job wrote results/ (job 0 once did)

@@ -27,6 +27,7 @@ from face.experiments.common import experiment
 from face.files import atomic_path
 from face.report.tables import SPLIT_LABELS, order_aspects, print_table, write_table
 from face.significance import comparison_table
+from face.tracking import summary_metrics
 
 log = logging.getLogger(__name__)
 # our method name -> the published row of the same method (FACE paper Table 2)
@@ -60,6 +61,7 @@ def run(cfg: DictConfig) -> dict:
                 dry = True
                 continue
             ctx.save_run(out.predictions, f"run_file_{name}.json")
+            tracker.log_metrics(summary_metrics(res, "" if name == reference else f"{name}."))  # headline: ours
             preds[name] = out.predictions
             rows.append(res.assign(method=name))
         if dry:

@@ -181,6 +181,12 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
     return out
 
 
+def data_source(files: Sequence[str]) -> str:
+    """Where a dataset comes from, for MLflow: its data files by name (a machine's data directory is not part
+    of it; ``FACE_DATA_DIR`` says where they are)."""
+    return "data/raw/" + ",".join(sorted(Path(f).name for f in files))[:400]
+
+
 def run_owner(cfg: DictConfig) -> dict[str, str]:
     """What makes two runs the same run (the ownership marker ``.face-run.json`` of a run directory): a digest of
     the settings that decide the results (not where things go, nor how they are shown) and of the input file
@@ -209,11 +215,13 @@ def run_name(task: str, settings: dict[str, str]) -> str:
 
 
 def out_dir_for(cfg: DictConfig, dataset, settings: dict[str, str] | None = None) -> Path:
-    """``results/<task_name>`` for the experiment's default configuration on the full data only; anything else
-    writes into its own run directory (``report.out_dir`` overrides both)."""
+    """``results/<task_name>`` for the experiment's default configuration on the full data only, outside a
+    multirun; anything else writes into its own run directory (``report.out_dir`` overrides both)."""
+    from face.tracking import is_multirun
+
     if cfg.report.get("out_dir"):
         return Path(cfg.report.out_dir)
-    if dataset.is_subset or settings:
+    if dataset.is_subset or settings or is_multirun():  # a sweep job (even the default one) keeps to its job dir
         return Path(cfg.paths.output_dir) / "results"
     return Path(cfg.paths.results_dir) / cfg.task_name
 
@@ -271,6 +279,9 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
             raise ConfigError(f"the dataset selection (limit={dataset.limit}, systems={dataset.systems}, "
                               f"splits={dataset.splits}) matches no conversation of {dataset.title}")
         check_utterances(convs, cfg)
+        tracker.log_dataset(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
+                                             "evaluated_turns": len(c.evaluated_turns())} for c in convs],
+                            data_checksums(files), data_source(dataset.files()))
         n_turns = sum(len(c.evaluated_turns()) for c in convs)
         subset = (f"{dataset.title}, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
                   + (" (subset)" if dataset.is_subset else "") + (f"; {settings_text(settings)}" if settings else ""))

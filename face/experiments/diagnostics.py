@@ -43,4 +43,6 @@ def run(cfg: DictConfig) -> dict:
         print_table(f"Share of each dialogue act per CRS. {note}", share)
         print(f"HTML report: {report}", flush=True)
         ctx.tracker.log_artifacts([*paths, report], "results")
+        ctx.tracker.log_metrics({"summary.conversations": len(ctx.convs),
+                                 "summary.dialogue_acts": len(share.columns) - 1})
         return {"diagnostics": d, "report": report, "out_dir": ctx.out_dir}

@@ -196,7 +196,7 @@ def _step_logger(tracker, aspect: str):
 
 
 def _report(ctx, ocfg, results, trajectories, gradients, sets, cfg) -> dict:
-    from face.report.tables import write_table
+    from face.report.tables import to_markdown, write_table
 
     out_dir, tracker = ctx.out_dir, ctx.tracker
     inst_path = atomic_write_text(out_dir / "instructions.json", json.dumps(sets, indent=1))
@@ -230,9 +230,18 @@ def _report(ctx, ocfg, results, trajectories, gradients, sets, cfg) -> dict:
         metrics[f"optimizer.{r['aspect']}.llm_calls"] = r["llm_calls"]
     metrics["heldout.mean.test_final_spearman"] = float(np.nanmean(res["test_final_spearman"]))
     metrics["heldout.mean.test_initial_spearman"] = float(np.nanmean(res["test_initial_spearman"]))
+    # the headline (runs table, sweep report): held-out Spearman of the final set vs the initial instruction
+    metrics["summary.heldout_final_spearman"] = metrics["heldout.mean.test_final_spearman"]
+    metrics["summary.heldout_initial_spearman"] = metrics["heldout.mean.test_initial_spearman"]
+    metrics["summary.heldout_gain"] = (metrics["heldout.mean.test_final_spearman"]
+                                       - metrics["heldout.mean.test_initial_spearman"])
     metrics["optimizer.cost_usd"] = float(res["cost_usd"].sum())
     metrics["optimizer.llm_calls"] = float(res["llm_calls"].sum())
     tracker.log_metrics(metrics)
+    tracker.describe(f"**Instruction optimizer**: held-out Spearman of the final set vs the initial instruction "
+                     f"(mean over aspects: {metrics['summary.heldout_final_spearman']:.3f} vs "
+                     f"{metrics['summary.heldout_initial_spearman']:.3f}).\n\n{note}\n\n"
+                     + to_markdown(shown, 3))
     return {"results": res, "trajectory": traj, "instructions": inst_path, "out_dir": out_dir}
 
 

@@ -199,6 +199,9 @@ def run(cfg: DictConfig) -> dict:
             for col in ("ucb", "uniform", "random", "full", "best", "ucb_regret"):
                 metrics[f"selection.{r.aspect}.{col}"] = getattr(r, col)
         metrics.update({f"selection.{k}.seconds": v for k, v in timing.items()})
+        # the headline: held-out correlation of the bandit's set at the default budget, and its regret (means)
+        metrics["summary.ucb_heldout_mean"] = float(headline["ucb"].mean())
+        metrics["summary.ucb_regret_mean"] = float(headline["ucb_regret"].mean())
         tracker.log_metrics(metrics)
         return {"headline": headline, "grid": grid, "runs": df, "timing": timing, "out_dir": out_dir}
 

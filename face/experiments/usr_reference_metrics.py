@@ -23,7 +23,7 @@ from face.metaeval import meta_evaluate
 from face.methods import Inputs, build
 from face.report.tables import order_aspects, print_table, write_table
 from face.significance import comparison_table
-from face.tracking import correlation_metrics
+from face.tracking import correlation_metrics, summary_metrics
 
 log = logging.getLogger(__name__)
 CORPUS_LABELS = {"topical_chat": "Topical-Chat", "persona_chat": "PersonaChat"}
@@ -95,6 +95,7 @@ def run(cfg: DictConfig) -> dict:
                                     cfg.metaeval.n_boot, cfg.seed, cfg.metaeval.confidence)
                 all_results.append(res.assign(corpus=corpus, method=m))
                 ctx.tracker.log_metrics(correlation_metrics(res, prefix=f"{corpus}.{m}."))
+                ctx.tracker.log_metrics(summary_metrics(res, f"{corpus}.{m}."))
             pub = dataset.published(ctx.data_dir)
             all_pub.append(pub.assign(corpus=corpus))
             if cfg.reference.compare_to in outs and len(outs) > 1:

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from face.experiments.common import experiment
 from face.report.tables import order_aspects, print_table, write_table
+from face.tracking import summary_metrics
 
 USAGE_KEYS = ("llm_calls", "llm_http_requests", "llm_cache_hits", "llm_input_tokens", "llm_output_tokens",
               "llm_cost_usd")
@@ -34,6 +35,7 @@ def run(cfg: DictConfig) -> dict:
             out, res = ctx.predict_and_evaluate(name, method)
             labels[name] = out.label
             if res is not None:
+                tracker.log_metrics(summary_metrics(res, f"{name}."))
                 rows.append(res.assign(variant=name))
                 usage_rows.append({"variant": name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}})
         if not rows:

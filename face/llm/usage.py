@@ -342,13 +342,10 @@ class Usage:
         }
 
     def mlflow_metrics(self, prefix: str = "llm_") -> dict[str, float]:
+        """The run's totals; the counts per stage (``by_tag``: ~10 numbers per stage and aspect, 270 for an
+        optimizer run) stay in the usage artifact, so the runs table's metric list stays short."""
         s = self.summary()
-        out = {prefix + k: float(v) for k, v in s.items() if isinstance(v, (int, float))}
-        for tag, d in s["by_tag"].items():
-            safe = "".join(ch if ch.isalnum() or ch in "_-." else "_" for ch in tag)
-            for k, v in d.items():
-                out[f"{prefix}{safe}_{k}"] = float(v)
-        return out
+        return {prefix + k: float(v) for k, v in s.items() if isinstance(v, (int, float))}
 
     def write_artifact(self, path: str | os.PathLike) -> Path:
         p = Path(path)

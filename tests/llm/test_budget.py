@@ -86,7 +86,8 @@ def test_usage_artifact_and_mlflow_metrics(server, make_cfg, tmp_path):
     assert doc["totals"]["http_requests"] == 3 + 4 and doc["totals"]["cache_hits"] == 2
     assert doc["totals"]["by_tag"]["score"]["calls"] == 3
     assert all(isinstance(v, float) and math.isfinite(v) for v in m.values())
-    assert m["llm_calls"] == 6 and m["llm_score_http_requests"] == 4
+    assert m["llm_calls"] == 6 and doc["totals"]["by_tag"]["score"]["http_requests"] == 4
+    assert not any(k.startswith(("llm_score", "llm_decompose")) for k in m)  # per stage: in the artifact only
     assert m["llm_cost_usd"] == pytest.approx(doc["totals"]["cost_usd"]) and m["llm_cost_usd"] > 0
     assert doc["totals"]["latency_p95_s"] >= doc["totals"]["latency_p50_s"] > 0
 
