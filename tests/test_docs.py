@@ -1,0 +1,86 @@
+"""The docs stay current with the code: every ``python scripts/run.py ...`` and ``face evaluate ...`` command that
+README.md or a page of docs/ shows (in a code block or inline) composes as a valid Hydra config -- an unknown
+key, a removed config group or a misspelt experiment fails here -- and every relative link points at a file."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _commands(text: str) -> list[str]:
+    """Shell commands of the page: lines of fenced blocks (continuations joined) and inline code spans."""
+    found = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            found.append(line)
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    found += re.findall(r"`([^`\n]+)`", prose.replace("\n", " "))
+    out = []
+    for cmd in found:
+        cmd = cmd.strip().removeprefix("$ ")
+        m = re.search(r"(python scripts/run\.py|face evaluate)\s.*", cmd)
+        if m and not re.search(r"…|\.\.\.|<|\[-|=NAME\b|/path/to/|--set$", cmd):  # placeholders, usage lines
+            out.append(m.group(0))
+    return out
+
+
+def _defined_by(text: str) -> set[str]:
+    """Config options a page defines itself as an example (a yaml block headed ``# conf/GROUP/NAME.yaml``)."""
+    return {f"{g}={n}" for g, n in re.findall(r"#\s*(?:my_)?conf/(\w+)/(\w+)\.yaml", text)}
+
+
+def _overrides(cmd: str) -> list[str]:
+    """The Hydra overrides a command composes (a sweep: each swept setting at its first value)."""
+    words = shlex.split(cmd, comments=True)
+    if words[:2] == ["face", "evaluate"]:
+        from face.cli import _aspect_names, _parser
+
+        args = _parser().parse_args(words[1:])
+        aspects = _aspect_names(args.aspects)
+        return ["experiment=crsarena_main", "dataset=chat_logs", "dataset.path=x.jsonl", f"llm={args.llm}",
+                f"aspects=[{','.join(aspects)}]", *args.overrides]
+    args = [w for w in words[2:] if w not in ("-m", "--multirun") and not w.startswith("hydra.")]
+    parsed = OverridesParser.create().parse_overrides(args)
+    return [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override()
+            else o.input_line for o in parsed]
+
+
+CASES = [(page.name, cmd) for page in PAGES for text in [page.read_text(encoding="utf-8")] for cmd in _commands(text)
+         if "--help" not in cmd and "--cfg" not in cmd and not _defined_by(text) & set(shlex.split(cmd, comments=True))]
+
+
+def test_the_pages_show_commands_at_all():
+    assert len(CASES) >= 30, CASES  # the extractor finds what the pages show
+    assert {page for page, _ in CASES} >= {"README.md", "live_llm.md", "optimizer.md"}
+
+
+def test_every_command_the_docs_show_composes():
+    problems, seen = [], set()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        for page, cmd in CASES:
+            try:
+                overrides = _overrides(cmd)
+                if tuple(overrides) in seen:  # the same settings shown twice: composed once
+                    continue
+                seen.add(tuple(overrides))
+                compose(config_name="config", overrides=overrides)
+            except (Exception, SystemExit) as e:  # argparse exits on a bad face evaluate option
+                problems.append(f"{page}: {cmd}\n    {str(e).strip().splitlines()[0] if str(e).strip() else e!r}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_relative_link_points_at_a_file(page):
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    broken = [target for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+              if not target.startswith(("http:", "https:", "mailto:")) and not (page.parent / target).exists()]
+    assert broken == []
