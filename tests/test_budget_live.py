@@ -5,11 +5,11 @@ llm_usage.json, the MLflow metrics and the console line are particle_scores.json
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
 import pytest
+from conftest import run_live
 
 from face.llm import probe as endpoint_probe
 from face.testing.faultproxy import TRANSPORT_KINDS, FaultProxy
@@ -29,11 +29,7 @@ def _forget_probes():
 
 
 def _live(cfg_factory, tmp_path: Path, name: str, base_url: str, *extra: str, tracking: bool = False):
-    cfg = cfg_factory(*LIVE, f"llm.base_url={base_url}", f"paths.output_dir={tmp_path / name}",
-                      f"paths.cache_dir={tmp_path / name / 'cache'}", *extra, tracking=tracking)
-    importlib.import_module(cfg.runner).run(cfg)
-    usage = json.loads((tmp_path / name / "llm_usage.json").read_text())["totals"]
-    return json.loads((tmp_path / name / "run_file.json").read_text()), usage
+    return run_live(cfg_factory, tmp_path / name, [*LIVE, f"llm.base_url={base_url}", *extra], tracking)
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_live
 
 from face.testing.faultproxy import TRANSPORT_KINDS, FaultProxy
 from face.testing.scripted import ScriptedServer
@@ -26,12 +27,8 @@ LIVE = ["experiment=crsarena_main", "llm=openai_compatible", "llm.model=scripted
         "llm.adaptive_concurrency=false", "llm.concurrency=8"]  # no load-made timeouts beside the injected ones
 
 
-def _live(cfg_factory, tmp_path: Path, name: str, base_url: str, *extra: str) -> tuple[list, dict]:
-    cfg = cfg_factory(*LIVE, f"llm.base_url={base_url}", f"paths.output_dir={tmp_path / name}",
-                      f"paths.cache_dir={tmp_path / name / 'cache'}", *extra, tracking=False)
-    importlib.import_module(cfg.runner).run(cfg)
-    usage = json.loads((tmp_path / name / "llm_usage.json").read_text())["totals"]
-    return json.loads((tmp_path / name / "run_file.json").read_text()), usage
+def _live(cfg_factory, tmp_path: Path, name: str, base_url: str, *extra: str, tracking: bool = False):
+    return run_live(cfg_factory, tmp_path / name, [*LIVE, f"llm.base_url={base_url}", *extra], tracking)
 
 
 @pytest.mark.slow
