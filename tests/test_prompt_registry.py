@@ -1,0 +1,68 @@
+"""The MLflow Prompt Registry holds one version per distinct text of each prompt name, a rewording under a name of
+its own, and each run links exactly the versions it sent (read back from the store, compared by the texts' sha256
+computed here)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from face.prompt_registry import best_version
+
+
+def _run(cfg):
+    return importlib.import_module(cfg.runner).run(cfg)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _linked(client, run) -> set[tuple[str, int]]:
+    return {(x["name"], int(x["version"])) for x in json.loads(client.get_run(run).data.tags["mlflow.linkedPrompts"])}
+
+
+@pytest.mark.slow
+def test_three_no_particle_runs_and_a_main_run_leave_one_version_per_distinct_text(cfg_factory):
+    common = ["llm=scripted", "dataset.limit=3", "aspects=[relevance,dialogue_overall]"]
+    runs = []
+    for task in ("crsarena_main", "ablation_no_particles", "crsarena_main", "ablation_no_particles",
+                 "ablation_no_particles"):
+        cfg = cfg_factory(f"experiment={task}", *common)
+        _run(cfg)
+        client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
+        [latest] = client.search_runs([client.get_experiment_by_name(task).experiment_id],
+                                      order_by=["attributes.start_time DESC"], max_results=1)
+        runs.append((task, latest.info.run_id))
+    names = {p.name for p in client.search_prompts(max_results=100)}
+    assert names == {"face-relevance-released", "face-dialogue-overall-released",
+                     "face-relevance-released-whole-turn", "face-dialogue-overall-released-whole-dialogue"}
+    for name in names:
+        versions = client.search_prompt_versions(name)
+        assert len(versions) == 1, (name, [v.version for v in versions])  # every run sent the same text
+        assert Counter(_sha(v.template) for v in versions).most_common(1)[0][1] == 1
+    reworded = client.get_prompt_version("face-relevance-released-whole-turn", 1).template
+    assert "an assistant turn" in reworded and "a assistant" not in reworded and "nugget" not in reworded.lower()
+    assert "a dialogue" in client.get_prompt_version("face-dialogue-overall-released-whole-dialogue", 1).template
+    original = client.get_prompt_version("face-relevance-released", 1).template
+    assert "a nugget" in original
+    for task, run in runs:
+        suffix = {"crsarena_main": ("", ""), "ablation_no_particles": ("-whole-turn", "-whole-dialogue")}[task]
+        assert _linked(client, run) == {(f"face-relevance-released{suffix[0]}", 1),
+                                        (f"face-dialogue-overall-released{suffix[1]}", 1)}, task
+
+
+def test_best_set_is_the_highest_finite_dev_correlation_oldest_of_equals():
+    def v(version, **tags):
+        return SimpleNamespace(version=str(version), tags=tags)
+
+    versions = [v(5, dev_spearman="0.2000"), v(4, dev_spearman="nan"), v(3, dev_spearman="0.3000"),
+                v(2), v(1, dev_spearman="0.3000"), v(6, dev_spearman="n/a")]
+    assert best_version(versions, "dev_spearman") == 1
+    assert best_version([v(1, dev_spearman="nan"), v(2)], "dev_spearman") is None
