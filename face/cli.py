@@ -214,9 +214,13 @@ def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
         print(f"Resuming the run in {out} (same logs and settings; finished LLM calls come from the cache).")
     elif state == "overwrite":
         print(f"Overwriting another run's results in {out} (--overwrite).")
+    from face.methods.job import estimate_console
+
     dry = OmegaConf.merge(cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
-    run_guarded(dry)  # prints the estimate, writes cost_estimate.csv, sends nothing
+    with estimate_console("estimate"):
+        run_guarded(dry)  # prints the estimate, writes cost_estimate.csv, sends nothing
     if args.dry_run:
+        print(f"Dry run (--dry-run): nothing was sent; the estimate is in {out / 'cost_estimate.csv'}")
         return 0
     import pandas as pd
 
@@ -228,7 +232,8 @@ def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
         if input(f"Send the requests (estimated ${cost:.2f})? [y/N] ").strip().lower() not in ("y", "yes"):
             print("Nothing sent.")
             return 0
-    run_guarded(cfg)
+    with estimate_console("shown"):  # the estimate above is this run's: not printed twice
+        run_guarded(cfg)
     _write_conversations(convs[: args.limit] if args.limit else convs, out / "conversations.json")
     path = build_report(out)
     print(f"Report: {path}")

@@ -66,3 +66,25 @@ def test_best_set_is_the_highest_finite_dev_correlation_oldest_of_equals():
                 v(2), v(1, dev_spearman="0.3000"), v(6, dev_spearman="n/a")]
     assert best_version(versions, "dev_spearman") == 1
     assert best_version([v(1, dev_spearman="nan"), v(2)], "dev_spearman") is None
+
+
+def test_llm_settings_are_dropped_from_the_label_of_a_run_without_llm(cfg_factory):
+    from face.experiments.common import non_default_settings, without_llm_settings
+
+    cfg = cfg_factory("experiment=reproduce_table2", "llm=scripted", "llm.model=other", "run_size=tiny",
+                      "dataset.limit=3", tracking=False)
+    settings = non_default_settings(cfg)
+    assert settings["llm"] == "scripted" and settings["llm.model"] == "other"
+    assert without_llm_settings(settings) == {"dataset.limit": "3"}
+
+
+@pytest.mark.slow
+def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(cfg_factory):
+    cfg = cfg_factory("experiment=reproduce_table2", "llm=scripted", "llm.model=other", "run_size=tiny",
+                      "dataset.limit=3", "metaeval.n_boot=0")
+    out = _run(cfg)
+    client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
+    [run] = client.search_runs([client.get_experiment_by_name("reproduce_table2").experiment_id])
+    assert run.info.run_name == "reproduce_table2 limit=3 n_boot=0"
+    captions = [p.read_text(encoding="utf-8").split("\n\n")[0] for p in out["out_dir"].glob("*.md")]
+    assert captions and all("limit=3" in c and "llm" not in c and "run_size" not in c for c in captions), captions
