@@ -44,7 +44,7 @@ Writes to --out: run_file.json (the FACE authors' run-file format), particles.js
 conversations.json, report.html (every conversation -> turns -> particles, lowest scores highlighted) and
 the report's tables as CSV.
 
-The cost estimate is printed before anything is sent; above --confirm-above USD you are asked to confirm
+The cost estimate is printed once, before anything is sent; above --confirm-above USD you are asked to confirm
 (--yes skips the question). Every LLM answer is cached (data/cache/llm): rerunning resumes for free.
 Large paid runs: --llm openai --set llm.batch=true sends the requests as OpenAI Batch API jobs (half price,
 answers within 24 h; rerun the same command after an interruption to resume the same jobs).
