@@ -88,3 +88,47 @@ def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(cfg_
     assert run.info.run_name == "reproduce_table2 limit=3 n_boot=0"
     captions = [p.read_text(encoding="utf-8").split("\n\n")[0] for p in out["out_dir"].glob("*.md")]
     assert captions and all("limit=3" in c and "llm" not in c and "run_size" not in c for c in captions), captions
+
+
+@pytest.mark.slow
+def test_each_sweep_job_files_its_candidates_under_its_own_prompt_naming_the_job(tmp_path, mirror):
+    """Two optimizer jobs of one Hydra multirun (alpha=1,2): two candidate prompts, one per job's run, each saying
+    which sweep job and overrides it holds; the same initial text is v1 of each; the sets share one name."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=optimize_instructions",
+                          "aspects=[relevance]", "dataset.limit=8", "run_size=tiny", "optimizer.pulls=6",
+                          "optimizer.pull_minibatch=6", "optimizer.expand_minibatch=6", "optimizer.top_k=2",
+                          "llm=scripted", "optimizer.rounds=1", "optimizer.alpha=1,2", "optimizer.beta=1",
+                          "optimizer.beam=1", f"tracking.tracking_uri={uri}",
+                          f"tracking.artifact_location={tmp_path / 'mlruns'}", f"paths.cache_dir={tmp_path / 'cache'}",
+                          f"paths.data_dir={tmp_path / 'data'}", f"paths.data_mirror={mirror}",
+                          f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                         cwd=root, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    client = MlflowClient(tracking_uri=uri)
+    runs = [r for r in client.search_runs([client.get_experiment_by_name("optimize_instructions").experiment_id])
+            if "prompt.relevance" in r.data.tags]
+    assert len(runs) == 2
+    names = {p.name for p in client.search_prompts(max_results=100)}
+    assert names == {"face-opt-relevance-set", *(f"face-opt-relevance-run-{r.info.run_id[:8]}" for r in runs)}
+    initial = set()
+    for r in runs:
+        name = f"face-opt-relevance-run-{r.info.run_id[:8]}"
+        tags = client.get_prompt(name).tags
+        alpha = r.data.params["optimizer.alpha"]
+        assert tags["run_id"] == r.info.run_id and tags["sweep_job"] == r.data.tags["sweep_job"]
+        assert f"optimizer.alpha={alpha}" in tags["sweep_overrides"] and f"sweep job {tags['sweep_job']}" in tags["job"]
+        versions = client.search_prompt_versions(name)
+        assert len(versions) == 1 + int(alpha)  # the initial instruction and alpha rewrites of it (beta = beam = 1)
+        assert len({v.template for v in versions}) == len(versions)
+        v1 = client.get_prompt_version(name, "initial")
+        assert v1.version == 1 and v1.tags["round"] == "0"
+        initial.add(v1.template)
+        job_set = client.get_prompt_version("face-opt-relevance-set", f"run-{r.info.run_id[:8]}")
+        assert r.data.tags["prompt.relevance"] == f"face-opt-relevance-set@{job_set.version}"
+    assert len(initial) == 1  # one start text, registered once per job, not twice under one name
