@@ -342,6 +342,9 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+_PAGE = 200  # prompt versions per registry query
+
+
 def prompt_versions(name: str) -> list:
     """Every version of prompt ``name``, newest first (none if there is no such prompt)."""
     from mlflow.tracking import MlflowClient
@@ -351,7 +354,7 @@ def prompt_versions(name: str) -> list:
         return []
     out, token = [], None
     while True:
-        page = client.search_prompt_versions(name, max_results=200, page_token=token)
+        page = client.search_prompt_versions(name, max_results=_PAGE, page_token=token)
         out += list(page)
         token = page.token
         if not token:

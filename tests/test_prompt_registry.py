@@ -132,3 +132,22 @@ def test_each_sweep_job_files_its_candidates_under_its_own_prompt_naming_the_job
         job_set = client.get_prompt_version("face-opt-relevance-set", f"run-{r.info.run_id[:8]}")
         assert r.data.tags["prompt.relevance"] == f"face-opt-relevance-set@{job_set.version}"
     assert len(initial) == 1  # one start text, registered once per job, not twice under one name
+
+
+def test_a_text_any_earlier_version_holds_is_not_registered_again_across_pages(cfg_factory, monkeypatch):
+    """A store written before versions were compared (v1 and v2 the same text) and more versions than one page of
+    the registry query: each known text gives its oldest version; only a new text gives a new version."""
+    from mlflow import genai
+
+    from face.tracking import Tracker
+
+    monkeypatch.setattr("face.tracking._PAGE", 2)
+    tracker = Tracker(cfg_factory("experiment=reproduce_table2"))
+    texts = ["first", "first", "second", "third", "fourth"]
+    for t in texts:
+        genai.register_prompt(name="face-x-y", template=t)
+    for t, oldest in (("first", 1), ("second", 3), ("fourth", 5)):
+        assert int(tracker.register_prompt("face-x-y", t, "m", {}).version) == oldest
+    new = tracker.register_prompt("face-x-y", "fifth", "m", {"aspect": "x"})
+    assert int(new.version) == 6 and new.tags["sha256"] == _sha("fifth") and new.tags["aspect"] == "x"
+    assert len(MlflowClient().search_prompt_versions("face-x-y", max_results=50)) == 6
