@@ -314,14 +314,22 @@ class Tracker:
         compared, by sha256), else a new version (tagged ``sha256``). Looked up through the client, never
         ``mlflow.genai.load_prompt``: inside a run that links whatever it loads to the run."""
         from mlflow import genai
+        from mlflow.tracking import MlflowClient
 
         digest = text_sha256(text)
         with _store_lock(str(self.cfg.tracking.tracking_uri)):  # two jobs registering one text: one version
             same = _version_with_text(name, digest)
             if same is not None:
                 return same
-            return genai.register_prompt(name=name, template=text, commit_message=redact(message),
-                                         tags={**{k: redact(str(v)) for k, v in tags.items()}, "sha256": digest})
+            tags = {**{k: redact(str(v)) for k, v in tags.items()}, "sha256": digest}
+            # MLflow copies a new version's tags to the prompt's own: only those that hold for every version go
+            # with it, the rest are set on the version alone
+            version = genai.register_prompt(name=name, template=text, commit_message=redact(message),
+                                            tags={k: v for k, v in tags.items() if k in _PROMPT_TAGS})
+            for key, value in tags.items():
+                if key not in _PROMPT_TAGS:
+                    genai.set_prompt_version_tag(name, version.version, key, value)
+        return MlflowClient().get_prompt_version(name, version.version)
 
     def prompt_versions(self, name: str) -> list:
         return prompt_versions(name)
@@ -343,6 +351,7 @@ def text_sha256(text: str) -> str:
 
 
 _PAGE = 200  # prompt versions per registry query
+_PROMPT_TAGS = ("aspect", "source", "wording")  # tags that hold for every version of a prompt
 
 
 def prompt_versions(name: str) -> list:

@@ -321,6 +321,7 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
     assert best.template == final[0]["text"] and int(best.version) == final[0]["prompt_version"]
     assert client.get_prompt(name).tags["final_versions"] == ",".join(f"v{x['prompt_version']}" for x in final)
     assert client.get_prompt(name).tags["run_id"] == run.info.run_id
+    assert not {"round", "candidate_id", "sha256"} & set(client.get_prompt(name).tags)  # per version only
     job_set = client.get_prompt_version("face-opt-relevance-set", f"run-{run.info.run_id[:8]}")
     assert run.data.tags["prompt.relevance"] == f"face-opt-relevance-set@{job_set.version}"
     assert job_set.template == set_template([(x["instruction_id"], x["text"]) for x in final])

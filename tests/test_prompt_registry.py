@@ -47,6 +47,10 @@ def test_three_no_particle_runs_and_a_main_run_leave_one_version_per_distinct_te
         versions = client.search_prompt_versions(name)
         assert len(versions) == 1, (name, [v.version for v in versions])  # every run sent the same text
         assert Counter(_sha(v.template) for v in versions).most_common(1)[0][1] == 1
+        assert versions[0].tags["sha256"] == _sha(versions[0].template)
+        shared = client.get_prompt(name).tags  # the prompt's own tags: what holds for every version
+        assert "sha256" not in shared and shared["wording"] == ("as written" if name.endswith("released") else
+                                                                name.split("released-")[1])
     reworded = client.get_prompt_version("face-relevance-released-whole-turn", 1).template
     assert "an assistant turn" in reworded and "a assistant" not in reworded and "nugget" not in reworded.lower()
     assert "a dialogue" in client.get_prompt_version("face-dialogue-overall-released-whole-dialogue", 1).template
