@@ -155,3 +155,39 @@ def test_a_text_any_earlier_version_holds_is_not_registered_again_across_pages(c
     new = tracker.register_prompt("face-x-y", "fifth", "m", {"aspect": "x"})
     assert int(new.version) == 6 and new.tags["sha256"] == _sha("fifth") and new.tags["aspect"] == "x"
     assert len(MlflowClient().search_prompt_versions("face-x-y", max_results=50)) == 6
+
+
+def test_optimizer_sets_are_aliased_per_job_and_best_by_dev_correlation(cfg_factory):
+    """Two jobs' final sets (no LLM: candidates written by hand): each job's candidates under its own prompt with
+    @initial / @best, each set @run-<id>, and the set @best the one with the higher dev Spearman."""
+    from face.optimize.checkpoint import Candidate
+    from face.prompt_registry import PromptLog, load_reference
+    from face.tracking import Tracker
+
+    cfg = cfg_factory("experiment=optimize_instructions", "llm=scripted")
+    refs, names = [], []
+    for job, dev in (("a", "0.2500"), ("b", "0.5000")):
+        with Tracker(cfg, f"job {job}") as tracker:
+            log = PromptLog(tracker, "relevance")
+            initial = Candidate("initial", "Rate it.")
+            log.register(initial, None)
+            kids = [Candidate(f"r1c{i}", f"Rate it, {job} way {i}.", "initial", f"r1:initial:g{i}", 1, "rewrite")
+                    for i in (1, 2)]
+            for k in kids:
+                log.register(k, initial)
+            refs.append(log.register_set([kids[1], initial], {"dev_spearman": dev, "test_spearman": "0.1000"}))
+            names.append((log.name, tracker.run_id))
+    client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
+    for (name, run_id), ref in zip(names, refs):
+        assert name == f"face-opt-relevance-run-{run_id[:8]}"
+        assert client.get_prompt_version(name, "initial").template == "Rate it."
+        best = client.get_prompt_version(name, "best")
+        assert int(best.version) == 3 and best.tags["parent_version"] == "1" and best.tags["round"] == "1"
+        assert "round 1: rewrite of v1 (initial) by gradient r1:initial:g2" in best.commit_message
+        assert client.get_prompt(name).tags["final_versions"] == "v3,v1"
+        job_set = client.get_prompt_version("face-opt-relevance-set", f"run-{run_id[:8]}")
+        assert ref == f"face-opt-relevance-set@{job_set.version}"
+    assert [int(r.rsplit("@", 1)[1]) for r in refs] == [1, 2]
+    assert int(client.get_prompt_version("face-opt-relevance-set", "best").version) == 2  # dev 0.5 > 0.25
+    got = load_reference("face-opt-{aspect}-set@best", "relevance")
+    assert [(i.instruction_id, i.text) for i in got] == [("r1c2", "Rate it, b way 2."), ("initial", "Rate it.")]
