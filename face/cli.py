@@ -44,7 +44,7 @@ Writes to --out: run_file.json (the FACE authors' run-file format), particles.js
 conversations.json, report.html (every conversation -> turns -> particles, lowest scores highlighted) and
 the report's tables as CSV.
 
-The cost estimate is printed before anything is sent; above --confirm-above USD you are asked to confirm
+The cost estimate is printed once, before anything is sent; above --confirm-above USD you are asked to confirm
 (--yes skips the question). Every LLM answer is cached (data/cache/llm): rerunning resumes for free.
 Large paid runs: --llm openai --set llm.batch=true sends the requests as OpenAI Batch API jobs (half price,
 answers within 24 h; rerun the same command after an interruption to resume the same jobs).
@@ -214,9 +214,13 @@ def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
         print(f"Resuming the run in {out} (same logs and settings; finished LLM calls come from the cache).")
     elif state == "overwrite":
         print(f"Overwriting another run's results in {out} (--overwrite).")
+    from face.methods.job import estimate_console
+
     dry = OmegaConf.merge(cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
-    run_guarded(dry)  # prints the estimate, writes cost_estimate.csv, sends nothing
+    with estimate_console("estimate"):
+        run_guarded(dry)  # prints the estimate, writes cost_estimate.csv, sends nothing
     if args.dry_run:
+        print(f"Dry run (--dry-run): nothing was sent; the estimate is in {out / 'cost_estimate.csv'}")
         return 0
     import pandas as pd
 
@@ -228,7 +232,8 @@ def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
         if input(f"Send the requests (estimated ${cost:.2f})? [y/N] ").strip().lower() not in ("y", "yes"):
             print("Nothing sent.")
             return 0
-    run_guarded(cfg)
+    with estimate_console("shown"):  # the estimate above is this run's: not printed twice
+        run_guarded(cfg)
     _write_conversations(convs[: args.limit] if args.limit else convs, out / "conversations.json")
     path = build_report(out)
     print(f"Report: {path}")

@@ -24,6 +24,16 @@ from face.aspects import Aspect
 from face.data.schema import Conversation
 
 log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def warn_once(msg: str, *args) -> None:
+    """A warning printed once per process: the same missing interval is met for every aspect, split and level (nine
+    identical lines on a 3-conversation run), and saying it once says it all."""
+    text = msg % args
+    if text not in _warned:
+        _warned.add(text)
+        log.warning("%s", text)
 COEFFICIENTS = ("pearson", "spearman", "kendall")
 LEVELS = ("turn", "dialogue", "system")
 RESULT_COLUMNS = ["level", "aspect", "split", "coefficient", "value", "p_value", "ci_low", "ci_high", "n",
@@ -196,8 +206,8 @@ def bootstrap_ci(pred: np.ndarray, human: np.ndarray, clusters: np.ndarray, n_bo
     than 3 items or fewer than ``MIN_CLUSTERS`` conversations: resampling one conversation only repeats it."""
     if n_boot <= 0 or len(pred) < 3 or len(np.unique(clusters)) < MIN_CLUSTERS:
         if n_boot > 0 and len(pred) >= 3:
-            log.warning("no bootstrap interval: the items come from %d conversation(s), need >= %d",
-                        len(np.unique(clusters)), MIN_CLUSTERS)
+            warn_once("no bootstrap interval: the items come from %d conversation(s), need >= %d",
+                      len(np.unique(clusters)), MIN_CLUSTERS)
         return {c: (float("nan"), float("nan")) for c in coefficients}
     rng = np.random.default_rng(seed)
     counts, inv = cluster_counts(np.asarray(clusters), n_boot, rng)
@@ -356,8 +366,8 @@ def system_correlations(items_df: pd.DataFrame, n_boot: int = 1000, seed: int = 
     out = {}
     per_system = pd.Series(items_df["conv_id"].to_numpy()).groupby(systems).nunique()
     if n_boot > 0 and len(names) >= 3 and per_system.min() < MIN_CLUSTERS:
-        log.warning("no system-level interval: a system has %d conversation(s), need >= %d per system",
-                    per_system.min(), MIN_CLUSTERS)
+        warn_once("no system-level interval: a system has %d conversation(s), need >= %d per system",
+                  per_system.min(), MIN_CLUSTERS)
         n_boot = 0
     if n_boot > 0 and len(names) >= 3:
         rng = np.random.default_rng(seed)

@@ -354,35 +354,93 @@ class Tracker:
         """The run page's description (Markdown)."""
         self.set_tags({"mlflow.note.content": text})
 
-    def register_instructions(self, aspect: str, instructions: Sequence[Any], source: str) -> str | None:
-        """Register an instruction set as a prompt version (only when its text changed); tag the run with it."""
+    def register_instructions(self, aspect: str, instructions: Sequence[Any], source: str,
+                              wording: str = "") -> str | None:
+        """Register the instruction set an aspect was sent with, link that one version to the run, tag the run.
+
+        The prompt is ``face-<aspect>-<source>``, ``-<wording>`` appended when the texts were reworded (the
+        no-particles ablation: ``whole-turn`` / ``whole-dialogue``), so a rewording never becomes a version of
+        the original set; a new version only for a text no earlier version of that name holds."""
         if not (self.enabled and self.cfg.tracking.get("register_prompts", True)):
             return None
-        from mlflow import genai
-
-        name = f"face-{aspect.replace('_', '-')}-{source.replace('_', '-')}"
+        name = "-".join(x.replace("_", "-") for x in ("face", aspect, source, wording) if x)
         text = "\n\n".join(f"### {i.instruction_id}\n{i.text}" for i in instructions)
-        try:
-            latest = genai.load_prompt(f"prompts:/{name}@latest", allow_missing=True)
-        except Exception:
-            latest = None
-        if latest is not None and latest.template == text:
-            version = latest
-        else:
-            version = genai.register_prompt(
-                name=name, template=text,
-                commit_message=f"{len(instructions)} {source} instructions for {aspect}",
-                tags={"aspect": aspect, "source": source,
-                      "instruction_ids": ",".join(i.instruction_id for i in instructions)})
+        what = f"{len(instructions)} {source} instructions for {aspect}" + (f", reworded: {wording}" if wording
+                                                                             else "")
+        version = self.register_prompt(name, text, what, {
+            "aspect": aspect, "source": source, "wording": wording or "as written",
+            "instruction_ids": ",".join(i.instruction_id for i in instructions)})
         uri = f"prompts:/{name}/{version.version}"
         self.set_tags({f"prompt.{aspect}": uri})
-        try:  # MLflow's own prompt-run link: the run page lists the prompt versions it used
+        self.link_prompt(version)
+        return uri
+
+    def register_prompt(self, name: str, text: str, message: str, tags: Mapping[str, str]):
+        """The version of prompt ``name`` that holds ``text``: an earlier one with the same text (every version is
+        compared, by sha256), else a new version (tagged ``sha256``). Looked up through the client, never
+        ``mlflow.genai.load_prompt``: inside a run that links whatever it loads to the run."""
+        from mlflow import genai
+        from mlflow.tracking import MlflowClient
+
+        digest = text_sha256(text)
+        with _store_lock(str(self.cfg.tracking.tracking_uri)):  # two jobs registering one text: one version
+            same = _version_with_text(name, digest)
+            if same is not None:
+                return same
+            tags = {**{k: redact(str(v)) for k, v in tags.items()}, "sha256": digest}
+            # MLflow copies a new version's tags to the prompt's own: only those that hold for every version go
+            # with it, the rest are set on the version alone
+            version = genai.register_prompt(name=name, template=text, commit_message=redact(message),
+                                            tags={k: v for k, v in tags.items() if k in _PROMPT_TAGS})
+            for key, value in tags.items():
+                if key not in _PROMPT_TAGS:
+                    genai.set_prompt_version_tag(name, version.version, key, value)
+        return MlflowClient().get_prompt_version(name, version.version)
+
+    def prompt_versions(self, name: str) -> list:
+        return prompt_versions(name)
+
+    def link_prompt(self, version) -> None:
+        """MLflow's own prompt-run link: the run page lists the prompt versions it sent, and only those."""
+        try:
             from mlflow.tracking import MlflowClient
 
-            MlflowClient().link_prompt_version_to_run(self.run_id, uri)
-        except Exception as e:  # an older store without prompt links: the tag above still names it
-            log.warning("could not link prompt %s to the run: %s", uri, e)
-        return uri
+            MlflowClient().link_prompt_version_to_run(self.run_id, version)
+        except Exception as e:  # an older store without prompt links: the run's prompt.* tag still names it
+            log.warning("could not link prompt %s v%s to the run: %s", version.name, version.version, e)
+
+
+def text_sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_PAGE = 200  # prompt versions per registry query
+_PROMPT_TAGS = ("aspect", "source", "wording")  # tags that hold for every version of a prompt
+
+
+def prompt_versions(name: str) -> list:
+    """Every version of prompt ``name``, newest first (none if there is no such prompt)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    if client.get_prompt(name) is None:
+        return []
+    out, token = [], None
+    while True:
+        page = client.search_prompt_versions(name, max_results=_PAGE, page_token=token)
+        out += list(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def _version_with_text(name: str, digest: str):
+    """The oldest version of ``name`` whose text has sha256 ``digest`` (a store written before versions were
+    compared may hold the same text twice), or None."""
+    return next((v for v in reversed(prompt_versions(name)) if isinstance(v.template, str)
+                 and text_sha256(v.template) == digest), None)
 
 
 # ---------------------------------------------------------------- sweeps: one parent run, each job its child

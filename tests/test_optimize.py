@@ -295,18 +295,36 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     [run] = client.search_runs([client.get_experiment_by_name("optimize_instructions").experiment_id])
     assert run.info.status == "FINISHED"
-    versions = {int(v.version): v for v in client.search_prompt_versions("face-opt-relevance")}
-    assert len(versions) == 1 + 2 + 4  # initial; round 1: 1 parent × 2 × 1; round 2: 2 parents × 2 × 1
+    # the job's candidates under a name of their own: face-opt-<aspect>-run-<first 8 characters of the run id>
+    name = f"face-opt-relevance-run-{run.info.run_id[:8]}"
+    names = {p.name for p in client.search_prompts(max_results=100)}
+    assert names == {name, "face-opt-relevance-set"}
+    versions = {int(v.version): v for v in client.search_prompt_versions(name)}
+    assert sorted(versions) == list(range(1, 1 + 2 + 4 + 1))  # initial; round 1: 1 parent × 2 × 1; round 2: 2 × 2
+    assert len({v.template for v in versions.values()}) == len(versions)  # one version per distinct text
     by_cid = {v.tags["candidate_id"]: v for v in versions.values()}
-    assert by_cid["initial"].tags["parent_version"] == "none"
+    assert by_cid["initial"].tags["parent_version"] == "none" and int(by_cid["initial"].version) == 1
+    assert int(client.get_prompt_version(name, "initial").version) == 1
     for v in versions.values():
         assert v.tags["aspect"] == "relevance" and v.tags["run_id"] == run.info.run_id
+        assert v.commit_message.startswith(f"round {v.tags['round']}: ")
         if v.tags["candidate_id"] != "initial":
             parent = versions[int(v.tags["parent_version"])]
             assert parent.tags["candidate_id"] == v.tags["parent_id"]
             assert int(parent.tags["round"]) < int(v.tags["round"])
+            assert f"rewrite of v{parent.version} ({parent.tags['candidate_id']})" in v.commit_message
             assert v.tags["gradient_id"].startswith(f"r{v.tags['round']}:{v.tags['parent_id']}:g")
             assert v.template.startswith("Task: ") and "Step 1: " in v.template
+    # the final set: @best is its first instruction, the prompt's tag lists it in rank order
+    final = sets["relevance"]
+    best = client.get_prompt_version(name, "best")
+    assert best.template == final[0]["text"] and int(best.version) == final[0]["prompt_version"]
+    assert client.get_prompt(name).tags["final_versions"] == ",".join(f"v{x['prompt_version']}" for x in final)
+    assert client.get_prompt(name).tags["run_id"] == run.info.run_id
+    assert not {"round", "candidate_id", "sha256"} & set(client.get_prompt(name).tags)  # per version only
+    job_set = client.get_prompt_version("face-opt-relevance-set", f"run-{run.info.run_id[:8]}")
+    assert run.data.tags["prompt.relevance"] == f"face-opt-relevance-set@{job_set.version}"
+    assert job_set.template == set_template([(x["instruction_id"], x["text"]) for x in final])
     hist = client.get_metric_history(run.info.run_id, "round.relevance.pulls")
     assert [m.step for m in hist] == [1, 2]
     assert run.data.tags["prompt.relevance"].startswith("face-opt-relevance-set@")

@@ -171,3 +171,8 @@ def test_whole_turn_instructions_speak_of_turns_not_particles():
     assert unit_wording(text, "turn") == ("Step 1: Does the assistant turn answer? Assistant turns that ignore "
                                           "the request score 0. Check the assistant turn.")
     assert unit_wording(text, "dialogue").startswith("Step 1: Does the dialogue answer? Dialogues that")
+    released = "Step 1: Is a nugget on topic? A particle that repeats itself is an error."  # 70 "a nugget" in top-16
+    assert unit_wording(released, "turn") == ("Step 1: Is an assistant turn on topic? An assistant turn that repeats "
+                                              "itself is an error.")
+    assert unit_wording(released, "dialogue") == ("Step 1: Is a dialogue on topic? A dialogue that repeats itself "
+                                                  "is an error.")

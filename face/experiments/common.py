@@ -32,6 +32,7 @@ from face.files import digest_files, digest_settings, dir_lock, write_marker
 from face.llm import LLMConfig
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
+from face.methods.job import ESTIMATE_CONSOLE
 from face.runfile import write_run_file
 from face.tracking import Tracker, check_tracking_store
 
@@ -78,7 +79,7 @@ class Context:
         out = self.predict()
         self.tracker.log_artifacts(out.artifacts, "run")
         self.tracker.log_metrics(out.metrics)
-        if out.dry_run:
+        if out.dry_run and ESTIMATE_CONSOLE.get() != "estimate":  # face evaluate's estimate step: no banner
             print(f"Dry run: nothing was sent. {out.label}", flush=True)
         return out
 
@@ -203,6 +204,13 @@ def run_owner(cfg: DictConfig) -> dict[str, str]:
     return owner
 
 
+def without_llm_settings(settings: dict[str, str]) -> dict[str, str]:
+    """The settings that matter to a run that calls no LLM: without ``llm=...`` and the ``llm.*`` / ``run_size.*``
+    keys (an experiment that re-aggregates released scores is the same run under any LLM)."""
+    return {k: v for k, v in settings.items()
+            if k not in ("llm", "run_size") and not k.startswith(("llm.", "run_size."))}
+
+
 def settings_text(settings: dict[str, str]) -> str:
     return ("non-default settings: " + ", ".join(f"{k}={v}" for k, v in settings.items())) if settings else ""
 
@@ -255,6 +263,7 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
         splits = _splits(cfg, dataset)
         settings = non_default_settings(cfg)
         out_dir, run_dir = out_dir_for(cfg, dataset, settings), Path(cfg.paths.output_dir)
+        label = settings if uses_llm else without_llm_settings(settings)  # run name and captions
         check_paths(cfg, out_dir, run_dir, uses_llm=any(_uses_llm(m) for m in methods.values()))
     except ConfigError:
         raise
@@ -269,7 +278,7 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
         results = Path(cfg.paths.results_dir).resolve()
         if results != run_dir.resolve() and results not in run_dir.resolve().parents:  # results/: the lock only
             write_marker(run_dir, run_owner(cfg))
-        tracker = owned.enter_context(Tracker(cfg, run_name(cfg.task_name, settings), uses_llm))
+        tracker = owned.enter_context(Tracker(cfg, run_name(cfg.task_name, label), uses_llm))
         tracker.log_config()
         ensure_data(data_dir, files, cfg.paths.get("data_mirror"), dataset.download)
         tracker.log_checksums(data_checksums(files))
@@ -284,7 +293,7 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
                             data_checksums(files), data_source(dataset.files()))
         n_turns = sum(len(c.evaluated_turns()) for c in convs)
         subset = (f"{dataset.title}, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
-                  + (" (subset)" if dataset.is_subset else "") + (f"; {settings_text(settings)}" if settings else ""))
+                  + (" (subset)" if dataset.is_subset else "") + (f"; {settings_text(label)}" if label else ""))
         has_labels = any(c.labels or any(t.labels for t in c.turns) for c in convs)
         log.info("%s; results -> %s", subset, out_dir)
         yield Context(cfg, dataset, methods, convs, aspects, splits, data_dir, out_dir, run_dir, subset, tracker,

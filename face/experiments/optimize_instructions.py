@@ -132,11 +132,11 @@ def run(cfg: DictConfig) -> dict:
                     scorer = LiveScorer(client, a, ctx.convs, items, decomps, method.scoring,
                                         lcfg.supports_json_schema, ctx.dataset.judged,
                                         example_chars=ocfg.writer.example_chars)
+                    state = checkpoint.load(ckpt_dir, name) if ocfg.resume else None
+                    prompts = PromptLog(tracker, name, state.prompt_name if state is not None else None)
                     loop = BeamSearch(ocfg, a, scorer, idx["train"], idx["dev"],
                                       Writer(client, a, ocfg, lcfg.supports_json_schema, ctx.dataset.judged),
-                                      PromptLog(tracker, name), str(ckpt_dir), usage,
-                                      on_round=_step_logger(tracker, name))
-                    state = checkpoint.load(ckpt_dir, name) if ocfg.resume else None
+                                      prompts, str(ckpt_dir), usage, on_round=_step_logger(tracker, name))
                     if state is not None:
                         try:
                             checkpoint.check_same(state, config, ckpt_dir)
@@ -165,7 +165,7 @@ def run(cfg: DictConfig) -> dict:
                                    "mean_reward": state.mean_reward(c.cid), "pulls": len(state.rewards[c.cid]),
                                    "round": c.round, "parent": c.parent, "prompt_version": c.version}
                                   for i, c in enumerate(final)]
-                    ref = PromptLog(tracker, name).register_set(
+                    ref = prompts.register_set(
                         final, {"test_spearman": f"{row['test_final_spearman']:.4f}",
                                 "dev_spearman": f"{row['dev_final_spearman']:.4f}"})
                     if ref:

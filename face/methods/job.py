@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -31,6 +32,19 @@ from face.files import atomic_path, atomic_write_text
 from face.llm import LLMConfig
 from face.methods import MethodOutput
 from face.report.tables import print_table
+
+# ``face evaluate`` runs a dry run for the estimate (and its confirmation), then the run: the estimate is shown once.
+# "estimate": the dry run prints the estimate without a dry-run banner; "shown": the run does not print it again.
+ESTIMATE_CONSOLE: ContextVar[str] = ContextVar("face_estimate_console", default="")
+
+
+@contextmanager
+def estimate_console(mode: str) -> Iterator[None]:
+    token = ESTIMATE_CONSOLE.set(mode)
+    try:
+        yield
+    finally:
+        ESTIMATE_CONSOLE.reset(token)
 
 
 def estimated_cost(costs: pd.DataFrame) -> float:
@@ -71,7 +85,8 @@ class LLMJob:
             note += (f" (OpenAI Batch API price: {self.lcfg.batch_price_factor:g} × list price "
                      f"${estimated / self.lcfg.batch_price_factor:.2f})")
         when = " (dry run: nothing is sent)" if self.dry_run else ""
-        print_table(f"Cost estimate before sending anything{when}{note} — {self.label}", costs, 2)
+        if ESTIMATE_CONSOLE.get() != "shown":
+            print_table(f"Cost estimate before sending anything{when}{note} — {self.label}", costs, 2)
         cap = self.lcfg.max_cost_usd
         if cap is not None and estimated > cap and not (self.lcfg.force or self.dry_run):
             raise ConfigError(f"llm.max_cost_usd={cap} is below the cost estimate ${estimated:.2f}: raise it, or "

@@ -194,8 +194,9 @@ class Face:
         costs = self.estimate(inputs, instructions, proxy)
         job.gate(costs, self.units.proxy_note(inputs.dataset, proxy))
         if inputs.tracker is not None:
-            for a, ins in instructions.items():
-                inputs.tracker.register_instructions(a, ins, self.source.name)
+            for a in inputs.aspects:
+                inputs.tracker.register_instructions(a.name, instructions[a.name], self.source.name,
+                                                     self.units.wording(a))
         if job.dry_run:
             job.metrics.update({f"estimate.{r.stage}.calls": r.calls for r in costs.itertuples()})
             return job.dry_run_output()

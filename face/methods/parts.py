@@ -184,6 +184,11 @@ class UnitSource:
     def reword(self, instruction: Instruction, aspect: Aspect) -> Instruction:
         return instruction
 
+    def wording(self, aspect: Aspect) -> str:
+        """How ``reword`` changed the instructions of ``aspect`` ("" = as written): part of the registered prompt's
+        name, so a rewording is never filed as a version of the original texts."""
+        return ""
+
     def describe(self) -> str:
         return f"particles: {type(self).__name__}"
 
@@ -200,6 +205,9 @@ class WholeUnits(UnitSource):
 
     def reword(self, instruction: Instruction, aspect: Aspect) -> Instruction:
         return replace(instruction, text=unit_wording(instruction.text, aspect.level))
+
+    def wording(self, aspect: Aspect) -> str:
+        return f"whole-{aspect.level}"
 
     def describe(self) -> str:
         return "unit: whole turn / dialogue (no particles)"

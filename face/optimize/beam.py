@@ -91,6 +91,8 @@ class BeamSearch:
     # ---- state ------------------------------------------------------------
     def new_state(self, start: Sequence[Candidate], config: dict) -> OptState:
         state = OptState(self.aspect.name, config)
+        if self.prompts is not None:
+            state.prompt_name = self.prompts.name
         for c in start:
             if self.prompts is not None:
                 self.prompts.register(c, None)

@@ -44,6 +44,7 @@ class OptState:
     round: int = 0  # last completed round
     llm_calls: int = 0
     cost_usd: float = 0.0
+    prompt_name: str | None = None  # the registry prompt of the candidates' versions (a resumed job continues it)
 
     def to_json(self) -> dict:
         d = asdict(self)

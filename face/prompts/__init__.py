@@ -40,16 +40,23 @@ def generic_instruction(aspect: str) -> str:
     return Template(template_text("initial/generic.txt").strip()).substitute(aspect=aspect.replace("_", " "))
 
 
-_PARTICLE_WORDS = re.compile(r"\b(nugget|particle)(s?)\b", re.IGNORECASE)
+_PARTICLE_WORDS = re.compile(r"\b(?:(an?)(\s+))?(nugget|particle)(s?)\b", re.IGNORECASE)
 
 
 def unit_wording(text: str, level: str) -> str:
     """An instruction written for particles, reworded for a whole turn / dialogue (the no-particles
-    ablation): every "nugget" / "particle" becomes "assistant turn" (turn level) or "dialogue"."""
+    ablation): every "nugget" / "particle" becomes "assistant turn" (turn level) or "dialogue", and the article
+    before it follows ("a nugget" -> "an assistant turn")."""
     noun = "assistant turn" if level == "turn" else "dialogue"
 
+    def cased(word: str, like: str) -> str:
+        return word[0].upper() + word[1:] if like[0].isupper() else word
+
     def sub(m: re.Match) -> str:
-        word = noun + ("s" if m.group(2) else "")
-        return word[0].upper() + word[1:] if m.group(1)[0].isupper() else word
+        article, space, original, plural = m.groups()
+        word = cased(noun + plural, original)
+        if not article:
+            return word
+        return cased("an" if noun[0] in "aeiou" else "a", article) + space + word
 
     return _PARTICLE_WORDS.sub(sub, text)
