@@ -150,3 +150,26 @@ def test_regret_vs_c_draws_the_spread_over_repetitions(plotted, tmp_path):
     lines = plotted["r.png"]["lines"]
     assert len(lines) == 7  # one error-bar line per aspect: mean regret with ±1 sd whiskers
     assert all(y == pytest.approx([0.04, 0.04, 0.04]) for _, y in lines.values())
+
+
+def test_the_committed_tiny_model_figures_redrawn_from_its_csvs_show_its_negative_correlations(
+        plotted, tmp_path, data_dir, monkeypatch):
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("replot_results", root / "scripts" / "replot_results.py")
+    replot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replot)
+    committed = root / "results" / "tiny_model_signal"
+    out = tmp_path / "tiny"
+    shutil.copytree(committed, out)
+    replot.replot(out, data_dir, None)
+    for name in ("correlations.md", "vs_published.md", "correlations.tex", "vs_published.tex"):
+        assert (out / name).read_text() == (committed / name).read_text(), f"{name}: results/ is not what the code writes"
+    # committed values: relevance turn-level Spearman −0.0210 (ReDial), −0.1955 (OpenDialKG)
+    for split, value, low in (("redial", -0.0210, -0.2273), ("opendialkg", -0.1955, -0.4558)):
+        shown = plotted[f"bars_{split}_spearman.png"]
+        assert shown["bars"]["ours (smollm2-135m-instruct)"][0] == pytest.approx(value, abs=1e-4)
+        assert shown["ylims"][0][0] < low
