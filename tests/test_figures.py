@@ -167,7 +167,7 @@ def test_the_committed_tiny_model_figures_redrawn_from_its_csvs_show_its_negativ
     shutil.copytree(committed, out)
     replot.replot(out, data_dir, None)
     for name in ("correlations.md", "vs_published.md", "correlations.tex", "vs_published.tex"):
-        assert (out / name).read_text() == (committed / name).read_text(), f"{name}: results/ is not what the code writes"
+        assert (out / name).read_text() == (committed / name).read_text(), f"{name}: results/ differs from the code"
     # committed values: relevance turn-level Spearman −0.0210 (ReDial), −0.1955 (OpenDialKG)
     for split, value, low in (("redial", -0.0210, -0.2273), ("opendialkg", -0.1955, -0.4558)):
         shown = plotted[f"bars_{split}_spearman.png"]

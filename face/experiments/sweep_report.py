@@ -86,7 +86,8 @@ def report(tracking_uri: str, out: Path, experiment: str = "optimize_instruction
     runs = sweep_runs(tracking_uri, experiment, sweep)
     table, swept = summarize(runs)
     out.mkdir(parents=True, exist_ok=True)
-    title = f"Sweep {runs['sweep'].iloc[0]} ({len(table)} runs; swept: {', '.join(swept) or 'nothing'})"
+    sweep_name = Path(str(runs["sweep"].iloc[0])).name  # the sweep directory's name: no absolute path in a title
+    title = f"Sweep {sweep_name} ({len(table)} runs; swept: {', '.join(swept) or 'nothing'})"
     with atomic_path(out / "sweep.csv") as tmp:
         table.to_csv(tmp, index=False)
     atomic_write_text(out / "sweep.md", f"{title}\n\n{to_markdown(table, 4)}\n")
