@@ -31,8 +31,16 @@ def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
 
     width_pt, _, _ = TextToPath().get_text_width_height_descent(note, FontProperties(size=fontsize), ismath=False)
     chars = int(0.9 * fig.get_figwidth() * 72 / max(width_pt / max(len(note), 1), 1e-6))
-    fig.text(0.01, -0.02, textwrap.fill(note, max(chars, 40), break_on_hyphens=False), fontsize=fontsize,
+    fig.text(0.01, _below_axes(fig), textwrap.fill(note, max(chars, 40), break_on_hyphens=False), fontsize=fontsize,
              ha="left", va="top")
+
+
+def _below_axes(fig: plt.Figure) -> float:
+    """Where a caption starts (figure coordinates): under the lowest tick label or axis label of any axes, so
+    rotated labels never run into it."""
+    renderer = fig.canvas.get_renderer()
+    lowest = min((ax.get_tightbbox(renderer).y0 for ax in fig.axes if ax.get_visible()), default=0.0)
+    return min(-0.02, lowest / fig.bbox.height - 0.02)
 
 
 def _ylim_from_zero(ax: plt.Axes, *values, top: float = 1.0, pad: float = 0.05) -> None:
