@@ -33,6 +33,11 @@ def test_markdown_prints_counts_as_integers_p_values_below_0_001_and_display_spl
         "| pooled | -0.020 | – | 3 | – |")
 
 
+def test_every_p_value_column_of_the_significance_tables_prints_below_0_001():
+    df = pd.DataFrame({"p_bootstrap": [0.0, 0.2], "p_williams": [3e-9, 0.0123], "particles_per_turn": [0.0, 2.5]})
+    assert to_markdown(df).splitlines()[2:] == ["| < 0.001 | < 0.001 | 0.000 |", "| 0.200 | 0.012 | 2.500 |"]
+
+
 def test_a_correlation_column_of_whole_numbers_keeps_its_decimals():
     df = pd.DataFrame({"value": [1.0, -1.0, 0.0], "n_missing": [0.0, 2.0, 1.0]})
     assert to_markdown(df).splitlines()[2:] == ["| 1.000 | 0 |", "| -1.000 | 2 |", "| 0.000 | 1 |"]

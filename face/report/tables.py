@@ -16,7 +16,8 @@ ASPECT_ORDER = [*crsarena.ASPECTS, *usr.ASPECTS]
 SPLIT_LABELS = {"redial": "ReDial", "opendialkg": "OpenDialKG", "all": "pooled"}
 
 
-P_VALUE_COLUMNS = ("p_value", "p", "pvalue", "p_holm")  # printed as ``< 0.001`` below the smallest shown value
+# p-values (``p``, ``p_value``, ``p_bootstrap``, ``p_williams``, …): printed as ``< 0.001`` below the shown precision
+P_VALUE_COLUMNS = ("p", "pvalue")
 COUNT_COLUMNS = ("n", "runs", "pulls", "conversations", "turns", "particles", "recommendations", "repeats")
 
 
@@ -55,7 +56,7 @@ def _formatters(df: pd.DataFrame, digits: int) -> list:
     out = []
     for name in df.columns:
         col, name = df[name], str(name)
-        if name in P_VALUE_COLUMNS or name.endswith("_p_value"):
+        if name in P_VALUE_COLUMNS or name.startswith("p_") or name.endswith("_p_value"):
             out.append(_fmt_p)
         elif name == "split":
             out.append(lambda v, d: SPLIT_LABELS.get(v, str(v)) if isinstance(v, str) else _fmt(v, d))
