@@ -1,5 +1,6 @@
 # Set-up and everyday commands. Every target installs what it needs first (a venv in .venv).
 #   make run    — the main job: reproduce the FACE row of Table 2 from the released scores (no LLM, no key)
+#   make notebook — run notebooks/ through a Jupyter kernel (executed copies in notebooks/executed/)
 #   make test   — lint + the whole test suite: the fast tests on both cores, then the slow ones (embedded local LLM)
 # Without internet, point FACE_DATA_MIRROR at a copy of the data, e.g. FACE_DATA_MIRROR=../shared/data make run
 #
@@ -12,7 +13,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup setup-local setup-browser run test test-fast test-slow lint results bench bench-scale mutation mlflow-ui clean-cache
+.PHONY: setup setup-local setup-browser run test test-fast test-slow lint results notebook bench bench-scale mutation mlflow-ui clean-cache
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +72,10 @@ results: setup
 	$(BIN)/python scripts/run.py experiment=optimize_selection
 	$(BIN)/python scripts/run.py experiment=usr_reference_metrics
 	$(BIN)/python scripts/run.py experiment=replay_table2
+
+# every notebook run top to bottom through a Jupyter kernel (nbclient); executed copies in notebooks/executed/
+notebook: setup
+	$(BIN)/python scripts/run_notebooks.py $(ARGS)
 
 bench: setup
 	$(BIN)/python scripts/bench_main.py

@@ -57,7 +57,7 @@ Every file is written under a temporary name and renamed when complete: a stop n
 
 # what `face evaluate` writes into --out (a name ending in / is a directory)
 OUTPUTS = ("run_file.json", "particles.jsonl", "particle_scores.jsonl", "cost_estimate.csv", "llm_usage.json",
-           "conversations.json", "report.html", "report_tables/")
+           "conversations.json", "report.html", "report_tables/", "run_settings.json")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -269,11 +269,13 @@ def build_report(run_dir: Path) -> Path:
     preds = read_run_file(run_dir / "run_file.json")
     aspects = [ASPECTS[a] for a in ASPECTS if a in set(scores["aspect"])]
     d = diagnostics.diagnose(scores, particles, convs)
-    note = f"FACE run in {run_dir.name}: {len(convs)} conversations; scores from particle_scores.jsonl."
+    settings = diagnostics.read_run_settings(run_dir / "run_settings.json")
+    note = (f"FACE run in {run_dir.name}: {len(convs)} conversations; scores from particle_scores.jsonl; "
+            f"{settings['label']}.")
     for name, table in d.tables().items():
         write_table(table, run_dir / "report_tables", name, f"{name.replace('_', ' ')}. {note}")
     return diagnostics.write_html(run_dir / "report.html", f"FACE diagnostics — {run_dir.name}", note, d, scores,
-                                  preds, convs, aspects)
+                                  preds, convs, aspects, settings["label"], settings["instructions"])
 
 
 def main(argv: list[str] | None = None) -> int:

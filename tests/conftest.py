@@ -66,8 +66,12 @@ def cfg_factory(tmp_path: Path, data_dir: Path):
 @pytest.fixture
 def plotted(monkeypatch) -> dict[str, dict]:
     """What every figure saved during the test shows, read back from its matplotlib objects, by file name:
-    ``bars`` {series label: bar heights}, ``lines`` {label: (x, y)} of error-bar lines, ``points`` the scatter
-    points (n × 2), ``xticks`` the tick labels of the first axes. Figures are still written as usual."""
+    ``bars`` {series label: bar heights}, ``bar_bottoms`` {series label: where each bar starts}, ``lines``
+    {label: (x, y)} of error-bar lines, ``points`` the scatter points (n × 2), ``xticks`` the tick labels of the
+    first axes, ``xtick_rotation`` their rotation, ``ylims`` / ``xticklocs`` per visible axes, ``colorbar_labels``,
+    ``legend_outside`` (None: no legend on the first axes; True: drawn clear of its data area), ``texts`` every
+    title and text, ``size`` the figure's inches. Figures are still written as usual."""
+    import matplotlib.text
     import numpy as np
     from matplotlib.collections import PathCollection
     from matplotlib.container import BarContainer, ErrorbarContainer
@@ -77,13 +81,32 @@ def plotted(monkeypatch) -> dict[str, dict]:
     seen: dict[str, dict] = {}
     save = report_figures._save
 
+    def _outside(fig, legend, ax) -> bool | None:
+        if legend is None:
+            return None
+        fig.canvas.draw()
+        lb, ab = legend.get_window_extent(), ax.get_window_extent()
+        return bool(lb.x0 >= ab.x1 or lb.x1 <= ab.x0 or lb.y0 >= ab.y1 or lb.y1 <= ab.y0)
+
     def spy(fig, path, note=None):
-        shown: dict = {"bars": {}, "lines": {}, "points": np.empty((0, 2)),
-                       "xticks": [t.get_text() for t in fig.axes[0].get_xticklabels()]}
+        first = fig.axes[0]
+        ticks = first.get_xticklabels()
+        plots = [ax for ax in fig.axes if ax.get_visible() and ax.axison and ax.get_label() != "<colorbar>"]
+        legend = first.get_legend()
+        shown: dict = {"bars": {}, "bar_bottoms": {}, "lines": {}, "points": np.empty((0, 2)),
+                       "xticks": [t.get_text() for t in ticks],
+                       "xtick_rotation": ticks[0].get_rotation() if ticks else 0.0,
+                       "ylims": [ax.get_ylim() for ax in plots],
+                       "xticklocs": [list(ax.get_xticks()) for ax in plots],
+                       "colorbar_labels": [ax.get_ylabel() for ax in fig.axes if ax.get_label() == "<colorbar>"],
+                       "legend_outside": _outside(fig, legend, first),
+                       "texts": [t.get_text() for t in fig.findobj(matplotlib.text.Text)],
+                       "size": tuple(fig.get_size_inches())}
         for ax in fig.axes:
             for c in ax.containers:
                 if isinstance(c, BarContainer):
                     shown["bars"][c.get_label()] = [r.get_height() for r in c]
+                    shown["bar_bottoms"][c.get_label()] = [r.get_y() for r in c]
                 elif isinstance(c, ErrorbarContainer) and c.lines[0] is not None:
                     x, y = c.lines[0].get_data()
                     shown["lines"][f"{ax.get_title()}/{c.get_label()}"] = (list(x), list(y))

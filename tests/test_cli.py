@@ -140,3 +140,4 @@ def test_the_report_renders_in_headless_chromium_with_every_conversation_and_par
     for line in (out / "particles.jsonl").read_text().splitlines():
         for p in json.loads(line)["particles"]:
             assert p["particle"] in dom.replace("&amp;", "&").replace("&#39;", "'")
+    assert "Scored by:</b> FACE live — LLM: scripted-model (scripted)" in dom  # the LLM named at the top

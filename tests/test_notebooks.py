@@ -1,27 +1,44 @@
-"""Every notebook runs top to bottom on the committed results (code cells in order, one namespace)."""
+"""Every notebook runs top to bottom on the committed results through a real Jupyter kernel (nbclient +
+ipykernel, as `make notebook` runs it), and shows what its headings promise."""
 
 from __future__ import annotations
 
-import json
+import importlib.util
 from pathlib import Path
 
-import matplotlib
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
+def _runner():
+    spec = importlib.util.spec_from_file_location("run_notebooks", ROOT / "scripts" / "run_notebooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow  # a kernel start and the whole notebook: ≈ 15 s
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
-    matplotlib.use("Agg")
-    monkeypatch.chdir(path.parent)
+def test_notebook_runs_top_to_bottom_in_a_kernel(path, tmp_path, monkeypatch):
     monkeypatch.setenv("FACE_MLFLOW_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")  # an empty store is fine
-    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-    assert cells, f"{path.name} has no code cell"
-    namespace: dict = {"__name__": "__notebook__"}
-    for i, cell in enumerate(cells):
-        source = "".join(cell["source"])
-        try:
-            exec(compile(source, f"{path.name}[cell {i}]", "exec"), namespace)
-        except Exception as e:  # name the cell that broke
-            raise AssertionError(f"{path.name}, code cell {i} failed: {type(e).__name__}: {e}\n{source}") from e
+    nb = _runner().execute(path, tmp_path)  # raises CellExecutionError naming the cell that broke
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.execution_count for c in code)  # every code cell ran, in the kernel
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert (tmp_path / path.name).exists()
+
+
+def test_a_section_promising_cis_draws_them_and_the_mlflow_table_shows_run_names():
+    import nbformat
+
+    nb = nbformat.read(ROOT / "notebooks" / "explore_results.ipynb", as_version=4)
+    cells = nb.cells
+    for i, c in enumerate(cells):
+        if c.cell_type == "markdown" and "CI" in c.source:
+            following = next(x for x in cells[i + 1:] if x.cell_type == "code")
+            assert "ci_low" in following.source and "ci_high" in following.source and "errorbar" in following.source
+        if c.cell_type == "code" and "search_runs" in c.source:
+            assert "tags.mlflow.runName" in c.source
+    assert any(c.cell_type == "markdown" and "make notebook" in c.source for c in cells)

@@ -12,7 +12,7 @@ from face.experiments.common import experiment, released_scores
 from face.metaeval import items, paired_difference
 from face.methods.released import LABEL
 from face.report import figures
-from face.report.tables import order_aspects, print_table, write_table
+from face.report.tables import SPLIT_LABELS, order_aspects, print_table, write_table
 
 
 def run(cfg: DictConfig) -> dict:
@@ -47,7 +47,7 @@ def run(cfg: DictConfig) -> dict:
                 d = results[(results["split"] == split) & (results["coefficient"] == coef)]
                 paths.append(figures.aggregation_heatmap(
                     d, "aspect", note, ctx.out_dir / "figures" / f"aggregation_{split}_{coef}.png",
-                    f"{coef} by aggregation — {split}"))
+                    f"{figures.COEF_LABELS[coef]} by aggregation — {SPLIT_LABELS.get(split, split)}"))
         d = results[(results["split"] == "all") & (results["coefficient"] == "spearman")]
         print_table(f"Spearman (pooled splits) by aggregation. {note}",
                     d.pivot(index="setting", columns="aspect", values="value").reset_index())

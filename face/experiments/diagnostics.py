@@ -7,13 +7,24 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from face.aggregate import aggregate
-from face.data import RELEASED_PARTICLES
-from face.datasets.face_released import load_released_particles
+from face.data import RELEASED_PARTICLES, released_instructions_file
+from face.datasets.face_released import load_instructions, load_released_particles
 from face.experiments.common import experiment, released_scores
 from face.methods.released import LABEL
 from face.report import diagnostic_report as diagnostics
 from face.report import figures
 from face.report.tables import print_table, write_table
+
+
+def released_instruction_texts(data_dir, aspects) -> dict[str, dict[str, str]]:
+    """aspect → instruction id → text of the released instructions the scores were judged under (for the report's
+    hover texts); an aspect whose file is not there is left out."""
+    out = {}
+    for a in aspects:
+        path = data_dir / released_instructions_file(a.name)
+        if path.exists():
+            out[a.name] = {i.instruction_id: i.text for i in load_instructions(path)}
+    return out
 
 
 def run(cfg: DictConfig) -> dict:
@@ -31,14 +42,15 @@ def run(cfg: DictConfig) -> dict:
                 continue  # every particle × aspect: in the HTML report and the MLflow artifacts only
             paths += write_table(table, ctx.out_dir, name, f"Diagnostics, {name.replace('_', ' ')}. {note}")
         for aspect in ctx.aspects:
-            paths.append(figures.act_heatmap(d.by_act, aspect.name, note,
+            paths.append(figures.act_heatmap(d.by_act, aspect.name, (aspect.low, aspect.high), note,
                                              ctx.out_dir / "figures" / f"by_act_{aspect.name}.png"))
         paths.append(figures.act_share_bars(d.act_share, note, ctx.out_dir / "figures" / "act_share.png"))
         paths.append(figures.position_curve(d.by_position, note, ctx.out_dir / "figures" / "low_by_position.png"))
         preds = aggregate(scores, ctx.inputs().levels)
         report = diagnostics.write_html(ctx.run_dir / "report.html" if cfg.diagnostics.html_in_run_dir
                                         else ctx.out_dir / "report.html", f"FACE diagnostics — {ctx.subset}", note,
-                                        d, scores, preds, ctx.convs, ctx.aspects)
+                                        d, scores, preds, ctx.convs, ctx.aspects, LABEL,
+                                        released_instruction_texts(ctx.data_dir, ctx.aspects))
         share = d.act_share.pivot(index="system", columns="dialogue_act", values="share").reset_index()
         print_table(f"Share of each dialogue act per CRS. {note}", share)
         print(f"HTML report: {report}", flush=True)

@@ -170,6 +170,7 @@ def run(cfg: DictConfig) -> dict:
             df.to_csv(tmp, index=False)
         grid = (df.groupby(["aspect", "policy", "budget", "ucb_c"], dropna=False)
                 .agg(heldout=("heldout", "mean"), heldout_sd=("heldout", "std"), regret=("regret", "mean"),
+                     regret_sd=("regret", "std"),
                      best=("best", "mean"), pulls=("pulls", "mean"), item_evaluations=("item_evaluations", "mean"),
                      runs=("heldout", "size")).reset_index())
         grid = order_aspects(grid)
@@ -231,50 +232,11 @@ def _headline(grid: pd.DataFrame, ocfg, kind: str) -> pd.DataFrame:
 
 
 def _figures(grid: pd.DataFrame, ocfg, out: Path, note: str) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from face.report import figures
 
     out.mkdir(parents=True, exist_ok=True)
-    aspects = list(dict.fromkeys(grid["aspect"]))
-    paths = []
-    fig, axes = plt.subplots(1, len(aspects), figsize=(2.6 * len(aspects), 2.8), squeeze=False, sharey=False)
-    for ax, a in zip(axes[0], aspects):
-        g = grid[grid["aspect"] == a]
-        u = g[(g["policy"] == "ucb") & np.isclose(g["ucb_c"], ocfg.ucb_c)].sort_values("budget")
-        f = g[g["policy"] == "uniform"].sort_values("budget")
-        ax.plot(u["budget"], u["heldout"], "o-", label=f"UCB (c={ocfg.ucb_c:g})")
-        ax.plot(f["budget"], f["heldout"], "s--", label="uniform")
-        for pol, style in (("random", ":"), ("full", "-.")):
-            ax.axhline(g[g["policy"] == pol]["heldout"].iloc[0], ls=style, color="grey", lw=1, label=pol)
-        ax.axhline(u["best"].iloc[0], color="black", lw=1, label="best (oracle)")
-        ax.set_xscale("log", base=2)
-        ax.set_title(a, fontsize=8)
-        ax.set_xlabel("pulls", fontsize=7)
-        ax.tick_params(labelsize=6)
-    axes[0][0].set_ylabel(f"held-out {ocfg.reward} of top-{ocfg.beam}", fontsize=7)
-    axes[0][0].legend(fontsize=5)
-    fig.suptitle("Bandit selection among the released instructions (replay, no LLM)", fontsize=8)
-    fig.tight_layout()
-    p = out / "heldout_vs_budget.png"
-    with atomic_path(p) as tmp:
-        fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    paths.append(p)
-    fig, ax = plt.subplots(figsize=(4.5, 3))
-    u = grid[(grid["policy"] == "ucb") & (grid["budget"] == ocfg.pulls)]
-    for a in aspects:
-        s = u[u["aspect"] == a].sort_values("ucb_c")
-        ax.plot(s["ucb_c"], s["regret"], "o-", label=a)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("UCB exploration constant c", fontsize=8)
-    ax.set_ylabel(f"regret vs best set ({ocfg.pulls} pulls)", fontsize=8)
-    ax.legend(fontsize=5)
-    fig.tight_layout()
-    p = out / "regret_vs_c.png"
-    with atomic_path(p) as tmp:
-        fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    paths.append(p)
-    return paths
+    return [figures.heldout_vs_budget(grid, ocfg.ucb_c, f"held-out {ocfg.reward} of top-{ocfg.beam}",
+                                      "Bandit selection among the released instructions (replay, no LLM)", note,
+                                      out / "heldout_vs_budget.png"),
+            figures.regret_vs_c(grid, ocfg.pulls, "UCB regret against the exploration constant", note,
+                                out / "regret_vs_c.png")]

@@ -85,6 +85,24 @@ class CostSpec:
         return self.decompose_reasoning_tokens if reasoning else self.decompose_output_tokens
 
 
+RUN_SETTINGS = "run_settings.json"  # which LLM and settings produced a run's scores (read by `face report`)
+
+
+def write_run_settings(path: Path, label: str, llm: LLMConfig, method: Face,
+                       instructions: dict[str, list[Instruction]]) -> Path:
+    """The LLM, its sampling settings and every instruction's text, beside the scores: a report rebuilt later
+    (``face report``) names the LLM and shows what each instruction id asked. Redacted (face.secrets)."""
+    from face.files import atomic_write_text
+    from face.secrets import redact
+
+    record = {"label": label,
+              "llm": {"model": llm.model, "backend": llm.backend, "estimator": method.estimator, "n": method.n,
+                      "temperature": method.temperature, "reasoning": method.reasoning, "unit": method.unit},
+              "instructions": {a: {i.instruction_id: i.text for i in ins} for a, ins in instructions.items()}}
+    atomic_write_text(path, redact(json.dumps(record, indent=1, ensure_ascii=False)) + "\n")
+    return path
+
+
 @dataclass
 class Face:
     """FACE live. Config: ``conf/method/face.yaml``; every key is a field here."""
@@ -159,6 +177,8 @@ class Face:
             parts.append(f"answers without logprobs: {self.invalid.logprobs_missing}")
         if llm.backend == "local":
             parts.append("TINY LOCAL MODEL: pipeline check only, no judging signal")
+        elif llm.backend == "scripted":
+            parts.append("SCRIPTED TEST SERVER: canned answers, not judgements")
         return "; ".join(parts)
 
     def estimate(self, inputs: Inputs, instructions: dict[str, list[Instruction]],
@@ -200,6 +220,7 @@ class Face:
         if job.dry_run:
             job.metrics.update({f"estimate.{r.stage}.calls": r.calls for r in costs.itertuples()})
             return job.dry_run_output()
+        write_run_settings(run_dir / RUN_SETTINGS, job.label, lcfg, self, instructions)
         by_id = {c.conv_id: c for c in convs}
         ds = inputs.dataset
         with job.client() as client:

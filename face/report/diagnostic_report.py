@@ -110,26 +110,51 @@ def _figure_png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[str]) -> list[tuple[str, str]]:
-    """(aspect, base64 PNG) of the mean particle score per system × dialogue act."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
+def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect], llm: str = "") -> list[tuple[str, str]]:
+    """(aspect, base64 PNG) of the mean particle score per system × dialogue act, coloured on the aspect's fixed
+    scale (colour-blind-safe cividis; ``face.report.figures.score_heatmap``), the LLM named under it."""
+    from face.report.figures import plt, score_heatmap
 
     out = []
     for aspect in aspects:
-        pivot = by_act[by_act["aspect"] == aspect].pivot(index="system", columns="dialogue_act", values="mean_score")
+        pivot = by_act[by_act["aspect"] == aspect.name].pivot(index="system", columns="dialogue_act",
+                                                              values="mean_score")
         if pivot.empty:
             continue
-        fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.4 * pivot.shape[0] + 1.2))
-        sns.heatmap(pivot, annot=True, fmt=".2f", cmap="RdYlGn", ax=ax, cbar_kws={"shrink": 0.7})
-        ax.set_title(f"{aspect}: mean particle score by system and dialogue act")
+        fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.4 * pivot.shape[0] + 1.4))
+        score_heatmap(ax, pivot, (aspect.low, aspect.high), f"mean score ({aspect.low}–{aspect.high} scale)")
+        ax.set_title(f"{aspect.name}: mean particle score by system and dialogue act", fontsize=9)
         ax.set_xlabel("")
         ax.set_ylabel("")
-        out.append((aspect, _figure_png(fig)))
+        ax.set_xticklabels(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
+        if llm:
+            fig.text(0.01, -0.01, f"Scores by: {llm}"[:160], fontsize=7, ha="left", va="top")
+        out.append((aspect.name, _figure_png(fig)))
     return out
+
+
+NOT_RECORDED = "LLM not recorded (a run written before run_settings.json existed)"
+
+
+def read_run_settings(path: Path) -> dict:
+    """``run_settings.json`` of a run (face.methods.live.write_run_settings): {label, llm, instructions}. A run
+    without it still gets a report, which then says that the LLM is unknown rather than naming none."""
+    import json
+
+    from face.errors import DataError
+
+    if not path.exists():
+        return {"label": NOT_RECORDED, "llm": {}, "instructions": {}}
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(path, f"unreadable run settings: {e}") from None
+    if not isinstance(rec, dict) or not isinstance(rec.get("label"), str):
+        raise DataError(path, "run settings without a 'label' string")
+    inst = rec.get("instructions") if isinstance(rec.get("instructions"), dict) else {}
+    return {"label": rec["label"], "llm": rec.get("llm") or {},
+            "instructions": {str(a): {str(k): str(v) for k, v in d.items()} for a, d in inst.items()
+                             if isinstance(d, dict)}}
 
 
 def _by_conv(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -142,8 +167,8 @@ def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataF
     lowest = parts.loc[parts.groupby("aspect")["score"].idxmin()] if len(parts) else parts
     lowest_keys = {(r.aspect, r.turn_ind, r.particle_ind) for r in lowest.itertuples()}
     turns = []
-    for t in c.turns:
-        view = {"turn_ind": t.turn_ind, "role": "assistant" if t.role == ASSISTANT else "user",
+    for number, t in enumerate(c.turns, start=1):  # turns numbered from 1, as everywhere else; turn_ind beside
+        view = {"number": number, "turn_ind": t.turn_ind, "role": "assistant" if t.role == ASSISTANT else "user",
                 "utterance": t.utterance, "scores": {}, "particles": []}
         if t.role == ASSISTANT:
             view["scores"] = tpred[tpred["turn_ind"] == t.turn_ind].set_index("aspect")["pred"].to_dict()
@@ -161,8 +186,10 @@ def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataF
                                      for a, g2 in instr.groupby("aspect", sort=True)}})
         turns.append(view)
     worst = lowest.sort_values("score").head(1)
-    return {"conv_id": c.conv_id, "system": c.system, "dialogue": dial, "turns": turns,
-            "worst": None if worst.empty else worst.iloc[0].to_dict()}
+    worst = None if worst.empty else worst.iloc[0].to_dict()
+    if worst is not None:
+        worst["number"] = next((n for n, t in enumerate(c.turns, start=1) if t.turn_ind == worst["turn_ind"]), None)
+    return {"conv_id": c.conv_id, "system": c.system, "dialogue": dial, "turns": turns, "worst": worst}
 
 
 def _views(d: Diagnostics, scores: pd.DataFrame, preds: Predictions, convs: Sequence[Conversation]) -> list[dict]:
@@ -173,17 +200,23 @@ def _views(d: Diagnostics, scores: pd.DataFrame, preds: Predictions, convs: Sequ
 
 
 def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: pd.DataFrame, preds: Predictions,
-               convs: Sequence[Conversation], aspects: Sequence[Aspect]) -> Path:
-    """The report: summary tables and figures, then every conversation → its turns → their particles."""
+               convs: Sequence[Conversation], aspects: Sequence[Aspect], llm: str,
+               instructions: dict[str, dict[str, str]] | None = None) -> Path:
+    """The report: summary tables and figures, then every conversation → its turns → their particles. ``llm``
+    (what scored: the LLM and its settings, or the released judgements) heads the page and captions every table;
+    ``instructions`` (aspect → id → text) is shown on hovering an instruction id and in a list to expand."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     env = Environment(loader=PackageLoader("face.report", "templates"), autoescape=select_autoescape(["html"]))
     env.filters["fmt"] = lambda v, digits=2: "–" if v is None or (isinstance(v, float) and np.isnan(v)) \
         else f"{v:.{digits}f}"
+    numbers = {(c.conv_id, t.turn_ind): n for c in convs for n, t in enumerate(c.turns, start=1)}
+    worst = d.worst.assign(number=[numbers.get((str(r.conv_id), r.turn_ind)) for r in d.worst.itertuples()])
     html = env.get_template("diagnostics.html").render(
-        title=title, note=note, aspects=[a.name for a in aspects], scales={a.name: (a.low, a.high) for a in aspects},
-        heatmaps=act_heatmaps(d.by_act, [a.name for a in aspects]), act_share=d.act_share.to_dict("records"),
-        by_position=d.by_position.to_dict("records"), worst=d.worst.to_dict("records"),
+        title=title, note=note, llm=llm, instructions=instructions or {},
+        aspects=[a.name for a in aspects], scales={a.name: (a.low, a.high) for a in aspects},
+        heatmaps=act_heatmaps(d.by_act, aspects, llm), act_share=d.act_share.to_dict("records"),
+        by_position=d.by_position.to_dict("records"), worst=worst.to_dict("records"),
         conversations=_views(d, scores, preds, convs))
     path = Path(path)
     atomic_write_text(path, html)

@@ -16,17 +16,68 @@ ASPECT_ORDER = [*crsarena.ASPECTS, *usr.ASPECTS]
 SPLIT_LABELS = {"redial": "ReDial", "opendialkg": "OpenDialKG", "all": "pooled"}
 
 
+# p-values (``p``, ``p_value``, ``p_bootstrap``, ``p_williams``, …): printed as ``< 0.001`` below the shown precision
+P_VALUE_COLUMNS = ("p", "pvalue")
+COUNT_COLUMNS = ("n", "runs", "pulls", "conversations", "turns", "particles", "recommendations", "repeats")
+
+
 def _fmt(v: object, digits: int) -> str:
     if isinstance(v, (float, np.floating)):
         return "–" if np.isnan(v) else f"{v:.{digits}f}"
     return str(v)
 
 
+def _fmt_p(v: object, digits: int) -> str:
+    """A p-value: ``< 0.001`` (at 3 digits) rather than a ``0.000`` that reads as impossible."""
+    if isinstance(v, (int, float, np.integer, np.floating)) and not np.isnan(v) and v < 10 ** -digits:
+        return f"< {10 ** -digits:.{digits}f}"
+    return _fmt(v, digits)
+
+
+def _fmt_int(v: object, digits: int) -> str:
+    if isinstance(v, (float, np.floating)) and not np.isnan(v):
+        return str(int(v))
+    return _fmt(v, digits)
+
+
+def _is_count(name: str, col: pd.Series) -> bool:
+    """A float column that holds whole numbers (a mean of equal counts, a budget): printed as integers. Columns in
+    [-1, 1] (correlations that happen to be 0 or ±1) keep their decimals unless the name says it is a count."""
+    if not pd.api.types.is_float_dtype(col):
+        return False
+    v = col.dropna().to_numpy(float)
+    if not len(v) or not np.all(np.isfinite(v)) or not np.all(v == np.round(v)):
+        return False
+    return name in COUNT_COLUMNS or name.startswith(("n_", "num_")) or bool(np.abs(v).max() > 1)
+
+
+def _formatters(df: pd.DataFrame, digits: int) -> list:
+    """One display function per column: p-values, counts, split names (``SPLIT_LABELS``), the rest by ``_fmt``."""
+    out = []
+    for name in df.columns:
+        col, name = df[name], str(name)
+        if name in P_VALUE_COLUMNS or name.startswith("p_") or name.endswith("_p_value"):
+            out.append(_fmt_p)
+        elif name == "split":
+            out.append(lambda v, d: SPLIT_LABELS.get(v, str(v)) if isinstance(v, str) else _fmt(v, d))
+        elif _is_count(name, col):
+            out.append(_fmt_int)
+        else:
+            out.append(_fmt)
+    return out
+
+
+def display_rows(df: pd.DataFrame, digits: int = 3) -> list[list[str]]:
+    """The table's cells as printed in Markdown, LaTeX and on the console (the CSV keeps the raw values)."""
+    fmts = _formatters(df, digits)
+    return [[f(v, digits) for f, v in zip(fmts, row)] for row in df.itertuples(index=False)]
+
+
 def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
     cols = [str(c) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_fmt(v, digits) for v in row) + " |")
+    for row in display_rows(df, digits):
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
@@ -39,7 +90,7 @@ def to_latex(df: pd.DataFrame, caption: str, digits: int = 3) -> str:
         return s.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
 
     cols = [esc(str(c)) for c in df.columns]
-    body = [" & ".join(esc(_fmt(v, digits)) for v in row) + " \\\\" for row in df.itertuples(index=False)]
+    body = [" & ".join(esc(v).replace("< ", "$<$ ") for v in row) + " \\\\" for row in display_rows(df, digits)]
     return "\n".join([
         "\\begin{table}[t]", "\\centering", "\\small",
         "\\begin{tabular}{" + "l" * 1 + "r" * (len(cols) - 1) + "}", "\\toprule",
