@@ -118,14 +118,3 @@ def plotted(monkeypatch) -> dict[str, dict]:
 
     monkeypatch.setattr(report_figures, "_save", spy)
     return seen
-
-
-def run_live(cfg_factory, out: Path, overrides: list[str], tracking: bool = False) -> tuple[list, dict]:
-    """Run a live experiment in-process with its outputs and cache in ``out``: (its run file, the usage totals of
-    its llm_usage.json)."""
-    import importlib
-    import json
-
-    cfg = cfg_factory(*overrides, f"paths.output_dir={out}", f"paths.cache_dir={out / 'cache'}", tracking=tracking)
-    importlib.import_module(cfg.runner).run(cfg)
-    return json.loads((out / "run_file.json").read_text()), json.loads((out / "llm_usage.json").read_text())["totals"]

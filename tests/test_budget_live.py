@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_live
+from live_run import run_live
 
 from face.llm import probe as endpoint_probe
 from face.testing.faultproxy import TRANSPORT_KINDS, FaultProxy

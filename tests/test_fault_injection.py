@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_live
+from live_run import run_live
 
 from face.testing.faultproxy import TRANSPORT_KINDS, FaultProxy
 from face.testing.scripted import ScriptedServer
