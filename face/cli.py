@@ -217,7 +217,9 @@ def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
     from face.methods.job import estimate_console
 
     dry = OmegaConf.merge(cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
-    with estimate_console("estimate"):
+    from face import console
+
+    with estimate_console("estimate"), console.silenced():
         run_guarded(dry)  # prints the estimate, writes cost_estimate.csv, sends nothing
     if args.dry_run:
         print(f"Dry run (--dry-run): nothing was sent; the estimate is in {out / 'cost_estimate.csv'}")
@@ -232,11 +234,15 @@ def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
         if input(f"Send the requests (estimated ${cost:.2f})? [y/N] ").strip().lower() not in ("y", "yes"):
             print("Nothing sent.")
             return 0
-    with estimate_console("shown"):  # the estimate above is this run's: not printed twice
+    with estimate_console("shown"), console.held() as summaries:  # the estimate above is this run's: shown once
         run_guarded(cfg)
     _write_conversations(convs[: args.limit] if args.limit else convs, out / "conversations.json")
     path = build_report(out)
-    print(f"Report: {path}")
+    for summary in summaries:  # the run's summary block, its report last
+        summary.extra.append(("Report", str(path)))
+        print(summary.text(), flush=True)
+    if not summaries:
+        print(f"Report: {path}")
     return 0
 
 
