@@ -44,13 +44,34 @@ def progress_on(enabled: bool = True, stream=None) -> bool:
         return False
 
 
-def progress(iterable, desc: str, total: int | None = None, unit: str = "it"):
-    """``iterable`` with a tqdm bar on stderr when ``progress_on()``; the iterable itself otherwise."""
+_outer = 0  # stage bars being iterated (``progress``): the LLM batch bars drawn meanwhile do not stay
+
+
+def progress(iterable, desc: str, total: int | None = None, unit: str = "it", leave: bool = True):
+    """``iterable`` with a tqdm bar on stderr when ``progress_on()``; the iterable itself otherwise. While it is
+    iterated, the bars of the batches inside are transient (``nested()``): an optimizer round of hundreds of small
+    scoring batches leaves one line, not hundreds. ``leave=False``: cleared when done (a stage met many times)."""
     if not progress_on():
         return iterable
     from tqdm import tqdm
 
-    return tqdm(iterable, desc=desc, total=total, unit=unit, mininterval=0.5, dynamic_ncols=True, file=sys.stderr)
+    return _outer_bar(tqdm(iterable, desc=desc, total=total, unit=unit, mininterval=0.5, dynamic_ncols=True,
+                           file=sys.stderr, leave=leave))
+
+
+def _outer_bar(bar):
+    global _outer
+    _outer += 1
+    try:
+        yield from bar
+    finally:
+        _outer -= 1
+        bar.close()
+
+
+def nested() -> bool:
+    """Whether a stage bar (``progress``) is being drawn: a batch bar inside it is cleared when done."""
+    return _outer > 0
 
 
 @dataclass

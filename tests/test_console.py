@@ -124,3 +124,37 @@ def test_a_run_without_an_llm_ends_with_its_results_path_and_the_mlflow_run_in_t
     assert f"/#/experiments/{run.info.experiment_id}/runs/{run_id})" in block["MLflow run"]
     assert f"mlflow ui --backend-store-uri {cfg.tracking.tracking_uri}" in block["MLflow run"]
     assert re.fullmatch(r"\d+\.\d s", block["Wall time"]), block
+
+
+def test_batch_bars_inside_a_stage_bar_are_cleared_and_the_stage_bar_stays(monkeypatch):
+    """An optimizer round draws hundreds of small scoring batches: inside a stage bar they are transient."""
+    from face.console import nested, progress
+
+    monkeypatch.delenv("FACE_PROGRESS", raising=False)
+    monkeypatch.setattr(sys, "stderr", terminal := FakeTerminal())
+    seen = [nested() for _ in progress(range(3), "optimizer rounds relevance", unit="round")]
+    assert seen == [True, True, True] and not nested()
+    drawn = terminal.getvalue()
+    assert "optimizer rounds relevance: 100%|" in drawn and "3/3" in drawn
+
+
+def test_bootstrap_cis_show_a_bar_on_a_terminal_only_when_they_resample(monkeypatch):
+    import pandas as pd
+
+    from face.aggregate import Predictions
+    from face.data.schema import Conversation, Turn
+    from face.datasets.crsarena import ASPECTS
+    from face.metaeval import meta_evaluate
+
+    monkeypatch.delenv("FACE_PROGRESS", raising=False)
+    convs, rows = [], []
+    for i in range(4):
+        turns = [Turn(1, "ASST", "a", {"relevance": i % 3})]
+        rows.append(("relevance", f"c{i}", 1, float(i)))
+        convs.append(Conversation(f"c{i}", tuple(turns), {}, system=f"s{i}", split="redial"))
+    preds = Predictions(pd.DataFrame(rows, columns=["aspect", "conv_id", "turn_ind", "pred"]),
+                        pd.DataFrame(columns=["aspect", "conv_id", "pred"]))
+    for n_boot, drawn in ((20, True), (0, False)):
+        monkeypatch.setattr(sys, "stderr", terminal := FakeTerminal())
+        meta_evaluate(preds, convs, [ASPECTS["relevance"]], ["all"], ["turn"], n_boot=n_boot)
+        assert (f"bootstrap CIs ({n_boot} resamples)" in terminal.getvalue()) is drawn, terminal.getvalue()

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from face.console import progress_on
+from face.console import nested, progress_on
 from face.errors import import_class
 
 from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused, Server
@@ -344,7 +344,8 @@ class Progress:
         if total and progress_on(enabled):  # llm.progress, FACE_PROGRESS, and stderr a terminal
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, mininterval=0.5, leave=True, dynamic_ncols=True, file=sys.stderr)
+            self.bar = tqdm(total=total, desc=desc, mininterval=0.5, leave=not nested(), dynamic_ncols=True,
+                            file=sys.stderr)
 
     def update(self, hits: int, failed: bool) -> None:
         self.hits += hits
