@@ -46,6 +46,8 @@ the report's tables as CSV.
 
 The cost estimate is printed once, before anything is sent; above --confirm-above USD you are asked to confirm
 (--yes skips the question). Every LLM answer is cached (data/cache/llm): rerunning resumes for free.
+Progress bars go to stderr when it is a terminal (FACE_PROGRESS=0: none); the run ends with a summary block
+(where the results are, MLflow run, wall time, LLM calls, cost as in llm_usage.json) and the report's path.
 Large paid runs: --llm openai --set llm.batch=true sends the requests as OpenAI Batch API jobs (half price,
 answers within 24 h; rerun the same command after an interruption to resume the same jobs).
 
