@@ -46,6 +46,8 @@ the report's tables as CSV.
 
 The cost estimate is printed once, before anything is sent; above --confirm-above USD you are asked to confirm
 (--yes skips the question). Every LLM answer is cached (data/cache/llm): rerunning resumes for free.
+Progress bars go to stderr when it is a terminal (FACE_PROGRESS=0: none); the run ends with a summary block
+(where the results are, MLflow run, wall time, LLM calls, cost as in llm_usage.json) and the report's path.
 Large paid runs: --llm openai --set llm.batch=true sends the requests as OpenAI Batch API jobs (half price,
 answers within 24 h; rerun the same command after an interruption to resume the same jobs).
 
@@ -217,7 +219,9 @@ def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
     from face.methods.job import estimate_console
 
     dry = OmegaConf.merge(cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
-    with estimate_console("estimate"):
+    from face import console
+
+    with estimate_console("estimate"), console.silenced():
         run_guarded(dry)  # prints the estimate, writes cost_estimate.csv, sends nothing
     if args.dry_run:
         print(f"Dry run (--dry-run): nothing was sent; the estimate is in {out / 'cost_estimate.csv'}")
@@ -232,11 +236,15 @@ def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
         if input(f"Send the requests (estimated ${cost:.2f})? [y/N] ").strip().lower() not in ("y", "yes"):
             print("Nothing sent.")
             return 0
-    with estimate_console("shown"):  # the estimate above is this run's: not printed twice
+    with estimate_console("shown"), console.held() as summaries:  # the estimate above is this run's: shown once
         run_guarded(cfg)
     _write_conversations(convs[: args.limit] if args.limit else convs, out / "conversations.json")
     path = build_report(out)
-    print(f"Report: {path}")
+    for summary in summaries:  # the run's summary block, its report last
+        summary.extra.append(("Report", str(path)))
+        print(summary.text(), flush=True)
+    if not summaries:
+        print(f"Report: {path}")
     return 0
 
 

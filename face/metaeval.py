@@ -21,6 +21,7 @@ import pandas as pd
 
 from face.aggregate import PRED_DECIMALS, Predictions
 from face.aspects import Aspect
+from face.console import progress
 from face.data.schema import Conversation
 
 log = logging.getLogger(__name__)
@@ -337,7 +338,9 @@ def meta_evaluate(preds: Predictions, convs: Sequence[Conversation], aspects: Se
     Items without a prediction are dropped and counted in ``n_missing``.
     """
     rows = []
-    for spec in aspects:
+    # the bootstrap takes seconds per aspect on the full data: a bar while it runs (cleared after; see face.console)
+    todo = progress(aspects, f"bootstrap CIs ({n_boot} resamples)", unit="aspect", leave=False) if n_boot else aspects
+    for spec in todo:
         df = items(preds, convs, spec)
         aspect, native = spec.name, spec.level
         for split, sdf in _split_frames(df, splits):

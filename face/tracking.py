@@ -229,6 +229,7 @@ class Tracker:
         self.run_name = redact(name) if name else None  # a run name may quote settings
         self.uses_llm = uses_llm
         self.run_id: str | None = None
+        self.experiment_id: str | None = None
         if self.enabled:
             import mlflow
 
@@ -247,7 +248,7 @@ class Tracker:
                     name = redact(job_name(self.cfg.task_name, overrides, parent.swept))
                 self.run_name = name
             run = self.mlflow.start_run(run_name=name, parent_run_id=parent.run_id if parent else None)
-            self.run_id = run.info.run_id
+            self.run_id, self.experiment_id = run.info.run_id, run.info.experiment_id
             self.set_tags(process_tags())
             self.mlflow.log_params(run_params(self.cfg, self.uses_llm))
             self.set_tags({"git_commit": git_commit(self.cfg.paths.root_dir), "task_name": self.cfg.task_name})

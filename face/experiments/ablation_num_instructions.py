@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from face.aggregate import aggregate, instruction_ids, random_instruction_subsets
+from face.console import progress
 from face.experiments.common import experiment, released_scores
 from face.files import atomic_path
 from face.metaeval import meta_evaluate
@@ -24,7 +24,7 @@ def run(cfg: DictConfig) -> dict:
         splits = ctx.splits
         rows = []
         jobs = [(asp, k, seed) for asp in ctx.aspects for k in a.ks for seed in range(a.n_seeds)]
-        for spec, k, seed in tqdm(jobs, desc="k-instruction subsets", unit="subset", disable=None):
+        for spec, k, seed in progress(jobs, "k-instruction subsets", unit="subset"):
             aspect = spec.name
             s = scores[scores["aspect"] == aspect]
             ids = instruction_ids(s)

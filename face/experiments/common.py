@@ -23,6 +23,7 @@ from typing import Iterator, Sequence
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from face import console
 from face.aspects import Aspect
 from face.data import ensure_data
 from face.data.fetch import data_checksums
@@ -250,7 +251,8 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
     """Validate, fetch, load, track. ``method_cfgs``: several methods (name -> config) instead of ``cfg.method``.
 
     Every setting is checked (``ConfigError``: one line naming it) before anything is fetched, written or
-    sent; the MLflow run opens only after that."""
+    sent; the MLflow run opens only after that. A run that ends well prints one summary block (face.console)."""
+    summary = console.RunSummary()
     try:
         llm = check_settings(cfg, method_cfgs)
         dataset = build(cfg.dataset)
@@ -296,8 +298,20 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
                   + (" (subset)" if dataset.is_subset else "") + (f"; {settings_text(label)}" if label else ""))
         has_labels = any(c.labels or any(t.labels for t in c.turns) for c in convs)
         log.info("%s; results -> %s", subset, out_dir)
-        yield Context(cfg, dataset, methods, convs, aspects, splits, data_dir, out_dir, run_dir, subset, tracker,
-                      has_labels, llm=llm)
+        summary.results, summary.run_dir, summary.tracking = out_dir.resolve(), run_dir.resolve(), tracker.enabled
+        summary.run_id, summary.experiment_id = tracker.run_id, getattr(tracker, "experiment_id", None)
+        summary.ui = mlflow_ui_command(cfg)
+        with console.collect(summary):
+            yield Context(cfg, dataset, methods, convs, aspects, splits, data_dir, out_dir, run_dir, subset, tracker,
+                          has_labels, llm=llm)
+    console.finish(summary)
+
+
+def mlflow_ui_command(cfg: DictConfig) -> str:
+    """How to open the MLflow UI on the run's store: ``make mlflow-ui`` for the project's own ``mlflow.db``."""
+    uri = str(_setting(cfg, "tracking.tracking_uri", "") or "")
+    own = f"sqlite:///{Path(cfg.paths.root_dir).resolve() / 'mlflow.db'}"
+    return "make mlflow-ui" if uri in ("", own) else f"mlflow ui --backend-store-uri {uri} --port 5000"
 
 
 # ---------------------------------------------------------------- checks before anything runs

@@ -31,12 +31,14 @@ import asyncio
 import functools
 import itertools
 import logging
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+from face.console import nested, progress_on
 from face.errors import import_class
 
 from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused, Server
@@ -332,17 +334,18 @@ def _loop_running() -> bool:
 
 
 class Progress:
-    """tqdm bar: done/total, cache hits, failures, cost so far."""
+    """tqdm bar: done/total, cache hits, failures, cost so far (drawn as ``face.console.progress_on`` says)."""
 
     def __init__(self, total: int, desc: str, enabled: bool, usage: Usage):
         self.usage = usage
         self.hits = 0
         self.fail = 0
         self.bar = None
-        if enabled and total:
-            from tqdm.auto import tqdm
+        if total and progress_on(enabled):  # llm.progress, FACE_PROGRESS, and stderr a terminal
+            from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, mininterval=0.5, leave=True, dynamic_ncols=True)
+            self.bar = tqdm(total=total, desc=desc, mininterval=0.5, leave=not nested(), dynamic_ncols=True,
+                            file=sys.stderr)
 
     def update(self, hits: int, failed: bool) -> None:
         self.hits += hits

@@ -26,6 +26,7 @@ from typing import Iterator
 
 import pandas as pd
 
+from face import console
 from face.aggregate import Predictions
 from face.errors import ConfigError
 from face.files import atomic_path, atomic_write_text
@@ -110,6 +111,7 @@ class LLMJob:
     def finish(self, client) -> None:
         """The job's usage: llm_usage[_name].json, what the server says of the run (llm_server.json), metrics."""
         self.artifacts.append(client.usage.write_artifact(self._file("llm_usage", "json")))
+        console.note_usage(client.usage.summary())  # the run's summary block: the same numbers
         self.metrics.update(client.usage.mlflow_metrics(prefix=f"{self.name}.llm_" if self.name else "llm_"))
         print(f"{self.name + ': ' if self.name else ''}{client.usage.counts_line()}")  # llm_usage.json's numbers
         server = write_server_report(client, self._file("llm_server", "json"), self.metrics)

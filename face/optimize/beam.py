@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from face.aspects import Aspect
+from face.console import progress
 from face.optimize import checkpoint
 from face.optimize.bandit import Bandit
 from face.optimize.checkpoint import Candidate, OptState
@@ -150,7 +151,8 @@ class BeamSearch:
 
     def run(self, state: OptState) -> OptState:
         rounds = self.cfg.rounds if self.writer is not None else 1
-        for r in range(state.round + 1, rounds + 1):
+        todo = range(state.round + 1, rounds + 1)
+        for r in progress(todo, f"optimizer rounds {self.aspect.name}", total=len(todo), unit="round"):
             calls0, cost0 = self.usage() if self.usage else (0, 0.0)
             rng = rng_from(state, self.cfg.seed)
             new = self.expand(state, r, rng) if self.writer is not None else []

@@ -209,7 +209,8 @@ def test_json_object_schema_wire_format(server, make_cfg, tmp_path):
     assert a.text == b.text  # same instance whichever wire format
 
 
-def test_progress_bar_shows_hits_failures_cost(server, make_cfg, capsys):
+def test_progress_bar_shows_hits_failures_cost(server, make_cfg, capsys, monkeypatch):
+    monkeypatch.setenv("FACE_PROGRESS", "1")  # captured stderr is no terminal: draw the bar all the same
     with make_client(make_cfg(progress=True, price_input_per_mtok=1.0)) as c:
         c.run_batch(reqs(3), desc="scoring relevance")
         c.run_batch(reqs(3), desc="scoring relevance")

@@ -46,7 +46,7 @@ def test_yaml_configs_compose(name, tmp_path):
     if name == "scripted":
         assert cfg.server == {"_target_": "face.testing.scripted.ScriptedServer", "model": "scripted-model",
                               "latency_s": 0.0, "fault_rate": 0.0}
-        assert (cfg.backoff_base_s, cfg.progress, cfg.concurrency) == (0.01, False, 8)
+        assert (cfg.backoff_base_s, cfg.progress, cfg.concurrency) == (0.01, True, 8)
 
 
 def test_from_dict_rejects_unknown_keys():
