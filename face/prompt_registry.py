@@ -84,7 +84,8 @@ class PromptLog:
 
     def _describe_job(self) -> str:
         j = self.job()
-        sweep = f"sweep job {j['sweep_job']} ({j.get('sweep_overrides', '')}), " if "sweep_job" in j else ""
+        # the run name carries the job's settings; its overrides (tmp paths, the store's URI) stay in the tags
+        sweep = f"sweep job {j['sweep_job']}, " if "sweep_job" in j else ""
         return f"{sweep}run {j['run_name'] or j['run_id']}"
 
     def register(self, cand: Any, parent: Any | None) -> int | None:

@@ -1,15 +1,31 @@
-"""Screenshots of the MLflow UI for the README: the runs table, a run page and the prompts page.
+"""Screenshots of the MLflow UI for docs/comparing_runs.md: the runs table, a run page, the Prompt Registry.
 
     python scripts/screenshots.py [--out docs/screenshots] [--browser chromium]
 
-Runs three jobs into a fresh MLflow store (reproduce_table2, the same with method.particle_agg=median, and
-system_level; released scores, no LLM), starts `mlflow ui` on a free loopback port, renders each page in
-headless Chromium and stops the server. Needs Chromium (Debian: apt-get install chromium).
+Runs four things into a fresh MLflow store in a temporary directory (nothing is written to the checkout):
+reproduce_table2, the same with method.particle_agg=median, system_level (released scores, no LLM), and a
+tiny scripted optimizer sweep (alpha=1,2 x beam=1,2, one round, 8 conversations, relevance). Then it starts
+`mlflow ui` on a free loopback port and renders each page in headless Chromium, driven through the DevTools
+protocol over a pipe (`--remote-debugging-pipe`, standard library only), and stops both.
+
+MLflow 3 shows no metric column until one is picked and keeps the pick per experiment in the browser's
+localStorage (key `MLflowLocalStorage-1.1-ExperimentPage-["<id>"]-ReactComponentState`: `selectedColumns`,
+`columnOrder`, `columnWidths`, `runsExpanded`), so the script writes that state first, as a user's clicks
+would, and the runs tables open with the swept params and `summary.*` columns and the sweep's parent expanded.
+
+Writes to --out: runs_table.png (reproduce_table2's runs with their headline metrics), run_page.png (one of its
+runs), sweep_runs.png (the sweep: parent and its four children, swept params, summary.* metrics),
+sweep_child_run.png (a child run: parent link, params, metrics), prompt_versions.png (an optimizer job's prompt
+`face-opt-relevance-run-<id8>`: its versions, commit messages, aliases), prompts.png (the Prompt Registry).
+Needs Chromium (Debian: apt-get install chromium).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import fcntl
+import json
 import os
 import shutil
 import socket
@@ -22,6 +38,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+SWEEP = ["-m", "experiment=optimize_instructions", "llm=scripted", "optimizer.alpha=1,2", "optimizer.beam=1,2",
+         "optimizer.beta=1", "optimizer.rounds=1", "dataset.limit=8", "aspects=[relevance]"]
+SWEPT = ["optimizer.alpha", "optimizer.beam", "optimizer.beta"]
+OPT_METRICS = ["summary.heldout_final_spearman", "summary.heldout_initial_spearman", "summary.heldout_gain"]
+TABLE2_METRICS = ["summary.turn_spearman_mean", "summary.dialogue_spearman_mean"]
 
 
 def free_port() -> int:
@@ -31,39 +52,174 @@ def free_port() -> int:
 
 
 def run_jobs(store: str, tmp: Path) -> None:
+    """The three released-score jobs, then the scripted sweep; every output path points into tmp."""
+    common = [f"tracking.tracking_uri={store}", f"tracking.artifact_location={tmp / 'artifacts'}",
+              f"paths.results_dir={tmp / 'results'}"]
     jobs = [["experiment=reproduce_table2"], ["experiment=reproduce_table2", "method.particle_agg=median"],
             ["experiment=system_level"]]
     for i, job in enumerate(jobs):
-        subprocess.run([sys.executable, "scripts/run.py", *job, f"tracking.tracking_uri={store}",
-                        f"tracking.artifact_location={tmp / 'artifacts'}", f"paths.results_dir={tmp / 'results'}",
-                        f"hydra.run.dir={tmp / f'run{i}'}", "metaeval.n_boot=200"], cwd=ROOT, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "scripts/run.py", *job, *common, f"hydra.run.dir={tmp / f'run{i}'}",
+                        "metaeval.n_boot=200"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "scripts/run.py", *SWEEP, *common, f"hydra.sweep.dir={tmp / 'sweep'}"],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
 
-def shoot(browser: str, url: str, path: Path, profile: Path) -> None:
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    "--hide-scrollbars", f"--user-data-dir={profile}", "--window-size=1400,900",
-                    "--virtual-time-budget=20000", f"--screenshot={path}", url],
-                   check=True, capture_output=True, timeout=180)
-    print(f"wrote {path}")
+class Chromium:
+    """Headless Chromium driven over the DevTools protocol on fds 3/4 (`--remote-debugging-pipe`): messages are
+    JSON terminated by a NUL byte, so no websocket client is needed."""
+
+    def __init__(self, browser: str, profile: Path, width: int, height: int):
+        cmd_r, self._cmd_w = os.pipe()
+        self._res_r, res_w = os.pipe()
+
+        def to_fds_3_4() -> None:  # via fds >= 10 first, so one dup2 cannot overwrite the other's source
+            a, b = fcntl.fcntl(cmd_r, fcntl.F_DUPFD, 10), fcntl.fcntl(res_w, fcntl.F_DUPFD, 10)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self._proc = subprocess.Popen(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"],
+            pass_fds=(3, 4), preexec_fn=to_fds_3_4, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(cmd_r)
+        os.close(res_w)
+        self._buf, self._id = b"", 0
+        target = self.send("Target.createTarget", url="about:blank")["targetId"]
+        self._session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.page("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                  mobile=False)
+
+    def send(self, method: str, session: str | None = None, **params) -> dict:
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        os.write(self._cmd_w, json.dumps(msg).encode() + b"\0")
+        while True:  # skip events until our reply
+            while b"\0" not in self._buf:
+                chunk = os.read(self._res_r, 1 << 20)
+                if not chunk:
+                    raise SystemExit("chromium exited")
+                self._buf += chunk
+            raw, self._buf = self._buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._id:
+                if "error" in reply:
+                    raise SystemExit(f"chromium: {method}: {reply['error']}")
+                return reply["result"]
+
+    def page(self, method: str, **params) -> dict:
+        return self.send(method, self._session, **params)
+
+    def js(self, expression: str):
+        return self.page("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def goto(self, url: str, ready_text: str, timeout: float = 120) -> None:
+        """Load url and wait until the page shows ready_text (the UI fetches its data after the page loads)."""
+        self.page("Page.navigate", url=url)
+        end = time.monotonic() + timeout
+        while not self.js(f"document.body && document.body.innerText.includes({json.dumps(ready_text)})"):
+            if time.monotonic() > end:
+                raise SystemExit(f"{url} did not show {ready_text!r} within {timeout:.0f} s")
+            time.sleep(0.5)
+        time.sleep(2)  # let the last requests (metrics, aliases) render
+
+    def set_local_storage(self, items: dict[str, str]) -> None:
+        self.js(";".join(f"localStorage.setItem({json.dumps(k)}, {json.dumps(v)})" for k, v in items.items()))
+
+    def screenshot(self, path: Path) -> None:
+        path.write_bytes(base64.b64decode(self.page("Page.captureScreenshot", format="png")["data"]))
+        print(f"wrote {path}")
+
+    def close(self) -> None:
+        self._proc.kill()
+        self._proc.wait(timeout=30)
+        os.close(self._cmd_w)
+        os.close(self._res_r)
+
+
+def runs_table_state(experiment_id: str, params: list[str], metrics: list[str], widths: dict[str, int],
+                     expanded: list[str]) -> dict[str, str]:
+    """localStorage entries that open an experiment's runs table with these param and metric columns (in this
+    order and width) and these parent runs expanded, and keep the assistant panel closed."""
+    cols = [f"params.`{p}`" for p in params] + [f"metrics.`{m}`" for m in metrics]
+    width = {"attributes.`Run Name`": widths.pop("run_name", 360), **{c: widths.get(c.split("`")[1], 150)
+                                                                      for c in cols}}
+    state = {"selectedColumns": cols, "columnOrder": list(width), "columnWidths": width,
+             "runsExpanded": {run_id: True for run_id in expanded}}
+    return {f'MLflowLocalStorage-1.1-ExperimentPage-["{experiment_id}"]-ReactComponentState': json.dumps(state),
+            "mlflow.assistant.panelOpen_v1": "false", "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1": "true"}
+
+
+def shoot_all(browser: str, base: str, store: str, out: Path, tmp: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=store)
+    t2 = client.get_experiment_by_name("reproduce_table2")
+    t2_run = client.search_runs([t2.experiment_id], order_by=["attributes.start_time ASC"])[0]
+    opt = client.get_experiment_by_name("optimize_instructions")
+    runs = client.search_runs([opt.experiment_id], order_by=["attributes.start_time ASC"])
+    parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+
+    def job_prompt(run) -> str:
+        return f"face-opt-relevance-run-{run.info.run_id[:8]}"
+
+    # the job with the longest version list, so the prompt page shows a lineage beyond v1 -> v2
+    child = max(children, key=lambda r: len(client.search_prompt_versions(job_prompt(r))))
+    prompt = job_prompt(child)
+    collapse_sidebar = "document.querySelector('[aria-label=\"Toggle sidebar\"]')?.click()"
+
+    def shot(name: str, url: str, ready: str, width: int, height: int, storage: dict | None = None,
+             click: str | None = None, search: str | None = None) -> None:
+        chrome = Chromium(browser, tmp / f"profile-{name}", width, height)
+        try:
+            chrome.goto(f"{base}/health", "OK", timeout=30)  # same origin, so localStorage can be written
+            chrome.set_local_storage(storage or {"mlflow.assistant.panelOpen_v1": "false",
+                                                 "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1": "true"})
+            chrome.goto(f"{base}/{url}", ready)
+            if click:
+                chrome.js(click)
+                time.sleep(1)
+            if search:  # type into the first search box (the run page's metrics filter), as a user would
+                chrome.js("document.querySelector('input[placeholder^=\"Search\"]').focus()")
+                chrome.page("Input.insertText", text=search)
+                time.sleep(2)
+            chrome.screenshot(out / name)
+        finally:
+            chrome.close()
+
+    shot("sweep_runs.png", f"#/experiments/{opt.experiment_id}/runs", child.data.tags["mlflow.runName"], 1900, 540,
+         runs_table_state(opt.experiment_id, SWEPT, OPT_METRICS,
+                          {"run_name": 500, "optimizer.alpha": 120, "optimizer.beam": 120, "optimizer.beta": 120,
+                           "summary.heldout_final_spearman": 255, "summary.heldout_initial_spearman": 255,
+                           "summary.heldout_gain": 190}, [parent.info.run_id]),
+         click=collapse_sidebar)
+    shot("sweep_child_run.png", f"#/experiments/{opt.experiment_id}/runs/{child.info.run_id}",
+         "summary.heldout_final_spearman", 1700, 1000, click=collapse_sidebar, search="summary")
+    shot("prompt_versions.png", f"#/prompts/{prompt}", "initial", 1700, 560)
+    shot("runs_table.png", f"#/experiments/{t2.experiment_id}/runs", t2_run.data.tags["mlflow.runName"], 1600, 420,
+         runs_table_state(t2.experiment_id, ["method.particle_agg"], TABLE2_METRICS,
+                          {"run_name": 420, "method.particle_agg": 170, "summary.turn_spearman_mean": 240,
+                           "summary.dialogue_spearman_mean": 260}, []),
+         click=collapse_sidebar)
+    shot("run_page.png", f"#/experiments/{t2.experiment_id}/runs/{t2_run.info.run_id}", "Registered prompts",
+         1500, 1000)
+    shot("prompts.png", "#/prompts", prompt, 1500, 800)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     ap.add_argument("--browser", default=shutil.which("chromium") or shutil.which("google-chrome") or "chromium")
+    ap.add_argument("--store", help="shoot an existing store (sqlite:///...) that already holds these jobs' runs "
+                                    "instead of running the jobs again")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        store = f"sqlite:///{tmp / 'mlflow.db'}"
-        run_jobs(store, tmp)
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=store)
-        exp = client.get_experiment_by_name("reproduce_table2")
-        run = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])[0]
+        store = args.store or f"sqlite:///{tmp / 'mlflow.db'}"
+        if not args.store:
+            run_jobs(store, tmp)
         port = free_port()
         server = subprocess.Popen([str(BIN / "mlflow"), "ui", "--backend-store-uri", store, "--host", "127.0.0.1",
                                    "--port", str(port), "--workers", "1"], stdout=subprocess.DEVNULL,
@@ -71,7 +227,7 @@ def main() -> None:
                                   env={**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
         try:
             base = f"http://127.0.0.1:{port}"
-            for _ in range(120):
+            for _ in range(240):
                 try:
                     urllib.request.urlopen(f"{base}/health", timeout=1)
                     break
@@ -79,11 +235,7 @@ def main() -> None:
                     time.sleep(0.5)
             else:
                 raise SystemExit("mlflow ui did not start")
-            shoot(args.browser, f"{base}/#/experiments/{exp.experiment_id}/runs", args.out / "runs_table.png",
-                  tmp / "profile1")
-            shoot(args.browser, f"{base}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}",
-                  args.out / "run_page.png", tmp / "profile2")
-            shoot(args.browser, f"{base}/#/prompts", args.out / "prompts.png", tmp / "profile3")
+            shoot_all(args.browser, base, store, args.out, tmp)
         finally:
             server.terminate()
             server.wait(timeout=30)
