@@ -66,6 +66,7 @@ def test_progress_is_drawn_on_a_terminal_unless_switched_off(monkeypatch, env, s
     assert progress_on(enabled, stream) is drawn
 
 
+@pytest.mark.slow
 def test_a_scripted_run_draws_bars_on_a_terminal_and_none_with_llm_progress_false(tmp_path, monkeypatch):
     monkeypatch.delenv("FACE_PROGRESS", raising=False)
     terminal = FakeTerminal()
@@ -99,6 +100,7 @@ def test_face_evaluate_ends_with_one_summary_block_with_the_numbers_of_llm_usage
     assert Path(block["Report"]).is_file()
 
 
+@pytest.mark.slow
 def test_a_second_run_counts_its_cache_hits_as_llm_usage_json_does(tmp_path, capsys):
     """The rerun is served from the cache: the block's cache hits are the file's, not zero."""
     assert _evaluate(tmp_path) == 0

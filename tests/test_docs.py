@@ -63,6 +63,7 @@ def test_the_pages_show_commands_at_all():
     assert {page for page, _ in CASES} >= {"README.md", "live_llm.md", "optimizer.md"}
 
 
+@pytest.mark.slow
 def test_every_command_the_docs_show_composes():
     problems, seen = [], set()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -138,6 +138,7 @@ def test_each_sweep_job_files_its_candidates_under_its_own_prompt_naming_the_job
     assert len(initial) == 1  # one start text, registered once per job, not twice under one name
 
 
+@pytest.mark.slow
 def test_a_text_any_earlier_version_holds_is_not_registered_again_across_pages(cfg_factory, monkeypatch):
     """A store written before versions were compared (v1 and v2 the same text) and more versions than one page of
     the registry query: each known text gives its oldest version; only a new text gives a new version."""
@@ -157,6 +158,7 @@ def test_a_text_any_earlier_version_holds_is_not_registered_again_across_pages(c
     assert len(MlflowClient().search_prompt_versions("face-x-y", max_results=50)) == 6
 
 
+@pytest.mark.slow
 def test_optimizer_sets_are_aliased_per_job_and_best_by_dev_correlation(cfg_factory):
     """Two jobs' final sets (no LLM: candidates written by hand): each job's candidates under its own prompt with
     @initial / @best, each set @run-<id>, and the set @best the one with the higher dev Spearman."""

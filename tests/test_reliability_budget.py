@@ -13,6 +13,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from reliability import refused, run
 
+# the reliability suite (issue 21): in-process, but ~150 cases; run with the slow tests, one at a time, so that
+# no other test writes into the project tree while a case checks that nothing outside its temp dir changed
+pytestmark = pytest.mark.slow
+
 CONV = {"id": "c1", "system": "crs-a", "messages": [
     {"role": "user", "content": "Any thriller for tonight?"},
     {"role": "assistant", "content": "How about Heat (1995)?"},

@@ -22,6 +22,10 @@ from reliability import refused, run
 from face.datasets.chatlogs import load_logs
 from face.datasets.crsarena import load_conversations
 
+# the reliability suite (issue 21): in-process, but ~150 cases; run with the slow tests, one at a time, so that
+# no other test writes into the project tree while a case checks that nothing outside its temp dir changed
+pytestmark = pytest.mark.slow
+
 CHAT = {"id": "c1", "system": "crs-a", "messages": [
     {"role": "user", "content": "Any good heist movies?"},
     {"role": "assistant", "content": "Try Heat (1995)."},

@@ -20,6 +20,10 @@ from reliability import refused, run
 import face.secrets
 from face.secrets import redact, register, secret_in_overrides, secret_name, secret_setting
 
+# the reliability suite (issue 21): in-process, but ~150 cases; run with the slow tests, one at a time, so that
+# no other test writes into the project tree while a case checks that nothing outside its temp dir changed
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 RAW = "canaryZq7Xw2Lp9Rt4Vb6N"  # a key no format rule of redact() recognises: only its setting gives it away
 CANARY = f"sk-{RAW}"  # the same with a well-known key prefix; neither may appear anywhere
