@@ -250,6 +250,25 @@ def test_logprobs_estimator_without_logprobs_uses_the_parsed_answer_else_the_pol
     assert r.score == (0.0 if fallback == "min" else pytest.approx(math.nan, nan_ok=True))
 
 
+@pytest.mark.parametrize("fallback", ["min", "drop"])
+@pytest.mark.parametrize("policy", ["parsed", "redraw", "min"])
+def test_logprobs_missing_decides_a_parsed_answer_only_and_invalid_fallback_an_unparsed_one(policy, fallback):
+    """method.invalid.logprobs_missing is about an answer that parsed but carries no logprobs: parsed keeps its
+    integer, min scores the scale's lowest, redraw treats it as invalid (the fallback decides). An answer that
+    did not parse is invalid under every policy: method.invalid.fallback decides (min -> 0, drop -> no score)."""
+    unit = Unit(ASPECTS["relevance"], "c", 1, 0, P("recommendation", "Heat", ""))
+    p = Planned(unit, INSTR[0], None)
+    spec = ScoringSpec("logprobs", reasoning=False, invalid=InvalidPolicy(fallback=fallback, logprobs_missing=policy))
+    r = record_from_samples(p, [Completion('{"score": 2}', "stop", logprobs=None)], spec)
+    expected = {"parsed": (2.0, 1, 0), "min": (0.0, 0, 1),
+                "redraw": (0.0, 0, 1) if fallback == "min" else (math.nan, 0, 0)}[policy]
+    assert (r.score, r.n_valid, r.n_defaulted) == pytest.approx(expected, nan_ok=True)
+    r = record_from_samples(p, [Completion("no idea", "stop", logprobs=None)], spec)
+    unparsed = (0.0, 0, 1) if fallback == "min" else (math.nan, 0, 0)
+    assert (r.score, r.n_valid, r.n_defaulted) == pytest.approx(unparsed, nan_ok=True)
+    assert r.fallback.startswith("no valid answer") or r.fallback == "no_valid_answer"
+
+
 def test_each_estimator_asks_for_what_it_reads():
     from face.scoring import LogprobsEstimator, SamplingEstimator
 

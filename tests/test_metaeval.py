@@ -336,8 +336,13 @@ def test_bootstrap_ci_defaults_guards_and_warning(caplog, monkeypatch):
         bootstrap_ci(x, y, groups, 0)
         assert not caplog.records  # no interval asked for: nothing to warn about
         bootstrap_ci(x[:3], y[:3], np.zeros(3), 50)
-        bootstrap_ci(x[:3], y[:3], np.zeros(3), 1)
+        bootstrap_ci(x[:3], y[:3], np.zeros(3), 50)
     assert caplog.text.count("from 1 conversation(s), need >= 2") == 1  # twice met, said once
+    monkeypatch.setattr("face.metaeval._warned", set())
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="face.metaeval"):
+        bootstrap_ci(x[:3], y[:3], np.zeros(3), 1)  # one resample asked for is an interval asked for
+    assert caplog.text.count("from 1 conversation(s), need >= 2") == 1
 
 
 def test_meta_evaluate_and_system_correlations_default_to_a_thousand_resamples_seed_0():
