@@ -234,8 +234,9 @@ def test_server_chat_logprobs_json_and_clean_stop() -> None:
 
 _CHILD = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
     from face.llm.local import LocalServer
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C-able even when started with SIGINT ignored (cmd &)
     srv = LocalServer({"n_ctx": 512})
     srv.__enter__()          # no with-block on purpose: clean-up must come from signals/atexit
     print(srv.pid, srv.base_url, srv.log_path, flush=True)
