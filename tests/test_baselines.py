@@ -24,6 +24,7 @@ def _run(cfg):
     return importlib.import_module(cfg.runner).run(cfg)
 
 
+@pytest.mark.slow
 def test_crsarena_baselines_on_two_conversations(cfg_factory, plotted):
     cfg = cfg_factory("experiment=crsarena_baselines", "dataset.limit=2", "aspects=[relevance,dialogue_overall]", *FAST,
                       tracking=False)

@@ -118,6 +118,7 @@ def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory,
     assert m["summary.turn_spearman_mean"] == pytest.approx((0.5295 + 0.4496) / 2, abs=0.01)
 
 
+@pytest.mark.slow
 def test_run_file_written_by_the_project_gives_the_reported_correlations(cfg_factory, data_dir):
     """The run file, read back and correlated with the raw labels by scipy, gives the reported numbers."""
     cfg = cfg_factory("experiment=reproduce_table2", *SMALL, tracking=False)
@@ -140,6 +141,7 @@ def test_run_file_written_by_the_project_gives_the_reported_correlations(cfg_fac
                                                                               abs=1e-12)
 
 
+@pytest.mark.slow
 def test_subset_runs_never_overwrite_committed_results(cfg_factory, tmp_path):
     cfg = cfg_factory("experiment=reproduce_table2", *SMALL, tracking=False)
     out = _run(cfg)
@@ -248,6 +250,7 @@ def test_cli_multirun_sweep(tmp_path, mirror):
     assert all(r.data.tags["sweep_dir"] == str(tmp_path / "sweep") for r in every)
 
 
+@pytest.mark.slow
 def test_files_over_the_artifact_limit_stay_in_the_run_directory_with_a_tag(cfg_factory, tmp_path):
     from face.tracking import Tracker
 

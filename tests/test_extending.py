@@ -21,6 +21,7 @@ TOY_CONF = Path(__file__).parent / "toy_conf"
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_toy_dataset_and_method_run_through_the_cli_from_a_config_dir_of_their_own(tmp_path, data_dir):
     """As docs/extending.md tells a user: the code on PYTHONPATH, the configs in a directory of their own named by
     hydra.searchpath on the command line, conf/ untouched."""
@@ -44,6 +45,7 @@ def test_toy_dataset_and_method_run_through_the_cli_from_a_config_dir_of_their_o
     assert (run_dir / "run_file.json").exists()
 
 
+@pytest.mark.slow
 def test_own_instruction_source_and_scorer_run_live_face_through_the_cli(tmp_path, data_dir):
     """Live FACE with an instruction source and a scorer of the user's own (tests/toy_extension.py), named in a
     method config that lives only in the user's directory: every score is under the toy instruction, and is the
@@ -98,6 +100,7 @@ def test_method_released_refuses_a_dataset_it_has_no_scores_for(cfg_factory):
         importlib.import_module(cfg.runner).run(cfg)
 
 
+@pytest.mark.slow
 def test_own_conversations_with_the_default_experiment_fail_in_one_line_and_create_no_mlflow_run(tmp_path, mirror):
     import os
     import subprocess

@@ -476,6 +476,7 @@ def test_a_batch_api_dry_run_prices_at_half_the_list_price(cfg_factory, capsys):
     assert "OpenAI Batch API price: 0.5 × list price" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_live_run_through_the_batch_api_writes_the_same_run_file_as_over_http(cfg_factory, tmp_path):
     with ScriptedServer() as info:
         files = {}

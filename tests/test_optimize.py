@@ -285,6 +285,7 @@ def _run(cfg):
     return importlib.import_module(cfg.runner).run(cfg)
 
 
+@pytest.mark.slow
 def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_path):
     cfg = cfg_factory(*TINY, "llm=scripted", "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1",
                       "optimizer.beam=2")
@@ -345,6 +346,7 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
         Face(instructions={"source": "mlflow"})
 
 
+@pytest.mark.slow
 def test_kill_after_round_one_and_resume_sends_nothing_twice(cfg_factory, scripted, tmp_path):
     common = [*TINY, "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1", "optimizer.beam=2",
               "tracking=none"]
@@ -408,6 +410,7 @@ def test_dry_run_prints_the_paper_setting_and_sends_nothing(cfg_factory, capsys)
     assert paper.loc["gradients / round", "calls"] == 16 and paper.loc["rewrites / round", "calls"] == 64
 
 
+@pytest.mark.slow
 def test_optimize_selection_small(cfg_factory):
     cfg = cfg_factory("experiment=optimize_selection", "aspects=[relevance,efficiency]", "selection.repeats=2",
                       "selection.budgets=[8,32]", "selection.ucb_cs=[1.0]", "optimizer.pulls=32", tracking=False,)

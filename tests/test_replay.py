@@ -165,6 +165,7 @@ def test_identical_particles_of_a_turn_get_the_first_ones_judgement_and_are_coun
     assert [c["particle_ind"] for c in report["ambiguous"][0]["candidates"]] == members
 
 
+@pytest.mark.slow
 def test_an_unidentifiable_request_stops_the_run_with_one_line_and_caches_nothing(data_dir, tmp_path):
     cache = tmp_path / "cache"
     cmd = [sys.executable, "scripts/run.py", "experiment=crsarena_main", "llm=replay", "dataset.limit=1",

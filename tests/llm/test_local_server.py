@@ -236,7 +236,7 @@ _CHILD = textwrap.dedent(
     """
     import signal, sys, time
     from face.llm.local import LocalServer
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C-able even when started with SIGINT ignored (cmd &)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C-able even if started as `cmd &`
     srv = LocalServer({"n_ctx": 512})
     srv.__enter__()          # no with-block on purpose: clean-up must come from signals/atexit
     print(srv.pid, srv.base_url, srv.log_path, flush=True)

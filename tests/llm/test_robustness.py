@@ -7,6 +7,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from face.llm import ChatRequest, SampleCache, make_client
 from face.testing.scripted import ScriptedServer, _h, read_log
 
@@ -33,6 +35,7 @@ class SubprocessServer:
         self.proc.wait(10)
 
 
+@pytest.mark.slow
 def test_faults_on_20_percent_give_identical_results(make_cfg, tmp_path):
     rs = [ChatRequest(messages=[{"role": "user", "content": f"fault test {i}"}], n=1 + (i % 5 == 0), tag="f")
           for i in range(500)]
@@ -64,6 +67,7 @@ def test_faults_on_20_percent_give_identical_results(make_cfg, tmp_path):
     assert [r.texts for r in faulty] == [r.texts for r in clean]
 
 
+@pytest.mark.slow
 def test_sigkill_halfway_then_rerun_sends_only_missing(tmp_path):
     n, conc = 200, 4
     cache_dir = str(tmp_path / "cache")
