@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from face.files import atomic_write_text
+
 from .base import ChatRequest, ChatResult, LLMCallError
 from .transport import OpenAITransport, completion_result
 
@@ -89,9 +91,7 @@ class Journal:
 
     def save(self, job: Job) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / f".{job.id}.json.tmp"
-        tmp.write_text(json.dumps(job.record()), encoding="utf-8")
-        os.replace(tmp, self.folder / f"{job.id}.json")
+        atomic_write_text(self.folder / f"{job.id}.json", json.dumps(job.record()))
 
     def output_path(self, job: Job) -> Path:
         return self.folder / f"{job.id}.output.jsonl"
@@ -100,9 +100,7 @@ class Journal:
         """Keep the answered lines (a failed one is sent again when asked for again)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         kept = [x for x in lines if "custom_id" in x and answered(x)]
-        tmp = self.folder / f".{job.id}.output.tmp"
-        tmp.write_text("".join(json.dumps(x) + "\n" for x in kept), encoding="utf-8")
-        os.replace(tmp, self.output_path(job))
+        atomic_write_text(self.output_path(job), "".join(json.dumps(x) + "\n" for x in kept))
         job.answers = {x["custom_id"]: x for x in kept}
         job.status = "downloaded"
         self.save(job)

@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from face.files import atomic_write_text
+
 log = logging.getLogger("face.llm")
 
 ENDPOINTS_FILE = "endpoints.json"
@@ -117,9 +119,7 @@ def save(cache_dir: str | os.PathLike | None, caps: Capabilities) -> None:
         except (OSError, ValueError):
             doc = {}
         doc[key] = asdict(caps)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.part")
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
-        os.replace(tmp, p)
+        atomic_write_text(p, json.dumps(doc, indent=1, sort_keys=True))
     except OSError as e:
         log.warning("could not remember the endpoint's capabilities in %s: %s", p, e)
 

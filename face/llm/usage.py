@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from face.files import atomic_write_text
 from face.secrets import redact
 
 
@@ -361,8 +362,6 @@ class Usage:
         text = (f'{{"totals": {json.dumps(self.summary(), indent=1)},\n{kept} "calls": [\n  {calls}\n ],\n'
                 f' "fallbacks": {json.dumps(self.fallback_events)},\n'
                 f' "invalid_answers": {json.dumps(self.invalid_events)}\n}}\n')
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.part")
-        tmp.write_text(text)
-        os.replace(tmp, p)  # atomic: a stop while writing never leaves half a file
+        atomic_write_text(p, text)  # a stop while writing never leaves half a file
         self._written = state
         return p
