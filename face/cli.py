@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
-import re
 import sys
 from pathlib import Path
+
+from face.api import OUTPUTS, hydra_value
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,9 +57,6 @@ a second run into a directory still in use stops at once; an --out whose outputs
 Every file is written under a temporary name and renamed when complete: a stop never leaves half a file.
 """
 
-# what `face evaluate` writes into --out (a name ending in / is a directory)
-OUTPUTS = ("run_file.json", "particles.jsonl", "particle_scores.jsonl", "cost_estimate.csv", "llm_usage.json",
-           "conversations.json", "report.html", "report_tables/", "run_settings.json")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -102,26 +99,6 @@ def _compose(overrides: list[str]):
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(config_name="config", overrides=overrides)
-
-
-def hydra_value(value: str) -> str:
-    """``value`` quoted for a Hydra override, taken literally: ``,`` ``'`` spaces and ``${...}`` stay as they are
-    (a path is never a sweep, nor an interpolation that would read, say, an API key from the environment)."""
-    from face.methods import escape_interpolation
-
-    value = escape_interpolation(value)  # OmegaConf: \${ is a literal ${
-    value = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value)  # Hydra: a backslash before ' or the end
-    return "'" + value.replace("'", "\\'") + "'"
-
-
-def _write_conversations(convs, path: Path) -> Path:
-    """The conversations in CRSArena-Eval's format (what `face report` reads back)."""
-    from face.files import atomic_write_text
-
-    atomic_write_text(path, json.dumps([{"conv_id": c.conv_id, "system": c.system, "dialogue": [
-        {"turn_ind": t.turn_ind, "role": t.role, "utterance": t.utterance} for t in c.turns]} for c in convs],
-        indent=1))
-    return path
 
 
 def _aspect_names(text: str) -> list[str]:
@@ -207,6 +184,7 @@ def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
     """The run, in its locked --out: ownership, the estimate (and confirmation), the run, the report."""
     from omegaconf import OmegaConf
 
+    from face.datasets.crsarena import write_conversations
     from face.experiments.common import run_owner
     from face.files import claim_state
     from face.runner import EXIT_CONFIG, fail, run_guarded
@@ -238,7 +216,7 @@ def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
             return 0
     with estimate_console("shown"), console.held() as summaries:  # the estimate above is this run's: shown once
         run_guarded(cfg)
-    _write_conversations(convs[: args.limit] if args.limit else convs, out / "conversations.json")
+    write_conversations(convs[: args.limit] if args.limit else convs, out / "conversations.json")
     path = build_report(out)
     for summary in summaries:  # the run's summary block, its report last
         summary.extra.append(("Report", str(path)))
@@ -254,11 +232,10 @@ REPORT_INPUTS = ("conversations.json", "particle_scores.jsonl", "run_file.json")
 def build_report(run_dir: Path) -> Path:
     """report.html + tables from a finished run directory (no LLM). Every input is read through the checking
     readers: a missing, empty, truncated or hand-broken file is one DataError naming it (and its line)."""
-    from face.datasets.crsarena import ASPECTS, load_conversations
+    from face.datasets.crsarena import load_conversations
     from face.datasets.face_released import load_released_particles
     from face.errors import DataError
     from face.report import diagnostic_report as diagnostics
-    from face.report.tables import write_table
     from face.runfile import read_run_file
     from face.score_records import read_score_file
 
@@ -269,21 +246,14 @@ def build_report(run_dir: Path) -> Path:
             raise DataError(run_dir / name, "missing: not the directory of a finished `face evaluate` run")
     convs = load_conversations(run_dir / "conversations.json", require_labels=False, allow_empty_utterances=False)
     scores = read_score_file(run_dir / "particle_scores.jsonl")
-    scores = scores[(scores["particle_ind"] >= 0) & scores["score"].notna()]
     particles = {}
     if (run_dir / "particles.jsonl").exists():
         particles = {(t.conv_id, t.turn_ind): t.particles
                      for t in load_released_particles(run_dir / "particles.jsonl")}
     preds = read_run_file(run_dir / "run_file.json")
-    aspects = [ASPECTS[a] for a in ASPECTS if a in set(scores["aspect"])]
-    d = diagnostics.diagnose(scores, particles, convs)
     settings = diagnostics.read_run_settings(run_dir / "run_settings.json")
-    note = (f"FACE run in {run_dir.name}: {len(convs)} conversations; scores from particle_scores.jsonl; "
-            f"{settings['label']}.")
-    for name, table in d.tables().items():
-        write_table(table, run_dir / "report_tables", name, f"{name.replace('_', ' ')}. {note}")
-    return diagnostics.write_html(run_dir / "report.html", f"FACE diagnostics — {run_dir.name}", note, d, scores,
-                                  preds, convs, aspects, settings["label"], settings["instructions"])
+    return diagnostics.write_report(run_dir / "report.html", run_dir / "report_tables", run_dir.name, convs,
+                                    scores, particles, preds, settings)
 
 
 def main(argv: list[str] | None = None) -> int:

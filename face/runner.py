@@ -72,12 +72,23 @@ def run_cli(entry: Callable[[], int | None]) -> NoReturn:
     os._exit(code or 0)
 
 
+def run_experiment(cfg: DictConfig) -> dict:
+    """Run the experiment ``cfg.runner`` names and return what it returns; every stop is an exception (the
+    Python API, ``face.api``, hands them to its caller; ``run_guarded`` turns them into exit codes)."""
+    from face.errors import ConfigError
+
+    install_log_redaction()  # console and run.log: every log record is redacted (face.secrets)
+    bad = secret_setting(cfg)  # the entry points refuse this earlier; a config built another way is refused here
+    if bad:
+        raise ConfigError(bad)
+    return importlib.import_module(cfg.runner).run(cfg)
+
+
 def run_guarded(cfg: DictConfig) -> None:
     """Run the experiment; turn every stop into one line and an exit code (traceback with FACE_DEBUG=1)."""
     from face.experiments.common import ConfigError
     from face.llm import BudgetExceeded, LLMCallError, LLMRequestRefused
 
-    install_log_redaction()  # console and run.log: every log record is redacted (face.secrets)
     bad = secret_setting(cfg)  # the entry points refuse this earlier; a config built another way is refused here
     if bad:
         fail(EXIT_CONFIG, f"error: {bad}")
@@ -92,7 +103,7 @@ def run_guarded(cfg: DictConfig) -> None:
         ((Exception,), EXIT_BUG, "error: unexpected {kind}: {e} (FACE_DEBUG=1 shows the traceback). " + resume),
     )
     try:
-        importlib.import_module(cfg.runner).run(cfg)
+        run_experiment(cfg)
     except (Exception, KeyboardInterrupt) as e:
         if _debug():
             raise

@@ -169,12 +169,19 @@ class ScoreTally:
         return out
 
 
-def read_score_file(path: Path) -> pd.DataFrame:
+# read_score_file(detail=True): what each record says beyond its score (the particle's fields flattened)
+DETAIL_FIELDS = ("dialogue_act", "mention", "user_feedback", "estimator", "n_requested", "n_valid", "samples",
+                 "distribution", "fallback")
+
+
+def read_score_file(path: Path, detail: bool = False) -> pd.DataFrame:
     """A finished run's ``particle_scores.jsonl`` (what ``ScoreSink`` wrote) read back for the report: the
     identifying columns and the score (null: no valid answer, NaN). Every line is checked, so a truncated,
-    hand-edited or foreign file is one DataError naming the file and the line, not a pandas message."""
+    hand-edited or foreign file is one DataError naming the file and the line, not a pandas message.
+    ``detail``: also ``DETAIL_FIELDS`` (the particle's act, mention and feedback; the raw samples; None where a
+    record has none, e.g. a whole turn scored without particles)."""
     cols: dict[str, list] = {k: [] for k in ("aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id",
-                                             "score")}
+                                             "score", *(DETAIL_FIELDS if detail else ()))}
     for lineno, obj in read_jsonl(path):
         rec = f"line {lineno}"
         cols["aspect"].append(field(obj, "aspect", str, path, rec))
@@ -185,6 +192,13 @@ def read_score_file(path: Path) -> pd.DataFrame:
                                             "instruction_id"))
         score = field(obj, "score", (float, type(None)), path, rec)
         cols["score"].append(math.nan if score is None else float(score))
+        if detail:
+            particle = obj.get("particle") or {}
+            if not isinstance(particle, dict):
+                raise DataError(path, "'particle' must be an object or null", rec)
+            for key in DETAIL_FIELDS:
+                cols[key].append(particle.get(key) if key in ("dialogue_act", "mention", "user_feedback")
+                                 else obj.get(key))
     if not cols["score"]:
         raise DataError(path, "no score records (only blank lines)")
     return pd.DataFrame(cols)

@@ -293,3 +293,16 @@ def copy_of(conv: Conversation, k: int) -> Conversation:
     same labels, system and split."""
     turns = tuple(replace(t, utterance=f"{t.utterance} (copy {k})") for t in conv.turns)
     return replace(conv, conv_id=f"{conv.conv_id}~{k}", turns=turns)
+
+
+def write_conversations(convs: list[Conversation], path: Path) -> Path:
+    """Conversations in CRSArena-Eval's format, without labels (``load_conversations`` reads them back; ``face
+    report`` does)."""
+    import json
+
+    from face.files import atomic_write_text
+
+    atomic_write_text(path, json.dumps([{"conv_id": c.conv_id, "system": c.system, "dialogue": [
+        {"turn_ind": t.turn_ind, "role": t.role, "utterance": t.utterance} for t in c.turns]} for c in convs],
+        indent=1))
+    return path

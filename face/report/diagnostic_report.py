@@ -221,3 +221,25 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
     path = Path(path)
     atomic_write_text(path, html)
     return path
+
+
+def write_report(html_path: Path, tables_dir: Path | None, name: str, convs: Sequence[Conversation],
+                 scores: pd.DataFrame, particles: dict[tuple[str, int], Sequence[Particle]], preds: Predictions,
+                 settings: dict, run: str | None = None) -> Path:
+    """A finished run's report (``face report``, ``face evaluate``, ``Result.report``): ``report.html`` and, with
+    ``tables_dir``, its tables as CSV. ``scores``: the per-particle × instruction scores (rows without a particle
+    or a score are left out here); ``settings``: ``read_run_settings``'s record; ``name`` heads the page;
+    ``run``: what the captions call the run (default ``FACE run in <name>``)."""
+    from face.datasets.crsarena import ASPECTS
+    from face.report.tables import write_table
+
+    scores = scores[(scores["particle_ind"] >= 0) & scores["score"].notna()]
+    aspects = [ASPECTS[a] for a in ASPECTS if a in set(scores["aspect"])]
+    d = diagnose(scores, particles, convs)
+    note = (f"{run or f'FACE run in {name}'}: {len(convs)} conversations; scores from particle_scores.jsonl; "
+            f"{settings['label']}.")
+    if tables_dir is not None:
+        for table_name, table in d.tables().items():
+            write_table(table, tables_dir, table_name, f"{table_name.replace('_', ' ')}. {note}")
+    return write_html(html_path, f"FACE diagnostics — {name}", note, d, scores, preds, convs, aspects,
+                      settings["label"], settings["instructions"])

@@ -1,0 +1,17 @@
+"""FACE inside other evaluation tools. ``face.integrations.mlflow``: FACE's aspects as MLflow GenAI scorers
+(imported on first use: MLflow is not loaded by ``import face``)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["mlflow"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        module = importlib.import_module(f"face.integrations.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'face.integrations' has no attribute {name!r}")
