@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,9 @@ _OWN = {"experiment": "face.evaluate runs FACE on your conversations; the paper'
         "runner": "", "hydra": ""}
 
 T = TypeVar("T")
+# one run at a time per process: Hydra's composition is process-wide state (GlobalHydra), and so are the log redaction
+# and the standard streams `quiet` redirects; a run itself sends its LLM requests concurrently
+_RUN_LOCK = threading.RLock()
 
 
 # ---------------------------------------------------------------- settings -> the configuration
@@ -187,22 +191,40 @@ def _records(conversations: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _input(conversations: Conversations, tmp: Path) -> tuple[Path, bool]:
-    """The file the run reads, and whether it is the caller's own (else written to ``tmp``)."""
+@dataclass(frozen=True)
+class Source:
+    """Where the conversations come from: a file (``own``: the caller's, else the in-memory input written to a
+    temporary file) or, with ``dataset``, a dataset of ``conf/dataset/`` by name (``crsarena_eval``)."""
+
+    path: Path | None
+    own: bool = True
+    dataset: str | None = None
+
+
+def _datasets() -> list[str]:
+    return sorted(p.stem for p in (CONF / "dataset").glob("*.yaml") if p.stem != "chat_logs")
+
+
+def _input(conversations: Conversations, tmp: Path) -> Source:
+    """The source the run reads; an in-memory input is written to ``tmp``."""
     import pandas as pd
 
     if isinstance(conversations, (str, os.PathLike)):
-        path = Path(os.fspath(conversations)).expanduser()
         if not str(conversations).strip():
             raise ConfigError("conversations: the path is empty")
-        return path.resolve(), True
+        path = Path(os.fspath(conversations)).expanduser()
+        if not path.exists() and str(conversations) in _datasets():  # a file of that name would win
+            return Source(None, dataset=str(conversations))
+        if not path.exists():
+            raise DataError(path, f"file not found (nor is it the name of a dataset: {', '.join(_datasets())})")
+        return Source(path.resolve())
     if isinstance(conversations, pd.DataFrame):
         records = _frame_records(conversations)
     elif isinstance(conversations, Sequence) and not isinstance(conversations, (bytes, str)):
         records = _records(conversations)
     else:
-        raise ConfigError(f"conversations must be a path, a list of conversations or a DataFrame of messages, got "
-                          f"{type(conversations).__name__}")
+        raise ConfigError(f"conversations must be a path, a dataset name, a list of conversations or a DataFrame of "
+                          f"messages, got {type(conversations).__name__}")
     if not records:
         raise DataError(IN_MEMORY, "contains no conversation")
     path = tmp / "conversations.json"
@@ -211,19 +233,30 @@ def _input(conversations: Conversations, tmp: Path) -> tuple[Path, bool]:
     except (TypeError, ValueError) as e:
         raise DataError(IN_MEMORY, f"not JSON-serializable: {e}") from None
     path.write_text(text, encoding="utf-8")
-    return path, False
+    return Source(path, own=False)
 
 
-def _load(path: Path, own: bool):
-    """Every conversation, checked as ``face evaluate`` checks a file; an in-memory input is named as such."""
+def _load(source: Source) -> list:
+    """Every conversation of a file, checked as ``face evaluate`` checks it (an in-memory input named as such); a
+    dataset's are loaded by the run (its files are fetched first)."""
     from face.datasets.chatlogs import load_logs
 
+    if source.path is None:
+        return []
     try:
-        return load_logs(path)
+        return load_logs(source.path)
     except DataError as e:
-        if own:
+        if source.own:
             raise
         raise DataError(IN_MEMORY, e.problem, e.record) from None
+
+
+def _dataset_conversations(cfg) -> list:
+    """The conversations a dataset run evaluated (its selection), read from the data directory it fetched."""
+    from face.methods import build
+
+    ds = build(cfg.dataset)
+    return ds.select(ds.load_all(Path(cfg.paths.data_dir)))
 
 
 # ---------------------------------------------------------------- the result
@@ -316,7 +349,9 @@ def _result(out: Path, convs: list, aspects: list, ret: dict, keep: bool) -> Res
     import pandas as pd
 
     from face.report.diagnostic_report import read_run_settings
-    from face.score_records import read_score_file
+    from face.score_records import DETAIL_FIELDS, read_score_file
+
+    columns = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score", *DETAIL_FIELDS]
 
     preds = ret["output"].predictions
     turn_aspects = [a for a in aspects if a.level == "turn"]
@@ -328,7 +363,15 @@ def _result(out: Path, convs: list, aspects: list, ret: dict, keep: bool) -> Res
     turns = turns.merge(_wide(preds.turn, ["conv_id", "turn_ind"], turn_aspects), on=["conv_id", "turn_ind"],
                         how="left")
     scores_file = out / "particle_scores.jsonl"
-    particles = read_score_file(scores_file, detail=True) if scores_file.exists() else pd.DataFrame()
+    if scores_file.exists():  # the live method streams them there
+        particles = read_score_file(scores_file, detail=True)
+    else:  # a method that keeps them in memory (face_released: the authors' scores), or none
+        particles = ret["output"].particle_scores
+        particles = pd.DataFrame(columns=columns) if particles is None else particles.copy()
+        particles["conv_id"] = particles["conv_id"].astype(str)
+        for col in columns:
+            if col not in particles.columns:
+                particles[col] = None
     usage = json.loads((out / "llm_usage.json").read_text(encoding="utf-8")) if (out / "llm_usage.json").exists() \
         else {}
     estimate = pd.read_csv(out / "cost_estimate.csv") if (out / "cost_estimate.csv").exists() else None
@@ -350,7 +393,7 @@ def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return pool.submit(fn, *args, **kwargs).result()
 
 
-def _config(path: Path, aspects: Sequence[str] | str | None, llm: str, out: Path, limit: int | None, mlflow: bool,
+def _config(source: Source, aspects: Sequence[str] | str | None, llm: str, out: Path, limit: int | None, mlflow: bool,
             settings: Mapping[str, Any], dry_run: bool = False):
     from face.secrets import secret_in_overrides, secret_setting
 
@@ -365,7 +408,9 @@ def _config(path: Path, aspects: Sequence[str] | str | None, llm: str, out: Path
     bad = secret_in_overrides(own)  # a credential among the settings: refused before anything is composed
     if bad:
         raise ConfigError(bad)
-    overrides = ["experiment=crsarena_main", "dataset=chat_logs", f"dataset.path={hydra_value(str(path))}",
+    data = ([f"dataset={source.dataset}"] if source.dataset else
+            ["dataset=chat_logs", f"dataset.path={hydra_value(str(source.path))}"])
+    overrides = ["experiment=crsarena_main", *data,
                  f"llm={llm}", f"paths.output_dir={hydra_value(str(out))}", f"report.out_dir={hydra_value(str(out))}",
                  *([] if mlflow else ["tracking=none"]), *([f"dataset.limit={limit}"] if limit else []),
                  *([f"aspects={_render(list(aspects), 'aspects')}"] if aspects is not None else []),
@@ -377,11 +422,12 @@ def _config(path: Path, aspects: Sequence[str] | str | None, llm: str, out: Path
     return cfg
 
 
-def _aspects(cfg, path: Path) -> list:
-    from face.datasets.chatlogs import ChatLogs
+def _aspects(cfg) -> list:
+    """The aspects the run evaluates, checked by the dataset (before anything runs)."""
+    from face.methods import build
 
     try:
-        return ChatLogs(path=str(path)).resolve_aspects(cfg.get("aspects"))
+        return build(cfg.dataset).resolve_aspects(cfg.get("aspects"))
     except ValueError as e:
         raise ConfigError(str(e).strip("'\"")) from None
 
@@ -392,13 +438,15 @@ def _project_root() -> None:
 
 def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None = None, llm: str = "local", *,
              out: str | os.PathLike | None = None, overwrite: bool = False, limit: int | None = None,
-             mlflow: bool = False, **settings: Any) -> Result:
+             mlflow: bool = False, quiet: bool = False, **settings: Any) -> Result:
     """Evaluate conversations with FACE: particles, their scores per aspect and instruction, turn and dialogue scores.
 
     Args:
         conversations: a JSON / JSON Lines file (chat format ``{"id", "system", "messages": [{"role", "content"}]}``
             or CRSArena-Eval's), a list of chat-format dicts (or bare message lists, or ``Conversation`` objects),
-            or a DataFrame of messages (one row each: ``conv_id``, ``role``, ``content``, optional ``system``).
+            a DataFrame of messages (one row each: ``conv_id``, ``role``, ``content``, optional ``system``), or the
+            name of a dataset of ``conf/dataset/`` (``"crsarena_eval"``: its conversations and human labels, fetched
+            into the data directory).
         aspects: CRSArena-Eval aspect names (``relevance``, ``interestingness``, ``understanding``,
             ``task_completion``, ``interest_arousal``, ``efficiency``, ``dialogue_overall``); None: all seven.
         llm: a config of ``conf/llm/``: ``local`` (embedded, no key; no judging signal), ``openai``,
@@ -408,13 +456,23 @@ def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None =
             settings into ``out`` resumes; another run's results there are refused unless ``overwrite``.
         limit: only the first ``limit`` conversations.
         mlflow: also log the run to MLflow (``tracking=mlflow``: ``sqlite:///mlflow.db`` of the project).
+        quiet: print nothing (the cost estimate, tables and the run summary); warnings still go to stderr.
         **settings: any setting of the configuration (see the module doc), e.g. ``run_size="tiny"``,
             ``**{"method.n": 3, "llm.max_cost_usd": 5}``.
 
     Returns: a ``Result``. Raises ``ConfigError`` / ``DataError`` before anything is sent or written, and
-    ``BudgetExceeded``, ``LLMCallError``, ``LLMRequestRefused`` when the run stops."""
+    ``BudgetExceeded``, ``LLMCallError``, ``LLMRequestRefused`` when the run stops. Calls from several threads
+    run one at a time."""
     _project_root()
-    return _off_loop(_evaluate, conversations, aspects, llm, out, overwrite, limit, mlflow, settings)
+    return _off_loop(_locked, quiet, _evaluate, conversations, aspects, llm, out, overwrite, limit, mlflow, settings)
+
+
+def _locked(quiet: bool, fn: Callable[..., T], *args: Any) -> T:
+    import contextlib
+    import io
+
+    with _RUN_LOCK, (contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
+        return fn(*args)
 
 
 def _evaluate(conversations, aspects, llm, out, overwrite, limit, mlflow, settings) -> Result:
@@ -424,17 +482,17 @@ def _evaluate(conversations, aspects, llm, out, overwrite, limit, mlflow, settin
 
     tmp = Path(tempfile.mkdtemp(prefix="face-"))
     try:
-        path, own = _input(conversations, tmp)
-        convs = _load(path, own)  # bad conversations: one DataError, before anything is written
+        source = _input(conversations, tmp)
+        convs = _load(source)  # bad conversations: one DataError, before anything is written
         if out is not None and not str(out).strip():
             raise ConfigError("out: the path is empty")
         target = Path(os.path.abspath(os.fspath(out))) if out is not None else tmp / "run"
-        cfg = _config(path, aspects, llm, target, limit, mlflow, settings)
-        chosen = _aspects(cfg, path)
+        cfg = _config(source, aspects, llm, target, limit, mlflow, settings)
+        chosen = _aspects(cfg)
         from face.errors import require_writable_dir
 
-        if own:
-            refuse_input_overwrite(target, [path], OUTPUTS, "out")
+        if source.path is not None and source.own:
+            refuse_input_overwrite(target, [source.path], OUTPUTS, "out")
         require_writable_dir(target, "out")
         with dir_lock(target, "out"):
             state = claim_state(target, run_owner(cfg), "out", overwrite, OUTPUTS,
@@ -446,7 +504,7 @@ def _evaluate(conversations, aspects, llm, out, overwrite, limit, mlflow, settin
 
             with console.held() as summaries:  # the summary block says where the results are: printed below
                 ret = run_experiment(cfg)
-            selected = convs[:limit] if limit else convs
+            selected = (convs[:limit] if limit else convs) if source.path else _dataset_conversations(cfg)
             if out is not None:
                 from face.datasets.crsarena import write_conversations
 
@@ -468,7 +526,21 @@ def estimate(conversations: Conversations, aspects: Sequence[str] | str | None =
     aspect's scoring) and a ``total`` row, with ``calls``, ``input_tokens``, ``output_tokens``, ``cost_usd`` (from
     ``llm.price_*_per_mtok``). Sends nothing, starts no server; answers already cached are still counted."""
     _project_root()
-    return _off_loop(_estimate, conversations, aspects, llm, limit, settings)
+    return _off_loop(_locked, False, _estimate, conversations, aspects, llm, limit, settings)
+
+
+def check_settings(aspects: Sequence[str] | str | None = None, llm: str = "local", **settings: Any) -> list:
+    """The aspects (``face.aspects.Aspect``) that ``face.evaluate(..., aspects, llm, **settings)`` would evaluate,
+    after the checks it makes before anything runs (settings, LLM settings, credentials); ``ConfigError`` if one
+    fails. Sends nothing, writes nothing: for a caller that builds now and evaluates later (the MLflow scorers)."""
+    from face.experiments.common import check_settings as check
+
+    _project_root()
+    with _RUN_LOCK, tempfile.TemporaryDirectory(prefix="face-") as tmp:
+        cfg = _config(Source(Path(tmp) / "conversations.json"), aspects, llm, Path(tmp) / "run", None, False,
+                      settings)
+        check(cfg)
+        return _aspects(cfg)
 
 
 def _estimate(conversations, aspects, llm, limit, settings) -> pd.DataFrame:
@@ -480,10 +552,10 @@ def _estimate(conversations, aspects, llm, limit, settings) -> pd.DataFrame:
 
     tmp = Path(tempfile.mkdtemp(prefix="face-"))
     try:
-        path, own = _input(conversations, tmp)
-        _load(path, own)
-        cfg = _config(path, aspects, llm, tmp / "run", limit, False, settings, dry_run=True)
-        _aspects(cfg, path)
+        source = _input(conversations, tmp)
+        _load(source)
+        cfg = _config(source, aspects, llm, tmp / "run", limit, False, settings, dry_run=True)
+        _aspects(cfg)
         with estimate_console("estimate"), console.silenced():
             run_experiment(cfg)
         return pd.read_csv(tmp / "run" / "cost_estimate.csv")
@@ -572,5 +644,5 @@ def meta_evaluate(result: Result, labels: pd.DataFrame | str | os.PathLike | Non
                      confidence)
 
 
-__all__ = ["Conversations", "LEVELS", "OUTPUTS", "Result", "estimate", "evaluate", "hydra_value", "meta_evaluate",
-           "settings_overrides"]
+__all__ = ["Conversations", "LEVELS", "OUTPUTS", "Result", "Source", "check_settings", "estimate", "evaluate",
+           "hydra_value", "meta_evaluate", "settings_overrides"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["mlflow"]
+__all__ = ["mlflow", "traces"]
 
 
 def __getattr__(name: str) -> Any:
