@@ -313,7 +313,7 @@ class Result:
         return write_report(path, path.with_name(f"{path.stem}_tables") if tables else None, path.stem,
                             self.conversations, scores, particles, self.predictions,
                             {"label": self.label, "instructions": self.settings.get("instructions", {})},
-                            run="face.evaluate")
+                            run="face.evaluate", aspects=self.aspects)
 
     def lowest_particles(self, conv_id: str, aspect: str, turn_ind: int | None = None, k: int = 3) -> pd.DataFrame:
         """The ``k`` lowest-scoring particles of a conversation (or of one of its turns) for an aspect: one row each

@@ -20,6 +20,9 @@ class Aspect:
     definition: str  # one line: the quality of a response / dialogue
     levels: Mapping[int, str] = field(default_factory=dict, hash=False)  # score -> what annotators were told
     particle_definition: str = ""  # the same quality asked of one particle (the faithful scoring prompt)
+    # the live method's instructions for an aspect of your own (an aspects file: face.datasets.chatlogs); the
+    # released instruction source uses them where the authors released none
+    instructions: tuple[str, ...] = field(default=(), hash=False)
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:

@@ -101,24 +101,25 @@ def _compose(overrides: list[str]):
         return compose(config_name="config", overrides=overrides)
 
 
-def _aspect_names(text: str) -> list[str]:
-    """``--aspects``: comma-separated names of CRSArena-Eval's aspects (or their aliases). An empty list, an
-    empty name between commas, an unknown or a repeated name is one line and exit 2 (an empty list used to
-    mean all seven)."""
+def _aspect_names(text: str, known=None, aliases=None) -> list[str]:
+    """``--aspects``: comma-separated aspect names (or aliases) of ``known`` (the dataset's: CRSArena-Eval's seven,
+    plus those of ``dataset.aspects_file``; None: check the list's form only). An empty list, an empty name
+    between commas, an unknown or a repeated name is one line and exit 2 (an empty list used to mean all seven)."""
     from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS
     from face.runner import EXIT_CONFIG, fail
 
-    valid = f"valid: {', '.join(ASPECTS)}"
+    aliases = ASPECT_ALIASES if aliases is None else aliases
+    valid = f"valid: {', '.join(known if known is not None else ASPECTS)}"
     names = [n.strip() for n in text.split(",")]
     if not any(names):
         fail(EXIT_CONFIG, f"error: --aspects {text!r} names no aspect: name at least one ({valid})")
     if not all(names):
         fail(EXIT_CONFIG, f"error: --aspects {text!r}: an empty name between commas ({valid})")
-    canon = [ASPECT_ALIASES.get(n, n) for n in names]
-    unknown = [n for n, c in zip(names, canon) if c not in ASPECTS]
+    canon = [aliases.get(n, n) for n in names]
+    unknown = [n for n, c in zip(names, canon) if known is not None and c not in known]
     if unknown:
         fail(EXIT_CONFIG, f"error: --aspects: unknown aspect {unknown[0]!r} ({valid}; aliases: "
-                          f"{', '.join(ASPECT_ALIASES)})")
+                          f"{', '.join(aliases)}; an aspect of your own: --set dataset.aspects_file=FILE)")
     twice = sorted({c for c in canon if canon.count(c) > 1})
     if twice:
         fail(EXIT_CONFIG, f"error: --aspects: {', '.join(twice)} named twice")
@@ -135,7 +136,7 @@ def evaluate(args: argparse.Namespace) -> int:
         fail(EXIT_CONFIG, f"error: --confirm-above must be a number of USD >= 0, got {args.confirm_above}")
     if args.limit is not None and args.limit < 1:  # 0 would mean all of them
         fail(EXIT_CONFIG, f"error: --limit must be a positive number of conversations, got {args.limit}")
-    aspects = _aspect_names(args.aspects)
+    aspects = _aspect_names(args.aspects)  # its form; the names once the dataset (and its aspects file) is known
     if args.out is not None and not args.out.strip():
         fail(EXIT_CONFIG, "error: --out: the path is empty")
     logs = args.logs.resolve()
@@ -151,8 +152,8 @@ def evaluate(args: argparse.Namespace) -> int:
         fail(EXIT_CONFIG, f"error: {e}")
     out = out.resolve()
     overrides = ["experiment=crsarena_main", "dataset=chat_logs", f"dataset.path={hydra_value(str(logs))}",
-                 f"aspects=[{','.join(aspects)}]", f"llm={args.llm}", f"paths.output_dir={hydra_value(str(out))}",
-                 f"report.out_dir={hydra_value(str(out))}",
+                 f"aspects=[{','.join(map(hydra_value, aspects))}]", f"llm={args.llm}",
+                 f"paths.output_dir={hydra_value(str(out))}", f"report.out_dir={hydra_value(str(out))}",
                  *([] if args.mlflow else ["tracking=none"]), *([f"dataset.limit={args.limit}"] if args.limit else []),
                  *args.overrides]
     from face.secrets import secret_in_overrides, secret_setting
@@ -167,6 +168,13 @@ def evaluate(args: argparse.Namespace) -> int:
     bad = secret_setting(cfg)  # ... or in a config file (conf/llm/NAME.yaml) or a nested value (llm.headers)
     if bad:
         fail(EXIT_CONFIG, f"error: {bad}")
+    from face.methods import build
+
+    try:
+        dataset = build(cfg.dataset)  # CRSArena-Eval's aspects, and those of dataset.aspects_file
+    except ValueError as e:
+        fail(EXIT_CONFIG, f"error: {e}")
+    _aspect_names(args.aspects, dataset.aspects, dataset.aliases)
     existed = out.exists()
     try:
         with dir_lock(out, "--out"):  # held until the report is written: one run in --out at a time

@@ -263,3 +263,46 @@ def test_on_crsarena_eval_replay_and_released_scores_give_reproduce_table2_s_sco
     diff = compare_runs(replay.predictions, direct, groups)
     assert (diff["reason"] != "UNEXPLAINED").all()  # differences only where one prompt reads as several particles
     assert len(diff) < len(direct.turn) // 4 and replay.correlations is not None
+
+
+ASPECTS_FILE = """\
+- name: explainability
+  level: turn
+  scale: [0, 1, 2]
+  definition: Does the assistant say why it recommends what it recommends?
+  levels: {0: No reason., 1: A vague reason., 2: A specific reason.}
+  instructions: ["Rate how well the particle gives a reason for its recommendation (EXPLAIN-MARK)."]
+"""
+
+
+def test_an_aspect_of_your_own_is_scored_with_its_definition_and_instruction_by_the_api_and_the_cli(tmp_path,
+                                                                                                   data_dir):
+    from face.cli import main
+
+    spec = tmp_path / "aspects.yaml"
+    spec.write_text(ASPECTS_FILE, encoding="utf-8")
+    from face.testing.scripted import default_responder
+
+    prompts = []
+
+    def responder(body: dict) -> str:  # the scripted answers, the prompts kept
+        prompts.extend(m["content"] for m in body["messages"])
+        return default_responder(body)
+
+    with ScriptedServer(responder=responder) as info:
+        llm = {"llm.base_url": info.base_url, "llm.model": "m", "dataset.aspects_file": str(spec)}
+        r = face.evaluate(CHAT, aspects=["explainability", "dialogue_overall"], llm="openai_compatible", quiet=True,
+                          run_size="tiny", **llm, **_paths(tmp_path, data_dir))
+        assert main(["evaluate", str(_jsonl(tmp_path / "logs.jsonl")), "--aspects", "explainability", "--llm",
+                     "openai_compatible", "--out", str(tmp_path / "out"), "--yes", "--set", "run_size=tiny",
+                     *[a for k, v in llm.items() for a in ("--set", f"{k}={v}")],
+                     "--set", f"paths.cache_dir={tmp_path / 'cache'}", "--set", f"paths.data_dir={data_dir}"]) == 0
+    assert r.turns["explainability"].between(0, 2).all() and len(r.turns) == 4
+    assert set(r.particles.loc[r.particles["aspect"] == "explainability", "instruction_id"]) == {"explainability-1"}
+    assert any("EXPLAIN-MARK" in p and "Does the assistant say why" in p for p in prompts)
+    run = json.loads((tmp_path / "out" / "run_file.json").read_text())
+    assert "explainability" in run[0]["turns"][0]["turn_level_pred"]
+    assert "explainability" in (tmp_path / "out" / "report.html").read_text()  # the report knows its scale
+    spec.write_text(ASPECTS_FILE.replace("name: explainability", "name: relevance"), encoding="utf-8")
+    with pytest.raises(face.ConfigError, match="one of CRSArena-Eval's aspects"):
+        face.evaluate(CHAT, aspects=["relevance"], llm="scripted", **{"dataset.aspects_file": str(spec)})

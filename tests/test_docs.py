@@ -45,7 +45,7 @@ def _overrides(cmd: str) -> list[str]:
         from face.cli import _aspect_names, _parser
 
         args = _parser().parse_args(words[1:])
-        aspects = _aspect_names(args.aspects)
+        aspects = _aspect_names(args.aspects)  # its form (the names: the dataset's, with its aspects file)
         return ["experiment=crsarena_main", "dataset=chat_logs", "dataset.path=x.jsonl", f"llm={args.llm}",
                 f"aspects=[{','.join(aspects)}]", *args.overrides]
     args = [w for w in words[2:] if w not in ("-m", "--multirun") and not w.startswith("hydra.")]

@@ -178,3 +178,19 @@ def test_the_notebook_example_leaves_one_face_assessment_per_session_per_dialogu
         assert a.source.source_type == "LLM_JUDGE" and a.source.source_id == "scripted-model"
         assert isinstance(a.value, float) and "Lowest-scoring particles" in a.rationale
     assert os.environ.get("FACE_MLFLOW_URI") == db
+
+
+@pytest.mark.slow
+def test_an_aspect_of_your_own_becomes_a_scorer_at_its_level_with_its_scale(store, tmp_path):
+    from face.integrations.mlflow import FaceSessionScorer
+    from test_api import ASPECTS_FILE
+
+    _, traces, paths = store
+    spec = tmp_path / "aspects.yaml"
+    spec.write_text(ASPECTS_FILE.replace("level: turn", "level: dialogue").replace("[0, 1, 2]", "[1, 2, 3, 4, 5]")
+                    .replace("{0: No reason., 1: A vague reason., 2: A specific reason.}", "{}"), encoding="utf-8")
+    (s,) = face.integrations.mlflow.scorers(["explainability"], llm="scripted", **SETTINGS, **paths,
+                                            **{"dataset.aspects_file": str(spec)})
+    assert isinstance(s, FaceSessionScorer) and s.name == "face_explainability"
+    feedback = s(session=traces["s2"])
+    assert 1 <= feedback.value <= 5 and "on a 1\u20135 scale" in feedback.rationale

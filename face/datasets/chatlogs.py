@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from face.aspects import Aspect, aspect_table
 from face.data.io import as_id, check_text, check_type, field, json_kind, parse_json, read_text
 from face.data.schema import ASSISTANT, USER, Conversation, Turn
 from face.datasets import Dataset
@@ -143,18 +144,78 @@ def load_logs(path: str | Path) -> list[Conversation]:
     return check_unique_ids(convs, path)
 
 
+ASPECT_KEYS = {"name", "level", "scale", "definition", "levels", "particle_definition", "instructions"}
+
+
+def load_aspects(path: str | Path) -> list[Aspect]:
+    """Aspects of your own (``dataset.aspects_file``): a JSON or YAML list, one object per aspect::
+
+        - name: explainability               # a new name (not one of CRSArena-Eval's seven)
+          level: turn                        # turn | dialogue
+          scale: [0, 1, 2]                   # the score values, increasing integers
+          definition: Does the assistant say why it recommends what it recommends?
+          levels: {0: No reason., 1: A vague reason., 2: A specific reason.}   # optional: each score's meaning
+          particle_definition: ...           # optional: the question asked of one particle (default: definition)
+          instructions: [Rate how well ...]  # the live method's instructions for it (one or more)
+
+    A missing or malformed entry is one DataError naming the file and the aspect."""
+    from omegaconf import OmegaConf
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "aspects file not found")
+    try:
+        raw = (parse_json(read_text(path), path) if path.suffix.lower() == ".json"
+               else OmegaConf.to_container(OmegaConf.load(path)))
+    except DataError:
+        raise
+    except Exception as e:  # YAML syntax
+        raise DataError(path, f"not a YAML list of aspects: {str(e).splitlines()[0]}") from None
+    check_type(raw, list, path, "top level")
+    out = []
+    for i, a in enumerate(raw):
+        where = f"aspect {i}"
+        check_type(a, dict, path, where)
+        name = field(a, "name", str, path, where)
+        where = f"aspect {name!r}"
+        unknown = sorted(set(a) - ASPECT_KEYS)
+        if unknown:
+            raise DataError(path, f"unknown key(s) {', '.join(map(str, unknown))}; an aspect has "
+                                  f"{', '.join(sorted(ASPECT_KEYS))}", where)
+        if name in ASPECTS or name in ASPECT_ALIASES:
+            raise DataError(path, f"{name!r} is one of CRSArena-Eval's aspects: give yours another name", where)
+        instructions = field(a, "instructions", list, path, where)
+        if not instructions or not all(isinstance(t, str) and t.strip() for t in instructions):
+            raise DataError(path, "instructions must be a non-empty list of non-empty strings", where)
+        levels = a.get("levels") or {}
+        check_type(levels, dict, path, f"{where}, levels")
+        try:
+            scale = tuple(int(v) for v in field(a, "scale", list, path, where))
+            out.append(Aspect(name, field(a, "level", str, path, where), scale,
+                              field(a, "definition", str, path, where), {int(k): str(v) for k, v in levels.items()},
+                              str(a.get("particle_definition") or ""), tuple(instructions)))
+        except (TypeError, ValueError) as e:
+            raise DataError(path, str(e), where) from None
+    if not out:
+        raise DataError(path, "no aspect in the file")
+    return out
+
+
 class ChatLogs(Dataset):
     aspects = ASPECTS
     aliases = ASPECT_ALIASES
     assistant = "conversational recommendation assistant"
     judged = "conversational recommender systems"
 
-    def __init__(self, name: str = "chat_logs", path: str | None = None, **selection):
+    def __init__(self, name: str = "chat_logs", path: str | None = None, aspects_file: str | None = None,
+                 **selection):
         if not path:
             raise ValueError("dataset.path is required: a JSON / JSONL file of conversations")
         super().__init__(name, **selection)
         self.path = Path(path)
         self.title = self.path.name
+        if aspects_file:  # CRSArena-Eval's aspects and yours
+            self.aspects = aspect_table([*ASPECTS.values(), *load_aspects(aspects_file)])
 
     @property
     def is_subset(self) -> bool:

@@ -84,9 +84,7 @@ class Engine:
 
 
 def _feedback(name: str, result: Any, aspect: str, conv_id: str, turn_ind: int | None, where: str) -> Feedback:
-    from face.datasets.crsarena import ASPECTS
-
-    spec = ASPECTS[aspect]
+    spec = next(a for a in result.aspects if a.name == aspect)
     source = AssessmentSource(source_type="LLM_JUDGE", source_id=result.llm or "unknown")
     meta = {"face.aspect": aspect, "face.level": spec.level, "face.conv_id": conv_id, "face.label": result.label[:500]}
     if turn_ind is None:

@@ -89,7 +89,7 @@ RUN_SETTINGS = "run_settings.json"  # which LLM and settings produced a run's sc
 
 
 def write_run_settings(path: Path, label: str, llm: LLMConfig, method: Face,
-                       instructions: dict[str, list[Instruction]]) -> Path:
+                       instructions: dict[str, list[Instruction]], aspects: Sequence[Aspect] = ()) -> Path:
     """The LLM, its sampling settings and every instruction's text, beside the scores: a report rebuilt later
     (``face report``) names the LLM and shows what each instruction id asked. Redacted (face.secrets)."""
     from face.files import atomic_write_text
@@ -98,7 +98,9 @@ def write_run_settings(path: Path, label: str, llm: LLMConfig, method: Face,
     record = {"label": label,
               "llm": {"model": llm.model, "backend": llm.backend, "estimator": method.estimator, "n": method.n,
                       "temperature": method.temperature, "reasoning": method.reasoning, "unit": method.unit},
-              "instructions": {a: {i.instruction_id: i.text for i in ins} for a, ins in instructions.items()}}
+              "instructions": {a: {i.instruction_id: i.text for i in ins} for a, ins in instructions.items()},
+              "aspects": [{"name": a.name, "level": a.level, "scale": list(a.scale), "definition": a.definition}
+                          for a in aspects or ()]}
     atomic_write_text(path, redact(json.dumps(record, indent=1, ensure_ascii=False)) + "\n")
     return path
 
@@ -220,7 +222,7 @@ class Face:
         if job.dry_run:
             job.metrics.update({f"estimate.{r.stage}.calls": r.calls for r in costs.itertuples()})
             return job.dry_run_output()
-        write_run_settings(run_dir / RUN_SETTINGS, job.label, lcfg, self, instructions)
+        write_run_settings(run_dir / RUN_SETTINGS, job.label, lcfg, self, instructions, inputs.aspects)
         by_id = {c.conv_id: c for c in convs}
         ds = inputs.dataset
         with job.client() as client:

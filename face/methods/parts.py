@@ -19,7 +19,7 @@ what its own requests cost (``cost_stages``) and, in the run, the decompositions
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import ClassVar, Sequence
 
@@ -72,15 +72,23 @@ class ReleasedInstructions(InstructionSource):
     """The authors' top-16 per aspect (CRSArena-Eval's seven aspects)."""
 
     name: ClassVar[str] = "released"
+    # an aspect of your own (an aspects file) brings its instructions: they serve it (the authors released none)
+    own: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
-        if not {a.name for a in aspects} <= set(RELEASED_ASPECTS):
+        self.own.update({a.name: a.instructions for a in aspects if a.name not in RELEASED_ASPECTS and a.instructions})
+        missing = [a.name for a in aspects if a.name not in RELEASED_ASPECTS and a.name not in self.own]
+        if missing:
             raise ValueError(f"method.instructions.source=released: the authors released instructions for "
-                             f"{', '.join(RELEASED_ASPECTS)}, not for {dataset.title}'s aspects; use "
+                             f"{', '.join(RELEASED_ASPECTS)}, not for {', '.join(missing)} ({dataset.title}); give "
+                             "an aspect of your own its instructions in the aspects file, or use "
                              "method.instructions.source=initial or file")
-        return [released_instructions_file(a.name) for a in aspects]
+        return [released_instructions_file(a.name) for a in aspects if a.name in RELEASED_ASPECTS]
 
     def load(self, data_dir: Path, aspect: str) -> list[Instruction]:
+        if aspect in self.own:
+            return [Instruction(f"{aspect}-{i}", text, i, "aspects_file")
+                    for i, text in enumerate(self.own[aspect], start=1)]
         return load_instructions(Path(data_dir) / released_instructions_file(aspect))
 
 

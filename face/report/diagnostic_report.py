@@ -137,14 +137,14 @@ NOT_RECORDED = "LLM not recorded (a run written before run_settings.json existed
 
 
 def read_run_settings(path: Path) -> dict:
-    """``run_settings.json`` of a run (face.methods.live.write_run_settings): {label, llm, instructions}. A run
+    """``run_settings.json`` of a run (face.methods.live.write_run_settings): {label, llm, instructions, aspects}. A run
     without it still gets a report, which then says that the LLM is unknown rather than naming none."""
     import json
 
     from face.errors import DataError
 
     if not path.exists():
-        return {"label": NOT_RECORDED, "llm": {}, "instructions": {}}
+        return {"label": NOT_RECORDED, "llm": {}, "instructions": {}, "aspects": {}}
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -152,7 +152,13 @@ def read_run_settings(path: Path) -> dict:
     if not isinstance(rec, dict) or not isinstance(rec.get("label"), str):
         raise DataError(path, "run settings without a 'label' string")
     inst = rec.get("instructions") if isinstance(rec.get("instructions"), dict) else {}
-    return {"label": rec["label"], "llm": rec.get("llm") or {},
+    aspects = {}
+    for a in rec.get("aspects") or []:  # an aspect of your own (dataset.aspects_file): its level and scale
+        try:
+            aspects[a["name"]] = Aspect(a["name"], a["level"], tuple(a["scale"]), a.get("definition", ""))
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(path, f"a malformed aspect in 'aspects': {e}") from None
+    return {"label": rec["label"], "llm": rec.get("llm") or {}, "aspects": aspects,
             "instructions": {str(a): {str(k): str(v) for k, v in d.items()} for a, d in inst.items()
                              if isinstance(d, dict)}}
 
@@ -225,16 +231,19 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
 
 def write_report(html_path: Path, tables_dir: Path | None, name: str, convs: Sequence[Conversation],
                  scores: pd.DataFrame, particles: dict[tuple[str, int], Sequence[Particle]], preds: Predictions,
-                 settings: dict, run: str | None = None) -> Path:
+                 settings: dict, run: str | None = None, aspects: Sequence[Aspect] | None = None) -> Path:
     """A finished run's report (``face report``, ``face evaluate``, ``Result.report``): ``report.html`` and, with
     ``tables_dir``, its tables as CSV. ``scores``: the per-particle × instruction scores (rows without a particle
     or a score are left out here); ``settings``: ``read_run_settings``'s record; ``name`` heads the page;
-    ``run``: what the captions call the run (default ``FACE run in <name>``)."""
+    ``run``: what the captions call the run (default ``FACE run in <name>``); ``aspects``: the run's (default:
+    those of the run settings' ``aspects``, else CRSArena-Eval's)."""
     from face.datasets.crsarena import ASPECTS
     from face.report.tables import write_table
 
     scores = scores[(scores["particle_ind"] >= 0) & scores["score"].notna()]
-    aspects = [ASPECTS[a] for a in ASPECTS if a in set(scores["aspect"])]
+    own = {k: v for k, v in settings.get("aspects", {}).items() if k not in ASPECTS}
+    known = {a.name: a for a in aspects or ()} or {**ASPECTS, **own}
+    aspects = [known[a] for a in known if a in set(scores["aspect"])]
     d = diagnose(scores, particles, convs)
     note = (f"{run or f'FACE run in {name}'}: {len(convs)} conversations; scores from particle_scores.jsonl; "
             f"{settings['label']}.")
