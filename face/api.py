@@ -448,7 +448,8 @@ def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None =
             name of a dataset of ``conf/dataset/`` (``"crsarena_eval"``: its conversations and human labels, fetched
             into the data directory).
         aspects: CRSArena-Eval aspect names (``relevance``, ``interestingness``, ``understanding``,
-            ``task_completion``, ``interest_arousal``, ``efficiency``, ``dialogue_overall``); None: all seven.
+            ``task_completion``, ``interest_arousal``, ``efficiency``, ``dialogue_overall``) and those of
+            ``dataset.aspects_file`` (aspects of your own: docs/extending.md); None: CRSArena-Eval's seven.
         llm: a config of ``conf/llm/``: ``local`` (embedded, no key; no judging signal), ``openai``,
             ``openai_compatible``, ``replay``, ``scripted`` (a fake server for tests), or your own.
         out: keep the run's files there (run file, particles, per-particle scores, cost estimate, usage, report);
@@ -457,7 +458,7 @@ def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None =
         limit: only the first ``limit`` conversations.
         mlflow: also log the run to MLflow (``tracking=mlflow``: ``sqlite:///mlflow.db`` of the project).
         quiet: print nothing (the cost estimate, tables and the run summary); warnings still go to stderr.
-        **settings: any setting of the configuration (see the module doc), e.g. ``run_size="tiny"``,
+        **settings: any setting of the configuration (docs/api.md, "Settings"), e.g. ``run_size="tiny"``,
             ``**{"method.n": 3, "llm.max_cost_usd": 5}``.
 
     Returns: a ``Result``. Raises ``ConfigError`` / ``DataError`` before anything is sent or written, and
@@ -510,6 +511,8 @@ def _evaluate(conversations, aspects, llm, out, overwrite, limit, mlflow, settin
 
                 write_conversations(selected, target / "conversations.json")  # `face report DIR` reads it back
             result = _result(target, selected, chosen, ret, keep=out is not None)
+            if out is not None and len(result.particles):  # as `face evaluate` leaves it
+                result.report(target / "report.html", tables=True)
             for summary in summaries:
                 if out is None:  # a temporary directory, removed below: the Result holds everything
                     summary.results = summary.run_dir = None

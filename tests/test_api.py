@@ -306,3 +306,10 @@ def test_an_aspect_of_your_own_is_scored_with_its_definition_and_instruction_by_
     spec.write_text(ASPECTS_FILE.replace("name: explainability", "name: relevance"), encoding="utf-8")
     with pytest.raises(face.ConfigError, match="one of CRSArena-Eval's aspects"):
         face.evaluate(CHAT, aspects=["relevance"], llm="scripted", **{"dataset.aspects_file": str(spec)})
+
+
+@pytest.mark.slow  # imports MLflow for the scorers' reference
+def test_the_api_reference_in_docs_is_rendered_from_the_current_docstrings():
+    out = subprocess.run([sys.executable, "scripts/api_docs.py", "--check"], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr

@@ -182,8 +182,9 @@ def test_the_notebook_example_leaves_one_face_assessment_per_session_per_dialogu
 
 @pytest.mark.slow
 def test_an_aspect_of_your_own_becomes_a_scorer_at_its_level_with_its_scale(store, tmp_path):
-    from face.integrations.mlflow import FaceSessionScorer
     from test_api import ASPECTS_FILE
+
+    from face.integrations.mlflow import FaceSessionScorer
 
     _, traces, paths = store
     spec = tmp_path / "aspects.yaml"
