@@ -345,7 +345,23 @@ def _wide(long: pd.DataFrame, keys: list[str], aspects: Sequence[Any]) -> pd.Dat
     return wide.reindex(columns=[*keys, *names])
 
 
-def _result(out: Path, convs: list, aspects: list, ret: dict, keep: bool) -> Result:
+def _with_released_particles(particles: pd.DataFrame, data_dir: Path) -> pd.DataFrame:
+    """The authors' scores (method face_released) with the particles they scored: act, mention, feedback."""
+    from face.data import RELEASED_PARTICLES
+    from face.datasets.face_released import load_released_particles
+
+    if particles.empty or not (Path(data_dir) / RELEASED_PARTICLES).exists():
+        return particles
+    rows = {(t.conv_id, t.turn_ind, i): (p.dialogue_act, p.mention, p.user_feedback)
+            for t in load_released_particles(Path(data_dir) / RELEASED_PARTICLES) for i, p in enumerate(t.particles)}
+    keys = zip(particles["conv_id"], particles["turn_ind"], particles["particle_ind"])
+    found = [rows.get((c, int(t), int(i)), (None, None, None)) for c, t, i in keys]
+    for j, col in enumerate(("dialogue_act", "mention", "user_feedback")):
+        particles[col] = [f[j] for f in found]
+    return particles
+
+
+def _result(out: Path, convs: list, aspects: list, ret: dict, keep: bool, data_dir: Path) -> Result:
     import pandas as pd
 
     from face.report.diagnostic_report import read_run_settings
@@ -372,6 +388,7 @@ def _result(out: Path, convs: list, aspects: list, ret: dict, keep: bool) -> Res
         for col in columns:
             if col not in particles.columns:
                 particles[col] = None
+        particles = _with_released_particles(particles, data_dir)
     usage = json.loads((out / "llm_usage.json").read_text(encoding="utf-8")) if (out / "llm_usage.json").exists() \
         else {}
     estimate = pd.read_csv(out / "cost_estimate.csv") if (out / "cost_estimate.csv").exists() else None
@@ -510,7 +527,7 @@ def _evaluate(conversations, aspects, llm, out, overwrite, limit, mlflow, settin
                 from face.datasets.crsarena import write_conversations
 
                 write_conversations(selected, target / "conversations.json")  # `face report DIR` reads it back
-            result = _result(target, selected, chosen, ret, keep=out is not None)
+            result = _result(target, selected, chosen, ret, out is not None, Path(cfg.paths.data_dir))
             if out is not None and len(result.particles):  # as `face evaluate` leaves it
                 result.report(target / "report.html", tables=True)
             for summary in summaries:
@@ -524,12 +541,13 @@ def _evaluate(conversations, aspects, llm, out, overwrite, limit, mlflow, settin
 
 
 def estimate(conversations: Conversations, aspects: Sequence[str] | str | None = None, llm: str = "local", *,
-             limit: int | None = None, **settings: Any) -> pd.DataFrame:
+             limit: int | None = None, quiet: bool = False, **settings: Any) -> pd.DataFrame:
     """What ``face.evaluate`` with the same arguments would send, and cost: one row per stage (decomposition, each
     aspect's scoring) and a ``total`` row, with ``calls``, ``input_tokens``, ``output_tokens``, ``cost_usd`` (from
-    ``llm.price_*_per_mtok``). Sends nothing, starts no server; answers already cached are still counted."""
+    ``llm.price_*_per_mtok``). Sends nothing, starts no server; answers already cached are still counted. The
+    table is printed as the command prints it, unless ``quiet``."""
     _project_root()
-    return _off_loop(_locked, False, _estimate, conversations, aspects, llm, limit, settings)
+    return _off_loop(_locked, quiet, _estimate, conversations, aspects, llm, limit, settings)
 
 
 def check_settings(aspects: Sequence[str] | str | None = None, llm: str = "local", **settings: Any) -> list:
