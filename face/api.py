@@ -252,7 +252,8 @@ def _load(source: Source) -> list:
 
 
 def _dataset_conversations(cfg) -> list:
-    """The conversations a dataset run evaluated (its selection), read from the data directory it fetched."""
+    """The conversations the run evaluated: the dataset's selection (``limit``, ``systems``, ``splits``) of its
+    conversations (a file's, or those a dataset fetched into the data directory)."""
     from face.methods import build
 
     ds = build(cfg.dataset)
@@ -501,7 +502,7 @@ def _evaluate(conversations, aspects, llm, out, overwrite, limit, mlflow, settin
     tmp = Path(tempfile.mkdtemp(prefix="face-"))
     try:
         source = _input(conversations, tmp)
-        convs = _load(source)  # bad conversations: one DataError, before anything is written
+        _load(source)  # bad conversations: one DataError, before anything is written
         if out is not None and not str(out).strip():
             raise ConfigError("out: the path is empty")
         target = Path(os.path.abspath(os.fspath(out))) if out is not None else tmp / "run"
@@ -522,7 +523,7 @@ def _evaluate(conversations, aspects, llm, out, overwrite, limit, mlflow, settin
 
             with console.held() as summaries:  # the summary block says where the results are: printed below
                 ret = run_experiment(cfg)
-            selected = (convs[:limit] if limit else convs) if source.path else _dataset_conversations(cfg)
+            selected = _dataset_conversations(cfg)  # the dataset's selection (limit, systems, splits)
             if out is not None:
                 from face.datasets.crsarena import write_conversations
 

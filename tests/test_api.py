@@ -313,3 +313,13 @@ def test_the_api_reference_in_docs_is_rendered_from_the_current_docstrings():
     out = subprocess.run([sys.executable, "scripts/api_docs.py", "--check"], cwd=ROOT, capture_output=True,
                          text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_selection_setting_narrows_every_table_to_the_conversations_it_keeps(run, data_dir):
+    tmp, logs, r = run
+    got = face.evaluate(logs, aspects=ASPECTS, llm="scripted", run_size="tiny", quiet=True,
+                        **{"method.n": 2, "method.instructions.max": 2, "dataset.systems": ["crs-a"]},
+                        **_paths(tmp, data_dir))
+    assert list(got.dialogues["conv_id"]) == ["c1", "c3"] and set(got.turns["conv_id"]) == {"c1", "c3"}
+    keep = r.dialogues[r.dialogues["system"] == "crs-a"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(got.dialogues, keep)  # the same scores (cached answers), fewer rows
