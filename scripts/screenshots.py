@@ -1,22 +1,34 @@
-"""Screenshots of the MLflow UI for docs/comparing_runs.md: the runs table, a run page, the Prompt Registry.
+"""Screenshots of the MLflow UI for the docs: the runs table, a run page, the Prompt Registry (docs/comparing_runs.md)
+and FACE's assessments beside MLflow's own judge on traced conversations (notebooks/mlflow_scorers.ipynb).
 
-    python scripts/screenshots.py [--out docs/screenshots] [--browser chromium]
+    python scripts/screenshots.py [--only runs|face] [--out docs/screenshots] [--browser chromium]
 
-Runs four things into a fresh MLflow store in a temporary directory (nothing is written to the checkout):
-reproduce_table2, the same with method.particle_agg=median, system_level (released scores, no LLM), and a
-tiny scripted optimizer sweep (alpha=1,2 x beam=1,2, one round, 8 conversations, relevance). Then it starts
-`mlflow ui` on a free loopback port and renders each page in headless Chromium, driven through the DevTools
-protocol over a pipe (`--remote-debugging-pipe`, standard library only), and stops both.
+Runs, into a fresh MLflow store in a temporary directory (nothing is written to the checkout but the fetched data):
+for `runs`, reproduce_table2, the same with method.particle_agg=median, system_level (released scores, no LLM), and a
+tiny scripted optimizer sweep (alpha=1,2 x beam=1,2, one round, 8 conversations, relevance); for `face`, the notebook
+notebooks/mlflow_scorers.ipynb top to bottom in a Jupyter kernel (scripts/run_notebooks.py, with FACE_MLFLOW_URI
+and FACE_CACHE_DIR pointing into the temporary directory): a toy recommender traced into three sessions, evaluated
+by `mlflow.genai.evaluate` with FACE's scorers (llm=scripted) and MLflow's ConversationCompleteness (a scripted
+OpenAI-compatible server). Without --only it does both. Then it starts `mlflow ui` on a free loopback port and
+renders each page in headless Chromium, driven through the DevTools protocol over a pipe (`--remote-debugging-pipe`,
+standard library only), and stops both.
 
 MLflow 3 shows no metric column until one is picked and keeps the pick per experiment in the browser's
 localStorage (key `MLflowLocalStorage-1.1-ExperimentPage-["<id>"]-ReactComponentState`: `selectedColumns`,
 `columnOrder`, `columnWidths`, `runsExpanded`), so the script writes that state first, as a user's clicks
 would, and the runs tables open with the swept params and `summary.*` columns and the sweep's parent expanded.
+The same way, the evaluation run's traces table opens without its Trace ID, Execution time and State columns (key
+`genaiTracesUIState-columns-<experiment id>-<run id>_v1`), so the assessment columns are wide enough for their names.
 
 Writes to --out: runs_table.png (reproduce_table2's runs with their headline metrics), run_page.png (one of its
 runs), sweep_runs.png (the sweep: parent and its four children, swept params, summary.* metrics),
 sweep_child_run.png (a child run: parent link, params, metrics), prompt_versions.png (an optimizer job's prompt
-`face-opt-relevance-run-<id8>`: its versions, commit messages, aliases), prompts.png (the Prompt Registry).
+`face-opt-relevance-run-<id8>`: its versions, commit messages, aliases), prompts.png (the Prompt Registry);
+face_assessments.png (the evaluation run's Traces tab, ungrouped: each turn's request and response with
+conversation_completeness, face_dialogue_overall, both on the first trace of their session, and face_relevance on
+every trace), face_assessment_detail.png (the heist session's page: its turns with face_relevance, and the session
+assessments panel, widened by dragging its edge, with face_dialogue_overall and conversation_completeness
+expanded: value, source, rationale; FACE's rationale lists the lowest-scoring particles).
 Needs Chromium (Debian: apt-get install chromium).
 """
 
@@ -25,6 +37,7 @@ from __future__ import annotations
 import argparse
 import base64
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -43,6 +56,9 @@ SWEEP = ["-m", "experiment=optimize_instructions", "llm=scripted", "optimizer.al
 SWEPT = ["optimizer.alpha", "optimizer.beam", "optimizer.beta"]
 OPT_METRICS = ["summary.heldout_final_spearman", "summary.heldout_initial_spearman", "summary.heldout_gain"]
 TABLE2_METRICS = ["summary.turn_spearman_mean", "summary.dialogue_spearman_mean"]
+NOTEBOOK = ROOT / "notebooks" / "mlflow_scorers.ipynb"
+NOTEBOOK_EXPERIMENT = "face-toy-recommender"
+NO_ASSISTANT = {"mlflow.assistant.panelOpen_v1": "false", "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1": "true"}
 
 
 def free_port() -> int:
@@ -62,6 +78,19 @@ def run_jobs(store: str, tmp: Path) -> None:
                         "metaeval.n_boot=200"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     subprocess.run([sys.executable, "scripts/run.py", *SWEEP, *common, f"hydra.sweep.dir={tmp / 'sweep'}"],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+
+
+def run_notebook(store: str, tmp: Path) -> None:
+    """notebooks/mlflow_scorers.ipynb through scripts/run_notebooks.py (a Jupyter kernel, this checkout's face), its
+    store and FACE's LLM cache in tmp. Its experiment is made first with its artifacts in tmp: left to the notebook,
+    they would go to ./mlruns beside it."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=store).create_experiment(NOTEBOOK_EXPERIMENT, artifact_location=str(tmp / "artifacts"))
+    env = {**os.environ, "FACE_MLFLOW_URI": store, "FACE_CACHE_DIR": str(tmp / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    subprocess.run([sys.executable, "scripts/run_notebooks.py", str(NOTEBOOK), "--out", str(tmp / "notebooks")],
+                   cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 class Chromium:
@@ -123,6 +152,23 @@ class Chromium:
             time.sleep(0.5)
         time.sleep(2)  # let the last requests (metrics, aliases) render
 
+    def drag(self, selector: str, dx: int) -> None:
+        """Drag the element (a panel's resize handle) dx pixels sideways with the mouse, 3 px a step, each once
+        the element has followed the pointer, so the pointer never passes over (and highlights) what lies beside
+        it; then move the mouse to the page's top edge."""
+        element = f"document.querySelector({json.dumps(selector)})"
+        x, y = self.js(f"(b => [b.x + b.width / 2, b.y + b.height / 2])({element}.getBoundingClientRect())")
+        self.page("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
+        self.page("Input.dispatchMouseEvent", type="mousePressed", x=x, y=y, button="left", buttons=1, clickCount=1)
+        for _ in range(abs(dx) // 3):
+            x += 3 if dx > 0 else -3
+            self.page("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y, button="left", buttons=1)
+            end = time.monotonic() + 5
+            while not self.js(f"document.elementFromPoint({x}, {y}) === {element}") and time.monotonic() < end:
+                time.sleep(0.05)
+        self.page("Input.dispatchMouseEvent", type="mouseReleased", x=x, y=y, button="left", clickCount=1)
+        self.page("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=1)
+
     def set_local_storage(self, items: dict[str, str]) -> None:
         self.js(";".join(f"localStorage.setItem({json.dumps(k)}, {json.dumps(v)})" for k, v in items.items()))
 
@@ -147,10 +193,44 @@ def runs_table_state(experiment_id: str, params: list[str], metrics: list[str], 
     state = {"selectedColumns": cols, "columnOrder": list(width), "columnWidths": width,
              "runsExpanded": {run_id: True for run_id in expanded}}
     return {f'MLflowLocalStorage-1.1-ExperimentPage-["{experiment_id}"]-ReactComponentState': json.dumps(state),
-            "mlflow.assistant.panelOpen_v1": "false", "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1": "true"}
+            **NO_ASSISTANT}
 
 
-def shoot_all(browser: str, base: str, store: str, out: Path, tmp: Path) -> None:
+def traces_table_state(experiment_id: str, run_id: str, hidden: list[str]) -> dict[str, str]:
+    """localStorage entries that open an evaluation run's traces table without these columns."""
+    state = {"columnOverrides": {column: False for column in hidden}}
+    return {f"genaiTracesUIState-columns-{experiment_id}-{run_id}_v1": json.dumps(state), **NO_ASSISTANT}
+
+
+COLLAPSE_SIDEBAR = "document.querySelector('[aria-label=\"Toggle sidebar\"]')?.click()"
+
+
+def shoot_page(browser: str, base: str, out: Path, tmp: Path, name: str, url: str, ready: str, width: int,
+               height: int, storage: dict | None = None, click: str | None = None, search: str | None = None,
+               drag: tuple[str, int] | None = None) -> None:
+    """One page in a fresh browser profile: localStorage written first, then the page loaded until it shows
+    ready, then the clicks (javascript), typing and dragging a user would do, then the screenshot out/name."""
+    chrome = Chromium(browser, tmp / f"profile-{name}", width, height)
+    try:
+        chrome.goto(f"{base}/health", "OK", timeout=30)  # same origin, so localStorage can be written
+        chrome.set_local_storage(storage or NO_ASSISTANT)
+        chrome.goto(f"{base}/{url}", ready)
+        if click:
+            chrome.js(click)
+            time.sleep(2)
+        if search:  # type into the first search box (the run page's metrics filter), as a user would
+            chrome.js("document.querySelector('input[placeholder^=\"Search\"]').focus()")
+            chrome.page("Input.insertText", text=search)
+            time.sleep(2)
+        if drag:
+            chrome.drag(*drag)
+            time.sleep(1)
+        chrome.screenshot(out / name)
+    finally:
+        chrome.close()
+
+
+def shoot_runs(browser: str, base: str, store: str, out: Path, tmp: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=store)
@@ -167,59 +247,67 @@ def shoot_all(browser: str, base: str, store: str, out: Path, tmp: Path) -> None
     # the job with the longest version list, so the prompt page shows a lineage beyond v1 -> v2
     child = max(children, key=lambda r: len(client.search_prompt_versions(job_prompt(r))))
     prompt = job_prompt(child)
-    collapse_sidebar = "document.querySelector('[aria-label=\"Toggle sidebar\"]')?.click()"
-
-    def shot(name: str, url: str, ready: str, width: int, height: int, storage: dict | None = None,
-             click: str | None = None, search: str | None = None) -> None:
-        chrome = Chromium(browser, tmp / f"profile-{name}", width, height)
-        try:
-            chrome.goto(f"{base}/health", "OK", timeout=30)  # same origin, so localStorage can be written
-            chrome.set_local_storage(storage or {"mlflow.assistant.panelOpen_v1": "false",
-                                                 "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1": "true"})
-            chrome.goto(f"{base}/{url}", ready)
-            if click:
-                chrome.js(click)
-                time.sleep(1)
-            if search:  # type into the first search box (the run page's metrics filter), as a user would
-                chrome.js("document.querySelector('input[placeholder^=\"Search\"]').focus()")
-                chrome.page("Input.insertText", text=search)
-                time.sleep(2)
-            chrome.screenshot(out / name)
-        finally:
-            chrome.close()
+    shot = functools.partial(shoot_page, browser, base, out, tmp)
 
     shot("sweep_runs.png", f"#/experiments/{opt.experiment_id}/runs", child.data.tags["mlflow.runName"], 1900, 540,
          runs_table_state(opt.experiment_id, SWEPT, OPT_METRICS,
                           {"run_name": 500, "optimizer.alpha": 120, "optimizer.beam": 120, "optimizer.beta": 120,
                            "summary.heldout_final_spearman": 255, "summary.heldout_initial_spearman": 255,
                            "summary.heldout_gain": 190}, [parent.info.run_id]),
-         click=collapse_sidebar)
+         click=COLLAPSE_SIDEBAR)
     shot("sweep_child_run.png", f"#/experiments/{opt.experiment_id}/runs/{child.info.run_id}",
-         "summary.heldout_final_spearman", 1700, 1000, click=collapse_sidebar, search="summary")
+         "summary.heldout_final_spearman", 1700, 1000, click=COLLAPSE_SIDEBAR, search="summary")
     shot("prompt_versions.png", f"#/prompts/{prompt}", "initial", 1700, 560)
     shot("runs_table.png", f"#/experiments/{t2.experiment_id}/runs", t2_run.data.tags["mlflow.runName"], 1600, 420,
          runs_table_state(t2.experiment_id, ["method.particle_agg"], TABLE2_METRICS,
                           {"run_name": 420, "method.particle_agg": 170, "summary.turn_spearman_mean": 240,
                            "summary.dialogue_spearman_mean": 260}, []),
-         click=collapse_sidebar)
+         click=COLLAPSE_SIDEBAR)
     shot("run_page.png", f"#/experiments/{t2.experiment_id}/runs/{t2_run.info.run_id}", "Registered prompts",
          1500, 1000)
     shot("prompts.png", "#/prompts", prompt, 1500, 800)
+
+
+def shoot_face(browser: str, base: str, store: str, out: Path, tmp: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=store)
+    exp = client.get_experiment_by_name(NOTEBOOK_EXPERIMENT)
+    run = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])[0]  # the evaluation
+    traces = client.search_traces(locations=[exp.experiment_id], run_id=run.info.run_id)
+    # the three-turn conversation: its session page shows every turn's face_relevance above the session's verdicts
+    session = next(s for t in traces if (s := t.info.trace_metadata["mlflow.trace.session"]).startswith("heist-"))
+    shot = functools.partial(shoot_page, browser, base, out, tmp)
+    ungroup = "document.querySelector('[aria-label=\"Toggle session grouping\"][aria-pressed=\"true\"]')?.click()"
+    expand = ("document.querySelectorAll('[data-component-id=\"shared.model-trace-explorer.toggle-assessment-expanded"
+              "\"]').forEach(b => b.click())")
+    shot("face_assessments.png", f"#/experiments/{exp.experiment_id}/runs/{run.info.run_id}/traces", session, 1800, 780,
+         traces_table_state(exp.experiment_id, run.info.run_id, ["trace_id", "execution_duration", "state"]),
+         click=f"{COLLAPSE_SIDEBAR}; {ungroup}")
+    shot("face_assessment_detail.png", f"#/experiments/{exp.experiment_id}/chat-sessions/{session}",
+         "face_dialogue_overall", 1600, 1000, click=f"{COLLAPSE_SIDEBAR}; {expand}",
+         drag=(".react-resizable > [handleaxis=w]", -200))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     ap.add_argument("--browser", default=shutil.which("chromium") or shutil.which("google-chrome") or "chromium")
+    ap.add_argument("--only", choices=["runs", "face"], help="only the runs and prompts shots (the jobs) or only "
+                                                              "FACE's assessments (the notebook); default both")
     ap.add_argument("--store", help="shoot an existing store (sqlite:///...) that already holds these jobs' runs "
-                                    "instead of running the jobs again")
+                                    "(and the notebook's experiment) instead of running them again")
     args = ap.parse_args()
+    parts = [args.only] if args.only else ["runs", "face"]
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         store = args.store or f"sqlite:///{tmp / 'mlflow.db'}"
         if not args.store:
-            run_jobs(store, tmp)
+            if "runs" in parts:
+                run_jobs(store, tmp)
+            if "face" in parts:
+                run_notebook(store, tmp)
         port = free_port()
         server = subprocess.Popen([str(BIN / "mlflow"), "ui", "--backend-store-uri", store, "--host", "127.0.0.1",
                                    "--port", str(port), "--workers", "1"], stdout=subprocess.DEVNULL,
@@ -235,7 +323,10 @@ def main() -> None:
                     time.sleep(0.5)
             else:
                 raise SystemExit("mlflow ui did not start")
-            shoot_all(args.browser, base, store, args.out, tmp)
+            if "runs" in parts:
+                shoot_runs(args.browser, base, store, args.out, tmp)
+            if "face" in parts:
+                shoot_face(args.browser, base, store, args.out, tmp)
         finally:
             server.terminate()
             server.wait(timeout=30)
