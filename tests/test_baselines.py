@@ -86,6 +86,7 @@ def test_transfer_on_three_items(cfg_factory, plotted, corpus):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_every_baseline_prompt_is_a_version_in_the_mlflow_prompt_registry(cfg_factory):
     cfg = cfg_factory("experiment=crsarena_baselines", "dataset.limit=1", "aspects=[efficiency]", *FAST)
     _run(cfg)

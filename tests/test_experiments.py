@@ -68,6 +68,7 @@ def _artifacts(client, run_id, path=""):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory, plotted):
     cfg = cfg_factory("experiment=reproduce_table2", "metaeval.n_boot=100", "report.out_dir=${paths.output_dir}/res")
     out = _run(cfg)
@@ -150,6 +151,7 @@ def test_subset_runs_never_overwrite_committed_results(cfg_factory, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_system_level_reports_ci_and_arena(cfg_factory, plotted):
     cfg = cfg_factory("experiment=system_level", "metaeval.n_boot=100", "arena.n_boot=30",
                       "report.out_dir=${paths.output_dir}/res")
@@ -169,6 +171,7 @@ def test_system_level_reports_ci_and_arena(cfg_factory, plotted):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_ablation_num_instructions_small(cfg_factory, data_dir, plotted):
     cfg = cfg_factory("experiment=ablation_num_instructions", "dataset.limit=60", "ablation.ks=[1,4,16]",
                       "ablation.n_seeds=2", "aspects=[relevance,dialogue_overall]")
@@ -196,6 +199,7 @@ def test_ablation_num_instructions_small(cfg_factory, data_dir, plotted):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_ablation_aggregation_small(cfg_factory, data_dir):
     cfg = cfg_factory("experiment=ablation_aggregation", "dataset.limit=60", "ablation.instruction_aggs=[mean,max]",
                       "ablation.particle_aggs=[mean,min]", "aspects=[relevance,efficiency]")
@@ -251,6 +255,7 @@ def test_cli_multirun_sweep(tmp_path, mirror):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_files_over_the_artifact_limit_stay_in_the_run_directory_with_a_tag(cfg_factory, tmp_path):
     from face.tracking import Tracker
 

@@ -388,6 +388,7 @@ def _detail(cfg) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_crsarena_main_end_to_end_writes_run_file_and_per_particle_file(cfg_factory):
     cfg = cfg_factory("experiment=crsarena_main", *SMALL_LIVE)
     out = _run(cfg)

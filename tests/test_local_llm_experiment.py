@@ -31,6 +31,7 @@ def _llama_servers() -> set[int]:
     return pids
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_factory, data_dir):
     before = _llama_servers()
     cfg = cfg_factory("experiment=ablation_no_particles", "llm=local", "dataset.limit=2", "metaeval.n_boot=50")

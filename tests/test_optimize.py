@@ -286,6 +286,7 @@ def _run(cfg):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_path):
     cfg = cfg_factory(*TINY, "llm=scripted", "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1",
                       "optimizer.beam=2")

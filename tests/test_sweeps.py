@@ -64,6 +64,7 @@ def _hydra_job(sweep_dir: Path, num: int, overrides: list[str]):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_on_the_parent(
         cfg_factory, tmp_path, monkeypatch):
     cfg = cfg_factory()
@@ -103,6 +104,7 @@ def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_job_without_the_callback_makes_the_parent_itself_once(cfg_factory, tmp_path, monkeypatch):
     cfg = cfg_factory()
     for num in (0, 1):
@@ -119,6 +121,7 @@ def test_a_job_without_the_callback_makes_the_parent_itself_once(cfg_factory, tm
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_the_data_a_run_read_is_its_mlflow_dataset_input_with_a_digest_of_the_files(cfg_factory):
     cfg = cfg_factory()
     rows = [{"conv_id": "a", "system": "s1", "split": "redial", "evaluated_turns": 3},
