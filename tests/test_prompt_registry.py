@@ -31,7 +31,9 @@ def _linked(client, run) -> set[tuple[str, int]]:
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
 def test_three_no_particle_runs_and_a_main_run_leave_one_version_per_distinct_text(cfg_factory):
-    common = ["llm=scripted", "dataset.limit=3", "aspects=[relevance,dialogue_overall]"]
+    # the registered texts are the instruction sets: one sample per particle and instruction sends the same ones
+    common = ["llm=scripted", "dataset.limit=3", "aspects=[relevance,dialogue_overall]", "method.n=1",
+              "method.particles.k=1"]
     runs = []
     for task in ("crsarena_main", "ablation_no_particles", "crsarena_main", "ablation_no_particles",
                  "ablation_no_particles"):
