@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -233,8 +234,9 @@ def test_cli_main_job_and_clear_error_on_bad_data(tmp_path, mirror):
 
 
 @pytest.mark.slow
-def test_cli_multirun_sweep(tmp_path, mirror):
+def test_cli_multirun_sweep(tmp_path, mirror, mlflow_store):
     env = {**os.environ, "FACE_DATA_DIR": str(tmp_path / "data"), "FACE_DATA_MIRROR": str(mirror)}
+    shutil.copyfile(mlflow_store, tmp_path / "ml.db")  # an empty store: what a sweep makes of it is checked
     res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=reproduce_table2",
                           "method.particle_agg=mean,max", "dataset.limit=30", "metaeval.n_boot=0",
                           f"tracking.tracking_uri=sqlite:///{tmp_path / 'ml.db'}",

@@ -99,14 +99,16 @@ def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(cfg_
 
 
 @pytest.mark.slow
-def test_each_sweep_job_files_its_candidates_under_its_own_prompt_naming_the_job(tmp_path, mirror):
+def test_each_sweep_job_files_its_candidates_under_its_own_prompt_naming_the_job(tmp_path, mirror, mlflow_store):
     """Two optimizer jobs of one Hydra multirun (alpha=1,2): two candidate prompts, one per job's run, each saying
     which sweep job and overrides it holds; the same initial text is v1 of each; the sets share one name."""
+    import shutil
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
+    shutil.copyfile(mlflow_store, tmp_path / "m.db")  # an empty store: what the sweep registers in it is checked
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=optimize_instructions",
                           "aspects=[relevance]", "dataset.limit=8", "run_size=tiny", "optimizer.pulls=6",
