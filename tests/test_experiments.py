@@ -11,10 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import mlflow
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
 from scipy import stats
 
 from face.data import CRSARENA_EVAL, released_scores_file
@@ -55,6 +53,8 @@ def _run(cfg):
 
 
 def _mlflow_run(cfg):
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     exp = client.get_experiment_by_name(cfg.task_name)
     [run] = client.search_runs([exp.experiment_id])
@@ -71,6 +71,8 @@ def _artifacts(client, run_id, path=""):
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
 def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory, plotted):
+    import mlflow
+
     cfg = cfg_factory("experiment=reproduce_table2", "metaeval.n_boot=100", "report.out_dir=${paths.output_dir}/res")
     out = _run(cfg)
     comp = out["comparison"]
@@ -235,6 +237,8 @@ def test_cli_main_job_and_clear_error_on_bad_data(tmp_path, mirror):
 
 @pytest.mark.slow
 def test_cli_multirun_sweep(tmp_path, mirror, mlflow_store):
+    from mlflow.tracking import MlflowClient
+
     env = {**os.environ, "FACE_DATA_DIR": str(tmp_path / "data"), "FACE_DATA_MIRROR": str(mirror)}
     shutil.copyfile(mlflow_store, tmp_path / "ml.db")  # an empty store: what a sweep makes of it is checked
     res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=reproduce_table2",
@@ -259,6 +263,8 @@ def test_cli_multirun_sweep(tmp_path, mirror, mlflow_store):
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
 def test_files_over_the_artifact_limit_stay_in_the_run_directory_with_a_tag(cfg_factory, tmp_path):
+    from mlflow.tracking import MlflowClient
+
     from face.tracking import Tracker
 
     small, big = tmp_path / "small.json", tmp_path / "big.jsonl"

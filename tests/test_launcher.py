@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,6 +49,8 @@ def _submitit_jobs(sweep: Path) -> dict[str, str]:
 def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir):
     """Two live FACE jobs (scripted LLM) in two processes: each finishes with its run file, tables and LLM usage,
     both write to one LLM cache and one MLflow store, and each job is its own MLflow run tagged with the sweep."""
+    from mlflow.tracking import MlflowClient
+
     res = _sweep(tmp_path, data_dir, "experiment=crsarena_main", "llm=scripted", "dataset.limit=2",
                  "aspects=[dialogue_overall]", "method.particles.source=released", "method.instructions.max=2",
                  "method.n=1,2")

@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
 from face.data.schema import Instruction, Particle
@@ -390,6 +389,8 @@ def _detail(cfg) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
 def test_crsarena_main_end_to_end_writes_run_file_and_per_particle_file(cfg_factory):
+    from mlflow.tracking import MlflowClient
+
     cfg = cfg_factory("experiment=crsarena_main", *SMALL_LIVE)
     out = _run(cfg)
     run_dir = Path(cfg.paths.output_dir)

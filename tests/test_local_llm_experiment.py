@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 from scipy import stats
 
 from face.data import CRSARENA_EVAL
@@ -33,6 +32,8 @@ def _llama_servers() -> set[int]:
 
 @pytest.mark.usefixtures("mlflow_store")
 def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_factory, data_dir):
+    from mlflow.tracking import MlflowClient
+
     before = _llama_servers()
     # one turn-level and one dialogue-level aspect: the other five are the same prompts with other instructions
     cfg = cfg_factory("experiment=ablation_no_particles", "llm=local", "dataset.limit=2", "metaeval.n_boot=50",

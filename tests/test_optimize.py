@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
 from scipy import stats
 
 from face.aspects import Aspect
@@ -288,6 +287,8 @@ def _run(cfg):
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
 def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_path):
+    from mlflow.tracking import MlflowClient
+
     cfg = cfg_factory(*TINY, "llm=scripted", "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1",
                       "optimizer.beam=2")
     out = _run(cfg)
@@ -445,6 +446,7 @@ def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_rep
     import sys
 
     import pandas as pd
+    from mlflow.tracking import MlflowClient
 
     root = Path(__file__).resolve().parents[1]
     before = _git_status(root)
