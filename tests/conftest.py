@@ -81,6 +81,17 @@ def cfg_factory(tmp_path: Path, data_dir: Path, request):
     return factory
 
 
+@pytest.fixture(scope="session")
+def evaluated_chat_logs(tmp_path_factory) -> Path:
+    """The output directory of `face evaluate` on test_cli's two chat logs (scripted LLM, tiny run size), run once
+    per session for the tests that only read what it wrote (a test that changes a file works on a copy)."""
+    from test_cli import CHAT, _evaluate, _jsonl
+
+    tmp = tmp_path_factory.mktemp("chat_logs")
+    assert _evaluate(tmp, _jsonl(tmp, CHAT)) == 0
+    return tmp / "out"
+
+
 @pytest.fixture
 def plotted(monkeypatch) -> dict[str, dict]:
     """What every figure saved during the test shows, read back from its matplotlib objects, by file name:
