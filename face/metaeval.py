@@ -236,16 +236,24 @@ def paired_difference(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray,
                       ) -> tuple[float, float, float]:
     """coef(a, human) − coef(b, human) and its paired percentile CI: both predictions are correlated on the
     same resampled conversations, so what they share cancels (the CI of a difference, not two CIs)."""
+    return paired_replicates(pred_a, pred_b, human, clusters, coefficient, n_boot, seed, confidence)[:3]
+
+
+def paired_replicates(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray, clusters: np.ndarray,
+                      coefficient: str, n_boot: int, seed: int, confidence: float
+                      ) -> tuple[float, float, float, np.ndarray | None]:
+    """``paired_difference`` and the difference in each resample it drew (NaN where a side does not vary; None
+    when there are too few items or clusters to resample), for a p-value read from the same resamples."""
     a, b, y = (np.asarray(v, float) for v in (pred_a, pred_b, human))
     diff = correlate(a, y)[coefficient][0] - correlate(b, y)[coefficient][0]
     if n_boot <= 0 or len(y) < 3 or len(np.unique(clusters)) < MIN_CLUSTERS:
-        return diff, float("nan"), float("nan")
+        return diff, float("nan"), float("nan"), None
     w = cluster_weights(np.asarray(clusters), n_boot, np.random.default_rng(seed))
     vals = WEIGHTED[coefficient](a, y, w) - WEIGHTED[coefficient](b, y, w)
     if np.all(np.isnan(vals)):
-        return diff, float("nan"), float("nan")
+        return diff, float("nan"), float("nan"), vals
     lo, hi = np.nanpercentile(vals, [50 * (1 - confidence), 50 * (1 + confidence)])
-    return diff, float(lo), float(hi)
+    return diff, float(lo), float(hi), vals
 
 
 # ---------------------------------------------------------------- system level

@@ -28,7 +28,7 @@ from scipy import stats
 from face.aggregate import Predictions
 from face.aspects import Aspect
 from face.data.schema import Conversation
-from face.metaeval import MIN_CLUSTERS, WEIGHTED, cluster_weights, correlate, items, paired_difference
+from face.metaeval import correlate, items, paired_replicates
 
 COMPARISON_COLUMNS = ["aspect", "level", "split", "coefficient", "method_a", "method_b", "value_a", "value_b",
                       "diff", "ci_low", "ci_high", "p_bootstrap", "p_williams", "n", "n_clusters"]
@@ -63,14 +63,10 @@ def paired_bootstrap(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray, 
                      ) -> dict[str, float]:
     """``{diff, ci_low, ci_high, p_value}`` for coef(a, human) − coef(b, human), resampling clusters.
 
-    diff and CI are ``metaeval.paired_difference``'s; the p-value uses the same resamples (same seed)."""
-    diff, lo, hi = paired_difference(pred_a, pred_b, human, clusters, coefficient, n_boot, seed, confidence)
+    diff and CI are ``metaeval.paired_difference``'s; the p-value is read from the same resamples."""
+    diff, lo, hi, d = paired_replicates(pred_a, pred_b, human, clusters, coefficient, n_boot, seed, confidence)
     p = float("nan")
-    clusters = np.asarray(clusters)
-    if n_boot > 0 and len(human) >= 3 and len(np.unique(clusters)) >= MIN_CLUSTERS:
-        a, b, y = (np.asarray(v, float) for v in (pred_a, pred_b, human))
-        w = cluster_weights(clusters, n_boot, np.random.default_rng(seed))
-        d = WEIGHTED[coefficient](a, y, w) - WEIGHTED[coefficient](b, y, w)
+    if d is not None:
         d = d[~np.isnan(d)]
         if len(d):
             p = float(min(1.0, 2 * min(np.mean(d <= 0), np.mean(d >= 0))))

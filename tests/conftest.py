@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -55,12 +56,40 @@ def make_cfg(tmp_path: Path, data_dir: Path, overrides: list[str], tracking: boo
         return compose(config_name="config", overrides=base + overrides)
 
 
+@pytest.fixture(scope="session")
+def mlflow_store(tmp_path_factory) -> Path:
+    """An empty MLflow SQLite store, made once per session: creating one runs MLflow's ~50 schema migrations
+    (1-4 s); a copy of this one is the same empty store in a few milliseconds. Tests that do not request it (the
+    CLI, sweeps, the reliability suite, every check that a refused run creates no store) still start without one."""
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path_factory.mktemp("mlflow_store") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    return db
+
+
 @pytest.fixture
-def cfg_factory(tmp_path: Path, data_dir: Path):
+def cfg_factory(tmp_path: Path, data_dir: Path, request):
+    """Configs as ``make_cfg`` composes them. A test that also requests ``mlflow_store`` (e.g.
+    ``@pytest.mark.usefixtures("mlflow_store")``: its runs are tracked, and whether they create the store is not
+    what it checks) starts with a copy of it as its store."""
     def factory(*overrides: str, tracking: bool = True) -> DictConfig:
+        if tracking and "mlflow_store" in request.fixturenames and not (tmp_path / "mlflow.db").exists():
+            shutil.copyfile(request.getfixturevalue("mlflow_store"), tmp_path / "mlflow.db")
         return make_cfg(tmp_path, data_dir, list(overrides), tracking)
 
     return factory
+
+
+@pytest.fixture(scope="session")
+def evaluated_chat_logs(tmp_path_factory) -> Path:
+    """The output directory of `face evaluate` on test_cli's two chat logs (scripted LLM, tiny run size), run once
+    per session for the tests that only read what it wrote (a test that changes a file works on a copy)."""
+    from test_cli import CHAT, _evaluate, _jsonl
+
+    tmp = tmp_path_factory.mktemp("chat_logs")
+    assert _evaluate(tmp, _jsonl(tmp, CHAT)) == 0
+    return tmp / "out"
 
 
 @pytest.fixture

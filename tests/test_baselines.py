@@ -6,11 +6,9 @@ import importlib
 import json
 from pathlib import Path
 
-import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-from mlflow import genai
 
 from face.baselines.llm import GEval, LLMCoTICL, LLMDirect, training_conversations, units_of
 from face.baselines.transfer import DEFAULT_MAPPING, FaceTransfer
@@ -86,7 +84,11 @@ def test_transfer_on_three_items(cfg_factory, plotted, corpus):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_every_baseline_prompt_is_a_version_in_the_mlflow_prompt_registry(cfg_factory):
+    import mlflow
+    from mlflow import genai
+
     cfg = cfg_factory("experiment=crsarena_baselines", "dataset.limit=1", "aspects=[efficiency]", *FAST)
     _run(cfg)
     mlflow.set_tracking_uri(cfg.tracking.tracking_uri)

@@ -94,6 +94,7 @@ def test_mixed_transport_faults_on_the_probe_change_nothing_but_the_retries(cfg_
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_answer_counts_agree_with_particle_scores_in_usage_metrics_and_console(cfg_factory, tmp_path, capsys):
     import mlflow
 

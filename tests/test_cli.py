@@ -4,6 +4,7 @@ of the released judgements."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,9 +39,10 @@ def _evaluate(tmp_path, logs, *extra):
                  "--set", "run_size=tiny", *extra])
 
 
-def test_evaluate_chat_logs_writes_the_run_file_and_a_report_with_every_conversation_and_particle(tmp_path):
-    assert _evaluate(tmp_path, _jsonl(tmp_path, CHAT)) == 0
+def test_evaluate_chat_logs_writes_the_run_file_and_a_report_with_every_conversation_and_particle(
+        evaluated_chat_logs, tmp_path):
     out = tmp_path / "out"
+    shutil.copytree(evaluated_chat_logs, out)  # the report is rebuilt below
     run = json.loads((out / "run_file.json").read_text())
     assert [r["conv_id"] for r in run] == ["c1", "c2"]
     assert [t["turn_ind"] for t in run[1]["turns"]] == [1, 3]  # the system message is not a turn
@@ -117,17 +119,14 @@ def test_bad_logs_give_one_line_naming_file_conversation_and_message(tmp_path, c
 
 
 def _browser() -> str | None:
-    import shutil
-
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def test_the_report_renders_in_headless_chromium_with_every_conversation_and_particle(tmp_path):
+def test_the_report_renders_in_headless_chromium_with_every_conversation_and_particle(evaluated_chat_logs, tmp_path):
     browser = _browser()
     if browser is None:
         pytest.skip("no Chromium installed (Debian: apt-get install chromium)")
-    assert _evaluate(tmp_path, _jsonl(tmp_path, CHAT)) == 0
-    out = tmp_path / "out"
+    out = evaluated_chat_logs
     res = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
                           f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from face.cli import main
 from face.console import progress_on
@@ -113,7 +112,10 @@ def test_a_second_run_counts_its_cache_hits_as_llm_usage_json_does(tmp_path, cap
 
 
 @pytest.mark.slow  # a whole experiment with an MLflow store (~10 s)
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_run_without_an_llm_ends_with_its_results_path_and_the_mlflow_run_in_the_store(cfg_factory, capsys):
+    from mlflow.tracking import MlflowClient
+
     cfg = cfg_factory("experiment=reproduce_table2", "dataset.limit=3", "metaeval.n_boot=20")
     importlib.import_module(cfg.runner).run(cfg)
     block = _block(capsys.readouterr().out)

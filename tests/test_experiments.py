@@ -5,15 +5,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-import mlflow
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
 from scipy import stats
 
 from face.data import CRSARENA_EVAL, released_scores_file
@@ -54,6 +53,8 @@ def _run(cfg):
 
 
 def _mlflow_run(cfg):
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     exp = client.get_experiment_by_name(cfg.task_name)
     [run] = client.search_runs([exp.experiment_id])
@@ -68,7 +69,10 @@ def _artifacts(client, run_id, path=""):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory, plotted):
+    import mlflow
+
     cfg = cfg_factory("experiment=reproduce_table2", "metaeval.n_boot=100", "report.out_dir=${paths.output_dir}/res")
     out = _run(cfg)
     comp = out["comparison"]
@@ -150,6 +154,7 @@ def test_subset_runs_never_overwrite_committed_results(cfg_factory, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_system_level_reports_ci_and_arena(cfg_factory, plotted):
     cfg = cfg_factory("experiment=system_level", "metaeval.n_boot=100", "arena.n_boot=30",
                       "report.out_dir=${paths.output_dir}/res")
@@ -169,6 +174,7 @@ def test_system_level_reports_ci_and_arena(cfg_factory, plotted):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_ablation_num_instructions_small(cfg_factory, data_dir, plotted):
     cfg = cfg_factory("experiment=ablation_num_instructions", "dataset.limit=60", "ablation.ks=[1,4,16]",
                       "ablation.n_seeds=2", "aspects=[relevance,dialogue_overall]")
@@ -196,6 +202,7 @@ def test_ablation_num_instructions_small(cfg_factory, data_dir, plotted):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_ablation_aggregation_small(cfg_factory, data_dir):
     cfg = cfg_factory("experiment=ablation_aggregation", "dataset.limit=60", "ablation.instruction_aggs=[mean,max]",
                       "ablation.particle_aggs=[mean,min]", "aspects=[relevance,efficiency]")
@@ -229,8 +236,11 @@ def test_cli_main_job_and_clear_error_on_bad_data(tmp_path, mirror):
 
 
 @pytest.mark.slow
-def test_cli_multirun_sweep(tmp_path, mirror):
+def test_cli_multirun_sweep(tmp_path, mirror, mlflow_store):
+    from mlflow.tracking import MlflowClient
+
     env = {**os.environ, "FACE_DATA_DIR": str(tmp_path / "data"), "FACE_DATA_MIRROR": str(mirror)}
+    shutil.copyfile(mlflow_store, tmp_path / "ml.db")  # an empty store: what a sweep makes of it is checked
     res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=reproduce_table2",
                           "method.particle_agg=mean,max", "dataset.limit=30", "metaeval.n_boot=0",
                           f"tracking.tracking_uri=sqlite:///{tmp_path / 'ml.db'}",
@@ -251,7 +261,10 @@ def test_cli_multirun_sweep(tmp_path, mirror):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_files_over_the_artifact_limit_stay_in_the_run_directory_with_a_tag(cfg_factory, tmp_path):
+    from mlflow.tracking import MlflowClient
+
     from face.tracking import Tracker
 
     small, big = tmp_path / "small.json", tmp_path / "big.jsonl"

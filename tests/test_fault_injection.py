@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,8 +58,9 @@ importlib.import_module(cfg.runner).run(cfg)
 
 
 @pytest.mark.slow
-def test_kill_9_mid_run_then_rerun_resends_at_most_the_requests_in_flight(data_dir, tmp_path):
+def test_kill_9_mid_run_then_rerun_resends_at_most_the_requests_in_flight(data_dir, tmp_path, mlflow_store):
     conc = 4
+    shutil.copyfile(mlflow_store, tmp_path / "mlflow.db")  # an empty store: the killed run is left in it
     overrides = [*LIVE, f"llm.concurrency={conc}", "method.instructions.max=4", "llm.timeout_s=30"]
     srv = ScriptedServer(latency_s=0.05)
     with srv as info:

@@ -12,18 +12,30 @@ import sys
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _sweep(tmp_path: Path, data_dir: Path, *overrides: str, tracking: bool = True) -> subprocess.CompletedProcess:
+# scripts/run.py as `python scripts/run.py` runs it, with submitit's wait for the result file of a job that has
+# ended (15 s by default, for slow network file systems) set to 1 s, as submitit's own tests set it
+_RUN_WITH_SHORT_RESULTS_WAIT = """
+import runpy, sys
+import submitit.core.core
+submitit.core.core.Job._results_timeout_s = 1
+sys.argv[0] = "scripts/run.py"
+runpy.run_path("scripts/run.py", run_name="__main__")
+"""
+
+
+def _sweep(tmp_path: Path, data_dir: Path, *overrides: str, tracking: bool = True,
+           short_results_wait: bool = False) -> subprocess.CompletedProcess:
     out = [f"hydra.sweep.dir={tmp_path / 'sweep'}", f"paths.results_dir={tmp_path / 'results'}",
            f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={data_dir}", "paths.data_mirror=null",
            "dataset.download=false"]
     out += ([f"tracking.tracking_uri=sqlite:///{tmp_path / 'ml.db'}",
              f"tracking.artifact_location={tmp_path / 'mlruns'}"] if tracking else ["tracking=none"])
-    return subprocess.run([sys.executable, "scripts/run.py", "-m", "hydra/launcher=submitit_local", *overrides, *out],
+    script = ["-c", _RUN_WITH_SHORT_RESULTS_WAIT] if short_results_wait else ["scripts/run.py"]
+    return subprocess.run([sys.executable, *script, "-m", "hydra/launcher=submitit_local", *overrides, *out],
                           cwd=ROOT, env={**os.environ, "FACE_DATA_MIRROR": ""}, capture_output=True, text=True,
                           timeout=300)
 
@@ -37,6 +49,8 @@ def _submitit_jobs(sweep: Path) -> dict[str, str]:
 def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir):
     """Two live FACE jobs (scripted LLM) in two processes: each finishes with its run file, tables and LLM usage,
     both write to one LLM cache and one MLflow store, and each job is its own MLflow run tagged with the sweep."""
+    from mlflow.tracking import MlflowClient
+
     res = _sweep(tmp_path, data_dir, "experiment=crsarena_main", "llm=scripted", "dataset.limit=2",
                  "aspects=[dialogue_overall]", "method.particles.source=released", "method.instructions.max=2",
                  "method.n=1,2")
@@ -67,12 +81,13 @@ def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir):
     assert (sweep / "sweep_report.md").exists()
 
 
-@pytest.mark.slow  # ~20 s, most of it submitit waiting 15 s for the result file a failed job never writes
+@pytest.mark.slow
 def test_submitit_local_sweep_reports_a_failed_job(tmp_path, data_dir):
     """A job that stops with a bad setting in its own process: the other job still finishes, its one-line error
-    reaches the sweep's output, and the sweep exits 1 (a failed job), not 2 (a bad override: nothing ran)."""
+    reaches the sweep's output, and the sweep exits 1 (a failed job), not 2 (a bad override: nothing ran).
+    submitit waits for the result file the failed job never writes: 1 s here instead of its 15 s."""
     res = _sweep(tmp_path, data_dir, "experiment=reproduce_table2", "metaeval.n_boot=0", "dataset.limit=0,30",
-                 tracking=False)
+                 tracking=False, short_results_wait=True)
     assert res.returncode == 1, res.stderr[-3000:]
     assert "dataset.limit must be a positive integer or null, got 0" in res.stderr  # the job's own line
     assert (tmp_path / "sweep" / "1" / "run_file.json").exists()

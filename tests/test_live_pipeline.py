@@ -3,6 +3,7 @@ aggregation, per-particle file, run file, cost estimate, and every live experime
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import math
@@ -10,7 +11,6 @@ import re
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
 from face.data.schema import Instruction, Particle
@@ -125,8 +125,9 @@ def _client_cfg(info, tmp_path, **kw) -> LLMConfig:
                      seed=0, **kw)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def convs(data_dir):
+    """The first two conversations of CRSArena-Eval (read once per module; nothing changes them)."""
     return select(load_conversations(data_dir / CRSARENA_EVAL), limit=2)
 
 
@@ -162,9 +163,14 @@ def test_decompose_falls_back_to_whole_turn_when_no_sample_is_valid(scripted, tm
     assert d.source == "whole_turn" and d.fallback == "no_valid_sample" and len(d.particles) == 1
 
 
+@functools.lru_cache(maxsize=1)
+def _released_particles(data_dir: Path) -> tuple:
+    return tuple(load_released_particles(data_dir / RELEASED_PARTICLES))  # read once
+
+
 def _released(data_dir, convs):
     ids = {c.conv_id for c in convs}
-    return from_released([r for r in load_released_particles(data_dir / RELEASED_PARTICLES) if r.conv_id in ids])
+    return from_released([r for r in _released_particles(data_dir) if r.conv_id in ids])
 
 
 INSTR = [Instruction("a", "Rate it.", 1), Instruction("b", "Rate it carefully.", 2)]
@@ -388,7 +394,10 @@ def _detail(cfg) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_crsarena_main_end_to_end_writes_run_file_and_per_particle_file(cfg_factory):
+    from mlflow.tracking import MlflowClient
+
     cfg = cfg_factory("experiment=crsarena_main", *SMALL_LIVE)
     out = _run(cfg)
     run_dir = Path(cfg.paths.output_dir)

@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 from scipy import stats
 
 from face.data import CRSARENA_EVAL
@@ -31,14 +30,19 @@ def _llama_servers() -> set[int]:
     return pids
 
 
+@pytest.mark.usefixtures("mlflow_store")
 def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_factory, data_dir):
+    from mlflow.tracking import MlflowClient
+
     before = _llama_servers()
-    cfg = cfg_factory("experiment=ablation_no_particles", "llm=local", "dataset.limit=2", "metaeval.n_boot=50")
+    # one turn-level and one dialogue-level aspect: the other five are the same prompts with other instructions
+    cfg = cfg_factory("experiment=ablation_no_particles", "llm=local", "dataset.limit=2", "metaeval.n_boot=50",
+                      "aspects=[relevance,dialogue_overall]")
     out = importlib.import_module(cfg.runner).run(cfg)
     run_dir = Path(cfg.paths.output_dir)
     detail = [json.loads(line) for line in (run_dir / "particle_scores.jsonl").read_text().splitlines()]
-    # 2 turn aspects × 11 assistant turns + 5 dialogue aspects × 2 dialogues, 1 instruction, 1 sample
-    assert len(detail) == 2 * 11 + 5 * 2
+    # 1 turn aspect × 11 assistant turns + 1 dialogue aspect × 2 dialogues, 1 instruction, 1 sample
+    assert len(detail) == 11 + 2 and {d["aspect"] for d in detail} == {"relevance", "dialogue_overall"}
     valid = [d for d in detail if d["score"] is not None]
     assert len(valid) >= 0.8 * len(detail)  # schema-constrained answers are nearly always valid
     assert all(0 <= d["score"] <= 4 for d in valid)

@@ -4,6 +4,7 @@ ipykernel, as `make notebook` runs it), and shows what its headings promise."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,10 @@ def _runner():
     return mod
 
 
-@pytest.mark.slow  # a kernel start and the whole notebook: ≈ 15 s
+@pytest.mark.slow  # a kernel start and the whole notebook: ≈ 7 s
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom_in_a_kernel(path, tmp_path, monkeypatch):
+def test_notebook_runs_top_to_bottom_in_a_kernel(path, tmp_path, monkeypatch, mlflow_store):
+    shutil.copyfile(mlflow_store, tmp_path / "mlflow.db")
     monkeypatch.setenv("FACE_MLFLOW_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")  # an empty store is fine
     nb = _runner().execute(path, tmp_path)  # raises CellExecutionError naming the cell that broke
     code = [c for c in nb.cells if c.cell_type == "code"]

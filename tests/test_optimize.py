@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
 from scipy import stats
 
 from face.aspects import Aspect
@@ -286,7 +285,10 @@ def _run(cfg):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_path):
+    from mlflow.tracking import MlflowClient
+
     cfg = cfg_factory(*TINY, "llm=scripted", "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1",
                       "optimizer.beam=2")
     out = _run(cfg)
@@ -435,17 +437,20 @@ def _git_status(root: Path) -> str:
 
 
 @pytest.mark.slow
-def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_report(tmp_path, mirror):
+def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_report(tmp_path, mirror, mlflow_store):
     """The sweep of issue 22 (alpha=1,2 beta=1 beam=1,2): one MLflow parent run named after the swept keys, 4
     FINISHED children named by alpha, beta and beam, each with the headline summary metric; the report (read
     back from MLflow) in the sweep directory and on the parent; nothing written into the repository."""
+    import shutil
     import subprocess
     import sys
 
     import pandas as pd
+    from mlflow.tracking import MlflowClient
 
     root = Path(__file__).resolve().parents[1]
     before = _git_status(root)
+    shutil.copyfile(mlflow_store, tmp_path / "m.db")  # an empty store: what the sweep makes of it is checked
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     res = subprocess.run([sys.executable, "scripts/run.py", "-m", *TINY, "llm=scripted", "optimizer.alpha=1,2",
                           "optimizer.beta=1", "optimizer.beam=1,2", "optimizer.rounds=1",

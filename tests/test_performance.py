@@ -101,7 +101,7 @@ def test_adaptive_concurrency_backs_off_on_429_and_honours_retry_after(tmp_path)
         cfg = cfg_for(info.base_url, tmp_path, n_per_request=128, probe=False, concurrency=128,
                       adaptive_concurrency=True, concurrency_start=32, max_retries=20)
         with make_client(cfg) as c:
-            res = c.run_batch(reqs(200, n=1))
+            res = c.run_batch(reqs(100, n=1))
             s = c.usage.summary()
     assert all(len(r.samples) == 1 for r in res)
     assert srv.rate_limited > 0 and s["throttled_requests"] > 0 and s["concurrency_decreases"] >= 1

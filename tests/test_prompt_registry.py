@@ -11,7 +11,6 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from face.prompt_registry import best_version
 
@@ -29,8 +28,13 @@ def _linked(client, run) -> set[tuple[str, int]]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_three_no_particle_runs_and_a_main_run_leave_one_version_per_distinct_text(cfg_factory):
-    common = ["llm=scripted", "dataset.limit=3", "aspects=[relevance,dialogue_overall]"]
+    # the registered texts are the instruction sets: one sample per particle and instruction sends the same ones
+    from mlflow.tracking import MlflowClient
+
+    common = ["llm=scripted", "dataset.limit=3", "aspects=[relevance,dialogue_overall]", "method.n=1",
+              "method.particles.k=1"]
     runs = []
     for task in ("crsarena_main", "ablation_no_particles", "crsarena_main", "ablation_no_particles",
                  "ablation_no_particles"):
@@ -83,7 +87,10 @@ def test_llm_settings_are_dropped_from_the_label_of_a_run_without_llm(cfg_factor
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(cfg_factory):
+    from mlflow.tracking import MlflowClient
+
     cfg = cfg_factory("experiment=reproduce_table2", "llm=scripted", "llm.model=other", "run_size=tiny",
                       "dataset.limit=3", "metaeval.n_boot=0")
     out = _run(cfg)
@@ -95,14 +102,18 @@ def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(cfg_
 
 
 @pytest.mark.slow
-def test_each_sweep_job_files_its_candidates_under_its_own_prompt_naming_the_job(tmp_path, mirror):
+def test_each_sweep_job_files_its_candidates_under_its_own_prompt_naming_the_job(tmp_path, mirror, mlflow_store):
     """Two optimizer jobs of one Hydra multirun (alpha=1,2): two candidate prompts, one per job's run, each saying
     which sweep job and overrides it holds; the same initial text is v1 of each; the sets share one name."""
+    import shutil
     import subprocess
     import sys
     from pathlib import Path
 
+    from mlflow.tracking import MlflowClient
+
     root = Path(__file__).resolve().parents[1]
+    shutil.copyfile(mlflow_store, tmp_path / "m.db")  # an empty store: what the sweep registers in it is checked
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=optimize_instructions",
                           "aspects=[relevance]", "dataset.limit=8", "run_size=tiny", "optimizer.pulls=6",
@@ -139,10 +150,12 @@ def test_each_sweep_job_files_its_candidates_under_its_own_prompt_naming_the_job
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_text_any_earlier_version_holds_is_not_registered_again_across_pages(cfg_factory, monkeypatch):
     """A store written before versions were compared (v1 and v2 the same text) and more versions than one page of
     the registry query: each known text gives its oldest version; only a new text gives a new version."""
     from mlflow import genai
+    from mlflow.tracking import MlflowClient
 
     from face.tracking import Tracker
 
@@ -159,9 +172,12 @@ def test_a_text_any_earlier_version_holds_is_not_registered_again_across_pages(c
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_optimizer_sets_are_aliased_per_job_and_best_by_dev_correlation(cfg_factory):
     """Two jobs' final sets (no LLM: candidates written by hand): each job's candidates under its own prompt with
     @initial / @best, each set @run-<id>, and the set @best the one with the higher dev Spearman."""
+    from mlflow.tracking import MlflowClient
+
     from face.optimize.checkpoint import Candidate
     from face.prompt_registry import PromptLog, load_reference
     from face.tracking import Tracker

@@ -5,6 +5,7 @@ Prompts here are rendered by the project's own code (the client under test); the
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -18,7 +19,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from face.aggregate import Predictions
-from face.data.schema import Particle
+from face.data.schema import Conversation, Particle, TurnParticles
 from face.datasets.crsarena import ASPECTS, CRSArenaEval, load_conversations
 from face.datasets.face_released import load_instructions, load_released_particles
 from face.llm import LLMConfig
@@ -42,6 +43,18 @@ def replay_data(data_dir) -> ReplayData:
     return ReplayData(data_dir)
 
 
+@functools.lru_cache(maxsize=1)
+def _conversations(data_dir: Path) -> dict[str, Conversation]:
+    """CRSArena-Eval's conversations by id, as the project reads them (read once)."""
+    return {c.conv_id: c for c in load_conversations(data_dir / "crsarena_eval/crs_arena_eval.json")}
+
+
+@functools.lru_cache(maxsize=1)
+def _particles(data_dir: Path) -> dict[tuple[str, int], TurnParticles]:
+    """The released particles by (conversation, turn), as the project reads them (read once)."""
+    return {(r.conv_id, r.turn_ind): r for r in load_released_particles(data_dir / "face_released/particles.jsonl")}
+
+
 def _llm(cfg_factory, tmp_path: Path, **over) -> dict:
     cfg = cfg_factory("llm=replay", tracking=False)
     llm = OmegaConf.to_container(cfg.llm, resolve=True)
@@ -51,7 +64,7 @@ def _llm(cfg_factory, tmp_path: Path, **over) -> dict:
 
 
 def _inputs(data_dir: Path, tmp_path: Path, llm: dict, aspects: list[str]) -> Inputs:
-    convs = [c for c in load_conversations(data_dir / "crsarena_eval/crs_arena_eval.json") if c.conv_id in CONVS]
+    convs = [c for c in _conversations(data_dir).values() if c.conv_id in CONVS]
     return Inputs(CRSArenaEval(), convs, [ASPECTS[a] for a in aspects], data_dir, tmp_path / "run",
                   LLMConfig.from_dict(llm))
 
@@ -61,22 +74,31 @@ def _as_dict(p: Predictions) -> dict:
             **{(r.aspect, r.conv_id): r.pred for r in p.dialogue.itertuples()}}
 
 
+LIVE_ASPECTS = ["relevance", "dialogue_overall"]
+
+
+@pytest.fixture(scope="module")
+def released_predictions(data_dir, tmp_path_factory) -> dict:
+    """The authors' released scores of the first N_INSTRUCTIONS instructions of each of LIVE_ASPECTS (by rank, as
+    method.instructions.max takes them), aggregated directly."""
+    tmp = tmp_path_factory.mktemp("released")
+    want = {}
+    for a in LIVE_ASPECTS:
+        ids = [i.instruction_id for i in load_instructions(data_dir / f"face_released/top16_instructions/{a}.json")]
+        one = _inputs(data_dir, tmp, {}, [a])
+        want.update(_as_dict(FaceReleased(instructions=ids[:N_INSTRUCTIONS]).predict(one).predictions))
+    return want
+
+
 @pytest.mark.parametrize("source,estimator,reasoning", [("llm", "sampling", True), ("released", "sampling", True),
                                                         ("llm", "logprobs", True), ("released", "sampling", False)])
 def test_live_method_through_the_replay_equals_the_released_judgements(data_dir, cfg_factory, tmp_path, source,
-                                                                       estimator, reasoning):
-    aspects = ["relevance", "dialogue_overall"]
-    inputs = _inputs(data_dir, tmp_path, _llm(cfg_factory, tmp_path), aspects)
+                                                                       estimator, reasoning, released_predictions):
+    inputs = _inputs(data_dir, tmp_path, _llm(cfg_factory, tmp_path), LIVE_ASPECTS)
     face = Face(particles={"source": source, "k": 20}, instructions={"max": N_INSTRUCTIONS}, estimator=estimator,
                 n=5, reasoning=reasoning)
     live = face.predict(inputs)
-    ids = {a: [i.instruction_id for i in load_instructions(data_dir / f"face_released/top16_instructions/{a}.json")]
-           [:N_INSTRUCTIONS] for a in aspects}  # the first by rank, as method.instructions.max takes them
-    got = _as_dict(live.predictions)
-    want = {}
-    for a in aspects:  # the released scores of the same instructions, aggregated directly
-        one = _inputs(data_dir, tmp_path, {}, [a])
-        want.update(_as_dict(FaceReleased(instructions=ids[a]).predict(one).predictions))
+    got, want = _as_dict(live.predictions), released_predictions
     assert got.keys() == want.keys()
     assert all(math.isclose(got[k], want[k], abs_tol=1e-10) for k in want), \
         [(k, got[k], want[k]) for k in want if not math.isclose(got[k], want[k], abs_tol=1e-10)]
@@ -103,8 +125,7 @@ def test_five_samples_average_the_released_value_and_fewer_stay_within_one_over_
 
 def _prompt(data_dir, aspect: str, conv_id: str, turn_ind: int, particle_ind: int, instruction: str | None = None,
             reasoning: bool = True, particle: Particle | None = None):
-    convs = {c.conv_id: c for c in load_conversations(data_dir / "crsarena_eval/crs_arena_eval.json")}
-    parts = {(r.conv_id, r.turn_ind): r for r in load_released_particles(data_dir / "face_released/particles.jsonl")}
+    convs, parts = _conversations(data_dir), _particles(data_dir)
     ins = load_instructions(data_dir / f"face_released/top16_instructions/{aspect}.json")[0]
     p = particle or parts[(conv_id, turn_ind)].particles[particle_ind]
     unit = Unit(ASPECTS[aspect], conv_id, turn_ind, particle_ind, p)
@@ -184,11 +205,11 @@ def test_an_unidentifiable_request_stops_the_run_with_one_line_and_caches_nothin
 def test_a_conversation_copy_is_read_as_its_original(replay_data, data_dir):
     from face.datasets.crsarena import copy_of
 
-    convs = {c.conv_id: c for c in load_conversations(data_dir / "crsarena_eval/crs_arena_eval.json")}
+    convs = _conversations(data_dir)
     copy = copy_of(convs[CONVS[0]], 3)
     assert copy.conv_id == CONVS[0] + "~3" and all(t.utterance.endswith(" (copy 3)") for t in copy.turns)
     assert [t.labels for t in copy.turns] == [t.labels for t in convs[CONVS[0]].turns]
-    parts = {(r.conv_id, r.turn_ind): r for r in load_released_particles(data_dir / "face_released/particles.jsonl")}
+    parts = _particles(data_dir)
     ins = load_instructions(data_dir / "face_released/top16_instructions/task_completion.json")[0]
     p = parts[(CONVS[0], 3)].particles[1]
     msgs = score_messages(Unit(ASPECTS["task_completion"], copy.conv_id, 3, 1, p), copy, ins.text, reasoning=True)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,9 +14,6 @@ import pytest
 
 from face.cli import main
 from face.report.tables import to_latex, to_markdown, write_table
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_cli import CHAT, _evaluate, _jsonl
 
 
 def test_markdown_prints_counts_as_integers_p_values_below_0_001_and_display_split_names():
@@ -56,11 +51,11 @@ def test_latex_writes_the_same_cells_with_a_math_less_than(tmp_path):
     assert md.read_text().endswith("| OpenDialKG | < 0.001 | 62 |\n")
 
 
-@pytest.fixture(scope="module")
-def scripted_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("scripted")
-    assert _evaluate(tmp, _jsonl(tmp, CHAT)) == 0
-    return tmp / "out"
+@pytest.fixture
+def scripted_run(evaluated_chat_logs, tmp_path):
+    """A copy of the session's `face evaluate` output (test_cli's chat logs): a test may rebuild its report."""
+    shutil.copytree(evaluated_chat_logs, tmp_path / "out")
+    return tmp_path / "out"
 
 
 def test_report_names_the_scripted_llm_at_the_top_and_in_every_table(scripted_run):

@@ -25,6 +25,7 @@ def _files_containing(root: Path, needle: bytes) -> list[Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_api_key_value_is_never_written_anywhere(cfg_factory, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("FACE_TEST_API_KEY", SECRET)
     srv = ScriptedServer()

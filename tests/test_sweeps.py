@@ -13,7 +13,6 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 import face.tracking as tracking
@@ -64,8 +63,11 @@ def _hydra_job(sweep_dir: Path, num: int, overrides: list[str]):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_on_the_parent(
         cfg_factory, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
     cfg = cfg_factory()
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -103,7 +105,10 @@ def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_a_job_without_the_callback_makes_the_parent_itself_once(cfg_factory, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
     cfg = cfg_factory()
     for num in (0, 1):
         job = [f"seed={num}"]
@@ -119,7 +124,10 @@ def test_a_job_without_the_callback_makes_the_parent_itself_once(cfg_factory, tm
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_the_data_a_run_read_is_its_mlflow_dataset_input_with_a_digest_of_the_files(cfg_factory):
+    from mlflow.tracking import MlflowClient
+
     cfg = cfg_factory()
     rows = [{"conv_id": "a", "system": "s1", "split": "redial", "evaluated_turns": 3},
             {"conv_id": "b", "system": "s2", "split": "opendialkg", "evaluated_turns": 2}]
