@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -45,11 +46,12 @@ def test_a_trace_s_user_and_assistant_messages_follow_the_documented_rules(input
 
 # ---------------------------------------------------------------- with a tracking store (MLflow: slow to set up)
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, data_dir):
+def store(tmp_path_factory, data_dir, mlflow_store):
     """SESSIONS traced into a sqlite store, one trace per turn, plus a trace with nothing FACE can read."""
     import mlflow
 
     tmp = tmp_path_factory.mktemp("mlflow")
+    shutil.copyfile(mlflow_store, tmp / "mlflow.db")  # an empty store, without migrating a new one
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(f"sqlite:///{tmp / 'mlflow.db'}")
     exp = mlflow.set_experiment("face-scorers-test").experiment_id
@@ -145,9 +147,10 @@ def _runner():
 
 @pytest.mark.slow  # a kernel, MLflow, three FACE runs and MLflow's own judge: ≈ 20 s
 def test_the_notebook_example_leaves_one_face_assessment_per_session_per_dialogue_aspect(tmp_path, monkeypatch,
-                                                                                         data_dir):
+                                                                                         data_dir, mlflow_store):
     import mlflow
 
+    shutil.copyfile(mlflow_store, tmp_path / "mlflow.db")
     db = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("FACE_MLFLOW_URI", db)
     monkeypatch.setenv("FACE_CACHE_DIR", str(tmp_path / "cache"))
