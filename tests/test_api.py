@@ -78,6 +78,7 @@ def test_dialogue_and_turn_scores_are_the_means_of_the_raw_samples_over_particle
     assert set(p["dialogue_act"]) <= {"greeting", "preference elicitation", "recommendation", "goodbye", "others"}
 
 
+@pytest.mark.slow  # the report's figures and `face report`: ≈ 1.5 s
 def test_the_run_file_and_report_hold_the_result_and_face_report_reads_the_out_directory(run, tmp_path):
     tmp, _, r = run
     path = r.to_run_file(tmp_path / "run.json")
@@ -103,6 +104,7 @@ def test_lowest_particles_are_the_lowest_means_over_instructions(run):
     assert {"dialogue_act", "mention", "turn_ind"} <= set(got.columns)
 
 
+@pytest.mark.slow  # two more runs: ≈ 1 s
 def test_in_memory_conversations_a_dataframe_and_a_running_event_loop_give_the_file_s_scores(run, data_dir, tmp_path):
     tmp, _, r = run
     settings = {**_paths(tmp, data_dir), "method": {"n": 2, "instructions": {"max": 2}}}  # nested = dotted
@@ -141,6 +143,7 @@ def test_meta_evaluate_equals_scipy_on_the_labels_given(run):
         face.meta_evaluate(r, labels.assign(conv_id="nope"))
 
 
+@pytest.mark.slow  # three more runs and a report: ≈ 1.5 s
 def test_a_rerun_into_out_resumes_and_another_input_there_is_refused_unless_overwrite(run, data_dir, capsys):
     tmp, logs, r = run
     settings = {"method.n": 2, "method.instructions.max": 2, **_paths(tmp, data_dir)}
@@ -207,6 +210,7 @@ def test_a_budget_stop_is_an_exception_not_an_exit(tmp_path, data_dir):
                       **{"llm.max_calls": 2}, **_paths(tmp_path, data_dir))
 
 
+@pytest.mark.slow  # another run
 def test_conversation_objects_carry_their_labels_to_meta_evaluate(run, data_dir):
     tmp, _, _ = run
     convs = [Conversation(c["id"], tuple(Turn(i, "USER" if m["role"] == "user" else "ASST", m["content"])
@@ -275,6 +279,7 @@ ASPECTS_FILE = """\
 """
 
 
+@pytest.mark.slow  # a run through each entry point: ≈ 2 s
 def test_an_aspect_of_your_own_is_scored_with_its_definition_and_instruction_by_the_api_and_the_cli(tmp_path,
                                                                                                    data_dir):
     from face.cli import main
