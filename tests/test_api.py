@@ -14,27 +14,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from scipy import stats
+from test_cli import CHAT as CLI_CHAT
 
 import face
 from face.data.schema import Conversation, Turn
 from face.testing.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAT = [
-    {"id": "c1", "system": "crs-a", "messages": [
-        {"role": "system", "content": "You recommend films."},
-        {"role": "user", "content": "Any good heist movies?"},
-        {"role": "assistant", "content": "Try Heat (1995). Do you like older films?"},
-        {"role": "user", "content": "Yes, Heat sounds great, thanks!"}]},
-    {"id": "c2", "system": "crs-b", "messages": [
-        {"role": "user", "content": "Something funny please"},
-        {"role": "assistant", "content": "Have you seen Airplane! (1980)? It is a classic comedy."},
-        {"role": "user", "content": "Seen it. Newer?"},
-        {"role": "assistant", "content": "Then try Game Night (2018)."}]},
-    {"id": "c3", "system": "crs-a", "messages": [
-        {"role": "user", "content": "I loved Alien. More like it?"},
-        {"role": "assistant", "content": "Event Horizon (1997) is a dark space horror. Want something newer?"}]},
-]
+CHAT = [*CLI_CHAT, {"id": "c3", "system": "crs-a", "messages": [  # test_cli's two conversations and a third
+    {"role": "user", "content": "I loved Alien. More like it?"},
+    {"role": "assistant", "content": "Event Horizon (1997) is a dark space horror. Want something newer?"}]}]
 ASPECTS = ["relevance", "dialogue_overall"]
 
 
