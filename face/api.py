@@ -1,11 +1,12 @@
 """FACE as a Python library: ``face.evaluate``, ``face.estimate``, ``face.meta_evaluate`` (exported by ``face``).
 
 The same engine as ``face evaluate`` and ``scripts/run.py experiment=crsarena_main``: the conversations become the
-``chat_logs`` dataset (or a dataset is named: ``"crsarena_eval"``), the settings are composed into the same Hydra configuration (no Hydra on the caller's side),
-checked by the same code before anything is sent or written, every LLM answer goes through the same cache
-(``data/cache/llm``: a rerun is free) and a budget (``llm.max_cost_usd``, ``llm.max_calls``) stops the run the same
-way. A stop is an exception, never an exit: ``ConfigError`` / ``DataError`` (a bad setting or input, nothing sent),
-``BudgetExceeded``, ``LLMCallError`` / ``LLMRequestRefused`` (an LLM request failed), ``KeyboardInterrupt``.
+``chat_logs`` dataset (or a dataset is named: ``"crsarena_eval"``), the settings are composed into the same Hydra
+configuration (no Hydra on the caller's side), checked by the same code before anything is sent or written, every
+LLM answer goes through the same cache (``data/cache/llm``: a rerun is free) and a budget (``llm.max_cost_usd``,
+``llm.max_calls``) stops the run the same way. A stop is an exception, never an exit: ``ConfigError`` /
+``DataError`` (a bad setting or input, nothing sent), ``BudgetExceeded``, ``LLMCallError`` / ``LLMRequestRefused``
+(an LLM request failed), ``KeyboardInterrupt``.
 
 Settings are the configuration's own names, given as keyword arguments: a config group by its name
 (``run_size="tiny"``, ``method="face_released"``), any key by its dotted name (``**{"method.n": 3}``) or as a nested
