@@ -46,6 +46,7 @@ def run(tmp_path_factory, data_dir):
     return tmp, logs, result
 
 
+@pytest.mark.slow  # the shared run (≈ 2 s once per worker)
 def test_dialogue_and_turn_scores_are_the_means_of_the_raw_samples_over_particles_and_instructions(run):
     _, _, r = run
     p = r.particles
@@ -84,6 +85,7 @@ def test_the_run_file_and_report_hold_the_result_and_face_report_reads_the_out_d
     assert 'id="c3"' in (tmp / "out" / "report.html").read_text()
 
 
+@pytest.mark.slow  # the shared run (≈ 2 s once per worker)
 def test_lowest_particles_are_the_lowest_means_over_instructions(run):
     _, _, r = run
     p = r.particles[(r.particles["aspect"] == "dialogue_overall") & (r.particles["conv_id"] == "c2")]
@@ -110,6 +112,7 @@ def test_in_memory_conversations_a_dataframe_and_a_running_event_loop_give_the_f
         assert got.out_dir is None and got.usage["totals"]["cache_hits"] > 0  # every answer from the cache
 
 
+@pytest.mark.slow  # the shared run (≈ 2 s once per worker)
 def test_meta_evaluate_equals_scipy_on_the_labels_given(run):
     _, _, r = run
     human = {"c1": 4.0, "c2": 1.0, "c3": 3.0}
@@ -309,6 +312,7 @@ def test_the_api_reference_in_docs_is_rendered_from_the_current_docstrings():
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.slow  # the shared run (≈ 2 s once per worker)
 def test_a_selection_setting_narrows_every_table_to_the_conversations_it_keeps(run, data_dir):
     tmp, logs, r = run
     got = face.evaluate(logs, aspects=ASPECTS, llm="scripted", run_size="tiny", quiet=True,

@@ -62,6 +62,7 @@ def test_crsarena_baselines_on_two_conversations(cfg_factory, plotted):
     assert set(steps) == {"relevance", "dialogue_overall"} and all(steps.values())  # one set per aspect
 
 
+@pytest.mark.slow  # a whole transfer experiment per corpus: 3-5 s each
 @pytest.mark.parametrize("corpus", ["topical_chat", "persona_chat"])
 def test_transfer_on_three_items(cfg_factory, plotted, corpus):
     cfg = cfg_factory(f"experiment=transfer_{corpus}", "dataset.limit=3", *FAST, tracking=False)
