@@ -281,7 +281,7 @@ class Result:
     turns: pd.DataFrame
     particles: pd.DataFrame
     conversations: list = field(repr=False)
-    predictions: Any = field(repr=False)  # face.aggregate.Predictions: long tables (aspect, conv_id, [turn_ind], pred)
+    predictions: Any = field(repr=False)  # face.predictions.Predictions: (aspect, conv_id, [turn_ind], pred)
     aspects: list = field(repr=False)  # face.aspects.Aspect of each evaluated aspect
     label: str = ""  # what produced the numbers: the LLM, its settings and the samples
     llm: str = ""  # the LLM's model name
@@ -366,8 +366,8 @@ def _with_released_particles(particles: pd.DataFrame, data_dir: Path) -> pd.Data
 def _result(out: Path, convs: list, aspects: list, ret: dict, keep: bool, data_dir: Path) -> Result:
     import pandas as pd
 
+    from face.pipeline.records import DETAIL_FIELDS, read_score_file
     from face.report.diagnostic_report import read_run_settings
-    from face.score_records import DETAIL_FIELDS, read_score_file
 
     columns = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score", *DETAIL_FIELDS]
 

@@ -243,9 +243,9 @@ def build_report(run_dir: Path) -> Path:
     from face.datasets.crsarena import load_conversations
     from face.datasets.face_released import load_released_particles
     from face.errors import DataError
+    from face.pipeline.records import read_score_file
     from face.report import diagnostic_report as diagnostics
     from face.runfile import read_run_file
-    from face.score_records import read_score_file
 
     if not run_dir.is_dir():
         raise DataError(run_dir, "not a directory (the --out directory of a finished `face evaluate`)")

@@ -19,10 +19,10 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from face.aggregate import PRED_DECIMALS, Predictions
 from face.aspects import Aspect
 from face.console import progress
 from face.data.schema import Conversation
+from face.predictions import PRED_DECIMALS, Predictions
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()

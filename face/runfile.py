@@ -13,11 +13,11 @@ from typing import Collection
 
 import pandas as pd
 
-from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.data.io import check_type, field, read_json
 from face.datasets.crsarena import ASPECT_ALIASES
 from face.errors import DataError
 from face.files import atomic_open
+from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 
 
 def to_records(preds: Predictions) -> list[dict]:

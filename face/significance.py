@@ -25,10 +25,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from face.aggregate import Predictions
 from face.aspects import Aspect
 from face.data.schema import Conversation
 from face.metaeval import correlate, items, paired_replicates
+from face.predictions import Predictions
 
 COMPARISON_COLUMNS = ["aspect", "level", "split", "coefficient", "method_a", "method_b", "value_a", "value_b",
                       "diff", "ci_low", "ci_high", "p_bootstrap", "p_williams", "n", "n_clusters"]

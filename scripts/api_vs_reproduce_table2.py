@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from face.datasets.crsarena import ASPECTS, CRSArenaEval, load_conversations
     from face.experiments.replay_table2 import compare_runs, identical_groups
     from face.methods import Inputs
-    from face.methods.released import FaceReleased
+    from face.pipeline.released import FaceReleased
 
     data_dir = Path(os.environ.get("FACE_DATA_DIR", ROOT / "data" / "raw"))
     ensure_data(data_dir, mirror=os.environ.get("FACE_DATA_MIRROR"))

@@ -46,8 +46,8 @@ from face.llm import LLMConfig, make_client  # noqa: E402
 from face.llm import probe as endpoint_probe  # noqa: E402
 from face.llm.base import runs  # noqa: E402
 from face.llm.transport import OpenAITransport  # noqa: E402
-from face.particles import from_released  # noqa: E402
-from face.scoring import ScoringSpec, plan, score, units_for  # noqa: E402
+from face.pipeline.particles import from_released  # noqa: E402
+from face.pipeline.scoring import ScoringSpec, plan, score, units_for  # noqa: E402
 from face.testing.scripted import spawn  # noqa: E402
 
 ASPECT = "dialogue_overall"

@@ -24,20 +24,20 @@ def main() -> None:
     import numpy as np
     import pandas as pd
 
-    from face.cost import Pricing
     from face.data import CRSARENA_EVAL, RELEASED_PARTICLES, ensure_data
     from face.data.split import split_conversations
     from face.datasets.crsarena import ASPECTS, load_conversations
-    from face.methods.parts import released_decompositions
-    from face.methods.released import load_scores
     from face.optimize.beam import BeamSearch
     from face.optimize.checkpoint import Candidate
     from face.optimize.config import OptimizerConfig
     from face.optimize.estimate import CostInputs, estimate
     from face.optimize.items import correlation, indices_of, items_for
     from face.optimize.scorers import ReplayScorer
+    from face.pipeline.estimate import Pricing
+    from face.pipeline.parts import released_decompositions
+    from face.pipeline.released import load_scores
+    from face.pipeline.scoring import units_for
     from face.report.tables import print_table
-    from face.scoring import units_for
 
     data = Path(os.environ.get("FACE_DATA_DIR") or tempfile.mkdtemp(prefix="face-bench-"))
     ensure_data(data, mirror=os.environ.get("FACE_DATA_MIRROR"), download=True)

@@ -115,8 +115,8 @@ sys.path.insert(0, {str(ROOT)!r})
 from pathlib import Path
 from face.datasets.crsarena import ASPECTS, load_conversations
 from face.datasets.face_released import load_instructions, load_released_particles
-from face.particles import from_released
-from face.scoring import ScoringSpec, plan_iter, units_for
+from face.pipeline.particles import from_released
+from face.pipeline.scoring import ScoringSpec, plan_iter, units_for
 d = Path({str(data_dir())!r})
 convs = load_conversations(d / "crsarena_eval/crs_arena_eval.json")
 decomps = from_released(load_released_particles(d / "face_released/particles.jsonl"))

@@ -18,7 +18,6 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from face.aggregate import aggregate  # noqa: E402
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, ensure_data, released_scores_file  # noqa: E402
 from face.datasets.crsarena import (  # noqa: E402
     ASPECTS,
@@ -26,7 +25,8 @@ from face.datasets.crsarena import (  # noqa: E402
     load_published_table,
 )
 from face.metaeval import items  # noqa: E402
-from face.methods.released import load_scores  # noqa: E402
+from face.pipeline.aggregate import aggregate  # noqa: E402
+from face.pipeline.released import load_scores  # noqa: E402
 
 
 def main() -> None:

@@ -35,11 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # module -> (the functions mutated, or None for all; the test files that are its own)
 TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
-    "aggregate": (None, ("tests/test_aggregate.py",)),
+    "pipeline/aggregate": (None, ("tests/test_aggregate.py",)),
     "metaeval": (None, ("tests/test_metaeval.py",)),
     "significance": (None, ("tests/test_significance.py",)),
     "runfile": (None, ("tests/test_runfile.py",)),
-    "scoring": (("score_value", "reasoned_value", "reasoned_expectation", "record_from_samples", "_mean",
+    "pipeline/scoring": (("score_value", "reasoned_value", "reasoned_expectation", "record_from_samples", "_mean",
                  "SamplingEstimator", "LogprobsEstimator"),
                 ("tests/test_live_pipeline.py", "tests/test_fidelity.py")),
 }

@@ -7,17 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-from face.aggregate import (
-    DIALOGUE_COLUMNS,
-    TURN_COLUMNS,
-    Predictions,
-    aggregate,
-    particle_scores,
-    random_instruction_subsets,
-)
 from face.data import RELEASED_RUN, released_scores_file
 from face.datasets.crsarena import ASPECTS
 from face.datasets.face_released import load_particle_scores
+from face.pipeline.aggregate import aggregate, particle_scores, random_instruction_subsets
+from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 
 ROWS = [  # aspect, conv, turn, particle, instruction, score
     ("relevance", "c1", 1, 0, "i1", 1.0), ("relevance", "c1", 1, 0, "i2", 2.0),

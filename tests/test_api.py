@@ -242,7 +242,7 @@ def test_on_crsarena_eval_replay_and_released_scores_give_reproduce_table2_s_sco
     from face.datasets.crsarena import CRSArenaEval, load_conversations
     from face.experiments.replay_table2 import compare_runs, identical_groups
     from face.methods import Inputs
-    from face.methods.released import FaceReleased
+    from face.pipeline.released import FaceReleased
 
     n, aspects = 3, ["relevance", "dialogue_overall"]
     settings = {**_paths(tmp_path, data_dir), "metaeval.n_boot": 0}

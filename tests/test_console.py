@@ -145,10 +145,10 @@ def test_batch_bars_inside_a_stage_bar_are_cleared_and_the_stage_bar_stays(monke
 def test_bootstrap_cis_show_a_bar_on_a_terminal_only_when_they_resample(monkeypatch):
     import pandas as pd
 
-    from face.aggregate import Predictions
     from face.data.schema import Conversation, Turn
     from face.datasets.crsarena import ASPECTS
     from face.metaeval import meta_evaluate
+    from face.predictions import Predictions
 
     monkeypatch.delenv("FACE_PROGRESS", raising=False)
     convs, rows = [], []

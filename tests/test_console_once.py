@@ -8,11 +8,11 @@ from collections import Counter
 
 import pandas as pd
 
-from face.aggregate import Predictions
 from face.cli import main
 from face.data.schema import Conversation, Turn
 from face.datasets.crsarena import ASPECTS
 from face.metaeval import meta_evaluate
+from face.predictions import Predictions
 
 THREE = [{"id": f"c{i}", "system": f"crs-{i}", "messages": [
     {"role": "user", "content": f"Any good film number {i}?"},

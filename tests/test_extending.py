@@ -126,7 +126,7 @@ def test_the_cost_estimate_of_undecomposed_conversations_counts_the_particles_to
     from face.datasets.chatlogs import ChatLogs
     from face.llm import LLMConfig
     from face.methods import Inputs
-    from face.methods.live import Face
+    from face.pipeline.method import Face
 
     conv = Conversation("c", (Turn(0, "USER", "hi"), Turn(1, "ASST", "Try Heat."), Turn(2, "USER", "ok")), system="s")
     ds = ChatLogs(path="x.json")

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from face.aggregate import Predictions
 from face.data.schema import Conversation, Turn
 from face.datasets.crsarena import ASPECTS
 from face.metaeval import bootstrap_ci, cluster_weights, paired_difference, system_correlations
-from face.methods.live import Face, fill_empty
+from face.pipeline.method import Face, fill_empty
+from face.predictions import Predictions
 
 
 def test_face_wo_train_is_the_generic_initial_instruction_and_ours_is_named_apart(data_dir):
@@ -80,8 +80,8 @@ def test_one_logprobs_call_replaces_five_samples_on_the_scripted_server(tmp_path
     from face.datasets.crsarena import load_conversations, select
     from face.datasets.face_released import load_released_particles
     from face.llm import LLMConfig, make_client
-    from face.particles import from_released
-    from face.scoring import ScoringSpec, plan, score, units_for
+    from face.pipeline.particles import from_released
+    from face.pipeline.scoring import ScoringSpec, plan, score, units_for
     from face.testing.scripted import ScriptedServer
 
     convs = select(load_conversations(data_dir / CRSARENA_EVAL), limit=1)

@@ -10,10 +10,14 @@ import face
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def contract_layers() -> list[list[str]]:
+def contract_layers(package: str = "face") -> list[list[str]]:
+    """The layers of the contract over ``package``'s modules (its first layer's names start with it)."""
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (contract,) = [c for c in cfg["contracts"] if c["type"] == "layers"]
-    return [[name.strip() for name in layer.replace(":", "|").split("|")] for layer in contract["layers"]]
+    contracts = [c for c in cfg["contracts"] if c["type"] == "layers"]
+    layers = [[[name.strip() for name in layer.replace(":", "|").split("|")] for layer in c["layers"]]
+              for c in contracts]
+    (found,) = [ls for ls in layers if all(n.rsplit(".", 1)[0] == package for layer in ls for n in layer)]
+    return found
 
 
 def test_every_module_of_face_has_a_layer():
@@ -21,6 +25,14 @@ def test_every_module_of_face_has_a_layer():
     modules = sorted(f"face.{m.name}" for m in pkgutil.iter_modules(face.__path__))
     assert sorted(set(named)) == modules, "pyproject.toml [tool.importlinter]: name every module of face/ once"
     assert len(named) == len(set(named)), "a module is named in two layers"
+
+
+def test_every_module_of_the_pipeline_has_a_layer():
+    import face.pipeline
+
+    named = [name for layer in contract_layers("face.pipeline") for name in layer]
+    modules = sorted(f"face.pipeline.{m.name}" for m in pkgutil.iter_modules(face.pipeline.__path__))
+    assert sorted(named) == modules, "pyproject.toml: name every module of face/pipeline/ once"
 
 
 def test_test_doubles_sit_on_top_so_nothing_else_imports_them():

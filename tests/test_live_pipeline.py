@@ -17,9 +17,8 @@ from face.data.schema import Instruction, Particle
 from face.datasets.crsarena import ASPECTS, load_conversations, select
 from face.datasets.face_released import load_released_particles
 from face.llm import Completion, LLMConfig, TokenLogprob, make_client
-from face.particles import ParticlesSpec, decompose, from_released, parse_particles, plurality_vote
-from face.runfile import read_run_file
-from face.scoring import (
+from face.pipeline.particles import ParticlesSpec, decompose, from_released, parse_particles, plurality_vote
+from face.pipeline.scoring import (
     InvalidPolicy,
     Planned,
     ScoringSpec,
@@ -30,6 +29,7 @@ from face.scoring import (
     score_value,
     units_for,
 )
+from face.runfile import read_run_file
 from face.testing.scripted import ScriptedServer
 
 P = Particle
@@ -276,7 +276,7 @@ def test_logprobs_missing_decides_a_parsed_answer_only_and_invalid_fallback_an_u
 
 
 def test_each_estimator_asks_for_what_it_reads():
-    from face.scoring import LogprobsEstimator, SamplingEstimator
+    from face.pipeline.scoring import LogprobsEstimator, SamplingEstimator
 
     spec = ScoringSpec("sampling", 5, temperature=0.6, top_logprobs=4, reasoning=False)
     s = SamplingEstimator().request((("user", "rate"),), spec, "t")
@@ -362,7 +362,7 @@ def test_server_receives_requests_in_planned_order(tmp_path, convs, data_dir):
 
 def test_cost_estimate_matches_paper_call_counts(data_dir):
     """16 instructions × 5 samples × ~2.8 particles ≈ 226 scoring calls per aspect per turn; logprobs: a fifth."""
-    from face.cost import Pricing, scoring_cost
+    from face.pipeline.estimate import Pricing, scoring_cost
 
     convs = load_conversations(data_dir / CRSARENA_EVAL)
     decomps = _released(data_dir, convs)

@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from face.aggregate import Predictions
 from face.data.schema import Conversation, Turn
 from face.datasets.crsarena import ASPECTS
 from face.metaeval import (
@@ -20,6 +19,7 @@ from face.metaeval import (
     rows_correlation,
     system_correlations,
 )
+from face.predictions import Predictions
 
 SCIPY = {"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}
 

@@ -218,7 +218,7 @@ def test_config_validation_and_cost_estimate():
         OptimizerConfig.from_dict({"alpa": 2})
     p = paper_setting(OptimizerConfig(alpha=1, beta=1, beam=1))
     assert (p.alpha, p.beta, p.beam, p.ucb_c, p.pull_minibatch) == (4, 4, 4, 1.0, 20)
-    from face.cost import Pricing
+    from face.pipeline.estimate import Pricing
 
     est = estimate(p, CostInputs(1000, 500, 2.8, 5, 900.0, 300), Pricing()).set_index("stage")
     assert est.loc["gradients / round", "calls"] == 16 and est.loc["rewrites / round", "calls"] == 64
@@ -241,12 +241,12 @@ def test_rewrite_rendering_and_set_templates():
 # ------------------------------------------------------------------ replay scorer = the released aggregation
 
 def test_replay_scorer_matches_released_aggregation(data_dir):
-    from face.aggregate import aggregate
     from face.data import CRSARENA_EVAL
     from face.datasets.crsarena import ASPECTS, load_conversations
-    from face.methods.released import load_scores
     from face.optimize.items import items_for
     from face.optimize.scorers import ReplayScorer
+    from face.pipeline.aggregate import aggregate
+    from face.pipeline.released import load_scores
 
     convs = load_conversations(data_dir / CRSARENA_EVAL)[:30]
     for name in ("relevance", "efficiency"):
@@ -336,7 +336,7 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
     assert "heldout.relevance.test_final_spearman" in run.data.metrics
 
     # use the result: by file, by registry name@version, by run id
-    from face.methods.live import Face
+    from face.pipeline.method import Face
 
     ref = run.data.tags["prompt.relevance"]
     for spec in ({"source": "file", "file": str(out["instructions"])}, {"source": "mlflow", "ref": ref},

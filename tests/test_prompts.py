@@ -14,8 +14,8 @@ from face.data.schema import Conversation, Particle, Turn
 from face.datasets.crsarena import ASPECTS, load_conversations, select
 from face.datasets.face_released import load_released_particles
 from face.datasets.usr import USR
-from face.particles import decompose_messages, from_released
-from face.scoring import Unit, score_messages, units_for
+from face.pipeline.particles import decompose_messages, from_released
+from face.pipeline.scoring import Unit, score_messages, units_for
 
 FIXTURE = Path(__file__).parent / "fixtures" / "crsarena_prompt_hashes_v1.json"
 

@@ -335,8 +335,8 @@ def test_a_figure_written_through_a_temporary_name_is_a_png(tmp_path):
 
 
 def test_a_scoring_stream_stopped_half_way_leaves_the_previous_complete_file(tmp_path):
-    from face.score_records import ScoreSink
-    from face.scoring import ScoreRecord
+    from face.pipeline.records import ScoreSink
+    from face.pipeline.scoring import ScoreRecord
 
     path = tmp_path / "particle_scores.jsonl"
     path.write_text('{"previous": "run"}\n')

@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from face.aggregate import Predictions
 from face.data.schema import Conversation, Particle, TurnParticles
 from face.datasets.crsarena import ASPECTS, CRSArenaEval, load_conversations
 from face.datasets.face_released import load_instructions, load_released_particles
 from face.llm import LLMConfig
 from face.methods import Inputs
-from face.methods.live import Face
-from face.methods.released import FaceReleased
-from face.scoring import Unit, score_messages
+from face.pipeline.method import Face
+from face.pipeline.released import FaceReleased
+from face.pipeline.scoring import Unit, score_messages
+from face.predictions import Predictions
 from face.testing.replay import Judge, Refusal, ReplayData, read_prompt, sample_values
 
 ROOT = Path(__file__).resolve().parents[1]

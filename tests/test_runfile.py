@@ -8,9 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from face.aggregate import Predictions
 from face.data import RELEASED_RUN, DataError
 from face.datasets.crsarena import ASPECTS
+from face.predictions import Predictions
 from face.runfile import read_run_file, write_run_file
 
 PREDS = Predictions(

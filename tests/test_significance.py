@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from face.aggregate import Predictions
 from face.aspects import Aspect
 from face.data.schema import ASSISTANT, USER, Conversation, Turn
 from face.metaeval import paired_difference
+from face.predictions import Predictions
 from face.significance import comparison_table, paired_bootstrap, williams, williams_test
 
 

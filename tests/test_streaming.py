@@ -9,8 +9,8 @@ import math
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction, Particle, Turn
 from face.llm import LLMConfig, make_client
-from face.score_records import ScoreSink
-from face.scoring import ScoreRecord, ScoringSpec, plan_iter, score_stream, units_for
+from face.pipeline.records import ScoreSink
+from face.pipeline.scoring import ScoreRecord, ScoringSpec, plan_iter, score_stream, units_for
 from face.testing.scripted import ScriptedServer
 
 ASPECT = Aspect("relevance", "turn", (0, 1, 2), "Is it relevant?")
@@ -21,7 +21,7 @@ def _conv(i: int, n_particles: int) -> tuple[Conversation, dict]:
     turns = (Turn(0, "USER", f"Hi, conversation {i}"), Turn(1, "ASST", f"Try film {i}.", {"relevance": 1}),
              Turn(2, "USER", "Thanks"))
     conv = Conversation(f"c{i}", turns)
-    from face.particles import Decomposition
+    from face.pipeline.particles import Decomposition
 
     parts = tuple(Particle("recommendation", f"film {i}" if k < 2 else f"film {i}-{k}", "Thanks")
                   for k in range(n_particles))  # particles 0 and 1 read the same: one prompt

@@ -10,13 +10,13 @@ from typing import ClassVar
 
 import pandas as pd
 
-from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.aspects import Aspect, aspect_table
 from face.data.schema import Conversation, Instruction, Turn
 from face.datasets import Dataset
 from face.methods import Inputs, MethodOutput
-from face.methods.parts import InstructionSource
-from face.scoring import SamplingEstimator
+from face.pipeline.parts import InstructionSource
+from face.pipeline.scoring import SamplingEstimator
+from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 
 REPLIES = ["Yes.", "Try Heat.", "Maybe Alien, it is a classic.", "I would suggest Solaris, a slow and thoughtful film.",
            "Sure.", "Have you seen Blade Runner? It is long, but many people love its atmosphere and music."]
@@ -70,7 +70,7 @@ class WordCount:
         return MethodOutput(preds, label="word count (toy method)")
 
 
-# ---------------------------------------------------------------- parts of live FACE (face/methods/parts.py)
+# ---------------------------------------------------------------- parts of live FACE (face/pipeline/parts.py)
 
 class OneLineInstructions(InstructionSource):
     """A toy instruction source: one fixed instruction per aspect (``method.instructions.source=`` this class)."""

@@ -26,9 +26,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.aspects import Aspect
-from face.cost import Pricing
 from face.data.schema import Conversation, Instruction
 from face.data.split import split_conversations
 from face.files import atomic_path, atomic_write_text
@@ -36,8 +34,10 @@ from face.llm.config import LLMConfig
 from face.llm.usage import estimate_input_tokens
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
+from face.pipeline.estimate import Pricing
+from face.pipeline.scoring import numbered, reasoned_value
+from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.prompts import render, template_text
-from face.scoring import numbered, reasoned_value
 
 log = logging.getLogger(__name__)
 

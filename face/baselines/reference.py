@@ -22,10 +22,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from face.aggregate import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.aspects import Aspect
 from face.datasets.usr import GROUND_TRUTH
 from face.methods import Inputs, MethodOutput
+from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 
 METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l")
 LABELS = {"bleu1": "BLEU-1", "bleu2": "BLEU-2", "bleu3": "BLEU-3", "bleu4": "BLEU-4", "meteor": "METEOR",

@@ -27,7 +27,7 @@ from typing import Sequence
 from face.aspects import Aspect
 from face.data.schema import Instruction
 from face.datasets.crsarena import ASPECTS as CRS_ASPECTS
-from face.methods.live import Face
+from face.pipeline.method import Face
 
 DEFAULT_MAPPING = {"maintains_context": "relevance", "engaging": "interestingness",
                    "understandable": "understanding", "overall": "dialogue_overall"}

@@ -7,10 +7,10 @@ import itertools
 import pandas as pd
 from omegaconf import DictConfig
 
-from face.aggregate import AGGREGATORS, aggregate
 from face.experiments.common import experiment, released_scores
 from face.metaeval import items, paired_difference
-from face.methods.released import LABEL
+from face.pipeline.aggregate import AGGREGATORS, aggregate
+from face.pipeline.released import LABEL
 from face.report import figures
 from face.report.tables import SPLIT_LABELS, order_aspects, print_table, write_table
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pandas as pd
 from omegaconf import DictConfig
 
-from face.aggregate import aggregate, instruction_ids, random_instruction_subsets
 from face.console import progress
 from face.experiments.common import experiment, released_scores
 from face.files import atomic_path
 from face.metaeval import meta_evaluate
-from face.methods.released import LABEL
+from face.pipeline.aggregate import aggregate, instruction_ids, random_instruction_subsets
+from face.pipeline.released import LABEL
 from face.report import figures
 from face.report.tables import order_aspects, print_table, write_table
 

@@ -125,7 +125,7 @@ class Context:
 
 def released_scores(ctx: Context, why: str) -> pd.DataFrame:
     """The released per-particle scores, for the experiments that re-aggregate them (method face_released)."""
-    from face.methods.released import FaceReleased
+    from face.pipeline.released import FaceReleased
 
     if not isinstance(ctx.method, FaceReleased):
         raise ValueError(f"{ctx.cfg.task_name} {why}: use method=face_released")

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from face.aggregate import aggregate
 from face.data import RELEASED_PARTICLES, released_instructions_file
 from face.datasets.face_released import load_instructions, load_released_particles
 from face.experiments.common import experiment, released_scores
-from face.methods.released import LABEL
+from face.pipeline.aggregate import aggregate
+from face.pipeline.released import LABEL
 from face.report import diagnostic_report as diagnostics
 from face.report import figures
 from face.report.tables import print_table, write_table

@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from face.cost import Pricing
 from face.data.split import split_conversations
 from face.experiments.common import ConfigError, experiment
 from face.files import atomic_open, atomic_path, atomic_write_text
@@ -32,10 +31,11 @@ from face.optimize.config import OptimizerConfig
 from face.optimize.estimate import CostInputs, estimate, paper_setting
 from face.optimize.items import correlation, indices_of, items_for
 from face.optimize.scorers import LiveScorer
+from face.pipeline.estimate import Pricing
+from face.pipeline.scoring import score_messages, units_for
 from face.prompt_registry import SET_ARTIFACT, PromptLog
 from face.prompts import generic_instruction, initial_instruction
 from face.report.tables import print_table
-from face.scoring import score_messages, units_for
 
 
 def optimizer_config(cfg: DictConfig) -> OptimizerConfig:
@@ -72,7 +72,7 @@ def cost_inputs(ctx, aspect, items, idx, decomps, method, text: str) -> CostInpu
 
 
 def run(cfg: DictConfig) -> dict:
-    from face.methods.live import Face
+    from face.pipeline.method import Face
 
     ocfg = optimizer_config(cfg)
     with experiment(cfg) as ctx:

@@ -27,15 +27,15 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from scipy import stats
 
-from face.aggregate import PRED_DECIMALS
 from face.data.split import split_conversations
 from face.experiments.common import ConfigError, experiment
 from face.experiments.optimize_instructions import optimizer_config
 from face.files import atomic_path
-from face.methods.released import load_scores
 from face.optimize.bandit import Bandit, random_choice
 from face.optimize.items import correlation, indices_of, items_for, reward
 from face.optimize.scorers import ReplayScorer
+from face.pipeline.released import load_scores
+from face.predictions import PRED_DECIMALS
 from face.report.tables import order_aspects, print_table, write_table
 
 MAX_COMBINATIONS = 50_000

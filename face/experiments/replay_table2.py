@@ -16,10 +16,10 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig
 
-from face.aggregate import PRED_DECIMALS, Predictions
 from face.data import RELEASED_PARTICLES, released_scores_file
 from face.datasets.crsarena import ASPECTS as RELEASED_ASPECTS
 from face.experiments.common import experiment
+from face.predictions import PRED_DECIMALS, Predictions
 from face.report.tables import comparison_table, order_aspects, print_table, write_table
 
 TOLERANCE = 10 ** -PRED_DECIMALS
@@ -28,7 +28,7 @@ TOLERANCE = 10 ** -PRED_DECIMALS
 def run(cfg: DictConfig) -> dict:
     extra = [RELEASED_PARTICLES, *(released_scores_file(a) for a in RELEASED_ASPECTS)]
     with experiment(cfg, extra_files=extra) as ctx:
-        from face.methods.released import FaceReleased
+        from face.pipeline.released import FaceReleased
 
         tracker = ctx.tracker
         out = ctx.predict_logged()
@@ -179,7 +179,7 @@ def identical_groups(data_dir: Path) -> list[tuple[str, int, tuple[int, ...]]]:
 def findings(groups: list, ctx, out, diff: pd.DataFrame) -> pd.DataFrame:
     """What the data and the run show, the same on every rerun (no count of requests: a warm rerun sends none)."""
     from face.datasets.face_released import load_released_particles
-    from face.methods.released import load_scores
+    from face.pipeline.released import load_scores
 
     ids = {original(c.conv_id) for c in ctx.convs}
     mine = [g for g in groups if g[0] in ids]

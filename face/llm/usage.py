@@ -291,7 +291,7 @@ class Usage:
 
     def note_scores(self, tag: str, rejected: int = 0, redraws: int = 0, invalid: int = 0, defaulted: int = 0,
                     logprob_fallbacks: int = 0) -> None:
-        """What the scorer made of its answers (face.scoring parses them itself, not through an adapter): draws
+        """What the scorer made of its answers (face.pipeline.scoring parses them itself, not through an adapter): draws
         that were not a valid score, extra draws, samples left without a valid answer, samples counted as the
         lowest score, answers scored without their logprobs. Added to the same totals as the adapters' counts."""
         t = self.by_tag.setdefault(tag or "(none)", {**dict.fromkeys(_TAG_FIELDS, 0), "cost_usd": 0.0})

@@ -16,10 +16,10 @@ from typing import Any, Protocol, Sequence
 
 import pandas as pd
 
-from face.aggregate import Predictions
 from face.aspects import Aspect
 from face.data.schema import Conversation
 from face.llm.config import LLMConfig
+from face.predictions import Predictions
 
 
 @dataclass

@@ -27,11 +27,11 @@ from typing import Iterator
 import pandas as pd
 
 from face import console
-from face.aggregate import Predictions
 from face.errors import ConfigError
 from face.files import atomic_path, atomic_write_text
 from face.llm import LLMConfig
 from face.methods import MethodOutput
+from face.predictions import Predictions
 from face.report.tables import print_table
 
 # ``face evaluate`` runs a dry run for the estimate (and its confirmation), then the run: the estimate is shown once.

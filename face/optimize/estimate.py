@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from face.cost import Pricing
 from face.optimize.config import OptimizerConfig
+from face.pipeline.estimate import Pricing
 
 PAPER = dict(alpha=4, beta=4, beam=4, ucb_c=1.0, expand_minibatch=20, pull_minibatch=20)
 

@@ -8,9 +8,9 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from face.aggregate import PRED_DECIMALS
 from face.aspects import Aspect
 from face.data.schema import Conversation
+from face.predictions import PRED_DECIMALS
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
 from face.optimize.checkpoint import Candidate
 from face.optimize.items import Item
-from face.particles import Decomposition
-from face.scoring import ScoringSpec, Unit, one_line, plan, score, units_for
+from face.pipeline.particles import Decomposition
+from face.pipeline.scoring import ScoringSpec, Unit, one_line, plan, score, units_for
 
 
 class Scorer(Protocol):
@@ -73,7 +73,7 @@ class ReplayScorer:
 
 
 class LiveScorer:
-    """FACE's own scoring (face.scoring) of the particles of each item under a candidate instruction."""
+    """FACE's own scoring (face.pipeline.scoring) of the particles of each item under a candidate instruction."""
 
     def __init__(self, client, aspect: Aspect, convs: Sequence[Conversation], items: Sequence[Item],
                  decomps: dict[tuple[str, int], Decomposition], spec: ScoringSpec, json_schema: bool,

@@ -17,10 +17,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from face.aggregate import Predictions
 from face.aspects import Aspect
 from face.data.schema import ASSISTANT, Conversation, Particle
 from face.files import atomic_write_text
+from face.predictions import Predictions
 
 LOW_QUANTILE = 0.1  # "low-scoring": the lowest 10 % of an aspect's particle scores
 
@@ -137,7 +137,8 @@ NOT_RECORDED = "LLM not recorded (a run written before run_settings.json existed
 
 
 def read_run_settings(path: Path) -> dict:
-    """``run_settings.json`` of a run (face.methods.live.write_run_settings): {label, llm, instructions, aspects}. A run
+    """``run_settings.json`` of a run (face.pipeline.method.write_run_settings): {label, llm, instructions, aspects}.
+    A run
     without it still gets a report, which then says that the LLM is unknown rather than naming none."""
     import json
 

@@ -70,7 +70,7 @@ def test_adapter_request_native_or_schema_in_prompt():
 
 
 def test_score_schema_is_byte_identical_to_the_scoring_schema():
-    # what face.scoring.score_schema has sent since the first release (and the cache keys contain)
+    # what face.pipeline.scoring.score_schema has sent since the first release (and the cache keys contain)
     for scale in ([1, 2, 3], [0, 1, 2], [1, 2, 3, 4, 5]):
         a = score_adapter(scale)
         assert json.dumps(a.schema) == ('{"type": "object", "properties": {"score": {"type": "integer", "enum": '
@@ -85,7 +85,7 @@ SCORE_TEXTS = ['{"score": 2}', '{"score": 2.0}', '{"score": 2.5}', '{"score": "2
                "true"]
 
 
-# what the pre-adapter parser (face.scoring.parse_score, commit 0e194f7) returned for SCORE_TEXTS
+# what the pre-adapter parser (face.pipeline.scoring.parse_score, commit 0e194f7) returned for SCORE_TEXTS
 SCORES_BEFORE = {
     (1, 2, 3): [2, 2, None, None, None, None, None, 3, 2, 3, None, None, None, 1, None, None, None],
     (0, 1, 2): [2, 2, None, None, None, 0, None, None, 2, None, None, None, None, 1, None, None, None],

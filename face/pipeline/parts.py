@@ -1,4 +1,4 @@
-"""The parts live FACE is composed of (``face/methods/live.py``): where the instructions come from, and what is
+"""The parts live FACE is composed of (``face/pipeline/method.py``): where the instructions come from, and what is
 scored -- particles an LLM decomposes, the authors' released particles, or whole turns / dialogues.
 
 Each part is a small class; the config names it: ``method.instructions.source`` and ``method.particles.source``
@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import ClassVar, Sequence
 
 from face.aspects import Aspect
-from face.cost import Pricing, decomposition_cost, particles_per_turn
 from face.data import RELEASED_PARTICLES, released_instructions_file
 from face.data.io import check_type, read_json
 from face.data.io import field as json_field
@@ -32,7 +31,8 @@ from face.data.schema import Conversation, Instruction
 from face.datasets.crsarena import ASPECTS as RELEASED_ASPECTS  # the aspects the authors released instructions for
 from face.datasets.face_released import load_instructions, load_released_particles
 from face.errors import DataError, import_class
-from face.particles import Decomposition, ParticlesSpec, decompose, from_released, whole_turn
+from face.pipeline.estimate import Pricing, decomposition_cost, particles_per_turn
+from face.pipeline.particles import Decomposition, ParticlesSpec, decompose, from_released, whole_turn
 from face.prompts import generic_instruction, initial_instruction, unit_wording
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ class ReleasedParticles(UnitSource):
 
 @dataclass
 class LLMParticles(UnitSource):
-    """Each assistant turn decomposed by the LLM: k samples, plurality vote (``face/particles.py``)."""
+    """Each assistant turn decomposed by the LLM: k samples, plurality vote (``face/pipeline/particles.py``)."""
 
     decomposes: ClassVar[bool] = True
     spec: ParticlesSpec = None  # type: ignore[assignment]  # the method.particles block

@@ -8,11 +8,11 @@ from typing import Sequence
 
 import pandas as pd
 
-from face.aggregate import AGGREGATORS, aggregate
 from face.aspects import Aspect
 from face.data import released_instructions_file, released_scores_file
 from face.datasets.face_released import load_instructions, load_particle_scores
 from face.methods import Inputs, MethodOutput
+from face.pipeline.aggregate import AGGREGATORS, aggregate
 
 LABEL = ("FACE (ours, released scores): the authors' per-particle scores — their LLM, 5 samples per "
          "particle × instruction, 16 instructions — aggregated and meta-evaluated by this project")

@@ -17,8 +17,8 @@ import pandas as pd
 from face.data.schema import Conversation, Instruction
 from face.llm.config import LLMConfig
 from face.llm.usage import cost_usd, estimate_input_tokens, estimate_tokens
-from face.particles import Decomposition, decompose_messages
-from face.scoring import ScoringSpec, Unit, score_messages
+from face.pipeline.particles import Decomposition, decompose_messages
+from face.pipeline.scoring import ScoringSpec, Unit, score_messages
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Method variants are configuration, not code: ``method.unit=whole`` is the no-particles ablation,
 ``method.instructions.source=initial`` the no-optimization one, ``method.estimator=logprobs`` the
 G-Eval-style estimator, ``method.particles.source=released`` scores the authors' particles. ``Face`` composes its
-parts (``face/methods/parts.py``): an instruction source, a unit source, the scoring spec, the aggregators.
+parts (``face/pipeline/parts.py``): an instruction source, a unit source, the scoring spec, the aggregators.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from typing import ClassVar, Sequence
 
 import pandas as pd
 
-from face.aggregate import AGGREGATORS, Predictions, aggregate
 from face.aspects import Aspect
-from face.cost import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost
 from face.data.schema import Conversation, Instruction
 from face.datasets.face_released import SCORE_COLUMNS
 from face.errors import ConfigError
@@ -26,7 +24,10 @@ from face.files import atomic_open
 from face.llm.config import LLMConfig
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
-from face.methods.parts import (
+from face.pipeline.aggregate import AGGREGATORS, aggregate
+from face.pipeline.estimate import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost
+from face.pipeline.particles import Decomposition, ParticlesSpec
+from face.pipeline.parts import (
     INSTRUCTION_SOURCES,
     RELEASED_PARTICLES_PER_TURN,
     InstructionSource,
@@ -34,9 +35,8 @@ from face.methods.parts import (
     build,
     unit_source,
 )
-from face.particles import Decomposition, ParticlesSpec
-from face.score_records import ScoreSink, ScoreTally
-from face.scoring import (
+from face.pipeline.records import ScoreSink, ScoreTally
+from face.pipeline.scoring import (
     UNITS,
     UNLABELLED,
     InvalidPolicy,
@@ -46,6 +46,7 @@ from face.scoring import (
     turns_for,
     units_for,
 )
+from face.predictions import Predictions
 
 log = logging.getLogger(__name__)
 EMPTY_TURN_RULES = ("drop", "min")
@@ -55,7 +56,7 @@ EMPTY_TURN_RULES = ("drop", "min")
 class InstructionsSpec:
     # released: the authors' top-16 per aspect | initial: the paper's generic initial instruction ("FACE w/o
     # train") | initial_aspect: our aspect-specific initial instructions | file: a JSON file (e.g. an optimizer's)
-    # | mlflow: an optimized set in MLflow | module.Class: a class of your own (face/methods/parts.py)
+    # | mlflow: an optimized set in MLflow | module.Class: a class of your own (face/pipeline/parts.py)
     source: str = "released"
     file: str | None = None  # JSON {aspect: [{instruction_id, text}]} for source=file
     max: int | None = None  # use the first N (by rank); None = all
@@ -114,7 +115,7 @@ class Face:
     unit: str = "particle"  # particle | whole (score whole turns / dialogues: ablation_no_particles)
     particles: ParticlesSpec = field(default_factory=ParticlesSpec)
     instructions: InstructionsSpec = field(default_factory=InstructionsSpec)
-    estimator: str = "sampling"  # sampling | logprobs | module.Class (face.scoring.Estimator)
+    estimator: str = "sampling"  # sampling | logprobs | module.Class (face.pipeline.scoring.Estimator)
     n: int = 5
     temperature: float | None = 0.6
     max_tokens: int | None = None  # None: 768 with reasoning, 16 without
@@ -129,7 +130,7 @@ class Face:
     instruction_agg: str = "mean"
     particle_agg: str = "mean"
     cost: CostSpec = field(default_factory=CostSpec)
-    # the parts, built from the settings above (face/methods/parts.py)
+    # the parts, built from the settings above (face/pipeline/parts.py)
     source: InstructionSource = field(init=False, repr=False, compare=False)
     units: UnitSource = field(init=False, repr=False, compare=False)
 

@@ -18,28 +18,14 @@ correlations. Rounding makes mathematically equal predictions tie exactly, whate
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from face.predictions import DIALOGUE_COLUMNS, PRED_DECIMALS, TURN_COLUMNS, Predictions
+
 AGGREGATORS = ("mean", "median", "max", "min")
-PRED_DECIMALS = 10
-TURN_COLUMNS = ["aspect", "conv_id", "turn_ind", "pred"]
-DIALOGUE_COLUMNS = ["aspect", "conv_id", "pred"]
-
-
-@dataclass
-class Predictions:
-    """Turn predictions (``TURN_COLUMNS``) and dialogue predictions (``DIALOGUE_COLUMNS``)."""
-
-    turn: pd.DataFrame
-    dialogue: pd.DataFrame
-
-    @staticmethod
-    def empty() -> Predictions:
-        return Predictions(pd.DataFrame(columns=TURN_COLUMNS), pd.DataFrame(columns=DIALOGUE_COLUMNS))
 
 
 def _check_agg(name: str) -> str:

@@ -40,7 +40,7 @@ class ParticlesSpec:
     max_tokens: int = 2048  # the authors: 2048 (reasoning); 400 is plenty without it
 
     def __post_init__(self) -> None:
-        if self.source not in PARTICLE_SOURCES and "." not in self.source:  # a name, or a class (methods/parts.py)
+        if self.source not in PARTICLE_SOURCES and "." not in self.source:  # a name, or a class (pipeline/parts.py)
             raise ValueError(f"unknown particle source {self.source!r}; choose from {PARTICLE_SOURCES}")
         if self.k < 1:
             raise ValueError(f"method.particles.k must be >= 1, got {self.k}")

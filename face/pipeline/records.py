@@ -18,7 +18,7 @@ import pandas as pd
 from face.data.io import as_id, field, read_jsonl
 from face.errors import DataError
 from face.files import atomic_path
-from face.scoring import ScoreRecord
+from face.pipeline.scoring import ScoreRecord
 
 # the compact columns (besides the identifying ones of SCORE_COLUMNS)
 DETAIL_COLUMNS = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score", "n_valid",

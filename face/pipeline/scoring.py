@@ -38,7 +38,7 @@ from typing import Callable, ClassVar, Iterable, Iterator, Sequence
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction, Particle
 from face.llm.adapters import last_json_object
-from face.particles import Decomposition, history_text, next_user_turn
+from face.pipeline.particles import Decomposition, history_text, next_user_turn
 from face.prompts import render
 
 UNITS = ("particle", "whole")
