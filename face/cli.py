@@ -2,6 +2,7 @@
 
     face evaluate LOGS [--aspects relevance,dialogue_overall] [--llm local] [--out DIR] [--yes] [--dry-run]
     face report RUN_DIR
+    face compare RUN_A RUN_B [RUN_C ...]
 
 A thin layer over the experiments (``scripts/run.py experiment=crsarena_main``): the same config, method,
 LLM layer, cache and exit codes (0 done, 2 bad input or setting, 3 budget, 4 LLM failure, 130 interrupted).
@@ -91,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
                                    "run_file.json); sends nothing. A missing, empty, truncated or malformed "
                                    "file is one line naming it and its line, exit 2.")
     r.add_argument("run_dir", type=Path, help="the --out directory of a finished `face evaluate`")
+    from face.compare.cli import add_parser as add_compare  # issue 30: `face compare`
+
+    add_compare(sub)
     return p
 
 
@@ -269,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "evaluate":
         return evaluate(args)
+    if args.command == "compare":  # issue 30
+        from face.compare.cli import main as compare_main
+
+        return compare_main(args)
     from face.errors import ConfigError
     from face.files import dir_lock
     from face.runner import EXIT_CONFIG, fail
