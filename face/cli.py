@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "run_file.json); sends nothing. A missing, empty, truncated or malformed "
                                    "file is one line naming it and its line, exit 2.")
     r.add_argument("run_dir", type=Path, help="the --out directory of a finished `face evaluate`")
-    from face.compare.cli import add_parser as add_compare  # issue 30: `face compare`
+    from face.comparison.cli import add_parser as add_compare  # issue 30: `face compare`
 
     add_compare(sub)
     return p
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "evaluate":
         return evaluate(args)
     if args.command == "compare":  # issue 30
-        from face.compare.cli import main as compare_main
+        from face.comparison.cli import main as compare_main
 
         return compare_main(args)
     from face.errors import ConfigError

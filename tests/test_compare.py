@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from face.cli import main
-from face.compare.checks import IncomparableRuns
+from face.comparison.checks import IncomparableRuns
 from face.errors import ConfigError
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.runfile import write_run_file
@@ -49,7 +49,7 @@ def _scores(rng, n: int, shift: float, prefix: str = "c") -> dict[str, float]:
 # ---------------------------------------------------------------- paired or unpaired
 
 def test_runs_sharing_conversation_ids_are_paired_and_disjoint_ones_unpaired(tmp_path):
-    import face.compare as fc
+    import face.comparison as fc
 
     rng = np.random.default_rng(0)
     base = _scores(rng, 30, 0)
@@ -69,7 +69,7 @@ def test_runs_sharing_conversation_ids_are_paired_and_disjoint_ones_unpaired(tmp
 
 
 def test_a_small_overlap_is_not_paired(tmp_path):
-    import face.compare as fc
+    import face.comparison as fc
 
     rng = np.random.default_rng(1)
     a = _run_dir(tmp_path, "a", _scores(rng, 20, 0))
@@ -81,7 +81,7 @@ def test_a_small_overlap_is_not_paired(tmp_path):
 # ---------------------------------------------------------------- verdicts, ranking, target
 
 def test_verdicts_better_worse_and_no_detectable_difference_never_equal(tmp_path):
-    import face.compare as fc
+    import face.comparison as fc
 
     rng = np.random.default_rng(2)
     a = _scores(rng, 40, 0)
@@ -102,7 +102,7 @@ def test_verdicts_better_worse_and_no_detectable_difference_never_equal(tmp_path
 
 
 def test_holm_runs_over_aspects_times_pairs(tmp_path):
-    import face.compare as fc
+    import face.comparison as fc
 
     rng = np.random.default_rng(3)
     a, b = _scores(rng, 25, 0), _scores(rng, 25, 0.2)
@@ -126,7 +126,7 @@ def test_holm_runs_over_aspects_times_pairs(tmp_path):
      "different scales for dialogue_overall: a (0, 1, 2, 3, 4), b (1, 2, 3, 4, 5)"),
 ])
 def test_incomparable_runs_are_refused_in_one_line_unless_allowed(tmp_path, capsys, change, expected):
-    import face.compare as fc
+    import face.comparison as fc
 
     rng = np.random.default_rng(4)
     a = _run_dir(tmp_path, "a", _scores(rng, 10, 0))
@@ -158,7 +158,7 @@ def test_the_override_is_warned_on_every_table_the_report_and_the_console(tmp_pa
 
 
 def test_different_aspects_are_refused_and_a_bare_run_file_is_compared_with_a_note(tmp_path):
-    import face.compare as fc
+    import face.comparison as fc
 
     rng = np.random.default_rng(5)
     a = _run_dir(tmp_path, "a", _scores(rng, 10, 0), {f"c{i}": [1.0] for i in range(10)})
@@ -172,7 +172,7 @@ def test_different_aspects_are_refused_and_a_bare_run_file_is_compared_with_a_no
 
 
 def test_by_system_splits_one_run_into_its_systems(tmp_path):
-    import face.compare as fc
+    import face.comparison as fc
 
     rng = np.random.default_rng(6)
     scores = {**_scores(rng, 12, 0, "a"), **_scores(rng, 12, 1, "b"), **_scores(rng, 12, 0.5, "c")}
@@ -255,10 +255,10 @@ def test_face_compare_is_the_function_whichever_import_came_first():
     import subprocess
     import sys
 
-    code = ("import face.compare.cli, face; print(callable(face.compare), face.compare.compare.__name__);"
-            "import face.compare as fc; print(callable(fc))")
+    code = ("import face.comparison.cli, face; print(callable(face.compare), face.compare.__module__);"
+            "import face.comparison.engine as e; print(face.compare is e.compare)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert res.stdout.split() == ["True", "compare", "True"]
+    assert res.stdout.split() == ["True", "face.comparison.engine", "True"]
 
 
 @pytest.mark.slow
@@ -290,7 +290,7 @@ def test_mlflow_runs_are_read_by_id_and_the_comparison_is_recorded(tmp_path, mlf
 
 
 def test_too_few_resamples_for_holm_are_warned(tmp_path):
-    import face.compare as fc
+    import face.comparison as fc
 
     rng = np.random.default_rng(8)
     a, b = _scores(rng, 10, 0), _scores(rng, 10, 2)

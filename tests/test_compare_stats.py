@@ -1,4 +1,4 @@
-"""face.compare.stats: the bootstrap, the studentized tests and Holm against hand-computed cases and scipy; the
+"""face.comparison.stats: the bootstrap, the studentized tests and Holm against hand-computed cases and scipy; the
 resampling unit is the conversation."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from face.compare import stats
+from face.comparison import stats
 
 
 def _units(per_conv: list[list[float]]) -> stats.Units:

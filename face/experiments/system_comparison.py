@@ -20,8 +20,8 @@ from pydantic import ConfigDict, Field, ValidationError
 from pydantic.dataclasses import dataclass as settings_dataclass
 
 from face import arena_ranking as arena
-from face.compare import engine, figures, stats, validation
-from face.compare.runs import RELEASED_JUDGE, Run, particle_means
+from face.comparison import engine, figures, stats, validation
+from face.comparison.runs import RELEASED_JUDGE, Run, particle_means
 from face.data import ARENA_VOTES, RELEASED_PARTICLES
 from face.datasets.arena import load_votes
 from face.datasets.face_released import load_released_particles

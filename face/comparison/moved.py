@@ -14,7 +14,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from face.compare.runs import Run
+from face.comparison.runs import Run
 
 ACT_COLUMNS = ["baseline", "candidate", "aspect", "dialogue_act", "baseline_mean", "candidate_mean", "diff",
                "n_baseline", "n_candidate"]

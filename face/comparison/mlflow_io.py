@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from face.errors import DataError
 
 if TYPE_CHECKING:
-    from face.compare.engine import Comparison
-    from face.compare.runs import Run
+    from face.comparison.engine import Comparison
+    from face.comparison.runs import Run
 
 EXPERIMENT = "face_compare"
 
@@ -38,7 +38,7 @@ def load_mlflow_run(run_id: str, name: str | None, tracking_uri: str | None) -> 
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    from face.compare.runs import from_dir
+    from face.comparison.runs import from_dir
 
     uri = tracking_uri or default_tracking_uri()
     client = mlflow.MlflowClient(tracking_uri=uri)

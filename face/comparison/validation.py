@@ -2,7 +2,7 @@
 
 Input: per system, ``Units`` of its scores (K aspects); for agreement, two finished comparisons.
 
-* ``agreement``: every pair of systems as ``face compare`` tests it (``face.compare.engine``: unpaired, different
+* ``agreement``: every pair of systems as ``face compare`` tests it (``face.comparison.engine``: unpaired, different
   systems having different conversations; Holm over aspects × pairs), once on FACE's scores and once on the human
   labels: which pairs FACE separates and whether the direction agrees with the human labels' means and with an
   external ranking (the arena's Bradley–Terry ratings); which pairs the humans' own scores separate.
@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from face.compare import stats
+from face.comparison import stats
 
 Systems = Mapping[str, stats.Units]
 

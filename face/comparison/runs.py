@@ -3,7 +3,7 @@
 Sources: a ``face evaluate`` output directory (``run_file.json``, ``run_settings.json``, ``conversations.json``,
 ``particle_scores.jsonl``, ``report.html``), an experiment run directory (``run_file.json`` and Hydra's
 ``.hydra/config.yaml``), a run file in the FACE authors' format, a ``face.Result`` (``face.evaluate``'s), or an
-MLflow run id (its ``run/`` artifacts, downloaded; ``face.compare.mlflow_io``). What scored the run (judge LLM,
+MLflow run id (its ``run/`` artifacts, downloaded; ``face.comparison.mlflow_io``). What scored the run (judge LLM,
 estimator, instruction sets, aspect scales) comes from its run settings: a run file alone has none ("not recorded").
 """
 
@@ -211,7 +211,7 @@ def load(source: Any, name: str | None = None, tracking_uri: str | None = None) 
         return Run(name or path.stem, str(path), read_run_file(path))
     run_id = mlflow_run_id(text)
     if run_id is not None:
-        from face.compare.mlflow_io import load_mlflow_run
+        from face.comparison.mlflow_io import load_mlflow_run
 
         return load_mlflow_run(run_id, name, tracking_uri)
     raise DataError(text, "not found: name a `face evaluate` output directory, an experiment run directory, a run "

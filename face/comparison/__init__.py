@@ -9,7 +9,7 @@ Modules: ``runs`` (what is read), ``checks`` (what may be compared), ``stats`` (
 ``engine`` (the comparison), ``moved`` (what moved), ``comparison`` / ``report`` / ``figures`` (outputs), ``cli``
 (``face compare``), ``mlflow_io``. Reference: docs/comparing_systems.md.
 
-The package is callable: ``face.compare(...)`` is ``face.compare.compare(...)`` whether ``face.compare`` names this
+The package is callable: ``face.compare(...)`` is ``face.comparison.compare(...)`` whether ``face.compare`` names this
 package (once any of its modules is imported, Python binds the package to that name) or the function (``import
 face`` exports it lazily).
 """
@@ -17,26 +17,16 @@ face`` exports it lazily).
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 __all__ = ["Comparison", "compare"]
-_HOMES = {"compare": "face.compare.engine", "Comparison": "face.compare.comparison"}
+_HOMES = {"compare": "face.comparison.engine", "Comparison": "face.comparison.comparison"}
 
 
 def __getattr__(name: str) -> Any:
     """``compare`` and ``Comparison``, imported on first use (``face --help`` builds this package's parser only)."""
     if name not in _HOMES:
-        raise AttributeError(f"module 'face.compare' has no attribute {name!r}")
+        raise AttributeError(f"module 'face.comparison' has no attribute {name!r}")
     value = getattr(importlib.import_module(_HOMES[name]), name)
     globals()[name] = value
     return value
-
-
-class _CallablePackage(types.ModuleType):
-    def __call__(self, *runs: Any, **kwargs: Any) -> Any:
-        return self.compare(*runs, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallablePackage

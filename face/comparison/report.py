@@ -14,11 +14,11 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from face.compare import figures
+from face.comparison import figures
 from face.files import atomic_write_text
 
 if TYPE_CHECKING:
-    from face.compare.comparison import Comparison
+    from face.comparison.comparison import Comparison
 
 
 def _link(report: str, conv_id: str, html_dir: Path) -> str:
@@ -60,7 +60,7 @@ def write_html(comp: Comparison, path: Path, data: dict | None = None) -> Path:
         from face.errors import ConfigError
 
         raise ConfigError(f"report: {path} is a directory; name the HTML file to write")
-    env = Environment(loader=PackageLoader("face.compare", "templates"), autoescape=select_autoescape(["html"]))
+    env = Environment(loader=PackageLoader("face.comparison", "templates"), autoescape=select_autoescape(["html"]))
     env.filters["fmt"] = lambda v, digits=2: "–" if v is None or (isinstance(v, float) and np.isnan(v)) \
         else f"{v:.{digits}f}"
     html = env.get_template("comparison.html").render(

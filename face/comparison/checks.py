@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from face.aspects import Aspect
-from face.compare.runs import Run
+from face.comparison.runs import Run
 from face.errors import ConfigError
 
 OVERRIDE = "allow_incomparable=True / --allow-incomparable"

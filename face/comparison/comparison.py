@@ -23,7 +23,7 @@ class Comparison:
     mean with its interval; ``differences``: per pair (baseline, candidate) × aspect the difference candidate −
     baseline, interval, p-value, Holm's adjusted p, verdict, smallest detectable difference (and conversations
     needed for ``target_diff``); ``ranking`` / ``beats`` (three systems or more): ranks with intervals and
-    P(system beats opponent); ``moved``: ``acts``, ``particles``, ``conversations`` (face.compare.moved)."""
+    P(system beats opponent); ``moved``: ``acts``, ``particles``, ``conversations`` (face.comparison.moved)."""
 
     systems: pd.DataFrame
     means: pd.DataFrame
@@ -103,13 +103,13 @@ class Comparison:
 
     def write(self, out_dir: str | os.PathLike) -> list[Path]:
         """Every table (``.md`` / ``.csv`` / ``.tex``), the figures and ``report.html`` into ``out_dir``."""
-        from face.compare.report import write_all
+        from face.comparison.report import write_all
 
         return write_all(self, Path(out_dir))
 
     def report(self, path: str | os.PathLike) -> Path:
         """The HTML report (figures embedded; drill-down links relative to ``path``)."""
-        from face.compare.report import write_html
+        from face.comparison.report import write_html
 
         return write_html(self, Path(path))
 

@@ -1,7 +1,7 @@
 """The comparison engine: runs → systems → per-aspect means, pairwise differences, ranking, what moved.
 
 ``compare(run_a, run_b, …)`` is ``face compare``'s engine and ``face.compare``: each argument is a run (a path, an
-MLflow run id, a ``face.Result``; ``face.compare.runs``), each run one system (``by_system``: one system per
+MLflow run id, a ``face.Result``; ``face.comparison.runs``), each run one system (``by_system``: one system per
 ``system`` of its conversations). Pairs are (baseline, candidate) in the order given, the difference candidate −
 baseline; the verdict says whether the candidate is better, worse, or not detectably different (never "equal").
 """
@@ -17,11 +17,11 @@ import pandas as pd
 from pydantic import ConfigDict, Field, ValidationError
 from pydantic.dataclasses import dataclass as settings_dataclass
 
-from face.compare import stats
-from face.compare.checks import aspect_of, check
-from face.compare.comparison import Comparison
-from face.compare.moved import what_moved
-from face.compare.runs import Run, load
+from face.comparison import stats
+from face.comparison.checks import aspect_of, check
+from face.comparison.comparison import Comparison
+from face.comparison.moved import what_moved
+from face.comparison.runs import Run, load
 from face.errors import ConfigError
 
 VERDICTS = ("better", "worse", "no detectable difference")

@@ -82,7 +82,7 @@ def _error(line: str) -> int:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``face compare``: load, check, compare, write, print; 2 with one ``error:`` line on a bad input."""
-    from face.compare.engine import compare
+    from face.comparison.engine import compare
     from face.errors import ConfigError, DataError, require_writable_dir
 
     out = Path(args.out) if args.out is not None else _default_out(args.runs)
@@ -101,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
     print(comp.summary(), flush=True)
     print(f"\nReport: {(out / 'report.html').resolve()}", flush=True)
     if args.mlflow:
-        from face.compare.mlflow_io import log_comparison
+        from face.comparison.mlflow_io import log_comparison
 
         print(f"MLflow run: {log_comparison(comp, out, args.tracking_uri)}", flush=True)
     return 0
