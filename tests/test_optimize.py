@@ -472,7 +472,7 @@ def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_rep
     assert parent.info.status == "FINISHED" and all(r.info.status == "FINISHED" for r in children)
     names = sorted(r.info.run_name for r in children)
     for (a, b), name in zip([(1, 1), (1, 2), (2, 1), (2, 2)], names):
-        assert name == f"alpha={a} beam={b} · optimize_instructions"  # what differs first
+        assert name == f"a={a} b={b} · optimize_instructions"  # what differs first, within the default width
     for r in children:
         assert {"summary.final_heldout_spearman", "summary.initial_heldout_spearman"} <= set(r.data.metrics)
         assert r.data.params["optimizer.alpha"] in ("1", "2")  # integers as integers, not 1.0

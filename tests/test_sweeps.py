@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 import face.tracking.sweeps as sweeps
 from face.experiments.sweep_report import SweepRuns, report_markdown, summarize
 from face.tracking import Tracker
-from face.tracking.sweeps import job_name, swept_keys
+from face.tracking.sweeps import job_label, job_name, swept_keys
 
 
 def test_swept_keys_are_the_keys_with_several_values():
@@ -31,8 +31,13 @@ def test_a_job_is_named_by_its_swept_values_first_then_the_experiment():
     overrides = ["experiment=optimize_instructions", "llm=scripted", "optimizer.beam=2", "optimizer.beta=1",
                  "optimizer.alpha=1", "tracking.tracking_uri=sqlite:///x.db", "paths.cache_dir=/tmp/c",
                  "hydra.sweep.dir=/tmp/s"]
+    assert job_name("optimize_instructions", overrides, ["optimizer.alpha"]) == "alpha=1 · optimize_instructions"
+    # in the order swept, fixed settings left to the parent's params; keys abbreviated where the values would not
+    # all show in the runs table's default column width (11 characters)
     assert job_name("optimize_instructions", overrides, ["optimizer.alpha", "optimizer.beam"]) == (
-        "alpha=1 beam=2 · optimize_instructions")  # in the order swept, fixed settings left to the parent's params
+        "a=1 b=2 · optimize_instructions")
+    assert job_label(overrides, ["optimizer.alpha", "optimizer.beam"]) == "alpha=1 beam=2"  # prompt tags, reports
+    assert job_name("t", ["seed=3", "split.seed=4"], ["seed", "split.seed"]) == "se=3 sp=4 · t"
     # swept keys unknown (no callback): every setting that says what is computed; the same last part twice: in full
     assert job_name("t", ["optimizer.seed=1", "optimizer.split.seed=2", "paths.x=/p"], []) == (
         "optimizer.seed=1 optimizer.split.seed=2 · t")
@@ -90,8 +95,7 @@ def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_
     children = sorted((r for r in every if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id),
                       key=lambda r: r.data.tags["sweep_job"])
     assert parent.info.run_name == "reproduce_table2 sweep: particle_agg" and parent.info.status == "FINISHED"
-    assert [r.info.run_name for r in children] == ["particle_agg=mean · reproduce_table2",
-                                                   "particle_agg=max · reproduce_table2"]
+    assert [r.info.run_name for r in children] == ["p=mean · reproduce_table2", "p=max · reproduce_table2"]
     assert parent.data.params == {"dataset.limit": "5", "method.particle_agg": "mean,max"}  # swept and fixed
     assert parent.data.metrics["summary.turn_spearman_mean"] == 0.75  # the best job
     assert exp.tags["mlflow.experiment.primaryMetric.name"] == "summary.turn_spearman_mean"
@@ -315,17 +319,20 @@ def test_the_headline_sorts_first_among_a_runs_metrics_and_its_names_differ_in_1
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
-def test_only_the_headline_and_correlations_are_mlflow_metrics_the_rest_is_in_numbers_json(cfg_factory, tmp_path):
+def test_only_the_headline_and_correlations_are_mlflow_metrics_headline_first_the_rest_in_numbers_json(
+        cfg_factory, tmp_path):
     from mlflow.tracking import MlflowClient
 
     cfg = cfg_factory()
     with Tracker(cfg, "reproduce_table2") as t:
-        t.log_metrics({"summary.turn_spearman_mean": 0.5, "vs_human.turn.relevance.all.spearman": 0.4,
-                       "estimate.score.calls": 100.0, "llm_http_requests": 7})
-        t.log_metrics({"llm_cost_usd": 0.25, "table2.values_total": 126})
+        t.log_metrics({"vs_human.turn.relevance.all.spearman": 0.4, "estimate.score.calls": 100.0,
+                       "llm_http_requests": 7})
+        t.log_metrics({"summary.turn_spearman_mean": 0.5, "llm_cost_usd": 0.25, "table2.values_total": 126})
     client = MlflowClient(cfg.tracking.tracking_uri)
     run = client.get_run(t.run_id)
     assert run.data.metrics == {"summary.turn_spearman_mean": 0.5, "vs_human.turn.relevance.all.spearman": 0.4}
+    # logged last, stored first: the compare view's parallel-coordinates plot opens on a run's first metric
+    assert list(run.data.metrics) == ["summary.turn_spearman_mean", "vs_human.turn.relevance.all.spearman"]
     got = Path(client.download_artifacts(t.run_id, "numbers.json", str(tmp_path)))
     import json
 
@@ -349,8 +356,9 @@ def test_plain_reruns_get_a_number_an_explicit_run_name_is_kept(cfg_factory):
 
 
 def test_the_sweep_report_is_narrow_enough_for_mlflows_description_panel():
-    """Short column names, 3 decimals, mean ± sd in one cell: no line of the 4-job report over 90 characters
-    (MLflow's description panel wraps nothing inside a table: a wider one is cut at its right edge)."""
+    """Short column names, 3 decimals, mean ± sd in one cell: no line of the 4-job report's tables over 60
+    characters (MLflow's description panel wraps nothing inside a table: a wider one is cut at its right edge), and
+    fixed-width tables (it draws Markdown tables without space between the columns)."""
     runs = pd.DataFrame([{"run_id": f"r{i}", "tags.mlflow.runName": f"alpha={a} beam={b} · optimize_instructions",
                           "status": "FINISHED", "params.optimizer.alpha": str(a), "params.optimizer.beam": str(b),
                           "metrics.summary.final_heldout_spearman": 0.1234567 * i,
@@ -361,7 +369,10 @@ def test_the_sweep_report_is_narrow_enough_for_mlflows_description_panel():
     jobs, spread, metrics = summarize(runs, swept)
     text = report_markdown("optimize_instructions sweep: alpha x beam: 4 jobs (4 finished); LLM scripted-model "
                            "(scripted)", jobs, spread, swept, metrics)
-    assert max(len(line) for line in text.splitlines() if line.startswith("|")) <= 90, text
-    assert "| alpha=2 beam=1 | finished | 0.247 | 0.100 | 0.050 |" in text  # the job by its swept values
-    assert "Every job (metrics: summary.…_heldout_spearman):\n\n| job | status | final | gain | initial |" in text
-    assert "| alpha | beam | jobs | final_heldout_spearman (mean ± sd) |" in text
+    tables = text.split("```text\n")[1:]
+    assert len(tables) == 2 and max(len(line) for t in tables for line in t.split("```")[0].splitlines()) <= 60, text
+    assert ("alpha  beam  jobs  final_heldout_spearman (mean ± sd)\n"
+            "1      1     1     0.000\n") in text
+    assert ("Every job (metrics: summary.…_heldout_spearman):\n\n```text\n"
+            "job             status    final  gain   initial\n") in text
+    assert "alpha=2 beam=1  finished  0.247  0.100  0.050\n" in text  # the job by its swept values

@@ -87,8 +87,7 @@ class Outcome:
 def run(cfg: DictConfig) -> dict:
     ocfg = optimizer_config(cfg)
     with experiment(cfg) as ctx:
-        method = _face_method(ctx)
-        inputs = ctx.inputs()
+        method, inputs, lcfg = _face_method(ctx)
         split = dev_split(ctx.convs, ocfg)
         ctx.tracker.set_tags({f"split.{side}": len(getattr(split, side)) for side in ("train", "dev", "test")})
         plans = plan_aspects(ctx, split)
@@ -100,8 +99,8 @@ def run(cfg: DictConfig) -> dict:
         try:
             with job.client() as client:
                 decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, method.proxy(inputs),
-                                                      inputs.llm.supports_json_schema)
-                env, outcome = Optimizing(client, decomps, ckpt_dir, method, inputs.llm), Outcome()
+                                                      lcfg.supports_json_schema)
+                env, outcome = Optimizing(client, decomps, ckpt_dir, method, lcfg), Outcome()
                 for plan in plans.values():
                     _optimize(ctx, ocfg, plan, env, outcome)
                 job.finish(client)
@@ -119,12 +118,16 @@ def run(cfg: DictConfig) -> dict:
         return _report(ctx, ocfg, outcome, cfg)
 
 
-def _face_method(ctx):
+def _face_method(ctx) -> tuple[Any, Any, LLMConfig]:
+    """(the live FACE method, its inputs, the LLM settings), refused unless the method scores particles live."""
     from face.pipeline.method import Face
 
     if not isinstance(ctx.method, Face) or ctx.method.units.unit != "particle":
         raise ConfigError("optimize_instructions needs method=face with method.unit=particle")
-    return ctx.method
+    inputs = ctx.inputs()
+    if inputs.llm is None:
+        raise ConfigError("optimize_instructions needs an LLM (llm=...)")
+    return ctx.method, inputs, inputs.llm
 
 
 def dev_split(convs, ocfg: OptimizerConfig) -> Split:

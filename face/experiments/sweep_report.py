@@ -24,7 +24,7 @@ import pandas as pd
 
 from face.files import atomic_path, atomic_write_text
 from face.tracking.names import HEADLINE_PREFIX, headline
-from face.tracking.sweeps import SEP, SWEEP_ROLE, SWEPT_TAG, find_sweep_parent, tails
+from face.tracking.sweeps import LABEL_TAG, SEP, SWEEP_ROLE, SWEPT_TAG, find_sweep_parent, tails
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,8 @@ def find_parent(tracking_uri: str, experiment: str, sweep: str = "latest"):
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise ValueError(f"no MLflow experiment {experiment!r} in {tracking_uri}")
-    parents = client.search_runs([exp.experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'",
-                                 order_by=["attributes.start_time DESC"], max_results=1000)
+    parents = list(client.search_runs([exp.experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'",
+                                      order_by=["attributes.start_time DESC"], max_results=1000))
     if sweep != "latest":
         parents = [r for r in parents if r.data.tags.get("sweep_dir") == str(sweep)]
     if not parents:
@@ -70,7 +70,9 @@ def summarize(runs: pd.DataFrame, swept: list[str]) -> tuple[pd.DataFrame, pd.Da
     metrics = sorted(c[len("metrics."):] for c in runs if c.startswith(f"metrics.{HEADLINE_PREFIX}"))
     head = headline(metrics)
     metrics = ([head] if head else []) + [m for m in metrics if m != head]
-    jobs = pd.DataFrame({"run": runs.get("tags.mlflow.runName", runs["run_id"]), "status": runs["status"]})
+    names = runs.get("tags.mlflow.runName", runs["run_id"])
+    jobs = pd.DataFrame({"run": names, "job": runs.get(f"tags.{LABEL_TAG}", names).fillna(names),
+                         "status": runs["status"]})
     for k in keys:
         jobs[k] = _number(runs[f"params.{k}"])
     for m in metrics:
@@ -107,7 +109,7 @@ def plot(jobs: pd.DataFrame, swept: list[str], metric: str, path: Path, title: s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [k for k in swept if k in jobs and k.rsplit(".", 1)[-1] != "seed"] or [None]
+    keys: list[str | None] = [k for k in swept if k in jobs and k.rsplit(".", 1)[-1] != "seed"] or [None]
     done = jobs[jobs["status"] == "FINISHED"]
     fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 3.2), squeeze=False)
     for ax, k in zip(axes[0], keys):
@@ -139,8 +141,11 @@ def _cell(v) -> str:
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "|".join(":--" for _ in header) + "|",
-                      *("| " + " | ".join(r) + " |" for r in rows)])
+    """A fixed-width table in a fenced block: MLflow's description panel draws Markdown tables without any space
+    between their columns."""
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return "\n".join(["```text", *lines, "```"])
 
 
 def _short_names(metrics: list[str]) -> tuple[list[str], str]:
@@ -157,7 +162,7 @@ def _short_names(metrics: list[str]) -> tuple[list[str], str]:
 def report_markdown(title: str, jobs: pd.DataFrame, spread: pd.DataFrame, swept: list[str],
                     metrics: list[str]) -> str:
     """The report as Markdown: short column names (a swept key's last part, a metric without ``summary.``, a job
-    by its swept values), 3 decimals, mean ± sd in one cell, so its tables fit MLflow's description panel."""
+    by its swept values), 3 decimals, mean ± sd in one cell, fixed-width tables that fit MLflow's description."""
     keys = [k for k in swept if k in spread]
     short, common = _short_names(metrics)
     means = []
@@ -167,7 +172,7 @@ def report_markdown(title: str, jobs: pd.DataFrame, spread: pd.DataFrame, swept:
             sd = spread[f"{metrics[0]} sd"].iloc[i]
             cells.append(_cell(spread[f"{metrics[0]} mean"].iloc[i]) + ("" if math.isnan(sd) else f" ± {sd:.3f}"))
         means.append(cells)
-    every = [[str(jobs["run"].iloc[i]).split(SEP)[0], str(jobs["status"].iloc[i]).lower(),
+    every = [[str(jobs["job"].iloc[i]).split(SEP)[0], str(jobs["status"].iloc[i]).lower(),
               *(_cell(jobs[m].iloc[i]) for m in metrics)] for i in range(len(jobs))]
     head = [f"{metrics[0][len(HEADLINE_PREFIX):]} (mean ± sd)"] if metrics else []
     return (f"**{title}**\n\nMean ± sd over the finished jobs of each setting (sd: 2 or more jobs):\n\n"

@@ -79,12 +79,12 @@ class PromptLog:
             what = (f"round {cand.round}: rewrite of v{parent_v} ({parent.cid}) by gradient {cand.gradient_id} "
                     f"-> {cand.cid}")
         first = cand.version is None and parent is None
-        cand.version = int(self._register(self.name, cand.text, what, tags).version)
+        cand.version = int(self._register(str(self.name), cand.text, what, tags).version)
         if first:
-            genai.set_prompt_alias(self.name, "initial", cand.version)
+            genai.set_prompt_alias(str(self.name), "initial", cand.version)
             where = ("sweep", self.tracker.sweep_parent_id) if self.tracker.sweep_parent_id else ("run", self.run_id)
             for k, val in {"aspect": self.aspect, where[0]: where[1]}.items():
-                genai.set_prompt_tag(self.name, k, redact_tag(val))
+                genai.set_prompt_tag(str(self.name), k, redact_tag(val))
         return cand.version
 
     def register_set(self, ranked: list[Any], extra: dict[str, str]) -> str | None:
@@ -94,14 +94,14 @@ class PromptLog:
         from mlflow import genai
 
         if ranked and ranked[0].version is not None:
-            genai.set_prompt_alias(self.name, self.best_alias, int(ranked[0].version))
+            genai.set_prompt_alias(str(self.name), self.best_alias, int(ranked[0].version))
         set_name = prompt_name(self.aspect, "-set")
         tags = {"aspect": self.aspect, "candidates": self.name,
                 "members": ",".join(f"{c.cid}:v{c.version}" for c in ranked), **extra}
         what = (f"optimized set of {len(ranked)} instructions for {self.aspect} (versions of {self.name}); "
                 + ", ".join(f"{k} {v}" for k, v in extra.items()))
         v = self._register(set_name, set_template([(c.cid, c.text) for c in ranked]), what, tags)
-        genai.set_prompt_alias(set_name, job_key(self.run_id), int(v.version))
+        genai.set_prompt_alias(set_name, job_key(str(self.run_id)), int(v.version))
         best = best_version(prompt_versions(set_name), "dev_spearman")
         if best is not None:
             genai.set_prompt_alias(set_name, "best", best)

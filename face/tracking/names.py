@@ -3,8 +3,9 @@
 MLflow sorts metric names (the chart view, the compare view's metric table and its parallel-coordinates plot all
 open on the first name), so a run's MLflow metrics are only what compares runs, and every name sorts after the
 headline: the ``summary.*`` headline (names that differ within their first 12 characters, the width of a runs-table
-column) and the correlations with the human labels, ``vs_human.{level}.{aspect}.{split}.spearman``. Every other
-number a run logs (estimates, LLM counters, per-round values, counts) goes to its ``numbers.json`` artifact.
+column) and the correlations, ``vs_human.{level}.{aspect}.{split}.spearman`` with the human labels (``vs_arena.…``
+with another reference). Every other number a run logs (estimates, LLM counters, per-round values, counts) goes to
+its ``numbers.json`` artifact.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from face.secrets import redact
 
 HEADLINE_PREFIX = "summary."
-CORRELATION_PREFIX = "vs_human."  # sorts after "summary."
+CORRELATION_PREFIX = "vs_"  # vs_human., vs_arena.: sorts after "summary."
 NUMBERS_ARTIFACT = "numbers.json"
 
 # the first of these an experiment logs is its headline metric (else its first ``summary.*`` metric by name): the
@@ -86,16 +87,19 @@ def headline(metrics: Iterable[str]) -> str | None:
     return rest[0] if rest else None
 
 
-def metric_name(level: str, aspect: str, split: str, coefficient: str, prefix: str = "") -> str:
-    """``vs_human.[prefix]{level}.{aspect}.{split}.{coefficient}``."""
-    return f"{CORRELATION_PREFIX}{prefix}{level}.{aspect}.{split}.{coefficient}"
+def metric_name(level: str, aspect: str, split: str, coefficient: str, prefix: str = "", against: str = "human"
+                ) -> str:
+    """``vs_{against}.[prefix]{level}.{aspect}.{split}.{coefficient}``."""
+    return f"{CORRELATION_PREFIX}{against}.{prefix}{level}.{aspect}.{split}.{coefficient}"
 
 
-def correlation_metrics(results, prefix: str = "") -> dict[str, float]:
-    """The Spearman correlation of every (level, aspect, split) as an MLflow metric (every coefficient and
-    interval is in the correlations table artifact: few metrics keep MLflow's charts and compare view usable)."""
+def correlation_metrics(results, prefix: str = "", against: str = "human") -> dict[str, float]:
+    """The Spearman correlation of every (level, aspect, split) with the human labels (or ``against`` another
+    reference) as an MLflow metric (every coefficient and interval is in the correlations table artifact: few
+    metrics keep MLflow's charts and compare view usable)."""
     r = results[results["coefficient"] == "spearman"]
-    return {metric_name(x.level, x.aspect, x.split, x.coefficient, prefix): x.value for x in r.itertuples(index=False)}
+    return {metric_name(x.level, x.aspect, x.split, x.coefficient, prefix, against): x.value
+            for x in r.itertuples(index=False)}
 
 
 def description(results, label: str, settings: str) -> str:

@@ -19,8 +19,10 @@ log = logging.getLogger(__name__)
 
 SWEEP_ROLE = "sweep_role"  # tag: "parent" (one per Hydra multirun) or "job"
 SWEPT_TAG = "sweep_swept"  # tag of the parent: the swept keys, comma-separated
+LABEL_TAG = "sweep_label"  # tag of a job: its swept values, keys in full (``alpha=1 beam=2``)
 REPLACED_TAG = "face.replaced_by"  # tag of a job's earlier child run, deleted when a rerun of the job starts
 SEP = " · "  # between what differs and the experiment, in run names
+NAME_WIDTH = 11  # characters of a child run's name MLflow's runs table shows at its default column width
 # override keys that say where things go, not what is computed: never part of a job's name or the parent's params
 _NOT_NAMED = ("paths.", "tracking.", "hydra.", "report.", "experiment")
 
@@ -78,19 +80,38 @@ def tails(keys: Sequence[str]) -> list[str]:
     return [t if last.count(t) == 1 else k for t, k in zip(last, keys)]
 
 
-def job_label(overrides: Sequence[str], swept: Sequence[str]) -> str:
+def abbreviations(names: Sequence[str]) -> list[str]:
+    """Each name's shortest prefix that no other name starts with the same way (``alpha``, ``beam`` -> ``a``,
+    ``b``; ``seed``, ``split`` -> ``se``, ``sp``)."""
+    out = []
+    for i, name in enumerate(names):
+        others = [o for j, o in enumerate(names) if j != i]
+        n = next((n for n in range(1, len(name)) if all(o[:n] != name[:n] for o in others)), len(name))
+        out.append(name[:n])
+    return out
+
+
+def job_label(overrides: Sequence[str], swept: Sequence[str], short: bool = False) -> str:
     """What tells a sweep job from its siblings: its swept settings with their values in this job
-    (``alpha=1 beam=2``); every setting of its command line when the swept keys are not known."""
+    (``alpha=1 beam=2``; ``short``: the keys abbreviated, ``a=1 b=2``); every setting of its command line when
+    the swept keys are not known."""
     pairs = named_settings(overrides)
     if swept:
         pairs = [(k, v) for k, v in pairs if k in swept]
         pairs.sort(key=lambda kv: list(swept).index(kv[0]))
-    return " ".join(f"{n}={v}" for n, (_, v) in zip(tails([k for k, _ in pairs]), pairs))
+    names = tails([k for k, _ in pairs])
+    if short:
+        names = abbreviations(names)
+    return " ".join(f"{n}={v}" for n, (_, v) in zip(names, pairs))
 
 
 def job_name(task: str, overrides: Sequence[str], swept: Sequence[str]) -> str:
-    """A sweep job's run name, what differs first: ``alpha=1 beam=2 · optimize_instructions``."""
+    """A sweep job's run name, what differs first: ``alpha=1 beam=2 · optimize_instructions``; the keys
+    abbreviated (``a=1 b=2 · optimize_instructions``) when the values would not all show in the runs table's
+    default column width (the parent's name and params spell the keys out)."""
     label = job_label(overrides, swept)
+    if swept and len(label) > NAME_WIDTH:
+        label = job_label(overrides, swept, short=True)
     return (f"{label}{SEP}{task}" if label else task)[:250]
 
 

@@ -20,7 +20,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from face.secrets import redact
 from face.tracking import prompts, sweeps
-from face.tracking.names import HEADLINES, NUMBERS_ARTIFACT, PRIMARY_METRIC_TAG, headline, is_comparison, run_params
+from face.tracking.names import (
+    HEADLINE_PREFIX,
+    HEADLINES,
+    NUMBERS_ARTIFACT,
+    PRIMARY_METRIC_TAG,
+    headline,
+    is_comparison,
+    run_params,
+)
 from face.tracking.store import mark_stale_runs, process_tags, store_lock, use_experiment
 
 log = logging.getLogger(__name__)
@@ -67,12 +75,13 @@ class Tracker:
         self.job_label = ""  # a sweep job's swept values (``alpha=1 beam=2``), else ""
         self.sweep_parent_id: str | None = None
         self._numbers: dict[str, float] = {}
+        self._compared: dict[str, float] = {}
         self._primary_set = False
         if self.enabled:
             import mlflow
 
             self.mlflow = mlflow
-            use_experiment(t)
+            self.experiment_id = use_experiment(t)
 
     def __enter__(self) -> Tracker:
         if not self.enabled:
@@ -81,7 +90,7 @@ class Tracker:
 
         mark_stale_runs()
         client = MlflowClient()
-        exp_id = self.mlflow.get_experiment_by_name(self.cfg.tracking.experiment_name).experiment_id
+        exp_id = str(self.experiment_id)
         sweep = sweeps.sweep_tags()
         if sweep:
             name, parent = self._job_name(exp_id, sweep)
@@ -97,7 +106,7 @@ class Tracker:
         self.mlflow.log_params(run_params(self.cfg, self.uses_llm))
         self.set_tags({"git_commit": git_commit(self.cfg.paths.root_dir), "task_name": self.cfg.task_name})
         if sweep:
-            self.set_tags({**sweep, sweeps.SWEEP_ROLE: "job"})
+            self.set_tags({**sweep, sweeps.SWEEP_ROLE: "job", sweeps.LABEL_TAG: self.job_label})
             sweeps.replace_earlier_attempts(client, exp_id, str(parent), self.run_id,
                                             {k: redact(v) for k, v in sweep.items()})
         return self
@@ -114,6 +123,7 @@ class Tracker:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.enabled:
+            self._flush_metrics()
             status = "FINISHED"
             if exc_type is not None:
                 status = "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
@@ -125,18 +135,25 @@ class Tracker:
             self.mlflow.set_tags({k: redact(v) for k, v in tags.items()})  # incl. the description, stop reasons
 
     def log_metrics(self, metrics: Mapping[str, float]) -> None:
-        """The headline and the correlations as MLflow metrics; every other number into ``numbers.json``."""
+        """The headline and the correlations as MLflow metrics (written when the run ends, headline first: MLflow's
+        compare view opens on the metric a run logged first); every other number into ``numbers.json`` at once."""
         if not self.enabled:
             return
         clean = {k: float(v) for k, v in metrics.items() if v is not None and not math.isnan(float(v))}
-        compared = {k: v for k, v in clean.items() if is_comparison(k)}
-        if compared:
-            self.mlflow.log_metrics(compared)
-            self._primary_metric(compared)
-        numbers = {k: v for k, v in clean.items() if k not in compared}
+        self._compared.update({k: v for k, v in clean.items() if is_comparison(k)})
+        numbers = {k: v for k, v in clean.items() if not is_comparison(k)}
         if numbers:
             self._numbers.update(numbers)
             self.mlflow.log_dict(dict(sorted(self._numbers.items())), NUMBERS_ARTIFACT)
+
+    def _flush_metrics(self) -> None:
+        if not self._compared:
+            return
+        head = headline(self._compared)
+        order = sorted(self._compared, key=lambda k: (k != head, not k.startswith(HEADLINE_PREFIX), k))
+        self.mlflow.log_metrics({k: self._compared[k] for k in order})
+        self._primary_metric(self._compared)
+        self._compared = {}
 
     def _primary_metric(self, metrics: Mapping[str, float]) -> None:
         """The experiment's headline metric as its primary metric, set once: the first headline an experiment's
@@ -147,7 +164,7 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         client = MlflowClient()
-        exp = client.get_experiment(self.experiment_id)
+        exp = client.get_experiment(str(self.experiment_id))
         current = exp.tags.get(PRIMARY_METRIC_TAG)
         if current is None or (current not in HEADLINES and head in HEADLINES):
             client.set_experiment_tag(exp.experiment_id, PRIMARY_METRIC_TAG, head)
@@ -197,7 +214,8 @@ class Tracker:
         try:
             with warnings.catch_warnings():  # MLflow's hints on integer columns and local sources: not ours to act on
                 warnings.simplefilter("ignore")
-                ds = self.mlflow.data.from_pandas(pd.DataFrame(list(rows)), source=source, name=name, digest=digest)
+                ds = self.mlflow.data.from_pandas(  # type: ignore[attr-defined]
+                    pd.DataFrame(list(rows)), source=source, name=name, digest=digest)
                 self.mlflow.log_input(ds, context="evaluation")
         except Exception as e:  # an MLflow without the dataset API: the data_sha256 tag still names the data
             log.warning("could not log the dataset to MLflow: %s", e)
