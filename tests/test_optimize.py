@@ -25,7 +25,7 @@ from face.optimize.config import OptimizerConfig
 from face.optimize.estimate import CostInputs, estimate, paper_setting
 from face.optimize.items import Item, correlation, errors, ranks, reward, worst
 from face.optimize.rewrites import Rewrite, instruction_text
-from face.prompt_registry import parse_set, set_template
+from face.tracking.prompts import parse_set, set_template
 
 ASPECT = Aspect("relevance", "turn", (0, 1, 2, 3), "Is it relevant?", {})
 
@@ -310,7 +310,7 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
     assert int(client.get_prompt_version(name, "initial").version) == 1
     for v in versions.values():
         assert v.tags["aspect"] == "relevance" and v.tags["run_id"] == run.info.run_id
-        assert v.commit_message.startswith(f"round {v.tags['round']}: ")
+        assert v.commit_message.startswith(f"{run.info.run_name}: round {v.tags['round']}: ")  # the job first
         if v.tags["candidate_id"] != "initial":
             parent = versions[int(v.tags["parent_version"])]
             assert parent.tags["candidate_id"] == v.tags["parent_id"]
@@ -318,22 +318,26 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
             assert f"rewrite of v{parent.version} ({parent.tags['candidate_id']})" in v.commit_message
             assert v.tags["gradient_id"].startswith(f"r{v.tags['round']}:{v.tags['parent_id']}:g")
             assert v.template.startswith("Task: ") and "Step 1: " in v.template
-    # the final set: @best is its first instruction, the prompt's tag lists it in rank order
+    # the final set: @best is its first instruction, the set's version lists its members in rank order
     final = sets["relevance"]
     best = client.get_prompt_version(name, "best")
     assert best.template == final[0]["text"] and int(best.version) == final[0]["prompt_version"]
-    assert client.get_prompt(name).tags["final_versions"] == ",".join(f"v{x['prompt_version']}" for x in final)
-    assert client.get_prompt(name).tags["run_id"] == run.info.run_id
+    assert client.get_prompt(name).tags["run"] == run.info.run_id
     assert not {"round", "candidate_id", "sha256"} & set(client.get_prompt(name).tags)  # per version only
     job_set = client.get_prompt_version("face-opt-relevance-set", f"run-{run.info.run_id[:8]}")
     assert run.data.tags["prompt.relevance"] == f"face-opt-relevance-set@{job_set.version}"
     assert job_set.template == set_template([(x["instruction_id"], x["text"]) for x in final])
-    hist = client.get_metric_history(run.info.run_id, "round.relevance.pulls")
-    assert [m.step for m in hist] == [1, 2]
+    assert job_set.tags["members"] == ",".join(f"{x['instruction_id']}:v{x['prompt_version']}" for x in final)
     assert run.data.tags["prompt.relevance"].startswith("face-opt-relevance-set@")
     arts = [f.path for f in client.list_artifacts(run.info.run_id, "optimized")]
     assert "optimized/instructions.json" in arts
-    assert "heldout.relevance.test_final_spearman" in run.data.metrics
+    # MLflow metrics: the headline and the aspect's held-out Spearman; every other number in numbers.json
+    assert set(run.data.metrics) == {"summary.final_heldout_spearman", "summary.initial_heldout_spearman",
+                                     "summary.gain_heldout_spearman", "vs_human.turn.relevance.heldout.spearman"}
+    numbers = json.loads(Path(client.download_artifacts(run.info.run_id, "numbers.json", str(tmp_path))).read_text())
+    assert numbers["heldout.relevance.test_final_spearman"] == run.data.metrics[
+        "vs_human.turn.relevance.heldout.spearman"] and numbers["optimizer.llm_calls"] > 0
+    assert "estimate.this_run.total.calls" in numbers
 
     # use the result: by file, by registry name@version, by run id
     from face.pipeline.method import Face
@@ -468,22 +472,24 @@ def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_rep
     assert parent.info.status == "FINISHED" and all(r.info.status == "FINISHED" for r in children)
     names = sorted(r.info.run_name for r in children)
     for (a, b), name in zip([(1, 1), (1, 2), (2, 1), (2, 2)], names):
-        assert name.startswith(f"optimize_instructions alpha={a} beam={b} ") and " beta=1" in name
+        assert name == f"a={a} b={b} · optimize_instructions"  # what differs first, within the default width
     for r in children:
-        assert {"summary.heldout_final_spearman", "summary.heldout_initial_spearman"} <= set(r.data.metrics)
+        assert {"summary.final_heldout_spearman", "summary.initial_heldout_spearman"} <= set(r.data.metrics)
         assert r.data.params["optimizer.alpha"] in ("1", "2")  # integers as integers, not 1.0
         assert [d.dataset.name for d in r.inputs.dataset_inputs] == ["CRSArena-Eval"]
     assert not any(k.startswith("llm_score") for k in children[0].data.metrics)  # per stage: in the artifact
     # the report: from the children, in the sweep directory and on the parent
     sweep = tmp_path / "sweep"
     jobs = pd.read_csv(sweep / "sweep_jobs.csv")
-    by_name = {r.info.run_name: r.data.metrics["summary.heldout_final_spearman"] for r in children}
-    assert dict(zip(jobs["run"], jobs["summary.heldout_final_spearman"])) == pytest.approx(by_name)
-    assert parent.data.metrics["summary.heldout_final_spearman"] == pytest.approx(max(by_name.values()))
+    by_name = {r.info.run_name: r.data.metrics["summary.final_heldout_spearman"] for r in children}
+    assert dict(zip(jobs["run"], jobs["summary.final_heldout_spearman"])) == pytest.approx(by_name)
+    assert parent.data.metrics["summary.final_heldout_spearman"] == pytest.approx(max(by_name.values()))
+    assert {k: parent.data.params[k] for k in ("optimizer.alpha", "optimizer.beam", "optimizer.beta", "llm")} == {
+        "optimizer.alpha": "1,2", "optimizer.beam": "1,2", "optimizer.beta": "1", "llm": "scripted"}
     assert "scripted-model (scripted)" in (sweep / "sweep_report.md").read_text()
     logged = {f.path for f in client.list_artifacts(parent.info.run_id, "sweep_report")}
     assert {"sweep_report/sweep_report.md", "sweep_report/sweep_jobs.csv", "sweep_report/sweep_report.png"} <= logged
     assert client.get_experiment_by_name("optimize_instructions").tags[
-        "mlflow.experiment.primaryMetric.name"] == "summary.heldout_final_spearman"
+        "mlflow.experiment.primaryMetric.name"] == "summary.final_heldout_spearman"
     assert all((sweep / n / "results" / "heldout.csv").exists() for n in "0123")  # each job its own tables
     assert _git_status(root) == before  # no job wrote results/ (job 0 once did)

@@ -122,8 +122,7 @@ def run(cfg: DictConfig) -> dict:
         print_table(f"System level, dialogue_overall. {note}", headline.drop(columns=["n_missing"]))
         print_table("Arena ranking (Bradley–Terry)", ranking)
         ctx.log_results(human, out.label)
-        tracker.log_metrics({k.replace("system.", "system_vs_arena.", 1): v
-                             for k, v in correlation_metrics(vs_arena.assign(level="system")).items()})
+        tracker.log_metrics(correlation_metrics(vs_arena.assign(level="system"), against="arena"))
         tracker.log_metrics({f"human_labels_vs_arena.{c}": h_vs_a[c][0] for c in COEFFICIENTS})
         tracker.log_artifacts(paths, "results")
         return {"results": results, "ranking": ranking, "level_means": means, "out_dir": ctx.out_dir}
