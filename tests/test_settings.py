@@ -244,7 +244,7 @@ CLI_CASES = {  # overrides -> words of the one error line
                             "selection.ucb_cs must be a non-empty list of finite numbers >= 0, got nan (item 1)"),
     "baseline_n_bool": (["experiment=crsarena_baselines", "baselines.llm_direct.n=true"],
                         "method.n must be an integer >= 1, got True"),
-    "baseline_temperature_nan": (["experiment=crsarena_baselines", "baselines.g_eval.temperature=nan"],
+    "baseline_temperature_nan": (["experiment=crsarena_baselines", "baselines.llm_cot_icl.temperature=nan"],
                                  "method.temperature must be a finite number >= 0, got nan"),
 }
 # if a case were accepted, it would run this small (a scripted LLM, no intervals, no tracking)

@@ -269,7 +269,7 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
     except (ValueError, TypeError, KeyError) as e:
         if isinstance(e, DataError):
             raise
-        raise ConfigError(str(e).strip("'\"")) from e
+        raise ConfigError(str(e).strip("'\"") if isinstance(e, KeyError) else str(e)) from e  # KeyError: its repr
     data_dir = Path(cfg.paths.data_dir)
     with contextlib.ExitStack() as owned:  # the run's directories are this run's until it ends
         owned.enter_context(dir_lock(run_dir, "paths.output_dir (hydra.run.dir)"))
