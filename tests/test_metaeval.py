@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from face.coefficients import REGISTRY, rows_correlation
 from face.data.schema import Conversation, Turn
 from face.datasets.crsarena import ASPECTS
-from face.coefficients import REGISTRY, rows_correlation
 from face.metaeval import (
     COEFFICIENTS,
     bootstrap_ci,

@@ -34,8 +34,8 @@ FAMILIES = [
     (OptimizerConfig, "optimizer", {}), (SplitConfig, "optimizer.split", {}), (WriterConfig, "optimizer.writer", {}),
     (RunSettings, "", {}), (MetaevalSettings, "metaeval", {}), (ChecksSettings, "checks", {}),
     (ReportSettings, "report", {}), (SelectionSettings, "selection", {}),
-    (Selection, "dataset", {"name": "d"}), (CRSArenaSettings, "dataset", {}), (ChatLogsSettings, "dataset", {"path": "x"}),
-    (USRSettings, "dataset", {"corpus": "topical_chat"}),
+    (Selection, "dataset", {"name": "d"}), (CRSArenaSettings, "dataset", {}),
+    (ChatLogsSettings, "dataset", {"path": "x"}), (USRSettings, "dataset", {"corpus": "topical_chat"}),
     (LLMDirect, "method", {}), (LLMCoTICL, "method", {}), (GEval, "method", {}), (ReferenceMetric, "method", {}),
 ]
 IDS = [f"{c.__name__}" for c, _, _ in FAMILIES]

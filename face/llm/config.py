@@ -41,7 +41,8 @@ class LLMConfig:
     concurrency: int = Field(default=8, ge=1)  # requests in flight at most (the cap of the adaptive limit)
     adaptive_concurrency: bool = False  # AIMD between 1 and `concurrency` (face/llm/limiter.py)
     concurrency_start: int | None = Field(default=None, ge=1)  # the adaptive limit's first value (None: `concurrency`)
-    latency_tolerance: Number = Field(default=2.0, gt=1)  # adaptive: back off when latency exceeds this × its unloaded value
+    # adaptive: back off when latency exceeds this × its unloaded value
+    latency_tolerance: Number = Field(default=2.0, gt=1)
     # the openai SDK's HTTP transport: aiohttp (its DefaultAioHttpClient) | httpx
     http_client: Literal["aiohttp", "httpx"] = "aiohttp"
     timeout_s: Number = Field(default=120.0, gt=0)
@@ -69,7 +70,8 @@ class LLMConfig:
     batch_poll_s: Number = Field(default=30.0, gt=0)  # seconds between two polls of a job
     batch_collect_s: Number = Field(default=0.5, gt=0)  # a job is sent once no new line arrived for this long
     batch_max_requests: int = Field(default=50_000, ge=1)  # lines per job at most (OpenAI's limit)
-    batch_price_factor: Number = Field(default=0.5, gt=0, le=1)  # batch price / list price (estimates, dry runs, budgets)
+    # batch price / list price (estimates, dry runs, budgets)
+    batch_price_factor: Number = Field(default=0.5, gt=0, le=1)
 
     @field_validator("base_url", mode="before")
     @classmethod
