@@ -214,7 +214,7 @@ def test_checkpoint_resume_equals_uninterrupted_and_refuses_another_config(tmp_p
 def test_config_validation_and_cost_estimate():
     with pytest.raises(ValueError, match="optimizer.alpha"):
         OptimizerConfig(alpha=0)
-    with pytest.raises(ValueError, match="unknown optimizer"):
+    with pytest.raises(ValueError, match="^unknown setting optimizer.alpa; the settings of optimizer: name, alpha, "):
         OptimizerConfig.from_dict({"alpa": 2})
     p = paper_setting(OptimizerConfig(alpha=1, beta=1, beam=1))
     assert (p.alpha, p.beta, p.beam, p.ucb_c, p.pull_minibatch) == (4, 4, 4, 1.0, 20)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import sys
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from face.data import ensure_data
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
 from face.errors import ConfigError, DataError, import_class, require_writable_dir
+from face.experiments.settings import MAX_UTTERANCE_CHARS, RunSettings
 from face.files import digest_files, digest_settings, dir_lock, write_marker
 from face.llm import LLMConfig
 from face.metaeval import LEVELS, meta_evaluate
@@ -39,9 +39,6 @@ from face.tracking import Tracker, check_tracking_store
 
 log = logging.getLogger(__name__)
 
-# utterances longer than this (characters, ~4 per token) are reported before anything is sent;
-# set +checks.max_utterance_chars=N (or null to switch the check off)
-MAX_UTTERANCE_CHARS = 20_000
 
 
 
@@ -254,7 +251,7 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
     sent; the MLflow run opens only after that. A run that ends well prints one summary block (face.console)."""
     summary = console.RunSummary()
     try:
-        llm = check_settings(cfg, method_cfgs)
+        llm = check_settings(cfg)
         dataset = build(cfg.dataset)
         methods = {name: build(node) for name, node in (method_cfgs or {cfg.method.name: cfg.method}).items()}
         aspects = dataset.resolve_aspects(cfg.get("aspects"))
@@ -272,7 +269,7 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
     except (ValueError, TypeError, KeyError) as e:
         if isinstance(e, DataError):
             raise
-        raise ConfigError(str(e).strip("'\"")) from e
+        raise ConfigError(str(e).strip("'\"") if isinstance(e, KeyError) else str(e)) from e  # KeyError: its repr
     data_dir = Path(cfg.paths.data_dir)
     with contextlib.ExitStack() as owned:  # the run's directories are this run's until it ends
         owned.enter_context(dir_lock(run_dir, "paths.output_dir (hydra.run.dir)"))
@@ -319,53 +316,12 @@ def _setting(cfg: DictConfig, key: str, default=None):
     return OmegaConf.select(cfg, key, default=default)
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-# (key in the method config, kind, lowest allowed value, may be null)
-_METHOD_NUMBERS = (("n", "int", 1, False), ("temperature", "num", 0, True), ("max_tokens", "int", 1, True),
-                   ("top_logprobs", "int", 0, True), ("particles.k", "int", 1, False),
-                   ("particles.max_extra", "int", 0, True), ("particles.temperature", "num", 0, True),
-                   ("particles.max_tokens", "int", 1, True), ("instructions.max", "int", 1, True))
-
-
-def check_settings(cfg: DictConfig, method_cfgs: dict[str, DictConfig] | None = None) -> LLMConfig | None:
-    """Settings the builders do not check themselves (or check only after something was sent; the dataset checks its
-    own selection, the methods their own settings when built); returns the LLM
-    settings typed (``LLMConfig``, checked here once), or None for a configuration without ``llm``."""
-    n_boot = _setting(cfg, "metaeval.n_boot", 0)
-    if not _is_int(n_boot) or n_boot < 0:
-        raise ConfigError(f"metaeval.n_boot must be an integer >= 0 (0 = no confidence intervals), got {n_boot!r}")
-    conf = _setting(cfg, "metaeval.confidence", 0.95)
-    if not _is_num(conf) or not 0 < conf < 1:
-        raise ConfigError(f"metaeval.confidence must be a number in (0, 1), got {conf!r}")
-    if not _is_int(_setting(cfg, "seed", 0)):
-        raise ConfigError(f"seed must be an integer, got {_setting(cfg, 'seed')!r}")
-    for name, node in (method_cfgs or {"method": cfg.method}).items():
-        prefix = "method" if method_cfgs is None else f"{name} (method)"
-        for key, kind, lo, nullable in _METHOD_NUMBERS:
-            v = OmegaConf.select(node, key, default="<absent>")
-            if v == "<absent>" or (v is None and nullable):
-                continue
-            ok = (_is_int(v) if kind == "int" else _is_num(v)) and v >= lo
-            if not ok:
-                what = "an integer" if kind == "int" else "a number"
-                raise ConfigError(f"{prefix}.{key} must be {what} >= {lo}{' or null' if nullable else ''}, got {v!r}")
-    llm = None
-    if "llm" in cfg:
-        try:
-            llm = LLMConfig.from_dict(cfg.llm)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-    max_chars = _setting(cfg, "checks.max_utterance_chars", MAX_UTTERANCE_CHARS)
-    if max_chars is not None and (not _is_int(max_chars) or max_chars < 1):
-        raise ConfigError(f"checks.max_utterance_chars must be a positive integer or null, got {max_chars!r}")
-    return llm
+def check_settings(cfg: DictConfig) -> LLMConfig | None:
+    """The run's own settings (``RunSettings``: seed, aspects, metaeval, checks, report) and the LLM's, typed before
+    anything runs (``ConfigError``: one line naming the key); the dataset and the methods check their own when built.
+    Returns the LLM settings (``LLMConfig``), or None for a configuration without ``llm``."""
+    RunSettings.of(cfg)
+    return LLMConfig.from_dict(cfg.llm) if "llm" in cfg else None
 
 
 def llm_server_files(cfg: DictConfig) -> list[str]:
