@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from face.data.split import split_conversations
 from face.experiments.common import ConfigError, experiment
+from face.experiments.result import ExperimentResult
 from face.files import atomic_open, atomic_path, atomic_write_text
 from face.llm import LLMConfig
 from face.llm.usage import estimate_input_tokens
@@ -71,7 +72,7 @@ def cost_inputs(ctx, aspect, items, idx, decomps, method, text: str) -> CostInpu
                       method.cost.score_tokens(method.reasoning))
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig) -> ExperimentResult:
     from face.pipeline.method import Face
 
     ocfg = optimizer_config(cfg)
@@ -112,7 +113,7 @@ def run(cfg: DictConfig) -> dict:
                              for r in summary.itertuples()})
         if job.dry_run:
             print("Dry run: nothing was sent.", flush=True)
-            return {"dry_run": True, "costs": costs}
+            return ctx.result(dry_run=True, tables={"costs": costs})
 
         ckpt_dir = Path(ocfg.resume) if ocfg.resume else run_dir / "checkpoint"
         if ocfg.resume and not ckpt_dir.is_dir():
@@ -177,7 +178,7 @@ def run(cfg: DictConfig) -> dict:
                    "(and the same settings)")
             print(msg, flush=True)
             tracker.set_tags({"stop_reason": msg})
-            return {"stopped": True, "checkpoint": ckpt_dir}
+            return ctx.result(stopped=True, files={"checkpoint": ckpt_dir})
         except BaseException:
             print(f"The optimization stopped; its checkpoint (after the last completed round) is in {ckpt_dir}: "
                   f"continue with optimizer.resume={ckpt_dir}", file=sys.stderr, flush=True)
@@ -195,7 +196,7 @@ def _step_logger(tracker, aspect: str):
     return log_round
 
 
-def _report(ctx, ocfg, results, trajectories, gradients, sets, cfg) -> dict:
+def _report(ctx, ocfg, results, trajectories, gradients, sets, cfg) -> ExperimentResult:
     from face.report.tables import to_markdown, write_table
 
     out_dir, tracker = ctx.out_dir, ctx.tracker
@@ -242,7 +243,7 @@ def _report(ctx, ocfg, results, trajectories, gradients, sets, cfg) -> dict:
                      f"(mean over aspects: {metrics['summary.heldout_final_spearman']:.3f} vs "
                      f"{metrics['summary.heldout_initial_spearman']:.3f}).\n\n{note}\n\n"
                      + to_markdown(shown, 3))
-    return {"results": res, "trajectory": traj, "instructions": inst_path, "out_dir": out_dir}
+    return ctx.result(results=res, tables={"trajectory": traj}, files={"instructions": inst_path})
 
 
 def _figure(traj: pd.DataFrame, path: Path, note: str) -> Path:

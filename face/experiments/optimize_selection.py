@@ -30,6 +30,7 @@ from scipy import stats
 from face.data.split import split_conversations
 from face.experiments.common import ConfigError, experiment
 from face.experiments.optimize_instructions import optimizer_config
+from face.experiments.result import ExperimentResult
 from face.files import atomic_path
 from face.optimize.bandit import Bandit, random_choice
 from face.optimize.items import correlation, indices_of, items_for, reward
@@ -116,7 +117,7 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
     return rows
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig) -> ExperimentResult:
     ocfg = optimizer_config(cfg)
     sel = OmegaConf.to_container(cfg.selection, resolve=True)
     budgets, cs = [int(x) for x in sel["budgets"]], [float(x) for x in sel["ucb_cs"]]
@@ -204,7 +205,7 @@ def run(cfg: DictConfig) -> dict:
         metrics["summary.ucb_heldout_mean"] = float(headline["ucb"].mean())
         metrics["summary.ucb_regret_mean"] = float(headline["ucb_regret"].mean())
         tracker.log_metrics(metrics)
-        return {"headline": headline, "grid": grid, "runs": df, "timing": timing, "out_dir": out_dir}
+        return ctx.result(tables={"headline": headline, "grid": grid, "runs": df}, extra={"timing": timing})
 
 
 def _headline(grid: pd.DataFrame, ocfg, kind: str) -> pd.DataFrame:
