@@ -113,7 +113,11 @@ def _file_or_dataset(conversations: str | os.PathLike) -> Source:
     if not path.exists() and name in datasets():  # a file of that name would win
         return Source(None, dataset=name)
     if not path.exists():
-        raise DataError(path, f"file not found (nor is it the name of a dataset: {', '.join(datasets())})")
+        import difflib
+
+        names = difflib.get_close_matches(path.name, datasets(), n=len(datasets()), cutoff=0.0)
+        raise DataError(path, f"file not found (nor is it the name of a dataset; datasets, closest first: "
+                              f"{', '.join(names)})")
     return Source(path.resolve())
 
 

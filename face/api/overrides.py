@@ -87,9 +87,12 @@ def hydra_value(value: str) -> str:
 
 def refuse_own(name: str, entry: str = "api") -> None:
     """ConfigError for a setting the API sets itself or Hydra's own, in any spelling (``+``, ``++``, ``~``,
-    ``hydra/group``), naming the argument of the entry point (``api`` / ``cli``) to use."""
+    ``hydra/group``), naming the argument of the entry point (``api`` / ``cli``) to use. The command line keeps
+    ``hydra.searchpath`` (where configs are looked up, as for scripts/run.py)."""
     key = _PREFIX.match(name.strip()).group(2).strip()
     root = re.split(r"[./]", key, maxsplit=1)[0]
+    if entry == "cli" and key == "hydra.searchpath":  # where configs are looked up (your own: docs/extending.md)
+        return
     if key in OWN or root in ("hydra", "task_name", "runner"):
         raise ConfigError(f"setting {name}: " + (OWN.get(key) or OWN[root]).format(**ARGUMENTS[entry]))
 
