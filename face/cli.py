@@ -54,6 +54,12 @@ answers within 24 h; rerun the same command after an interruption to resume the 
 a directory holding another run's results (another input or other settings) is refused unless --overwrite;
 a second run into a directory still in use stops at once; an --out whose outputs would replace LOGS is refused.
 Every file is written under a temporary name and renamed when complete: a stop never leaves half a file.
+--set cannot name another output directory (paths.output_dir, report.out_dir: use --out) nor Hydra's own
+settings (hydra.*, except hydra.searchpath), in any spelling (key, +key, ++key, ~key).
+
+A backend that needs a key (--llm openai: OPENAI_API_KEY; any --set llm.api_key_env=NAME) stops with one line
+naming the variable when it is unset, before anything is sent or written; --dry-run needs no key. The command
+is built on the Python API (face.evaluate): the same checks, the same run.
 """
 
 

@@ -27,7 +27,8 @@ def _label_frame(labels: Any) -> pd.DataFrame:
 
     if isinstance(labels, (str, os.PathLike)):
         convs = load_conversations(Path(labels), require_labels=False)
-        rows = [(c.conv_id, None, a, v) for c in convs for a, v in c.labels.items()]
+        rows: list[tuple[str, int | None, str, float]] = [(c.conv_id, None, a, v) for c in convs
+                                                          for a, v in c.labels.items()]
         rows += [(c.conv_id, t.turn_ind, a, v) for c in convs for t in c.turns for a, v in t.labels.items()]
         return pd.DataFrame(rows, columns=["conv_id", "turn_ind", "aspect", "label"])
     if not isinstance(labels, pd.DataFrame):

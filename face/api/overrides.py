@@ -26,7 +26,6 @@ ARGUMENTS = {"api": {"who": "face.evaluate", "input": "the first argument", "lim
                      "out": "out=", "estimate": "face.estimate"},
              "cli": {"who": "face evaluate", "input": "LOGS", "limit": "--limit", "aspects": "--aspects",
                      "out": "--out", "estimate": "--dry-run"}}
-_PREFIX = re.compile(r"^(\+\+|\+|~)?(.*)$", re.S)
 
 
 def _groups() -> set[str]:
@@ -89,7 +88,7 @@ def refuse_own(name: str, entry: str = "api") -> None:
     """ConfigError for a setting the API sets itself or Hydra's own, in any spelling (``+``, ``++``, ``~``,
     ``hydra/group``), naming the argument of the entry point (``api`` / ``cli``) to use. The command line keeps
     ``hydra.searchpath`` (where configs are looked up, as for scripts/run.py)."""
-    key = _PREFIX.match(name.strip()).group(2).strip()
+    key = name.strip().lstrip("+~").strip()
     root = re.split(r"[./]", key, maxsplit=1)[0]
     if entry == "cli" and key == "hydra.searchpath":  # where configs are looked up (your own: docs/extending.md)
         return

@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from face.data.schema import Particle
 
 REPORT_INPUTS = ("conversations.json", "particle_scores.jsonl", "run_file.json")  # particles.jsonl: optional
 
@@ -25,7 +30,7 @@ def build_report(run_dir: Path) -> Path:
             raise DataError(run_dir / name, "missing: not the directory of a finished `face evaluate` run")
     convs = load_conversations(run_dir / "conversations.json", require_labels=False, allow_empty_utterances=False)
     scores = read_score_file(run_dir / "particle_scores.jsonl")
-    particles = {}
+    particles: dict[tuple[str, int], Sequence[Particle]] = {}
     if (run_dir / "particles.jsonl").exists():
         particles = {(t.conv_id, t.turn_ind): t.particles
                      for t in load_released_particles(run_dir / "particles.jsonl")}

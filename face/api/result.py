@@ -13,6 +13,8 @@ from face.errors import ConfigError, require_writable_dir
 if TYPE_CHECKING:
     import pandas as pd
 
+    from face.experiments.result import ExperimentResult
+    from face.methods import MethodOutput
     from face.runner import RunResult
 
 
@@ -63,11 +65,11 @@ class Result:
 
         path = _file(path, "report", "the HTML file")
         scores = self.particles.dropna(subset=["score"])
-        particles: dict[tuple[str, int], list] = {}
+        particles: dict[tuple[str, int], Sequence[Particle]] = {}
         first = self.particles.drop_duplicates(["conv_id", "turn_ind", "particle_ind"])
         for r in first[first["particle_ind"] >= 0].sort_values(["conv_id", "turn_ind", "particle_ind"]).itertuples():
-            particles.setdefault((r.conv_id, int(r.turn_ind)), []).append(
-                Particle(r.dialogue_act, r.mention, r.user_feedback))
+            key = (str(r.conv_id), int(r.turn_ind))
+            particles[key] = [*particles.get(key, ()), Particle(r.dialogue_act, r.mention, r.user_feedback)]
         return write_report(path, path.with_name(f"{path.stem}_tables") if tables else None, path.stem,
                             self.conversations, scores, particles, self.predictions,
                             {"label": self.label, "instructions": self.settings.get("instructions", {})},
@@ -145,6 +147,14 @@ def _with_released_particles(particles: pd.DataFrame, data_dir: Path) -> pd.Data
     return particles
 
 
+def _finished(run: RunResult) -> tuple[ExperimentResult, MethodOutput]:
+    """The experiment's result and its method's output: a run that sent its requests has both."""
+    exp = run.experiment
+    if exp is None or exp.output is None or not run.sent:
+        raise ConfigError(f"{run.cfg.get('task_name')}: the run sent nothing (an estimate only): no Result")
+    return exp, exp.output
+
+
 def _particles(run: RunResult) -> pd.DataFrame:
     """One row per aspect × particle × instruction: the live method's stream (particle_scores.jsonl, too large to
     hold in memory at paper size), or the scores the method kept (face_released: the authors')."""
@@ -152,12 +162,12 @@ def _particles(run: RunResult) -> pd.DataFrame:
 
     from face.pipeline.records import DETAIL_FIELDS, read_score_file
 
-    exp = run.experiment
+    exp, output = _finished(run)
     columns = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score", *DETAIL_FIELDS]
     scores_file = exp.run_dir / "particle_scores.jsonl"
     if scores_file.exists():
         return read_score_file(scores_file, detail=True)
-    particles = exp.output.particle_scores
+    particles = output.particle_scores
     particles = pd.DataFrame(columns=columns) if particles is None else particles.copy()
     particles["conv_id"] = particles["conv_id"].astype(str)
     for col in columns:
@@ -168,8 +178,9 @@ def _particles(run: RunResult) -> pd.DataFrame:
 
 def _settings(run: RunResult, aspects: Sequence[Any]) -> dict:
     """What produced the numbers: the label, the LLM (a method that calls one) and each aspect's instructions."""
-    cfg, label = run.cfg, run.experiment.output.label
-    method = next(iter(run.experiment.methods.values()), None)
+    exp, output = _finished(run)
+    cfg, label = run.cfg, output.label
+    method: Any = next(iter(exp.methods.values()), None)
     if not getattr(method, "uses_llm", False):
         return {"label": label, "llm": {}, "instructions": {}}
     texts = {a.name: {i.instruction_id: i.text for i in method.instruction_set(Path(cfg.paths.data_dir), a)}
@@ -182,9 +193,9 @@ def result_of(run: RunResult, keep: bool) -> Result:
     """The Result of a finished run (``keep``: its files stay in its output directory)."""
     import pandas as pd
 
-    exp = run.experiment
+    exp, output = _finished(run)
     convs, aspects = exp.conversations, exp.aspects
-    preds = exp.output.predictions
+    preds = output.predictions
     turn_aspects = [a for a in aspects if a.level == "turn"]
     dial_aspects = [a for a in aspects if a.level == "dialogue"]
     meta = pd.DataFrame([(c.conv_id, c.system) for c in convs], columns=["conv_id", "system"])
@@ -195,7 +206,7 @@ def result_of(run: RunResult, keep: bool) -> Result:
                         how="left")
     settings = _settings(run, aspects)
     totals = exp.usage_totals()
-    return Result(dialogues, turns, _particles(run), list(convs), preds, list(aspects), exp.output.label,
+    return Result(dialogues, turns, _particles(run), list(convs), preds, list(aspects), output.label,
                   settings["llm"].get("model", ""), settings, {"totals": totals} if totals else {}, exp.estimate,
                   exp.results, exp.run_dir if keep else None)
 

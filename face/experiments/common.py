@@ -194,7 +194,8 @@ class Plan:
     def is_for(self, cfg: DictConfig, parts: Parts) -> bool:
         """Was this plan made for ``cfg`` (the same settings, Hydra's own aside) and ``parts``?"""
         def mine(c: DictConfig) -> dict:
-            return {k: v for k, v in OmegaConf.to_container(c, resolve=False).items() if k != "hydra"}
+            tree = OmegaConf.to_container(c, resolve=False)
+            return {k: v for k, v in tree.items() if k != "hydra"} if isinstance(tree, dict) else {}
 
         same_parts = (parts.extra_files == self.parts.extra_files
                       and list(parts.method_cfgs or ()) == list(self.parts.method_cfgs or ()))

@@ -99,9 +99,8 @@ def is_trace(t: Any) -> bool:
     return info is not None and hasattr(t, "data") and isinstance(getattr(info, "trace_id", None), str)
 
 
-def conversation(traces: Sequence[Any]) -> tuple[dict, dict[str, int]]:
-    """The chat-format conversation of a session's traces (rules in the module doc), and each trace's assistant
-    turn index in it (traces without an assistant message are not in the map)."""
+def _check_traces(traces: Any) -> None:
+    """A non-empty list of MLflow traces, or a DataError saying what it is instead."""
     if isinstance(traces, (str, bytes)) or not isinstance(traces, Sequence):
         raise DataError("MLflow traces", f"a list of MLflow traces (mlflow.entities.Trace) is needed, got "
                                          f"{type(traces).__name__}")
@@ -111,6 +110,12 @@ def conversation(traces: Sequence[Any]) -> tuple[dict, dict[str, int]]:
     if odd is not None:
         raise DataError("MLflow traces", f"item {odd} is a {type(traces[odd]).__name__}, not an MLflow trace "
                                          "(mlflow.entities.Trace: info and data)")
+
+
+def conversation(traces: Sequence[Any]) -> tuple[dict, dict[str, int]]:
+    """The chat-format conversation of a session's traces (rules in the module doc), and each trace's assistant
+    turn index in it (traces without an assistant message are not in the map)."""
+    _check_traces(traces)
     ordered = sorted(traces, key=_started)
     messages: list[dict] = []
     turn_of: dict[str, int] = {}

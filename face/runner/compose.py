@@ -104,7 +104,9 @@ def task_config(cfg: DictConfig) -> DictConfig:
 
 def dry(cfg: DictConfig) -> DictConfig:
     """The configuration of the estimate: the same run, sending nothing and tracking nothing."""
-    return OmegaConf.merge(cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
+    merged = OmegaConf.merge(cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
+    assert isinstance(merged, DictConfig)
+    return merged
 
 
 def select(cfg: DictConfig, key: str, setting: str | None = None):

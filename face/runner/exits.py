@@ -88,6 +88,7 @@ def run_cli(entry: Callable[[], int | None]) -> NoReturn:
 
     gc.set_threshold(*GC_THRESHOLDS)
 
+    code: object
     try:
         code = entry()
     except SystemExit as e:
@@ -102,4 +103,4 @@ def run_cli(entry: Callable[[], int | None]) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
             stream.flush()
-    os._exit(code or 0)
+    os._exit(code if isinstance(code, int) else 0)

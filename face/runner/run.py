@@ -142,14 +142,14 @@ def _execute(request: RunRequest, cfg: DictConfig, plan, hydra: Any) -> tuple[An
     from face.experiments.common import check_settings
     from face.methods.job import estimate_console, estimated_cost
 
-    shown = contextlib.nullcontext()
+    shown: contextlib.AbstractContextManager = contextlib.nullcontext()
     if request.estimate_only or request.confirm is not None:
         task = dry(plan.cfg)
         dry_plan = dataclasses.replace(plan, cfg=task, llm=check_settings(task, plan.parts.method_cfgs))
         with estimate_console("estimate"), console.silenced():
             estimate = _experiment(task, dry_plan, None)
         cost = estimated_cost(estimate.estimate) if estimate.estimate is not None else 0.0
-        if request.estimate_only or not request.confirm(cost):
+        if request.confirm is None or not request.confirm(cost):
             return estimate, False
         shown = estimate_console("shown")  # the estimate above is this run's: printed once
     with shown:

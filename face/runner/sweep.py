@@ -29,7 +29,7 @@ def sweep_problem(overrides: Sequence[str]) -> str | None:
     try:
         parsed = OverridesParser.create().parse_overrides(mine)
         choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
-                   else [o.input_line] for o in parsed]
+                   else [str(o.input_line)] for o in parsed]
     except Exception:
         return None
     firsts = [c[0] for c in choices]
