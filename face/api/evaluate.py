@@ -138,20 +138,15 @@ def check_settings(aspects: Sequence[str] | str | None = None, llm: str = "local
     """The aspects (``face.aspects.Aspect``) that ``face.evaluate(..., aspects, llm, **settings)`` would evaluate,
     after the checks it makes before anything runs (settings, LLM settings, credentials); ``ConfigError`` if one
     fails. Sends nothing, writes nothing: for a caller that builds now and evaluates later (the MLflow scorers)."""
-    from face.experiments.common import prepare
-    from face.runner.compose import compose, hydra_session, task_config
-    from face.runner.run import _parts, check_credentials
+    from face.runner import RunRequest, check
 
     names = check_arguments(aspects, llm, None, None)
     own = settings_overrides(settings)
     _project_root()
-    with _RUN_LOCK, tempfile.TemporaryDirectory(prefix="face-") as tmp, hydra_session() as hydra:
+    with _RUN_LOCK, tempfile.TemporaryDirectory(prefix="face-") as tmp:
         source = Source(Path(tmp) / "conversations.json")
-        cfg = task_config(compose(hydra, run_overrides(source, names, llm, Path(tmp) / "run", None, False, own),
-                                  job=False))
-        plan = prepare(cfg, _parts(cfg))
-        check_credentials(plan)
-        return plan.aspects
+        overrides = run_overrides(source, names, llm, Path(tmp) / "run", None, False, own)
+        return check(RunRequest(tuple(overrides))).aspects
 
 
 def _project_root() -> None:

@@ -6,7 +6,7 @@ experiment and returns its typed result (``face.experiments.result.ExperimentRes
     request.py   RunRequest, RunResult
     compose.py   the configuration, composed once (a misspelled config name lists the valid ones)
     claim.py     the output directories: checked, locked, marked (OUTPUTS: what a run writes into its directory)
-    run.py       run(): compose -> check -> claim -> [estimate -> confirm] -> run -> finish
+    run.py       run(): compose -> check -> claim -> [estimate -> confirm] -> run -> finish; check(): the checks only
     exits.py     every stop as one line and an exit code (0 done, 2 bad setting or input, 3 budget, 4 LLM failure,
                  130 interrupted, 1 unexpected); run_cli for the command lines
     sweep.py     scripts/run.py -m: a credential in any config a sweep would compose, refused before it starts
@@ -29,7 +29,7 @@ from face.runner.exits import (
     stop_line,
 )
 from face.runner.request import RunRequest, RunResult
-from face.runner.run import run
+from face.runner.run import check, run
 
 
 def run_guarded(cfg: DictConfig) -> RunResult:
@@ -39,4 +39,4 @@ def run_guarded(cfg: DictConfig) -> RunResult:
 
 
 __all__ = ["EXIT_BUDGET", "EXIT_BUG", "EXIT_CONFIG", "EXIT_INTERRUPTED", "EXIT_LLM", "OUTPUTS", "RunRequest",
-           "RunResult", "fail", "guarded", "run", "run_cli", "run_guarded", "stop_line"]
+           "RunResult", "check", "fail", "guarded", "run", "run_cli", "run_guarded", "stop_line"]

@@ -54,7 +54,7 @@ def _run(request: RunRequest, cfg: DictConfig, hydra: Any) -> RunResult:
         owner = run_owner(task)
         inputs = [Path(p) for p in [select(task, "dataset.path")] if isinstance(p, str) and os.path.isfile(p)]
         check_locations(_locations(task, own_dir, request), owner, inputs, request.overwrite, _how(request))
-        plan = prepare(task, _parts(task))
+        plan = prepare(task, experiment_parts(task))
         if not request.estimate_only:  # an estimate sends nothing: it needs no key
             check_credentials(plan)
         locs = _locations(task, own_dir, request, plan.out_dir)
@@ -73,7 +73,21 @@ def _run(request: RunRequest, cfg: DictConfig, hydra: Any) -> RunResult:
             HydraConfig.instance().cfg = previous
 
 
-def _parts(task: DictConfig):
+def check(request: RunRequest):
+    """The checks ``run`` makes before it claims anything (composed, every setting, the credentials unless
+    ``estimate_only``): the run's plan (``face.experiments.common.Plan``: its parts built). Nothing is claimed, run or
+    written: for a caller that builds now and runs later (the MLflow scorers)."""
+    from face.experiments.common import prepare
+
+    with hydra_session() as hydra:
+        task = task_config(compose(hydra, request.overrides, job=False))
+        plan = prepare(task, experiment_parts(task))
+        if not request.estimate_only:
+            check_credentials(plan)
+        return plan
+
+
+def experiment_parts(task: DictConfig):
     """The experiment's own needs and checks (``parts(cfg)`` of its module, where it has one)."""
     from face.experiments.common import Parts
 
@@ -185,4 +199,4 @@ def hydra_job(hydra, cfg: DictConfig, task_function):
     return ret._return_value
 
 
-__all__ = ["check_credentials", "hydra_job", "run"]
+__all__ = ["check", "check_credentials", "experiment_parts", "hydra_job", "run"]
