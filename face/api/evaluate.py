@@ -125,8 +125,9 @@ def estimate(conversations: Conversations, aspects: Sequence[str] | str | None =
              limit: int | None = None, quiet: bool = False, **settings: Any) -> pd.DataFrame:
     """What ``face.evaluate`` with the same arguments would send, and cost: one row per stage (decomposition, each
     aspect's scoring) and a ``total`` row, with ``calls``, ``input_tokens``, ``output_tokens``, ``cost_usd`` (from
-    ``llm.price_*_per_mtok``). Sends nothing, starts no server, needs no API key; answers already cached are still
-    counted. The table is printed as the command prints it, unless ``quiet``."""
+    ``llm.price_*_per_mtok``); None for a method that calls no LLM (``method="face_released"``). Sends nothing,
+    starts no server, needs no API key; answers already cached are still counted. The table is printed as the
+    command prints it, unless ``quiet``."""
     check_arguments(aspects, llm, None, limit, quiet=quiet)
     _project_root()
     done, _ = _off_loop(_locked, quiet, evaluation, conversations, aspects, llm, None, limit=limit,

@@ -99,7 +99,12 @@ def experiment_parts(task: DictConfig):
     except ImportError as e:
         raise ConfigError(f"runner: cannot import {runner!r}: {e}") from None
     parts = getattr(module, "parts", None)
-    return parts(task) if callable(parts) else Parts()
+    try:
+        return parts(task) if callable(parts) else Parts()
+    except (ValueError, TypeError, KeyError, AttributeError) as e:  # a setting the experiment reads is missing or odd
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"{runner}: {str(e).strip() or type(e).__name__}") from None
 
 
 def check_credentials(plan) -> None:
