@@ -188,7 +188,8 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "api_key_in_api_key_env": (["experiment=crsarena_main", "llm=openai",
                                     "llm.api_key_env=sk-proj-AbCdEf0123456789xyzXYZ"],
                                    "llm.api_key_env must be the NAME"),
-        "unknown_config_group": (["dataset=imdb"], "Could not find 'dataset/imdb'"),
+        "unknown_config_group": (["dataset=imdb"], "dataset=imdb: no such dataset (conf/dataset/imdb.yaml); valid, "
+                                                   "closest first: "),
         "unknown_key": (["no_such_setting=1"], "Could not override 'no_such_setting'"),
     })
     return cases

@@ -292,8 +292,8 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
     cfg = cfg_factory(*TINY, "llm=scripted", "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1",
                       "optimizer.beam=2")
     out = _run(cfg)
-    assert len(out["trajectory"]) == 2
-    sets = json.loads(out["instructions"].read_text())
+    assert len(out.tables["trajectory"]) == 2
+    sets = json.loads(out.files["instructions"].read_text())
     assert 1 <= len(sets["relevance"]) <= 4 and all({"instruction_id", "text"} <= set(x) for x in sets["relevance"])
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     [run] = client.search_runs([client.get_experiment_by_name("optimize_instructions").experiment_id])
@@ -343,7 +343,7 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
     from face.pipeline.method import Face
 
     ref = run.data.tags["prompt.relevance"]
-    for spec in ({"source": "file", "file": str(out["instructions"])}, {"source": "mlflow", "ref": ref},
+    for spec in ({"source": "file", "file": str(out.files["instructions"])}, {"source": "mlflow", "ref": ref},
                  {"source": "mlflow", "ref": "face-opt-{aspect}-set@latest"},
                  {"source": "mlflow", "ref": f"runs:/{run.info.run_id}"}):
         got = Face(instructions=spec)._instructions(tmp_path, "relevance")
@@ -363,8 +363,8 @@ def test_kill_after_round_one_and_resume_sends_nothing_twice(cfg_factory, script
     srv = scripted
     first = _run(cfg_factory(*common, *_server_overrides(srv, tmp_path / "cache"), "optimizer.stop_after_round=1",
                              tracking=False))
-    assert first["stopped"]
-    ckpt = first["checkpoint"]
+    assert first.stopped
+    ckpt = first.files["checkpoint"]
     assert checkpoint.load(ckpt, "relevance").round == 1
     server = _server_of(srv)
     sent_before = {r["hash"] for r in server.ok_requests()}
@@ -377,9 +377,9 @@ def test_kill_after_round_one_and_resume_sends_nothing_twice(cfg_factory, script
     new = server.log[n_before:]
     assert new, "round 2 needs new requests"
     assert not ({r["hash"] for r in new} & sent_before), "a request answered before was sent again"
-    assert json.loads(resumed["instructions"].read_text()) == json.loads(ref["instructions"].read_text())
-    pd.testing.assert_frame_equal(resumed["results"].drop(columns=["llm_calls", "cost_usd"]),
-                                  ref["results"].drop(columns=["llm_calls", "cost_usd"]))
+    assert json.loads(resumed.files["instructions"].read_text()) == json.loads(ref.files["instructions"].read_text())
+    pd.testing.assert_frame_equal(resumed.results.drop(columns=["llm_calls", "cost_usd"]),
+                                  ref.results.drop(columns=["llm_calls", "cost_usd"]))
 
 
 _SERVERS: dict = {}
@@ -408,10 +408,10 @@ def _track_servers(monkeypatch):
 def test_dry_run_prints_the_paper_setting_and_sends_nothing(cfg_factory, capsys):
     cfg = cfg_factory(*TINY, "llm=scripted", "llm.dry_run=true", tracking=False)
     out = _run(cfg)
-    assert out["dry_run"]
+    assert out.dry_run
     text = capsys.readouterr().out
     assert "paper setting" in text and "per round" in text and "total" in text
-    costs = out["costs"]
+    costs = out.tables["costs"]
     paper = costs[(costs["setting"] == "paper setting")].set_index("stage")
     assert paper.loc["gradients / round", "calls"] == 16 and paper.loc["rewrites / round", "calls"] == 64
 
@@ -421,14 +421,14 @@ def test_optimize_selection_small(cfg_factory):
     cfg = cfg_factory("experiment=optimize_selection", "aspects=[relevance,efficiency]", "selection.repeats=2",
                       "selection.budgets=[8,32]", "selection.ucb_cs=[1.0]", "optimizer.pulls=32", tracking=False,)
     out = _run(cfg)
-    head = out["headline"].set_index("aspect")
+    head = out.tables["headline"].set_index("aspect")
     assert set(head.index) == {"relevance", "efficiency"}
     assert (head["best"] >= head["ucb"] - 1e-9).all() and (head["best"] >= head["full"] - 1e-9).all()
     assert (head["ucb_pulls"] == 32).all()
-    runs = out["runs"]
+    runs = out.tables["runs"]
     assert (runs["regret"] >= -1e-9).all()
     assert {"ucb", "uniform", "random", "full"} <= set(runs["policy"])
-    assert Path(out["out_dir"], "headline.csv").exists() and Path(out["out_dir"], "figures",
+    assert Path(out.out_dir, "headline.csv").exists() and Path(out.out_dir, "figures",
                                                                   "heldout_vs_budget.png").exists()
 
 

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from face.data.split import Split, split_conversations
 from face.experiments.common import ConfigError, experiment
+from face.experiments.result import ExperimentResult
 from face.files import atomic_open, atomic_path, atomic_write_text
 from face.llm import LLMConfig
 from face.llm.usage import estimate_input_tokens
@@ -84,7 +85,7 @@ class Outcome:
     sets: dict[str, list[dict]] = field(default_factory=dict)  # aspect -> the final ranked set
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig) -> ExperimentResult:
     ocfg = optimizer_config(cfg)
     with experiment(cfg) as ctx:
         method, inputs, lcfg = _face_method(ctx)
@@ -94,7 +95,7 @@ def run(cfg: DictConfig) -> dict:
         job, costs = _gate(ctx, ocfg, plans, method, inputs)
         if job.dry_run:
             print("Dry run: nothing was sent.", flush=True)
-            return {"dry_run": True, "costs": costs}
+            return ctx.result(dry_run=True, tables={"costs": costs})
         ckpt_dir = _checkpoint_dir(ctx, ocfg)
         try:
             with job.client() as client:
@@ -110,7 +111,7 @@ def run(cfg: DictConfig) -> dict:
                    "(and the same settings)")
             print(msg, flush=True)
             ctx.tracker.set_tags({"stop_reason": msg})
-            return {"stopped": True, "checkpoint": ckpt_dir}
+            return ctx.result(stopped=True, files={"checkpoint": ckpt_dir})
         except BaseException:
             print(f"The optimization stopped; its checkpoint (after the last completed round) is in {ckpt_dir}: "
                   f"continue with optimizer.resume={ckpt_dir}", file=sys.stderr, flush=True)
@@ -261,7 +262,7 @@ def _evaluate(a, idx: dict, state, final: list, scorer, gold) -> dict:
     return row
 
 
-def _report(ctx, ocfg, outcome: Outcome, cfg) -> dict:
+def _report(ctx, ocfg, outcome: Outcome, cfg) -> ExperimentResult:
     from face.report.tables import to_markdown, write_table
 
     out_dir, tracker = ctx.out_dir, ctx.tracker
@@ -293,7 +294,7 @@ def _report(ctx, ocfg, outcome: Outcome, cfg) -> dict:
                      f"(mean over aspects: {metrics['summary.final_heldout_spearman']:.3f} vs "
                      f"{metrics['summary.initial_heldout_spearman']:.3f}).\n\n{note}\n\n"
                      + to_markdown(shown, 3))
-    return {"results": res, "trajectory": traj, "instructions": inst_path, "out_dir": out_dir}
+    return ctx.result(results=res, tables={"trajectory": traj}, files={"instructions": inst_path})
 
 
 def report_metrics(rows: list[dict]) -> dict[str, float]:

@@ -34,6 +34,7 @@ from face.data.split import split_conversations
 from face.errors import ConfigError
 from face.experiments.common import experiment
 from face.experiments.optimize_instructions import optimizer_config
+from face.experiments.result import ExperimentResult
 from face.files import atomic_path
 from face.optimize.bandit import Bandit, random_choice
 from face.optimize.config import OptimizerConfig
@@ -148,7 +149,7 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
     return rows
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig) -> ExperimentResult:
     ocfg = optimizer_config(cfg)
     plan = Plan.of(cfg, ocfg)
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
@@ -182,7 +183,7 @@ def run(cfg: DictConfig) -> dict:
         ctx.tracker.log_artifacts(paths, "results")
         ctx.tracker.log_artifacts([raw], "runs")
         ctx.tracker.log_metrics(_metrics(headline, timing))
-        return {"headline": headline, "grid": grid, "runs": df, "timing": timing, "out_dir": ctx.out_dir}
+        return ctx.result(tables={"headline": headline, "grid": grid, "runs": df}, extra={"timing": timing})
 
 
 def _aspect_runs(ctx, a, ocfg: OptimizerConfig, plan: Plan) -> tuple[list[dict], list[dict]]:

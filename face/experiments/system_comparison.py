@@ -16,8 +16,7 @@ import time
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
-from pydantic import ConfigDict, Field, ValidationError
-from pydantic.dataclasses import dataclass as settings_dataclass
+from pydantic import Field
 
 from face import arena_ranking as arena
 from face.comparison import engine, figures, stats, validation
@@ -26,19 +25,21 @@ from face.data import ARENA_VOTES, RELEASED_PARTICLES
 from face.datasets.arena import load_votes
 from face.datasets.face_released import load_released_particles
 from face.errors import ConfigError
-from face.experiments.common import experiment
+from face.experiments.common import Parts, experiment
+from face.experiments.result import ExperimentResult
 from face.metaeval import items
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.report.tables import print_table, write_table
+from face.settings import settings as typed
 
 HUMAN_LABEL = "human labels of CRSArena-Eval (the annotators' scores, averaged per item as released)"
 
 
-@settings_dataclass(config=ConfigDict(strict=True, extra="forbid"))
+@typed("comparison")
 class Settings:
     """``comparison:`` of conf/experiment/system_comparison.yaml (None: enough resamples for Holm's family)."""
 
-    alpha: float = Field(default=0.05, gt=0, lt=0.5, allow_inf_nan=False)
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
     n_boot: int | None = Field(default=None, ge=200)
     calibration_splits: int = Field(default=200, ge=1)
     calibration_boot: int | None = Field(default=None, ge=200)
@@ -48,12 +49,16 @@ class Settings:
 
 
 def settings(cfg: DictConfig) -> Settings:
-    try:
-        return Settings(**dict(OmegaConf.to_container(cfg.comparison, resolve=True)))  # type: ignore[arg-type]
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"comparison.{'.'.join(map(str, err['loc']))}: {err['msg']}, got {err.get('input')!r}"
-                          ) from None
+    return Settings(**dict(OmegaConf.to_container(cfg.comparison, resolve=True)))  # type: ignore[arg-type]
+
+
+def parts(cfg: DictConfig) -> Parts:
+    """The arena votes and the released particles to fetch; the ``comparison:`` settings, checked with the others."""
+    settings(cfg)
+    unknown = [s for s in cfg.arena.vote_sources if s not in ARENA_VOTES]
+    if unknown:
+        raise ConfigError(f"arena.vote_sources: unknown {unknown}; choose from {sorted(ARENA_VOTES)}")
+    return Parts(extra_files=(*(ARENA_VOTES[v] for v in cfg.arena.vote_sources), RELEASED_PARTICLES))
 
 
 def _runs(ctx, preds: Predictions, particles: pd.DataFrame, label: str) -> tuple[Run, Run]:
@@ -117,10 +122,9 @@ def _power(face_units, human_units, aspects: list[str], table: pd.DataFrame, s: 
     return pd.DataFrame(rows, columns=cols), n_boot, [n for n in s.power_sizes if n not in sizes]
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig) -> ExperimentResult:
     s = settings(cfg)
-    vote_files = [ARENA_VOTES[v] for v in cfg.arena.vote_sources]
-    with experiment(cfg, [*vote_files, RELEASED_PARTICLES]) as ctx:
+    with experiment(cfg, parts(cfg)) as ctx:
         start = time.perf_counter()
         out = ctx.predict()
         face, human = _runs(ctx, out.predictions, _particles(ctx, out.particle_scores), out.label)
@@ -144,8 +148,8 @@ def run(cfg: DictConfig) -> dict:
         ctx.tracker.log_metrics({**_metrics(summary, cal_summary), "runtime_s.agreement": timing[0],
                                  "runtime_s.calibration": timing[1], "runtime_s.power": timing[2]})
         ctx.tracker.log_artifacts(paths, "results")
-        return {"agreement": summary, "calibration": cal_summary, "power": pw, "comparison": face_cmp,
-                "out_dir": ctx.out_dir}
+        return ctx.result(output=out, tables={"agreement": summary, "calibration": cal_summary, "power": pw},
+                          extra={"comparison": face_cmp})
 
 
 def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:

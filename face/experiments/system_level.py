@@ -11,7 +11,8 @@ from face import arena_ranking as arena
 from face.data import ARENA_VOTES
 from face.datasets.arena import load_votes
 from face.datasets.crsarena import CRSArenaEval
-from face.experiments.common import experiment
+from face.experiments.common import ConfigError, Parts, experiment
+from face.experiments.result import ExperimentResult
 from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, rows_correlation, system_means, system_table
 from face.methods import build
 from face.report import figures
@@ -74,11 +75,22 @@ def level_means(results: pd.DataFrame, aspects) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["level", "group", "aspects", "coefficient", "mean_value", "n_aspects"])
 
 
-def run(cfg: DictConfig) -> dict:
-    if not isinstance(build(cfg.dataset), CRSArenaEval):
-        raise ValueError("system_level compares with the CRSArena-Dial arena votes: use dataset=crsarena_eval")
-    vote_files = [ARENA_VOTES[s] for s in cfg.arena.vote_sources]
-    with experiment(cfg, vote_files) as ctx:
+def parts(cfg: DictConfig) -> Parts:
+    """The arena votes to fetch; the dataset must be CRSArena-Eval (checked with the other settings)."""
+    try:
+        crsarena = isinstance(build(cfg.dataset), CRSArenaEval)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if not crsarena:
+        raise ConfigError("system_level compares with the CRSArena-Dial arena votes: use dataset=crsarena_eval")
+    unknown = [s for s in cfg.arena.vote_sources if s not in ARENA_VOTES]
+    if unknown:
+        raise ConfigError(f"arena.vote_sources: unknown {unknown}; choose from {sorted(ARENA_VOTES)}")
+    return Parts(extra_files=tuple(ARENA_VOTES[s] for s in cfg.arena.vote_sources))
+
+
+def run(cfg: DictConfig) -> ExperimentResult:
+    with experiment(cfg, parts(cfg)) as ctx:
         tracker = ctx.tracker
         out = ctx.predict()
         m = cfg.metaeval
@@ -125,4 +137,4 @@ def run(cfg: DictConfig) -> dict:
         tracker.log_metrics(correlation_metrics(vs_arena.assign(level="system"), against="arena"))
         tracker.log_metrics({f"human_labels_vs_arena.{c}": h_vs_a[c][0] for c in COEFFICIENTS})
         tracker.log_artifacts(paths, "results")
-        return {"results": results, "ranking": ranking, "level_means": means, "out_dir": ctx.out_dir}
+        return ctx.result(output=out, results=results, tables={"ranking": ranking, "level_means": means})

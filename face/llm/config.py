@@ -133,9 +133,17 @@ class LLMConfig:
         return dataclasses.asdict(self)
 
     def api_key(self) -> str:
-        """The key's value from the environment ("not-needed" for keyless local servers)."""
+        """The key's value from the environment variable ``api_key_env`` names; a ConfigError naming the variable when
+        it is unset or empty (a backend with a key variable needs its key). "not-needed" for a keyless server
+        (``api_key_env`` null: the local and test servers, an openai_compatible server without auth)."""
         if self.api_key_env:
-            key = os.environ.get(self.api_key_env) or "not-needed"
+            key = os.environ.get(self.api_key_env, "")
+            if not key.strip():
+                from face.errors import ConfigError
+
+                raise ConfigError(f"llm.api_key_env: the environment variable {self.api_key_env} is not set: set it "
+                                  f"to your key (llm={self.backend} needs one; nothing was sent), or give "
+                                  "llm.api_key_env=null for a server without a key")
             register(key)  # redacted wherever it would appear (logs, stop messages, MLflow, captions)
             return key
         return "not-needed"
