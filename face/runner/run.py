@@ -164,7 +164,7 @@ def _execute(request: RunRequest, cfg: DictConfig, plan, hydra: Any) -> tuple[An
     shown: contextlib.AbstractContextManager = contextlib.nullcontext()
     if request.estimate_only or request.confirm is not None:
         task = dry(plan.cfg)
-        dry_plan = dataclasses.replace(plan, cfg=task, llm=check_settings(task, plan.parts.method_cfgs))
+        dry_plan = dataclasses.replace(plan, cfg=task, llm=check_settings(task))
         with estimate_console("estimate"), console.silenced():
             estimate = _experiment(task, dry_plan, None)
         cost = estimated_cost(estimate.estimate) if estimate.estimate is not None else 0.0
