@@ -20,7 +20,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from face.data.split import Split, split_conversations
-from face.experiments.common import ConfigError, experiment
+from face.experiments.common import ConfigError, Parts, experiment
 from face.experiments.result import ExperimentResult
 from face.files import atomic_open, atomic_path, atomic_write_text
 from face.llm import LLMConfig
@@ -83,6 +83,13 @@ class Outcome:
     trajectories: list[dict] = field(default_factory=list)
     gradients: list[dict] = field(default_factory=list)
     sets: dict[str, list[dict]] = field(default_factory=dict)  # aspect -> the final ranked set
+
+
+def parts(cfg: DictConfig) -> Parts:
+    """Nothing beside the skeleton's parts; the optimizer's settings are checked with the others, before anything is
+    written."""
+    optimizer_config(cfg)
+    return Parts()
 
 
 def run(cfg: DictConfig) -> ExperimentResult:

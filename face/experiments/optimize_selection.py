@@ -32,7 +32,7 @@ from pydantic import Field
 from face.coefficients import rows_correlation
 from face.data.split import split_conversations
 from face.errors import ConfigError
-from face.experiments.common import experiment
+from face.experiments.common import Parts, experiment
 from face.experiments.optimize_instructions import optimizer_config
 from face.experiments.result import ExperimentResult
 from face.files import atomic_path
@@ -147,6 +147,13 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
         r["heldout"] = _set_score(matrix, r["set"], test, gold, kind)
         r["item_evaluations"] = r["pulls"] * min(minibatch, len(train))
     return rows
+
+
+def parts(cfg: DictConfig) -> Parts:
+    """Nothing beside the skeleton's parts; the optimizer's and the selection's settings are checked with the others,
+    before anything is written."""
+    Plan.of(cfg, optimizer_config(cfg))
+    return Parts()
 
 
 def run(cfg: DictConfig) -> ExperimentResult:

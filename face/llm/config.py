@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -77,6 +78,13 @@ class LLMConfig:
     @classmethod
     def _urls_as_list(cls, v: Any) -> Any:
         return list(v) if isinstance(v, tuple) else v  # replicas given in code as a tuple
+
+    @field_validator("max_cost_usd", mode="before")
+    @classmethod
+    def _a_cap_that_can_hold(cls, v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):  # "no cap" is null, never infinity
+            raise ValueError(f"must be a finite number >= 0 (null means no cap), got {v!r}")
+        return v
 
     @field_validator("api_key_env")
     @classmethod
