@@ -162,3 +162,118 @@ def test_bootstrap_cis_show_a_bar_on_a_terminal_only_when_they_resample(monkeypa
         monkeypatch.setattr(sys, "stderr", terminal := FakeTerminal())
         meta_evaluate(preds, convs, [ASPECTS["relevance"]], ["all"], ["turn"], n_boot=n_boot)
         assert (f"bootstrap CIs ({n_boot} resamples)" in terminal.getvalue()) is drawn, terminal.getvalue()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def log_lines(monkeypatch):
+    """Progress into a log (stderr not a terminal), on a fake clock; yields (clock, written lines)."""
+    from face import console
+
+    monkeypatch.delenv("FACE_PROGRESS", raising=False)
+    clock, sink = FakeClock(), io.StringIO()
+    monkeypatch.setattr(console.LOG, "clock", clock)
+    monkeypatch.setattr(console.LOG, "stream", sink)
+    monkeypatch.setattr(console.LOG, "last", None)
+    monkeypatch.setattr(console.LOG, "live", [])
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe: not a terminal
+    yield clock, lambda: sink.getvalue().splitlines()
+
+
+def test_a_long_stage_in_a_log_writes_one_line_every_30_s_with_done_total_rate_eta_and_cost(log_lines):
+    from face.console import Progress
+
+    clock, lines = log_lines
+    cost = {"usd": 0.0}
+    p = Progress(100, "scoring relevance", unit="requests", info=lambda: {"cost": f"${cost['usd']:.4f}"})
+    for _ in range(100):  # 100 requests, 1 s each: 3 lines in 100 s (at 30, 60, 90 s) and one when done
+        clock.t += 1.0
+        cost["usd"] += 0.001
+        p.update()
+    p.close()
+    got = lines()
+    assert len(got) == 4, got
+    assert re.search(r"progress: scoring relevance: 30/100 requests \(30 %\), 1/s, ETA 1m 10s, cost \$0\.0300$",
+                     got[0]), got[0]
+    assert "60/100" in got[1] and "ETA 40.0 s" in got[1] and "90/100" in got[2]
+    assert re.search(r"scoring relevance: 100/100 requests \(100 %\), 1/s, done in 1m 40s, cost \$0\.1000$", got[3])
+
+
+def test_a_short_stage_in_a_log_writes_nothing_and_progress_off_writes_nothing(log_lines, monkeypatch):
+    from face.console import Progress, progress
+
+    clock, lines = log_lines
+    for _ in progress(range(5), "bootstrap CIs", unit="aspect"):
+        clock.t += 5.0  # 25 s in all: under the interval
+    assert lines() == []
+    monkeypatch.setenv("FACE_PROGRESS", "0")
+    p = Progress(10, "scoring", unit="requests")
+    for _ in range(10):
+        clock.t += 60.0
+        p.update()
+    p.close()
+    assert lines() == []
+
+
+def test_nested_stages_in_a_log_share_one_line_outer_first(log_lines):
+    """An optimizer round of many short scoring batches: each line names the round and the batch, so a log shows
+    progress even when no batch lasts 30 s."""
+    from face.console import Progress, progress
+
+    clock, lines = log_lines
+    for _ in progress(range(2), "optimizer rounds relevance", unit="round"):
+        for _ in range(4):  # four batches of 10 s each
+            p = Progress(10, "scoring relevance", unit="requests")
+            for _ in range(10):
+                clock.t += 1.0
+                p.update()
+            p.close()
+    got = lines()
+    assert len(got) == 3, got  # at 30 s and 60 s, and the rounds' last line
+    assert re.search(r"optimizer rounds relevance: 0/2 round \(0 %\).* › scoring relevance: 10/10 requests", got[0])
+    assert re.search(r"optimizer rounds relevance: 1/2 round .* › scoring relevance: 10/10 requests", got[1])
+    assert re.search(r"optimizer rounds relevance: 2/2 round \(100 %\), .*done in 1m 20s$", got[2])
+
+
+def test_face_progress_log_writes_lines_on_a_terminal_and_1_draws_a_bar_into_a_log(monkeypatch):
+    from face.console import progress_mode
+
+    monkeypatch.setenv("FACE_PROGRESS", "log")
+    assert progress_mode(True, FakeTerminal()) == "log"
+    monkeypatch.setenv("FACE_PROGRESS", "1")
+    assert progress_mode(True, io.StringIO()) == "bar"
+    monkeypatch.delenv("FACE_PROGRESS")
+    assert progress_mode(True, io.StringIO()) == "log" and progress_mode(True, FakeTerminal()) == "bar"
+    assert progress_mode(False, FakeTerminal()) is None
+
+
+def test_a_warning_logged_while_a_bar_is_drawn_is_written_above_it_not_onto_its_line(monkeypatch):
+    import logging
+
+    from face.console import Progress
+
+    monkeypatch.delenv("FACE_PROGRESS", raising=False)
+    monkeypatch.setattr(sys, "stderr", terminal := FakeTerminal())
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)  # as Hydra's console handler, on the bar's stream
+    root.addHandler(handler)
+    try:
+        p = Progress(4, "bootstrap CIs", unit="aspect")
+        p.update()
+        logging.getLogger("face.metaeval").warning("no interval for one aspect")
+        p.update(3)
+        p.close()
+    finally:
+        root.removeHandler(handler)
+    assert root.handlers.count(handler) == 0 and not any("Tqdm" in type(h).__name__ for h in root.handlers)
+    drawn = terminal.getvalue()
+    warning = drawn.index("no interval for one aspect")
+    # the bar's line is cleared ("\r" + blanks + "\r") before the warning, which ends its own line
+    assert drawn[warning - 1] == "\r" and drawn[warning:].startswith("no interval for one aspect\n"), repr(drawn)
