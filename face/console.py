@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -86,36 +87,56 @@ def nested() -> bool:
 
 
 class _LogLines:
-    """Progress in a log: one line at most every ``interval`` seconds for all stages being reported (the outer
-    stage first: ``optimizer rounds relevance: 2/5 … › scoring relevance: 40/120 …``), and a last line for each
-    stage that was in a line and lasted an interval or more. ``clock`` and ``stream`` are swapped by the tests."""
+    """Progress in a log: one line every ``interval`` seconds for all stages being reported (the outer stage first:
+    ``optimizer rounds relevance: 2/5 … › scoring relevance: 40/120 …``), and a last line for each stage that was in
+    a line and lasted an interval or more. A line is due on a step of a stage, and — ``heartbeat`` — also while no
+    step ends (one slow request): a daemon thread looks every ``beat_s`` seconds. ``clock``, ``stream`` and
+    ``heartbeat`` are swapped by the tests."""
 
-    def __init__(self, interval: float = 30.0):
-        self.interval = interval
+    def __init__(self, interval: float = 30.0, beat_s: float = 5.0):
+        self.interval, self.beat_s = interval, beat_s
         self.clock = time.monotonic
         self.stream = None  # sys.stderr when None (read at writing time: pytest swaps it)
+        self.heartbeat = True
         self.live: list[Progress] = []
         self.last: float | None = None  # when the last line was written, or the first stage started
+        self._lock = threading.Lock()
+        self._stop: threading.Event | None = None
 
     def start(self, p: Progress) -> None:
-        if not self.live:
-            self.last = p.started
-        self.live.append(p)
+        with self._lock:
+            if not self.live:
+                self.last = p.started
+                if self.heartbeat:
+                    self._stop = threading.Event()
+                    threading.Thread(target=self._beat, args=(self._stop,), name="face-progress",
+                                     daemon=True).start()
+            self.live.append(p)
+
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(self.beat_s):
+            self.tick()
 
     def tick(self) -> None:
-        now = self.clock()
-        if self.last is not None and now - self.last >= self.interval:
+        with self._lock:
+            now = self.clock()
+            if not self.live or self.last is None or now - self.last < self.interval:
+                return
             self.last = now
             for p in self.live:
                 p.logged = True
             self.write(" › ".join(p.status(now) for p in self.live))
 
     def stop(self, p: Progress) -> None:
-        if p in self.live:
-            self.live.remove(p)
-        now = self.clock()
-        if p.logged and now - p.started >= self.interval:  # a short batch seen in an outer stage's line: no line
-            self.write(p.status(now, done=True))
+        with self._lock:
+            if p in self.live:
+                self.live.remove(p)
+            if not self.live and self._stop is not None:
+                self._stop.set()
+                self._stop = None
+            now = self.clock()
+            if p.logged and now - p.started >= self.interval:  # a short batch seen in an outer stage's line: none
+                self.write(p.status(now, done=True))
 
     def write(self, text: str) -> None:
         stream = self.stream or sys.stderr

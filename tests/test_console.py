@@ -183,6 +183,7 @@ def log_lines(monkeypatch):
     monkeypatch.setattr(console.LOG, "stream", sink)
     monkeypatch.setattr(console.LOG, "last", None)
     monkeypatch.setattr(console.LOG, "live", [])
+    monkeypatch.setattr(console.LOG, "heartbeat", False)  # no thread: lines only where the test steps the clock
     monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe: not a terminal
     yield clock, lambda: sink.getvalue().splitlines()
 
@@ -277,3 +278,38 @@ def test_a_warning_logged_while_a_bar_is_drawn_is_written_above_it_not_onto_its_
     warning = drawn.index("no interval for one aspect")
     # the bar's line is cleared ("\r" + blanks + "\r") before the warning, which ends its own line
     assert drawn[warning - 1] == "\r" and drawn[warning:].startswith("no interval for one aspect\n"), repr(drawn)
+
+
+def test_a_stage_waiting_on_one_slow_step_still_writes_a_line_every_30_s(log_lines):
+    """One request of several minutes (the embedded model on a busy machine): the heartbeat writes the line."""
+    from face import console
+
+    clock, lines = log_lines
+    p = console.Progress(11, "decomposing 11 turns", unit="requests")
+    p.update()
+    for _ in range(12):  # 120 s without a step; the heartbeat looks every 10 s
+        clock.t += 10.0
+        console.LOG.tick()
+    p.close()
+    got = lines()
+    assert len(got) == 5 and all("decomposing 11 turns: 1/11 requests (9 %)" in line for line in got), got  # 30…120 s, done
+    assert got[-1].endswith("done in 2m 00s")
+
+
+def test_the_heartbeat_thread_writes_while_no_step_ends_and_stops_with_the_last_stage(monkeypatch):
+    import threading
+
+    from face import console
+
+    monkeypatch.delenv("FACE_PROGRESS", raising=False)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    monkeypatch.setattr(console.LOG, "stream", sink := io.StringIO())
+    monkeypatch.setattr(console.LOG, "interval", 0.05)
+    monkeypatch.setattr(console.LOG, "beat_s", 0.01)
+    p = console.Progress(3, "scoring relevance", unit="requests")
+    deadline = threading.Event()
+    deadline.wait(0.3)  # no step at all for 0.3 s
+    p.close()
+    assert "scoring relevance: 0/3 requests (0 %)" in sink.getvalue()
+    deadline.wait(0.1)  # the thread sees its stop event within beat_s
+    assert not any(t.name == "face-progress" and t.is_alive() for t in threading.enumerate())
