@@ -20,6 +20,21 @@ TRAJECTORY_SERIES = (("best_train_reward", "o-", "best candidate, train"),
                      ("dev_correlation_beam", "^-", "beam, dev"))
 
 
+def _trajectory_panel(ax: plt.Axes, t: pd.DataFrame, aspect: str) -> set[str]:
+    """One aspect's rounds; returns the labels of the series with no finite value (not drawn)."""
+    missing = set()
+    for col, style, label in TRAJECTORY_SERIES:
+        y = t[col].to_numpy(float) if col in t.columns else np.full(len(t), np.nan)
+        if np.isfinite(y).any():
+            ax.plot(t["round"], y, style, label=label, ms=3, lw=1)
+        else:
+            missing.add(label)
+    figures._integer_ticks(ax, t["round"])
+    ax.tick_params(labelsize=7)
+    ax.set_title(aspect.replace("_", " "), fontsize=8)
+    return missing
+
+
 def trajectory(traj: pd.DataFrame, reward: str, title: str, note: str, path: str | Path) -> Path:
     """Per aspect (a grid of panels, at most 4 a row: readable at paper width), the optimizer's rounds: the best
     and mean train reward of the round's candidates and the dev correlation of its beam, on integer round ticks.
@@ -33,16 +48,7 @@ def trajectory(traj: pd.DataFrame, reward: str, title: str, note: str, path: str
                              sharey=True)
     missing: set[str] = set()
     for ax, a in zip(axes.flat, aspects):
-        t = traj[traj["aspect"] == a].sort_values("round")
-        for col, style, label in TRAJECTORY_SERIES:
-            y = t[col].to_numpy(float) if col in t.columns else np.full(len(t), np.nan)
-            if np.isfinite(y).any():
-                ax.plot(t["round"], y, style, label=label, ms=3, lw=1)
-            else:
-                missing.add(label)
-        figures._integer_ticks(ax, t["round"])
-        ax.tick_params(labelsize=7)
-        ax.set_title(a.replace("_", " "), fontsize=8)
+        missing |= _trajectory_panel(ax, traj[traj["aspect"] == a].sort_values("round"), a)
     for k, ax in enumerate(axes.flat):
         if k >= max(len(aspects), 1):
             ax.set_visible(False)
