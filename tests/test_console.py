@@ -84,6 +84,7 @@ def test_face_evaluate_ends_with_one_summary_block_with_the_numbers_of_llm_usage
     assert _evaluate(tmp_path) == 0
     out, err = capsys.readouterr()
     assert "scoring relevance" not in err and "%|" not in err and "it/s" not in err, err[-1000:]  # captured: no bars
+    assert "dry run" not in out.lower() and "nothing sent so far" in out  # the estimate of a run that then sends
     block = _block(out)
     run = tmp_path / "out"
     totals = json.loads((run / "llm_usage.json").read_text())["totals"]
@@ -313,3 +314,15 @@ def test_the_heartbeat_thread_writes_while_no_step_ends_and_stops_with_the_last_
     assert "scoring relevance: 0/3 requests (0 %)" in sink.getvalue()
     deadline.wait(0.1)  # the thread sees its stop event within beat_s
     assert not any(t.name == "face-progress" and t.is_alive() for t in threading.enumerate())
+
+
+def test_the_default_aspects_named_in_full_are_not_listed_as_a_non_default_setting(cfg_factory):
+    """`face evaluate` without --aspects names all seven: that is the default, not a setting of the run."""
+    from face.experiments.common import non_default_settings
+
+    seven = ("aspects=[relevance,interestingness,understanding,task_completion,interest_arousal,efficiency,"
+             "dialogue_overall]")
+    assert "aspects" not in non_default_settings(cfg_factory("experiment=reproduce_table2", seven, tracking=False))
+    two = non_default_settings(cfg_factory("experiment=reproduce_table2", "aspects=[relevance,dialogue_overall]",
+                                           tracking=False))
+    assert two["aspects"] == "['relevance', 'dialogue_overall']"

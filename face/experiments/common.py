@@ -180,7 +180,19 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
             continue
         v = mine.get(k, "<absent>")
         out[k] = Path(v).name if isinstance(v, str) and os.path.isabs(v) else str(v)
+    if "aspects" in out and _default_aspects(cfg):  # face evaluate without --aspects names the default ones
+        del out["aspects"]
     return out
+
+
+def _default_aspects(cfg: DictConfig) -> bool:
+    """Whether ``aspects`` names exactly the dataset's default aspects, in their order (what ``aspects: null``
+    means): not a setting that differs from the default."""
+    try:
+        ds = build(cfg.dataset)
+        return [a.name for a in ds.resolve_aspects(cfg.get("aspects"))] == [a.name for a in ds.resolve_aspects(None)]
+    except Exception:  # an invalid list is reported where the run checks it, not here
+        return False
 
 
 def data_source(files: Sequence[str]) -> str:
