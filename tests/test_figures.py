@@ -123,7 +123,8 @@ def _grid() -> pd.DataFrame:
 
 
 def test_heldout_vs_budget_is_a_grid_of_panels_with_integer_budget_ticks_and_the_spread(plotted, tmp_path):
-    optimizer_figures.heldout_vs_budget(_grid(), 1.0, "held-out spearman", "Bandit selection", "note", tmp_path / "hb.png")
+    optimizer_figures.heldout_vs_budget(_grid(), 1.0, "held-out spearman", "Bandit selection", "note",
+                                        tmp_path / "hb.png")
     shown = plotted["hb.png"]
     width, height = shown["size"]
     assert width / height < 2.5  # not a 2184 × 336 strip
@@ -287,7 +288,8 @@ def _trajectory(dev=True) -> pd.DataFrame:
     for a in ["relevance", "interestingness", "understanding", "task_completion", "interest_arousal", "efficiency",
               "dialogue_overall"]:
         for r in (1, 2, 3):
-            rows.append({"aspect": a, "round": r, "best_train_reward": 0.3 + 0.1 * r, "mean_train_reward": 0.2 + 0.05 * r,
+            rows.append({"aspect": a, "round": r, "best_train_reward": 0.3 + 0.1 * r,
+                         "mean_train_reward": 0.2 + 0.05 * r,
                          "dev_correlation_beam": 0.25 + 0.05 * r if dev else np.nan})
     return pd.DataFrame(rows)
 

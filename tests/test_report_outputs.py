@@ -1,6 +1,7 @@
 """What a reader sees in tables and in report.html: counts as integers, p-values as ``< 0.001``, one spelling per
-split; the report names the LLM once (at the top), ranks the lowest particles on their aspects' scales, colours on the aspect's fixed scale, shows each
-instruction's text, numbers turns from 1. Checked against hand-written strings and the input files' own text."""
+split; the report names the LLM once (at the top), ranks the lowest particles on their aspects' scales, colours on
+the aspect's fixed scale, shows each instruction's text, numbers turns from 1. Checked against hand-written strings
+and the input files' own text."""
 
 from __future__ import annotations
 
@@ -168,8 +169,9 @@ def test_the_lowest_particles_are_ranked_on_their_aspects_scales_so_they_come_fr
     html = _rendered_lowest(tmp_path)
     rows = _table_rows(html, "lowest-k")
     assert len(rows) == 10  # the lowest 10 of 48 particle × aspect scores
-    # by hand (turn 2: the first assistant turn): c2's two first-turn particles at 0.8/4 = 0.20, c0's first particle at 0.5/2 = 0.25, then the seven
-    # lowest efficiency scores 0.30 … 0.36 (raw scores would put 16 efficiency rows first)
+    # by hand (turn 2 is the first assistant turn): c2's two first-turn particles at 0.8/4 = 0.20, c0's first
+    # particle at 0.5/2 = 0.25, then the seven lowest efficiency scores 0.30 … 0.36 (raw scores would put 16
+    # efficiency rows first)
     got = [(r[0], r[2], r[4], r[5]) for r in rows]
     assert got[:3] == [("0.20", "dialogue_overall (0–4)", "c2", "2"), ("0.20", "dialogue_overall (0–4)", "c2", "2"),
                        ("0.25", "relevance (0–2)", "c0", "2")]
