@@ -70,14 +70,17 @@ def test_report_shows_each_instructions_text_on_hover(scripted_run, data_dir):
     import html as html_lib
 
     html = (scripted_run / "report.html").read_text()
-    # each particle's score row: <tr><td>aspect</td>…<abbr title="text">id</abbr> under every instruction
-    rows = re.findall(r"<tr(?: class=\"lowest\")?><td>(\w+)</td>(.*?)</tr>", html, re.S)
-    hovers = [(aspect, i, t) for aspect, row in rows
-              for t, i in re.findall(r'<abbr class="instr" title="(.*?)">(\w+)</abbr>', row, re.S)]
-    assert {a for a, _, _ in hovers} == {"relevance", "dialogue_overall"}
-    for aspect, i, text in hovers:  # the released file's own text of that aspect's instruction
+    # each particle's score row: <tr data-aspect="aspect">…<abbr class="instr">id</abbr> under every instruction;
+    # the texts once, in a JSON map the page's script reads on hover (not repeated in every row: a full run's page
+    # would be hundreds of MB)
+    rows = re.findall(r'<tr data-aspect="(\w+)"(?: class="lowest")?><td>\1</td>(.*?)</tr>', html, re.S)
+    hovers = [(aspect, i) for aspect, row in rows for i in re.findall(r'<abbr class="instr">(\w+)</abbr>', row)]
+    assert {a for a, _ in hovers} == {"relevance", "dialogue_overall"}
+    texts = json.loads(html_lib.unescape(re.search(r'<script id="instruction-texts" type="application/json">(.*?)'
+                                                   r"</script>", html, re.S).group(1)))
+    for aspect, i in hovers:  # the released file's own text of that aspect's instruction
         released = json.loads((data_dir / f"face_released/top16_instructions/{aspect}.json").read_text())
-        assert html_lib.unescape(text) == {f"itr{r['iteration']}": r["text"] for r in released}[i]
+        assert texts[aspect][i] == {f"itr{r['iteration']}": r["text"] for r in released}[i]
 
 
 def test_report_numbers_turns_from_1_with_the_datas_turn_ind_beside(scripted_run):
@@ -193,3 +196,29 @@ def test_the_report_names_the_llm_once_shows_one_turn_column_and_no_raw_feedback
                                                      "conversation", "turn", "act", "mention", "user feedback"]
     assert "NO_FEEDBACK_PROVIDED" not in html
     assert html.count("(no feedback)") >= 16 and "sounds good" in html
+
+
+def test_hovering_an_instruction_id_in_chromium_shows_its_text(scripted_run, tmp_path, data_dir):
+    """The page's script, run by headless Chromium: a mouseover on an instruction id gives it its text as title."""
+    import html as html_lib
+    import subprocess
+
+    from test_cli import _browser
+
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no Chromium installed (make setup-browser)")
+    page = tmp_path / "hover.html"
+    page.write_text((scripted_run / "report.html").read_text().replace("</body>", """<script>
+const first = document.querySelector('tr[data-aspect="relevance"] abbr.instr');
+first.dispatchEvent(new MouseEvent("mouseover", {bubbles: true}));
+first.setAttribute("data-hovered", "yes");
+</script></body>"""))
+    res = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = re.search(r'<abbr class="instr" title="([^"]*)" data-hovered="yes">(\w+)</abbr>', res.stdout)
+    assert m, res.stdout[-2000:]
+    released = json.loads((data_dir / "face_released/top16_instructions/relevance.json").read_text())
+    assert html_lib.unescape(m.group(1)) == {f"itr{r['iteration']}": r["text"] for r in released}[m.group(2)]

@@ -150,6 +150,7 @@ def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect]) -> list[tuple[
         ax.set_xlabel("")
         ax.set_ylabel("")
         ax.set_xticklabels(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
+        ax.set_yticklabels(ax.get_yticklabels(), rotation=0)  # system names side by side, never read as one word
         out.append((aspect.name, _figure_png(fig)))
     return out
 
@@ -260,13 +261,15 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
 
 
 def _tied_low(by_position: pd.DataFrame) -> dict[str, float]:
-    """Aspects whose "lowest 10 %" holds more than 10 % of their particles (scores tied at the 10th percentile all
-    count as low): aspect → the share that does."""
+    """Aspects whose "lowest 10 %" holds clearly more than 10 % of their particles (``TIED_ABOVE``: scores tied at
+    the 10th percentile all count as low): aspect → the share that does."""
     if by_position.empty:
         return {}
     share = (by_position["low_share"] * by_position["n"]).groupby(by_position["aspect"]).sum() \
         / by_position.groupby("aspect")["n"].sum()
-    return {str(a): float(v) for a, v in share.items() if v > LOW_QUANTILE + 0.005}
+    from face.report.figures import TIED_ABOVE
+
+    return {str(a): float(v) for a, v in share.items() if v > TIED_ABOVE}
 
 
 def write_report(html_path: Path, tables_dir: Path | None, name: str, convs: Sequence[Conversation],

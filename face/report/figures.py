@@ -21,6 +21,7 @@ from face.files import atomic_path
 from face.report.tables import SPLIT_LABELS, ordered
 
 COEF_LABELS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
+TIED_ABOVE = 0.12  # an aspect with more than this share of its particles in its "lowest 10 %": ties, said so
 
 
 def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
@@ -245,14 +246,13 @@ def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Pa
     for aspect in ordered(by_position["aspect"]):
         g = by_position[by_position["aspect"] == aspect].sort_values("position")
         share = overall.get(aspect, np.nan)
-        tied = f" ({100 * share:.0f} % of all: ties)" if share > 0.105 else ""
+        tied = f" ({100 * share:.0f} % of all: ties)" if share > TIED_ABOVE else ""
         ax.plot(g["position"], g["low_share"], marker="o", label=f"{aspect}{tied}")
     ax.axhline(0.1, color="grey", lw=0.8, ls="--", label="10 % (no ties)")
     _integer_ticks(ax, by_position["position"])
     ax.set_xlabel("assistant turn (8 = 8th or later)")
     ax.set_ylabel("share of particles in the lowest 10 %")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-              title="aspect (share of all its\nparticles in the set)", title_fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="aspect", title_fontsize=7)
     ax.set_title("Where low-scoring particles fall")
     return _save(fig, path, note + " Lowest 10 %: at or below the aspect's 10th percentile; scores tied there all "
                  "count, so an aspect with many equal low scores has more than 10 % of its particles in the set.")
