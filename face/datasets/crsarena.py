@@ -167,18 +167,20 @@ def _turn(t: Any, prev: Turn | None, path: Path, rec: str, allow_empty: bool) ->
         raise DataError(path, f"turn_ind {turn_ind} after {prev.turn_ind}: "
                               f"{'duplicate' if turn_ind == prev.turn_ind else 'out of order'} "
                               "(turn_ind must increase)", rec)
-    if labels and role == USER:
-        raise DataError(path, f"turn labels {sorted(labels)} on a {USER} turn (only {ASSISTANT} turns are "
-                              "labelled)", rec)
     return Turn(turn_ind=turn_ind, role=role, utterance=_utterance(t, path, rec, allow_empty),
                 labels=_labels(labels, _KNOWN_TURN_LABELS, path, rec))
 
 
 def _check_roles(turns: list[Turn], path: Path, record: str) -> None:
+    """Roles alternate, only assistant turns carry labels, and there is one to evaluate."""
     for prev, cur in zip(turns, turns[1:]):
         if prev.role == cur.role:
             raise DataError(path, f"roles do not alternate: turns with turn_ind {prev.turn_ind} and {cur.turn_ind} "
                                   f"are both {cur.role}", record)
+    for n, t in enumerate(turns, start=1):
+        if t.labels and t.role == USER:
+            raise DataError(path, f"turn labels {sorted(t.labels)} on a {USER} turn (only {ASSISTANT} turns are "
+                                  "labelled)", f"{record}, turn {n} (turn_ind {t.turn_ind})")
     if not any(t.role == ASSISTANT for t in turns):
         raise DataError(path, f"no {ASSISTANT} turn: nothing to evaluate", record)
 
