@@ -189,6 +189,9 @@ class Progress:
     def status(self, now: float, done: bool = False) -> str:
         """``desc: 40/120 requests (33 %), 2.1/s, ETA 38 s, <info>`` (``done``: the stage's last line)."""
         elapsed = max(now - self.started, 1e-9)
+        if self.total is None and not self.unit:  # a whole run (``alive``): how long it has been running
+            return f"{self.desc}: done in {_duration(elapsed)}" if done else \
+                f"{self.desc}: running for {_duration(elapsed)}"
         rate = self.n / elapsed
         of = f"/{self.total}" if self.total else ""
         pct = f" ({100 * self.n / self.total:.0f} %)" if self.total else ""
@@ -213,6 +216,21 @@ class Progress:
         elif self.mode == "log":
             LOG.stop(self)
             self.mode = None
+
+
+@contextmanager
+def alive(desc: str) -> Iterator[None]:
+    """A whole run in a log (stderr not a terminal): its name and running time lead every progress line, written
+    every 30 s also between its stages (loading, aggregating, meta-evaluating: no stage reports there), and a last
+    line says when it ended. Nothing on a terminal (its stages draw bars) or with ``FACE_PROGRESS=0``."""
+    if progress_mode() != "log":
+        yield
+        return
+    run = Progress(None, desc, unit="")
+    try:
+        yield
+    finally:
+        run.close()
 
 
 def _redirect_logging() -> None:

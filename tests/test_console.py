@@ -327,3 +327,26 @@ def test_the_default_aspects_named_in_full_are_not_listed_as_a_non_default_setti
     two = non_default_settings(cfg_factory("experiment=reproduce_table2", "aspects=[relevance,dialogue_overall]",
                                            tracking=False))
     assert two["aspects"] == "['relevance', 'dialogue_overall']"
+
+
+def test_a_whole_run_in_a_log_leads_every_line_and_says_so_between_its_stages(log_lines):
+    """replay_table2 aggregates and meta-evaluates for minutes after its last LLM stage: the run's own line shows
+    it is alive there too."""
+    from face import console
+
+    clock, lines = log_lines
+    with console.alive("replay_table2"):
+        p = console.Progress(40, "scoring relevance", unit="requests")
+        for _ in range(40):
+            clock.t += 1.0
+            p.update()
+        p.close()
+        for _ in range(7):  # 70 s of aggregation: no stage
+            clock.t += 10.0
+            console.LOG.tick()
+    got = lines()
+    assert [line.split(" progress: ")[1] for line in got] == [
+        "replay_table2: running for 30.0 s › scoring relevance: 30/40 requests (75 %), 1/s, ETA 10.0 s",
+        "scoring relevance: 40/40 requests (100 %), 1/s, done in 40.0 s",
+        "replay_table2: running for 1m 00s", "replay_table2: running for 1m 30s",
+        "replay_table2: done in 1m 50s"]

@@ -291,6 +291,7 @@ def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
         results = Path(cfg.paths.results_dir).resolve()
         if results != run_dir.resolve() and results not in run_dir.resolve().parents:  # results/: the lock only
             write_marker(run_dir, run_owner(cfg))
+        owned.enter_context(console.alive(cfg.task_name))  # in a log: a line every 30 s while the run lasts
         tracker = owned.enter_context(Tracker(cfg, run_name(cfg.task_name, label), uses_llm))
         tracker.log_config()
         ensure_data(data_dir, files, cfg.paths.get("data_mirror"), dataset.download)
