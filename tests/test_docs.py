@@ -106,7 +106,7 @@ def _ignored(path: str) -> bool:
 
 def test_every_tour_command_names_files_that_exist_and_writes_where_git_does_not_look():
     tour = _tour()
-    assert len(tour) == 6 and sum(c.startswith("python scripts/run.py") for c in tour) == 4, tour
+    assert len(tour) == 8 and sum(c.startswith("python scripts/run.py") for c in tour) == 4, tour
     for cmd in tour:
         words = shlex.split(cmd)
         if words[:2] == ["face", "evaluate"]:
@@ -115,9 +115,12 @@ def test_every_tour_command_names_files_that_exist_and_writes_where_git_does_not
             args = _parser().parse_args(words[1:])
             assert (ROOT / args.logs).is_file(), f"the tour's input {args.logs} is not in the repository"
             assert args.out and _ignored(f"{args.out}/report.html"), f"{args.out} is not ignored by git"
+        if words[:2] == ["face", "compare"]:
+            assert all(_ignored(f"{run}/report.html") for run in words[2:] if not run.startswith("-")), cmd
+            assert _ignored("face-runs/compare_a_vs_b/report.html")  # where face compare writes by default
         assert not any(w.startswith(("paths.", "hydra.run", "report.out_dir", "++")) for w in words), cmd
     for generated in ("outputs/x/results/table.md", "multirun/x/sweep_report.md", "mlflow.db", "runs/v2/report.html",
-                      "face-runs/sample/report.html"):
+                      "face-runs/moviebot-a/report.html"):
         assert _ignored(generated), f"{generated} would show in git status"
 
 
@@ -129,17 +132,22 @@ def test_the_sample_logs_are_the_docs_chat_format_with_two_made_up_systems():
     assert all(len(c.assistant_turns()) >= 2 for c in convs)
 
 
-@pytest.mark.slow  # the tour's `face evaluate` as written (scripted server, paper-size sample counts): ≈ 20–60 s
-def test_the_tours_face_evaluate_runs_as_written_from_a_clone(tmp_path, monkeypatch):
+@pytest.mark.slow  # the tour's `face evaluate` ×2 and `face compare` as written (scripted server): ≈ 30–80 s
+def test_the_tours_face_commands_run_as_written_from_a_clone(tmp_path, monkeypatch, capsys):
     from face.cli import main
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "examples").symlink_to(ROOT / "docs" / "examples")
-    monkeypatch.chdir(tmp_path)  # the clone's root: the command's relative paths read from here
+    monkeypatch.chdir(tmp_path)  # the clone's root: the commands' relative paths read from here
     monkeypatch.setenv("FACE_CACHE_DIR", str(tmp_path / "cache"))
-    [cmd] = [c for c in _tour() if c.startswith("face evaluate")]
-    assert main(shlex.split(cmd)[1:]) == 0
-    assert (tmp_path / "face-runs" / "sample" / "report.html").is_file()
+    cmds = [c for c in _tour() if c.startswith("face ")]
+    assert [shlex.split(c)[1] for c in cmds] == ["evaluate", "evaluate", "compare"]
+    for cmd in cmds:
+        assert main(shlex.split(cmd)[1:]) == 0, cmd
+    for system in ("moviebot-a", "moviebot-b"):
+        assert (tmp_path / "face-runs" / system / "report.html").is_file()
+    out = capsys.readouterr().out
+    assert "face compare: moviebot-a vs moviebot-b" in out and "| relevance | moviebot-a | moviebot-b |" in out
 
 
 def test_the_api_docs_list_each_aspect_as_a_scorer_of_its_level():

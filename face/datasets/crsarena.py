@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import Field
 
 from face.aspects import Aspect, aspect_table
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE
@@ -22,6 +23,7 @@ from face.data.io import Problems, as_id, check_label, check_text, check_type, f
 from face.data.schema import ASSISTANT, USER, Conversation, PublishedScore, Turn
 from face.datasets import Dataset
 from face.errors import DataError
+from face.settings import settings
 
 SPLITS = ("redial", "opendialkg")
 _NSY = ("does not", "somewhat", "does")  # 0 / 1 / 2 on the three-level scales
@@ -258,6 +260,12 @@ def load_published_table(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame([r.__dict__ for r in rows])
 
 
+@settings("dataset")
+class CRSArenaSettings:
+    file: str | None = None  # your own conversations in CRSArena-Eval's format instead of the released file
+    repeat: int = Field(default=1, ge=1)  # scale benchmarks: every conversation K times
+
+
 class CRSArenaEval(Dataset):
     title = "CRSArena-Eval"
     splits_all = SPLITS
@@ -267,11 +275,10 @@ class CRSArenaEval(Dataset):
     judged = "conversational recommender systems"
 
     def __init__(self, name: str = "crsarena_eval", file: str | None = None, repeat: int = 1, **selection):
+        own = CRSArenaSettings(file, repeat)
         super().__init__(name, **selection)
-        if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
-            raise ValueError(f"dataset.repeat must be a positive integer, got {repeat!r}")
-        self.file = Path(file) if file else None
-        self.repeat = repeat
+        self.file = Path(own.file) if own.file else None
+        self.repeat = own.repeat
         if self.file is not None:
             self.title = self.file.name
         if repeat > 1:

@@ -144,8 +144,8 @@ def test_a_batch_the_endpoint_rejects_fails_every_request_with_its_reason(server
 @pytest.mark.parametrize("bad, message", [
     ({"cache": False}, "needs the cache"),
     ({"server": {"_target_": "face.testing.scripted.ScriptedServer"}}, "at llm.base_url"),
-    ({"batch_poll_s": 0}, "batch_poll_s must be > 0"),
-    ({"batch_price_factor": 1.5}, "batch_price_factor must be in (0, 1]"),
+    ({"batch_poll_s": 0}, "llm.batch_poll_s must be a finite number > 0, got 0"),
+    ({"batch_price_factor": 1.5}, "llm.batch_price_factor must be a finite number in (0, 1], got 1.5"),
 ])
 def test_bad_batch_settings_are_refused_before_anything_is_sent(make_cfg, bad, message):
     with pytest.raises(ValueError, match=re.escape(message)):
