@@ -32,7 +32,7 @@ MLFLOW_UI = "http://127.0.0.1:5000"  # `make mlflow-ui`
 
 def progress_mode(enabled: bool = True, stream=None) -> str | None:
     """How a long stage reports progress: ``"bar"`` (a tqdm bar: stderr a terminal, or ``FACE_PROGRESS=1``),
-    ``"log"`` (one line every ``LOG_EVERY_S`` seconds: stderr a file or a pipe, or ``FACE_PROGRESS=log``), or None
+    ``"log"`` (a line every ``LOG.interval`` = 30 s: stderr a file or a pipe, or ``FACE_PROGRESS=log``), or None
     (``enabled`` false, e.g. ``llm.progress=false``, or ``FACE_PROGRESS=0``). Decided when a stage starts."""
     if not enabled:
         return None

@@ -12,7 +12,7 @@ import base64
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -174,7 +174,7 @@ def read_run_settings(path: Path) -> dict:
         raise DataError(path, f"unreadable run settings: {e}") from None
     if not isinstance(rec, dict) or not isinstance(rec.get("label"), str):
         raise DataError(path, "run settings without a 'label' string")
-    inst = rec.get("instructions") if isinstance(rec.get("instructions"), dict) else {}
+    inst: dict = rec["instructions"] if isinstance(rec.get("instructions"), dict) else {}
     aspects = {}
     for a in rec.get("aspects") or []:  # an aspect of your own (dataset.aspects_file): its level and scale
         try:
@@ -197,8 +197,9 @@ def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataF
     lowest_keys = {(r.aspect, r.turn_ind, r.particle_ind) for r in lowest.itertuples()}
     turns = []
     for number, t in enumerate(c.turns, start=1):  # turns numbered from 1, as everywhere else; turn_ind beside
-        view = {"number": number, "turn_ind": t.turn_ind, "role": "assistant" if t.role == ASSISTANT else "user",
-                "utterance": t.utterance, "scores": {}, "particles": []}
+        view: dict[str, Any] = {"number": number, "turn_ind": t.turn_ind,
+                                "role": "assistant" if t.role == ASSISTANT else "user", "utterance": t.utterance,
+                                "scores": {}, "particles": []}
         if t.role == ASSISTANT:
             view["scores"] = tpred[tpred["turn_ind"] == t.turn_ind].set_index("aspect")["pred"].to_dict()
             tp = parts[parts["turn_ind"] == t.turn_ind]

@@ -39,7 +39,7 @@ def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
 def _below_axes(fig: plt.Figure) -> float:
     """Where a caption starts (figure coordinates): under the lowest tick label or axis label of any axes and under
     a figure legend, so rotated labels and legends never run into it."""
-    renderer = fig.canvas.get_renderer()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's canvas (matplotlib.use("Agg"))
     boxes = [ax.get_tightbbox(renderer) for ax in fig.axes if ax.get_visible()]
     boxes += [leg.get_window_extent(renderer) for leg in fig.legends]
     lowest = min((b.y0 for b in boxes if b is not None), default=0.0)
@@ -286,7 +286,8 @@ def bars_by_quality(ours: pd.DataFrame, published: pd.DataFrame, coefficient: st
         p = pub[pub["method"] == m].set_index("aspect")["value"]
         at = [(x[j] + i * width, p[a]) for j, a in enumerate(aspects) if a in p.index and np.isfinite(p[a])]
         if at:
-            ax.scatter(*zip(*at), marker="D", s=22, color="black", zorder=4,
+            px, py = zip(*at)
+            ax.scatter(px, py, marker="D", s=22, color="black", zorder=4,
                        label="published value" if "published value" not in ax.get_legend_handles_labels()[1] else None)
     ax.set_xticks(x + width * (len(methods) - 1) / 2)
     ax.set_xticklabels([a.replace("_", "\n") for a in aspects])

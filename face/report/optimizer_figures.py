@@ -5,6 +5,7 @@ settings of ``face.report.figures``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib.ticker
 import numpy as np
@@ -57,7 +58,7 @@ def trajectory(traj: pd.DataFrame, reward: str, title: str, note: str, path: str
             ax.xaxis.set_tick_params(labelbottom=True)
     for ax in axes[:, 0]:
         ax.set_ylabel(f"{figures.COEF_LABELS.get(reward, reward)}", fontsize=8)
-    drawn = {}
+    drawn: dict[str, Any] = {}
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             drawn.setdefault(lab, h)
@@ -66,8 +67,8 @@ def trajectory(traj: pd.DataFrame, reward: str, title: str, note: str, path: str
     fig.suptitle(f"{title}{extra}", fontsize=8)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     if labels:
-        fig.legend([drawn[lab] for lab in labels], labels, loc="lower center", ncol=len(labels), fontsize=7,
-                   frameon=False, bbox_to_anchor=(0.5, 0.0))
+        fig.legend(handles=[drawn[lab] for lab in labels], labels=labels, loc="lower center", ncol=len(labels),
+                   fontsize=7, frameon=False, bbox_to_anchor=(0.5, 0.0))
     return figures._save(fig, path, note)
 
 
