@@ -195,7 +195,8 @@ class Progress:
         rate = self.n / elapsed
         of = f"/{self.total}" if self.total else ""
         pct = f" ({100 * self.n / self.total:.0f} %)" if self.total else ""
-        text = f"{self.desc}: {self.n}{of} {self.unit}{pct}, {rate:.3g}/s"
+        text = f"{self.desc}: {self.n}{of} {self.unit}{pct}, {rate:,.0f}/s" if rate >= 10 else \
+            f"{self.desc}: {self.n}{of} {self.unit}{pct}, {rate:.3g}/s"
         if done:
             text += f", done in {_duration(elapsed)}"
         elif self.total and rate > 0:

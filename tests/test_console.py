@@ -350,3 +350,14 @@ def test_a_whole_run_in_a_log_leads_every_line_and_says_so_between_its_stages(lo
         "scoring relevance: 40/40 requests (100 %), 1/s, done in 40.0 s",
         "replay_table2: running for 1m 00s", "replay_table2: running for 1m 30s",
         "replay_table2: done in 1m 50s"]
+
+
+def test_a_fast_stage_reads_its_rate_in_plain_digits(log_lines):
+    from face.console import Progress
+
+    clock, lines = log_lines
+    p = Progress(300000, "scoring efficiency", unit="requests")
+    clock.t += 30.0
+    p.update(245100)  # 8,170 requests a second, not 8.17e+03
+    p.close()
+    assert "scoring efficiency: 245100/300000 requests (82 %), 8,170/s, ETA 6.7 s" in lines()[0]
