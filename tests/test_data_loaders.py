@@ -180,7 +180,7 @@ def test_missing_key_names_conversation(tmp_path):
 def test_wrong_type_names_conversation_and_turn(tmp_path):
     bad = json.loads(json.dumps(GOOD))
     bad["dialogue"][1]["turn_ind"] = "one"
-    _bad(tmp_path, [bad], "'kbrd_redial_x'", "turn 1", "expected an integer")
+    _bad(tmp_path, [bad], "'kbrd_redial_x'", "turn 2", "expected an integer")  # the 2nd entry: from 1
 
 
 def test_wrong_label_type(tmp_path):
@@ -198,7 +198,7 @@ def test_unknown_aspect(tmp_path):
 def test_non_alternating_roles(tmp_path):
     bad = json.loads(json.dumps(GOOD))
     bad["dialogue"][1]["role"] = "USER"
-    _bad(tmp_path, [bad], "roles do not alternate", "turns 0 and 1")
+    _bad(tmp_path, [bad], "roles do not alternate", "turns with turn_ind 0 and 1")
 
 
 def test_unknown_role(tmp_path):

@@ -85,3 +85,78 @@ def test_every_relative_link_points_at_a_file(page):
     broken = [target for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
               if not target.startswith(("http:", "https:", "mailto:")) and not (page.parent / target).exists()]
     assert broken == []
+
+
+# ---------------------------------------------------------------- the README's tour, as a new user runs it
+
+def _tour() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## A tour"):]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def _ignored(path: str) -> bool:
+    """Whether git ignores ``path`` (relative to the repository), as a fresh clone's ``git status`` would."""
+    import subprocess
+
+    res = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT, capture_output=True)
+    return res.returncode == 0
+
+
+def test_every_tour_command_names_files_that_exist_and_writes_where_git_does_not_look():
+    tour = _tour()
+    assert len(tour) == 8 and sum(c.startswith("python scripts/run.py") for c in tour) == 4, tour
+    for cmd in tour:
+        words = shlex.split(cmd)
+        if words[:2] == ["face", "evaluate"]:
+            from face.cli import _parser
+
+            args = _parser().parse_args(words[1:])
+            assert (ROOT / args.logs).is_file(), f"the tour's input {args.logs} is not in the repository"
+            assert args.out and _ignored(f"{args.out}/report.html"), f"{args.out} is not ignored by git"
+        if words[:2] == ["face", "compare"]:
+            assert all(_ignored(f"{run}/report.html") for run in words[2:] if not run.startswith("-")), cmd
+            assert _ignored("face-runs/compare_a_vs_b/report.html")  # where face compare writes by default
+        assert not any(w.startswith(("paths.", "hydra.run", "report.out_dir", "++")) for w in words), cmd
+    for generated in ("outputs/x/results/table.md", "multirun/x/sweep_report.md", "mlflow.db", "runs/v2/report.html",
+                      "face-runs/moviebot-a/report.html"):
+        assert _ignored(generated), f"{generated} would show in git status"
+
+
+def test_the_sample_logs_are_the_docs_chat_format_with_two_made_up_systems():
+    from face.datasets.chatlogs import load_logs
+
+    convs = load_logs(ROOT / "docs" / "examples" / "sample_logs.jsonl")
+    assert len(convs) >= 4 and {c.system for c in convs} == {"moviebot-a", "moviebot-b"}
+    assert all(len(c.assistant_turns()) >= 2 for c in convs)
+
+
+@pytest.mark.slow  # the tour's `face evaluate` ×2 and `face compare` as written (scripted server): ≈ 30–80 s
+def test_the_tours_face_commands_run_as_written_from_a_clone(tmp_path, monkeypatch, capsys):
+    from face.cli import main
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "examples").symlink_to(ROOT / "docs" / "examples")
+    monkeypatch.chdir(tmp_path)  # the clone's root: the commands' relative paths read from here
+    monkeypatch.setenv("FACE_CACHE_DIR", str(tmp_path / "cache"))
+    cmds = [c for c in _tour() if c.startswith("face ")]
+    assert [shlex.split(c)[1] for c in cmds] == ["evaluate", "evaluate", "compare"]
+    for cmd in cmds:
+        assert main(shlex.split(cmd)[1:]) == 0, cmd
+    for system in ("moviebot-a", "moviebot-b"):
+        assert (tmp_path / "face-runs" / system / "report.html").is_file()
+    out = capsys.readouterr().out
+    assert "face compare: moviebot-a vs moviebot-b" in out and "| relevance | moviebot-a | moviebot-b |" in out
+
+
+def test_the_api_docs_list_each_aspect_as_a_scorer_of_its_level():
+    """docs/api.md's MLflow section: dialogue-level aspects are session-level scorers, turn-level ones trace-level."""
+    from face.datasets.crsarena import ASPECTS
+
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8").replace("\n  ", " ")
+    listed = {}
+    for level in ("dialogue", "turn"):
+        line = re.search(rf"\* A \*\*{level}-level\*\* aspect \(([^)]*)\)", text).group(1)
+        listed[level] = set(re.findall(r"`(\w+)`", line))
+    assert listed == {level: {a for a, spec in ASPECTS.items() if spec.level == level} for level in listed}

@@ -64,7 +64,8 @@ def test_existing_file_with_wrong_checksum_is_an_error(tmp_path, mirror):
 
 
 def test_missing_without_mirror_or_download(tmp_path):
-    with pytest.raises(DataError, match="missing, no mirror copy, and downloading is disabled"):
+    with pytest.raises(DataError, match=r"missing: no data mirror set \(FACE_DATA_MIRROR\), and downloading is "
+                                        "disabled"):
         ensure_data(tmp_path, [CRSARENA_EVAL], mirror=None, download=False)
 
 
@@ -91,3 +92,38 @@ def test_download_failure_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_fetched_data_dir_holds_every_file_with_the_mirror_checksum(data_dir, sha256sums):
     assert {name: _sha256(data_dir / name) for name in MANIFEST} == sha256sums
+
+
+def test_a_relative_mirror_is_read_once_against_the_directory_the_command_was_run_from(tmp_path, mirror,
+                                                                                      monkeypatch):
+    """FACE_DATA_MIRROR=../shared/data from /work/main: the copy is found even after the process changed directory,
+    and the path is reported absolute."""
+    import os
+
+    start = tmp_path / "clone"
+    start.mkdir()
+    relative = os.path.relpath(mirror, start)
+    monkeypatch.setattr(fetch_mod, "START_DIR", start)
+    monkeypatch.chdir(tmp_path)  # elsewhere now: the relative path read from here would miss the mirror
+    assert fetch_mod.mirror_dir(relative) == mirror.resolve()
+    ensure_data(tmp_path / "data", [PUBLISHED_TABLE], mirror=relative, download=False)
+    assert (tmp_path / "data" / PUBLISHED_TABLE).read_bytes() == (mirror / PUBLISHED_TABLE).read_bytes()
+
+
+def test_a_mirror_folder_that_does_not_exist_is_named_as_such(tmp_path, monkeypatch):
+    monkeypatch.setattr(fetch_mod, "START_DIR", tmp_path / "clone")
+    with pytest.raises(DataError) as e:
+        ensure_data(tmp_path / "data", [CRSARENA_EVAL], mirror="../shared/data", download=True)
+    msg = str(e.value)
+    assert f"the data mirror {tmp_path / 'shared' / 'data'} (FACE_DATA_MIRROR" in msg
+    assert "is not a folder that exists" in msg and f"ran from, {tmp_path / 'clone'})" in msg
+    assert "could not be downloaded" not in msg
+
+
+def test_a_mirror_without_the_file_says_so_when_the_download_fails(tmp_path, monkeypatch):
+    entry = MANIFEST[PUBLISHED_TABLE]
+    monkeypatch.setattr(type(entry), "url", property(lambda self: (tmp_path / "absent.json").as_uri()))
+    (tmp_path / "mirror").mkdir()
+    with pytest.raises(DataError, match=rf"could not be downloaded.*The data mirror {tmp_path / 'mirror'} has no "
+                                        rf"{PUBLISHED_TABLE}\."):
+        fetch_mod.fetch_file(entry, tmp_path / "d", mirror=tmp_path / "mirror", download=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -181,6 +182,10 @@ def test_the_notebook_example_leaves_one_face_assessment_per_session_per_dialogu
         assert a.source.source_type == "LLM_JUDGE" and a.source.source_id == "scripted-model"
         assert isinstance(a.value, float) and "Lowest-scoring particles" in a.rationale
     assert os.environ.get("FACE_MLFLOW_URI") == db
+    assert run.info.run_name.startswith("face-scorers vs conversation_completeness ")  # named, not random
+    (table,) = [o["data"]["text/plain"] for c in code if "shown[[" in c.source for o in c.outputs if "data" in o]
+    assert "0–4" in table and "0–2" in table and "yes / no" in table  # each value with its scale
+    assert not re.search(r"\d\.\d{3,}", table), table  # rounded: no 10-decimal values
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from reliability import refused, run
 
 from face.datasets.chatlogs import load_logs
 from face.datasets.crsarena import load_conversations
+from face.errors import DataError
 
 # the reliability suite (issue 21): in-process, but ~150 cases; run with the slow tests, one at a time, so that
 # no other test writes into the project tree while a case checks that nothing outside its temp dir changed
@@ -55,13 +56,13 @@ MULTI_IMAGE = [{"type": "text", "text": "Look:"}, {"type": "image_url", "image_u
 # name -> (file content: an object to json.dumps, or raw str/bytes; the entry points; words the line must say)
 # entry points: face = `face evaluate`, chat = run.py dataset=chat_logs dataset.path=, file = run.py dataset.file=
 FILES = {
-    "id_infinity": (_with(CHAT, ["id"], inf), "face chat", ["conversation 0", "conversation id", "Infinity"]),
-    "id_nan": (_with(CHAT, ["id"], nan), "face chat", ["conversation 0", "conversation id", "got NaN"]),
-    "id_object": (_with(CHAT, ["id"], {"a": 1}), "face chat", ["conversation 0", "key 'id'", "got an object"]),
-    "id_false": (_with(CHAT, ["id"], False), "face chat", ["conversation 0", "key 'id'", "got false"]),
+    "id_infinity": (_with(CHAT, ["id"], inf), "face chat", ["conversation 1", "conversation id", "Infinity"]),
+    "id_nan": (_with(CHAT, ["id"], nan), "face chat", ["conversation 1", "conversation id", "got NaN"]),
+    "id_object": (_with(CHAT, ["id"], {"a": 1}), "face chat", ["conversation 1", "key 'id'", "got an object"]),
+    "id_false": (_with(CHAT, ["id"], False), "face chat", ["conversation 1", "key 'id'", "got false"]),
     "id_float": (_with(CHAT, ["id"], 1.5), "face", ["conversation id", "a non-integer number (1.5)"]),
     "id_list": (_with(CHAT, ["id"], [1]), "face", ["conversation id", "got a list"]),
-    "id_blank": (_with(CHAT, ["id"], "  "), "face", ["conversation 0", "empty conversation id"]),
+    "id_blank": (_with(CHAT, ["id"], "  "), "face", ["conversation 1", "empty conversation id"]),
     "system_object": (_with(CHAT, ["system"], {"a": 1}), "face chat", ["(c1)", "system name", "got an object"]),
     "system_true": (_with(CHAT, ["system"], True), "face", ["(c1)", "key 'system'", "got true"]),
     "system_nan": (_with(CHAT, ["system"], nan), "chat", ["(c1)", "system name", "got NaN"]),
@@ -71,27 +72,27 @@ FILES = {
     "arena_conv_id_float": (_with(ARENA, ["conv_id"], 3.0), "file", ["conv_id", "a non-integer number (3.0)"]),
     "arena_system_list": (_with(ARENA, ["system"], ["a"]), "face file", ["'mycrs_x'", "system name", "a list"]),
     "arena_empty_utterance": (_with(ARENA, ["dialogue", 1, "utterance"], ""), "face chat file",
-                              ["conversation 'mycrs_x', turn 1", "empty utterance"]),
+                              ["conversation 'mycrs_x', turn 2 (turn_ind 1)", "empty utterance"]),
     "arena_blank_utterance": (_with(ARENA, ["dialogue", 0, "utterance"], " \n\t"), "face file",
-                              ["conversation 'mycrs_x', turn 0", "empty utterance"]),
+                              ["conversation 'mycrs_x', turn 1 (turn_ind 0)", "empty utterance"]),
     "chat_blank_message": (_with(CHAT, ["messages", 3, "content"], "\t "), "face chat",
-                           ["(c1), message 3", "empty message"]),
+                           ["(c1), message 4", "empty message"]),
     "multipart_blank": (_with(CHAT, ["messages", 1, "content"], [{"type": "text", "text": " "}]), "face",
-                        ["(c1), message 1", "empty message"]),
+                        ["(c1), message 2", "empty message"]),
     "multipart_image": (_with(CHAT, ["messages", 1, "content"], MULTI_IMAGE), "face chat",
-                        ["(c1), message 1, content part 1", "'image_url'", "only text parts"]),
+                        ["(c1), message 2, content part 2", "'image_url'", "only text parts"]),
     "multipart_not_object": (_with(CHAT, ["messages", 1, "content"], ["hi"]), "face",
-                             ["(c1), message 1, content part 0", "'type'"]),
+                             ["(c1), message 2, content part 1", "'type'"]),
     "multipart_text_not_string": (_with(CHAT, ["messages", 1, "content"], [{"type": "text", "text": 5}]), "face",
-                                  ["message 1, content part 0", "key 'text'", "expected a string"]),
+                                  ["message 2, content part 1", "key 'text'", "expected a string"]),
     "content_null": (_with(CHAT, ["messages", 1, "content"], None), "face chat",
-                     ["(c1), message 1, content", "got null"]),
-    "role_object": (_with(CHAT, ["messages", 1, "role"], {}), "face", ["(c1), message 1", "unknown role"]),
+                     ["(c1), message 2, content", "got null"]),
+    "role_object": (_with(CHAT, ["messages", 1, "role"], {}), "face", ["(c1), message 2", "unknown role"]),
     "lone_surrogate_message": (_with(CHAT, ["messages", 3, "content"], LONE), "face chat",
-                               ["(c1), message 3", "lone surrogate", "character 9"]),
+                               ["(c1), message 4", "lone surrogate", "character 9"]),
     "lone_surrogate_utterance": (_with(ARENA, ["dialogue", 1, "utterance"], LONE), "face chat file",
-                                 ["conversation 'mycrs_x', turn 1", "lone surrogate"]),
-    "lone_surrogate_id": (_with(CHAT, ["id"], "c\udfff"), "face", ["conversation 0", "lone surrogate"]),
+                                 ["conversation 'mycrs_x', turn 2 (turn_ind 1)", "lone surrogate"]),
+    "lone_surrogate_id": (_with(CHAT, ["id"], "c\udfff"), "face", ["conversation 1", "lone surrogate"]),
     "integer_of_5000_digits": ('[{"id": ' + "7" * 5000 + ', "messages": []}]', "face chat file",
                                ["malformed JSON", "4300 digits"]),
     "integer_of_5000_digits_on_line_2": ('[\n {"id": ' + "7" * 5000 + ',\n  "messages": []}\n]\n', "face",
@@ -291,7 +292,7 @@ def test_integer_ids_and_system_names_are_kept_as_their_digits_never_renamed(tmp
     [a, b, c, d] = load_logs(_write(tmp_path, convs))
     assert (a.conv_id, a.system) == ("0", "7")
     assert b.conv_id == "12345678901234567890123"
-    assert (c.conv_id, c.system) == ("conv2", "unknown")  # null is "not given": the position names it
+    assert (c.conv_id, c.system) == ("conv3", "unknown")  # null is "not given": the position (from 1) names it
     assert (d.conv_id, d.system) == ("-5", "0")
 
 
@@ -324,3 +325,46 @@ def test_face_evaluate_keeps_integer_ids_and_multipart_text_through_the_run_file
     assert [(c["conv_id"], c["system"]) for c in convs] == [("0", "7"), ("42", "crs-a")]
     assert convs[0]["dialogue"][1]["utterance"] == "Try Heat (1995).\nOr Ronin?"
     assert run("face", ["report", str(out)], tmp_path, monkeypatch).code == 0
+
+
+def test_a_file_with_three_bad_conversations_reports_all_three_counting_positions_from_1(tmp_path):
+    """A user fixes every bad conversation in one go (CRSArena-Dial's closed set has six such), not one per run."""
+    empty = _with(CHAT, ["id"], "c2", ["messages", 3, "content"], " ")
+    twice = _with(CHAT, ["id"], "c4", ["messages", 1, "role"], "user")
+    no_id_unknown_role = _with(CHAT, ["id"], None, ["messages", 2, "role"], "bot")
+    rows = [_with(CHAT, ["id"], "ok1"), empty, _with(CHAT, ["id"], "ok3"), twice, no_id_unknown_role]
+    path = tmp_path / "logs.jsonl"
+    path.write_text("\n".join(json.dumps(c[0]) for c in rows) + "\n")
+    with pytest.raises(DataError) as e:
+        load_logs(path)
+    assert str(e.value).splitlines() == [
+        f"{path}: 3 conversations are malformed (fix them all, then rerun):",
+        "  [line 2 (c2), message 4] empty message",
+        "  [line 4 (c4), message 2] two consecutive user messages (merge them, or insert the missing turn)",
+        "  [line 5 (conv5), message 3] unknown role 'bot' (expected user, assistant or system)"]
+
+
+def test_more_bad_conversations_than_the_cap_are_counted_not_listed(tmp_path, monkeypatch):
+    from face.data import io
+
+    monkeypatch.setattr(io, "MAX_REPORTED", 2)
+    convs = [_with(CHAT, ["id"], f"c{i}", ["messages", 1, "content"], "")[0] for i in range(5)]
+    path = tmp_path / "logs.json"
+    path.write_text(json.dumps(convs))
+    with pytest.raises(DataError) as e:
+        load_logs(path)
+    lines = str(e.value).splitlines()
+    assert lines[0].endswith("5 conversations are malformed (fix them all, then rerun):")
+    assert lines[1:] == ["  [conversation 1 (c0), message 2] empty message",
+                         "  [conversation 2 (c1), message 2] empty message", "  … and 3 more"]
+
+
+def test_three_bad_conversations_in_crsarena_evals_format_are_all_reported(tmp_path):
+    convs = [_with(ARENA, ["conv_id"], f"crs_{i}", ["dialogue", 1, "utterance"], "" if i % 2 else "fine")[0]
+             for i in range(6)]
+    path = tmp_path / "arena.json"
+    path.write_text(json.dumps(convs))
+    with pytest.raises(DataError) as e:
+        load_conversations(path, require_labels=False, allow_empty_utterances=False)
+    assert str(e.value).splitlines()[1:] == [
+        f"  [conversation 'crs_{i}', turn 2 (turn_ind 1)] empty utterance" for i in (1, 3, 5)]

@@ -17,10 +17,20 @@ import urllib.request
 from pathlib import Path
 from typing import Iterable
 
-from face.errors import DataError
 from face.data.manifest import MANIFEST, DataFile
+from face.errors import DataError
 
 log = logging.getLogger(__name__)
+START_DIR = Path.cwd()  # the directory the command was run from: a relative FACE_DATA_MIRROR is read against it
+
+
+def mirror_dir(value: str | Path | None) -> Path | None:
+    """``FACE_DATA_MIRROR`` (or ``paths.data_mirror``) as an absolute path: ``~`` expanded, a relative one resolved
+    once against the directory the command was run from (``START_DIR``), not wherever the process is later."""
+    if value is None or not str(value).strip():
+        return None
+    path = Path(os.path.expanduser(str(value)))
+    return (path if path.is_absolute() else START_DIR / path).resolve()
 
 
 def sha256_of(path: Path) -> str:
@@ -56,17 +66,21 @@ def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, down
             return dest
         raise DataError(dest, f"checksum mismatch: expected sha256 {entry.sha256}, got {got}. "
                               "The file was changed or is a different version; delete it to fetch it again.")
+    why = "no data mirror set (FACE_DATA_MIRROR)"
     if mirror is not None:
+        if not Path(mirror).is_dir():
+            raise DataError(dest, f"missing, and the data mirror {mirror} (FACE_DATA_MIRROR, read against the "
+                                  f"directory you ran from, {START_DIR}) is not a folder that exists")
         src = Path(mirror) / entry.local
         if src.exists():
             log.info("copying %s from mirror %s", entry.local, mirror)
             with open(src, "rb") as f:
                 _atomic_copy(lambda out: shutil.copyfileobj(f, out), dest, entry)
             return dest
-        log.warning("mirror %s has no %s", mirror, entry.local)
+        why = f"the data mirror {mirror} has no {entry.local}"
+        log.warning("%s; downloading it", why)
     if not download:
-        raise DataError(dest, "missing, no mirror copy, and downloading is disabled "
-                              "(set FACE_DATA_MIRROR or dataset.download=true)")
+        raise DataError(dest, f"missing: {why}, and downloading is disabled (set dataset.download=true)")
     log.info("downloading %s", entry.url)
     try:
         with urllib.request.urlopen(entry.url, timeout=timeout_s) as resp:
@@ -74,8 +88,9 @@ def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, down
     except DataError:
         raise
     except OSError as e:  # URLError, timeouts, HTTP errors
-        raise DataError(dest, f"missing and could not be downloaded from {entry.url}: {e}. "
-                              "Without internet, point FACE_DATA_MIRROR at a copy of the data.") from None
+        hint = (f"{why[0].upper()}{why[1:]}" if mirror is not None
+                else "Without internet, point FACE_DATA_MIRROR at a copy of the data")
+        raise DataError(dest, f"missing and could not be downloaded from {entry.url}: {e}. {hint}.") from None
     return dest
 
 
@@ -83,7 +98,7 @@ def ensure_data(data_dir: str | Path, files: Iterable[str] | None = None, mirror
                 download: bool = True) -> Path:
     """Fetch and verify ``files`` (local paths from the manifest; default: all) into ``data_dir``."""
     data_dir = Path(data_dir)
-    mirror_path = Path(mirror).resolve() if mirror else None  # relative to where the command was run
+    mirror_path = mirror_dir(mirror)
     for name in (files if files is not None else MANIFEST):
         if name not in MANIFEST:
             raise DataError(data_dir / name, f"not a known data file; known: {', '.join(sorted(MANIFEST))}")

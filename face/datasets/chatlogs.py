@@ -11,7 +11,9 @@ Accepted (JSON or JSON Lines, detected from the content; UTF-8, with or without 
 System messages are ignored; two consecutive messages of the same role, an unknown role, an empty message,
 an id or system name that is not a string or an integer (true/false, 1.5, NaN, Infinity, an object, a list),
 a lone surrogate escape (``"\\ud800"``), a conversation without an assistant message, an empty file or text
-that is not UTF-8 raise one DataError naming the file, the conversation and the message index.
+that is not UTF-8 raise a DataError naming the file, the conversation and the message; every bad conversation
+of a file is listed in one error (``face.data.io.Problems``). Positions count from 1: lines, conversations (an
+id-less one is ``conv<position>``), messages and content parts.
 
 The dataset ``ChatLogs`` (``conf/dataset/``): your own conversation logs (chat format or CRSArena-Eval's), evaluated
 for CRSArena-Eval's aspects with their instructions. Human labels are optional: without them a run writes
@@ -28,7 +30,7 @@ from typing import Any
 from pydantic import model_validator
 
 from face.aspects import Aspect, aspect_table
-from face.data.io import as_id, check_text, check_type, field, json_kind, parse_json, read_text
+from face.data.io import Problems, as_id, check_text, check_type, field, json_kind, parse_json, read_text
 from face.data.schema import ASSISTANT, USER, Conversation, Turn
 from face.datasets import Dataset
 from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS, check_unique_ids, parse_conversation
@@ -50,20 +52,24 @@ def _records(path: Path) -> list[tuple[str, object]]:
     except (ValueError, RecursionError):  # well-formed up to a value Python cannot hold (4,300+ digits, nesting)
         parse_json(text, path)  # raises the DataError that says what is wrong
     if isinstance(raw, list):
-        return [(f"conversation {i}", r) for i, r in enumerate(raw)]
+        return [(f"conversation {i}", r) for i, r in enumerate(raw, start=1)]
     if isinstance(raw, dict):
-        return [("conversation 0", raw)]
-    out = []
+        return [("conversation 1", raw)]
+    out, problems = [], Problems(path)
     for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append((f"line {lineno}", json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise DataError(path, f"neither JSON nor JSON Lines: {e.msg}", f"line {lineno}") from None
-        except (ValueError, RecursionError):
-            parse_json(line, path, f"line {lineno}")  # raises the DataError that says what is wrong
+        if line.strip():
+            out.append((f"line {lineno}", problems.attempt(_json_line, line, path, f"line {lineno}")))
+    problems.raise_any("lines")
     return out
+
+
+def _json_line(line: str, path: Path, where: str) -> object:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(path, f"neither JSON nor JSON Lines: {e.msg}", where) from None
+    except (ValueError, RecursionError):
+        return parse_json(line, path, where)  # raises the DataError that says what is wrong
 
 
 def _optional_id(raw: dict, keys: tuple[str, ...], path: Path, where: str, what: str) -> str | None:
@@ -80,7 +86,7 @@ def _content(content: object, path: Path, at: str) -> str:
     ``input_audio``, ...) cannot be evaluated from text and is refused, named with its index and type."""
     if isinstance(content, list):
         texts = []
-        for k, part in enumerate(content):
+        for k, part in enumerate(content, start=1):
             where = f"{at}, content part {k}"
             if not isinstance(part, dict) or "type" not in part:
                 raise DataError(path, "a content part must be an object with a 'type' (e.g. {\"type\": \"text\", "
@@ -100,6 +106,8 @@ def _content(content: object, path: Path, at: str) -> str:
 
 
 def _chat(raw: object, path: Path, record: str, index: int) -> Conversation:
+    """A conversation in the chat format; ``index``: its position from 1 (an id-less conversation is
+    ``conv<index>``)."""
     if isinstance(raw, dict):
         named = _optional_id(raw, ("id", "conv_id"), path, record, "conversation id")
         conv_id = named if named is not None else f"conv{index}"
@@ -113,7 +121,7 @@ def _chat(raw: object, path: Path, record: str, index: int) -> Conversation:
         where = f"{record} ({conv_id})"
     check_type(messages, list, path, f"{where}, messages")
     turns: list[Turn] = []
-    for j, m in enumerate(messages):
+    for j, m in enumerate(messages, start=1):
         at = f"{where}, message {j}"
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise DataError(path, "a message must be an object with 'role' and 'content'", at)
@@ -139,13 +147,15 @@ def load_logs(path: str | Path) -> list[Conversation]:
     records = _records(path)
     if not records:
         raise DataError(path, "contains no conversation")
+    problems = Problems(path)
     convs = []
-    for i, (record, raw) in enumerate(records):
+    for i, (record, raw) in enumerate(records, start=1):
         if isinstance(raw, dict) and "dialogue" in raw:  # CRSArena-Eval's format
-            convs.append(parse_conversation(raw, path, record, require_labels=False,
-                                            allow_empty_utterances=False))
+            convs.append(problems.attempt(parse_conversation, raw, path, record, require_labels=False,
+                                          allow_empty_utterances=False))
         else:
-            convs.append(_chat(raw, path, record, i))
+            convs.append(problems.attempt(_chat, raw, path, record, i))
+    problems.raise_any("conversations")
     return check_unique_ids(convs, path)
 
 
@@ -178,9 +188,8 @@ def load_aspects(path: str | Path) -> list[Aspect]:
         raise
     except Exception as e:  # YAML syntax
         raise DataError(path, f"not a YAML list of aspects: {str(e).splitlines()[0]}") from None
-    check_type(raw, list, path, "top level")
     out = []
-    for i, a in enumerate(raw):
+    for i, a in enumerate(check_type(raw, list, path, "top level"), start=1):
         where = f"aspect {i}"
         check_type(a, dict, path, where)
         name = field(a, "name", str, path, where)

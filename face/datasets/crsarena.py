@@ -19,7 +19,7 @@ from pydantic import Field
 
 from face.aspects import Aspect, aspect_table
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE
-from face.data.io import as_id, check_label, check_text, check_type, field, read_json
+from face.data.io import Problems, as_id, check_label, check_text, check_type, field, read_json
 from face.data.schema import ASSISTANT, USER, Conversation, PublishedScore, Turn
 from face.datasets import Dataset
 from face.errors import DataError
@@ -127,7 +127,9 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
     """One conversation in CRSArena-Eval's format. ``conv_id`` (and the optional ``system``, the CRS's name; by
     default the id's first part): a string or an integer (kept as its digits).
     ``allow_empty_utterances``: the released CRSArena-Eval has 9 empty ASST utterances (labelled 0: the CRS
-    said nothing), so it is read as published; a user's file is refused on an empty or blank utterance."""
+    said nothing), so it is read as published; a user's file is refused on an empty or blank utterance.
+    Errors name the conversation by its id and a turn by its position in ``dialogue`` from 1 (with its
+    ``turn_ind``)."""
     if not isinstance(raw, dict):
         raise DataError(path, f"expected an object, got {type(raw).__name__}", record)
     if "conv_id" not in raw:
@@ -138,7 +140,7 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
     if not dialogue:
         raise DataError(path, "empty dialogue", record)
     turns: list[Turn] = []
-    for i, t in enumerate(dialogue):
+    for i, t in enumerate(dialogue, start=1):
         turns.append(_turn(t, turns[-1] if turns else None, path, f"{record}, turn {i}", allow_empty_utterances))
     _check_roles(turns, path, record)
     if require_labels:
@@ -152,34 +154,35 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
                         system=system, split=split)
 
 
-def _turn(t: Any, prev: Turn | None, path: Path, rec: str, allow_empty_utterances: bool) -> Turn:
-    """One turn of a conversation in CRSArena-Eval's format (``prev``: the turn before it, if any)."""
+def _turn(t: Any, prev: Turn | None, path: Path, rec: str, allow_empty: bool) -> Turn:
+    """One entry of ``dialogue``: role, increasing ``turn_ind``, utterance and turn labels checked."""
     role = field(t, "role", str, path, rec)
     if role not in (USER, ASSISTANT):
         raise DataError(path, f"unknown role {role!r} (expected {USER!r} or {ASSISTANT!r})", rec)
-    labels = t.get("turn_level_aggregated") or {}
+    labels = t.get("turn_level_aggregated") or {}  # field() checked that t is an object
     check_type(labels, dict, path, rec + ", turn_level_aggregated")
     turn_ind = field(t, "turn_ind", int, path, rec)
+    rec = f"{rec} (turn_ind {turn_ind})"
     if turn_ind < 0:
         raise DataError(path, f"negative turn_ind {turn_ind}", rec)
     if prev is not None and turn_ind <= prev.turn_ind:
         raise DataError(path, f"turn_ind {turn_ind} after {prev.turn_ind}: "
                               f"{'duplicate' if turn_ind == prev.turn_ind else 'out of order'} "
                               "(turn_ind must increase)", rec)
-    return Turn(turn_ind=turn_ind, role=role, utterance=_utterance(t, path, rec, allow_empty_utterances),
+    return Turn(turn_ind=turn_ind, role=role, utterance=_utterance(t, path, rec, allow_empty),
                 labels=_labels(labels, _KNOWN_TURN_LABELS, path, rec))
 
 
 def _check_roles(turns: list[Turn], path: Path, record: str) -> None:
-    """USER and ASST turns alternate, only ASST turns are labelled, and there is one to evaluate."""
+    """Roles alternate, only assistant turns carry labels, and there is one to evaluate."""
     for prev, cur in zip(turns, turns[1:]):
         if prev.role == cur.role:
-            raise DataError(path, f"roles do not alternate: turns {prev.turn_ind} and {cur.turn_ind} are both "
-                                  f"{cur.role}", record)
-    for t in turns:
+            raise DataError(path, f"roles do not alternate: turns with turn_ind {prev.turn_ind} and {cur.turn_ind} "
+                                  f"are both {cur.role}", record)
+    for n, t in enumerate(turns, start=1):
         if t.labels and t.role == USER:
             raise DataError(path, f"turn labels {sorted(t.labels)} on a {USER} turn (only {ASSISTANT} turns are "
-                                  "labelled)", f"{record}, turn_ind {t.turn_ind}")
+                                  "labelled)", f"{record}, turn {n} (turn_ind {t.turn_ind})")
     if not any(t.role == ASSISTANT for t in turns):
         raise DataError(path, f"no {ASSISTANT} turn: nothing to evaluate", record)
 
@@ -187,23 +190,28 @@ def _check_roles(turns: list[Turn], path: Path, record: str) -> None:
 def load_conversations(path: str | Path, require_labels: bool = True,
                        allow_empty_utterances: bool = True) -> list[Conversation]:
     """Load CRSArena-Eval (or any file in its format: a JSON list of conversations); a user's file with
-    ``allow_empty_utterances=False`` (see ``parse_conversation``)."""
+    ``allow_empty_utterances=False`` (see ``parse_conversation``). Every bad conversation is listed in one error."""
     path = Path(path)
     raw = read_json(path)
     check_type(raw, list, path, "top level")
     if not raw:
         raise DataError(path, "no conversations (an empty list)", "top level")
-    return check_unique_ids([parse_conversation(c, path, f"index {i}", require_labels, allow_empty_utterances)
-                             for i, c in enumerate(raw)], path)
+    problems = Problems(path)
+    convs = [problems.attempt(parse_conversation, c, path, f"conversation {i}", require_labels,
+                              allow_empty_utterances) for i, c in enumerate(raw, start=1)]
+    problems.raise_any("conversations")
+    return check_unique_ids(convs, path)
 
 
 def check_unique_ids(convs: list[Conversation], path: Path) -> list[Conversation]:
-    """``convs`` unchanged, or a DataError naming the first repeated conversation id."""
+    """``convs`` unchanged, or a DataError naming every repeated conversation id."""
     seen: set[str] = set()
+    problems = Problems(path)
     for c in convs:
         if c.conv_id in seen:
-            raise DataError(path, "duplicate conversation id", f"conversation {c.conv_id!r}")
+            problems.errors.append(DataError(path, "duplicate conversation id", f"conversation {c.conv_id!r}"))
         seen.add(c.conv_id)
+    problems.raise_any("conversation ids")
     return convs
 
 

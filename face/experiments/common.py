@@ -250,6 +250,7 @@ def experiment(cfg: DictConfig, parts: Parts = Parts()) -> Iterator[Context]:
         owned.enter_context(dir_lock(plan.run_dir, "paths.output_dir (hydra.run.dir)"))
         owned.enter_context(dir_lock(plan.out_dir, "report.out_dir" if cfg.report.get("out_dir")
                                      else "paths.results_dir"))
+        owned.enter_context(console.alive(cfg.task_name))  # in a log: a line every 30 s while the run lasts
         tracker = owned.enter_context(Tracker(cfg, run_name(cfg.task_name, plan.label), plan.uses_llm))
         ctx = _load(plan, tracker, summary)
         with console.collect(summary), collect_estimates() as estimates:

@@ -39,8 +39,9 @@ def run(cfg: DictConfig) -> ExperimentResult:
         particles = {(r.conv_id, r.turn_ind): r.particles
                      for r in load_released_particles(ctx.data_dir / RELEASED_PARTICLES) if r.conv_id in ids}
         d = diagnostics.diagnose(scores, particles, ctx.convs, cfg.diagnostics.worst_n)
-        note = (f"{LABEL}; {ctx.subset}; particles: the authors' released decomposition; a particle's score is its "
-                "mean over the 16 instructions.")
+        what = (f"{ctx.subset}; particles: the authors' released decomposition; a particle's score is its mean over "
+                "the 16 instructions.")
+        note = f"{LABEL}; {what}"  # the report.html names LABEL once, at its top
         paths = []
         for name, table in d.tables().items():
             if name == "particles":
@@ -53,7 +54,7 @@ def run(cfg: DictConfig) -> ExperimentResult:
         paths.append(figures.position_curve(d.by_position, note, ctx.out_dir / "figures" / "low_by_position.png"))
         preds = aggregate(scores, ctx.inputs().levels)
         report = diagnostics.write_html(ctx.run_dir / "report.html" if cfg.diagnostics.html_in_run_dir
-                                        else ctx.out_dir / "report.html", f"FACE diagnostics — {ctx.subset}", note,
+                                        else ctx.out_dir / "report.html", f"FACE diagnostics — {ctx.subset}", what,
                                         d, scores, preds, ctx.convs, ctx.aspects, LABEL,
                                         released_instruction_texts(ctx.data_dir, ctx.aspects))
         share = d.act_share.pivot(index="system", columns="dialogue_act", values="share").reset_index()

@@ -65,7 +65,20 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
             continue
         v = mine.get(k, "<absent>")
         out[k] = Path(v).name if isinstance(v, str) and os.path.isabs(v) else str(v)
-    return out
+    return _without_default_aspects(cfg, out)
+
+
+def _without_default_aspects(cfg: DictConfig, settings: dict[str, str]) -> dict[str, str]:
+    """``settings`` without ``aspects`` when it names exactly the dataset's default aspects in their order (what
+    ``aspects: null`` means; ``face evaluate`` without --aspects names them): not a setting that differs."""
+    from face.methods import build
+
+    try:
+        ds = build(cfg.dataset)
+        same = [a.name for a in ds.resolve_aspects(cfg.get("aspects"))] == [a.name for a in ds.resolve_aspects(None)]
+    except Exception:  # an invalid list is reported where the run checks it, not here
+        same = False
+    return {k: v for k, v in settings.items() if not (k == "aspects" and same)}
 
 
 def data_source(files: Sequence[str]) -> str:

@@ -292,7 +292,7 @@ def _report(ctx, ocfg, outcome: Outcome, cfg) -> ExperimentResult:
                         digits=4)
     print_table(f"Held-out correlation: final set vs initial instruction. {note}", shown, 3)
     paths += [inst_path, out_dir / "trajectory.csv", grad_path, _figure(traj, out_dir / "figures" / "trajectory.png",
-                                                                        note)]
+                                                                        note, ocfg.reward)]
     tracker.log_artifacts([inst_path], str(Path(SET_ARTIFACT).parent))
     tracker.log_artifacts(paths, "results")
     metrics = report_metrics(outcome.rows)
@@ -322,26 +322,7 @@ def report_metrics(rows: list[dict]) -> dict[str, float]:
     return metrics
 
 
-def _figure(traj: pd.DataFrame, path: Path, note: str) -> Path:
-    import matplotlib
+def _figure(traj: pd.DataFrame, path: Path, note: str, reward: str) -> Path:
+    from face.report.optimizer_figures import trajectory
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    aspects = list(dict.fromkeys(traj["aspect"])) if len(traj) else []
-    fig, axes = plt.subplots(1, max(len(aspects), 1), figsize=(3.2 * max(len(aspects), 1), 3), squeeze=False)
-    for ax, a in zip(axes[0], aspects):
-        t = traj[traj["aspect"] == a]
-        ax.plot(t["round"], t["best_train_reward"], "o-", label="best train reward")
-        ax.plot(t["round"], t["mean_train_reward"], "s--", label="mean train reward")
-        ax.plot(t["round"], t["dev_correlation_beam"], "^-", label="dev corr. of beam")
-        ax.set_title(a, fontsize=9)
-        ax.set_xlabel("round")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(note[:160], fontsize=6)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    return path
+    return trajectory(traj, reward, "Instruction optimizer: reward by round", note, path)

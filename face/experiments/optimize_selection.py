@@ -278,7 +278,7 @@ def _headline(grid: pd.DataFrame, ocfg, kind: str) -> pd.DataFrame:
 
 
 def _figures(grid: pd.DataFrame, ocfg, out: Path, note: str) -> list[Path]:
-    from face.report import figures
+    from face.report import optimizer_figures as figures
 
     out.mkdir(parents=True, exist_ok=True)
     return [figures.heldout_vs_budget(grid, ocfg.ucb_c, f"held-out {ocfg.reward} of top-{ocfg.beam}",

@@ -31,14 +31,13 @@ import asyncio
 import functools
 import itertools
 import logging
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from face.console import nested, progress_on
+from face.console import Progress as Reporter
 from face.errors import import_class
 
 from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused, Server
@@ -334,34 +333,27 @@ def _loop_running() -> bool:
 
 
 class Progress:
-    """tqdm bar: done/total, cache hits, failures, cost so far (drawn as ``face.console.progress_on`` says)."""
+    """An LLM batch's progress (``face.console.Progress``: a bar on a terminal, a line every 30 s in a log):
+    requests done/total, cache hits, failures and the cost so far."""
 
     def __init__(self, total: int, desc: str, enabled: bool, usage: Usage):
         self.usage = usage
         self.hits = 0
         self.fail = 0
-        self.bar = None
-        if total and progress_on(enabled):  # llm.progress, FACE_PROGRESS, and stderr a terminal
-            from tqdm import tqdm
+        self.reporter = Reporter(total, desc, unit="requests", enabled=enabled, info=self._info)
 
-            self.bar = tqdm(total=total, desc=desc, mininterval=0.5, leave=not nested(), dynamic_ncols=True,
-                            file=sys.stderr)
+    def _info(self) -> dict[str, str]:
+        cost = self.usage.est_cost_usd if self.usage.dry_run else self.usage.spent_usd
+        return {"hits": str(self.hits), "fail": str(self.fail),
+                "cost": f"${cost:.4f}" + (" (dry-run estimate)" if self.usage.dry_run else "")}
 
     def update(self, hits: int, failed: bool) -> None:
         self.hits += hits
         self.fail += failed
-        if self.bar is not None:
-            self.bar.update(1)
-            done = self.bar.n == self.bar.total
-            if done or self.bar.n % 20 == 0:
-                cost = self.usage.est_cost_usd if self.usage.dry_run else self.usage.spent_usd
-                self.bar.set_postfix(hits=self.hits, fail=self.fail,
-                                     cost=f"${cost:.4f}" + (" (dry-run estimate)" if self.usage.dry_run else ""),
-                                     refresh=done)
+        self.reporter.update(1)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        self.reporter.close()
 
 
 def make_client(cfg: LLMConfig | dict) -> LLMClient:

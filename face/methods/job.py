@@ -103,7 +103,7 @@ class LLMJob:
         if self.lcfg.batch:
             note += (f" (OpenAI Batch API price: {self.lcfg.batch_price_factor:g} × list price "
                      f"${estimated / self.lcfg.batch_price_factor:.2f})")
-        when = " (dry run: nothing is sent)" if self.dry_run else ""
+        when = " (an estimate: nothing sent so far)" if self.dry_run else ""
         if ESTIMATE_CONSOLE.get() != "shown":
             print_table(f"Cost estimate before sending anything{when}{note} — {self.label}", costs, 2)
         cap = self.lcfg.max_cost_usd

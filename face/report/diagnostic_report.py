@@ -12,17 +12,19 @@ import base64
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from face.aspects import Aspect
-from face.data.schema import ASSISTANT, Conversation, Particle
+from face.data.schema import ASSISTANT, NO_FEEDBACK, Conversation, Particle
 from face.files import atomic_write_text
 from face.predictions import Predictions
 
 LOW_QUANTILE = 0.1  # "low-scoring": the lowest 10 % of an aspect's particle scores
+LOWEST_SHOWN = 10  # the report's table of lowest particles: this many, the rest behind "show all"
+ALL_SHOWN = 2000  # at most this many rows behind "show all" (the diagnostics of all CRSArena-Eval has ~70,000)
 
 
 @dataclass
@@ -99,6 +101,26 @@ def patterns(particles: dict[tuple[str, int], Sequence[Particle]], convs: Sequen
                          "particles_per_turn": g["particles"].sum() / g["turns"].sum()}).reset_index()
 
 
+def relative_scores(particles: pd.DataFrame, aspects: Sequence[Aspect]) -> pd.DataFrame:
+    """``particles`` with ``relative``: each particle's score as a fraction of its aspect's scale, (score − lowest
+    label) / (highest − lowest label) — 0 the scale's lowest, 1 its highest — so that scores of aspects on 0–1, 0–2
+    and 0–4 scales compare (a raw 0.5 is the middle of a 0–1 scale but an eighth of a 0–4 one). An aspect not in
+    ``aspects`` (no scale known) gets NaN. Sorted lowest first (ties: system, conversation, turn, particle)."""
+    low = particles["aspect"].map({a.name: a.low for a in aspects}).astype(float)
+    high = particles["aspect"].map({a.name: a.high for a in aspects}).astype(float)
+    rel = (particles["score"] - low) / (high - low).where(high > low)
+    return (particles.assign(relative=rel, scale_low=low, scale_high=high)
+            .sort_values(["relative", "system", "conv_id", "turn_ind", "particle_ind", "aspect"], na_position="last",
+                         kind="stable")
+            .reset_index(drop=True))
+
+
+def feedback_text(feedback: str) -> str:
+    """A particle's user feedback as a reader sees it: "(no feedback)" for the data's ``NO_FEEDBACK_PROVIDED`` and
+    for an empty one."""
+    return "(no feedback)" if not str(feedback).strip() or feedback == NO_FEEDBACK else str(feedback)
+
+
 # ---------------------------------------------------------------- HTML
 
 def _figure_png(fig) -> str:
@@ -110,9 +132,10 @@ def _figure_png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect], llm: str = "") -> list[tuple[str, str]]:
+def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect]) -> list[tuple[str, str]]:
     """(aspect, base64 PNG) of the mean particle score per system × dialogue act, coloured on the aspect's fixed
-    scale (colour-blind-safe cividis; ``face.report.figures.score_heatmap``), the LLM named under it."""
+    scale (colour-blind-safe cividis; ``face.report.figures.score_heatmap``). No caption in the figure: the page
+    names the LLM once, at its top."""
     from face.report.figures import plt, score_heatmap
 
     out = []
@@ -123,12 +146,11 @@ def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect], llm: str = "")
             continue
         fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.4 * pivot.shape[0] + 1.4))
         score_heatmap(ax, pivot, (aspect.low, aspect.high), f"mean score ({aspect.low}–{aspect.high} scale)")
-        ax.set_title(f"{aspect.name}: mean particle score by system and dialogue act", fontsize=9)
+        ax.set_title(f"{aspect.name} ({aspect.low}–{aspect.high} scale)", fontsize=9)
         ax.set_xlabel("")
         ax.set_ylabel("")
         ax.set_xticklabels(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
-        if llm:
-            fig.text(0.01, -0.01, f"Scores by: {llm}"[:160], fontsize=7, ha="left", va="top")
+        ax.set_yticklabels(ax.get_yticklabels(), rotation=0)  # system names side by side, never read as one word
         out.append((aspect.name, _figure_png(fig)))
     return out
 
@@ -152,7 +174,7 @@ def read_run_settings(path: Path) -> dict:
         raise DataError(path, f"unreadable run settings: {e}") from None
     if not isinstance(rec, dict) or not isinstance(rec.get("label"), str):
         raise DataError(path, "run settings without a 'label' string")
-    inst = rec.get("instructions") if isinstance(rec.get("instructions"), dict) else {}
+    inst: dict = rec["instructions"] if isinstance(rec.get("instructions"), dict) else {}
     aspects = {}
     for a in rec.get("aspects") or []:  # an aspect of your own (dataset.aspects_file): its level and scale
         try:
@@ -175,8 +197,9 @@ def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataF
     lowest_keys = {(r.aspect, r.turn_ind, r.particle_ind) for r in lowest.itertuples()}
     turns = []
     for number, t in enumerate(c.turns, start=1):  # turns numbered from 1, as everywhere else; turn_ind beside
-        view = {"number": number, "turn_ind": t.turn_ind, "role": "assistant" if t.role == ASSISTANT else "user",
-                "utterance": t.utterance, "scores": {}, "particles": []}
+        view: dict[str, Any] = {"number": number, "turn_ind": t.turn_ind,
+                                "role": "assistant" if t.role == ASSISTANT else "user", "utterance": t.utterance,
+                                "scores": {}, "particles": []}
         if t.role == ASSISTANT:
             view["scores"] = tpred[tpred["turn_ind"] == t.turn_ind].set_index("aspect")["pred"].to_dict()
             tp = parts[parts["turn_ind"] == t.turn_ind]
@@ -186,22 +209,25 @@ def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataF
                 instr = instr.assign(aspect=instr["aspect"].astype(str),
                                      instruction_id=instr["instruction_id"].astype(str))
                 view["particles"].append({
-                    "act": first["dialogue_act"], "mention": first["mention"], "feedback": first["user_feedback"],
+                    "act": first["dialogue_act"], "mention": first["mention"],
+                    "feedback": feedback_text(first["user_feedback"]),
                     "scores": [{"aspect": r.aspect, "score": r.score, "min": r.min_instruction_score,
                                 "lowest": (r.aspect, t.turn_ind, pi) in lowest_keys} for r in g.itertuples()],
                     "instructions": {a: dict(zip(g2["instruction_id"], g2["score"].round(2)))
                                      for a, g2 in instr.groupby("aspect", sort=True)}})
         turns.append(view)
-    worst = lowest.sort_values("score").head(1)
+    worst = lowest.sort_values("relative", kind="stable").head(1)  # on a comparable scale: relative_scores
     worst = None if worst.empty else worst.iloc[0].to_dict()
     if worst is not None:
         worst["number"] = next((n for n, t in enumerate(c.turns, start=1) if t.turn_ind == worst["turn_ind"]), None)
     return {"conv_id": c.conv_id, "system": c.system, "dialogue": dial, "turns": turns, "worst": worst}
 
 
-def _views(d: Diagnostics, scores: pd.DataFrame, preds: Predictions, convs: Sequence[Conversation]) -> list[dict]:
-    empty = {"p": d.particles.iloc[:0], "s": scores.iloc[:0], "d": preds.dialogue.iloc[:0], "t": preds.turn.iloc[:0]}
-    parts, per_instr, dial, turn = (_by_conv(x) for x in (d.particles, scores, preds.dialogue, preds.turn))
+def _views(rel: pd.DataFrame, scores: pd.DataFrame, preds: Predictions, convs: Sequence[Conversation]) -> list[dict]:
+    """Every conversation → its turns → their particles; ``rel``: the particles with ``relative_scores``."""
+    rel = rel.sort_values(["conv_id", "turn_ind", "particle_ind", "aspect"], kind="stable")
+    empty = {"p": rel.iloc[:0], "s": scores.iloc[:0], "d": preds.dialogue.iloc[:0], "t": preds.turn.iloc[:0]}
+    parts, per_instr, dial, turn = (_by_conv(x) for x in (rel, scores, preds.dialogue, preds.turn))
     return [_conversation_view(c, parts.get(c.conv_id, empty["p"]), per_instr.get(c.conv_id, empty["s"]),
                                dial.get(c.conv_id, empty["d"]), turn.get(c.conv_id, empty["t"])) for c in convs]
 
@@ -210,24 +236,41 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
                convs: Sequence[Conversation], aspects: Sequence[Aspect], llm: str,
                instructions: dict[str, dict[str, str]] | None = None) -> Path:
     """The report: summary tables and figures, then every conversation → its turns → their particles. ``llm``
-    (what scored: the LLM and its settings, or the released judgements) heads the page and captions every table;
-    ``instructions`` (aspect → id → text) is shown on hovering an instruction id and in a list to expand."""
+    (what scored: the LLM and its settings, or the released judgements) heads the page, once; ``note``: what the
+    run is (without the LLM); ``instructions`` (aspect → id → text) is shown on hovering an instruction id and in a
+    list to expand. "Lowest" compares particles on their aspects' scales (``relative_scores``)."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     env = Environment(loader=PackageLoader("face.report", "templates"), autoescape=select_autoescape(["html"]))
     env.filters["fmt"] = lambda v, digits=2: "–" if v is None or (isinstance(v, float) and np.isnan(v)) \
         else f"{v:.{digits}f}"
+    env.filters["feedback"] = feedback_text
     numbers = {(c.conv_id, t.turn_ind): n for c in convs for n, t in enumerate(c.turns, start=1)}
-    worst = d.worst.assign(number=[numbers.get((str(r.conv_id), r.turn_ind)) for r in d.worst.itertuples()])
+    rel = relative_scores(d.particles, aspects)
+    shown = rel.head(ALL_SHOWN)
+    lowest = shown.assign(number=[numbers.get((str(r.conv_id), r.turn_ind)) for r in shown.itertuples()])
     html = env.get_template("diagnostics.html").render(
         title=title, note=note, llm=llm, instructions=instructions or {},
         aspects=[a.name for a in aspects], scales={a.name: (a.low, a.high) for a in aspects},
-        heatmaps=act_heatmaps(d.by_act, aspects, llm), act_share=d.act_share.to_dict("records"),
-        by_position=d.by_position.to_dict("records"), worst=worst.to_dict("records"),
-        conversations=_views(d, scores, preds, convs))
+        heatmaps=act_heatmaps(d.by_act, aspects), act_share=d.act_share.to_dict("records"),
+        by_position=d.by_position.to_dict("records"), lowest=lowest.to_dict("records"), lowest_k=LOWEST_SHOWN,
+        n_particle_scores=len(rel), tied_low=_tied_low(d.by_position),
+        conversations=_views(rel, scores, preds, convs))
     path = Path(path)
     atomic_write_text(path, html)
     return path
+
+
+def _tied_low(by_position: pd.DataFrame) -> dict[str, float]:
+    """Aspects whose "lowest 10 %" holds clearly more than 10 % of their particles (``TIED_ABOVE``: scores tied at
+    the 10th percentile all count as low): aspect → the share that does."""
+    if by_position.empty:
+        return {}
+    share = (by_position["low_share"] * by_position["n"]).groupby(by_position["aspect"]).sum() \
+        / by_position.groupby("aspect")["n"].sum()
+    from face.report.figures import TIED_ABOVE
+
+    return {str(a): float(v) for a, v in share.items() if v > TIED_ABOVE}
 
 
 def write_report(html_path: Path, tables_dir: Path | None, name: str, convs: Sequence[Conversation],
@@ -246,10 +289,9 @@ def write_report(html_path: Path, tables_dir: Path | None, name: str, convs: Seq
     known = {a.name: a for a in aspects or ()} or {**ASPECTS, **own}
     aspects = [known[a] for a in known if a in set(scores["aspect"])]
     d = diagnose(scores, particles, convs)
-    note = (f"{run or f'FACE run in {name}'}: {len(convs)} conversations; scores from particle_scores.jsonl; "
-            f"{settings['label']}.")
+    note = f"{run or f'FACE run in {name}'}: {len(convs)} conversations; scores from particle_scores.jsonl"
     if tables_dir is not None:
         for table_name, table in d.tables().items():
-            write_table(table, tables_dir, table_name, f"{table_name.replace('_', ' ')}. {note}")
-    return write_html(html_path, f"FACE diagnostics — {name}", note, d, scores, preds, convs, aspects,
+            write_table(table, tables_dir, table_name, f"{table_name.replace('_', ' ')}. {note}; {settings['label']}.")
+    return write_html(html_path, f"FACE diagnostics — {name}", note + ".", d, scores, preds, convs, aspects,
                       settings["label"], settings["instructions"])

@@ -21,6 +21,7 @@ from face.files import atomic_path
 from face.report.tables import SPLIT_LABELS, ordered
 
 COEF_LABELS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
+TIED_ABOVE = 0.12  # an aspect with more than this share of its particles in its "lowest 10 %": ties, said so
 
 
 def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
@@ -36,10 +37,12 @@ def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
 
 
 def _below_axes(fig: plt.Figure) -> float:
-    """Where a caption starts (figure coordinates): under the lowest tick label or axis label of any axes, so
-    rotated labels never run into it."""
-    renderer = fig.canvas.get_renderer()
-    lowest = min((ax.get_tightbbox(renderer).y0 for ax in fig.axes if ax.get_visible()), default=0.0)
+    """Where a caption starts (figure coordinates): under the lowest tick label or axis label of any axes and under
+    a figure legend, so rotated labels and legends never run into it."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's canvas (matplotlib.use("Agg"))
+    boxes = [ax.get_tightbbox(renderer) for ax in fig.axes if ax.get_visible()]
+    boxes += [leg.get_window_extent(renderer) for leg in fig.legends]
+    lowest = min((b.y0 for b in boxes if b is not None), default=0.0)
     return min(-0.02, lowest / fig.bbox.height - 0.02)
 
 
@@ -232,63 +235,70 @@ def act_share_bars(act_share: pd.DataFrame, note: str, path: str | Path) -> Path
 
 
 def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Path:
-    """Share of an aspect's lowest-scoring particles (bottom 10 %) by assistant-turn position."""
+    """Share of an aspect's lowest-scoring particles (at or below its 10th percentile) by assistant-turn position.
+    Scores tied at the 10th percentile all count, so an aspect with many equal low scores (efficiency: a third of its
+    particles score 0) has more than 10 % in the set: its legend entry says how many, and the grey line marks the
+    10 % of an aspect without such ties."""
     sns.set_theme(style="whitegrid", context="paper")
     fig, ax = plt.subplots(figsize=(6.5, 4))
+    overall = ((by_position["low_share"] * by_position["n"]).groupby(by_position["aspect"]).sum()
+               / by_position.groupby("aspect")["n"].sum()) if "n" in by_position.columns else pd.Series(dtype=float)
     for aspect in ordered(by_position["aspect"]):
         g = by_position[by_position["aspect"] == aspect].sort_values("position")
-        ax.plot(g["position"], g["low_share"], marker="o", label=aspect)
-    ax.axhline(0.1, color="grey", lw=0.8, ls="--")
+        share = overall.get(aspect, np.nan)
+        tied = f" ({100 * share:.0f} % of all: ties)" if share > TIED_ABOVE else ""
+        ax.plot(g["position"], g["low_share"], marker="o", label=f"{aspect}{tied}")
+    ax.axhline(0.1, color="grey", lw=0.8, ls="--", label="10 % (no ties)")
     _integer_ticks(ax, by_position["position"])
     ax.set_xlabel("assistant turn (8 = 8th or later)")
     ax.set_ylabel("share of particles in the lowest 10 %")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="aspect", title_fontsize=7)
     ax.set_title("Where low-scoring particles fall")
-    return _save(fig, path, note)
+    return _save(fig, path, note + " Lowest 10 %: at or below the aspect's 10th percentile; scores tied there all "
+                 "count, so an aspect with many equal low scores has more than 10 % of its particles in the set.")
 
 
 # ---------------------------------------------------------------- baselines and transfer
 
 def bars_by_quality(ours: pd.DataFrame, published: pd.DataFrame, coefficient: str, method_col: str,
                     title: str, note: str, path: str | Path) -> Path:
-    """``ours``: rows with ``method_col``, aspect, coefficient, value, ci_low, ci_high; ``published``: method,
-    aspect, coefficient, value (method names as in ``method_col``)."""
+    """One bar per method and quality with its 95 % CI (ours); the published value of the same method, where one
+    exists, a black diamond on that bar (one legend entry for all of them) — not a second bar beside it.
+    ``ours``: rows with ``method_col``, aspect, coefficient, value, ci_low, ci_high; ``published``: method, aspect,
+    coefficient, value (method names as in ``method_col``)."""
     sns.set_theme(style="whitegrid", context="paper")
     mine = ours[ours["coefficient"] == coefficient]
     pub = published[published["coefficient"] == coefficient]
     methods = list(dict.fromkeys(mine[method_col]))
     aspects = ordered(mine["aspect"])
-    series = []
-    for m in methods:
-        series.append((m, "ours"))
-        if ((pub["method"] == m) & pub["aspect"].isin(aspects)).any():
-            series.append((m, "published"))
     colors = dict(zip(methods, sns.color_palette("muted", len(methods))))
-    width = 0.85 / max(len(series), 1)
+    width = 0.85 / max(len(methods), 1)
     x = np.arange(len(aspects))
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(aspects)), 4.2))
-    for i, (m, kind) in enumerate(series):
-        if kind == "ours":
-            d = mine[mine[method_col] == m].set_index("aspect")
-            vals = np.array([d["value"].get(a, np.nan) for a in aspects], float)
-            lo = np.array([d["ci_low"].get(a, np.nan) for a in aspects], float)
-            hi = np.array([d["ci_high"].get(a, np.nan) for a in aspects], float)
-            err = np.clip(np.nan_to_num(np.array([vals - lo, hi - vals])), 0, None)
-            ax.bar(x + i * width, np.nan_to_num(vals), width, yerr=err, capsize=2, color=colors[m],
-                   edgecolor="black", linewidth=0.6, label=f"{m} (ours)")
-        else:
-            d = pub[pub["method"] == m].set_index("aspect")["value"]
-            vals = np.array([d.get(a, np.nan) for a in aspects], float)
-            ax.bar(x + i * width, np.nan_to_num(vals), width, color=colors[m], alpha=0.45, hatch="//",
-                   edgecolor="black", linewidth=0.4, label=f"{m} (published)")
-    ax.set_xticks(x + width * (len(series) - 1) / 2)
+    for i, m in enumerate(methods):
+        d = mine[mine[method_col] == m].set_index("aspect")
+        vals = np.array([d["value"].get(a, np.nan) for a in aspects], float)
+        lo = np.array([d["ci_low"].get(a, np.nan) for a in aspects], float)
+        hi = np.array([d["ci_high"].get(a, np.nan) for a in aspects], float)
+        err = np.clip(np.nan_to_num(np.array([vals - lo, hi - vals])), 0, None)
+        ax.bar(x + i * width, np.nan_to_num(vals), width, yerr=err, capsize=2, color=colors[m], edgecolor="black",
+               linewidth=0.6, label=m, error_kw={"elinewidth": 0.8})
+        p = pub[pub["method"] == m].set_index("aspect")["value"]
+        at = [(x[j] + i * width, p[a]) for j, a in enumerate(aspects) if a in p.index and np.isfinite(p[a])]
+        if at:
+            px, py = zip(*at)
+            ax.scatter(px, py, marker="D", s=22, color="black", zorder=4,
+                       label="published value" if "published value" not in ax.get_legend_handles_labels()[1] else None)
+    ax.set_xticks(x + width * (len(methods) - 1) / 2)
     ax.set_xticklabels([a.replace("_", "\n") for a in aspects])
     ax.set_ylabel(COEF_LABELS[coefficient])
     _ylim_from_zero(ax, mine["value"], mine["ci_low"], mine["ci_high"], pub["value"].dropna())
     ax.set_title(title)
-    ax.legend(ncol=4, fontsize=6.5, loc="upper left")
-    fig.text(0.01, -0.02, textwrap.fill(note, 170), fontsize=6.5, ha="left", va="top")
-    return _save(fig, path)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda k: labels[k] == "published value")  # the marker's entry last
+    ax.legend([handles[k] for k in order], [labels[k] for k in order], fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), frameon=False, title="bars: ours, 95 % CI", title_fontsize=7)
+    return _save(fig, path, note)
 
 
 def transfer_figure(rows: pd.DataFrame, coefficient: str, title: str, note: str, path: str | Path) -> Path:
@@ -310,85 +320,4 @@ def transfer_figure(rows: pd.DataFrame, coefficient: str, title: str, note: str,
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_title(title)
     ax.legend(fontsize=7)
-    fig.text(0.01, -0.02, textwrap.fill(note, 170), fontsize=6.5, ha="left", va="top")
-    return _save(fig, path)
-
-
-# ---------------------------------------------------------------- instruction selection (bandit)
-
-def _band(ax: plt.Axes, x, mean, sd, style: str, label: str) -> None:
-    """A mean line with a ±1 sd band over the repetitions (the spread a single seed would hide)."""
-    x, mean, sd = (np.asarray(v, float) for v in (x, mean, sd))
-    line, = ax.plot(x, mean, style, label=label, ms=3)
-    ax.fill_between(x, mean - np.nan_to_num(sd), mean + np.nan_to_num(sd), color=line.get_color(), alpha=0.2, lw=0)
-
-
-def heldout_vs_budget(grid: pd.DataFrame, ucb_c: float, ylabel: str, title: str, note: str,
-                      path: str | Path) -> Path:
-    """Per aspect (a grid of panels, at most 4 a row): held-out correlation of the chosen set against the pull
-    budget, UCB and uniform as mean ± sd over folds × repetitions; random and full evaluation as their mean (a
-    dotted / dash-dotted line), the oracle best set solid. ``grid``: aspect, policy, budget, ucb_c, heldout,
-    heldout_sd, best, runs (one row per policy × budget × c, means over repetitions)."""
-    sns.set_theme(style="whitegrid", context="paper")
-    aspects = ordered(grid["aspect"])
-    cols = min(4, len(aspects))
-    rows = -(-len(aspects) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.6 * rows + 0.4), squeeze=False, sharex=True)
-    reps = int(grid.loc[grid["policy"] == "ucb", "runs"].max()) if "runs" in grid.columns else 0
-    for ax, a in zip(axes.flat, aspects):
-        g = grid[grid["aspect"] == a]
-        u = g[(g["policy"] == "ucb") & np.isclose(g["ucb_c"], ucb_c)].sort_values("budget")
-        f = g[g["policy"] == "uniform"].sort_values("budget")
-        _band(ax, u["budget"], u["heldout"], u["heldout_sd"], "o-", f"UCB (c={ucb_c:g})")
-        _band(ax, f["budget"], f["heldout"], f["heldout_sd"], "s--", "uniform")
-        for pol, style in (("random", ":"), ("full", "-.")):
-            ax.axhline(g[g["policy"] == pol]["heldout"].iloc[0], ls=style, color="grey", lw=1, label=pol)
-        ax.axhline(u["best"].iloc[0], color="black", lw=1, label="best set (oracle)")
-        ax.set_xscale("log", base=2)
-        _integer_ticks(ax, u["budget"])
-        ax.tick_params(labelsize=7)
-        ax.set_title(a.replace("_", " "), fontsize=9)
-    for ax in axes[-1]:
-        ax.set_xlabel("pull budget", fontsize=8)
-    for ax in axes[:, 0]:
-        ax.set_ylabel(ylabel, fontsize=8)
-    spare = list(axes.flat)[len(aspects):]
-    for ax in spare:
-        ax.set_visible(False)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    if spare:  # the legend in the first empty panel: off the data and clear of the caption
-        spare[0].set_visible(True)
-        spare[0].axis("off")
-        spare[0].legend(handles, labels, loc="center", fontsize=8, frameon=False)
-    else:
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
-    spread = f"; bands: ±1 sd over {reps} runs (folds × repetitions)" if reps else ""
-    fig.suptitle(f"{title}{spread}", fontsize=9)
-    fig.tight_layout()
-    return _save(fig, path, note)
-
-
-def regret_vs_c(grid: pd.DataFrame, pulls: int, title: str, note: str, path: str | Path) -> Path:
-    """UCB regret (best set − chosen set, held out) against the exploration constant c at ``pulls`` pulls, one
-    line per aspect with ±1 sd whiskers over folds × repetitions; the legend beside the axes, not over the data."""
-    sns.set_theme(style="whitegrid", context="paper")
-    u = grid[(grid["policy"] == "ucb") & (grid["budget"] == pulls)]
-    fig, ax = plt.subplots(figsize=(6.0, 3.4))
-    names = ordered(u["aspect"])
-    for i, a in enumerate(names):
-        s = u[u["aspect"] == a].sort_values("ucb_c")
-        sd = s["regret_sd"].to_numpy(float) if "regret_sd" in s.columns else np.zeros(len(s))
-        dodge = 2 ** (0.04 * (i - (len(names) - 1) / 2))  # side by side on the log axis: whiskers do not overlap
-        ax.errorbar(s["ucb_c"].to_numpy(float) * dodge, s["regret"], yerr=np.nan_to_num(sd), marker="o", ms=3,
-                    capsize=2, lw=1, elinewidth=0.7, label=a.replace("_", " "))
-    cs = sorted(u["ucb_c"].dropna().unique())
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(cs)
-    ax.set_xticklabels([f"{c:g}" for c in cs])
-    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    ax.set_xlabel("UCB exploration constant c")
-    ax.set_ylabel(f"regret vs best set ({pulls} pulls; ±1 sd)")
-    ax.axhline(0, color="black", lw=0.6)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    ax.set_title(title, fontsize=9)
     return _save(fig, path, note)

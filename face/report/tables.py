@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -53,7 +54,7 @@ def _is_count(name: str, col: pd.Series) -> bool:
 
 def _formatters(df: pd.DataFrame, digits: int) -> list:
     """One display function per column: p-values, counts, split names (``SPLIT_LABELS``), the rest by ``_fmt``."""
-    out = []
+    out: list[Callable[[object, int], str]] = []
     for name in df.columns:
         col, name = df[name], str(name)
         if name in P_VALUE_COLUMNS or name.startswith("p_") or name.endswith("_p_value"):
