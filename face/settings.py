@@ -1,0 +1,198 @@
+"""Typed settings: how every settings class is declared, and how a bad value is refused.
+
+    from pydantic import Field
+    from face.settings import Number, settings
+
+    @settings("llm")                                  # the dotted prefix its errors name
+    class LLMConfig:
+        timeout_s: Number = Field(120.0, gt=0)        # constraints: Field(ge=, gt=, le=, lt=, min_length=)
+        http_client: Literal["aiohttp", "httpx"] = "aiohttp"   # choices: Literal
+        cache_dir: str | None = ".face_cache/llm"     # null allowed: `| None`
+
+A class so declared is a pydantic dataclass, strict (a bool is not a number, ``"false"`` is not a bool, ``"3"`` is
+not an integer, an integer is not a bool), with no key beside its fields and no NaN or infinity in a number. Its
+constructor raises ``ConfigError`` with one line naming the dotted key and the value:
+``llm.timeout_s must be a finite number > 0, got nan``. A rule over several fields is a
+``@model_validator(mode="after")`` that raises ``ValueError`` with the whole sentence (keys named in full); a rule on
+one field is a ``@field_validator`` whose ``ValueError`` text follows the key (``must be ...``). ``Number`` keeps an
+integer an integer (``temperature=0`` stays 0: a request's parameters enter its cache key as written). A settings
+class nested in another is declared ``Annotated[Inner, nested(Inner)]``: a mapping is built into it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+from typing import Any, Callable, Literal, TypeVar, Union, dataclass_transform, get_args, get_origin
+
+import pydantic.dataclasses
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
+
+from face.errors import ConfigError
+from face.secrets import redact
+
+__all__ = ["STRICT", "Number", "error_line", "nested", "settings"]
+
+STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+Number = int | float  # a real number as written (an int stays an int); never a bool, NaN or infinity
+
+T = TypeVar("T")
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field, Field))
+def settings(prefix: str, *, frozen: bool = False, kw_only: bool = False) -> Callable[[type[T]], type[T]]:
+    """The class as a strict pydantic dataclass whose constructor raises one-line ``ConfigError``s naming
+    ``prefix.<key>`` (``prefix`` empty: a top-level key)."""
+
+    def make(cls: type[T]) -> type[T]:
+        built: Any = pydantic.dataclasses.dataclass(cls, config=STRICT, frozen=frozen, kw_only=kw_only)
+        init = built.__init__
+
+        @functools.wraps(init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                init(self, *args, **kwargs)
+            except ValidationError as e:
+                raise ConfigError(error_line(e, built, prefix)) from None
+
+        built.__init__ = __init__
+        return built  # type: ignore[no-any-return]
+
+    return make
+
+
+def nested(cls: type) -> Any:
+    """The validator of a field holding another settings class: a mapping (a config node) is built into it, so its
+    own errors (one line, its own prefix) are the ones raised."""
+
+    def build(value: Any) -> Any:
+        if isinstance(value, dict):
+            return cls(**value)
+        return value
+
+    return BeforeValidator(build)
+
+
+# ---------------------------------------------------------------- one line per refusal
+
+def error_line(e: ValidationError, cls: type, prefix: str) -> str:
+    """The first error of ``e`` as one line: ``<key> must be <what the field takes>, got <value>``."""
+    err = e.errors()[0]
+    inner = (err.get("ctx") or {}).get("error")
+    if isinstance(inner, ConfigError):  # a nested settings class refused its own key
+        return str(inner)
+    path, field = _field_path(cls, err["loc"])
+    key = ".".join(p for p in (prefix, *path) if p)
+    kind = err["type"]
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        owner = _owner(cls, path)
+        names = ", ".join(f.name for f in dataclasses.fields(owner)) if dataclasses.is_dataclass(owner) else ""
+        return f"unknown setting {key}" + (f"; the settings of {key.rpartition('.')[0] or 'this run'}: {names}"
+                                           if names else "")
+    if kind == "value_error":
+        text = str(inner) if inner is not None else err["msg"]
+        return f"{key} {text}" if path else text  # a field's rule follows its key; a class's rule is a sentence
+    what = _describe(field.annotation, field.metadata) if field is not None else "valid"
+    if kind in ("missing", "missing_argument", "missing_keyword_only_argument"):
+        return f"{key} is required: {what}"
+    return f"{key} must be {what}, got {_shown(err.get('input'))}"
+
+
+def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any]:
+    """The field names along ``loc`` (union member tags and list indices left out) and the last field's info."""
+    path: list[str] = []
+    field = None
+    owner: Any = cls
+    for part in loc:
+        fields = getattr(owner, "__pydantic_fields__", None)
+        if not isinstance(part, str) or fields is None:
+            continue
+        if part not in fields:
+            path.append(part)  # an unknown key
+            break
+        path.append(part)
+        field = fields[part]
+        owner = _settings_class(field.annotation)
+    return path, field
+
+
+def _owner(cls: type, path: list[str]) -> Any:
+    owner: Any = cls
+    for part in path[:-1]:
+        owner = _settings_class(owner.__pydantic_fields__[part].annotation)
+    return owner
+
+
+def _settings_class(annotation: Any) -> Any:
+    for t in _members(annotation):
+        if dataclasses.is_dataclass(t) and hasattr(t, "__pydantic_fields__"):
+            return t
+    return None
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types a value may have (``X | None`` and ``Annotated[X, ...]`` unwrapped)."""
+    if hasattr(annotation, "__metadata__"):  # Annotated
+        return _members(annotation.__origin__)
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [m for a in get_args(annotation) for m in _members(a)]
+    return [annotation]
+
+
+def _describe(annotation: Any, metadata: list[Any]) -> str:
+    members = _members(annotation)
+    nullable = type(None) in members
+    kinds = [t for t in members if t is not type(None)]
+    if float in kinds and int in kinds:  # Number
+        kinds.remove(int)
+    inner = getattr(annotation, "__metadata__", ())
+    text = " or ".join(dict.fromkeys(_kind(t) for t in kinds)) + _bounds([*metadata, *inner])
+    return text + (" or null" if nullable else "")
+
+
+def _kind(t: Any) -> str:
+    names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", dict: "a mapping"}
+    if t in names:
+        return names[t]
+    origin = get_origin(t)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(t))
+    if origin in (list, tuple):
+        (item, *_) = get_args(t) or (Any,)
+        return "a list" + (f" of {_kind(_members(item)[0]).removeprefix('a ').removeprefix('an ')}s"
+                           if _members(item)[0] in (str, int, float) else "")
+    if origin is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(t):
+        return "a mapping of its settings"
+    return getattr(t, "__name__", str(t))
+
+
+def _bounds(metadata: list[Any]) -> str:
+    lo = hi = None
+    for m in metadata:
+        for attr, side in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            v = getattr(m, attr, None)
+            if v is not None:
+                if side.startswith(">"):
+                    lo = (side, _num(v))
+                else:
+                    hi = (side, _num(v))
+        if getattr(m, "min_length", None):
+            lo = lo or ("non-empty", "")
+    if lo and lo[0] == "non-empty":
+        return ", non-empty"
+    if lo and hi:
+        return f" in {'[' if lo[0] == '>=' else '('}{lo[1]}, {hi[1]}{']' if hi[0] == '<=' else ')'}"
+    side, v = lo or hi or ("", "")
+    return f" {side} {v}" if side else ""
+
+
+def _num(v: Any) -> str:
+    return str(int(v)) if isinstance(v, (int, float)) and float(v).is_integer() else repr(v)
+
+
+def _shown(value: Any) -> str:
+    """The refused value as said in the message (a key-looking string is redacted)."""
+    return redact(repr(value))
