@@ -42,7 +42,6 @@ class LLMConfig:
     http_client: str = "aiohttp"  # the openai SDK's HTTP transport: aiohttp (its DefaultAioHttpClient) | httpx
     timeout_s: float = 120.0
     max_retries: int = 6
-    answer_retries: int = 3  # extra draws per sample whose answer fails its request's adapter (authors: up to 10)
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
     price_input_per_mtok: float = 0.0  # USD per million input tokens
@@ -89,7 +88,7 @@ class LLMConfig:
         if self.api_key_env is not None and not is_env_var_name(self.api_key_env):
             raise ValueError("llm.api_key_env must be the NAME of an environment variable (letters, digits, _), "
                              "not the key itself")
-        for name, lo in (("temperature", 0.0), ("max_tokens", 1), ("max_retries", 0), ("answer_retries", 0),
+        for name, lo in (("temperature", 0.0), ("max_tokens", 1), ("max_retries", 0),
                          ("backoff_base_s", 0.0), ("backoff_max_s", 0.0), ("price_input_per_mtok", 0.0),
                          ("price_output_per_mtok", 0.0), ("max_calls", 0), ("max_cost_usd", 0.0)):
             v = getattr(self, name)
@@ -191,7 +190,7 @@ _KINDS: dict[str, tuple[type, ...]] = {
     "adaptive_concurrency": (bool,),    "concurrency_start": (int,), "latency_tolerance": _NUM, "http_client": (str,),
     "supports_json_schema": (bool,),
     "supports_logprobs": (bool,), "json_schema_format": (str,), "concurrency": (int,), "timeout_s": _NUM,
-    "max_retries": (int,), "answer_retries": (int,), "backoff_base_s": _NUM, "backoff_max_s": _NUM,
+    "max_retries": (int,), "backoff_base_s": _NUM, "backoff_max_s": _NUM,
     "price_input_per_mtok": _NUM, "price_output_per_mtok": _NUM, "max_calls": (int,), "max_cost_usd": _NUM,
     "dry_run": (bool,), "force": (bool,), "cache_dir": (str,), "cache": (bool,), "progress": (bool,),
     "usage_file": (str,), "batch": (bool,), "batch_window": (str,), "batch_poll_s": _NUM, "batch_collect_s": _NUM,
