@@ -1,7 +1,7 @@
 """Issue 21, whole runs against the scripted server: the endpoint probe survives transient faults like any request
 (the run sends what the clean run sends, plus the retries, and predicts the same), the answer counts of
 llm_usage.json, the MLflow metrics and the console line are particle_scores.jsonl's, and each
-``method.invalid.logprobs_missing`` policy does what it says with answers that come without logprobs."""
+``method.scoring.logprobs_missing`` policy does what it says with answers that come without logprobs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from face.testing.faultproxy import TRANSPORT_KINDS, FaultProxy
 from face.testing.scripted import ScriptedServer
 
 LIVE = ["experiment=crsarena_main", "llm=openai_compatible", "llm.model=scripted-model", "llm.progress=false",
-        "dataset.limit=2", "method.particles.source=released", "method.instructions.max=2", "method.n=3",
+        "dataset.limit=2", "method.particles.source=released", "method.instructions.max=2", "method.scoring.n=3",
         "aspects=[relevance,efficiency]", "metaeval.n_boot=0", "llm.backoff_base_s=0.01", "llm.backoff_max_s=0.05",
         "llm.n_per_request=8", "llm.probe=true", "llm.adaptive_concurrency=false", "llm.concurrency=8"]
 
@@ -99,7 +99,7 @@ def test_answer_counts_agree_with_particle_scores_in_usage_metrics_and_console(c
     import mlflow
 
     with ScriptedServer() as info, FaultProxy(info.base_url, rate=0.4, kinds=("garbled",)) as proxy:
-        _live(cfg_factory, tmp_path, "run", proxy.base_url, "method.invalid.attempts=2", tracking=True)
+        _live(cfg_factory, tmp_path, "run", proxy.base_url, "method.scoring.draws.rounds=2", tracking=True)
     out = capsys.readouterr().out
     recs = _records(tmp_path / "run")
     rejected = sum(v is None for r in recs for v in r["samples"])
@@ -129,9 +129,9 @@ def test_each_logprobs_missing_policy_scores_answers_without_logprobs_as_it_says
 
     srv = ScriptedServer(logprobs_missing=0.5)
     with srv as info:
-        _, usage = _live(cfg_factory, tmp_path, policy, info.base_url, "method.estimator=logprobs",
-                         "method.invalid.attempts=2", f"method.invalid.fallback={POLICIES[policy]}",
-                         f"method.invalid.logprobs_missing={policy}")
+        _, usage = _live(cfg_factory, tmp_path, policy, info.base_url, "method.scoring.estimator=logprobs",
+                         "method.scoring.draws.rounds=2", f"method.scoring.fallback={POLICIES[policy]}",
+                         f"method.scoring.logprobs_missing={policy}")
     recs = _records(tmp_path / policy)
     # answered (a parsed score) but no draw came with logprobs
     without = [r for r in recs if r["distribution"] is None and any(v is not None for v in r["samples"])]

@@ -63,12 +63,13 @@ def cost_inputs(ctx, aspect, items, idx, decomps, method, text: str) -> CostInpu
     convs = {c.conv_id: c for c in ctx.convs}
     units = units_for(aspect, ctx.convs, decomps, "particle")
     sample = units[:: max(1, len(units) // 40)][:40]
-    tin = (np.mean([estimate_input_tokens(score_messages(u, convs[u.conv_id], text, ctx.dataset.judged,
-                                                         method.reasoning)) for u in sample]) if sample else 0.0)
+    reasoning = method.scoring.reasoning
+    tin = (np.mean([estimate_input_tokens(score_messages(u, convs[u.conv_id], text, ctx.dataset.judged, reasoning))
+                    for u in sample]) if sample else 0.0)
     n_units = len(units) if aspect.level == "turn" else len(units)
     ppi = n_units / max(len(items), 1) if aspect.level == "turn" else n_units / max(len(ctx.convs), 1)
     return CostInputs(len(idx["train"]), len(idx["dev"]) + len(idx["test"]), ppi, method.scoring.samples, float(tin),
-                      method.cost.score_tokens(method.reasoning))
+                      method.cost.score_tokens(method.scoring.reasoning))
 
 
 def run(cfg: DictConfig) -> dict:
@@ -101,14 +102,14 @@ def run(cfg: DictConfig) -> dict:
                 estimates.append(est.assign(aspect=a.name, setting=label))
         costs = pd.concat(estimates, ignore_index=True)
         summary = (costs[costs["stage"].isin(["per round", "total"])]
-                   .groupby(["setting", "stage"], sort=False)[["calls", "input_tokens", "output_tokens", "cost_usd"]]
+                   .groupby(["setting", "stage"], sort=False)[["samples", "input_tokens", "output_tokens", "cost_usd"]]
                    .sum().reset_index())
         job = LLMJob(lcfg, run_dir, f"the optimizer, {len(ctx.aspects)} aspects, {lcfg.model}")
         this_run = summary[(summary["setting"] == "this run") & (summary["stage"] == "total")]["cost_usd"].sum()
         job.gate(summary, " (scoring counts are upper bounds, cached pairs are free; paper setting: α=β=b=4, c=1, "
                  "minibatch 20)", estimated_usd=float(this_run), detail=costs)
         tracker.log_artifacts(job.artifacts, "optimizer")
-        tracker.log_metrics({f"estimate.{r.setting.replace(' ', '_')}.{r.stage.replace(' ', '_')}.calls": r.calls
+        tracker.log_metrics({f"estimate.{r.setting.replace(' ', '_')}.{r.stage.replace(' ', '_')}.samples": r.samples
                              for r in summary.itertuples()})
         if job.dry_run:
             print("Dry run: nothing was sent.", flush=True)
@@ -125,7 +126,7 @@ def run(cfg: DictConfig) -> dict:
                 decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, proxy, lcfg.supports_json_schema)
 
                 def usage() -> tuple[int, float]:
-                    return client.usage.calls, client.usage.spent_usd
+                    return client.usage.requests, client.usage.spent_usd
 
                 for name, (a, items, idx) in plans.items():
                     config = run_config(ocfg, name, ctx, lcfg, method)

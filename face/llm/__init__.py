@@ -28,7 +28,8 @@ from .config import LLMConfig
 from .usage import BudgetExceeded, Usage
 
 __all__ = [
-    "LM", "BudgetExceeded", "ChatRequest", "ChatResult", "Completion", "Draws", "LLMCallError", "LLMClient", "LLMConfig",
+    "LM", "BudgetExceeded", "ChatRequest", "ChatResult", "Completion", "Draws", "LLMCallError", "LLMClient",
+    "LLMConfig",
     "LLMRequestRefused",
     "SampleCache", "Server", "TokenLogprob", "Usage", "make_client",
 ]
