@@ -74,7 +74,7 @@ def test_a_429_on_the_probe_and_20_percent_429s_change_nothing_but_the_retries(c
     n = clean_usage["http_requests"]
     assert clean_usage["retries"] == 0 and clean_usage["by_tag"]["probe"]["http_requests"] == 2
     scoring = [t for k, t in clean_usage["by_tag"].items() if k.startswith("score:")]
-    assert scoring and all(t["http_requests"] == t["calls"] for t in scoring)  # n honoured: one request per call
+    assert scoring and all(t["http_requests"] == t["requests"] for t in scoring)  # n honoured: one HTTP request each
     assert len(faults) > 0.1 * n and usage["retries"] == len(faults)
     assert usage["http_requests"] == n and len(srv.log) == n + len(faults)
     assert faulty == clean

@@ -65,7 +65,7 @@ def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir):
         assert len(run_file) == 2 and all("dialogue_overall" in c["dial_level_pred"] for c in run_file)
         assert (job / "results" / "correlations.csv").exists()
         usage = json.loads((job / "llm_usage.json").read_text())["totals"]
-        assert usage["failures"] == 0 and usage["calls"] > 0
+        assert usage["failures"] == 0 and usage["requests"] > 0
     assert not (tmp_path / "results").exists()  # a sweep job is never the default configuration
     assert (tmp_path / "cache" / "llm" / "llm_cache.sqlite").exists()  # one cache (paths.cache_dir) for both jobs
 
