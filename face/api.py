@@ -17,8 +17,6 @@ Called inside a running event loop (Jupyter), the run goes to a worker thread an
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import math
 import os
@@ -402,14 +400,11 @@ def _result(out: Path, convs: list, aspects: list, ret: dict, keep: bool, data_d
 
 # ---------------------------------------------------------------- running it
 def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn(...)`` here, or in a worker thread when this thread runs an event loop (Jupyter, an async app): the
-    LLM client runs an event loop of its own, which cannot start inside a running one."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return fn(*args, **kwargs)
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="face") as pool:
-        return pool.submit(fn, *args, **kwargs).result()
+    """``fn(...)`` here, or in a worker thread when this thread runs an event loop (Jupyter, an async app); Ctrl-C stops
+    the worker's LLM client too (face.llm.client.run_off_loop)."""
+    from face.llm.client import run_off_loop
+
+    return run_off_loop(fn, *args, **kwargs)
 
 
 def _config(source: Source, aspects: Sequence[str] | str | None, llm: str, out: Path, limit: int | None, mlflow: bool,
