@@ -37,7 +37,7 @@ import sys
 import threading
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -201,7 +201,7 @@ class LLMClient:
                     yield x, res
 
     async def stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], desc: str = "LLM",
-                     total: int | None = None, on_error: str = "raise") -> AsyncIterator[tuple[T, ChatResult]]:
+                     total: int | None = None, on_error: str = "raise") -> AsyncGenerator[tuple[T, ChatResult], None]:
         """``(item, result)`` for every item, in order, as soon as it and every earlier one are done: the one batch
         driver (face/llm/stream.py)."""
         if self._lm is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from typing import Any
 
 from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused
@@ -92,7 +92,7 @@ class _Driver:
 
 
 async def drive(client: Any, items: Iterable[Any], request: Callable[[Any], ChatRequest], desc: str = "LLM",
-                total: int | None = None, on_error: str = "raise") -> AsyncIterator[tuple[Any, ChatResult]]:
+                total: int | None = None, on_error: str = "raise") -> AsyncGenerator[tuple[Any, ChatResult], None]:
     """``(item, result of request(item))`` for every item, in order (see the module doc)."""
     d = _Driver(client, desc, total, on_error)
     looked_up = client.cached_stream(items, request)  # the cache read ahead, in a thread
