@@ -153,7 +153,8 @@ def test_a_rerun_into_out_resumes_and_another_input_there_is_refused_unless_over
 @pytest.mark.parametrize("call,match", [
     (lambda p: face.evaluate(p, aspects=["humour"], llm="scripted"), "no aspect 'humour'"),
     (lambda p: face.evaluate(p, llm="scripted", **{"method.nn": 3}), "method.nn"),
-    (lambda p: face.evaluate(p, llm="scripted", method={"scoring": {"n": 0}}), "method.scoring.n must be an integer >= 1"),
+    (lambda p: face.evaluate(p, llm="scripted", method={"scoring": {"n": 0}}),
+     "method.scoring.n must be an integer >= 1"),
     (lambda p: face.evaluate(p, llm="scripted", **{"dataset.path": "x.json"}), "conversations are the first"),
     (lambda p: face.evaluate(p, llm="scripted", run_size="huge"), "run_size"),
     (lambda p: face.evaluate(p, llm="scripted --x"), "llm must name a config"),

@@ -133,7 +133,8 @@ def convs(data_dir):
 @pytest.mark.parametrize("reasoning", [True, False])
 def test_decompose_retries_invalid_samples_and_votes(scripted, tmp_path, convs, reasoning):
     with make_client(_client_cfg(scripted, tmp_path)) as client:
-        out = decompose(client, convs, ParticlesSpec(k=3, draws={"max_extra": 2}, reasoning=reasoning), json_schema=True)
+        spec = ParticlesSpec(k=3, draws={"max_extra": 2}, reasoning=reasoning)
+        out = decompose(client, convs, spec, json_schema=True)
     assert len(out) == sum(len(c.assistant_turns()) for c in convs)
     for d in out.values():
         # samples 0,1 invalid -> 2 extra samples drawn (indices 3, 4); valid: 2, 3, 4
@@ -381,7 +382,8 @@ def test_cost_estimate_matches_paper_call_counts(data_dir):
 
 # ------------------------------------------------------------------ experiments on 2 conversations
 
-SMALL_LIVE = ["llm=scripted", "dataset.limit=2", "metaeval.n_boot=20", "method.instructions.max=2", "method.scoring.n=2",
+SMALL_LIVE = ["llm=scripted", "dataset.limit=2", "metaeval.n_boot=20", "method.instructions.max=2",
+              "method.scoring.n=2",
               "method.particles.k=3", "aspects=[relevance,dialogue_overall]"]
 
 
@@ -510,7 +512,35 @@ def test_own_conversations_without_labels_get_predictions_only(cfg_factory, tmp_
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(convs))
     cfg = cfg_factory("experiment=crsarena_main", "llm=scripted", f"dataset.file={path}", "method.instructions.max=1",
-                      "method.scoring.n=1", "method.particles.k=1", "aspects=[relevance,dialogue_overall]", tracking=False)
+                      "method.scoring.n=1", "method.particles.k=1", "aspects=[relevance,dialogue_overall]",
+                      tracking=False)
     out = _run(cfg)
     preds = read_run_file(out["run_file"])
     assert list(preds.turn["conv_id"]) == ["mycrs_run1_a"] and len(preds.dialogue) == 1
+
+
+@pytest.mark.slow
+def test_the_estimate_states_its_particle_rate_and_at_the_actual_rate_equals_what_is_sent(cfg_factory, capsys):
+    """Issue 29: before the decomposition the estimate assumes the released particles' rate and says so; after it,
+    the run restates the scoring counts at the actual rate, and with no redraw and no cache hit what it sends is
+    exactly that (the same arithmetic: face/llm/sizes.py)."""
+    import pandas as pd
+
+    cfg = cfg_factory("experiment=crsarena_main", *SMALL_LIVE, tracking=False)
+    _run(cfg)
+    out = capsys.readouterr().out
+    run_dir = Path(cfg.paths.output_dir)
+    est = pd.read_csv(run_dir / "cost_estimate.csv").set_index("stage")
+    assumed = est.loc["score:relevance", "particles_per_turn"]
+    assert assumed > 0 and est.loc["decompose", "samples"] == est.loc["decompose", "units"] * 3  # k = 3
+    rate = re.search(r"particles: ([\d.]+) per turn \(the estimate assumed ([\d.]+)\)", out)
+    assert rate and float(rate.group(2)) == pytest.approx(assumed, abs=1e-3)
+    particles = [json.loads(x) for x in (run_dir / "particles.jsonl").read_text().splitlines()]
+    assert float(rate.group(1)) == pytest.approx(sum(len(p["particles"]) for p in particles) / len(particles), abs=1e-3)
+    usage = json.loads((run_dir / "llm_usage.json").read_text())["totals"]
+    assert usage["answer_retries"] == 0 and usage["cache_hits"] == 0
+    sent = re.search(r"LLM sent: ([\d,]+) HTTP requests, ([\d,]+) samples .*; at the actual particle rate: "
+                     r"([\d,]+) \(\+0\.0%\), ([\d,]+) \(\+0\.0%\)", out)
+    assert sent, out[-2000:]
+    http, samples, est_http, est_samples = (int(x.replace(",", "")) for x in sent.groups())
+    assert (http, samples) == (est_http, est_samples) == (usage["http_requests"], usage["samples"])
