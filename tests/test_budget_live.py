@@ -33,14 +33,17 @@ def _live(cfg_factory, tmp_path: Path, name: str, base_url: str, *extra: str, tr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("factor", [4, 200])
-def test_a_priced_run_stops_at_the_cap_and_its_stop_line_states_llm_usage_json(cfg_factory, tmp_path, capsys,
-                                                                               factor):
+@pytest.mark.parametrize("factor", [1, 200])
+def test_a_priced_run_stops_at_the_cap_or_its_first_misreport_and_its_stop_line_states_llm_usage_json(
+        cfg_factory, tmp_path, capsys, factor):
+    """At 1× the scripted server's counts stay within each request's bound: the cap stops the run at or under $3. At
+    200× its very first reply (the endpoint probe's: 1 token asked, 200 reported) is above its bound: the run stops
+    there, naming the misreport. Either way the stop line states llm_usage.json's spend."""
     import re
 
     from face.runner import EXIT_BUDGET, run_guarded
 
-    price = 500.0 / factor  # ≈ 550 tokens a request by the server's count at 1×: ≈ $0.27 a request at any factor
+    price = 500.0 / factor  # ≈ 550 tokens a request by the server's count at 1×: ≈ $0.27 a request
     srv = ScriptedServer(usage_factor=factor)
     with srv as info:
         cfg = cfg_factory(*LIVE, f"llm.base_url={info.base_url}", f"paths.output_dir={tmp_path / 'run'}",
@@ -50,11 +53,19 @@ def test_a_priced_run_stops_at_the_cap_and_its_stop_line_states_llm_usage_json(c
             run_guarded(cfg)
     assert stop.value.code == EXIT_BUDGET
     (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("stopped:")]
-    usage = json.loads((tmp_path / "run" / "llm_usage.json").read_text())["totals"]
-    assert usage["http_requests"] == len(srv.log) > 3
+    doc = json.loads((tmp_path / "run" / "llm_usage.json").read_text())
+    usage = doc["totals"]
+    assert usage["http_requests"] == len(srv.log)
     assert usage["cost_usd"] == pytest.approx((usage["input_tokens"] + usage["output_tokens"]) * price / 1e6)
-    assert 3.0 / 2 < usage["cost_usd"] <= 3.0
     assert float(re.search(r"\$(\d+\.\d+) spent", line).group(1)) == round(usage["cost_usd"], 6)
+    if factor == 1:
+        # each reasoned request's bound (its prompt bytes + 768 × 3 answer tokens, ≈ $2.3) is reserved: the run
+        # stops once the next one's no longer fits
+        assert usage["misreported_requests"] == 0 and len(srv.log) > 3 and 0 < usage["cost_usd"] <= 3.0
+        assert "would be exceeded by the next request" in line
+    else:  # the probe's two requests are sent together: both misreport, nothing else is sent
+        assert usage["misreported_requests"] == len(srv.log) <= 2 and "endpoint misreport" in line
+        assert doc["misreport"] in line and "max_tokens 1 × n 3" in doc["misreport"] + line
 
 
 def _records(run_dir: Path) -> list[dict]:

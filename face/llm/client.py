@@ -128,7 +128,7 @@ class LLMClient:
         return self._loop
 
     def close(self) -> None:
-        if self.cfg.usage_file and (self.usage.requests or self.usage.dry_run_requests):
+        if self.cfg.usage_file and (self.usage.requests or self.usage.http_requests or self.usage.dry_run_requests):
             try:  # also after a budget stop, Ctrl-C or a failed batch: what was paid for is on record
                 self.usage.write_artifact(self.cfg.usage_file)
             except OSError as e:

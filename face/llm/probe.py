@@ -202,7 +202,7 @@ def _report(cfg: LLMConfig, caps: Capabilities, base_url: str, model: str) -> No
 async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> dict:
     """One probe request, as every request: within the budget (its bound reserved), retried by the transport, its
     tokens, cost and retries counted under the tag ``probe``."""
-    from .usage import Piece, RequestRecord, estimate_tokens
+    from .usage import BudgetExceeded, Piece, RequestRecord, cost_usd, estimate_tokens
 
     n = body.get("n", 1)
     msgs = tuple((m["role"], m["content"]) for m in body["messages"])
@@ -221,8 +221,15 @@ async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> di
     reported = data.get("usage") or {}
     out_est = sum(estimate_tokens(len((c.get("message") or {}).get("content") or ""))
                   for c in data.get("choices") or [])
-    tin, tout, cost = usage.settle(piece, reserved, int(reported.get("prompt_tokens") or 0),
-                                   int(reported.get("completion_tokens") or 0), latency, out_est)
-    usage.add(RequestRecord(tag="probe", n=n, samples=n, http_requests=1, retries=retries, latency_s=latency,
-                            input_tokens=tin, output_tokens=tout, cost_usd=cost))
+    tin, tout = int(reported.get("prompt_tokens") or 0), int(reported.get("completion_tokens") or 0)
+    record = RequestRecord(tag="probe", n=n, samples=n, http_requests=1, retries=retries, latency_s=latency)
+    try:
+        record.input_tokens, record.output_tokens, record.cost_usd = usage.settle(piece, reserved, tin, tout,
+                                                                                  latency, out_est)
+    except BudgetExceeded as e:  # a misreport: recorded as reported, then the run stops
+        record.input_tokens, record.output_tokens, record.error = tin, tout, f"budget: BudgetExceeded: {e}"
+        record.cost_usd = cost_usd(tin, tout, usage.price_input_per_mtok, usage.price_output_per_mtok)
+        raise
+    finally:
+        usage.add(record)
     return data
