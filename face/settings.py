@@ -96,7 +96,8 @@ def error_line(e: ValidationError, cls: type, prefix: str) -> str:
     what = _describe(field.annotation, field.metadata) if field is not None else "valid"
     if kind in ("missing", "missing_argument", "missing_keyword_only_argument"):
         return f"{key} is required: {what}"
-    return f"{key} must be {what}, got {_shown(err.get('input'))}"
+    item = [p for p in err["loc"][len(path):] if isinstance(p, int)]  # an item of a list
+    return f"{key} must be {what}, got {_shown(err.get('input'))}" + (f" (item {item[-1]})" if item else "")
 
 
 def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any]:
@@ -104,8 +105,10 @@ def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any]:
     path: list[str] = []
     field = None
     owner: Any = cls
-    for part in loc:
+    for i, part in enumerate(loc):
         fields = getattr(owner, "__pydantic_fields__", None)
+        if i == 0 and isinstance(part, int) and fields is not None:  # a positional argument
+            part = list(fields)[part]
         if not isinstance(part, str) or fields is None:
             continue
         if part not in fields:
@@ -133,40 +136,59 @@ def _settings_class(annotation: Any) -> Any:
 
 def _members(annotation: Any) -> list[Any]:
     """The types a value may have (``X | None`` and ``Annotated[X, ...]`` unwrapped)."""
-    if hasattr(annotation, "__metadata__"):  # Annotated
-        return _members(annotation.__origin__)
+    return [t for t, _ in _parts(annotation, [])]
+
+
+def _parts(annotation: Any, meta: list[Any]) -> list[tuple[Any, list[Any]]]:
+    """(type, its constraints) of each type a value may have."""
+    if hasattr(annotation, "__metadata__"):  # Annotated[X, Field(...), ...]
+        return _parts(annotation.__origin__, [*meta, *annotation.__metadata__])
     if get_origin(annotation) in (Union, types.UnionType):
-        return [m for a in get_args(annotation) for m in _members(a)]
-    return [annotation]
+        return [p for a in get_args(annotation) for p in _parts(a, meta)]
+    flat = [c for m in meta for c in (getattr(m, "metadata", None) or [m])]  # a FieldInfo holds its constraints
+    return [(annotation, flat)]
 
 
 def _describe(annotation: Any, metadata: list[Any]) -> str:
-    members = _members(annotation)
-    nullable = type(None) in members
-    kinds = [t for t in members if t is not type(None)]
-    if float in kinds and int in kinds:  # Number
-        kinds.remove(int)
-    inner = getattr(annotation, "__metadata__", ())
-    text = " or ".join(dict.fromkeys(_kind(t) for t in kinds)) + _bounds([*metadata, *inner])
-    return text + (" or null" if nullable else "")
+    parts = _parts(annotation, metadata)
+    kinds = _without_null_and_int_of_number(parts)
+    return " or ".join(_kind(t, m) for t, m in kinds) + (" or null" if any(t is type(None) for t, _ in parts) else "")
 
 
-def _kind(t: Any) -> str:
-    names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", dict: "a mapping"}
+def _without_null_and_int_of_number(parts: list[tuple[Any, list[Any]]]) -> list[tuple[Any, list[Any]]]:
+    kinds = [(t, m) for t, m in parts if t is not type(None)]
+    if any(t is float for t, _ in kinds):  # Number: int | float, said once
+        kinds = [(t, m) for t, m in kinds if t is not int]
+    return kinds
+
+
+def _kind(t: Any, meta: list[Any]) -> str:
+    non_empty = any(getattr(m, "min_length", None) for m in meta)
+    if t is str:
+        return "a non-empty string" if non_empty else "a string"
+    names = {bool: "true or false", int: "an integer", float: "a finite number", dict: "a mapping"}
     if t in names:
-        return names[t]
+        return names[t] + _bounds(meta)
     origin = get_origin(t)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(t))
     if origin in (list, tuple):
-        (item, *_) = get_args(t) or (Any,)
-        return "a list" + (f" of {_kind(_members(item)[0]).removeprefix('a ').removeprefix('an ')}s"
-                           if _members(item)[0] in (str, int, float) else "")
+        item = _without_null_and_int_of_number(_parts((get_args(t) or (Any,))[0], []))
+        items = " or ".join(_plural(_kind(i, m)) for i, m in item)
+        return ("a non-empty list" if non_empty else "a list") + ("" if items == "Any" else f" of {items}")
     if origin is dict:
         return "a mapping"
     if dataclasses.is_dataclass(t):
         return "a mapping of its settings"
     return getattr(t, "__name__", str(t))
+
+
+def _plural(text: str) -> str:
+    for one, many in (("an integer", "integers"), ("a finite number", "finite numbers"), ("a string", "strings"),
+                      ("a non-empty string", "non-empty strings")):
+        if text.startswith(one):
+            return many + text[len(one):]
+    return text
 
 
 def _bounds(metadata: list[Any]) -> str:
@@ -179,10 +201,6 @@ def _bounds(metadata: list[Any]) -> str:
                     lo = (side, _num(v))
                 else:
                     hi = (side, _num(v))
-        if getattr(m, "min_length", None):
-            lo = lo or ("non-empty", "")
-    if lo and lo[0] == "non-empty":
-        return ", non-empty"
     if lo and hi:
         return f" in {'[' if lo[0] == '>=' else '('}{lo[1]}, {hi[1]}{']' if hi[0] == '<=' else ')'}"
     side, v = lo or hi or ("", "")
