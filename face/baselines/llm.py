@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
@@ -40,6 +41,7 @@ from face.pipeline.estimate import Pricing
 from face.pipeline.scoring import numbered, reasoned_value
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.prompts import render, template_text
+from face.settings import settings
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,18 @@ def predictions(units: Sequence[Unit], values: Sequence[float | None]) -> Predic
     return Predictions(pd.DataFrame(turn, columns=TURN_COLUMNS), pd.DataFrame(dial, columns=DIALOGUE_COLUMNS))
 
 
+@settings("method.draws", frozen=True)
+class BaselineDraws:
+    """How many draws a baseline's request may spend on its valid answers (face.llm.Draws)."""
+
+    rounds: int = Field(4, ge=1)  # round 1 draws n, each later one the answers still missing
+    max_extra: int | None = Field(None, ge=0)  # cap on the draws beyond the n (None: the rounds alone)
+
+    @property
+    def policy(self) -> Draws:
+        return Draws(self.rounds, self.max_extra)
+
+
 @dataclass
 class _LLMBaseline:
     """Shared mechanics: plan requests, estimate, (dry run), send, parse, aggregate, report."""
@@ -105,7 +119,7 @@ class _LLMBaseline:
     max_tokens: int | None = None
     output_tokens: int = 8  # assumed reply length for the cost estimate
     # an invalid answer is redrawn (fresh sample indices): at most `rounds` rounds, `max_extra` extra draws
-    draws: Draws = field(default_factory=Draws)
+    draws: BaselineDraws = field(default_factory=BaselineDraws)
     title: str = ""
     templates: tuple[str, ...] = ()
 
@@ -115,10 +129,7 @@ class _LLMBaseline:
         if self.temperature is not None and self.temperature < 0:
             raise ValueError(f"method.temperature must be >= 0, got {self.temperature!r}")
         if isinstance(self.draws, dict):
-            try:
-                self.draws = Draws(**self.draws)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"method.{e}") from None
+            self.draws = BaselineDraws(**self.draws)
 
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
         return []
@@ -154,7 +165,7 @@ class _LLMBaseline:
         """``req`` with its answer type and this method's draws (``native``: the adapter's schema too)."""
         if native is not None:
             req = adapter.request(req, native)
-        return replace(req, adapter=adapter, draws=self.draws)
+        return replace(req, adapter=adapter, draws=self.draws.policy)
 
     def describe(self, llm: LLMConfig) -> str:
         out = f"{self.title} — LLM: {llm.model} ({llm.backend}); n={self.n}, T={self.temperature}"
