@@ -177,6 +177,7 @@ class ChatResult:
     error: str | None = None  # set (and samples empty) only with run_batch(on_error="return")
     answer_retries: int = 0  # extra draws made to replace invalid answers (requests with an adapter)
     rejected_answers: int = 0  # draws that failed the adapter's validation (incl. ones later replaced)
+    counted: bool = field(default=False, repr=False, compare=False)  # a caller counted what it made of it
 
     @property
     def answers(self) -> list[Completion]:

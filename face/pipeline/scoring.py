@@ -11,7 +11,8 @@ plan -> stream -> record.
 - **record**: one ``ScoreRecord`` from every draw (the fallback rules applied: ``min`` / ``drop``,
   ``logprobs_missing``). Every draw rejected, redraw and answer still missing is counted by the LLM layer, the
   samples scored as the lowest and the answers scored without logprobs here (``count_answers``), all into
-  llm_usage.json, the ``llm_*`` metrics and the console line.
+  llm_usage.json, the ``llm_*`` metrics and the console line, once per request (identical requests, sent once,
+  are counted once; each of their records carries the counts).
 
 The names of the two rooms beside it (units and prompts; estimators and answers) are re-exported here.
 """
@@ -191,7 +192,9 @@ def score_stream(client: Any, planned: Iterable[Planned], spec: ScoringSpec, emi
 
     def record(p: Planned, res: Any) -> None:
         rec = record_from_samples(p, res.samples, spec)
-        count_answers(client, p.request.tag, rec)
+        if not res.counted:  # identical requests share one result: its counts go in once
+            res.counted = True
+            count_answers(client, p.request.tag, rec)
         emit(rec)
 
     client.run_stream(planned, _request_of, record, desc, total)
