@@ -9,8 +9,8 @@ LLM answer goes through the same cache (``data/cache/llm``: a rerun is free) and
 (an LLM request failed), ``KeyboardInterrupt``.
 
 Settings are the configuration's own names, given as keyword arguments: a config group by its name
-(``run_size="tiny"``, ``method="face_released"``), any key by its dotted name (``**{"method.n": 3}``) or as a nested
-dict (``method={"n": 3}`` is ``method.n=3``). See docs/api.md.
+(``run_size="tiny"``, ``method="face_released"``), any key by its dotted name (``**{"method.scoring.n": 3}``) or as
+a nested dict (``method={"scoring": {"n": 3}}`` is ``method.scoring.n=3``). See docs/api.md.
 
 Called inside a running event loop (Jupyter), the run goes to a worker thread and the call blocks until it ends.
 """
@@ -117,8 +117,8 @@ def hydra_value(value: str) -> str:
 
 def settings_overrides(settings: Mapping[str, Any]) -> list[str]:
     """Keyword settings as Hydra overrides: a config group by its config's name (``run_size="tiny"``), any other
-    key by its dotted name, a nested dict flattened (``method={"n": 3}`` is ``method.n=3``). A setting the API
-    sets itself is refused, naming the argument to use."""
+    key by its dotted name, a nested dict flattened (``method={"scoring": {"n": 3}}`` is ``method.scoring.n=3``). A
+    setting the API sets itself is refused, naming the argument to use."""
     groups, out = _groups(), []
     for name, value in _flatten(settings).items():
         if name in _OWN or name.split(".")[0] in ("hydra", "task_name", "runner"):
@@ -473,7 +473,7 @@ def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None =
         mlflow: also log the run to MLflow (``tracking=mlflow``: ``sqlite:///mlflow.db`` of the project).
         quiet: print nothing (the cost estimate, tables and the run summary); warnings still go to stderr.
         **settings: any setting of the configuration (docs/api.md, "Settings"), e.g. ``run_size="tiny"``,
-            ``**{"method.n": 3, "llm.max_cost_usd": 5}``.
+            ``**{"method.scoring.n": 3, "llm.max_cost_usd": 5}``.
 
     Returns: a ``Result``. Raises ``ConfigError`` / ``DataError`` before anything is sent or written, and
     ``BudgetExceeded``, ``LLMCallError``, ``LLMRequestRefused`` when the run stops. Calls from several threads
@@ -552,12 +552,14 @@ def check_settings(aspects: Sequence[str] | str | None = None, llm: str = "local
     after the checks it makes before anything runs (settings, LLM settings, credentials); ``ConfigError`` if one
     fails. Sends nothing, writes nothing: for a caller that builds now and evaluates later (the MLflow scorers)."""
     from face.experiments.common import check_settings as check
+    from face.methods import build
 
     _project_root()
     with _RUN_LOCK, tempfile.TemporaryDirectory(prefix="face-") as tmp:
         cfg = _config(Source(Path(tmp) / "conversations.json"), aspects, llm, Path(tmp) / "run", None, False,
                       settings)
         check(cfg)
+        build(cfg.method)  # the method's own settings (typed: a ConfigError names the key)
         return _aspects(cfg)
 
 

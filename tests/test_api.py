@@ -98,7 +98,7 @@ def test_lowest_particles_are_the_lowest_means_over_instructions(run):
 @pytest.mark.slow  # two more runs: ≈ 1 s
 def test_in_memory_conversations_a_dataframe_and_a_running_event_loop_give_the_file_s_scores(run, data_dir, tmp_path):
     tmp, _, r = run
-    settings = {**_paths(tmp, data_dir), "method": {"n": 2, "instructions": {"max": 2}}}  # nested = dotted
+    settings = {**_paths(tmp, data_dir), "method": {"scoring": {"n": 2}, "instructions": {"max": 2}}}  # = dotted
     rows = [(c["id"], m["role"], m["content"], c["system"]) for c in CHAT for m in c["messages"]]
     frame = pd.DataFrame(rows, columns=["conv_id", "role", "content", "system"])
 
