@@ -5,6 +5,7 @@
     result.dialogues                    # one row per conversation, a column per dialogue-level aspect
     face.meta_evaluate(result, labels)  # correlations with human labels
     face.estimate("logs.jsonl", llm="openai")   # calls, tokens and cost, before anything is sent
+    face.compare("runs/v1", "runs/v2")  # is v2 better? per aspect: difference, CI, p (Holm), verdict
 
 MLflow: ``face.integrations.mlflow.scorers(aspects=[...], llm=...)``. Reference: docs/api.md.
 The names below are imported on first use: ``import face`` stays quick.
@@ -19,10 +20,11 @@ __version__ = "0.1.0"
 
 _HOMES = {"evaluate": "face.api", "estimate": "face.api", "meta_evaluate": "face.api", "Result": "face.api",
           "ConfigError": "face.errors", "DataError": "face.errors", "BudgetExceeded": "face.llm",
-          "LLMCallError": "face.llm", "LLMRequestRefused": "face.llm"}
+          "LLMCallError": "face.llm", "LLMRequestRefused": "face.llm",
+          "compare": "face.comparison.engine", "Comparison": "face.comparison.comparison"}
 
-__all__ = ["BudgetExceeded", "ConfigError", "DataError", "LLMCallError", "LLMRequestRefused", "Result", "__version__",
-           "estimate", "evaluate", "integrations", "meta_evaluate"]
+__all__ = ["BudgetExceeded", "Comparison", "ConfigError", "DataError", "LLMCallError", "LLMRequestRefused", "Result",
+           "__version__", "compare", "estimate", "evaluate", "integrations", "meta_evaluate"]
 
 
 def __getattr__(name: str) -> Any:

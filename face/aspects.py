@@ -1,5 +1,9 @@
 """What an aspect is: name, level, the human scale, a definition, and the annotation scheme.
 
+One word per meaning: an aspect's *level* is where its labels live (``turn`` or ``dialogue``; the meta-evaluation
+adds ``system``, means over a system's items); its *grades* are the annotation scheme, what each score of the scale
+means (``Aspect.grades``, ``grade_lines``; the scoring prompts' "grades").
+
 Aspects belong to datasets (``face.datasets``): each dataset declares the aspects its human labels
 were collected for. CRSArena-Eval's live in ``face.datasets.crsarena``, USR's in ``face.datasets.usr``.
 """
@@ -18,7 +22,7 @@ class Aspect:
     level: str  # "turn" (one label per evaluated assistant turn) or "dialogue" (one per conversation)
     scale: tuple[int, ...]  # the values a human label can take
     definition: str  # one line: the quality of a response / dialogue
-    levels: Mapping[int, str] = field(default_factory=dict, hash=False)  # score -> what annotators were told
+    grades: Mapping[int, str] = field(default_factory=dict, hash=False)  # score -> what annotators were told
     particle_definition: str = ""  # the same quality asked of one particle (the faithful scoring prompt)
     # the live method's instructions for an aspect of your own (an aspects file: face.datasets.chatlogs); the
     # released instruction source uses them where the authors released none
@@ -29,9 +33,9 @@ class Aspect:
             raise ValueError(f"aspect {self.name!r}: level must be one of {LEVELS}, got {self.level!r}")
         if not self.scale or list(self.scale) != sorted(set(self.scale)):
             raise ValueError(f"aspect {self.name!r}: scale must be increasing distinct integers, got {self.scale}")
-        extra = set(self.levels) - set(self.scale)
+        extra = set(self.grades) - set(self.scale)
         if extra:
-            raise ValueError(f"aspect {self.name!r}: level descriptions for values outside the scale: {sorted(extra)}")
+            raise ValueError(f"aspect {self.name!r}: grades for values outside the scale: {sorted(extra)}")
 
     @property
     def low(self) -> int:
@@ -45,9 +49,13 @@ class Aspect:
     def of_particle(self) -> str:
         return self.particle_definition or self.definition
 
-    def level_lines(self) -> str:
+    def grade_lines(self) -> str:
         """The annotation scheme, one ``- value: description`` line per score (empty if the dataset gives none)."""
-        return "\n".join(f"- {v}: {self.levels[v]}" for v in self.scale if v in self.levels)
+        return "\n".join(f"- {v}: {self.grades[v]}" for v in self.scale if v in self.grades)
+
+    def level_lines(self) -> str:
+        """Deprecated name of ``grade_lines`` (kept until face/pipeline/scoring.py calls ``grade_lines``)."""
+        return self.grade_lines()
 
 
 def aspect_table(aspects: Iterable[Aspect]) -> dict[str, Aspect]:

@@ -2,21 +2,21 @@
 
     face evaluate LOGS [--aspects relevance,dialogue_overall] [--llm local] [--out DIR] [--yes] [--dry-run]
     face report RUN_DIR
+    face compare RUN_A RUN_B [RUN_C ...]
 
-A thin layer over the experiments (``scripts/run.py experiment=crsarena_main``): the same config, method,
-LLM layer, cache and exit codes (0 done, 2 bad input or setting, 3 budget, 4 LLM failure, 130 interrupted).
+Built on the Python API (``face.api``): its arguments become the run request ``face.evaluate`` sends to the runner
+(``face.runner``): the same config, method, LLM layer, cache and exit codes as ``scripts/run.py
+experiment=crsarena_main`` (0 done, 2 bad input, setting or missing API key, 3 budget, 4 LLM failure,
+130 interrupted, 1 unexpected).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import sys
 from pathlib import Path
-
-from face.api import OUTPUTS, hydra_value
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ the report's tables as CSV.
 The cost estimate is printed once, before anything is sent; above --confirm-above USD you are asked to confirm
 (--yes skips the question). Every LLM answer is cached (data/cache/llm): rerunning resumes for free.
 Progress bars go to stderr when it is a terminal (FACE_PROGRESS=0: none); the run ends with a summary block
-(where the results are, MLflow run, wall time, LLM calls, cost as in llm_usage.json) and the report's path.
+(where the results are, MLflow run, wall time, LLM requests, cost as in llm_usage.json) and the report's path.
 Large paid runs: --llm openai --set llm.batch=true sends the requests as OpenAI Batch API jobs (half price,
 answers within 24 h; rerun the same command after an interruption to resume the same jobs).
 
@@ -55,6 +55,12 @@ answers within 24 h; rerun the same command after an interruption to resume the 
 a directory holding another run's results (another input or other settings) is refused unless --overwrite;
 a second run into a directory still in use stops at once; an --out whose outputs would replace LOGS is refused.
 Every file is written under a temporary name and renamed when complete: a stop never leaves half a file.
+--set cannot name another output directory (paths.output_dir, report.out_dir: use --out) nor Hydra's own
+settings (hydra.*, except hydra.searchpath), in any spelling (key, +key, ++key, ~key).
+
+A backend that needs a key (--llm openai: OPENAI_API_KEY; any --set llm.api_key_env=NAME) stops with one line
+naming the variable when it is unset, before anything is sent or written; --dry-run needs no key. The command
+is built on the Python API (face.evaluate): the same checks, the same run.
 """
 
 
@@ -81,187 +87,78 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=int, default=None, help="only the first N conversations")
     e.add_argument("--mlflow", action="store_true", help="also log the run to MLflow (sqlite:///mlflow.db)")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="any other setting, as for scripts/run.py (repeatable), e.g. --set method.estimator=logprobs "
-                        "--set run_size=tiny --set llm.base_url=http://gpu-box:8000/v1; a credential (a key, token or "
-                        "password setting, a key-like value, user:pass@ in a URL) is refused: keep the key in the "
-                        "environment and name its variable with --set llm.api_key_env=NAME")
+                   help="any other setting, as for scripts/run.py (repeatable), e.g. --set "
+                        "method.scoring.estimator=logprobs --set run_size=tiny --set "
+                        "llm.base_url=http://gpu-box:8000/v1; a credential (a key, token or password setting, a "
+                        "key-like value, user:pass@ in a URL) is refused: keep the key in the environment and name "
+                        "its variable with --set llm.api_key_env=NAME")
     r = sub.add_parser("report", help="rebuild the diagnostics report of a finished run (no LLM call)",
                        description="Rebuild report.html and its tables from a finished `face evaluate` run "
                                    "directory (conversations.json, particles.jsonl, particle_scores.jsonl, "
                                    "run_file.json); sends nothing. A missing, empty, truncated or malformed "
                                    "file is one line naming it and its line, exit 2.")
     r.add_argument("run_dir", type=Path, help="the --out directory of a finished `face evaluate`")
+    from face.comparison.cli import add_parser as add_compare  # issue 30: `face compare`
+
+    add_compare(sub)
     return p
 
 
-def _compose(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
-
-
-def _aspect_names(text: str, known=None, aliases=None) -> list[str]:
-    """``--aspects``: comma-separated aspect names (or aliases) of ``known`` (the dataset's: CRSArena-Eval's seven,
-    plus those of ``dataset.aspects_file``; None: check the list's form only). An empty list, an empty name
-    between commas, an unknown or a repeated name is one line and exit 2 (an empty list used to mean all seven)."""
-    from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS
+def _aspect_names(text: str) -> list[str]:
+    """``--aspects``: comma-separated aspect names, checked for their form (the names themselves by the dataset, with
+    its ``dataset.aspects_file``, before anything runs). An empty list or an empty name between commas is one line
+    and exit 2 (an empty list used to mean all seven)."""
+    from face.datasets.crsarena import ASPECTS
     from face.runner import EXIT_CONFIG, fail
 
-    aliases = ASPECT_ALIASES if aliases is None else aliases
-    valid = f"valid: {', '.join(known if known is not None else ASPECTS)}"
+    valid = f"valid: {', '.join(ASPECTS)}"
     names = [n.strip() for n in text.split(",")]
     if not any(names):
         fail(EXIT_CONFIG, f"error: --aspects {text!r} names no aspect: name at least one ({valid})")
     if not all(names):
         fail(EXIT_CONFIG, f"error: --aspects {text!r}: an empty name between commas ({valid})")
-    canon = [aliases.get(n, n) for n in names]
-    unknown = [n for n, c in zip(names, canon) if known is not None and c not in known]
-    if unknown:
-        fail(EXIT_CONFIG, f"error: --aspects: unknown aspect {unknown[0]!r} ({valid}; aliases: "
-                          f"{', '.join(aliases)}; an aspect of your own: --set dataset.aspects_file=FILE)")
-    twice = sorted({c for c in canon if canon.count(c) > 1})
-    if twice:
-        fail(EXIT_CONFIG, f"error: --aspects: {', '.join(twice)} named twice")
-    return canon
+    return names
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from face.datasets.chatlogs import load_logs
-    from face.errors import ConfigError, require_writable_dir
-    from face.files import dir_lock, refuse_input_overwrite
-    from face.runner import EXIT_CONFIG, fail
+    """``face evaluate``: its arguments checked, then the API's evaluation (face.api.evaluation: the one run request,
+    through face.runner) with its confirmation; every stop one line and an exit code."""
+    from face.api import evaluation
+    from face.runner import EXIT_CONFIG, fail, guarded
 
     if not math.isfinite(args.confirm_above) or args.confirm_above < 0:  # nan would never ask
         fail(EXIT_CONFIG, f"error: --confirm-above must be a number of USD >= 0, got {args.confirm_above}")
     if args.limit is not None and args.limit < 1:  # 0 would mean all of them
         fail(EXIT_CONFIG, f"error: --limit must be a positive number of conversations, got {args.limit}")
-    aspects = _aspect_names(args.aspects)  # its form; the names once the dataset (and its aspects file) is known
+    aspects = _aspect_names(args.aspects)
     if args.out is not None and not args.out.strip():
         fail(EXIT_CONFIG, "error: --out: the path is empty")
-    logs = args.logs.resolve()
-    try:
-        convs = load_logs(logs)  # bad logs: one line, before anything is written
-    except Exception as e:
-        fail(EXIT_CONFIG, f"error: {e}")
-    out = Path(os.path.abspath(args.out or Path("face-runs") / logs.stem))
-    try:
-        refuse_input_overwrite(out, [logs], OUTPUTS, "--out")
-        require_writable_dir(out, "--out")
-    except ConfigError as e:
-        fail(EXIT_CONFIG, f"error: {e}")
-    out = out.resolve()
-    overrides = ["experiment=crsarena_main", "dataset=chat_logs", f"dataset.path={hydra_value(str(logs))}",
-                 f"aspects=[{','.join(map(hydra_value, aspects))}]", f"llm={args.llm}",
-                 f"paths.output_dir={hydra_value(str(out))}", f"report.out_dir={hydra_value(str(out))}",
-                 *([] if args.mlflow else ["tracking=none"]), *([f"dataset.limit={args.limit}"] if args.limit else []),
-                 *args.overrides]
-    from face.secrets import secret_in_overrides, secret_setting
-
-    bad = secret_in_overrides(args.overrides)  # a credential in --set: refused before anything is composed or written
-    if bad:
-        fail(EXIT_CONFIG, f"error: {bad}")
-    try:
-        cfg = _compose(overrides)
-    except Exception as e:
-        fail(EXIT_CONFIG, f"error: bad setting: {str(e).strip().splitlines()[0]}")
-    bad = secret_setting(cfg)  # ... or in a config file (conf/llm/NAME.yaml) or a nested value (llm.headers)
-    if bad:
-        fail(EXIT_CONFIG, f"error: {bad}")
-    from face.methods import build
-
-    try:
-        dataset = build(cfg.dataset)  # CRSArena-Eval's aspects, and those of dataset.aspects_file
-    except ValueError as e:
-        fail(EXIT_CONFIG, f"error: {e}")
-    _aspect_names(args.aspects, dataset.aspects, dataset.aliases)
-    existed = out.exists()
-    try:
-        with dir_lock(out, "--out"):  # held until the report is written: one run in --out at a time
-            return _evaluate_in(out, cfg, convs, args)
-    except ConfigError as e:
-        fail(EXIT_CONFIG, f"error: {e}")
-    except SystemExit:
-        with contextlib.suppress(OSError):
-            if not existed:
-                out.rmdir()  # refused before anything was written: leave no empty directory
-        raise
-
-
-def _evaluate_in(out: Path, cfg, convs, args: argparse.Namespace) -> int:
-    """The run, in its locked --out: ownership, the estimate (and confirmation), the run, the report."""
-    from omegaconf import OmegaConf
-
-    from face.datasets.crsarena import write_conversations
-    from face.experiments.common import run_owner
-    from face.files import claim_state
-    from face.runner import EXIT_CONFIG, fail, run_guarded
-
-    state = claim_state(out, run_owner(cfg), "--out", args.overwrite, OUTPUTS)
-    if state == "resume":
-        print(f"Resuming the run in {out} (same logs and settings; finished LLM calls come from the cache).")
-    elif state == "overwrite":
-        print(f"Overwriting another run's results in {out} (--overwrite).")
-    from face.methods.job import estimate_console
-
-    dry = OmegaConf.merge(cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
-    from face import console
-
-    with estimate_console("estimate"), console.silenced():
-        run_guarded(dry)  # prints the estimate, writes cost_estimate.csv, sends nothing
+    out = args.out or str(Path("face-runs") / args.logs.stem)
+    with guarded():
+        done, _ = evaluation(str(args.logs), aspects, args.llm, out, overwrite=args.overwrite, limit=args.limit,
+                             mlflow=args.mlflow, overrides=args.overrides, entry="cli", estimate_only=args.dry_run,
+                             confirm=None if args.dry_run else _confirm(args))
     if args.dry_run:
-        print(f"Dry run (--dry-run): nothing was sent; the estimate is in {out / 'cost_estimate.csv'}")
-        return 0
-    import pandas as pd
-
-    cost = float(pd.read_csv(out / "cost_estimate.csv")["cost_usd"].iloc[-1])
-    if cost > args.confirm_above and not args.yes:
-        if not sys.stdin.isatty():
-            fail(EXIT_CONFIG, f"error: the estimate is ${cost:.2f} (above --confirm-above {args.confirm_above}); "
-                              "rerun with --yes to send")
-        if input(f"Send the requests (estimated ${cost:.2f})? [y/N] ").strip().lower() not in ("y", "yes"):
-            print("Nothing sent.")
-            return 0
-    with estimate_console("shown"), console.held() as summaries:  # the estimate above is this run's: shown once
-        run_guarded(cfg)
-    write_conversations(convs[: args.limit] if args.limit else convs, out / "conversations.json")
-    path = build_report(out)
-    for summary in summaries:  # the run's summary block, its report last
-        summary.extra.append(("Report", str(path)))
-        print(summary.text(), flush=True)
-    if not summaries:
-        print(f"Report: {path}")
+        print(f"Dry run (--dry-run): nothing was sent; the estimate is in {Path(out).resolve() / 'cost_estimate.csv'}")
+    elif not done.sent:
+        print("Nothing sent.")
     return 0
 
 
-REPORT_INPUTS = ("conversations.json", "particle_scores.jsonl", "run_file.json")  # particles.jsonl: optional
+def _confirm(args: argparse.Namespace):
+    """Asked with the estimate, before anything is sent: above --confirm-above USD (unless --yes), a terminal is asked;
+    without one, the run is refused (rerun with --yes)."""
+    from face.errors import ConfigError
 
+    def ask(cost: float) -> bool:
+        if cost <= args.confirm_above or args.yes:
+            return True
+        if not sys.stdin.isatty():
+            raise ConfigError(f"the estimate is ${cost:.2f} (above --confirm-above {args.confirm_above}); rerun "
+                              "with --yes to send")
+        return input(f"Send the requests (estimated ${cost:.2f})? [y/N] ").strip().lower() in ("y", "yes")
 
-def build_report(run_dir: Path) -> Path:
-    """report.html + tables from a finished run directory (no LLM). Every input is read through the checking
-    readers: a missing, empty, truncated or hand-broken file is one DataError naming it (and its line)."""
-    from face.datasets.crsarena import load_conversations
-    from face.datasets.face_released import load_released_particles
-    from face.errors import DataError
-    from face.pipeline.records import read_score_file
-    from face.report import diagnostic_report as diagnostics
-    from face.runfile import read_run_file
-
-    if not run_dir.is_dir():
-        raise DataError(run_dir, "not a directory (the --out directory of a finished `face evaluate`)")
-    for name in REPORT_INPUTS:
-        if not (run_dir / name).exists():
-            raise DataError(run_dir / name, "missing: not the directory of a finished `face evaluate` run")
-    convs = load_conversations(run_dir / "conversations.json", require_labels=False, allow_empty_utterances=False)
-    scores = read_score_file(run_dir / "particle_scores.jsonl")
-    particles = {}
-    if (run_dir / "particles.jsonl").exists():
-        particles = {(t.conv_id, t.turn_ind): t.particles
-                     for t in load_released_particles(run_dir / "particles.jsonl")}
-    preds = read_run_file(run_dir / "run_file.json")
-    settings = diagnostics.read_run_settings(run_dir / "run_settings.json")
-    return diagnostics.write_report(run_dir / "report.html", run_dir / "report_tables", run_dir.name, convs,
-                                    scores, particles, preds, settings)
+    return ask
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "evaluate":
         return evaluate(args)
+    if args.command == "compare":  # issue 30
+        from face.comparison.cli import main as compare_main
+
+        return compare_main(args)
+    from face.api.report import build_report
     from face.errors import ConfigError
     from face.files import dir_lock
     from face.runner import EXIT_CONFIG, fail

@@ -3,23 +3,23 @@
 - Turn level: one item per labelled assistant turn; dialogue level: one item per conversation.
 - Splits: the dataset's splits (CRSArena-Eval: ``redial`` / ``opendialkg``) and ``all`` (pooled).
 - System level: one point per system (a CRS, a response generator): mean prediction vs mean human label.
-- Coefficients: Pearson, Spearman, Kendall (tau-b, as scipy).
+- Coefficients: Pearson, Spearman, Kendall (tau-b, as scipy): one registry, ``face.coefficients``.
 - 95 % bootstrap CIs by resampling conversations (all turns of a drawn conversation come along; at
   system level conversations are resampled within each system). Vectorised: every bootstrap replicate
-  is a row of integer weights, and the weighted coefficients below are exactly the coefficients of
-  the resampled data set (tested against scipy on the expanded sample).
+  is a row of integer weights, and the weighted coefficients (``Coefficient.weighted``) are exactly the
+  coefficients of the resampled data set (tested against scipy on the expanded sample).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from face.aspects import Aspect
+from face.coefficients import NAMES, REGISTRY, rows_correlation
 from face.console import progress
 from face.data.schema import Conversation
 from face.predictions import PRED_DECIMALS, Predictions
@@ -35,7 +35,7 @@ def warn_once(msg: str, *args) -> None:
     if text not in _warned:
         _warned.add(text)
         log.warning("%s", text)
-COEFFICIENTS = ("pearson", "spearman", "kendall")
+COEFFICIENTS = NAMES  # Pearson, Spearman, Kendall: face.coefficients
 LEVELS = ("turn", "dialogue", "system")
 RESULT_COLUMNS = ["level", "aspect", "split", "coefficient", "value", "p_value", "ci_low", "ci_high", "n",
                   "n_missing"]
@@ -48,121 +48,7 @@ def correlate(pred: np.ndarray, human: np.ndarray) -> dict[str, tuple[float, flo
     pred, human = np.asarray(pred, float), np.asarray(human, float)
     if len(pred) < 3 or np.ptp(pred) == 0 or np.ptp(human) == 0:
         return {c: (float("nan"), float("nan")) for c in COEFFICIENTS}
-    from scipy import stats  # here, not at the top: ~0.5 s to import, and a small job may never correlate
-
-    out = {}
-    for name, fn in (("pearson", stats.pearsonr), ("spearman", stats.spearmanr), ("kendall", stats.kendalltau)):
-        res = fn(pred, human)
-        out[name] = (float(res[0]), float(res[1]))
-    return out
-
-
-# ---------------------------------------------------------------- weighted (bootstrap) coefficients
-
-def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Pearson r of (x, y) repeated w times, for every row of the weight matrix ``w`` (B × n)."""
-    sw = w.sum(1)
-    sx, sy = w @ x, w @ y
-    sxx, syy, sxy = w @ (x * x), w @ (y * y), w @ (x * y)
-    cov = sw * sxy - sx * sy
-    vx, vy = sw * sxx - sx * sx, sw * syy - sy * sy
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = cov / np.sqrt(vx * vy)
-    # a side that does not vary: its variance is what is left of cancelling sums, a few ulps of sw·Σwx² (relative,
-    # so a constant side is caught whatever the scale of the other side or the number of items)
-    r[(vx <= 1e-12 * sw * sxx) | (vy <= 1e-12 * sw * syy)] = np.nan
-    return r
-
-
-@dataclass(frozen=True)
-class _Ties:
-    """Sorted order of a vector and its groups of equal values (for vectorised ranking)."""
-
-    order: np.ndarray
-    starts: np.ndarray  # start of each tie group in sorted order
-    group_of_item: np.ndarray  # tie group of each item (original order)
-
-    @staticmethod
-    def of(x: np.ndarray) -> _Ties:
-        order = np.argsort(x, kind="stable")
-        xs = x[order]
-        new = np.r_[True, xs[1:] != xs[:-1]]
-        starts = np.flatnonzero(new)
-        group_sorted = np.cumsum(new) - 1
-        group_of_item = np.empty(len(x), dtype=int)
-        group_of_item[order] = group_sorted
-        return _Ties(order, starts, group_of_item)
-
-    def group_weights(self, w: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(w[:, self.order], self.starts, axis=1)
-
-    def ranks(self, w: np.ndarray) -> np.ndarray:
-        """Average ranks (1-based) of each item within each weighted replicate."""
-        wg = self.group_weights(w)
-        below = np.cumsum(wg, axis=1) - wg
-        return (below + (wg + 1) / 2)[:, self.group_of_item]
-
-    def tied_pairs(self, w: np.ndarray) -> np.ndarray:
-        wg = self.group_weights(w)
-        return (wg * (wg - 1) / 2).sum(1)
-
-
-ROWS = 100  # bootstrap replicates handled at once: memory ~ ROWS × items, not replicates × items
-
-
-def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Spearman rho of each weighted replicate (rows of ``w`` in blocks of ``ROWS``: each row on its own, so the
-    values are those of the whole matrix at once)."""
-    tx, ty = _Ties.of(x), _Ties.of(y)
-    return np.concatenate([_spearman_rows(tx, ty, w[i:i + ROWS]) for i in range(0, len(w), ROWS)]) if len(w) \
-        else np.empty(0)
-
-
-def _spearman_rows(tx: _Ties, ty: _Ties, w: np.ndarray) -> np.ndarray:
-    rx, ry = tx.ranks(w), ty.ranks(w)
-    sw = w.sum(1)
-    sx, sy = (w * rx).sum(1), (w * ry).sum(1)
-    cov = sw * (w * rx * ry).sum(1) - sx * sy
-    var = (sw * (w * rx * rx).sum(1) - sx * sx) * (sw * (w * ry * ry).sum(1) - sy * sy)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = cov / np.sqrt(var)
-    r[var <= 0] = np.nan
-    return r
-
-
-KENDALL_BLOCK = 1 << 22  # elements of S built at once (16 MB of float32), whatever the number of items
-
-
-def weighted_kendall(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk: int = 256) -> np.ndarray:
-    """Kendall tau-b of each weighted replicate: (C − D) / sqrt((n0 − n1)(n0 − n2)).
-
-    C − D = ½ wᵀ S w with S_ij = sign(x_i − x_j)·sign(y_i − y_j); copies of one item tie on both sides. S is built a
-    block of columns at a time (memory linear in the items, not quadratic); every partial sum is an integer below
-    2^24, exact in float32, so the blocks add up to the same value as the whole product.
-    """
-    x32, y32 = x.astype(np.float32), y.astype(np.float32)
-    n_items = len(x)
-    step = max(1, KENDALL_BLOCK // max(n_items, 1))
-    tx, ty = _Ties.of(x), _Ties.of(y)
-    out = np.empty(len(w))
-    for i in range(0, len(w), chunk):
-        wc = w[i:i + chunk]
-        wc32 = wc.astype(np.float32)
-        cd = np.zeros(len(wc))
-        for j in range(0, n_items, step):
-            s = np.sign(x32[:, None] - x32[None, j:j + step])
-            s *= np.sign(y32[:, None] - y32[None, j:j + step])
-            cd += (wc[:, j:j + step] * (wc32 @ s)).sum(1)
-        cd *= 0.5
-        n = wc.sum(1)
-        n0 = n * (n - 1) / 2
-        denom = (n0 - tx.tied_pairs(wc)) * (n0 - ty.tied_pairs(wc))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[i:i + chunk] = np.where(denom > 0, cd / np.sqrt(np.maximum(denom, 0)), np.nan)
-    return out
-
-
-WEIGHTED = {"pearson": weighted_pearson, "spearman": weighted_spearman, "kendall": weighted_kendall}
+    return {name: c.test(pred, human) for name, c in REGISTRY.items()}
 
 
 # ---------------------------------------------------------------- resampling
@@ -197,6 +83,7 @@ def cluster_counts(clusters: np.ndarray, n_boot: int, rng: np.random.Generator,
     return counts, inv
 
 
+ROWS = 100  # bootstrap replicates spread over the items at once: memory ~ ROWS × items, not replicates × items
 MIN_CLUSTERS = 2  # fewer conversations (per split, or per system) than this: no interval
 
 
@@ -215,11 +102,11 @@ def bootstrap_ci(pred: np.ndarray, human: np.ndarray, clusters: np.ndarray, n_bo
     x, y = np.asarray(pred, float), np.asarray(human, float)
     lo_q, hi_q = 50 * (1 - confidence), 50 * (1 + confidence)
     # the replicates a block of ROWS at a time, spread over the items only then: memory ~ ROWS × items
-    blocks = {c: [] for c in coefficients}
+    blocks: dict[str, list[np.ndarray]] = {c: [] for c in coefficients}
     for i in range(0, n_boot, ROWS):
         w = counts[i:i + ROWS][:, inv]
         for c in coefficients:
-            blocks[c].append(WEIGHTED[c](x, y, w))
+            blocks[c].append(REGISTRY[c].weighted(x, y, w))
     out = {}
     for c in coefficients:
         vals = np.concatenate(blocks[c])
@@ -249,7 +136,8 @@ def paired_replicates(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray,
     if n_boot <= 0 or len(y) < 3 or len(np.unique(clusters)) < MIN_CLUSTERS:
         return diff, float("nan"), float("nan"), None
     w = cluster_weights(np.asarray(clusters), n_boot, np.random.default_rng(seed))
-    vals = WEIGHTED[coefficient](a, y, w) - WEIGHTED[coefficient](b, y, w)
+    weighted = REGISTRY[coefficient].weighted
+    vals = weighted(a, y, w) - weighted(b, y, w)
     if np.all(np.isnan(vals)):
         return diff, float("nan"), float("nan"), vals
     lo, hi = np.nanpercentile(vals, [50 * (1 - confidence), 50 * (1 + confidence)])
@@ -257,41 +145,6 @@ def paired_replicates(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray,
 
 
 # ---------------------------------------------------------------- system level
-
-def _rows_rank(a: np.ndarray) -> np.ndarray:
-    from scipy import stats
-
-    return stats.rankdata(a, axis=1)
-
-
-def _rows_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    da, db = a - a.mean(1, keepdims=True), b - b.mean(1, keepdims=True)
-    saa, sbb = (da * da).sum(1), (db * db).sum(1)
-    # a row that does not vary: what is left of subtracting its mean is float noise (relative to its size)
-    flat = (saa <= 1e-24 * (a * a).sum(1)) | (sbb <= 1e-24 * (b * b).sum(1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(flat, np.nan, (da * db).sum(1) / np.sqrt(saa * sbb))
-
-
-def _rows_kendall(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    i, j = np.triu_indices(a.shape[1], 1)
-    sa, sb = np.sign(a[:, i] - a[:, j]), np.sign(b[:, i] - b[:, j])
-    n0 = len(i)
-    den = (n0 - (sa == 0).sum(1)) * (n0 - (sb == 0).sum(1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, (sa * sb).sum(1) / np.sqrt(den), np.nan)
-
-
-def rows_correlation(a: np.ndarray, b: np.ndarray, coefficient: str) -> np.ndarray:
-    """The coefficient between a[r] and b[r] for every row r (small n, e.g. 9 systems)."""
-    if coefficient == "pearson":
-        return _rows_pearson(a, b)
-    if coefficient == "spearman":
-        return _rows_pearson(_rows_rank(a), _rows_rank(b))
-    if coefficient == "kendall":
-        return _rows_kendall(a, b)
-    raise ValueError(f"unknown coefficient {coefficient!r}")
-
 
 def system_means(values: np.ndarray, systems: np.ndarray, w: np.ndarray | None = None) -> tuple[list, np.ndarray]:
     """Mean of ``values`` per system (columns, sorted system names); one row per weight row. Rounded to
@@ -322,12 +175,11 @@ def items(preds: Predictions, convs: Iterable[Conversation], aspect: Aspect) -> 
         elif name in c.labels:
             rows.append((c.conv_id, -1, c.split, c.system, c.labels[name]))
     df = pd.DataFrame(rows, columns=["conv_id", "turn_ind", "split", "system", "human"])
-    aspect = name
     if level == "turn":
-        p = preds.turn[preds.turn["aspect"] == aspect][["conv_id", "turn_ind", "pred"]]
+        p = preds.turn[preds.turn["aspect"] == name][["conv_id", "turn_ind", "pred"]]
         df = df.merge(p, on=["conv_id", "turn_ind"], how="left", validate="one_to_one")
     else:
-        p = preds.dialogue[preds.dialogue["aspect"] == aspect][["conv_id", "pred"]]
+        p = preds.dialogue[preds.dialogue["aspect"] == name][["conv_id", "pred"]]
         df = df.merge(p, on="conv_id", how="left", validate="one_to_one")
     return df
 

@@ -16,14 +16,19 @@ standard library only), and stops both.
 MLflow 3 shows no metric column until one is picked and keeps the pick per experiment in the browser's
 localStorage (key `MLflowLocalStorage-1.1-ExperimentPage-["<id>"]-ReactComponentState`: `selectedColumns`,
 `columnOrder`, `columnWidths`, `runsExpanded`), so the script writes that state first, as a user's clicks
-would, and the runs tables open with the swept params and `summary.*` columns and the sweep's parent expanded.
+would, and the runs tables open with the swept params and `summary.*` columns and the sweep's parent expanded
+(the sweep's Run Name column at MLflow's default width: the children must be told apart there).
 The same way, the evaluation run's traces table opens without its Trace ID, Execution time and State columns (key
 `genaiTracesUIState-columns-<experiment id>-<run id>_v1`), so the assessment columns are wide enough for their names.
 
 Writes to --out: runs_table.png (reproduce_table2's runs with their headline metrics), run_page.png (one of its
 runs), sweep_runs.png (the sweep: parent and its four children, swept params, summary.* metrics),
-sweep_child_run.png (a child run: parent link, params, metrics), prompt_versions.png (an optimizer job's prompt
-`face-opt-relevance-run-<id8>`: its versions, commit messages, aliases), prompts.png (the Prompt Registry);
+sweep_charts.png (the experiment's chart view, opening on summary.*), sweep_compare.png (Compare on the four
+children: the parallel-coordinates plot over the swept params and the headline), sweep_parent.png (the parent's
+page: the sweep report as its description, the command line's settings as params), sweep_child_run.png (a child
+run: parent link, params, metrics), prompt_versions.png (the sweep's candidates prompt
+`face-opt-relevance-sweep-<id8>`: versions, commit messages led by the job's values, aliases), set_versions.png
+(`face-opt-relevance-set`: one version per job's final set, `@best`), prompts.png (the Prompt Registry);
 face_assessments.png (the evaluation run's Traces tab, ungrouped: each turn's request and response with
 conversation_completeness, face_dialogue_overall, both on the first trace of their session, and face_relevance on
 every trace), face_assessment_detail.png (the heist session's page: its turns with face_relevance, and the session
@@ -53,8 +58,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SWEEP = ["-m", "experiment=optimize_instructions", "llm=scripted", "optimizer.alpha=1,2", "optimizer.beam=1,2",
          "optimizer.beta=1", "optimizer.rounds=1", "dataset.limit=8", "aspects=[relevance]"]
-SWEPT = ["optimizer.alpha", "optimizer.beam", "optimizer.beta"]
-OPT_METRICS = ["summary.heldout_final_spearman", "summary.heldout_initial_spearman", "summary.heldout_gain"]
+SWEPT = ["optimizer.alpha", "optimizer.beam"]
+OPT_METRICS = ["summary.final_heldout_spearman", "summary.initial_heldout_spearman", "summary.gain_heldout_spearman"]
 TABLE2_METRICS = ["summary.turn_spearman_mean", "summary.dialogue_spearman_mean"]
 NOTEBOOK = ROOT / "notebooks" / "mlflow_scorers.ipynb"
 NOTEBOOK_EXPERIMENT = "face-toy-recommender"
@@ -188,8 +193,9 @@ def runs_table_state(experiment_id: str, params: list[str], metrics: list[str], 
     """localStorage entries that open an experiment's runs table with these param and metric columns (in this
     order and width) and these parent runs expanded, and keep the assistant panel closed."""
     cols = [f"params.`{p}`" for p in params] + [f"metrics.`{m}`" for m in metrics]
-    width = {"attributes.`Run Name`": widths.pop("run_name", 360), **{c: widths.get(c.split("`")[1], 150)
-                                                                      for c in cols}}
+    width = {"attributes.`Run Name`": widths.pop("run_name", None), **{c: widths.get(c.split("`")[1], 150)
+                                                                       for c in cols}}
+    width = {c: w for c, w in width.items() if w is not None}  # None: MLflow's default width
     state = {"selectedColumns": cols, "columnOrder": list(width), "columnWidths": width,
              "runsExpanded": {run_id: True for run_id in expanded}}
     return {f'MLflowLocalStorage-1.1-ExperimentPage-["{experiment_id}"]-ReactComponentState': json.dumps(state),
@@ -203,6 +209,7 @@ def traces_table_state(experiment_id: str, run_id: str, hidden: list[str]) -> di
 
 
 COLLAPSE_SIDEBAR = "document.querySelector('[aria-label=\"Toggle sidebar\"]')?.click()"
+SHOW_MORE = "[...document.querySelectorAll('button, a, span')].find(e => e.innerText === 'Show more')?.click()"
 
 
 def shoot_page(browser: str, base: str, out: Path, tmp: Path, name: str, url: str, ready: str, width: int,
@@ -230,6 +237,12 @@ def shoot_page(browser: str, base: str, out: Path, tmp: Path, name: str, url: st
         chrome.close()
 
 
+def compare_url(experiment_id: str, run_ids: list[str]) -> str:
+    from urllib.parse import quote
+
+    return f"#/compare-runs?runs={quote(json.dumps(run_ids))}&experiments={quote(json.dumps([experiment_id]))}"
+
+
 def shoot_runs(browser: str, base: str, store: str, out: Path, tmp: Path) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -240,28 +253,27 @@ def shoot_runs(browser: str, base: str, store: str, out: Path, tmp: Path) -> Non
     runs = client.search_runs([opt.experiment_id], order_by=["attributes.start_time ASC"])
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-
-    def job_prompt(run) -> str:
-        return f"face-opt-relevance-run-{run.info.run_id[:8]}"
-
-    # the job with the longest version list, so the prompt page shows a lineage beyond v1 -> v2
-    child = max(children, key=lambda r: len(client.search_prompt_versions(job_prompt(r))))
-    prompt = job_prompt(child)
+    child = max(children, key=lambda r: r.data.metrics["summary.final_heldout_spearman"])
+    prompt = f"face-opt-relevance-sweep-{parent.info.run_id[:8]}"  # one candidates prompt per sweep and aspect
+    table = runs_table_state(opt.experiment_id, SWEPT, OPT_METRICS, {}, [parent.info.run_id])
     shot = functools.partial(shoot_page, browser, base, out, tmp)
 
-    shot("sweep_runs.png", f"#/experiments/{opt.experiment_id}/runs", child.data.tags["mlflow.runName"], 1900, 540,
-         runs_table_state(opt.experiment_id, SWEPT, OPT_METRICS,
-                          {"run_name": 500, "optimizer.alpha": 120, "optimizer.beam": 120, "optimizer.beta": 120,
-                           "summary.heldout_final_spearman": 255, "summary.heldout_initial_spearman": 255,
-                           "summary.heldout_gain": 190}, [parent.info.run_id]),
-         click=COLLAPSE_SIDEBAR)
+    shot("sweep_runs.png", f"#/experiments/{opt.experiment_id}/runs", child.data.tags["mlflow.runName"][:6], 1400,
+         470, table, click=COLLAPSE_SIDEBAR)
+    shot("sweep_charts.png", f"#/experiments/{opt.experiment_id}/runs?compareRunsMode=CHART",
+         "summary.final_heldout_spearman", 1500, 820, table, click=COLLAPSE_SIDEBAR)
+    shot("sweep_compare.png", compare_url(opt.experiment_id, [r.info.run_id for r in children]),
+         "Parallel Coordinates", 1500, 760)
+    shot("sweep_parent.png", f"#/experiments/{opt.experiment_id}/runs/{parent.info.run_id}", "Every job", 1500, 1000,
+         click=f"{COLLAPSE_SIDEBAR}; {SHOW_MORE}")
     shot("sweep_child_run.png", f"#/experiments/{opt.experiment_id}/runs/{child.info.run_id}",
-         "summary.heldout_final_spearman", 1700, 1000, click=COLLAPSE_SIDEBAR, search="summary")
-    shot("prompt_versions.png", f"#/prompts/{prompt}", "initial", 1700, 560)
-    shot("runs_table.png", f"#/experiments/{t2.experiment_id}/runs", t2_run.data.tags["mlflow.runName"], 1600, 420,
-         runs_table_state(t2.experiment_id, ["method.particle_agg"], TABLE2_METRICS,
-                          {"run_name": 420, "method.particle_agg": 170, "summary.turn_spearman_mean": 240,
-                           "summary.dialogue_spearman_mean": 260}, []),
+         "summary.final_heldout_spearman", 1700, 1000, click=COLLAPSE_SIDEBAR, search="summary")
+    shot("prompt_versions.png", f"#/prompts/{prompt}", "initial", 1700, 640)
+    shot("set_versions.png", "#/prompts/face-opt-relevance-set", "best", 1700, 460)
+    shot("runs_table.png", f"#/experiments/{t2.experiment_id}/runs", t2_run.data.tags["mlflow.runName"][:12], 1600,
+         420, runs_table_state(t2.experiment_id, ["method.particle_agg"], TABLE2_METRICS,
+                               {"run_name": 420, "method.particle_agg": 170, "summary.turn_spearman_mean": 240,
+                                "summary.dialogue_spearman_mean": 260}, []),
          click=COLLAPSE_SIDEBAR)
     shot("run_page.png", f"#/experiments/{t2.experiment_id}/runs/{t2_run.info.run_id}", "Registered prompts",
          1500, 1000)

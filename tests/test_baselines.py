@@ -37,7 +37,7 @@ def test_crsarena_baselines_on_two_conversations(cfg_factory, plotted):
             assert len(preds.turn) == 11 and len(preds.dialogue) == 2
     scores = pd.read_csv(run_dir / "scores_llm_direct.csv")
     assert scores["score"].between(0, 4).all()
-    long = out["long"]
+    long = out.tables["long"]
     ours = long[long["source"].str.startswith("ours")]
     assert set(ours["method"]) == {"LLM-Direct", "LLM-CoT+ICL", "G-Eval", "FACE"}
     assert ours["source"].str.contains("scripted-model").all()  # every cell says what produced it
@@ -45,7 +45,7 @@ def test_crsarena_baselines_on_two_conversations(cfg_factory, plotted):
     assert {"UniEval", "FACE w/o train", "LLM-Direct", "G-Eval"} <= set(pub["method"])
     assert len(pub[(pub["method"] == "UniEval") & (pub["aspect"] == "relevance")]) == 4  # 2 splits × 2 coefficients
     assert pub[pub["method"] == "UniEval"]["source"].str.contains("not recomputed").all()
-    res_dir = Path(out["out_dir"])
+    res_dir = Path(out.out_dir)
     sig = pd.read_csv(res_dir / "significance.csv")
     assert set(sig["method_b"]) == {"llm_direct", "llm_cot_icl", "g_eval"} and set(sig["method_a"]) == {"face"}
     assert "| LLM-CoT+ICL |" in (res_dir / "table_spearman.md").read_text()
@@ -67,11 +67,11 @@ def test_crsarena_baselines_on_two_conversations(cfg_factory, plotted):
 def test_transfer_on_three_items(cfg_factory, plotted, corpus):
     cfg = cfg_factory(f"experiment=transfer_{corpus}", "dataset.limit=3", *FAST, tracking=False)
     out = _run(cfg)
-    res = out["results"]
+    res = out.results
     assert set(res["method"]) == {"face_transfer", "llm_direct", "llm_cot_icl", "g_eval"}
     assert set(res["aspect"]) == set(DEFAULT_MAPPING)
     assert set(res["level"]) == {"turn", "system"}
-    assert "TRANSFER: CRSArena instructions" in out["labels"]["face_transfer"]
+    assert "TRANSFER: CRSArena instructions" in out.labels["face_transfer"]
     assert (res[res["level"] == "turn"]["n"] + res[res["level"] == "turn"]["n_missing"] == 3).all()
     mine = res[(res["method"] == "face_transfer") & (res["level"] == "turn") & (res["coefficient"] == "spearman")
                & (res["split"] == "all")].set_index("aspect")["value"]
@@ -80,7 +80,7 @@ def test_transfer_on_three_items(cfg_factory, plotted, corpus):
     for target, src in DEFAULT_MAPPING.items():
         [(x, y)] = [xy for name, xy in lines.items() if name.endswith(f"/{src} → {target}")]
         assert x == [0, 1, 2] and y[2] == pytest.approx(mine[target], nan_ok=True)
-    long = out["long"]
+    long = out.tables["long"]
     assert (long["source"].str.contains("Mehri & Eskenazi")).any()
 
 
@@ -118,7 +118,7 @@ def test_dry_run_prints_costs_and_sends_nothing(cfg_factory, capsys):
     cfg = cfg_factory("experiment=transfer_persona_chat", "llm=scripted", "llm.dry_run=true", "dataset.limit=4",
                       "run_size=tiny", tracking=False)
     out = _run(cfg)
-    assert out["dry_run"]
+    assert out.dry_run
     printed = capsys.readouterr().out
     for name in ("LLM-Direct", "LLM-CoT+ICL", "G-Eval", "FACE live"):
         assert name in printed

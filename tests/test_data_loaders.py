@@ -257,3 +257,34 @@ def test_usr_missing_ratings(tmp_path):
     p = _write(tmp_path, [{"context": "a\nb", "fact": "f", "responses": [{"response": "r", "model": "m"}]}], "usr.json")
     with pytest.raises(DataError, match=r"context 0, response 0.*missing key 'Understandable'"):
         load_usr(p)
+
+
+# ---------------------------------------------------------------- an aspects file: grades, and the old key "levels"
+_ASPECT = """\
+- name: explainability
+  level: turn
+  scale: [0, 1, 2]
+  definition: Does the assistant say why it recommends what it recommends?
+  {key}: {{0: No reason., 1: A vague reason., 2: A specific reason.}}
+  instructions: ["Rate the reason."]
+"""
+
+
+def test_an_aspects_files_grades_reach_the_prompt_lines_and_the_old_key_is_read_with_a_warning(tmp_path, capsys):
+    from face.datasets.chatlogs import load_aspects
+
+    new, old = tmp_path / "new.yaml", tmp_path / "old.yaml"
+    new.write_text(_ASPECT.format(key="grades"))
+    old.write_text(_ASPECT.format(key="levels"))
+    (a,) = load_aspects(new)
+    assert a.grades == {0: "No reason.", 1: "A vague reason.", 2: "A specific reason."}
+    assert a.grade_lines() == "- 0: No reason.\n- 1: A vague reason.\n- 2: A specific reason."
+    assert "warning:" not in capsys.readouterr().err
+    (b,) = load_aspects(old)
+    assert b == a and b.grades == a.grades  # the old name means the same
+    err = capsys.readouterr().err
+    assert err.startswith("warning: ") and "'levels' is now called 'grades'" in err and "old.yaml" in err
+    both = tmp_path / "both.yaml"
+    both.write_text(_ASPECT.format(key="grades") + "  levels: {0: x}\n")
+    with pytest.raises(DataError, match=r"both 'levels' and 'grades'"):
+        load_aspects(both)

@@ -75,13 +75,13 @@ def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory,
 
     cfg = cfg_factory("experiment=reproduce_table2", "metaeval.n_boot=100", "report.out_dir=${paths.output_dir}/res")
     out = _run(cfg)
-    comp = out["comparison"]
+    comp = out.comparison
     assert len(comp) == 28
     assert comp["within_0_001"].all(), comp[~comp["within_0_001"]]
     assert (comp["ours"] - comp["published"]).abs().max() <= 0.001 + 1e-9
-    written = pd.read_csv(out["out_dir"] / "table2_face.csv")
+    written = pd.read_csv(out.out_dir / "table2_face.csv")
     assert written["ours"].to_numpy() == pytest.approx(comp["ours"].to_numpy(), abs=5e-5)  # as printed, 4 decimals
-    md = (out["out_dir"] / "table2_face.md").read_text()
+    md = (out.out_dir / "table2_face.md").read_text()
     assert all(f"| {r.aspect} | {r.level} |" in md and f"| {r.ours:.3f} |" in md for r in comp.itertuples())
     assert sorted(plotted) == [f"bars_{s}_{c}.png" for s in ("opendialkg", "redial") for c in ("pearson", "spearman")]
     for split, label, coef in [("redial", "ReDial", "spearman"), ("opendialkg", "OpenDialKG", "pearson")]:
@@ -96,12 +96,14 @@ def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory,
     assert run.info.status == "FINISHED"
     assert run.data.params["method.name"] == "face_released"
     assert run.data.params["metaeval.n_boot"] == "100"
-    m = run.data.metrics
-    assert m["dialogue.dialogue_overall.redial.pearson"] == pytest.approx(0.712, abs=0.0005)
-    assert m["turn.relevance.opendialkg.spearman"] == pytest.approx(0.527, abs=0.0005)
-    assert m["dialogue.dialogue_overall.redial.spearman.ci_low"] < m["dialogue.dialogue_overall.redial.spearman"]
-    assert m["table2.values_within_0_001"] == 28
-    assert "system.dialogue_overall.all.spearman" in m
+    m = run.data.metrics  # the headline first (MLflow sorts names), then the Spearman correlations
+    assert sorted(m)[:3] == ["summary.dialogue_spearman_mean", "summary.system_spearman_mean",
+                             "summary.turn_spearman_mean"]
+    assert all(k.startswith("summary.") or (k.startswith("vs_human.") and k.endswith(".spearman")) for k in m)
+    assert m["vs_human.turn.relevance.opendialkg.spearman"] == pytest.approx(0.527, abs=0.0005)
+    assert "vs_human.system.dialogue_overall.all.spearman" in m
+    numbers = json.loads(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/numbers.json"))
+    assert numbers["table2.values_within_0_001"] == 28
     arts = _artifacts(client, run.info.run_id)
     assert "run/run_file.json" in arts and "config.yaml" in arts
     assert "results/table2_face.md" in arts and any(a.startswith("results/bars_") for a in arts)
@@ -129,7 +131,7 @@ def test_run_file_written_by_the_project_gives_the_reported_correlations(cfg_fac
     out = _run(cfg)
     run = json.loads((Path(cfg.paths.output_dir) / "run_file.json").read_text())
     raw = {c["conv_id"]: c for c in json.loads((data_dir / CRSARENA_EVAL).read_text())[:40]}
-    reported = out["results"].set_index(["level", "aspect", "split", "coefficient"])["value"]
+    reported = out.results.set_index(["level", "aspect", "split", "coefficient"])["value"]
     dial = [(r["dial_level_pred"]["dialogue_overall"], raw[r["conv_id"]]["dial_level_aggregated"]["dialogue_overall"])
             for r in run if r["conv_id"].split("_")[1] == "redial"]
     assert reported["dialogue", "dialogue_overall", "redial", "pearson"] == pytest.approx(
@@ -139,7 +141,7 @@ def test_run_file_written_by_the_project_gives_the_reported_correlations(cfg_fac
               if t["role"] == "ASST" and "relevance" in (t.get("turn_level_aggregated") or {})}
     turn = [(t["turn_level_pred"]["relevance"], labels[r["conv_id"], t["turn_ind"]]) for r in run for t in r["turns"]
             if (r["conv_id"], t["turn_ind"]) in labels]
-    n = out["results"].set_index(["level", "aspect", "split", "coefficient"])["n"]
+    n = out.results.set_index(["level", "aspect", "split", "coefficient"])["n"]
     assert len(turn) == n["turn", "relevance", "all", "spearman"]
     assert reported["turn", "relevance", "all", "spearman"] == pytest.approx(stats.spearmanr(*zip(*turn))[0],
                                                                               abs=1e-12)
@@ -149,8 +151,8 @@ def test_run_file_written_by_the_project_gives_the_reported_correlations(cfg_fac
 def test_subset_runs_never_overwrite_committed_results(cfg_factory, tmp_path):
     cfg = cfg_factory("experiment=reproduce_table2", *SMALL, tracking=False)
     out = _run(cfg)
-    assert out["out_dir"] == Path(cfg.paths.output_dir) / "results"
-    assert "(subset)" in (out["out_dir"] / "table2_face.md").read_text()
+    assert out.out_dir == Path(cfg.paths.output_dir) / "results"
+    assert "(subset)" in (out.out_dir / "table2_face.md").read_text()
 
 
 @pytest.mark.slow
@@ -159,18 +161,18 @@ def test_system_level_reports_ci_and_arena(cfg_factory, plotted):
     cfg = cfg_factory("experiment=system_level", "metaeval.n_boot=100", "arena.n_boot=30",
                       "report.out_dir=${paths.output_dir}/res")
     out = _run(cfg)
-    r = out["results"]
+    r = out.results
     row = r[(r.level == "system_vs_human_labels") & (r.aspect == "dialogue_overall") & (r.coefficient == "spearman")]
     assert row["value"].iloc[0] == pytest.approx(0.883, abs=0.005) and row["n"].iloc[0] == 9
     assert row["ci_low"].iloc[0] < row["value"].iloc[0] <= row["ci_high"].iloc[0]
     assert set(r.level) == {"system_vs_human_labels", "system_vs_arena_bt"}
-    ranking = out["ranking"]
+    ranking = out.tables["ranking"]
     assert len(ranking) == 9 and ranking["votes"].sum() == 2 * 185  # every one of the 185 votes has two sides
     points = plotted["scatter_dialogue_overall.png"]["points"]  # one (mean prediction, mean label) per system
     assert len(points) == 9
     assert stats.spearmanr(points[:, 0], points[:, 1])[0] == pytest.approx(row["value"].iloc[0], abs=1e-9)
     _, run = _mlflow_run(cfg)
-    assert "system_vs_arena.dialogue_overall.all.kendall" in run.data.metrics
+    assert "vs_arena.system.dialogue_overall.all.spearman" in run.data.metrics
 
 
 @pytest.mark.slow
@@ -179,7 +181,7 @@ def test_ablation_num_instructions_small(cfg_factory, data_dir, plotted):
     cfg = cfg_factory("experiment=ablation_num_instructions", "dataset.limit=60", "ablation.ks=[1,4,16]",
                       "ablation.n_seeds=2", "aspects=[relevance,dialogue_overall]")
     out = _run(cfg)
-    s = out["summary"]
+    s = out.tables["summary"]
     assert set(s["k"]) == {1, 4, 16}
     assert (s[s.k == 16]["n_subsets"] == 1).all() and (s[s.k == 1]["n_subsets"] == 2).all()
     # k = 16 is all the instructions: the plain FACE mean, recomputed from the raw files
@@ -188,7 +190,7 @@ def test_ablation_num_instructions_small(cfg_factory, data_dir, plotted):
         _independent_value(data_dir, 60, "relevance", "turn", "all", "spearman"), abs=1e-12)
     assert k16["dialogue_overall", "redial", "pearson"] == pytest.approx(
         _independent_value(data_dir, 60, "dialogue_overall", "dialogue", "redial", "pearson"), abs=1e-12)
-    raw = out["raw"]  # each k-subset names k distinct instructions of the 16
+    raw = out.tables["raw"]  # each k-subset names k distinct instructions of the 16
     assert all(len(set(r.instructions.split(","))) == r.k for r in raw.itertuples(index=False))
     curve = plotted["k_curve_spearman.png"]["lines"]  # one line per split and aspect: mean over seeds against k
     mean = s[s.coefficient == "spearman"].set_index(["split", "aspect", "k"])["mean"]
@@ -207,7 +209,7 @@ def test_ablation_aggregation_small(cfg_factory, data_dir):
     cfg = cfg_factory("experiment=ablation_aggregation", "dataset.limit=60", "ablation.instruction_aggs=[mean,max]",
                       "ablation.particle_aggs=[mean,min]", "aspects=[relevance,efficiency]")
     out = _run(cfg)
-    res = out["results"]
+    res = out.results
     assert set(res["setting"]) == {"mean / mean", "mean / min", "max / mean", "max / min"}
     got = res.set_index(["instruction_agg", "particle_agg", "aspect", "split", "coefficient"])["value"]
     for inst, part, aspect, level, split, coef in [("max", "min", "efficiency", "dialogue", "all", "spearman"),
@@ -215,7 +217,7 @@ def test_ablation_aggregation_small(cfg_factory, data_dir):
                                                    ("max", "mean", "relevance", "turn", "all", "pearson")]:
         assert got[inst, part, aspect, split, coef] == pytest.approx(
             _independent_value(data_dir, 60, aspect, level, split, coef, inst, part), abs=1e-12), (inst, part, aspect)
-    written = pd.read_csv(out["out_dir"] / "aggregation.csv")  # the table as written, rounded for print
+    written = pd.read_csv(out.out_dir / "aggregation.csv")  # the table as written, rounded for print
     assert len(written) == len(res) and written["value"].to_numpy() == pytest.approx(res["value"].to_numpy(),
                                                                                       abs=5e-4)
 
@@ -254,8 +256,7 @@ def test_cli_multirun_sweep(tmp_path, mirror, mlflow_store):
     runs = [r for r in every if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert parent.info.run_name == "reproduce_table2 sweep: particle_agg" and len(runs) == 2
     assert sorted(r.data.params["method.particle_agg"] for r in runs) == ["max", "mean"]
-    assert sorted(r.info.run_name for r in runs) == ["reproduce_table2 particle_agg=max limit=30 n_boot=0",
-                                                     "reproduce_table2 particle_agg=mean limit=30 n_boot=0"]
+    assert sorted(r.info.run_name for r in runs) == ["p=max · reproduce_table2", "p=mean · reproduce_table2"]
     assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}
     assert all(r.data.tags["sweep_dir"] == str(tmp_path / "sweep") for r in every)
 

@@ -82,7 +82,7 @@ def test_unknown_aspect_of_a_dataset_is_rejected_before_anything_runs(cfg_factor
     ("method.particle_agg=mode", "method.particle_agg must be one of"),
     ("method.particles.source=gold", "method.particles.source must be one of 'llm', 'released' or a class"),
     ("method.instructions.source=file", "needs method.instructions.file"),
-    ("dataset.limit=0", "dataset.limit must be a positive integer"),
+    ("dataset.limit=0", "dataset.limit must be an integer >= 1 or null, got 0"),
     ("dataset.splits=[test]", "unknown split"),
     ("metaeval.splits=[test]", "not splits of CRSArena-Eval"),
 ])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -88,3 +89,52 @@ def test_kill_9_mid_run_then_rerun_resends_at_most_the_requests_in_flight(data_d
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(search_all_experiments=True)
     assert sorted(runs["status"]) == ["FINISHED", "KILLED"]  # the killed run is not left RUNNING
+
+
+def _post(url: str, raw: bytes | None, method: str = "POST") -> tuple[int, str, bytes]:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=raw, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read()
+
+
+CHAT = json.dumps({"messages": [{"role": "user", "content": "hello"}], "seed": 1}).encode()
+
+
+def test_the_scripted_server_answers_every_error_as_a_json_error():
+    with ScriptedServer() as info:
+        url = info.base_url + "/chat/completions"
+        cases = [(_post(url, b"{not json"), 400, "bad_json"), (_post(url, b"[1, 2]"), 400, "invalid_type"),
+                 (_post(info.base_url + "/nope", CHAT), 404, "not_found"),
+                 (_post(url, None, method="GET"), 405, "method_not_allowed")]
+        for (status, ctype, body), want, code in cases:
+            err = json.loads(body)["error"]
+            assert (status, ctype.split(";")[0]) == (want, "application/json")
+            assert set(err) == {"message", "type", "code", "param"} and err["code"] == code
+            assert err["message"].startswith("scripted server: ")
+
+
+def _same(reply: tuple[int, str, bytes]) -> tuple:
+    """A reply with what may differ between the two servers masked: who speaks, the second it was made."""
+    status, ctype, body = reply
+    return status, ctype.split(";")[0], re.sub(rb'"created": \d+', b"", body.replace(b"(proxy)", b"(scripted)"))
+
+
+def test_the_scripted_server_and_the_proxy_inject_each_transport_fault_alike():
+    """One implementation: a fault forced at the scripted server and the same fault forced at the proxy in front
+    of a clean scripted server give the same reply (status, content type, body)."""
+    srv = ScriptedServer(hang_s=0.05)
+    with srv as info, FaultProxy(info.base_url, rate=0.0, hang_s=0.05) as proxy:
+        for kind in ("429", "500", "html502", "html200", "timeout", "cut_json"):
+            srv.force(kind)
+            direct = _post(info.base_url + "/chat/completions", CHAT)
+            proxy.injector.force(kind)
+            proxied = _post(proxy.base_url + "/chat/completions", CHAT)
+            assert _same(direct) == _same(proxied), kind
+        assert [e["fault"] for e in srv.log][:6] == ["429", "500", "html502", "html200", "timeout", "cut_json"]
+        assert direct[0] == 200 and direct[2] and not direct[2].endswith(b"}")  # cut_json: HTTP 200, half a body

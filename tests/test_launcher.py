@@ -89,7 +89,7 @@ def test_submitit_local_sweep_reports_a_failed_job(tmp_path, data_dir):
     res = _sweep(tmp_path, data_dir, "experiment=reproduce_table2", "metaeval.n_boot=0", "dataset.limit=0,30",
                  tracking=False, short_results_wait=True)
     assert res.returncode == 1, res.stderr[-3000:]
-    assert "dataset.limit must be a positive integer or null, got 0" in res.stderr  # the job's own line
+    assert "dataset.limit must be an integer >= 1 or null, got 0" in res.stderr  # the job's own line
     assert (tmp_path / "sweep" / "1" / "run_file.json").exists()
     assert (tmp_path / "sweep" / "1" / "results" / "correlations.csv").exists()
     assert not (tmp_path / "sweep" / "0" / "run_file.json").exists()

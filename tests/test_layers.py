@@ -37,3 +37,11 @@ def test_every_module_of_the_pipeline_has_a_layer():
 
 def test_test_doubles_sit_on_top_so_nothing_else_imports_them():
     assert contract_layers()[0] == ["face.testing"]
+
+
+def test_every_module_of_tracking_has_a_layer():
+    import face.tracking
+
+    named = [name for layer in contract_layers("face.tracking") for name in layer]
+    modules = sorted(f"face.tracking.{m.name}" for m in pkgutil.iter_modules(face.tracking.__path__))
+    assert sorted(named) == modules, "pyproject.toml: name every module of face/tracking/ once"

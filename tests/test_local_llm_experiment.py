@@ -51,7 +51,7 @@ def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_facto
     labels = {(c["conv_id"], t["turn_ind"]): t["turn_level_aggregated"]["relevance"] for c in raw
               for t in c["dialogue"] if "relevance" in (t.get("turn_level_aggregated") or {})}
     pairs = [(d["score"], labels[d["conv_id"], d["turn_ind"]]) for d in valid if d["aspect"] == "relevance"]
-    r = out["results"].set_index(["level", "aspect", "split", "coefficient"])
+    r = out.results.set_index(["level", "aspect", "split", "coefficient"])
     row = r.loc["turn", "relevance", "all", "pearson"]
     assert row["n"] == len(pairs) and row["n_missing"] == len(labels) - len(pairs)
     pred, human = zip(*pairs)
@@ -64,5 +64,5 @@ def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_facto
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     [run] = client.search_runs([client.get_experiment_by_name("ablation_no_particles").experiment_id])
     assert run.data.params["llm.backend"] == "local"
-    assert "smollm2" in (out["out_dir"] / "vs_published.md").read_text().lower()
+    assert "smollm2" in (out.out_dir / "vs_published.md").read_text().lower()
     assert _llama_servers() <= before  # the server was stopped

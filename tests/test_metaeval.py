@@ -7,20 +7,20 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from face.coefficients import REGISTRY, rows_correlation
 from face.data.schema import Conversation, Turn
 from face.datasets.crsarena import ASPECTS
 from face.metaeval import (
     COEFFICIENTS,
-    WEIGHTED,
     bootstrap_ci,
     cluster_weights,
     correlate,
     meta_evaluate,
-    rows_correlation,
     system_correlations,
 )
 from face.predictions import Predictions
 
+WEIGHTED = {name: c.weighted for name, c in REGISTRY.items()}
 SCIPY = {"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}
 
 
@@ -155,7 +155,7 @@ def test_system_level_uses_per_system_means():
 def test_bootstrap_coefficients_in_blocks_equal_the_whole_matrix_and_stay_linear_in_memory(monkeypatch):
     import tracemalloc
 
-    from face import metaeval
+    from face import coefficients
 
     rng = np.random.default_rng(3)
     n = 6000  # S of Kendall's tau as one n × n float32 matrix: 144 MB
@@ -166,8 +166,8 @@ def test_bootstrap_coefficients_in_blocks_equal_the_whole_matrix_and_stay_linear
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 90e6, peak  # blocks of S (16 MB each, with their temporaries), not the whole of it
-    monkeypatch.setattr(metaeval, "KENDALL_BLOCK", 10 ** 12)  # one block: the whole matrix
-    monkeypatch.setattr(metaeval, "ROWS", 10 ** 9)
+    monkeypatch.setattr(coefficients, "KENDALL_BLOCK", 10 ** 12)  # one block: the whole matrix
+    monkeypatch.setattr(coefficients, "ROWS", 10 ** 9)
     assert np.array_equal(kendall, WEIGHTED["kendall"](x, y, w), equal_nan=True)
     assert np.array_equal(spearman, WEIGHTED["spearman"](x, y, w), equal_nan=True)
 

@@ -25,7 +25,7 @@ from face.optimize.config import OptimizerConfig
 from face.optimize.estimate import CostInputs, estimate, paper_setting
 from face.optimize.items import Item, correlation, errors, ranks, reward, worst
 from face.optimize.rewrites import Rewrite, instruction_text
-from face.prompt_registry import parse_set, set_template
+from face.tracking.prompts import parse_set, set_template
 
 ASPECT = Aspect("relevance", "turn", (0, 1, 2, 3), "Is it relevant?", {})
 
@@ -214,7 +214,7 @@ def test_checkpoint_resume_equals_uninterrupted_and_refuses_another_config(tmp_p
 def test_config_validation_and_cost_estimate():
     with pytest.raises(ValueError, match="optimizer.alpha"):
         OptimizerConfig(alpha=0)
-    with pytest.raises(ValueError, match="unknown optimizer"):
+    with pytest.raises(ValueError, match="^unknown setting optimizer.alpa; the settings of optimizer: name, alpha, "):
         OptimizerConfig.from_dict({"alpa": 2})
     p = paper_setting(OptimizerConfig(alpha=1, beta=1, beam=1))
     assert (p.alpha, p.beta, p.beam, p.ucb_c, p.pull_minibatch) == (4, 4, 4, 1.0, 20)
@@ -292,8 +292,8 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
     cfg = cfg_factory(*TINY, "llm=scripted", "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1",
                       "optimizer.beam=2")
     out = _run(cfg)
-    assert len(out["trajectory"]) == 2
-    sets = json.loads(out["instructions"].read_text())
+    assert len(out.tables["trajectory"]) == 2
+    sets = json.loads(out.files["instructions"].read_text())
     assert 1 <= len(sets["relevance"]) <= 4 and all({"instruction_id", "text"} <= set(x) for x in sets["relevance"])
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     [run] = client.search_runs([client.get_experiment_by_name("optimize_instructions").experiment_id])
@@ -310,7 +310,7 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
     assert int(client.get_prompt_version(name, "initial").version) == 1
     for v in versions.values():
         assert v.tags["aspect"] == "relevance" and v.tags["run_id"] == run.info.run_id
-        assert v.commit_message.startswith(f"round {v.tags['round']}: ")
+        assert v.commit_message.startswith(f"{run.info.run_name}: round {v.tags['round']}: ")  # the job first
         if v.tags["candidate_id"] != "initial":
             parent = versions[int(v.tags["parent_version"])]
             assert parent.tags["candidate_id"] == v.tags["parent_id"]
@@ -318,28 +318,32 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
             assert f"rewrite of v{parent.version} ({parent.tags['candidate_id']})" in v.commit_message
             assert v.tags["gradient_id"].startswith(f"r{v.tags['round']}:{v.tags['parent_id']}:g")
             assert v.template.startswith("Task: ") and "Step 1: " in v.template
-    # the final set: @best is its first instruction, the prompt's tag lists it in rank order
+    # the final set: @best is its first instruction, the set's version lists its members in rank order
     final = sets["relevance"]
     best = client.get_prompt_version(name, "best")
     assert best.template == final[0]["text"] and int(best.version) == final[0]["prompt_version"]
-    assert client.get_prompt(name).tags["final_versions"] == ",".join(f"v{x['prompt_version']}" for x in final)
-    assert client.get_prompt(name).tags["run_id"] == run.info.run_id
+    assert client.get_prompt(name).tags["run"] == run.info.run_id
     assert not {"round", "candidate_id", "sha256"} & set(client.get_prompt(name).tags)  # per version only
     job_set = client.get_prompt_version("face-opt-relevance-set", f"run-{run.info.run_id[:8]}")
     assert run.data.tags["prompt.relevance"] == f"face-opt-relevance-set@{job_set.version}"
     assert job_set.template == set_template([(x["instruction_id"], x["text"]) for x in final])
-    hist = client.get_metric_history(run.info.run_id, "round.relevance.pulls")
-    assert [m.step for m in hist] == [1, 2]
+    assert job_set.tags["members"] == ",".join(f"{x['instruction_id']}:v{x['prompt_version']}" for x in final)
     assert run.data.tags["prompt.relevance"].startswith("face-opt-relevance-set@")
     arts = [f.path for f in client.list_artifacts(run.info.run_id, "optimized")]
     assert "optimized/instructions.json" in arts
-    assert "heldout.relevance.test_final_spearman" in run.data.metrics
+    # MLflow metrics: the headline and the aspect's held-out Spearman; every other number in numbers.json
+    assert set(run.data.metrics) == {"summary.final_heldout_spearman", "summary.initial_heldout_spearman",
+                                     "summary.gain_heldout_spearman", "vs_human.turn.relevance.heldout.spearman"}
+    numbers = json.loads(Path(client.download_artifacts(run.info.run_id, "numbers.json", str(tmp_path))).read_text())
+    assert numbers["heldout.relevance.test_final_spearman"] == run.data.metrics[
+        "vs_human.turn.relevance.heldout.spearman"] and numbers["optimizer.llm_calls"] > 0
+    assert "estimate.this_run.total.calls" in numbers
 
     # use the result: by file, by registry name@version, by run id
     from face.pipeline.method import Face
 
     ref = run.data.tags["prompt.relevance"]
-    for spec in ({"source": "file", "file": str(out["instructions"])}, {"source": "mlflow", "ref": ref},
+    for spec in ({"source": "file", "file": str(out.files["instructions"])}, {"source": "mlflow", "ref": ref},
                  {"source": "mlflow", "ref": "face-opt-{aspect}-set@latest"},
                  {"source": "mlflow", "ref": f"runs:/{run.info.run_id}"}):
         got = Face(instructions=spec)._instructions(tmp_path, "relevance")
@@ -359,8 +363,8 @@ def test_kill_after_round_one_and_resume_sends_nothing_twice(cfg_factory, script
     srv = scripted
     first = _run(cfg_factory(*common, *_server_overrides(srv, tmp_path / "cache"), "optimizer.stop_after_round=1",
                              tracking=False))
-    assert first["stopped"]
-    ckpt = first["checkpoint"]
+    assert first.stopped
+    ckpt = first.files["checkpoint"]
     assert checkpoint.load(ckpt, "relevance").round == 1
     server = _server_of(srv)
     sent_before = {r["hash"] for r in server.ok_requests()}
@@ -373,9 +377,9 @@ def test_kill_after_round_one_and_resume_sends_nothing_twice(cfg_factory, script
     new = server.log[n_before:]
     assert new, "round 2 needs new requests"
     assert not ({r["hash"] for r in new} & sent_before), "a request answered before was sent again"
-    assert json.loads(resumed["instructions"].read_text()) == json.loads(ref["instructions"].read_text())
-    pd.testing.assert_frame_equal(resumed["results"].drop(columns=["llm_calls", "cost_usd"]),
-                                  ref["results"].drop(columns=["llm_calls", "cost_usd"]))
+    assert json.loads(resumed.files["instructions"].read_text()) == json.loads(ref.files["instructions"].read_text())
+    pd.testing.assert_frame_equal(resumed.results.drop(columns=["llm_calls", "cost_usd"]),
+                                  ref.results.drop(columns=["llm_calls", "cost_usd"]))
 
 
 _SERVERS: dict = {}
@@ -404,10 +408,10 @@ def _track_servers(monkeypatch):
 def test_dry_run_prints_the_paper_setting_and_sends_nothing(cfg_factory, capsys):
     cfg = cfg_factory(*TINY, "llm=scripted", "llm.dry_run=true", tracking=False)
     out = _run(cfg)
-    assert out["dry_run"]
+    assert out.dry_run
     text = capsys.readouterr().out
     assert "paper setting" in text and "per round" in text and "total" in text
-    costs = out["costs"]
+    costs = out.tables["costs"]
     paper = costs[(costs["setting"] == "paper setting")].set_index("stage")
     assert paper.loc["gradients / round", "samples"] == 16 and paper.loc["rewrites / round", "samples"] == 64
 
@@ -417,14 +421,14 @@ def test_optimize_selection_small(cfg_factory):
     cfg = cfg_factory("experiment=optimize_selection", "aspects=[relevance,efficiency]", "selection.repeats=2",
                       "selection.budgets=[8,32]", "selection.ucb_cs=[1.0]", "optimizer.pulls=32", tracking=False,)
     out = _run(cfg)
-    head = out["headline"].set_index("aspect")
+    head = out.tables["headline"].set_index("aspect")
     assert set(head.index) == {"relevance", "efficiency"}
     assert (head["best"] >= head["ucb"] - 1e-9).all() and (head["best"] >= head["full"] - 1e-9).all()
     assert (head["ucb_pulls"] == 32).all()
-    runs = out["runs"]
+    runs = out.tables["runs"]
     assert (runs["regret"] >= -1e-9).all()
     assert {"ucb", "uniform", "random", "full"} <= set(runs["policy"])
-    assert Path(out["out_dir"], "headline.csv").exists() and Path(out["out_dir"], "figures",
+    assert Path(out.out_dir, "headline.csv").exists() and Path(out.out_dir, "figures",
                                                                   "heldout_vs_budget.png").exists()
 
 
@@ -468,22 +472,24 @@ def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_rep
     assert parent.info.status == "FINISHED" and all(r.info.status == "FINISHED" for r in children)
     names = sorted(r.info.run_name for r in children)
     for (a, b), name in zip([(1, 1), (1, 2), (2, 1), (2, 2)], names):
-        assert name.startswith(f"optimize_instructions alpha={a} beam={b} ") and " beta=1" in name
+        assert name == f"a={a} b={b} · optimize_instructions"  # what differs first, within the default width
     for r in children:
-        assert {"summary.heldout_final_spearman", "summary.heldout_initial_spearman"} <= set(r.data.metrics)
+        assert {"summary.final_heldout_spearman", "summary.initial_heldout_spearman"} <= set(r.data.metrics)
         assert r.data.params["optimizer.alpha"] in ("1", "2")  # integers as integers, not 1.0
         assert [d.dataset.name for d in r.inputs.dataset_inputs] == ["CRSArena-Eval"]
     assert not any(k.startswith("llm_score") for k in children[0].data.metrics)  # per stage: in the artifact
     # the report: from the children, in the sweep directory and on the parent
     sweep = tmp_path / "sweep"
     jobs = pd.read_csv(sweep / "sweep_jobs.csv")
-    by_name = {r.info.run_name: r.data.metrics["summary.heldout_final_spearman"] for r in children}
-    assert dict(zip(jobs["run"], jobs["summary.heldout_final_spearman"])) == pytest.approx(by_name)
-    assert parent.data.metrics["summary.heldout_final_spearman"] == pytest.approx(max(by_name.values()))
+    by_name = {r.info.run_name: r.data.metrics["summary.final_heldout_spearman"] for r in children}
+    assert dict(zip(jobs["run"], jobs["summary.final_heldout_spearman"])) == pytest.approx(by_name)
+    assert parent.data.metrics["summary.final_heldout_spearman"] == pytest.approx(max(by_name.values()))
+    assert {k: parent.data.params[k] for k in ("optimizer.alpha", "optimizer.beam", "optimizer.beta", "llm")} == {
+        "optimizer.alpha": "1,2", "optimizer.beam": "1,2", "optimizer.beta": "1", "llm": "scripted"}
     assert "scripted-model (scripted)" in (sweep / "sweep_report.md").read_text()
     logged = {f.path for f in client.list_artifacts(parent.info.run_id, "sweep_report")}
     assert {"sweep_report/sweep_report.md", "sweep_report/sweep_jobs.csv", "sweep_report/sweep_report.png"} <= logged
     assert client.get_experiment_by_name("optimize_instructions").tags[
-        "mlflow.experiment.primaryMetric.name"] == "summary.heldout_final_spearman"
+        "mlflow.experiment.primaryMetric.name"] == "summary.final_heldout_spearman"
     assert all((sweep / n / "results" / "heldout.csv").exists() for n in "0123")  # each job its own tables
     assert _git_status(root) == before  # no job wrote results/ (job 0 once did)

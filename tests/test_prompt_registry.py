@@ -1,6 +1,7 @@
 """The MLflow Prompt Registry holds one version per distinct text of each prompt name, a rewording under a name of
 its own, and each run links exactly the versions it sent (read back from the store, compared by the texts' sha256
-computed here)."""
+computed here). The optimizer files a sweep's candidates under one prompt per aspect, each version saying which
+job wrote it, and its final sets under ``face-opt-<aspect>-set`` with a loadable ``@best``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from face.prompt_registry import best_version
+from face.tracking.prompts import best_version
 
 
 def _run(cfg):
@@ -97,56 +98,92 @@ def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(cfg_
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     [run] = client.search_runs([client.get_experiment_by_name("reproduce_table2").experiment_id])
     assert run.info.run_name == "reproduce_table2 limit=3 n_boot=0"
-    captions = [p.read_text(encoding="utf-8").split("\n\n")[0] for p in out["out_dir"].glob("*.md")]
+    captions = [p.read_text(encoding="utf-8").split("\n\n")[0] for p in out.out_dir.glob("*.md")]
     assert captions and all("limit=3" in c and "llm" not in c and "run_size" not in c for c in captions), captions
 
 
-@pytest.mark.slow
-def test_each_sweep_job_files_its_candidates_under_its_own_prompt_naming_the_job(tmp_path, mirror, mlflow_store):
-    """Two optimizer jobs of one Hydra multirun (alpha=1,2): two candidate prompts, one per job's run, each saying
-    which sweep job and overrides it holds; the same initial text is v1 of each; the sets share one name."""
+def _optimizer_sweep(tmp_path, mirror, mlflow_store, *settings: str):
+    """scripts/run.py -m experiment=optimize_instructions llm=scripted dataset.limit=8 ``settings`` into an empty
+    store in tmp_path; returns its tracking URI."""
     import shutil
     import subprocess
     import sys
     from pathlib import Path
 
-    from mlflow.tracking import MlflowClient
-
     root = Path(__file__).resolve().parents[1]
     shutil.copyfile(mlflow_store, tmp_path / "m.db")  # an empty store: what the sweep registers in it is checked
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=optimize_instructions",
-                          "aspects=[relevance]", "dataset.limit=8", "run_size=tiny", "optimizer.pulls=6",
-                          "optimizer.pull_minibatch=6", "optimizer.expand_minibatch=6", "optimizer.top_k=2",
-                          "llm=scripted", "optimizer.rounds=1", "optimizer.alpha=1,2", "optimizer.beta=1",
-                          "optimizer.beam=1", f"tracking.tracking_uri={uri}",
+    res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=optimize_instructions", "llm=scripted",
+                          "dataset.limit=8", *settings, f"tracking.tracking_uri={uri}",
                           f"tracking.artifact_location={tmp_path / 'mlruns'}", f"paths.cache_dir={tmp_path / 'cache'}",
                           f"paths.data_dir={tmp_path / 'data'}", f"paths.data_mirror={mirror}",
                           f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                          cwd=root, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
+    return uri, res.stdout
+
+
+_QUICK = ["run_size=tiny", "optimizer.pulls=6", "optimizer.pull_minibatch=6", "optimizer.expand_minibatch=6",
+          "optimizer.top_k=2", "optimizer.rounds=1", "optimizer.beta=1"]
+
+
+@pytest.mark.slow
+def test_a_sweep_files_every_jobs_candidates_under_one_prompt_each_version_naming_its_jobs(tmp_path, mirror,
+                                                                                          mlflow_store):
+    """Two optimizer jobs of one Hydra multirun (alpha=1,2): one candidates prompt for the sweep, whose versions'
+    commit messages start with the job's swept values and whose ``jobs`` tags name every job that wrote the text;
+    each job's best candidate is aliased by its values; the sets share one name, each aliased by its job's run."""
+    from mlflow.tracking import MlflowClient
+
+    uri, _ = _optimizer_sweep(tmp_path, mirror, mlflow_store, "aspects=[relevance]", "optimizer.alpha=1,2",
+                              "optimizer.beam=1", *_QUICK)
     client = MlflowClient(tracking_uri=uri)
-    runs = [r for r in client.search_runs([client.get_experiment_by_name("optimize_instructions").experiment_id])
-            if "prompt.relevance" in r.data.tags]
+    exp = client.get_experiment_by_name("optimize_instructions").experiment_id
+    runs = [r for r in client.search_runs([exp]) if "prompt.relevance" in r.data.tags]
+    [parent] = [r for r in client.search_runs([exp]) if r.data.tags.get("sweep_role") == "parent"]
     assert len(runs) == 2
-    names = {p.name for p in client.search_prompts(max_results=100)}
-    assert names == {"face-opt-relevance-set", *(f"face-opt-relevance-run-{r.info.run_id[:8]}" for r in runs)}
-    initial = set()
+    name = f"face-opt-relevance-sweep-{parent.info.run_id[:8]}"
+    assert {p.name for p in client.search_prompts(max_results=100)} == {"face-opt-relevance-set", name}
+    assert client.get_prompt(name).tags["sweep"] == parent.info.run_id
+    versions = client.search_prompt_versions(name)
+    assert len({v.template for v in versions}) == len(versions)  # one version per distinct text
+    assert client.get_prompt_version(name, "initial").tags["jobs"] == "alpha=1; alpha=2"  # one start text
     for r in runs:
-        name = f"face-opt-relevance-run-{r.info.run_id[:8]}"
-        tags = client.get_prompt(name).tags
-        alpha = r.data.params["optimizer.alpha"]
-        assert tags["run_id"] == r.info.run_id and tags["sweep_job"] == r.data.tags["sweep_job"]
-        assert f"optimizer.alpha={alpha}" in tags["sweep_overrides"] and f"sweep job {tags['sweep_job']}" in tags["job"]
-        versions = client.search_prompt_versions(name)
-        assert len(versions) == 1 + int(alpha)  # the initial instruction and alpha rewrites of it (beta = beam = 1)
-        assert len({v.template for v in versions}) == len(versions)
-        v1 = client.get_prompt_version(name, "initial")
-        assert v1.version == 1 and v1.tags["round"] == "0"
-        initial.add(v1.template)
+        label = f"alpha={r.data.params['optimizer.alpha']}"
+        assert r.info.run_name == f"{label} · optimize_instructions"
+        mine = [v for v in versions if label in v.tags["jobs"].split("; ")]
+        assert len(mine) == 1 + int(r.data.params["optimizer.alpha"])  # the start and alpha rewrites of it
+        # the job that wrote a text first leads its commit message; a later job's is in the jobs tag
+        assert all(v.commit_message.startswith(v.tags["jobs"].split("; ")[0] + ": ") for v in mine)
+        best = client.get_prompt_version(name, f"best-{label.replace('=', '')}")
+        assert label in best.tags["jobs"]
         job_set = client.get_prompt_version("face-opt-relevance-set", f"run-{r.info.run_id[:8]}")
         assert r.data.tags["prompt.relevance"] == f"face-opt-relevance-set@{job_set.version}"
-    assert len(initial) == 1  # one start text, registered once per job, not twice under one name
+        assert label in job_set.tags["jobs"].split("; ")
+
+
+@pytest.mark.slow
+def test_the_readme_sweep_on_8_conversations_leaves_a_best_set_that_mlflow_loads(tmp_path, mirror, mlflow_store):
+    """The README tour's sweep (dataset.limit=8, alpha=1,2 x beam=1,2; one round and small minibatches here to stay
+    quick, the same split): its per-system dev share rounds to nothing, so the dev fold is drawn from the
+    optimization conversations and said; every set has a dev Spearman and ``@best`` loads through MLflow's own
+    ``load_prompt`` — the set of the job with the highest one."""
+    import math
+
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri, out = _optimizer_sweep(tmp_path, mirror, mlflow_store, "aspects=[relevance]", "optimizer.alpha=1,2",
+                                "optimizer.beam=1,2", *_QUICK)
+    assert "dev = 1 of them drawn at random" in out
+    mlflow.set_tracking_uri(uri)
+    best = mlflow.genai.load_prompt("prompts:/face-opt-relevance-set@best")
+    client = MlflowClient(tracking_uri=uri)
+    devs = {int(v.version): float(v.tags["dev_spearman"])
+            for v in client.search_prompt_versions("face-opt-relevance-set")}
+    assert all(math.isfinite(d) for d in devs.values()) and len(devs) >= 1
+    assert devs[int(best.version)] == max(devs.values())
+    assert len([p for p in client.search_prompts(max_results=100) if "relevance" in p.name]) == 2  # set, sweep
 
 
 @pytest.mark.slow
@@ -158,15 +195,18 @@ def test_a_text_any_earlier_version_holds_is_not_registered_again_across_pages(c
     from mlflow.tracking import MlflowClient
 
     from face.tracking import Tracker
+    from face.tracking.prompts import register_prompt
 
-    monkeypatch.setattr("face.tracking._PAGE", 2)
-    tracker = Tracker(cfg_factory("experiment=reproduce_table2"))
+    monkeypatch.setattr("face.tracking.prompts._PAGE", 2)
+    cfg = cfg_factory("experiment=reproduce_table2")
+    Tracker(cfg)  # points MLflow at the store
+    uri = cfg.tracking.tracking_uri
     texts = ["first", "first", "second", "third", "fourth"]
     for t in texts:
         genai.register_prompt(name="face-x-y", template=t)
     for t, oldest in (("first", 1), ("second", 3), ("fourth", 5)):
-        assert int(tracker.register_prompt("face-x-y", t, "m", {}).version) == oldest
-    new = tracker.register_prompt("face-x-y", "fifth", "m", {"aspect": "x"})
+        assert int(register_prompt("face-x-y", t, "m", {}, uri).version) == oldest
+    new = register_prompt("face-x-y", "fifth", "m", {"aspect": "x"}, uri)
     assert int(new.version) == 6 and new.tags["sha256"] == _sha("fifth") and new.tags["aspect"] == "x"
     assert len(MlflowClient().search_prompt_versions("face-x-y", max_results=50)) == 6
 
@@ -179,8 +219,9 @@ def test_optimizer_sets_are_aliased_per_job_and_best_by_dev_correlation(cfg_fact
     from mlflow.tracking import MlflowClient
 
     from face.optimize.checkpoint import Candidate
-    from face.prompt_registry import PromptLog, load_reference
+    from face.optimize.prompt_log import PromptLog
     from face.tracking import Tracker
+    from face.tracking.prompts import load_reference
 
     cfg = cfg_factory("experiment=optimize_instructions", "llm=scripted")
     refs, names = [], []
@@ -196,13 +237,13 @@ def test_optimizer_sets_are_aliased_per_job_and_best_by_dev_correlation(cfg_fact
             refs.append(log.register_set([kids[1], initial], {"dev_spearman": dev, "test_spearman": "0.1000"}))
             names.append((log.name, tracker.run_id))
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
-    for (name, run_id), ref in zip(names, refs):
+    for (name, run_id), ref, job in zip(names, refs, "ab"):
         assert name == f"face-opt-relevance-run-{run_id[:8]}"
         assert client.get_prompt_version(name, "initial").template == "Rate it."
         best = client.get_prompt_version(name, "best")
         assert int(best.version) == 3 and best.tags["parent_version"] == "1" and best.tags["round"] == "1"
-        assert "round 1: rewrite of v1 (initial) by gradient r1:initial:g2" in best.commit_message
-        assert client.get_prompt(name).tags["final_versions"] == "v3,v1"
+        assert best.commit_message == f"job {job}: round 1: rewrite of v1 (initial) by gradient r1:initial:g2 -> r1c2"
+        assert client.get_prompt(name).tags["run"] == run_id
         job_set = client.get_prompt_version("face-opt-relevance-set", f"run-{run_id[:8]}")
         assert ref == f"face-opt-relevance-set@{job_set.version}"
     assert [int(r.rsplit("@", 1)[1]) for r in refs] == [1, 2]

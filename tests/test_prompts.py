@@ -133,7 +133,7 @@ def test_reasoning_prompt_carries_the_particle_definition_every_level_and_the_re
     system, user = _reasoning(aspect, turn, Particle("others", "x", "y"))
     assert f"Definition: {spec.particle_definition}" in user
     for value in spec.scale:  # the annotation scheme, one line per grade
-        assert f"- {value}: {spec.levels[value]}" in user
+        assert f"- {value}: {spec.grades[value]}" in user
     assert "step by step" in user and user.rstrip().endswith(f'{{"score": <integer from {spec.low} to {spec.high}>}}')
 
 

@@ -107,7 +107,7 @@ ARGS = {  # name -> (entry point: face / chat / file, argv after the file, words
     "aspects_commas": ("face", ["--aspects", ",,"], ["--aspects ',,' names no aspect"]),
     "aspects_trailing_comma": ("face", ["--aspects", "relevance,"], ["--aspects 'relevance,'", "empty name"]),
     "aspects_unknown": ("face", ["--aspects", "relevance,humour"],
-                        ["unknown aspect 'humour'", "task_completion", "dialogue_overall"]),
+                        ["no aspect 'humour'", "task_completion", "dialogue_overall"]),
     "aspects_twice": ("face", ["--aspects", "relevance,relevance"], ["relevance named twice"]),
     "aspects_alias_twice": ("face", ["--aspects", "dialog_overall,dialogue_overall"], ["dialogue_overall named twice"]),
     "run_aspects_empty_list": ("chat", ["aspects=[]"], ["aspects=[] names no aspect", "relevance"]),

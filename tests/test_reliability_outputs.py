@@ -125,6 +125,18 @@ CASES = {
     "run_dir_locked_by_a_concurrent_run": ("run.py", lambda t: (_run_py(f"hydra.run.dir={t / 'busy'}"),
                                                                 _Held(t / "busy")),
                                            ["hydra.run.dir", "in use by another run"]),
+    # another run's directory named by any other spelling of an output location (issue 29): refused, V unchanged
+    **{f"run_py_{k}_into_another_run": ("run.py", lambda t, k=k: _run_py(f"{k}={_marked(t / 'v', {'settings': '0'})}"),
+                                        [k.lstrip("+"), "another run's results"])
+       for k in ("paths.output_dir", "++paths.output_dir", "report.out_dir", "++report.out_dir", "hydra.run.dir",
+                 "++hydra.run.dir")},
+    "run_py_interpolated_output_dir_into_another_run": (
+        "run.py", lambda t: _run_py(f"+victim={_marked(t / 'v', {'settings': '0'})}", "paths.output_dir=${victim}"),
+        ["paths.output_dir", "another run's results"]),
+    **{f"face_set_{k}_into_another_run": ("face", lambda t, k=k: _evaluate(
+        _logs(t / "in.jsonl"), t / "mine", "--set", f"{k}={_marked(t / 'v', {'settings': '0'})}"), [k, "--out"])
+       for k in ("paths.output_dir", "++paths.output_dir", "report.out_dir", "++report.out_dir", "hydra.run.dir",
+                 "+hydra.job.env_set.X")},
     "results_dir_locked_by_a_concurrent_run": (
         "run.py", lambda t: (["experiment=toy_eval", f"hydra.searchpath=[file://{TOY_CONF}]", "tracking=none",
                               "metaeval.n_boot=0", f"hydra.run.dir={t / 'run'}"], _Held(t / "results" / "toy_eval")),
@@ -215,7 +227,8 @@ def test_an_interpolation_in_out_is_a_literal_directory_name_never_the_environme
 def test_a_quoted_override_value_composes_to_exactly_the_string_given(value):
     from hydra import compose, initialize_config_dir
 
-    from face.cli import ROOT, hydra_value
+    from face.api import hydra_value
+    from face.cli import ROOT
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(config_name="config",
@@ -281,17 +294,21 @@ def test_run_py_resumes_its_own_explicit_run_dir_and_refuses_other_settings_ther
     assert refused(other, "hydra.run.dir", "another run's results") == []
 
 
-def test_a_run_dir_left_by_a_refused_run_takes_the_corrected_command(tmp_path, monkeypatch, data_dir):
-    """Hydra writes .hydra/ before the settings are checked: a refused run leaves no results, so no owner."""
+def test_a_refused_run_writes_nothing_and_a_run_dir_with_only_hydra_s_record_takes_the_corrected_command(
+        tmp_path, monkeypatch, data_dir):
+    """The runner checks every setting before Hydra writes its .hydra/ record: a refused run leaves no directory. A
+    directory holding only such a record (and a log) is no other run's results: the next command takes it."""
     run_dir = tmp_path / "run"
     argv = ["experiment=toy_eval", f"hydra.searchpath=[file://{TOY_CONF}]", "tracking=none",
             f"paths.data_dir={data_dir}", f"hydra.run.dir={run_dir}"]
     bad = run("run.py", [*argv, "metaeval.n_boot=-1"], tmp_path, monkeypatch)
     assert refused(bad, "metaeval.n_boot") == []
-    assert (run_dir / ".hydra").is_dir() and not (run_dir / ".face-run.json").exists()
+    assert not run_dir.exists()
+    _file(run_dir / ".hydra" / "config.yaml")
+    _file(run_dir / "run.log")
     good = run("run.py", [*argv, "metaeval.n_boot=0"], tmp_path, monkeypatch)
     assert good.code in (0, None), good.err[-1500:]
-    assert (run_dir / "run_file.json").exists()
+    assert (run_dir / "run_file.json").exists() and (run_dir / ".face-run.json").exists()
 
 
 # ---------------------------------------------------------------- a file is whole or absent

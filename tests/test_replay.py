@@ -231,3 +231,161 @@ def test_the_judge_stops_when_the_process_that_started_it_is_killed(data_dir):
         time.sleep(0.1)
     os.kill(pid, 9)
     raise AssertionError("the replay judge outlived the process that started it")
+
+
+# ------------------------------------------------------------------ the judge as a server users point tools at
+@pytest.fixture(scope="module")
+def judge_url(replay_data):
+    """The judge's HTTP app on 127.0.0.1 in a thread of this process (its base URL without /v1)."""
+    from face.testing.replay.server import make_app
+    from face.testing.service import AppThread
+
+    server = AppThread("replay-judge-test", lambda: make_app(Judge(replay_data)))
+    port = server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+def _http(url: str, raw: bytes | None = None, method: str = "POST", timeout: float = 30) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=raw, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def _error_of(status_body: tuple[int, bytes], status: int) -> dict:
+    """The error object of a JSON error answer with this status, in the documented shape."""
+    got, raw = status_body
+    assert got == status, raw[:300]
+    err = json.loads(raw)["error"]
+    assert set(err) == {"message", "type", "code", "param"} and err["message"].startswith("replay judge: ")
+    assert err["type"] == "invalid_request_error"
+    return err
+
+
+def _valid_body(data_dir, **over) -> dict:
+    msgs, _ = _prompt(data_dir, "relevance", CONVS[0], 3, 1)
+    return {"model": "face-released-judgements", "messages": msgs, "n": 5, "seed": 0, **over}
+
+
+MALFORMED = {  # name: (body as sent, or a function of a valid FACE scoring body; code; param)
+    "a JSON array": (b"[1, 2]", "invalid_type", None),
+    "a JSON string": (b'"hello"', "invalid_type", None),
+    "a JSON number": (b"5", "invalid_type", None),
+    "JSON null": (b"null", "invalid_type", None),
+    "integer messages": (b'{"messages": [1, 2]}', "invalid_type", "messages[0]"),
+    "200,000-level nesting": (b"[" * 200_000 + b"]" * 200_000, "bad_json", None),
+    "not JSON": (b'{"messages": [', "bad_json", None),
+    "n as a string": (lambda b: dict(b, n="3"), "invalid_type", "n"),
+    "max_tokens as a string": (lambda b: dict(b, max_tokens="50"), "invalid_type", "max_tokens"),
+    "seed as a string": (lambda b: dict(b, seed="7"), "invalid_type", "seed"),
+    "response_format as a string": (lambda b: dict(b, response_format="json_object"), "invalid_type",
+                                    "response_format"),
+    "response_format as a list": (lambda b: dict(b, response_format=[{"type": "json_object"}]), "invalid_type",
+                                  "response_format"),
+    "n = -3": (lambda b: dict(b, n=-3), "invalid_value", "n"),
+    "n = 0": (lambda b: dict(b, n=0), "invalid_value", "n"),
+    "n over the maximum": (lambda b: dict(b, n=1_000_000), "invalid_value", "n"),
+    "n as a boolean": (lambda b: dict(b, n=True), "invalid_type", "n"),
+    "a message's content as a number": (lambda b: dict(b, messages=[{"role": "user", "content": 5}]),
+                                        "invalid_type", "messages[0].content"),
+    "a JSON-schema scale that is not numbers": (
+        lambda b: dict(b, messages=[{"role": "user", "content": b["messages"][-1]["content"].replace(
+            '{"score": <integer from 0 to 2>}', "a score")}],
+            response_format={"type": "json_schema", "json_schema": {"schema": {"properties": {"score": {
+                "enum": ["a", {}]}}}}}), "wrong_scale", None),
+}
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED))
+def test_a_malformed_request_gets_a_400_json_error_naming_the_field(judge_url, data_dir, kind):
+    body, code, param = MALFORMED[kind]
+    raw = body if isinstance(body, bytes) else json.dumps(body(_valid_body(data_dir))).encode()
+    err = _error_of(_http(judge_url + "/v1/chat/completions", raw), 400)
+    assert (err["code"], err["param"]) == (code, param), err
+    assert param is None or err["message"].startswith(f"replay judge: {param} must be ")
+    # the judge still answers a valid request afterwards
+    status, raw = _http(judge_url + "/v1/chat/completions", json.dumps(_valid_body(data_dir)).encode())
+    assert status == 200 and len(json.loads(raw)["choices"]) == 5
+
+
+@pytest.mark.parametrize("n", [1, 128])
+def test_n_up_to_the_documented_maximum_is_answered_with_n_choices(judge_url, data_dir, n):
+    from face.testing.replay.request import MAX_N
+
+    assert MAX_N == 128
+    status, raw = _http(judge_url + "/v1/chat/completions", json.dumps(_valid_body(data_dir, n=n)).encode())
+    assert status == 200 and [c["index"] for c in json.loads(raw)["choices"]] == list(range(n))
+
+
+def test_unknown_path_wrong_method_and_oversized_body_get_json_errors(judge_url, data_dir):
+    from face.testing.replay.server import MAX_BODY_BYTES
+
+    assert _error_of(_http(judge_url + "/v1/completions", b"{}"), 404)["code"] == "not_found"
+    assert _error_of(_http(judge_url + "/v1/chat/completions", method="GET"), 405)["code"] == "method_not_allowed"
+    big = json.dumps(_valid_body(data_dir, metadata="x" * MAX_BODY_BYTES)).encode()
+    assert _error_of(_http(judge_url + "/v1/chat/completions", big), 413)["code"] == "body_too_large"
+    small = json.dumps(_valid_body(data_dir, metadata="x" * 1000)).encode()  # unknown fields are ignored
+    assert _http(judge_url + "/v1/chat/completions", small)[0] == 200
+
+
+@pytest.mark.slow
+def test_soak_malformed_and_valid_requests_interleaved_never_stall_or_break_the_judge(replay_data, data_dir):
+    """``python -m face.testing.replay`` on 127.0.0.1 (its own process, as users run it): every malformed kind, the
+    HTTP errors and valid prompts (n up to the maximum) sent from 8 threads for a bounded number of rounds, while
+    /health is polled. Every answer is what it should be, valid ones equal the in-process judge's, /health never
+    waits a second, the server's memory stays bounded and its count of answered requests is exact."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from face.testing.replay import ReplayServer
+
+    valid = [_valid_body(data_dir, n=n, seed=s) for n, s in ((1, 0), (5, 3), (128, 11))]
+    valid += [dict(_valid_body(data_dir), messages=_prompt(data_dir, "dialogue_overall", CONVS[0], 3, 2)[0], n=5)]
+    want = [Judge(replay_data).answer(b)["choices"] for b in valid]
+    cases = [("valid", json.dumps(b).encode(), 200, i) for i, b in enumerate(valid)]
+    for kind, (body, code, _) in MALFORMED.items():
+        raw = body if isinstance(body, bytes) else json.dumps(body(_valid_body(data_dir))).encode()
+        cases.append((kind, raw, 400, code))
+    cases.append(("oversized", b'{"messages": "' + b"x" * 2_000_000 + b'"}', 413, "body_too_large"))
+    rounds = 25
+    work = [c for _ in range(rounds) for c in cases]
+    with ReplayServer(str(data_dir), process=True) as srv:
+        base = srv.base_url.rsplit("/v1", 1)[0]
+        waits, done = [], threading.Event()
+
+        def poll() -> None:
+            while not done.is_set():
+                t = time.perf_counter()
+                assert _http(base + "/health", method="GET", timeout=10)[0] == 200
+                waits.append(time.perf_counter() - t)
+                time.sleep(0.02)
+
+        def send(case) -> tuple:
+            kind, raw, status, what = case
+            got, body = _http(srv.base_url + "/chat/completions", raw, timeout=60)
+            return kind, status, what, got, body
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                results = list(pool.map(send, work))
+        finally:
+            done.set()
+            poller.join()
+        rss_kb = int(Path(f"/proc/{srv._proc.pid}/status").read_text().split("VmRSS:")[1].split()[0])
+        stats = srv.report()
+    for kind, status, what, got, body in results:
+        if status == 200:
+            assert got == 200 and json.loads(body)["choices"] == want[what], kind
+        else:
+            assert _error_of((got, body), status)["code"] == what, kind
+    assert len(waits) > 10 and max(waits) < 1.0, f"/health waited {max(waits):.2f} s"
+    assert rss_kb < 512 * 1024, f"the judge holds {rss_kb / 1024:.0f} MiB"
+    assert stats["requests"] == rounds * len(valid) and stats["samples"] == rounds * sum(b["n"] for b in valid)

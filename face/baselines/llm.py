@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Annotated, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -41,7 +41,7 @@ from face.pipeline.estimate import Pricing
 from face.pipeline.scoring import numbered, reasoned_value
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.prompts import render, template_text
-from face.settings import settings
+from face.settings import Number, nested, settings
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +64,8 @@ def units_of(aspects: Sequence[Aspect], convs: Sequence[Conversation]) -> list[U
     return out
 
 
-def levels_text(a: Aspect) -> str:
-    return "\n".join(f"{k}: {v}" for k, v in sorted(a.levels.items())) or ", ".join(map(str, a.scale))
+def grades_text(a: Aspect) -> str:
+    return "\n".join(f"{k}: {v}" for k, v in sorted(a.grades.items())) or ", ".join(map(str, a.scale))
 
 
 def unit_fields(u: Unit) -> dict[str, str]:
@@ -80,7 +80,7 @@ def unit_fields(u: Unit) -> dict[str, str]:
 
 def aspect_fields(a: Aspect, judged: str) -> dict[str, str]:
     return {"judged": judged, "aspect": a.name.replace("_", " "), "definition": a.definition,
-            "levels": levels_text(a), "scale": ", ".join(map(str, a.scale))}
+            "levels": grades_text(a), "scale": ", ".join(map(str, a.scale))}
 
 
 def label_of(u: Unit) -> float | None:
@@ -108,28 +108,20 @@ class BaselineDraws:
         return Draws(self.rounds, self.max_extra)
 
 
-@dataclass
+@settings("method")
 class _LLMBaseline:
     """Shared mechanics: plan requests, estimate, (dry run), send, parse, aggregate, report."""
 
     name: str = ""
     uses_llm = True  # the LLM cache and settings are checked before anything runs
-    n: int = 1
-    temperature: float = 0.0
-    max_tokens: int | None = None
-    output_tokens: int = 8  # assumed reply length for the cost estimate
+    n: int = Field(default=1, ge=1)  # samples per unit (the mean of the valid ones)
+    temperature: Number = Field(default=0.0, ge=0)
+    max_tokens: int | None = Field(default=None, ge=1)  # null: the baseline's own (16, or 768 with reasoning)
+    output_tokens: int = Field(default=8, ge=1)  # assumed reply length for the cost estimate
     # an invalid answer is redrawn (fresh sample indices): at most `rounds` rounds, `max_extra` extra draws
-    draws: BaselineDraws = field(default_factory=BaselineDraws)
+    draws: Annotated[BaselineDraws, nested(BaselineDraws)] = Field(default_factory=BaselineDraws)
     title: str = ""
     templates: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.n, int) or self.n < 1:
-            raise ValueError(f"method.n must be an integer >= 1, got {self.n!r}")
-        if self.temperature is not None and self.temperature < 0:
-            raise ValueError(f"method.temperature must be >= 0, got {self.temperature!r}")
-        if isinstance(self.draws, dict):
-            self.draws = BaselineDraws(**self.draws)
 
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
         return []
@@ -209,7 +201,7 @@ def _mean_valid(result, scale: Sequence[int]) -> tuple[float | None, int]:
     return (float(np.mean(vals)) if vals else None), result.invalid_samples
 
 
-@dataclass
+@settings("method")
 class LLMDirect(_LLMBaseline):
     name: str = "llm_direct"
     title: str = "LLM-Direct (one prompt per turn / dialogue, score only)"
@@ -238,21 +230,16 @@ def training_conversations(convs: Sequence[Conversation], folds: int, seed: int)
     return [c for c in convs if c.conv_id in train]
 
 
-@dataclass
+@settings("method")
 class LLMCoTICL(_LLMBaseline):
     name: str = "llm_cot_icl"
     title: str = "LLM-CoT+ICL (reasoning, then the score; in-context examples from the training fold)"
     templates: tuple[str, ...] = ("cot_icl.txt",)
-    k_examples: int = 2
-    folds: int = 2
+    k_examples: int = Field(default=2, ge=0)  # rated examples in the prompt, from the training fold
+    folds: int = Field(default=2, ge=2)  # the optimizer's conversation-level split (fold 0 held out)
     split_seed: int = 0
-    output_tokens: int = 250
-    example_chars: int = 1500  # an example's conversation is cut to its last N characters
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.k_examples < 0:
-            raise ValueError(f"method.k_examples must be >= 0, got {self.k_examples}")
+    output_tokens: int = Field(default=250, ge=1)
+    example_chars: int = Field(default=1500, ge=1)  # an example's conversation is cut to its last N characters
 
     def examples(self, aspect: Aspect, pool: Sequence[Unit], exclude: Unit, rng: np.random.Generator) -> str:
         cands = [p for p in pool if p.conv.conv_id != exclude.conv.conv_id]
@@ -303,17 +290,16 @@ class _ReasonedScore:
         return v if v is not None else f"no final JSON score in {self.scale}"
 
 
-@dataclass
+@settings("method")
 class GEval(_LLMBaseline):
     name: str = "g_eval"
     title: str = "G-Eval (LLM-written evaluation steps, probability-weighted score)"
     templates: tuple[str, ...] = ("geval_steps.txt", "geval_score.txt")
-    top_logprobs: int = 10
-    n_fallback: int = 20  # samples where the endpoint gives no log-probabilities
-    steps_max_tokens: int = 300
+    top_logprobs: int = Field(default=10, ge=0)  # alternatives per token position asked for (the score tokens)
+    n_fallback: int = Field(default=20, ge=1)  # samples where the endpoint gives no log-probabilities
+    steps_max_tokens: int = Field(default=300, ge=1)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         self._steps: dict[str, str] = {}
         self._logprobs = True
 

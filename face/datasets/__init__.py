@@ -11,11 +11,25 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import pandas as pd
+from pydantic import Field
 
 from face.aspects import Aspect
 from face.data.schema import Conversation
+from face.settings import settings
 
 PUBLISHED_COLUMNS = ["method", "split", "aspect", "coefficient", "value"]
+
+
+@settings("dataset")
+class Selection:
+    """The settings every dataset has (conf/dataset/*.yaml); a dataset's own are its own settings class."""
+
+    name: str
+    limit: int | None = Field(default=None, ge=1)  # the first N conversations (after the filters below)
+    systems: list[str] | None = None  # a system name or a CRS id each
+    splits: list[str] | None = None
+    download: bool = True  # fetch missing files
+    instructions: str = "initial"  # default instruction set of the live method (read by conf/method)
 
 
 class Dataset:
@@ -32,19 +46,18 @@ class Dataset:
     assistant: str = "dialogue assistant"  # "a <assistant>" in the decomposition prompt
     judged: str = "dialogue systems"  # "an expert judge of <judged>" in the scoring prompts
 
-    def __init__(self, name: str, limit: int | None = None, systems: Sequence[str] | None = None,
-                 splits: Sequence[str] | None = None, download: bool = True, instructions: str = "initial"):
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-            raise ValueError(f"dataset.limit must be a positive integer or null, got {limit!r}")
-        unknown = sorted(set(splits or ()) - set(self.splits_all))
+    def __init__(self, name: str, limit: int | None = None, systems: list[str] | None = None,
+                 splits: list[str] | None = None, download: bool = True, instructions: str = "initial"):
+        s = Selection(name, limit, systems, splits, download, instructions)  # ConfigError naming dataset.<key>
+        unknown = sorted(set(s.splits or ()) - set(self.splits_all))
         if unknown:
             raise ValueError(f"dataset {name}: unknown split(s) {unknown}; this dataset has {list(self.splits_all)}")
-        self.name = name
-        self.limit = limit
-        self.systems = list(systems) if systems else None
-        self.splits = list(splits) if splits else None
-        self.download = download
-        self.instructions = instructions  # default instruction set of the live method (read by conf/method)
+        self.name = s.name
+        self.limit = s.limit
+        self.systems = s.systems or None
+        self.splits = s.splits or None
+        self.download = s.download
+        self.instructions = s.instructions
 
     # ---- what a subclass provides -------------------------------------------------
     def files(self) -> list[str]:

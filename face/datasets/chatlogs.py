@@ -21,7 +21,11 @@ predictions and the diagnostics report only.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
+
+from pydantic import model_validator
 
 from face.aspects import Aspect, aspect_table
 from face.data.io import as_id, check_text, check_type, field, json_kind, parse_json, read_text
@@ -29,6 +33,7 @@ from face.data.schema import ASSISTANT, USER, Conversation, Turn
 from face.datasets import Dataset
 from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS, check_unique_ids, parse_conversation
 from face.errors import DataError
+from face.settings import settings
 
 ROLES = {"user": USER, "assistant": ASSISTANT}
 
@@ -144,7 +149,8 @@ def load_logs(path: str | Path) -> list[Conversation]:
     return check_unique_ids(convs, path)
 
 
-ASPECT_KEYS = {"name", "level", "scale", "definition", "levels", "particle_definition", "instructions"}
+ASPECT_KEYS = {"name", "level", "scale", "definition", "grades", "particle_definition", "instructions"}
+OLD_KEYS = {"levels": "grades"}  # read with a warning
 
 
 def load_aspects(path: str | Path) -> list[Aspect]:
@@ -154,7 +160,7 @@ def load_aspects(path: str | Path) -> list[Aspect]:
           level: turn                        # turn | dialogue
           scale: [0, 1, 2]                   # the score values, increasing integers
           definition: Does the assistant say why it recommends what it recommends?
-          levels: {0: No reason., 1: A vague reason., 2: A specific reason.}   # optional: each score's meaning
+          grades: {0: No reason., 1: A vague reason., 2: A specific reason.}   # optional: each score's meaning
           particle_definition: ...           # optional: the question asked of one particle (default: definition)
           instructions: [Rate how well ...]  # the live method's instructions for it (one or more)
 
@@ -164,6 +170,7 @@ def load_aspects(path: str | Path) -> list[Aspect]:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "aspects file not found")
+    raw: Any
     try:
         raw = (parse_json(read_text(path), path) if path.suffix.lower() == ".json"
                else OmegaConf.to_container(OmegaConf.load(path)))
@@ -178,6 +185,7 @@ def load_aspects(path: str | Path) -> list[Aspect]:
         check_type(a, dict, path, where)
         name = field(a, "name", str, path, where)
         where = f"aspect {name!r}"
+        a = _renamed_keys(a, path, where)
         unknown = sorted(set(a) - ASPECT_KEYS)
         if unknown:
             raise DataError(path, f"unknown key(s) {', '.join(map(str, unknown))}; an aspect has "
@@ -187,18 +195,42 @@ def load_aspects(path: str | Path) -> list[Aspect]:
         instructions = field(a, "instructions", list, path, where)
         if not instructions or not all(isinstance(t, str) and t.strip() for t in instructions):
             raise DataError(path, "instructions must be a non-empty list of non-empty strings", where)
-        levels = a.get("levels") or {}
-        check_type(levels, dict, path, f"{where}, levels")
+        grades = a.get("grades") or {}
+        check_type(grades, dict, path, f"{where}, grades")
         try:
             scale = tuple(int(v) for v in field(a, "scale", list, path, where))
             out.append(Aspect(name, field(a, "level", str, path, where), scale,
-                              field(a, "definition", str, path, where), {int(k): str(v) for k, v in levels.items()},
+                              field(a, "definition", str, path, where), {int(k): str(v) for k, v in grades.items()},
                               str(a.get("particle_definition") or ""), tuple(instructions)))
         except (TypeError, ValueError) as e:
             raise DataError(path, str(e), where) from None
     if not out:
         raise DataError(path, "no aspect in the file")
     return out
+
+
+def _renamed_keys(a: dict, path: Path, where: str) -> dict:
+    """The aspect with its keys' current names; an old name is read with a warning (both at once: refused)."""
+    for old, new in OLD_KEYS.items():
+        if old in a:
+            if new in a:
+                raise DataError(path, f"both {old!r} and {new!r}: {old!r} is the old name of {new!r}; keep one", where)
+            print(f"warning: {path}: {where}: the key {old!r} is now called {new!r} (what each score means); "
+                  f"{old!r} is read as {new!r} for now", file=sys.stderr, flush=True)
+            a = {(new if k == old else k): v for k, v in a.items()}
+    return a
+
+
+@settings("dataset")
+class ChatLogsSettings:
+    path: str | None = None  # the conversations: a JSON / JSONL file (required)
+    aspects_file: str | None = None  # your own aspects beside CRSArena-Eval's (load_aspects)
+
+    @model_validator(mode="after")
+    def _a_path(self) -> ChatLogsSettings:
+        if not self.path:
+            raise ValueError("dataset.path is required: a JSON / JSONL file of conversations")
+        return self
 
 
 class ChatLogs(Dataset):
@@ -209,13 +241,12 @@ class ChatLogs(Dataset):
 
     def __init__(self, name: str = "chat_logs", path: str | None = None, aspects_file: str | None = None,
                  **selection):
-        if not path:
-            raise ValueError("dataset.path is required: a JSON / JSONL file of conversations")
+        own = ChatLogsSettings(path, aspects_file)
         super().__init__(name, **selection)
-        self.path = Path(path)
+        self.path = Path(str(own.path))
         self.title = self.path.name
-        if aspects_file:  # CRSArena-Eval's aspects and yours
-            self.aspects = aspect_table([*ASPECTS.values(), *load_aspects(aspects_file)])
+        if own.aspects_file:  # CRSArena-Eval's aspects and yours
+            self.aspects = aspect_table([*ASPECTS.values(), *load_aspects(own.aspects_file)])
 
     @property
     def is_subset(self) -> bool:

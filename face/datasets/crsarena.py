@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+from pydantic import Field
 
 from face.aspects import Aspect, aspect_table
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE
@@ -21,6 +23,7 @@ from face.data.io import as_id, check_label, check_text, check_type, field, read
 from face.data.schema import ASSISTANT, USER, Conversation, PublishedScore, Turn
 from face.datasets import Dataset
 from face.errors import DataError
+from face.settings import settings
 
 SPLITS = ("redial", "opendialkg")
 _NSY = ("does not", "somewhat", "does")  # 0 / 1 / 2 on the three-level scales
@@ -134,27 +137,41 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
     dialogue = field(raw, "dialogue", list, path, record)
     if not dialogue:
         raise DataError(path, "empty dialogue", record)
-    turns = []
+    turns: list[Turn] = []
     for i, t in enumerate(dialogue):
-        rec = f"{record}, turn {i}"
-        role = field(t, "role", str, path, rec)
-        if role not in (USER, ASSISTANT):
-            raise DataError(path, f"unknown role {role!r} (expected {USER!r} or {ASSISTANT!r})", rec)
-        labels = t.get("turn_level_aggregated") or {}
-        check_type(labels, dict, path, rec + ", turn_level_aggregated")
-        turn_ind = field(t, "turn_ind", int, path, rec)
-        if turn_ind < 0:
-            raise DataError(path, f"negative turn_ind {turn_ind}", rec)
-        if turns and turn_ind <= turns[-1].turn_ind:
-            raise DataError(path, f"turn_ind {turn_ind} after {turns[-1].turn_ind}: "
-                                  f"{'duplicate' if turn_ind == turns[-1].turn_ind else 'out of order'} "
-                                  "(turn_ind must increase)", rec)
-        turns.append(Turn(
-            turn_ind=turn_ind,
-            role=role,
-            utterance=_utterance(t, path, rec, allow_empty_utterances),
-            labels=_labels(labels, _KNOWN_TURN_LABELS, path, rec),
-        ))
+        turns.append(_turn(t, turns[-1] if turns else None, path, f"{record}, turn {i}", allow_empty_utterances))
+    _check_roles(turns, path, record)
+    if require_labels:
+        dial_labels = field(raw, "dial_level_aggregated", dict, path, record)
+    else:
+        dial_labels = check_type(raw.get("dial_level_aggregated") or {}, dict, path, record)
+    system, split = system_and_split(conv_id)
+    if raw.get("system") is not None:  # optional: the CRS's name when the id does not say it
+        system = as_id(raw["system"], path, f"{record}, key 'system'", "system name")
+    return Conversation(conv_id, tuple(turns), _labels(dial_labels, _KNOWN_DIALOGUE_LABELS, path, record),
+                        system=system, split=split)
+
+
+def _turn(t: Any, prev: Turn | None, path: Path, rec: str, allow_empty_utterances: bool) -> Turn:
+    """One turn of a conversation in CRSArena-Eval's format (``prev``: the turn before it, if any)."""
+    role = field(t, "role", str, path, rec)
+    if role not in (USER, ASSISTANT):
+        raise DataError(path, f"unknown role {role!r} (expected {USER!r} or {ASSISTANT!r})", rec)
+    labels = t.get("turn_level_aggregated") or {}
+    check_type(labels, dict, path, rec + ", turn_level_aggregated")
+    turn_ind = field(t, "turn_ind", int, path, rec)
+    if turn_ind < 0:
+        raise DataError(path, f"negative turn_ind {turn_ind}", rec)
+    if prev is not None and turn_ind <= prev.turn_ind:
+        raise DataError(path, f"turn_ind {turn_ind} after {prev.turn_ind}: "
+                              f"{'duplicate' if turn_ind == prev.turn_ind else 'out of order'} "
+                              "(turn_ind must increase)", rec)
+    return Turn(turn_ind=turn_ind, role=role, utterance=_utterance(t, path, rec, allow_empty_utterances),
+                labels=_labels(labels, _KNOWN_TURN_LABELS, path, rec))
+
+
+def _check_roles(turns: list[Turn], path: Path, record: str) -> None:
+    """USER and ASST turns alternate, only ASST turns are labelled, and there is one to evaluate."""
     for prev, cur in zip(turns, turns[1:]):
         if prev.role == cur.role:
             raise DataError(path, f"roles do not alternate: turns {prev.turn_ind} and {cur.turn_ind} are both "
@@ -165,15 +182,6 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
                                   "labelled)", f"{record}, turn_ind {t.turn_ind}")
     if not any(t.role == ASSISTANT for t in turns):
         raise DataError(path, f"no {ASSISTANT} turn: nothing to evaluate", record)
-    if require_labels:
-        dial_labels = field(raw, "dial_level_aggregated", dict, path, record)
-    else:
-        dial_labels = check_type(raw.get("dial_level_aggregated") or {}, dict, path, record)
-    system, split = system_and_split(conv_id)
-    if raw.get("system") is not None:  # optional: the CRS's name when the id does not say it
-        system = as_id(raw["system"], path, f"{record}, key 'system'", "system name")
-    return Conversation(conv_id, tuple(turns), _labels(dial_labels, _KNOWN_DIALOGUE_LABELS, path, record),
-                        system=system, split=split)
 
 
 def load_conversations(path: str | Path, require_labels: bool = True,
@@ -244,6 +252,12 @@ def load_published_table(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame([r.__dict__ for r in rows])
 
 
+@settings("dataset")
+class CRSArenaSettings:
+    file: str | None = None  # your own conversations in CRSArena-Eval's format instead of the released file
+    repeat: int = Field(default=1, ge=1)  # scale benchmarks: every conversation K times
+
+
 class CRSArenaEval(Dataset):
     title = "CRSArena-Eval"
     splits_all = SPLITS
@@ -253,11 +267,10 @@ class CRSArenaEval(Dataset):
     judged = "conversational recommender systems"
 
     def __init__(self, name: str = "crsarena_eval", file: str | None = None, repeat: int = 1, **selection):
+        own = CRSArenaSettings(file, repeat)
         super().__init__(name, **selection)
-        if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
-            raise ValueError(f"dataset.repeat must be a positive integer, got {repeat!r}")
-        self.file = Path(file) if file else None
-        self.repeat = repeat
+        self.file = Path(own.file) if own.file else None
+        self.repeat = own.repeat
         if self.file is not None:
             self.title = self.file.name
         if repeat > 1:

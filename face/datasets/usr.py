@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 
@@ -22,6 +23,7 @@ from face.data.io import check_label, check_type, field, read_json
 from face.data.schema import ASSISTANT, USER, Conversation, Turn, USRContext, USRResponse
 from face.datasets import Dataset
 from face.errors import DataError
+from face.settings import settings
 
 USR_ASPECTS = ("Understandable", "Natural", "Maintains Context", "Engaging", "Uses Knowledge", "Overall")
 GROUND_TRUTH = "Original Ground Truth"
@@ -104,19 +106,27 @@ def to_conversations(contexts: list[USRContext], exclude_ground_truth: bool = Tr
 TITLES = {"topical_chat": "USR Topical-Chat", "persona_chat": "USR PersonaChat"}
 
 
+Corpus = Literal["topical_chat", "persona_chat"]  # the keys of USR_FILES (tests hold them equal)
+
+
+@settings("dataset")
+class USRSettings:
+    corpus: Corpus
+    exclude_ground_truth: bool = True  # USR's protocol: the original response is the reference, not a scored item
+
+
 class USR(Dataset):
     aspects = ASPECTS
     response_level = True
     assistant = "open-domain chit-chat assistant"
     judged = "open-domain dialogue systems"
 
-    def __init__(self, name: str, corpus: str, exclude_ground_truth: bool = True, **selection):
-        if corpus not in USR_FILES:
-            raise ValueError(f"dataset.corpus must be one of {list(USR_FILES)}, got {corpus!r}")
+    def __init__(self, name: str, corpus: Corpus, exclude_ground_truth: bool = True, **selection):
+        own = USRSettings(corpus, exclude_ground_truth)
         super().__init__(name, **selection)
-        self.corpus = corpus
-        self.title = TITLES[corpus]
-        self.exclude_ground_truth = exclude_ground_truth
+        self.corpus = own.corpus
+        self.title = TITLES[own.corpus]
+        self.exclude_ground_truth = own.exclude_ground_truth
 
     def files(self) -> list[str]:
         return [USR_FILES[self.corpus]]

@@ -7,7 +7,8 @@ import itertools
 import pandas as pd
 from omegaconf import DictConfig
 
-from face.experiments.common import experiment, released_scores
+from face.experiments.common import ConfigError, Parts, experiment, released_scores
+from face.experiments.result import ExperimentResult
 from face.metaeval import items, paired_difference
 from face.pipeline.aggregate import AGGREGATORS, aggregate
 from face.pipeline.released import LABEL
@@ -15,12 +16,18 @@ from face.report import figures
 from face.report.tables import SPLIT_LABELS, order_aspects, print_table, write_table
 
 
-def run(cfg: DictConfig) -> dict:
+def parts(cfg: DictConfig) -> Parts:
+    """The aggregators named in ``ablation`` exist (checked with the other settings)."""
     a = cfg.ablation
     for agg in (*a.instruction_aggs, *a.particle_aggs):
         if agg not in AGGREGATORS:
-            raise ValueError(f"unknown aggregator {agg!r}; choose from {AGGREGATORS}")
-    with experiment(cfg) as ctx:
+            raise ConfigError(f"ablation: unknown aggregator {agg!r}; choose from {AGGREGATORS}")
+    return Parts()
+
+
+def run(cfg: DictConfig) -> ExperimentResult:
+    a = cfg.ablation
+    with experiment(cfg, parts(cfg)) as ctx:
         tracker = ctx.tracker
         scores = released_scores(ctx, "re-aggregates the released scores")
         levels = ctx.inputs().levels
@@ -59,7 +66,7 @@ def run(cfg: DictConfig) -> dict:
                          f"`results/aggregation.csv`, each minus {base} with paired CIs in "
                          "`results/aggregation_differences.csv`.")
         tracker.log_artifacts(paths, "results")
-        return {"results": results, "differences": diffs, "out_dir": ctx.out_dir}
+        return ctx.result(results=results, tables={"differences": diffs})
 
 
 def differences(preds: dict, base: str, ctx, n_boot: int, coefficient: str = "spearman") -> pd.DataFrame:

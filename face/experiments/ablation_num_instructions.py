@@ -7,6 +7,7 @@ from omegaconf import DictConfig
 
 from face.console import progress
 from face.experiments.common import experiment, released_scores
+from face.experiments.result import ExperimentResult
 from face.files import atomic_path
 from face.metaeval import meta_evaluate
 from face.pipeline.aggregate import aggregate, instruction_ids, random_instruction_subsets
@@ -15,7 +16,7 @@ from face.report import figures
 from face.report.tables import order_aspects, print_table, write_table
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig) -> ExperimentResult:
     a = cfg.ablation
     with experiment(cfg) as ctx:
         tracker = ctx.tracker
@@ -59,4 +60,4 @@ def run(cfg: DictConfig) -> dict:
         tracker.describe(f"**Correlation vs number of instructions** ({note}) — the table is "
                          "`results/k_instructions.csv`.")
         tracker.log_artifacts(paths, "results")
-        return {"summary": summary, "raw": raw, "out_dir": ctx.out_dir}
+        return ctx.result(tables={"summary": summary, "raw": raw})

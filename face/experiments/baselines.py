@@ -23,7 +23,8 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from face.data import PUBLISHED_TABLE
-from face.experiments.common import experiment
+from face.experiments.common import Parts, experiment
+from face.experiments.result import ExperimentResult
 from face.files import atomic_path
 from face.report.tables import SPLIT_LABELS, order_aspects, print_table, write_table
 from face.significance import comparison_table
@@ -48,9 +49,14 @@ def _method_cfgs(cfg: DictConfig) -> dict[str, DictConfig]:
     return out
 
 
-def run(cfg: DictConfig) -> dict:
+def parts(cfg: DictConfig) -> Parts:
+    """The published table, and every baseline beside the method."""
+    return Parts(extra_files=(PUBLISHED_TABLE,), method_cfgs=_method_cfgs(cfg))
+
+
+def run(cfg: DictConfig) -> ExperimentResult:
     reference = cfg.method.name
-    with experiment(cfg, extra_files=[PUBLISHED_TABLE], method_cfgs=_method_cfgs(cfg)) as ctx:
+    with experiment(cfg, parts(cfg)) as ctx:
         tracker, is_usr = ctx.tracker, ctx.dataset.response_level
         preds, labels, rows, dry = {}, {}, [], False
         levels = ("turn", "system") if is_usr else ("turn", "dialogue", "system")
@@ -66,7 +72,7 @@ def run(cfg: DictConfig) -> dict:
             rows.append(res.assign(method=name))
         if dry:
             print("Dry run: nothing was sent. " + " | ".join(labels.values()), flush=True)
-            return {"dry_run": True, "out_dir": ctx.out_dir, "labels": labels}
+            return ctx.result(dry_run=True, labels=labels)
         results = pd.concat(rows, ignore_index=True)
         published = ctx.published()
         note = (f"{ctx.subset}; 95% CIs: {cfg.metaeval.n_boot} bootstrap resamples of "
@@ -100,7 +106,7 @@ def run(cfg: DictConfig) -> dict:
         if is_usr:
             paths += transfer_outputs(results, ctx, reference, short)
         tracker.log_artifacts(paths, "results")
-        return {"results": results, "long": long, "out_dir": ctx.out_dir, "labels": labels}
+        return ctx.result(results=results, tables={"long": long}, labels=labels)
 
 
 def long_table(results: pd.DataFrame, published: pd.DataFrame, labels: dict, splits) -> pd.DataFrame:

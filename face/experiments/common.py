@@ -12,13 +12,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
-import os
 import sys
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
@@ -29,19 +28,18 @@ from face.data import ensure_data
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
 from face.errors import ConfigError, DataError, import_class, require_writable_dir
-from face.files import digest_files, digest_settings, dir_lock, write_marker
+from face.experiments.naming import data_source, non_default_settings, run_name, settings_text, without_llm_settings
+from face.experiments.result import ExperimentResult
+from face.experiments.settings import MAX_UTTERANCE_CHARS, RunSettings
+from face.files import dir_lock
 from face.llm import LLMConfig
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
-from face.methods.job import ESTIMATE_CONSOLE
+from face.methods.job import ESTIMATE_CONSOLE, collect_estimates
 from face.runfile import write_run_file
 from face.tracking import Tracker, check_tracking_store
 
 log = logging.getLogger(__name__)
-
-# utterances longer than this (characters, ~4 per token) are reported before anything is sent;
-# set +checks.max_utterance_chars=N (or null to switch the check off)
-MAX_UTTERANCE_CHARS = 20_000
 
 
 
@@ -61,6 +59,15 @@ class Context:
     has_labels: bool = True  # False for user conversations without human labels: predict only
     extra: dict = field(default_factory=dict)
     llm: LLMConfig | None = None  # conf/llm as LLMConfig: built and checked once, before anything runs
+    summary: console.RunSummary | None = None  # the run's summary block (each LLM job's usage)
+    estimates: list[pd.DataFrame] = field(default_factory=list)  # each LLM job's cost estimate
+
+    def result(self, **parts: Any) -> ExperimentResult:
+        """The experiment's typed result: its ``parts`` (ExperimentResult's fields), with the run's directories and
+        its LLM jobs' estimates and usage."""
+        usage = list(self.summary.usage) if self.summary is not None else []
+        return ExperimentResult(self.cfg.task_name, self.out_dir, self.run_dir, list(self.convs), list(self.aspects),
+                                dict(self.methods), estimates=list(self.estimates), usage=usage, **parts)
 
     @property
     def method(self) -> Method:
@@ -132,97 +139,6 @@ def released_scores(ctx: Context, why: str) -> pd.DataFrame:
     return ctx.method.load(ctx.inputs())
 
 
-# settings that say where things go or how they are shown, not what is computed
-_NOT_SETTINGS = ("paths.", "tracking.", "hydra.", "report.", "dataset.download", "llm.progress", "llm.cache_dir",
-                 "checks.")
-
-
-def non_default_settings(cfg: DictConfig) -> dict[str, str]:
-    """Every setting that differs from the experiment's default configuration (``experiment=<task_name>``), as
-    ``key -> value``: they go into captions and the MLflow run name, and send the outputs to the run directory.
-    A config group swapped for another of its configs counts as one setting (``llm=openai``); the keys of the
-    new config are then compared with that config's own defaults. An experiment that cannot be composed on its
-    own (e.g. from a searchpath) counts as all-default."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from face.tracking import flatten
-
-    def default_with(overrides: list[str]):
-        if GlobalHydra.instance().is_initialized():  # inside scripts/run.py's Hydra app: its config search path
-            return compose(config_name="config", overrides=overrides)
-        with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
-            return compose(config_name="config", overrides=overrides)
-
-    groups = (("dataset", "dataset.name"), ("method", "method.name"), ("llm", "llm.backend"))
-    try:
-        default = default_with([f"experiment={cfg.task_name}"])
-    except Exception:
-        log.warning("could not compose the default configuration of %r: every setting counts as default",
-                    cfg.task_name)
-        return {}
-    swaps = {g: str(OmegaConf.select(cfg, key)) for g, key in groups
-             if OmegaConf.select(cfg, key, default=None) != OmegaConf.select(default, key, default=None)}
-    if swaps:
-        try:
-            default = default_with([f"experiment={cfg.task_name}", *(f"{g}={v}" for g, v in swaps.items())])
-        except Exception:  # a config name that is not a file of its group: compare key by key
-            swaps = {}
-    mine = flatten(OmegaConf.to_container(cfg, resolve=False))
-    base = flatten(OmegaConf.to_container(default, resolve=False))
-    out = dict(swaps)
-    for k in sorted(set(mine) - set(base)):
-        if not k.startswith(_NOT_SETTINGS):
-            print(f"warning: setting {k} is not part of experiment {cfg.task_name}'s configuration; no code reads it",
-                  file=sys.stderr, flush=True)
-    for k in sorted(set(mine) | set(base)):
-        if k.startswith(_NOT_SETTINGS) or mine.get(k, "<absent>") == base.get(k, "<absent>"):
-            continue
-        v = mine.get(k, "<absent>")
-        out[k] = Path(v).name if isinstance(v, str) and os.path.isabs(v) else str(v)
-    return out
-
-
-def data_source(files: Sequence[str]) -> str:
-    """Where a dataset comes from, for MLflow: its data files by name (a machine's data directory is not part
-    of it; ``FACE_DATA_DIR`` says where they are)."""
-    return "data/raw/" + ",".join(sorted(Path(f).name for f in files))[:400]
-
-
-def run_owner(cfg: DictConfig) -> dict[str, str]:
-    """What makes two runs the same run (the ownership marker ``.face-run.json`` of a run directory): a digest of
-    the settings that decide the results (not where things go, nor how they are shown) and of the input file
-    (``dataset.path``, by its bytes: the same file moved elsewhere is the same input)."""
-    from face.tracking import flatten
-
-    flat = flatten(OmegaConf.to_container(cfg, resolve=False))
-    settings = {k: v for k, v in flat.items()
-                if not k.startswith(_NOT_SETTINGS) and k not in ("dataset.path", "llm.dry_run")}
-    path = OmegaConf.select(cfg, "dataset.path", default=None, throw_on_missing=False)
-    owner = {"settings": digest_settings(settings)}
-    if isinstance(path, str) and os.path.isfile(path):
-        owner["input"] = digest_files([path])
-    return owner
-
-
-def without_llm_settings(settings: dict[str, str]) -> dict[str, str]:
-    """The settings that matter to a run that calls no LLM: without ``llm=...`` and the ``llm.*`` / ``run_size.*``
-    keys (an experiment that re-aggregates released scores is the same run under any LLM)."""
-    return {k: v for k, v in settings.items()
-            if k not in ("llm", "run_size") and not k.startswith(("llm.", "run_size."))}
-
-
-def settings_text(settings: dict[str, str]) -> str:
-    return ("non-default settings: " + ", ".join(f"{k}={v}" for k, v in settings.items())) if settings else ""
-
-
-def run_name(task: str, settings: dict[str, str]) -> str:
-    """``<experiment> key=value ...``: the last part of each key where that is unambiguous."""
-    tails = [k.rsplit(".", 1)[-1] for k in settings]
-    names = [t if tails.count(t) == 1 else k for t, k in zip(tails, settings)]
-    return " ".join([task, *(f"{n}={v}" for n, v in zip(names, settings.values()))])[:250]
-
-
 def out_dir_for(cfg: DictConfig, dataset, settings: dict[str, str] | None = None) -> Path:
     """``results/<task_name>`` for the experiment's default configuration on the full data only, outside a
     multirun; anything else writes into its own run directory (``report.out_dir`` overrides both)."""
@@ -245,66 +161,128 @@ def _splits(cfg: DictConfig, dataset) -> list[str]:
     return list(wanted)
 
 
-@contextmanager
-def experiment(cfg: DictConfig, extra_files: Sequence[str] = (),
-               method_cfgs: dict[str, DictConfig] | None = None) -> Iterator[Context]:
-    """Validate, fetch, load, track. ``method_cfgs``: several methods (name -> config) instead of ``cfg.method``.
+@dataclass(frozen=True)
+class Parts:
+    """What an experiment needs beside the skeleton's dataset and ``cfg.method``: more data files, or several methods
+    (name -> config) instead of ``cfg.method``. An experiment module with such needs defines ``parts(cfg) -> Parts``,
+    which also checks the experiment's own settings (``ConfigError``); the runner checks them with the others."""
 
-    Every setting is checked (``ConfigError``: one line naming it) before anything is fetched, written or
-    sent; the MLflow run opens only after that. A run that ends well prints one summary block (face.console)."""
-    summary = console.RunSummary()
+    extra_files: tuple[str, ...] = ()
+    method_cfgs: dict[str, DictConfig] | None = None
+
+
+@dataclass
+class Plan:
+    """A run's parts, built and checked (``prepare``) before anything is fetched, written or sent."""
+
+    cfg: DictConfig
+    parts: Parts
+    llm: LLMConfig | None  # conf/llm typed (None: a configuration without llm)
+    dataset: Any
+    methods: dict[str, Method]
+    aspects: list[Aspect]
+    files: list[str]  # every data file the run reads (fetched first)
+    splits: list[str]
+    label: dict[str, str]  # the non-default settings that name the run (run name, captions)
+    out_dir: Path  # tables and figures
+    run_dir: Path  # run files (paths.output_dir)
+    uses_llm: bool
+
+    def is_for(self, cfg: DictConfig, parts: Parts) -> bool:
+        """Was this plan made for ``cfg`` (the same settings, Hydra's own aside) and ``parts``?"""
+        def mine(c: DictConfig) -> dict:
+            tree = OmegaConf.to_container(c, resolve=False)
+            return {k: v for k, v in tree.items() if k != "hydra"} if isinstance(tree, dict) else {}
+
+        same_parts = (parts.extra_files == self.parts.extra_files
+                      and list(parts.method_cfgs or ()) == list(self.parts.method_cfgs or ()))
+        return same_parts and mine(cfg) == mine(self.cfg)
+
+
+def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
+    """Every setting checked and every part built (``ConfigError``: one line naming the setting); nothing fetched,
+    written or sent."""
     try:
-        llm = check_settings(cfg, method_cfgs)
+        llm = check_settings(cfg)
         dataset = build(cfg.dataset)
-        methods = {name: build(node) for name, node in (method_cfgs or {cfg.method.name: cfg.method}).items()}
+        methods = {name: build(node) for name, node in (parts.method_cfgs or {cfg.method.name: cfg.method}).items()}
         aspects = dataset.resolve_aspects(cfg.get("aspects"))
         uses_llm = any(_uses_llm(m) for m in methods.values())
         files = list(dict.fromkeys([*dataset.files(), *[f for m in methods.values()
-                                                        for f in m.required_files(dataset, aspects)], *extra_files,
-                                    *(llm_server_files(cfg) if uses_llm else [])]))
+                                                        for f in m.required_files(dataset, aspects)],
+                                    *parts.extra_files, *(llm_server_files(cfg) if uses_llm else [])]))
         splits = _splits(cfg, dataset)
         settings = non_default_settings(cfg)
         out_dir, run_dir = out_dir_for(cfg, dataset, settings), Path(cfg.paths.output_dir)
         label = settings if uses_llm else without_llm_settings(settings)  # run name and captions
-        check_paths(cfg, out_dir, run_dir, uses_llm=any(_uses_llm(m) for m in methods.values()))
-    except ConfigError:
+        check_paths(cfg, out_dir, run_dir, uses_llm)
+    except (ConfigError, DataError):
         raise
     except (ValueError, TypeError, KeyError) as e:
-        if isinstance(e, DataError):
-            raise
-        raise ConfigError(str(e).strip("'\"")) from e
-    data_dir = Path(cfg.paths.data_dir)
+        raise ConfigError(str(e).strip("'\"") if isinstance(e, KeyError) else str(e)) from e  # KeyError: its repr
+    return Plan(cfg, parts, llm, dataset, methods, aspects, files, splits, label, out_dir, run_dir, uses_llm)
+
+
+_PLANNED: ContextVar[Plan | None] = ContextVar("face_planned_run", default=None)
+
+
+@contextmanager
+def planned(plan: Plan) -> Iterator[Plan]:
+    """The runner checked and built the run already: the experiment inside uses ``plan`` (checked once)."""
+    token = _PLANNED.set(plan)
+    try:
+        yield plan
+    finally:
+        _PLANNED.reset(token)
+
+
+@contextmanager
+def experiment(cfg: DictConfig, parts: Parts = Parts()) -> Iterator[Context]:
+    """Validate (``prepare``, unless the runner did), fetch, load, track.
+
+    Every setting is checked (``ConfigError``: one line naming it) before anything is fetched, written or
+    sent; the MLflow run opens only after that. A run that ends well prints one summary block (face.console)."""
+    summary = console.RunSummary()
+    plan = _PLANNED.get()
+    if plan is None or not plan.is_for(cfg, parts):
+        plan = prepare(cfg, parts)
     with contextlib.ExitStack() as owned:  # the run's directories are this run's until it ends
-        owned.enter_context(dir_lock(run_dir, "paths.output_dir (hydra.run.dir)"))
-        owned.enter_context(dir_lock(out_dir, "report.out_dir" if cfg.report.get("out_dir") else "paths.results_dir"))
-        results = Path(cfg.paths.results_dir).resolve()
-        if results != run_dir.resolve() and results not in run_dir.resolve().parents:  # results/: the lock only
-            write_marker(run_dir, run_owner(cfg))
-        tracker = owned.enter_context(Tracker(cfg, run_name(cfg.task_name, label), uses_llm))
-        tracker.log_config()
-        ensure_data(data_dir, files, cfg.paths.get("data_mirror"), dataset.download)
-        tracker.log_checksums(data_checksums(files))
-        all_convs = dataset.load_all(data_dir)
-        convs = dataset.select(all_convs)
-        if not convs:
-            raise ConfigError(f"the dataset selection (limit={dataset.limit}, systems={dataset.systems}, "
-                              f"splits={dataset.splits}) matches no conversation of {dataset.title}")
-        check_utterances(convs, cfg)
-        tracker.log_dataset(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
-                                             "evaluated_turns": len(c.evaluated_turns())} for c in convs],
-                            data_checksums(files), data_source(dataset.files()))
-        n_turns = sum(len(c.evaluated_turns()) for c in convs)
-        subset = (f"{dataset.title}, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
-                  + (" (subset)" if dataset.is_subset else "") + (f"; {settings_text(label)}" if label else ""))
-        has_labels = any(c.labels or any(t.labels for t in c.turns) for c in convs)
-        log.info("%s; results -> %s", subset, out_dir)
-        summary.results, summary.run_dir, summary.tracking = out_dir.resolve(), run_dir.resolve(), tracker.enabled
-        summary.run_id, summary.experiment_id = tracker.run_id, getattr(tracker, "experiment_id", None)
-        summary.ui = mlflow_ui_command(cfg)
-        with console.collect(summary):
-            yield Context(cfg, dataset, methods, convs, aspects, splits, data_dir, out_dir, run_dir, subset, tracker,
-                          has_labels, llm=llm)
+        owned.enter_context(dir_lock(plan.run_dir, "paths.output_dir (hydra.run.dir)"))
+        owned.enter_context(dir_lock(plan.out_dir, "report.out_dir" if cfg.report.get("out_dir")
+                                     else "paths.results_dir"))
+        tracker = owned.enter_context(Tracker(cfg, run_name(cfg.task_name, plan.label), plan.uses_llm))
+        ctx = _load(plan, tracker, summary)
+        with console.collect(summary), collect_estimates() as estimates:
+            ctx.estimates = estimates  # filled as the LLM jobs make them
+            yield ctx
     console.finish(summary)
+
+
+def _load(plan: Plan, tracker: Tracker, summary: console.RunSummary) -> Context:
+    """Fetch and load the data (logged to the tracker); the experiment's Context."""
+    cfg, dataset, data_dir = plan.cfg, plan.dataset, Path(plan.cfg.paths.data_dir)
+    tracker.log_config()
+    ensure_data(data_dir, plan.files, cfg.paths.get("data_mirror"), dataset.download)
+    tracker.log_checksums(data_checksums(plan.files))
+    all_convs = dataset.load_all(data_dir)
+    convs = dataset.select(all_convs)
+    if not convs:
+        raise ConfigError(f"the dataset selection (limit={dataset.limit}, systems={dataset.systems}, "
+                          f"splits={dataset.splits}) matches no conversation of {dataset.title}")
+    check_utterances(convs, cfg)
+    tracker.log_dataset(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
+                                         "evaluated_turns": len(c.evaluated_turns())} for c in convs],
+                        data_checksums(plan.files), data_source(dataset.files()))
+    n_turns = sum(len(c.evaluated_turns()) for c in convs)
+    subset = (f"{dataset.title}, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
+              + (" (subset)" if dataset.is_subset else "") + (f"; {settings_text(plan.label)}" if plan.label else ""))
+    has_labels = any(c.labels or any(t.labels for t in c.turns) for c in convs)
+    log.info("%s; results -> %s", subset, plan.out_dir)
+    summary.results, summary.run_dir, summary.tracking = plan.out_dir.resolve(), plan.run_dir.resolve(), tracker.enabled
+    summary.run_id, summary.experiment_id = tracker.run_id, getattr(tracker, "experiment_id", None)
+    summary.ui = mlflow_ui_command(cfg)
+    return Context(cfg, dataset, plan.methods, convs, plan.aspects, plan.splits, data_dir, plan.out_dir, plan.run_dir,
+                   subset, tracker, has_labels, llm=plan.llm, summary=summary)
 
 
 def mlflow_ui_command(cfg: DictConfig) -> str:
@@ -319,53 +297,12 @@ def _setting(cfg: DictConfig, key: str, default=None):
     return OmegaConf.select(cfg, key, default=default)
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-# (key in the method config, kind, lowest allowed value, may be null)
-_METHOD_NUMBERS = (("n", "int", 1, False), ("temperature", "num", 0, True), ("max_tokens", "int", 1, True),
-                   ("top_logprobs", "int", 0, True), ("particles.k", "int", 1, False),
-                   ("particles.max_extra", "int", 0, True), ("particles.temperature", "num", 0, True),
-                   ("particles.max_tokens", "int", 1, True), ("instructions.max", "int", 1, True))
-
-
-def check_settings(cfg: DictConfig, method_cfgs: dict[str, DictConfig] | None = None) -> LLMConfig | None:
-    """Settings the builders do not check themselves (or check only after something was sent; the dataset checks its
-    own selection, the methods their own settings when built); returns the LLM
-    settings typed (``LLMConfig``, checked here once), or None for a configuration without ``llm``."""
-    n_boot = _setting(cfg, "metaeval.n_boot", 0)
-    if not _is_int(n_boot) or n_boot < 0:
-        raise ConfigError(f"metaeval.n_boot must be an integer >= 0 (0 = no confidence intervals), got {n_boot!r}")
-    conf = _setting(cfg, "metaeval.confidence", 0.95)
-    if not _is_num(conf) or not 0 < conf < 1:
-        raise ConfigError(f"metaeval.confidence must be a number in (0, 1), got {conf!r}")
-    if not _is_int(_setting(cfg, "seed", 0)):
-        raise ConfigError(f"seed must be an integer, got {_setting(cfg, 'seed')!r}")
-    for name, node in (method_cfgs or {"method": cfg.method}).items():
-        prefix = "method" if method_cfgs is None else f"{name} (method)"
-        for key, kind, lo, nullable in _METHOD_NUMBERS:
-            v = OmegaConf.select(node, key, default="<absent>")
-            if v == "<absent>" or (v is None and nullable):
-                continue
-            ok = (_is_int(v) if kind == "int" else _is_num(v)) and v >= lo
-            if not ok:
-                what = "an integer" if kind == "int" else "a number"
-                raise ConfigError(f"{prefix}.{key} must be {what} >= {lo}{' or null' if nullable else ''}, got {v!r}")
-    llm = None
-    if "llm" in cfg:
-        try:
-            llm = LLMConfig.from_dict(cfg.llm)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-    max_chars = _setting(cfg, "checks.max_utterance_chars", MAX_UTTERANCE_CHARS)
-    if max_chars is not None and (not _is_int(max_chars) or max_chars < 1):
-        raise ConfigError(f"checks.max_utterance_chars must be a positive integer or null, got {max_chars!r}")
-    return llm
+def check_settings(cfg: DictConfig) -> LLMConfig | None:
+    """The run's own settings (``RunSettings``: seed, aspects, metaeval, checks, report) and the LLM's, typed before
+    anything runs (``ConfigError``: one line naming the key); the dataset and the methods check their own when built.
+    Returns the LLM settings (``LLMConfig``), or None for a configuration without ``llm``."""
+    RunSettings.of(cfg)
+    return LLMConfig.from_dict(cfg.llm) if "llm" in cfg else None
 
 
 def llm_server_files(cfg: DictConfig) -> list[str]:

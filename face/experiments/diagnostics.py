@@ -8,7 +8,8 @@ from omegaconf import DictConfig
 
 from face.data import RELEASED_PARTICLES, released_instructions_file
 from face.datasets.face_released import load_instructions, load_released_particles
-from face.experiments.common import experiment, released_scores
+from face.experiments.common import Parts, experiment, released_scores
+from face.experiments.result import ExperimentResult
 from face.pipeline.aggregate import aggregate
 from face.pipeline.released import LABEL
 from face.report import diagnostic_report as diagnostics
@@ -27,8 +28,12 @@ def released_instruction_texts(data_dir, aspects) -> dict[str, dict[str, str]]:
     return out
 
 
-def run(cfg: DictConfig) -> dict:
-    with experiment(cfg, [RELEASED_PARTICLES]) as ctx:
+def parts(cfg: DictConfig) -> Parts:
+    return Parts(extra_files=(RELEASED_PARTICLES,))
+
+
+def run(cfg: DictConfig) -> ExperimentResult:
+    with experiment(cfg, parts(cfg)) as ctx:
         scores = released_scores(ctx, "reads the released judgements")
         ids = {c.conv_id for c in ctx.convs}
         particles = {(r.conv_id, r.turn_ind): r.particles
@@ -57,4 +62,4 @@ def run(cfg: DictConfig) -> dict:
         ctx.tracker.log_artifacts([*paths, report], "results")
         ctx.tracker.log_metrics({"summary.conversations": len(ctx.convs),
                                  "summary.dialogue_acts": len(share.columns) - 1})
-        return {"diagnostics": d, "report": report, "out_dir": ctx.out_dir}
+        return ctx.result(tables=d.tables(), files={"report": report}, extra={"diagnostics": d})

@@ -7,19 +7,20 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from face.experiments.common import experiment
+from face.experiments.result import ExperimentResult
 from face.report.tables import comparison_table, print_table, write_table
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig) -> ExperimentResult:
     with experiment(cfg) as ctx:
         tracker = ctx.tracker
         out = ctx.predict_logged()
         if out.dry_run:
-            return {"dry_run": True, "out_dir": ctx.out_dir}
+            return ctx.result(dry_run=True, output=out)
         run_file = ctx.save_run(out.predictions)
         if not ctx.has_labels:
             print(f"No human labels in {ctx.subset}: predictions only, written to {run_file}. {out.label}", flush=True)
-            return {"run_file": run_file, "output": out, "out_dir": ctx.out_dir}
+            return ctx.result(output=out, files={"run_file": run_file})
         results = ctx.evaluate(out.predictions)
         note = (f"{out.label}; {ctx.subset}; 95% CIs: {cfg.metaeval.n_boot} bootstrap resamples of conversations "
                 "(system level: within each system, the systems held fixed; none where a split or a system has "
@@ -49,4 +50,4 @@ def run(cfg: DictConfig) -> dict:
                         shown.drop(columns=["p_value", "n_missing"]))
         ctx.log_results(results, out.label)
         tracker.log_artifacts(paths, "results")
-        return {"results": results, "comparison": comp, "output": out, "out_dir": ctx.out_dir}
+        return ctx.result(output=out, results=results, comparison=comp, files={"run_file": run_file})

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from face.data.split import split_conversations
-from face.experiments.common import ConfigError, experiment
+from face.data.split import Split, split_conversations
+from face.experiments.common import ConfigError, Parts, experiment
+from face.experiments.result import ExperimentResult
 from face.files import atomic_open, atomic_path, atomic_write_text
 from face.llm import LLMConfig
 from face.llm.usage import estimate_input_tokens
@@ -30,12 +32,14 @@ from face.optimize.checkpoint import Candidate, ResumeMismatch
 from face.optimize.config import OptimizerConfig
 from face.optimize.estimate import CostInputs, estimate, paper_setting
 from face.optimize.items import correlation, indices_of, items_for
+from face.optimize.prompt_log import PromptLog
 from face.optimize.scorers import LiveScorer
 from face.pipeline.estimate import Pricing
 from face.pipeline.scoring import score_messages, units_for
-from face.prompt_registry import SET_ARTIFACT, PromptLog
 from face.prompts import generic_instruction, initial_instruction
 from face.report.tables import print_table
+from face.tracking.names import metric_name
+from face.tracking.prompts import SET_ARTIFACT
 
 
 def optimizer_config(cfg: DictConfig) -> OptimizerConfig:
@@ -72,142 +76,212 @@ def cost_inputs(ctx, aspect, items, idx, decomps, method, text: str) -> CostInpu
                       method.cost.score_tokens(method.scoring.reasoning))
 
 
-def run(cfg: DictConfig) -> dict:
-    from face.pipeline.method import Face
+@dataclass
+class Outcome:
+    """What the optimization of every aspect produced (``_report`` writes it)."""
 
+    rows: list[dict] = field(default_factory=list)  # one per aspect: held-out and dev correlations, counts
+    trajectories: list[dict] = field(default_factory=list)
+    gradients: list[dict] = field(default_factory=list)
+    sets: dict[str, list[dict]] = field(default_factory=dict)  # aspect -> the final ranked set
+
+
+def parts(cfg: DictConfig) -> Parts:
+    """Nothing beside the skeleton's parts; the optimizer's settings are checked with the others, before anything is
+    written."""
+    optimizer_config(cfg)
+    return Parts()
+
+
+def run(cfg: DictConfig) -> ExperimentResult:
     ocfg = optimizer_config(cfg)
     with experiment(cfg) as ctx:
-        method = ctx.method
-        if not isinstance(method, Face) or method.units.unit != "particle":
-            raise ConfigError("optimize_instructions needs method=face with method.unit=particle")
-        tracker, run_dir = ctx.tracker, ctx.run_dir
-        inputs = ctx.inputs()
-        lcfg = inputs.llm
-        split = split_conversations(ctx.convs, ocfg.split.folds, ocfg.split.fold, ocfg.split.dev_fraction,
-                                    ocfg.split.seed)
-        tracker.set_tags({"split.train": len(split.train), "split.dev": len(split.dev), "split.test": len(split.test)})
-        proxy = method.proxy(inputs)
-        pricing = Pricing.of(lcfg)
-        plans, estimates = {}, []
-        for a in ctx.aspects:
-            items = items_for(a, ctx.convs)
-            idx = {side: indices_of(items, getattr(split, side)) for side in ("train", "dev", "test")}
-            if len(idx["train"]) < 3:
-                raise ConfigError(f"{a.name}: only {len(idx['train'])} labelled training items in {ctx.subset}; "
-                                  "use more conversations (dataset.limit) or fewer folds")
-            plans[a.name] = (a, items, idx)
-            ci = cost_inputs(ctx, a, items, idx, proxy, method, start_text(ocfg, a.name))
-            for label, oc in (("this run", ocfg), ("paper setting", paper_setting(ocfg))):
-                est = estimate(oc, ci, pricing)
-                estimates.append(est.assign(aspect=a.name, setting=label))
-        costs = pd.concat(estimates, ignore_index=True)
-        summary = (costs[costs["stage"].isin(["per round", "total"])]
-                   .groupby(["setting", "stage"], sort=False)[["samples", "input_tokens", "output_tokens", "cost_usd"]]
-                   .sum().reset_index())
-        job = LLMJob(lcfg, run_dir, f"the optimizer, {len(ctx.aspects)} aspects, {lcfg.model}")
-        this_run = summary[(summary["setting"] == "this run") & (summary["stage"] == "total")]["cost_usd"].sum()
-        job.gate(summary, " (scoring counts are upper bounds, cached pairs are free; paper setting: α=β=b=4, c=1, "
-                 "minibatch 20)", estimated_usd=float(this_run), detail=costs)
-        tracker.log_artifacts(job.artifacts, "optimizer")
-        tracker.log_metrics({f"estimate.{r.setting.replace(' ', '_')}.{r.stage.replace(' ', '_')}.samples": r.samples
-                             for r in summary.itertuples()})
+        method, inputs, lcfg = _face_method(ctx)
+        split = dev_split(ctx.convs, ocfg)
+        ctx.tracker.set_tags({f"split.{side}": len(getattr(split, side)) for side in ("train", "dev", "test")})
+        plans = plan_aspects(ctx, split)
+        job, costs = _gate(ctx, ocfg, plans, method, inputs)
         if job.dry_run:
             print("Dry run: nothing was sent.", flush=True)
-            return {"dry_run": True, "costs": costs}
-
-        ckpt_dir = Path(ocfg.resume) if ocfg.resume else run_dir / "checkpoint"
-        if ocfg.resume and not ckpt_dir.is_dir():
-            raise ConfigError(f"optimizer.resume={ocfg.resume}: no such checkpoint directory")
-        tracker.set_tags({"optimizer.checkpoint": str(ckpt_dir), **({"optimizer.resumed_from": ocfg.resume}
-                                                                     if ocfg.resume else {})})
-        results, trajectories, gradients, sets = [], [], [], {}
+            return ctx.result(dry_run=True, tables={"costs": costs})
+        ckpt_dir = _checkpoint_dir(ctx, ocfg)
         try:
             with job.client() as client:
-                decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, proxy, lcfg.supports_json_schema)
-
-                def usage() -> tuple[int, float]:
-                    return client.usage.requests, client.usage.spent_usd
-
-                for name, (a, items, idx) in plans.items():
-                    config = run_config(ocfg, name, ctx, lcfg, method)
-                    scorer = LiveScorer(client, a, ctx.convs, items, decomps, method.scoring,
-                                        lcfg.supports_json_schema, ctx.dataset.judged,
-                                        example_chars=ocfg.writer.example_chars)
-                    state = checkpoint.load(ckpt_dir, name) if ocfg.resume else None
-                    prompts = PromptLog(tracker, name, state.prompt_name if state is not None else None)
-                    loop = BeamSearch(ocfg, a, scorer, idx["train"], idx["dev"],
-                                      Writer(client, a, ocfg, lcfg.supports_json_schema, ctx.dataset.judged),
-                                      prompts, str(ckpt_dir), usage, on_round=_step_logger(tracker, name))
-                    if state is not None:
-                        try:
-                            checkpoint.check_same(state, config, ckpt_dir)
-                        except ResumeMismatch as e:
-                            raise ConfigError(str(e)) from None
-                        print(f"{name}: resuming after round {state.round} from {ckpt_dir}", flush=True)
-                    else:
-                        state = loop.new_state([Candidate("initial", start_text(ocfg, name))], config)
-                        checkpoint.save(state, ckpt_dir)
-                    state = loop.run(state)
-                    final = loop.final_set(state)
-                    initial = state.candidates["initial"]
-                    test, dev, gold = idx["test"], idx["dev"], loop.gold
-                    row = {"aspect": name, "level": a.level, "train_items": len(idx["train"]), "dev_items": len(dev),
-                           "test_items": len(test), "candidates": len(state.candidates), "final_size": len(final)}
-                    for coef in ("spearman", "pearson"):
-                        for label, cands in (("final", final), ("best", final[:1]), ("initial", [initial])):
-                            row[f"test_{label}_{coef}"] = correlation(scorer.predict_set(cands, test), gold[test], coef)
-                        row[f"dev_final_{coef}"] = correlation(scorer.predict_set(final, dev), gold[dev], coef)
-                    row["pulls"] = sum(len(v) for v in state.rewards.values())
-                    row["llm_calls"], row["cost_usd"] = state.llm_calls, state.cost_usd
-                    results.append(row)
-                    trajectories += [{"aspect": name, **t} for t in state.trajectory]
-                    gradients += [{"aspect": name, **g} for g in state.gradients]
-                    sets[name] = [{"instruction_id": c.cid, "text": c.text, "rank": i + 1,
-                                   "mean_reward": state.mean_reward(c.cid), "pulls": len(state.rewards[c.cid]),
-                                   "round": c.round, "parent": c.parent, "prompt_version": c.version}
-                                  for i, c in enumerate(final)]
-                    ref = prompts.register_set(
-                        final, {"test_spearman": f"{row['test_final_spearman']:.4f}",
-                                "dev_spearman": f"{row['dev_final_spearman']:.4f}"})
-                    if ref:
-                        tracker.set_tags({f"prompt.{name}": ref})
+                decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, method.proxy(inputs),
+                                                      lcfg.supports_json_schema)
+                env, outcome = Optimizing(client, decomps, ckpt_dir, method, lcfg), Outcome()
+                for plan in plans.values():
+                    _optimize(ctx, ocfg, plan, env, outcome)
                 job.finish(client)
-                tracker.log_metrics(job.metrics)
+                ctx.tracker.log_metrics(job.metrics)
         except StopOptimization as stop:
             msg = (f"{stop}: checkpoint in {ckpt_dir}; continue with optimizer.resume={ckpt_dir} "
                    "(and the same settings)")
             print(msg, flush=True)
-            tracker.set_tags({"stop_reason": msg})
-            return {"stopped": True, "checkpoint": ckpt_dir}
+            ctx.tracker.set_tags({"stop_reason": msg})
+            return ctx.result(stopped=True, files={"checkpoint": ckpt_dir})
         except BaseException:
             print(f"The optimization stopped; its checkpoint (after the last completed round) is in {ckpt_dir}: "
                   f"continue with optimizer.resume={ckpt_dir}", file=sys.stderr, flush=True)
             raise
-        return _report(ctx, ocfg, results, trajectories, gradients, sets, cfg)
+        return _report(ctx, ocfg, outcome, cfg)
 
 
-def _step_logger(tracker, aspect: str):
-    def log_round(state, row: dict) -> None:
-        if tracker is None or not tracker.enabled:
-            return
-        metrics = {f"round.{aspect}.{k}": float(v) for k, v in row.items()
-                   if k not in ("round", "beam") and v is not None and v == v}
-        tracker.mlflow.log_metrics(metrics, step=int(row["round"]))
-    return log_round
+def _face_method(ctx) -> tuple[Any, Any, LLMConfig]:
+    """(the live FACE method, its inputs, the LLM settings), refused unless the method scores particles live."""
+    from face.pipeline.method import Face
+
+    if not isinstance(ctx.method, Face) or ctx.method.units.unit != "particle":
+        raise ConfigError("optimize_instructions needs method=face with method.unit=particle")
+    inputs = ctx.inputs()
+    if inputs.llm is None:
+        raise ConfigError("optimize_instructions needs an LLM (llm=...)")
+    return ctx.method, inputs, inputs.llm
 
 
-def _report(ctx, ocfg, results, trajectories, gradients, sets, cfg) -> dict:
+def dev_split(convs, ocfg: OptimizerConfig) -> Split:
+    """The conversation-level split; when the per-system dev share rounds to no conversation (a few conversations
+    over many systems, e.g. ``dataset.limit=8``), a dev fold drawn from the optimization conversations instead
+    (``optimizer.split.dev_fraction`` of them, at least one), said on the console: without a dev fold no final
+    set has a dev-fold Spearman and none can be ``@best``."""
+    sp = ocfg.split
+    split = split_conversations(convs, sp.folds, sp.fold, sp.dev_fraction, sp.seed)
+    if split.dev or sp.dev_fraction <= 0 or len(split.train) < 2:
+        return split
+    k = max(1, int(round(sp.dev_fraction * len(split.train))))
+    order = np.random.default_rng([sp.seed, 2]).permutation(len(split.train))
+    dev = tuple(sorted(split.train[i] for i in order[:k]))
+    print(f"optimizer.split: a dev share of {sp.dev_fraction} per system gives no dev conversation among these "
+          f"{len(split.train)}; dev = {k} of them drawn at random (seed {sp.seed}), train = the other "
+          f"{len(split.train) - k}", flush=True)
+    return Split(tuple(c for c in split.train if c not in dev), dev, split.test)
+
+
+def plan_aspects(ctx, split: Split) -> dict[str, tuple]:
+    """aspect -> (aspect, items, item indices per side); refused (before anything is sent) when an aspect has too
+    few training items, and said when its dev fold cannot give a Spearman (no ``@best`` for that aspect)."""
+    plans = {}
+    for a in ctx.aspects:
+        items = items_for(a, ctx.convs)
+        idx = {side: indices_of(items, getattr(split, side)) for side in ("train", "dev", "test")}
+        if len(idx["train"]) < 3:
+            raise ConfigError(f"{a.name}: only {len(idx['train'])} labelled training items in {ctx.subset}; "
+                              "use more conversations (dataset.limit) or fewer folds")
+        if len(idx["dev"]) < 3:
+            print(f"{a.name}: {len(idx['dev'])} dev item(s), 3 needed for a dev-fold Spearman: this run's set for "
+                  f"{a.name} will not be a candidate for @best (more conversations: dataset.limit)", flush=True)
+        plans[a.name] = (a, items, idx)
+    return plans
+
+
+def _gate(ctx, ocfg: OptimizerConfig, plans: dict, method, inputs) -> tuple[LLMJob, pd.DataFrame]:
+    """The cost estimate (this run and the paper's setting) and the spending gate; the estimate is logged."""
+    pricing, proxy, estimates = Pricing.of(inputs.llm), method.proxy(inputs), []
+    for a, items, idx in plans.values():
+        ci = cost_inputs(ctx, a, items, idx, proxy, method, start_text(ocfg, a.name))
+        for label, oc in (("this run", ocfg), ("paper setting", paper_setting(ocfg))):
+            estimates.append(estimate(oc, ci, pricing).assign(aspect=a.name, setting=label))
+    costs = pd.concat(estimates, ignore_index=True)
+    summary = (costs[costs["stage"].isin(["per round", "total"])]
+               .groupby(["setting", "stage"], sort=False)[["samples", "input_tokens", "output_tokens", "cost_usd"]]
+               .sum().reset_index())
+    job = LLMJob(inputs.llm, ctx.run_dir, f"the optimizer, {len(ctx.aspects)} aspects, {inputs.llm.model}")
+    this_run = summary[(summary["setting"] == "this run") & (summary["stage"] == "total")]["cost_usd"].sum()
+    job.gate(summary, " (scoring counts are upper bounds, cached pairs are free; paper setting: α=β=b=4, c=1, "
+             "minibatch 20)", estimated_usd=float(this_run), detail=costs)
+    ctx.tracker.log_artifacts(job.artifacts, "optimizer")
+    ctx.tracker.log_metrics({f"estimate.{r.setting.replace(' ', '_')}.{r.stage.replace(' ', '_')}.samples": r.samples
+                             for r in summary.itertuples()})
+    return job, costs
+
+
+def _checkpoint_dir(ctx, ocfg: OptimizerConfig) -> Path:
+    ckpt_dir = Path(ocfg.resume) if ocfg.resume else ctx.run_dir / "checkpoint"
+    if ocfg.resume and not ckpt_dir.is_dir():
+        raise ConfigError(f"optimizer.resume={ocfg.resume}: no such checkpoint directory")
+    ctx.tracker.set_tags({"optimizer.checkpoint": str(ckpt_dir),
+                          **({"optimizer.resumed_from": ocfg.resume} if ocfg.resume else {})})
+    return ckpt_dir
+
+
+@dataclass
+class Optimizing:
+    """What every aspect's optimization shares: the LLM client, the decompositions, the checkpoint directory."""
+
+    client: Any
+    decomps: Any
+    ckpt_dir: Path
+    method: Any
+    lcfg: LLMConfig
+
+    def usage(self) -> tuple[int, float]:
+        return self.client.usage.requests, self.client.usage.spent_usd
+
+
+def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, env: Optimizing, outcome: Outcome) -> None:
+    """One aspect: the beam search from its start (or its checkpoint), then the final set on dev and test."""
+    a, items, idx = plan
+    lcfg, judged = env.lcfg, ctx.dataset.judged
+    scorer = LiveScorer(env.client, a, ctx.convs, items, env.decomps, env.method.scoring, lcfg.supports_json_schema,
+                        judged, example_chars=ocfg.writer.example_chars)
+    state = checkpoint.load(env.ckpt_dir, a.name) if ocfg.resume else None
+    prompts = PromptLog(ctx.tracker, a.name, state.prompt_name if state is not None else None)
+    loop = BeamSearch(ocfg, a, scorer, idx["train"], idx["dev"],
+                      Writer(env.client, a, ocfg, lcfg.supports_json_schema, judged), prompts, str(env.ckpt_dir),
+                      env.usage)
+    config = run_config(ocfg, a.name, ctx, lcfg, env.method)
+    if state is not None:
+        try:
+            checkpoint.check_same(state, config, env.ckpt_dir)
+        except ResumeMismatch as e:
+            raise ConfigError(str(e)) from None
+        print(f"{a.name}: resuming after round {state.round} from {env.ckpt_dir}", flush=True)
+    else:
+        state = loop.new_state([Candidate("initial", start_text(ocfg, a.name))], config)
+        checkpoint.save(state, env.ckpt_dir)
+    state = loop.run(state)
+    final = loop.final_set(state)
+    row = _evaluate(a, idx, state, final, scorer, loop.gold)
+    outcome.rows.append(row)
+    outcome.trajectories += [{"aspect": a.name, **t} for t in state.trajectory]
+    outcome.gradients += [{"aspect": a.name, **g} for g in state.gradients]
+    outcome.sets[a.name] = [{"instruction_id": c.cid, "text": c.text, "rank": i + 1,
+                             "mean_reward": state.mean_reward(c.cid), "pulls": len(state.rewards[c.cid]),
+                             "round": c.round, "parent": c.parent, "prompt_version": c.version}
+                            for i, c in enumerate(final)]
+    ref = prompts.register_set(final, {"test_spearman": f"{row['test_final_spearman']:.4f}",
+                                       "dev_spearman": f"{row['dev_final_spearman']:.4f}"})
+    if ref:
+        ctx.tracker.set_tags({f"prompt.{a.name}": ref})
+
+
+def _evaluate(a, idx: dict, state, final: list, scorer, gold) -> dict:
+    """The final set, its best instruction and the initial one on the held-out fold; the final set on dev."""
+    test, dev = idx["test"], idx["dev"]
+    row = {"aspect": a.name, "level": a.level, "train_items": len(idx["train"]), "dev_items": len(dev),
+           "test_items": len(test), "candidates": len(state.candidates), "final_size": len(final)}
+    initial = state.candidates["initial"]
+    for coef in ("spearman", "pearson"):
+        for label, cands in (("final", final), ("best", final[:1]), ("initial", [initial])):
+            row[f"test_{label}_{coef}"] = correlation(scorer.predict_set(cands, test), gold[test], coef)
+        row[f"dev_final_{coef}"] = correlation(scorer.predict_set(final, dev), gold[dev], coef)
+    row["pulls"] = sum(len(v) for v in state.rewards.values())
+    row["llm_calls"], row["cost_usd"] = state.llm_calls, state.cost_usd
+    return row
+
+
+def _report(ctx, ocfg, outcome: Outcome, cfg) -> ExperimentResult:
     from face.report.tables import to_markdown, write_table
 
     out_dir, tracker = ctx.out_dir, ctx.tracker
-    inst_path = atomic_write_text(out_dir / "instructions.json", json.dumps(sets, indent=1))
-    res = pd.DataFrame(results)
-    traj = pd.DataFrame(trajectories)
+    inst_path = atomic_write_text(out_dir / "instructions.json", json.dumps(outcome.sets, indent=1))
+    res = pd.DataFrame(outcome.rows)
+    traj = pd.DataFrame(outcome.trajectories)
     with atomic_path(out_dir / "trajectory.csv") as tmp:
         traj.to_csv(tmp, index=False)
     grad_path = out_dir / "gradients.jsonl"
     with atomic_open(grad_path) as f:
-        for g in gradients:
+        for g in outcome.gradients:
             f.write(json.dumps(g, default=str) + "\n")
     note = (f"LLM {cfg.llm.model} ({cfg.llm.backend}); {ctx.subset}; optimized on the train fold(s), "
             f"'test' = held-out fold {ocfg.split.fold} of {ocfg.split.folds} (conversation level, stratified by "
@@ -222,28 +296,31 @@ def _report(ctx, ocfg, results, trajectories, gradients, sets, cfg) -> dict:
                                                                         note)]
     tracker.log_artifacts([inst_path], str(Path(SET_ARTIFACT).parent))
     tracker.log_artifacts(paths, "results")
-    metrics = {}
-    for r in results:
-        for k, v in r.items():
-            if k.startswith(("test_", "dev_")):
-                metrics[f"heldout.{r['aspect']}.{k}"] = v
-        metrics[f"optimizer.{r['aspect']}.pulls"] = r["pulls"]
-        metrics[f"optimizer.{r['aspect']}.llm_calls"] = r["llm_calls"]
-    metrics["heldout.mean.test_final_spearman"] = float(np.nanmean(res["test_final_spearman"]))
-    metrics["heldout.mean.test_initial_spearman"] = float(np.nanmean(res["test_initial_spearman"]))
-    # the headline (runs table, sweep report): held-out Spearman of the final set vs the initial instruction
-    metrics["summary.heldout_final_spearman"] = metrics["heldout.mean.test_final_spearman"]
-    metrics["summary.heldout_initial_spearman"] = metrics["heldout.mean.test_initial_spearman"]
-    metrics["summary.heldout_gain"] = (metrics["heldout.mean.test_final_spearman"]
-                                       - metrics["heldout.mean.test_initial_spearman"])
-    metrics["optimizer.cost_usd"] = float(res["cost_usd"].sum())
-    metrics["optimizer.llm_calls"] = float(res["llm_calls"].sum())
+    metrics = report_metrics(outcome.rows)
     tracker.log_metrics(metrics)
     tracker.describe(f"**Instruction optimizer**: held-out Spearman of the final set vs the initial instruction "
-                     f"(mean over aspects: {metrics['summary.heldout_final_spearman']:.3f} vs "
-                     f"{metrics['summary.heldout_initial_spearman']:.3f}).\n\n{note}\n\n"
+                     f"(mean over aspects: {metrics['summary.final_heldout_spearman']:.3f} vs "
+                     f"{metrics['summary.initial_heldout_spearman']:.3f}).\n\n{note}\n\n"
                      + to_markdown(shown, 3))
-    return {"results": res, "trajectory": traj, "instructions": inst_path, "out_dir": out_dir}
+    return ctx.result(results=res, tables={"trajectory": traj}, files={"instructions": inst_path})
+
+
+def report_metrics(rows: list[dict]) -> dict[str, float]:
+    """The headline (held-out Spearman of the final set and of the initial instruction, mean over aspects, and
+    the gain), each aspect's held-out Spearman of its final set, and (``numbers.json``) every other number."""
+    res = pd.DataFrame(rows)
+    metrics: dict[str, float] = {}
+    for r in rows:
+        metrics[metric_name(r["level"], r["aspect"], "heldout", "spearman")] = r["test_final_spearman"]
+        metrics.update({f"heldout.{r['aspect']}.{k}": v for k, v in r.items() if k.startswith(("test_", "dev_"))})
+        metrics[f"optimizer.{r['aspect']}.pulls"] = r["pulls"]
+        metrics[f"optimizer.{r['aspect']}.llm_calls"] = r["llm_calls"]
+    final, initial = float(np.nanmean(res["test_final_spearman"])), float(np.nanmean(res["test_initial_spearman"]))
+    metrics.update({"summary.final_heldout_spearman": final, "summary.initial_heldout_spearman": initial,
+                    "summary.gain_heldout_spearman": final - initial,
+                    "optimizer.cost_usd": float(res["cost_usd"].sum()),
+                    "optimizer.llm_calls": float(res["llm_calls"].sum())})
+    return metrics
 
 
 def _figure(traj: pd.DataFrame, path: Path, note: str) -> Path:

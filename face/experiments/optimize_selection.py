@@ -20,39 +20,72 @@ from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
-from scipy import stats
+from pydantic import Field
 
+from face.coefficients import rows_correlation
 from face.data.split import split_conversations
-from face.experiments.common import ConfigError, experiment
+from face.errors import ConfigError
+from face.experiments.common import Parts, experiment
 from face.experiments.optimize_instructions import optimizer_config
+from face.experiments.result import ExperimentResult
 from face.files import atomic_path
 from face.optimize.bandit import Bandit, random_choice
+from face.optimize.config import OptimizerConfig
 from face.optimize.items import correlation, indices_of, items_for, reward
 from face.optimize.scorers import ReplayScorer
 from face.pipeline.released import load_scores
 from face.predictions import PRED_DECIMALS
 from face.report.tables import order_aspects, print_table, write_table
+from face.settings import Number, settings
 
 MAX_COMBINATIONS = 50_000
 
 
+@settings("selection")
+class SelectionSettings:
+    """The experiment's own settings (conf/experiment/optimize_selection.yaml)."""
+
+    budgets: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = \
+        Field(default_factory=lambda: [8, 16, 32, 64, 128, 256, 512])  # pulls, each on a fresh minibatch
+    ucb_cs: Annotated[list[Annotated[Number, Field(ge=0)]], Field(min_length=1)] = \
+        Field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0, 4.0])
+    repeats: int = Field(default=10, ge=1)  # seeds per fold
+    all_folds: bool = True  # every fold of optimizer.split.folds held out in turn (false: optimizer.split.fold)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What is simulated: every budget × c (the optimizer's own included), repetitions, held-out folds."""
+
+    budgets: list[int]
+    cs: list[float]
+    repeats: int
+    folds: list[int]
+
+    @staticmethod
+    def of(cfg: DictConfig, ocfg: OptimizerConfig) -> Plan:
+        node = cfg.get("selection")
+        given: Any = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+        sel = SelectionSettings(**given)
+        budgets, cs = [int(x) for x in sel.budgets], [float(x) for x in sel.ucb_cs]
+        if ocfg.pulls not in budgets:
+            budgets = sorted({*budgets, ocfg.pulls})
+        if ocfg.ucb_c not in cs:
+            cs = sorted({*cs, ocfg.ucb_c})
+        folds = list(range(ocfg.split.folds)) if sel.all_folds else [ocfg.split.fold]
+        return Plan(budgets, cs, sel.repeats, folds)
+
+
 def row_correlations(preds: np.ndarray, gold: np.ndarray, kind: str) -> np.ndarray:
-    """The correlation of every row of ``preds`` with ``gold`` (vectorised for Pearson / Spearman)."""
-    preds = np.round(preds, PRED_DECIMALS)
-    if kind == "kendall":
-        return np.array([correlation(p, gold, kind) for p in preds])
-    x = stats.rankdata(preds, axis=1) if kind == "spearman" else preds
-    y = stats.rankdata(gold) if kind == "spearman" else gold
-    x = x - x.mean(1, keepdims=True)
-    y = y - y.mean()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = (x @ y) / np.sqrt((x * x).sum(1) * (y @ y))
-    return np.where(np.ptp(preds, axis=1) == 0, np.nan, r)
+    """The correlation ``kind`` of every row of ``preds`` (rounded like every prediction) with ``gold``."""
+    return rows_correlation(np.round(preds, PRED_DECIMALS), np.asarray(gold, float)[None, :], kind)
 
 
 def best_set(matrix: np.ndarray, test: np.ndarray, gold: np.ndarray, b: int, kind: str) -> tuple[float, tuple]:
@@ -84,10 +117,10 @@ def _set_score(matrix, chosen, test, gold, kind) -> float:
 
 
 def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.ndarray, b: int, budgets, cs,
-             minibatch: int, repeats: int, seed: int, kind: str) -> list[dict]:
+             minibatch: int, repeats: int, seed: list[int], kind: str) -> list[dict]:
     """Every policy × budget × c × repetition for one aspect and fold."""
     n = matrix.shape[0]
-    rows = []
+    rows: list[dict[str, Any]] = []
 
     def policy_run(policy: str, budget: int, c: float, rng: np.random.Generator) -> tuple[list[int], int]:
         bandit = Bandit(n, c)
@@ -116,51 +149,24 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
     return rows
 
 
-def run(cfg: DictConfig) -> dict:
+def parts(cfg: DictConfig) -> Parts:
+    """Nothing beside the skeleton's parts; the optimizer's and the selection's settings are checked with the others,
+    before anything is written."""
+    Plan.of(cfg, optimizer_config(cfg))
+    return Parts()
+
+
+def run(cfg: DictConfig) -> ExperimentResult:
     ocfg = optimizer_config(cfg)
-    sel = OmegaConf.to_container(cfg.selection, resolve=True)
-    budgets, cs = [int(x) for x in sel["budgets"]], [float(x) for x in sel["ucb_cs"]]
-    if ocfg.pulls not in budgets:
-        budgets = sorted({*budgets, ocfg.pulls})
-    if ocfg.ucb_c not in cs:
-        cs = sorted({*cs, ocfg.ucb_c})
-    repeats = int(sel["repeats"])
-    if repeats < 1 or not budgets or not cs:
-        raise ConfigError("selection.repeats must be >= 1 and selection.budgets / selection.ucb_cs non-empty")
-    folds = list(range(ocfg.split.folds)) if sel.get("all_folds", True) else [ocfg.split.fold]
+    plan = Plan.of(cfg, ocfg)
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
     with experiment(cfg) as ctx:
-        out_dir, tracker = ctx.out_dir, ctx.tracker
         runs, inst_rows, timing = [], [], {}
         for a in ctx.aspects:
             t0 = time.perf_counter()
-            scores = load_scores(ctx.data_dir, [a.name], {c.conv_id for c in ctx.convs})
-            items = items_for(a, ctx.convs)
-            scorer = ReplayScorer(scores, items, a.level)
-            matrix, gold, covered = scorer.matrix, scorer.gold, scorer.covered()
-            if b > matrix.shape[0]:
-                raise ConfigError(f"optimizer.beam={b} is more than the {matrix.shape[0]} released instructions")
-            for fold in folds:
-                split = split_conversations(ctx.convs, ocfg.split.folds, fold, 0.0, ocfg.split.seed)
-                train = np.intersect1d(indices_of(items, split.train), covered)
-                test = np.intersect1d(indices_of(items, split.test), covered)
-                train_corr = row_correlations(matrix[:, train], gold[train], kind)
-                test_corr = row_correlations(matrix[:, test], gold[test], kind)
-                for k, iid in enumerate(scorer.ids):
-                    inst_rows.append({"aspect": a.name, "fold": fold, "instruction_id": iid,
-                                      "train": train_corr[k], "heldout": test_corr[k]})
-                best, best_combo = best_set(matrix, test, gold, b, kind)
-                full = [int(i) for i in np.argsort(-np.nan_to_num(train_corr, nan=-2), kind="stable")[:b]]
-                base = {"aspect": a.name, "level": a.level, "fold": fold, "train_items": len(train),
-                        "test_items": len(test), "candidates": matrix.shape[0], "beam": b, "minibatch": m,
-                        "best": best, "best_set": ",".join(scorer.ids[i] for i in best_combo)}
-                runs.append({**base, "policy": "full", "budget": 0,
-                             "ucb_c": np.nan, "repeat": 0, "set": full, "pulls": 0,
-                             "heldout": _set_score(matrix, full, test, gold, kind),
-                             "item_evaluations": matrix.shape[0] * len(train)})
-                seed = [ocfg.seed, fold, int.from_bytes(a.name.encode()[:4], "little")]
-                for r in simulate(matrix, gold, train, test, b, budgets, cs, m, repeats, seed, kind):
-                    runs.append({**base, **r})
+            aspect_runs, aspect_inst = _aspect_runs(ctx, a, ocfg, plan)
+            runs += aspect_runs
+            inst_rows += aspect_inst
             timing[a.name] = time.perf_counter() - t0
         df = pd.DataFrame(runs)
         df["regret"] = df["best"] - df["heldout"]
@@ -168,43 +174,83 @@ def run(cfg: DictConfig) -> dict:
         raw = ctx.run_dir / "selection_runs.csv"
         with atomic_path(raw) as tmp:
             df.to_csv(tmp, index=False)
-        grid = (df.groupby(["aspect", "policy", "budget", "ucb_c"], dropna=False)
-                .agg(heldout=("heldout", "mean"), heldout_sd=("heldout", "std"), regret=("regret", "mean"),
-                     regret_sd=("regret", "std"),
-                     best=("best", "mean"), pulls=("pulls", "mean"), item_evaluations=("item_evaluations", "mean"),
-                     runs=("heldout", "size")).reset_index())
-        grid = order_aspects(grid)
+        grid = order_aspects(df.groupby(["aspect", "policy", "budget", "ucb_c"], dropna=False).agg(
+            heldout=("heldout", "mean"), heldout_sd=("heldout", "std"), regret=("regret", "mean"),
+            regret_sd=("regret", "std"), best=("best", "mean"), pulls=("pulls", "mean"),
+            item_evaluations=("item_evaluations", "mean"), runs=("heldout", "size")).reset_index())
         headline = _headline(grid, ocfg, kind)
         note = (f"Replay of the authors' released judgements (no LLM; 16 released instructions per aspect as the "
-                f"candidate pool); {ctx.subset}; {len(folds)} held-out folds × {repeats} repetitions (conversation "
-                f"level, stratified by CRS); set size b={b}, minibatch {m} items per pull, reward = {kind} "
-                f"(also the held-out metric). 'best' is an oracle chosen on the held-out fold. The released "
+                f"candidate pool); {ctx.subset}; {len(plan.folds)} held-out folds × {plan.repeats} repetitions "
+                f"(conversation level, stratified by CRS); set size b={b}, minibatch {m} items per pull, reward = "
+                f"{kind} (also the held-out metric). 'best' is an oracle chosen on the held-out fold. The released "
                 f"instructions were themselves selected by the authors on all 467 conversations.")
-        paths = write_table(headline, out_dir, "headline",
-                            f"Bandit selection at the default budget ({ocfg.pulls} pulls, c={ocfg.ucb_c}). {note}")
-        paths += write_table(grid, out_dir, "grid", f"Every budget × c (means over folds and repetitions). {note}")
-        inst = order_aspects(pd.DataFrame(inst_rows).groupby(["aspect", "instruction_id"])[["train", "heldout"]]
-                             .mean().reset_index())
-        paths += write_table(inst, out_dir, "instructions", f"Train / held-out {kind} of each released instruction "
-                                                             f"(mean over folds). {note}")
-        timing_df = pd.DataFrame([{"aspect": k, "seconds": v} for k, v in timing.items()])
-        # wall times differ from run to run: the job's own directory, not the committed results
-        paths += write_table(timing_df, ctx.run_dir, "timing", "Wall time of the replay simulation per aspect "
-                                                               "(every policy, budget, c, fold and repetition).")
-        paths += _figures(grid, ocfg, out_dir / "figures", note)
+        paths = _write_tables(ctx, ocfg, headline, grid, inst_rows, timing, note)
+        paths += _figures(grid, ocfg, ctx.out_dir / "figures", note)
         print_table(f"Bandit selection at the default budget. {note}", headline)
-        tracker.log_artifacts(paths, "results")
-        tracker.log_artifacts([raw], "runs")
-        metrics = {}
-        for r in headline.itertuples():
-            for col in ("ucb", "uniform", "random", "full", "best", "ucb_regret"):
-                metrics[f"selection.{r.aspect}.{col}"] = getattr(r, col)
-        metrics.update({f"selection.{k}.seconds": v for k, v in timing.items()})
-        # the headline: held-out correlation of the bandit's set at the default budget, and its regret (means)
-        metrics["summary.ucb_heldout_mean"] = float(headline["ucb"].mean())
-        metrics["summary.ucb_regret_mean"] = float(headline["ucb_regret"].mean())
-        tracker.log_metrics(metrics)
-        return {"headline": headline, "grid": grid, "runs": df, "timing": timing, "out_dir": out_dir}
+        ctx.tracker.log_artifacts(paths, "results")
+        ctx.tracker.log_artifacts([raw], "runs")
+        ctx.tracker.log_metrics(_metrics(headline, timing))
+        return ctx.result(tables={"headline": headline, "grid": grid, "runs": df}, extra={"timing": timing})
+
+
+def _aspect_runs(ctx, a, ocfg: OptimizerConfig, plan: Plan) -> tuple[list[dict], list[dict]]:
+    """Every policy's runs on one aspect, fold by fold, and each released instruction's train / held-out value."""
+    kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
+    scores = load_scores(ctx.data_dir, [a.name], {c.conv_id for c in ctx.convs})
+    items = items_for(a, ctx.convs)
+    scorer = ReplayScorer(scores, items, a.level)
+    matrix, gold, covered = scorer.matrix, scorer.gold, scorer.covered()
+    if b > matrix.shape[0]:
+        raise ConfigError(f"optimizer.beam={b} is more than the {matrix.shape[0]} released instructions")
+    runs, inst_rows = [], []
+    for fold in plan.folds:
+        split = split_conversations(ctx.convs, ocfg.split.folds, fold, 0.0, ocfg.split.seed)
+        train = np.intersect1d(indices_of(items, split.train), covered)
+        test = np.intersect1d(indices_of(items, split.test), covered)
+        train_corr = row_correlations(matrix[:, train], gold[train], kind)
+        test_corr = row_correlations(matrix[:, test], gold[test], kind)
+        inst_rows += [{"aspect": a.name, "fold": fold, "instruction_id": iid, "train": train_corr[k],
+                       "heldout": test_corr[k]} for k, iid in enumerate(scorer.ids)]
+        best, best_combo = best_set(matrix, test, gold, b, kind)
+        full = [int(i) for i in np.argsort(-np.nan_to_num(train_corr, nan=-2), kind="stable")[:b]]
+        base = {"aspect": a.name, "level": a.level, "fold": fold, "train_items": len(train),
+                "test_items": len(test), "candidates": matrix.shape[0], "beam": b, "minibatch": m,
+                "best": best, "best_set": ",".join(scorer.ids[i] for i in best_combo)}
+        runs.append({**base, "policy": "full", "budget": 0, "ucb_c": np.nan, "repeat": 0, "set": full, "pulls": 0,
+                     "heldout": _set_score(matrix, full, test, gold, kind),
+                     "item_evaluations": matrix.shape[0] * len(train)})
+        seed = [ocfg.seed, fold, int.from_bytes(a.name.encode()[:4], "little")]
+        runs += [{**base, **r} for r in simulate(matrix, gold, train, test, b, plan.budgets, plan.cs, m,
+                                                 plan.repeats, seed, kind)]
+    return runs, inst_rows
+
+
+def _write_tables(ctx, ocfg: OptimizerConfig, headline: pd.DataFrame, grid: pd.DataFrame, inst_rows: list[dict],
+                  timing: dict[str, float], note: str) -> list[Path]:
+    out_dir = ctx.out_dir
+    paths = write_table(headline, out_dir, "headline",
+                        f"Bandit selection at the default budget ({ocfg.pulls} pulls, c={ocfg.ucb_c}). {note}")
+    paths += write_table(grid, out_dir, "grid", f"Every budget × c (means over folds and repetitions). {note}")
+    inst = order_aspects(pd.DataFrame(inst_rows).groupby(["aspect", "instruction_id"])[["train", "heldout"]]
+                         .mean().reset_index())
+    paths += write_table(inst, out_dir, "instructions", f"Train / held-out {ocfg.reward} of each released "
+                                                         f"instruction (mean over folds). {note}")
+    timing_df = pd.DataFrame([{"aspect": k, "seconds": v} for k, v in timing.items()])
+    # wall times differ from run to run: the job's own directory, not the committed results
+    return paths + write_table(timing_df, ctx.run_dir, "timing", "Wall time of the replay simulation per aspect "
+                                                                 "(every policy, budget, c, fold and repetition).")
+
+
+def _metrics(headline: pd.DataFrame, timing: dict[str, float]) -> dict[str, Any]:
+    metrics = {}
+    for r in headline.itertuples():
+        for col in ("ucb", "uniform", "random", "full", "best", "ucb_regret"):
+            metrics[f"selection.{r.aspect}.{col}"] = getattr(r, col)
+    metrics.update({f"selection.{k}.seconds": v for k, v in timing.items()})
+    # the headline: held-out correlation of the bandit's set at the default budget, and its regret (means)
+    metrics["summary.ucb_heldout_mean"] = float(headline["ucb"].mean())
+    metrics["summary.ucb_regret_mean"] = float(headline["ucb_regret"].mean())
+    return metrics
 
 
 def _headline(grid: pd.DataFrame, ocfg, kind: str) -> pd.DataFrame:

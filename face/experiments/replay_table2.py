@@ -18,40 +18,37 @@ from omegaconf import DictConfig
 
 from face.data import RELEASED_PARTICLES, released_scores_file
 from face.datasets.crsarena import ASPECTS as RELEASED_ASPECTS
-from face.experiments.common import experiment
+from face.experiments.common import Parts, experiment
+from face.experiments.result import ExperimentResult
 from face.predictions import PRED_DECIMALS, Predictions
 from face.report.tables import comparison_table, order_aspects, print_table, write_table
 
 TOLERANCE = 10 ** -PRED_DECIMALS
 
 
-def run(cfg: DictConfig) -> dict:
-    extra = [RELEASED_PARTICLES, *(released_scores_file(a) for a in RELEASED_ASPECTS)]
-    with experiment(cfg, extra_files=extra) as ctx:
+def parts(cfg: DictConfig) -> Parts:
+    """The released decomposition and judgements: the direct aggregation beside the live run's."""
+    return Parts(extra_files=(RELEASED_PARTICLES, *(released_scores_file(a) for a in RELEASED_ASPECTS)))
+
+
+def run(cfg: DictConfig) -> ExperimentResult:
+    with experiment(cfg, parts(cfg)) as ctx:
         from face.pipeline.released import FaceReleased
 
-        tracker = ctx.tracker
         out = ctx.predict_logged()
         if out.dry_run:
-            return {"dry_run": True, "out_dir": ctx.out_dir}
+            return ctx.result(dry_run=True, output=out)
         ctx.save_run(out.predictions)
         results = ctx.evaluate(out.predictions)
         direct = with_copies(FaceReleased().predict(ctx.inputs()).predictions, ctx.convs)  # reproduce_table2's
-        direct_results = ctx.evaluate(direct, n_boot=0)
-        published = ctx.published()
         report = _server_report(ctx.run_dir / "llm_server.json")
         groups = identical_groups(ctx.data_dir)
         explained = {k for conv_id, turn_ind, _ in groups for a in ctx.aspects
                      for k in ((a.name, conv_id, turn_ind), (a.name, conv_id))} | explained_by(report)
         diff = compare_runs(out.predictions, direct, explained)
         unexplained = diff[diff["reason"] == "UNEXPLAINED"]
-
-        comp = comparison_table(results, published)
-        key = ["aspect", "split", "coefficient"]
-        also = comparison_table(direct_results, published)[key + ["ours"]].rename(columns={"ours": "reproduce_table2"})
-        table = comp.merge(also, on=key, how="left")
-        table = table[["aspect", "level", "split", "coefficient", "ours", "ci_low", "ci_high", "reproduce_table2",
-                       "published", "delta", "within_0_001", "n"]]
+        published = ctx.published()
+        table = _table(results, ctx.evaluate(direct, n_boot=0), published)
         n_ok = int(table["within_0_001"].sum())
         same = int((table["ours"].round(3) == table["reproduce_table2"].round(3)).sum())
         counts = _counts(out.predictions, direct, diff)
@@ -61,24 +58,7 @@ def run(cfg: DictConfig) -> dict:
                    f"reproduce_table2 (the same judgements aggregated directly) to three decimals. Run file vs "
                    f"reproduce_table2's: {counts}. 95% bootstrap CIs ({cfg.metaeval.n_boot} resamples of "
                    f"conversations, seed {cfg.seed}). Source: {label}.")
-        paths = write_table(table, ctx.out_dir, "table2_replay", caption)
-        paths += write_table(results, ctx.out_dir, "correlations", f"All correlations. {caption}", digits=4)
-        diff_caption = (f"Turns and conversations whose prediction differs from reproduce_table2's by more than "
-                        f"{TOLERANCE:g} (or exists on one side only), with the reason: an identical-prompt group (the "
-                        "replay judge answers a prompt that reads as several released particles with the first of "
-                        f"them) or UNEXPLAINED. {counts}. Source: {label}.")
-        paths += write_table(diff, ctx.out_dir, "run_file_diff", diff_caption, digits=10)
-        found = findings(groups, ctx, out, diff)
-        paths += write_table(found, ctx.out_dir, "replay_report",
-                             f"The identical-prompt groups of the released particles and what the run found. "
-                             f"Source: {label}.", digits=0)
-        from face.report import figures  # matplotlib only where a figure is drawn
-
-        for split in ("redial", "opendialkg"):
-            paths.append(figures.bars_vs_published(
-                results, published, split, "spearman", "FACE live (ours, replay judge)",
-                f"Published bars: Table 2 of the paper. Ours: {label}; error bars: 95% bootstrap CI.",
-                ctx.out_dir / "figures" / f"bars_{split}_spearman.png"))
+        paths = _write(ctx, table, results, published, diff, findings(groups, ctx, out, diff), caption, counts, label)
         print_table(caption, table.drop(columns=["ci_low", "ci_high"]))
         print_table(f"What the replay judge answered in this run (its count; a warm rerun sends nothing): {label}",
                     judge_counts(report, out.metrics), 0)
@@ -87,12 +67,45 @@ def run(cfg: DictConfig) -> dict:
             print(f"warning: {len(unexplained)} prediction(s) differ from reproduce_table2 without an identical-prompt "
                   "group (run_file_diff.md, reason UNEXPLAINED)", flush=True)
         ctx.log_results(results, out.label)
-        tracker.log_metrics({"table2.values_within_0_001": n_ok, "table2.values_total": len(table),
-                             "table2.equal_to_reproduce_table2": same,
-                             "run_file.differences": len(diff), "run_file.unexplained": len(unexplained),
-                             "table2.max_abs_delta": float((table["ours"] - table["published"]).abs().max())})
-        tracker.log_artifacts(paths, "results")
-        return {"results": results, "table": table, "diff": diff, "out_dir": ctx.out_dir}
+        ctx.tracker.log_metrics({"table2.values_within_0_001": n_ok, "table2.values_total": len(table),
+                                 "table2.equal_to_reproduce_table2": same,
+                                 "run_file.differences": len(diff), "run_file.unexplained": len(unexplained),
+                                 "table2.max_abs_delta": float((table["ours"] - table["published"]).abs().max())})
+        ctx.tracker.log_artifacts(paths, "results")
+        return ctx.result(output=out, results=results, tables={"table": table, "diff": diff})
+
+
+def _table(results: pd.DataFrame, direct_results: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """The published comparison of the live run, with reproduce_table2's value of each cell beside it."""
+    comp = comparison_table(results, published)
+    key = ["aspect", "split", "coefficient"]
+    also = comparison_table(direct_results, published)[key + ["ours"]].rename(columns={"ours": "reproduce_table2"})
+    table = comp.merge(also, on=key, how="left")
+    return table[["aspect", "level", "split", "coefficient", "ours", "ci_low", "ci_high", "reproduce_table2",
+                  "published", "delta", "within_0_001", "n"]]
+
+
+def _write(ctx, table: pd.DataFrame, results: pd.DataFrame, published: pd.DataFrame, diff: pd.DataFrame,
+           found: pd.DataFrame, caption: str, counts: str, label: str) -> list[Path]:
+    """The experiment's tables and figures in its results directory."""
+    paths = write_table(table, ctx.out_dir, "table2_replay", caption)
+    paths += write_table(results, ctx.out_dir, "correlations", f"All correlations. {caption}", digits=4)
+    diff_caption = (f"Turns and conversations whose prediction differs from reproduce_table2's by more than "
+                    f"{TOLERANCE:g} (or exists on one side only), with the reason: an identical-prompt group (the "
+                    "replay judge answers a prompt that reads as several released particles with the first of "
+                    f"them) or UNEXPLAINED. {counts}. Source: {label}.")
+    paths += write_table(diff, ctx.out_dir, "run_file_diff", diff_caption, digits=10)
+    paths += write_table(found, ctx.out_dir, "replay_report",
+                         f"The identical-prompt groups of the released particles and what the run found. "
+                         f"Source: {label}.", digits=0)
+    from face.report import figures  # matplotlib only where a figure is drawn
+
+    for split in ("redial", "opendialkg"):
+        paths.append(figures.bars_vs_published(
+            results, published, split, "spearman", "FACE live (ours, replay judge)",
+            f"Published bars: Table 2 of the paper. Ours: {label}; error bars: 95% bootstrap CI.",
+            ctx.out_dir / "figures" / f"bars_{split}_spearman.png"))
+    return paths
 
 
 def original(conv_id: str) -> str:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from face.experiments.common import experiment
+from face.experiments.result import ExperimentResult
 from face.report import figures
 from face.report.tables import comparison_table, print_table, write_table
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig) -> ExperimentResult:
     with experiment(cfg) as ctx:
         tracker = ctx.tracker
         out = ctx.predict()
@@ -34,4 +35,4 @@ def run(cfg: DictConfig) -> dict:
         tracker.log_metrics({"table2.values_within_0_001": n_ok, "table2.values_total": len(comp),
                              "table2.max_abs_delta": float((comp["ours"] - comp["published"]).abs().max())})
         tracker.log_artifacts(paths, "results")
-        return {"results": results, "comparison": comp, "out_dir": ctx.out_dir}
+        return ctx.result(output=out, results=results, comparison=comp)

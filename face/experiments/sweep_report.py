@@ -3,8 +3,9 @@ hyperparameter-tuning examples do), and its report is read back from MLflow (``s
 children): a table of every job's headline ``summary.*`` metrics, their mean +- sd over repetitions (jobs that
 differ only in a swept ``seed``), a plot against each swept setting, the LLM named in the title.
 
-``SweepRuns`` (a Hydra callback, ``conf/config.yaml``) creates the parent before the first job and writes the
-report into the sweep directory (and onto the parent run) after the last one. By hand, for any sweep:
+``SweepRuns`` (a Hydra callback, ``conf/config.yaml``) creates the parent before the first job (or reopens it when
+the same sweep directory is run again), removes a finished job's leftover temporary files (a killed earlier run's),
+and writes the report into the sweep directory (and onto the parent run) after the last job. By hand, for any sweep:
 
     python scripts/sweep_report.py --tracking-uri sqlite:///mlflow.db [--experiment NAME] [--sweep latest|SWEEP_DIR]
 """
@@ -14,18 +15,18 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from face.files import atomic_path, atomic_write_text
-from face.tracking import headline
+from face.tracking.names import HEADLINE_PREFIX, headline
+from face.tracking.sweeps import LABEL_TAG, SEP, SWEEP_ROLE, SWEPT_TAG, find_sweep_parent, tails
 
 log = logging.getLogger(__name__)
-
-# a few cost columns shown beside the summary metrics when the jobs logged them
-EXTRA = {"metrics.optimizer.llm_calls": "llm_calls", "metrics.optimizer.cost_usd": "cost_usd"}
 
 
 # ---------------------------------------------------------------- reading a sweep back
@@ -33,14 +34,12 @@ def find_parent(tracking_uri: str, experiment: str, sweep: str = "latest"):
     """The parent run of a sweep (``sweep`` = its sweep directory, or ``latest``). ValueError when there is none."""
     from mlflow.tracking import MlflowClient
 
-    from face.tracking import SWEEP_ROLE
-
     client = MlflowClient(tracking_uri=tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise ValueError(f"no MLflow experiment {experiment!r} in {tracking_uri}")
-    parents = client.search_runs([exp.experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'",
-                                 order_by=["attributes.start_time DESC"], max_results=1000)
+    parents = list(client.search_runs([exp.experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'",
+                                      order_by=["attributes.start_time DESC"], max_results=1000))
     if sweep != "latest":
         parents = [r for r in parents if r.data.tags.get("sweep_dir") == str(sweep)]
     if not parents:
@@ -49,6 +48,7 @@ def find_parent(tracking_uri: str, experiment: str, sweep: str = "latest"):
 
 
 def child_runs(tracking_uri: str, experiment_id: str, parent_id: str) -> pd.DataFrame:
+    """The parent's children (a job's earlier runs, replaced by a rerun, are deleted and not among them)."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri)
@@ -65,20 +65,18 @@ def _number(values: pd.Series) -> pd.Series:
 
 
 def summarize(runs: pd.DataFrame, swept: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """(one row per job, mean +- sd per setting over repetitions, the summary metric names)."""
+    """(one row per job, mean +- sd per setting over repetitions, the summary metric names, headline first)."""
     keys = [k for k in swept if f"params.{k}" in runs]
-    metrics = sorted(c[len("metrics."):] for c in runs if c.startswith("metrics.summary."))
+    metrics = sorted(c[len("metrics."):] for c in runs if c.startswith(f"metrics.{HEADLINE_PREFIX}"))
     head = headline(metrics)
     metrics = ([head] if head else []) + [m for m in metrics if m != head]
-    jobs = pd.DataFrame({"run": runs.get("tags.mlflow.runName", runs["run_id"]), "status": runs["status"]})
+    names = runs.get("tags.mlflow.runName", runs["run_id"])
+    jobs = pd.DataFrame({"run": names, "job": runs.get(f"tags.{LABEL_TAG}", names).fillna(names),
+                         "status": runs["status"]})
     for k in keys:
         jobs[k] = _number(runs[f"params.{k}"])
     for m in metrics:
         jobs[m] = runs[f"metrics.{m}"].to_numpy()
-    for col, name in EXTRA.items():
-        if col in runs:
-            v = runs[col]
-            jobs[name] = (v.astype("Int64") if v.notna().all() and (v == v.round()).all() else v).to_numpy()
     jobs = jobs.sort_values(keys or ["run"], kind="stable").reset_index(drop=True)
     group = [k for k in keys if k.rsplit(".", 1)[-1] != "seed"]  # a swept seed: repetitions of one setting
     done = jobs[jobs["status"] == "FINISHED"]
@@ -100,10 +98,8 @@ def llm_named(runs: pd.DataFrame) -> str:
     """``LLM <model> (<backend>)`` of the jobs, or that they called none."""
     if "params.llm.model" not in runs or runs["params.llm.model"].isna().all():
         return "no LLM"
-    pairs = sorted({f"{m} ({b})" for m, b in zip(runs["params.llm.model"].fillna("?"),
-                                                  runs.get("params.llm.backend", pd.Series("?", index=runs.index))
-                                                  .fillna("?"))})
-    return "LLM " + ", ".join(pairs)
+    backends = runs.get("params.llm.backend", pd.Series("?", index=runs.index)).fillna("?")
+    return "LLM " + ", ".join(sorted({f"{m} ({b})" for m, b in zip(runs["params.llm.model"].fillna("?"), backends)}))
 
 
 def plot(jobs: pd.DataFrame, swept: list[str], metric: str, path: Path, title: str) -> Path:
@@ -113,7 +109,7 @@ def plot(jobs: pd.DataFrame, swept: list[str], metric: str, path: Path, title: s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [k for k in swept if k in jobs and k.rsplit(".", 1)[-1] != "seed"] or [None]
+    keys: list[str | None] = [k for k in swept if k in jobs and k.rsplit(".", 1)[-1] != "seed"] or [None]
     done = jobs[jobs["status"] == "FINISHED"]
     fig, axes = plt.subplots(1, len(keys), figsize=(3.4 * len(keys), 3.2), squeeze=False)
     for ax, k in zip(axes[0], keys):
@@ -122,8 +118,7 @@ def plot(jobs: pd.DataFrame, swept: list[str], metric: str, path: Path, title: s
             ax.set_xticks([0], ["all jobs"])
         else:
             g = done.groupby(k, sort=True)[metric].agg(["mean", "std", "size"]).reset_index()
-            numeric = pd.api.types.is_numeric_dtype(g[k])
-            x = g[k] if numeric else range(len(g))
+            x = g[k] if pd.api.types.is_numeric_dtype(g[k]) else range(len(g))
             ax.errorbar(x, g["mean"], yerr=g["std"].fillna(0), fmt="o-", capsize=3)
             ax.set_xticks(list(x), [str(v) for v in g[k]])  # integer settings get integer ticks
             ax.set_xlabel(k.rsplit(".", 1)[-1])
@@ -138,10 +133,51 @@ def plot(jobs: pd.DataFrame, swept: list[str], metric: str, path: Path, title: s
     return path
 
 
-def _markdown(df: pd.DataFrame) -> str:
-    from face.report.tables import to_markdown
+# ---------------------------------------------------------------- the report, narrow enough for MLflow's page
+def _cell(v) -> str:
+    if isinstance(v, (float, np.floating)):
+        return "" if math.isnan(v) else f"{v:.3f}"
+    return "" if v is None else str(v)
 
-    return to_markdown(df, 3)
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    """A fixed-width table in a fenced block: MLflow's description panel draws Markdown tables without any space
+    between their columns."""
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return "\n".join(["```text", *lines, "```"])
+
+
+def _short_names(metrics: list[str]) -> tuple[list[str], str]:
+    """The metrics without ``summary.`` and without the ending they all share (``_heldout_spearman``), and a note
+    naming that ending."""
+    short = [m[len(HEADLINE_PREFIX):] for m in metrics]
+    end = os.path.commonprefix([m[::-1] for m in short])[::-1] if len(short) > 1 else ""
+    end = end[end.find("_"):] if "_" in end else ""
+    if not end or any(m == end for m in short):
+        return short, ""
+    return [m[: -len(end)] for m in short], f" (metrics: summary.…{end})"
+
+
+def report_markdown(title: str, jobs: pd.DataFrame, spread: pd.DataFrame, swept: list[str],
+                    metrics: list[str]) -> str:
+    """The report as Markdown: short column names (a swept key's last part, a metric without ``summary.``, a job
+    by its swept values), 3 decimals, mean ± sd in one cell, fixed-width tables that fit MLflow's description."""
+    keys = [k for k in swept if k in spread]
+    short, common = _short_names(metrics)
+    means = []
+    for i in range(len(spread)):
+        cells = [_cell(spread[k].iloc[i]) for k in keys] + [str(int(spread["jobs"].iloc[i]))]
+        if metrics:
+            sd = spread[f"{metrics[0]} sd"].iloc[i]
+            cells.append(_cell(spread[f"{metrics[0]} mean"].iloc[i]) + ("" if math.isnan(sd) else f" ± {sd:.3f}"))
+        means.append(cells)
+    every = [[str(jobs["job"].iloc[i]).split(SEP)[0], str(jobs["status"].iloc[i]).lower(),
+              *(_cell(jobs[m].iloc[i]) for m in metrics)] for i in range(len(jobs))]
+    head = [f"{metrics[0][len(HEADLINE_PREFIX):]} (mean ± sd)"] if metrics else []
+    return (f"**{title}**\n\nMean ± sd over the finished jobs of each setting (sd: 2 or more jobs):\n\n"
+            f"{_table(means, [*tails(keys), 'jobs', *head])}\n\nEvery job{common}:\n\n"
+            f"{_table(every, ['job', 'status', *short])}\n")
 
 
 def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = None) -> dict:
@@ -150,37 +186,33 @@ def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = 
     from mlflow.tracking import MlflowClient
 
     from face.secrets import redact
-    from face.tracking import SWEPT_TAG
 
     client = MlflowClient(tracking_uri=tracking_uri)
-    tags = parent.data.tags
-    swept = [k for k in tags.get(SWEPT_TAG, "").split(",") if k]
+    swept = [k for k in parent.data.tags.get(SWEPT_TAG, "").split(",") if k]
     runs = child_runs(tracking_uri, parent.info.experiment_id, parent.info.run_id)
     if runs.empty:
         raise ValueError(f"the sweep {parent.info.run_name!r} has no job runs")
     jobs, spread, metrics = summarize(runs, swept)
-    out = Path(out or tags["sweep_dir"])
-    title = (f"{parent.info.run_name}: {len(jobs)} jobs ({(jobs['status'] == 'FINISHED').sum()} finished); "
-             f"{llm_named(runs)}")
-    with atomic_path(out / "sweep_jobs.csv") as tmp:
-        jobs.to_csv(tmp, index=False)
-    with atomic_path(out / "sweep_summary.csv") as tmp:
-        spread.to_csv(tmp, index=False)
-    text = (f"**{title}**\n\nMean ± sd over the finished jobs of each setting (sd: 2 or more jobs).\n\n"
-            f"{_markdown(spread)}\n\nEvery job:\n\n{_markdown(jobs)}\n")
+    out = Path(out or parent.data.tags["sweep_dir"])
+    done = jobs[jobs["status"] == "FINISHED"]
+    title = f"{parent.info.run_name}: {len(jobs)} jobs ({len(done)} finished); {llm_named(runs)}"
+    for name, df in (("sweep_jobs.csv", jobs), ("sweep_summary.csv", spread)):
+        with atomic_path(out / name) as tmp:
+            df.to_csv(tmp, index=False)
+    text = report_markdown(title, jobs, spread, swept, metrics)
     paths = [out / "sweep_jobs.csv", out / "sweep_summary.csv", atomic_write_text(out / "sweep_report.md", text)]
     if metrics:
         paths.append(plot(jobs, swept, metrics[0], out / "sweep_report.png", title))
     for p in paths:
         client.log_artifact(parent.info.run_id, str(p), "sweep_report")
-    done = jobs[jobs["status"] == "FINISHED"]
-    best = {m: float(done[m].max()) for m in metrics if len(done) and not math.isnan(done[m].max())}
-    for m, v in best.items():  # the parent's row in the runs table: the best job
-        client.log_metric(parent.info.run_id, m, v)
+    for m in metrics:  # the parent's row in the runs table: the best job
+        if len(done) and not math.isnan(done[m].max()):
+            client.log_metric(parent.info.run_id, m, float(done[m].max()))
     client.set_tag(parent.info.run_id, "mlflow.note.content", redact(text[:60_000]))
     if metrics:
         client.set_tag(parent.info.run_id, "headline_metric", metrics[0])
-    print(f"\n== {title}\n{_markdown(spread)}\nSweep report: {out / 'sweep_report.md'}\n", flush=True)
+    print(f"\n== {title}\n{text.split(chr(10) * 2, 2)[2].split('Every job:')[0]}Sweep report: "
+          f"{out / 'sweep_report.md'}\n", flush=True)
     return {"table": jobs, "spread": spread, "swept": swept, "metrics": metrics, "paths": paths}
 
 
@@ -194,7 +226,18 @@ def report(tracking_uri: str, out: Path | None = None, experiment: str = "optimi
 try:
     from hydra.experimental.callback import Callback
 except ImportError:  # pragma: no cover - Hydra is a dependency
-    Callback = object
+    Callback = object  # type: ignore[assignment,misc]
+
+
+def remove_leftovers(job_dir: Path) -> list[Path]:
+    """The temporary files (``.<name>.<random>.tmp<suffix>``, face.files.atomic_path) under a finished job's
+    directory: a killed earlier run of the job left them; the finished job wrote every file it writes."""
+    gone = []
+    for p in Path(job_dir).rglob(".*.tmp*"):
+        if p.is_file() and not p.is_symlink():
+            p.unlink(missing_ok=True)
+            gone.append(p)
+    return gone
 
 
 class SweepRuns(Callback):
@@ -208,6 +251,15 @@ class SweepRuns(Callback):
         except Exception as e:
             log.warning("could not create the sweep's MLflow parent run: %s", e)
 
+    def on_job_end(self, config, job_return, **kwargs) -> None:
+        from hydra.core.utils import JobStatus
+
+        hc = config.get("hydra") or {}
+        mode, out = str(hc.get("mode", "")), hc.get("runtime", {}).get("output_dir")
+        if job_return.status == JobStatus.COMPLETED and mode == "RunMode.MULTIRUN" and out:
+            for p in remove_leftovers(Path(out)):
+                log.info("removed %s, left by a killed earlier run of this job", p)
+
     def on_multirun_end(self, config, **kwargs) -> None:
         try:
             self._end(config)
@@ -216,7 +268,8 @@ class SweepRuns(Callback):
 
     @staticmethod
     def _start(config) -> None:
-        from face.tracking import check_tracking_store, sweep_parent, swept_keys, use_experiment
+        from face.tracking.store import check_tracking_store, use_experiment
+        from face.tracking.sweeps import sweep_parent, swept_keys
 
         if not config.tracking.get("enabled"):
             return
@@ -234,14 +287,15 @@ class SweepRuns(Callback):
         import mlflow
         from mlflow.tracking import MlflowClient
 
-        from face.tracking import SWEEP_ROLE, find_sweep_parent, use_experiment
+        from face.tracking.store import use_experiment
+        from face.tracking.sweeps import swept_keys
 
-        if not config.tracking.get("enabled") or "experiment" in _swept(config):
+        if not config.tracking.get("enabled") or "experiment" in swept_keys(list(config.hydra.overrides.task)):
             return
         exp_id = use_experiment(config.tracking)
         client = MlflowClient()
         parent = find_sweep_parent(client, exp_id, str(config.hydra.sweep.dir))
-        if parent is None or parent.data.tags.get(SWEEP_ROLE) != "parent":
+        if parent is None:
             return
         try:
             write_report(mlflow.get_tracking_uri(), str(config.tracking.experiment_name), parent)
@@ -251,14 +305,8 @@ class SweepRuns(Callback):
             client.set_terminated(parent.info.run_id, status="FINISHED" if ok else "FAILED")
 
 
-def _swept(config) -> list[str]:
-    from face.tracking import swept_keys
-
-    return swept_keys(list(config.hydra.overrides.task))
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
     ap.add_argument("--experiment", default="optimize_instructions")
     ap.add_argument("--sweep", default="latest", help="the sweep directory (tag sweep_dir) of the sweep, or latest")

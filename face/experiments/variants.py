@@ -10,7 +10,8 @@ from __future__ import annotations
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from face.experiments.common import experiment
+from face.experiments.common import ConfigError, Parts, experiment
+from face.experiments.result import ExperimentResult
 from face.report.tables import order_aspects, print_table, write_table
 from face.tracking import summary_metrics
 
@@ -24,11 +25,16 @@ def variant_cfg(cfg: DictConfig, overrides) -> DictConfig:
                            OmegaConf.to_container(overrides, resolve=True))
 
 
-def run(cfg: DictConfig) -> dict:
+def parts(cfg: DictConfig) -> Parts:
+    """One method per variant (their names unique)."""
     names = [v.name for v in cfg.variants]
     if len(set(names)) != len(names):
-        raise ValueError(f"variant names must be unique, got {names}")
-    with experiment(cfg, method_cfgs={v.name: variant_cfg(cfg, v.overrides) for v in cfg.variants}) as ctx:
+        raise ConfigError(f"variants: names must be unique, got {names}")
+    return Parts(method_cfgs={v.name: variant_cfg(cfg, v.overrides) for v in cfg.variants})
+
+
+def run(cfg: DictConfig) -> ExperimentResult:
+    with experiment(cfg, parts(cfg)) as ctx:
         tracker = ctx.tracker
         rows, usage_rows, labels = [], [], {}
         for name, method in ctx.methods.items():
@@ -40,7 +46,7 @@ def run(cfg: DictConfig) -> dict:
                 usage_rows.append({"variant": name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}})
         if not rows:
             print("Dry run: nothing was sent.", flush=True)
-            return {"dry_run": True, "out_dir": ctx.out_dir}
+            return ctx.result(dry_run=True, labels=labels)
         results = order_aspects(pd.concat(rows, ignore_index=True))
         usage = pd.DataFrame(usage_rows)
         note = f"{ctx.subset}. Variants: " + " | ".join(f"{k}: {lab}" for k, lab in labels.items())
@@ -54,4 +60,4 @@ def run(cfg: DictConfig) -> dict:
         print_table(f"{cfg.task_name}, pooled splits. {note}", wide)
         print_table("LLM usage per variant", usage, digits=0)
         tracker.log_artifacts(paths, "results")
-        return {"results": results, "usage": usage, "out_dir": ctx.out_dir}
+        return ctx.result(results=results, tables={"usage": usage}, labels=labels)

@@ -42,7 +42,7 @@ from mlflow.genai.scorers import Scorer
 from pydantic import PrivateAttr
 
 from face.errors import DataError
-from face.integrations.traces import SESSION_KEY, assistant_text, conversation, user_text
+from face.integrations.traces import SESSION_KEY, assistant_text, conversation, is_trace, user_text
 
 LOWEST = 3  # particles named in a rationale
 
@@ -51,6 +51,8 @@ def session_traces(trace: Trace) -> list[Trace]:
     """Every trace of ``trace``'s session, from the tracking store (the trace alone when it has no session)."""
     import mlflow
 
+    if not is_trace(trace):
+        raise DataError("MLflow trace", f"a {type(trace).__name__} is not an MLflow trace (mlflow.entities.Trace)")
     sid = (trace.info.trace_metadata or {}).get(SESSION_KEY)
     if not sid or not trace.info.experiment_id:
         return [trace]
@@ -119,6 +121,13 @@ class FaceScorer(Scorer):
     timeout: int | float | None = 0  # the run has its own LLM timeouts and retries: no extra watchdog thread
     _engine: Engine | None = PrivateAttr(default=None)
 
+    def engine(self) -> Engine:
+        if self._engine is None:
+            from face.errors import ConfigError
+
+            raise ConfigError(f"scorer {self.name}: build FACE's scorers with face.integrations.mlflow.scorers(...)")
+        return self._engine
+
 
 class FaceSessionScorer(FaceScorer):
     """A dialogue-level FACE aspect: one Feedback per conversation (MLflow session)."""
@@ -128,7 +137,7 @@ class FaceSessionScorer(FaceScorer):
         return True
 
     def __call__(self, *, session: list[Trace]) -> Feedback:
-        result, conv_id, _ = self._engine.result(session)
+        result, conv_id, _ = self.engine().result(session)
         return _feedback(self.name, result, self.aspect, conv_id, None, "the conversation")
 
 
@@ -136,7 +145,7 @@ class FaceTurnScorer(FaceScorer):
     """A turn-level FACE aspect: one Feedback per trace (an assistant turn, scored in its session's context)."""
 
     def __call__(self, *, trace: Trace) -> Feedback:
-        result, conv_id, turn_of = self._engine.result(session_traces(trace))
+        result, conv_id, turn_of = self.engine().result(session_traces(trace))
         turn = turn_of.get(trace.info.trace_id)
         if turn is None:
             raise DataError(f"MLflow trace {trace.info.trace_id}", "no assistant reply to score at turn level")
@@ -147,12 +156,16 @@ def scorers(aspects: Sequence[str] | str | None = None, llm: str = "local", *, p
             **settings: Any) -> list[FaceScorer]:
     """One MLflow scorer per aspect, named ``<prefix><aspect>``: session-level for dialogue-level aspects,
     trace-level for turn-level ones. ``aspects`` (None: all seven of CRSArena-Eval), ``llm`` and ``settings`` are
-    ``face.evaluate``'s, checked here (``ConfigError``) before MLflow calls anything; ``quiet`` is implied."""
+    ``face.evaluate``'s, checked here (``ConfigError``, a missing API key too) before MLflow calls anything; ``quiet``
+    is implied (passing ``quiet`` or ``out`` is a ConfigError)."""
     from face.api import check_settings
+    from face.errors import ConfigError
 
     if "quiet" in settings or "out" in settings:
-        raise ValueError("scorers(): quiet and out are set by the scorers (each conversation is evaluated quietly, "
-                         "into a temporary directory)")
+        raise ConfigError("scorers(): quiet and out are set by the scorers (each conversation is evaluated quietly, "
+                          "into a temporary directory)")
+    if not isinstance(prefix, str):
+        raise ConfigError(f"scorers(): prefix must be a string (each scorer is named <prefix><aspect>), got {prefix!r}")
     specs = check_settings(aspects, llm, **settings)
     engine = Engine([a.name for a in specs], llm, settings)
     out: list[FaceScorer] = []

@@ -93,11 +93,29 @@ def _describe(value: Any) -> str:
     return "nothing" if value is None else f"a {type(value).__name__}"
 
 
+def is_trace(t: Any) -> bool:
+    """An MLflow trace as this module reads one: ``info`` (trace_id, timestamp_ms, trace_metadata) and ``data``."""
+    info = getattr(t, "info", None)
+    return info is not None and hasattr(t, "data") and isinstance(getattr(info, "trace_id", None), str)
+
+
+def _check_traces(traces: Any) -> None:
+    """A non-empty list of MLflow traces, or a DataError saying what it is instead."""
+    if isinstance(traces, (str, bytes)) or not isinstance(traces, Sequence):
+        raise DataError("MLflow traces", f"a list of MLflow traces (mlflow.entities.Trace) is needed, got "
+                                         f"{type(traces).__name__}")
+    if not traces:
+        raise DataError("MLflow traces", "an empty session: no trace to evaluate")
+    odd = next((i for i, t in enumerate(traces) if not is_trace(t)), None)
+    if odd is not None:
+        raise DataError("MLflow traces", f"item {odd} is a {type(traces[odd]).__name__}, not an MLflow trace "
+                                         "(mlflow.entities.Trace: info and data)")
+
+
 def conversation(traces: Sequence[Any]) -> tuple[dict, dict[str, int]]:
     """The chat-format conversation of a session's traces (rules in the module doc), and each trace's assistant
     turn index in it (traces without an assistant message are not in the map)."""
-    if not traces:
-        raise DataError("MLflow traces", "an empty session: no trace to evaluate")
+    _check_traces(traces)
     ordered = sorted(traces, key=_started)
     messages: list[dict] = []
     turn_of: dict[str, int] = {}
@@ -137,4 +155,5 @@ def _json(text: Any) -> Any:
         return text
 
 
-__all__ = ["ASSISTANT_KEYS", "SESSION_KEY", "SYSTEM_KEY", "USER_KEYS", "assistant_text", "conversation", "user_text"]
+__all__ = ["ASSISTANT_KEYS", "SESSION_KEY", "SYSTEM_KEY", "USER_KEYS", "assistant_text", "conversation", "is_trace",
+           "user_text"]

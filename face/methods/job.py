@@ -53,6 +53,21 @@ def estimate_console(mode: str) -> Iterator[None]:
         ESTIMATE_CONSOLE.reset(token)
 
 
+# the estimates of the LLM jobs of a run, in the order they were made (the experiment's typed result carries them)
+_ESTIMATES: ContextVar[list | None] = ContextVar("face_job_estimates", default=None)
+
+
+@contextmanager
+def collect_estimates() -> Iterator[list[pd.DataFrame]]:
+    """Every cost estimate an LLM job makes inside the block (``LLMJob.gate``), as the table it writes."""
+    got: list[pd.DataFrame] = []
+    token = _ESTIMATES.set(got)
+    try:
+        yield got
+    finally:
+        _ESTIMATES.reset(token)
+
+
 COUNTS = ("requests", "samples", "http_requests", "input_tokens", "output_tokens")
 
 
@@ -107,6 +122,9 @@ class LLMJob:
         with atomic_path(path) as tmp:
             (costs if detail is None else detail).to_csv(tmp, index=False)
         self.artifacts.append(path)
+        collected = _ESTIMATES.get()
+        if collected is not None:
+            collected.append(costs if detail is None else detail)
         estimated = estimated_cost(costs) if estimated_usd is None else estimated_usd
         self.estimated = estimated_size(costs)
         self.metrics.update({f"{self._prefix}estimate.{k}": float(getattr(self.estimated, k))

@@ -78,7 +78,7 @@ class BeamSearch:
     train: np.ndarray  # item indices the loop may use
     dev: np.ndarray  # item indices for the per-round dev correlation of the beam (never used to select)
     writer: Writer | None = None  # None: no expansion (replay)
-    prompts: Any = None  # face.prompt_registry.PromptLog
+    prompts: Any = None  # face.optimize.prompt_log.PromptLog
     checkpoint_dir: str | None = None
     usage: Callable[[], tuple[int, float]] | None = None  # () -> (LLM calls so far, cost so far)
     on_round: Callable[[OptState, dict], None] | None = None  # after each checkpoint (metrics, tests)

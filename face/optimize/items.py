@@ -9,8 +9,11 @@ import numpy as np
 from scipy import stats
 
 from face.aspects import Aspect
+from face.coefficients import coefficient, ranks
 from face.data.schema import Conversation
 from face.predictions import PRED_DECIMALS
+
+__all__ = ["Item", "correlation", "errors", "indices_of", "items_for", "ranks", "reward", "worst"]
 
 
 @dataclass(frozen=True)
@@ -41,38 +44,16 @@ def indices_of(items: Sequence[Item], conv_ids: Sequence[str]) -> np.ndarray:
 
 
 def correlation(pred: np.ndarray, gold: np.ndarray, kind: str = "spearman") -> float:
-    """The correlation of predictions (rounded like the project's, so equal predictions tie) with the gold
-    labels; NaN where undefined (fewer than 3 items, a constant side)."""
+    """The correlation ``kind`` (face.coefficients) of predictions (rounded like the project's, so equal predictions
+    tie) with the gold labels; NaN where undefined (fewer than 3 items, a constant side)."""
+    value = coefficient(kind).value
     pred = np.round(np.asarray(pred, float), PRED_DECIMALS)
     gold = np.asarray(gold, float)
     ok = ~(np.isnan(pred) | np.isnan(gold))
     pred, gold = pred[ok], gold[ok]
     if len(pred) < 3 or np.ptp(pred) == 0 or np.ptp(gold) == 0:
         return float("nan")
-    if kind == "spearman":
-        return _pearson(ranks(pred), ranks(gold))
-    if kind == "pearson":
-        return _pearson(pred, gold)
-    if kind == "kendall":
-        return float(stats.kendalltau(pred, gold)[0])
-    raise ValueError(f"unknown correlation {kind!r}")
-
-
-def ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks (1-based; ties share their mean rank), as scipy's rankdata, without its overhead."""
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    bounds = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1], True])
-    counts = np.diff(bounds)
-    out = np.empty(len(x))
-    out[order] = np.repeat(bounds[:-1] + (counts + 1) / 2, counts)
-    return out
-
-
-def _pearson(x: np.ndarray, y: np.ndarray) -> float:
-    x = x - x.mean()
-    y = y - y.mean()
-    return float(x @ y / np.sqrt((x @ x) * (y @ y)))
+    return value(pred, gold)
 
 
 def reward(pred: np.ndarray, gold: np.ndarray, kind: str = "spearman") -> float:

@@ -142,7 +142,7 @@ class FileInstructions(InstructionSource):
 
 @dataclass
 class MlflowInstructions(InstructionSource):
-    """An optimized set in MLflow (``face/prompt_registry.py``): NAME@VERSION, prompts:/NAME/V or runs:/RUN_ID."""
+    """An optimized set in MLflow (``face/tracking/prompts.py``): NAME@VERSION, prompts:/NAME/V or runs:/RUN_ID."""
 
     name: ClassVar[str] = "mlflow"
     ref: str | None = None
@@ -153,7 +153,7 @@ class MlflowInstructions(InstructionSource):
                              "prompts:/NAME/VERSION or runs:/RUN_ID")
 
     def load(self, data_dir: Path, aspect: str) -> list[Instruction]:
-        from face.prompt_registry import load_reference
+        from face.tracking.prompts import load_reference
 
         return load_reference(self.ref or "", aspect)
 

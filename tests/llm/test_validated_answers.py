@@ -149,7 +149,7 @@ def test_a_batch_settles_before_a_spent_request_stops_it(make_cfg, tmp_path):
 
     srv = ScriptedServer()
     with srv as info, FaultProxy(info.base_url, rate=0.0) as proxy:
-        proxy.pick = lambda h, attempt, _p=proxy: "500" if _p.log and len(_p.log) <= 3 else None
+        proxy.injector.pick = lambda h, attempt, _p=proxy: "500" if _p.log and len(_p.log) <= 3 else None
         cfg = make_cfg(base_url=proxy.base_url, max_retries=2, concurrency=1)
         reqs = [ChatRequest(messages=f"m {i}") for i in range(6)]
         with make_client(cfg) as c, pytest.raises(LLMCallError, match="1 of 6 requests"):

@@ -13,8 +13,10 @@ from typing import Any
 
 from .data import SAMPLES, Judged, ReplayData
 from .reader import Refusal, View, read_prompt
+from .request import ChatBody
 
 MODEL = "face-released-judgements"
+
 
 def sample_values(value: float, positions: list[int]) -> list[int]:
     """Integer samples at these positions of the 5-cycle whose every 5 consecutive samples average ``value``."""
@@ -84,56 +86,37 @@ class Judge:
                 self.stats["refused_by_code"][e.code] = self.stats["refused_by_code"].get(e.code, 0) + 1
             raise
 
-    def _answer(self, body: dict) -> dict:
-        messages = body.get("messages")
-        if not isinstance(messages, list):
-            raise Refusal("no_prompt", "the request has no messages")
-        rf = body.get("response_format") or None
-        v = read_prompt(messages, rf)
+    def _answer(self, raw: Any) -> dict:
+        body = ChatBody.of(raw)
+        v = read_prompt(body.messages, body.response_format)
         j = self.data.resolve(v)
-        n = int(body.get("n") or 1)
-        seed = int(body.get("seed") or 0)
-        positions = [seed + c for c in range(n)]
-        schema = bool(rf) and rf.get("type") in ("json_schema", "json_object")
-        want_lp = bool(body.get("logprobs"))
-        k = int(body.get("top_logprobs") or 0)
+        positions = [body.seed + c for c in range(body.n)]
+        schema = body.response_format is not None and body.response_format["type"] in ("json_schema", "json_object")
+        reasoning = not schema and v.style == "numbered"
+        texts: list[str]
+        values: list[float | None]
         if v.kind == "decompose":
-            text = decompose_text(self.data.particles.get((j.conv.conv_id, j.turn_ind), []),
-                                  reasoning=not schema and v.style == "numbered")
-            texts, values = [text] * n, [None] * n
+            text = decompose_text(self.data.particles.get((j.conv.conv_id, j.turn_ind), []), reasoning)
+            texts, values = [text] * body.n, [None] * body.n
         else:
-            value, instr = self.data.judgement(v, j)
-            xs = sample_values(value, positions)
-            if want_lp:  # the reply's score token carries the distribution; its text shows the likelier value
-                xs = [math.floor(value) + (value - math.floor(value) >= 0.5)] * n
-            texts = [score_text(x, p, reasoning=not schema and v.style == "numbered") for x, p in zip(xs, positions)]
-            values = [value] * n
-            if j.candidates > 1:
-                self._note_ambiguous(messages, v, j, instr)
+            texts, values = self._scores(body, v, j, positions, reasoning)
         with self._lock:
             self.stats["requests"] += 1
-            self.stats["samples"] += n
+            self.stats["samples"] += body.n
             self.stats["scoring" if v.kind == "score" else "decomposition"] += 1
-            self.stats["logprobs_requests"] += want_lp
-        max_tokens = body.get("max_tokens")
-        choices, out_tokens = [], 0
-        for c, (text, value) in enumerate(zip(texts, values)):
-            toks = tokens(text)
-            finish = "stop"
-            if max_tokens is not None and len(toks) > int(max_tokens):
-                toks, finish = toks[: int(max_tokens)], "length"
-            out_tokens += len(toks)
-            lp = None
-            if want_lp:
-                at = max((i for i, t in enumerate(toks) if t.strip().isdigit()), default=None)
-                lp = _logprobs(toks, at, value, k)
-            choices.append({"index": c, "message": {"role": "assistant", "content": "".join(toks)},
-                            "finish_reason": finish, "logprobs": lp})
-        prompt_tokens = sum(len(str(m.get("content", ""))) // 4 + 4 for m in messages)
-        return {"id": "replay-" + hashlib.sha1(json.dumps(positions).encode()).hexdigest()[:12],
-                "object": "chat.completion", "created": int(time.time()), "model": body.get("model") or self.model,
-                "choices": choices, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens,
-                                              "total_tokens": prompt_tokens + out_tokens}}
+            self.stats["logprobs_requests"] += body.logprobs
+        return _completion(body, texts, values, positions, self.model)
+
+    def _scores(self, body: ChatBody, v: View, j: Judged, positions: list[int], reasoning: bool
+                ) -> tuple[list[str], list[float | None]]:
+        """The answers to a scoring request (one per choice) and the released value each stands for."""
+        value, instr = self.data.judgement(v, j)
+        xs = sample_values(value, positions)
+        if body.logprobs:  # the reply's score token carries the distribution; its text shows the likelier value
+            xs = [math.floor(value) + (value - math.floor(value) >= 0.5)] * body.n
+        if j.candidates > 1:
+            self._note_ambiguous(body.messages, v, j, instr)
+        return [score_text(x, p, reasoning) for x, p in zip(xs, positions, strict=True)], [value] * body.n
 
     def _note_ambiguous(self, messages: list, v: View, j: Judged, instr: str) -> None:
         digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
@@ -160,3 +143,26 @@ class Judge:
                     "ambiguous_prompts_with_different_values": sum(
                         len({c["value"] for c in g["candidates"]}) > 1 for g in groups),
                     "ambiguous": groups}
+
+
+def _completion(body: ChatBody, texts: list[str], values: list[float | None], positions: list[int], model: str
+                ) -> dict:
+    """The chat completion of these answers: ``max_tokens`` cuts an answer; logprobs where asked for."""
+    choices, out_tokens = [], 0
+    for c, (text, value) in enumerate(zip(texts, values, strict=True)):
+        toks = tokens(text)
+        finish = "stop"
+        if body.max_tokens is not None and len(toks) > body.max_tokens:
+            toks, finish = toks[: body.max_tokens], "length"
+        out_tokens += len(toks)
+        lp = None
+        if body.logprobs:
+            at = max((i for i, t in enumerate(toks) if t.strip().isdigit()), default=None)
+            lp = _logprobs(toks, at, value, body.top_logprobs)
+        choices.append({"index": c, "message": {"role": "assistant", "content": "".join(toks)},
+                        "finish_reason": finish, "logprobs": lp})
+    prompt_tokens = sum(len(str(m.get("content", ""))) // 4 + 4 for m in body.messages)
+    return {"id": "replay-" + hashlib.sha1(json.dumps(positions).encode()).hexdigest()[:12],
+            "object": "chat.completion", "created": int(time.time()), "model": body.model or model,
+            "choices": choices, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens,
+                                          "total_tokens": prompt_tokens + out_tokens}}

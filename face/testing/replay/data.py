@@ -61,25 +61,18 @@ class ReplayData:
                     self.by_text.setdefault(text, []).append((c, pos))
             for style in ("numbered", "speaker"):
                 self.by_dialogue.setdefault((style, transcript(c.turns, style)), c)
-        self.particles: dict[tuple[str, int], list[dict]] = {}
-        for line in (self.data_dir / PARTICLES).read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                r = json.loads(line)
-                self.particles[(r["conv_id"], r["turn_ind"])] = r["particles"]
+        self.particles: dict[tuple[str, int], list[dict]] = {
+            (r["conv_id"], r["turn_ind"]): r["particles"] for r in _jsonl(self.data_dir / PARTICLES)}
         self.shown = {k: [(p["dialogue_act"], norm(p["particle"]), norm(p["user_feedback"])) for p in ps]
                       for k, ps in self.particles.items()}
         self.instructions: dict[str, dict[str, str]] = {}  # normalised text -> {aspect: instruction id}
-        self.scores: dict[str, dict] = {}
+        self.scores: dict[str, dict] = {}  # aspect -> conv_id -> turn -> particle -> instruction id -> value
         for a in ASPECTS:
             for ins in json.loads((self.data_dir / f"face_released/top16_instructions/{a}.json").read_text("utf-8")):
                 self.instructions.setdefault(norm(ins["text"]), {})[a] = f"itr{ins['iteration']}"
-            table: dict[str, dict] = {}
-            for line in (self.data_dir / f"face_released/run_files/{a}.jsonl").read_text("utf-8").splitlines():
-                if line.strip():
-                    r = json.loads(line)
-                    table[r["conv_id"]] = {int(t): {int(p): s for p, s in tv["particles"].items()}
-                                           for t, tv in r["turns"].items()}
-            self.scores[a] = table
+            self.scores[a] = {r["conv_id"]: {int(t): {int(p): s for p, s in tv["particles"].items()}
+                                             for t, tv in r["turns"].items()}
+                              for r in _jsonl(self.data_dir / f"face_released/run_files/{a}.jsonl")}
 
     # ---- resolution ---------------------------------------------------------------------------------------
     def resolve(self, v: View) -> Judged:
@@ -197,3 +190,7 @@ def transcript(turns: list[tuple[int, str, str]], style: str) -> str:
 
 def _user_after(c: Conv, pos: int) -> str:
     return next((text for _, role, text in c.turns[pos + 1:] if role == "USER"), "")
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..service import RequestError
+
 NO_TURNS = "(no earlier turns)"
 NO_NEXT = ("N/A", "(the conversation ended here)", "")
 
@@ -20,12 +22,12 @@ def norm(text: str) -> str:
     return _COPY_MARK.sub("", s) if "(copy " in s else s
 
 
-class Refusal(Exception):
-    """A request the replay cannot answer: HTTP 400 with ``code`` and a message that says why."""
+class Refusal(RequestError):
+    """A request the replay cannot answer: HTTP 400 with ``code`` and a message that says why (``param``: the field
+    of the request body at fault, where one is)."""
 
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
+    def __init__(self, code: str, message: str, param: str | None = None):
+        super().__init__(code, message, status=400, param=param)
 
 
 # ------------------------------------------------------------------ what a prompt shows
@@ -72,6 +74,13 @@ _FAMILIES: dict[str, tuple[str, str, str, int | None, tuple[str, ...]]] = {
         "Conversation so far:\n", "\n\nAssistant turn to split:\n", "\n\nThe user's next turn (their reaction):\n",
         "\n\nSplit the assistant turn")),
 }
+# the name of each section, in the order of the family's headings
+_NAMES = {"score_turn_reasoning": ("history", "target", "next", "aspect", "instruction", "particle", "tail"),
+          "score_dialogue_reasoning": ("dialogue", "aspect", "instruction", "particle", "tail"),
+          "score_turn_compact": ("aspect", "history", "target", "next", "instruction", "particle", "tail"),
+          "score_dialogue_compact": ("aspect", "dialogue", "instruction", "particle", "tail"),
+          "decompose_reasoning": ("history", "target", "next", "task"),
+          "decompose_compact": ("history", "target", "next", "task")}
 _SIGNATURES = (("Current assistant turn:\n", "score_turn_reasoning"), ("Full dialogue:\n", "score_dialogue_reasoning"),
                ("Context (the two turns before the assistant turn):\n", "score_turn_compact"),
                ("Assistant turn to split:\n", "decompose_compact"), ("Target assistant turn:\n", "decompose_reasoning"),
@@ -115,12 +124,7 @@ def _unquote(s: str) -> str:
 
 def read_prompt(messages: list[dict], response_format: dict | None = None) -> View:
     """What the last user message of a chat request shows (Refusal if it is not a FACE prompt this replay reads)."""
-    text = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
-    if isinstance(text, list):  # OpenAI multi-part content: the text parts
-        text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
-    if not isinstance(text, str) or not text.strip():
-        raise Refusal("no_prompt", "the request has no user message")
-    text = text.replace("\r\n", "\n")
+    text = _user_text(messages)
     family = next((f for sig, f in _SIGNATURES if sig in text), None)
     if family is None:
         raise Refusal("unknown_prompt", "not a FACE particle-scoring or decomposition prompt (none of the sections "
@@ -133,50 +137,56 @@ def read_prompt(messages: list[dict], response_format: dict | None = None) -> Vi
         raise Refusal("unreadable_prompt", f"not a FACE prompt this replay reads: it lacks the sections of FACE's "
                                            f"{family.replace('_', ' ')} prompt ({wanted}, in this order)")
     v = View(kind=kind, level=level, style=style, history_window=window)
-    if kind == "decompose":
-        history, target, nxt, _ = parts
-        v.history, v.next_user = norm(history), _next(nxt)
-        v.target_turn, v.target_text = _target(target, style)
-        return v
-    if family == "score_turn_reasoning":
-        history, target, nxt, aspect, instruction, particle, tail = parts
-    elif family == "score_dialogue_reasoning":
-        dialogue, aspect, instruction, particle, tail = parts
-    elif family == "score_turn_compact":
-        aspect, history, target, nxt, instruction, particle, tail = parts
-    else:
-        aspect, dialogue, instruction, particle, tail = parts
+    sec = dict(zip(_NAMES[family], parts, strict=True))
     if level == "turn":
-        v.history, v.next_user = norm(history), _next(nxt)
-        v.target_turn, v.target_text = _target(target, style)
+        v.history, v.next_user = norm(sec["history"]), _next(sec["next"])
+        v.target_turn, v.target_text = _target(sec["target"], style)
     else:
-        v.dialogue = norm(dialogue)
-    m = _ASPECT.match(aspect.split("\n", 1)[0].strip())
+        v.dialogue = norm(sec["dialogue"])
+    if kind == "decompose":
+        return v
+    m = _ASPECT.match(sec["aspect"].split("\n", 1)[0].strip())
     v.aspect = m.group(1).strip().replace(" ", "_") if m else None
-    v.instruction = norm(instruction)
-    v.scale = _scale(tail, response_format)
-    if style == "numbered":
-        first, _, block = ("Target" + particle).strip().partition("\n")
-        if first.startswith("Target:") or not block.strip():
-            v.whole = True
-            return v
-        f = _FROM_TURN.search(first)
-        v.particle_turn = int(f.group(1)) if f else None
-    else:
-        block = particle
-        if level == "dialogue":  # "Particle to rate (from the assistant's 2nd turn):" in the compact prompt
-            first, _, block = ("Particle to rate" + particle).strip().partition("\n")
-            f = _NTH_TURN.search(first)
-            v.particle_nth = int(f.group(1)) if f else None
-        if block.strip().startswith("(no particle"):
-            v.whole = True
-            return v
+    v.instruction = norm(sec["instruction"])
+    v.scale = _scale(sec["tail"], response_format)
+    block = _particle_block(v, sec["particle"])
+    if block is None:
+        v.whole = True
+        return v
     p = _PARTICLE.match(block.strip())
     if p is None:
         raise Refusal("unreadable_particle", "the target particle is not shown as '- dialogue act: …', '- mention: "
                                              "…', '- user feedback: …'")
     v.particle = (norm(p.group(1)), norm(p.group(2)), norm(p.group(3)))
     return v
+
+
+def _user_text(messages: list[dict]) -> str:
+    """The text of the last user message (OpenAI multi-part content: its text parts)."""
+    text = next((m.get("content") for m in reversed(messages) if m.get("role") == "user"), None)
+    if isinstance(text, list):
+        text = "".join(p["text"] for p in text if isinstance(p, dict) and isinstance(p.get("text"), str))
+    if not isinstance(text, str) or not text.strip():
+        raise Refusal("no_prompt", "the request has no user message")
+    return text.replace("\r\n", "\n")
+
+
+def _particle_block(v: View, section: str) -> str | None:
+    """The lines that show the particle to rate (None: the prompt rates a whole turn or dialogue); the turn it came
+    from where a dialogue-level prompt says so."""
+    if v.style == "numbered":
+        first, _, block = ("Target" + section).strip().partition("\n")
+        if first.startswith("Target:") or not block.strip():
+            return None
+        f = _FROM_TURN.search(first)
+        v.particle_turn = int(f.group(1)) if f else None
+        return block
+    block = section
+    if v.level == "dialogue":  # "Particle to rate (from the assistant's 2nd turn):" in the compact prompt
+        first, _, block = ("Particle to rate" + section).strip().partition("\n")
+        f = _NTH_TURN.search(first)
+        v.particle_nth = int(f.group(1)) if f else None
+    return None if block.strip().startswith("(no particle") else block
 
 
 def _next(section: str) -> str:
@@ -195,9 +205,17 @@ def _target(section: str, style: str) -> tuple[int | None, str]:
 
 
 def _scale(tail: str, response_format: dict | None) -> tuple[int, int] | None:
+    """The scale a prompt asks for: in its answer format, else in the score enum of its JSON schema."""
     m = _SCORE_FORMAT.search(tail)
     if m:
         return int(m.group(1)), int(m.group(2))
-    schema = ((response_format or {}).get("json_schema") or {}).get("schema") or (response_format or {}).get("schema")
-    enum = (((schema or {}).get("properties") or {}).get("score") or {}).get("enum")
-    return (min(enum), max(enum)) if enum else None
+    schema = _field(_field(response_format, "json_schema"), "schema") or _field(response_format, "schema")
+    enum = _field(_field(_field(schema, "properties"), "score"), "enum")
+    if not isinstance(enum, list) or not enum or not all(type(x) is int for x in enum):
+        return None
+    return min(enum), max(enum)
+
+
+def _field(obj: object, key: str) -> object:
+    """obj[key] of a JSON object (None for anything else)."""
+    return obj.get(key) if isinstance(obj, dict) else None

@@ -5,34 +5,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 
-from face.llm.background import BackgroundLoop
+from aiohttp import web
 
+from .. import service
+from ..service import AppThread, read_json, wait_for_stop
 from .answers import MODEL, Judge
 from .data import DATA_FILES, ReplayData
-from .reader import Refusal
+
+MAX_BODY_BYTES = 1024 * 1024  # a request body over this is refused (413); FACE's longest prompts are ~20 KB
 
 
-def make_app(judge: Judge, latency_s: float = 0.0):
-    from aiohttp import web
+def make_app(judge: Judge, latency_s: float = 0.0) -> web.Application:
+    """The judge's endpoints; every error answer is JSON: ``{"error": {"message": "replay judge: …", "type",
+    "code", "param"}}``."""
 
     async def chat(request: web.Request) -> web.Response:
-        try:
-            body = json.loads(await request.read())
-        except ValueError:
-            return _error(web, "bad_json", "the request body is not JSON")
+        body = await read_json(request)
         if latency_s > 0:
             await asyncio.sleep(latency_s)
-        try:
-            out = judge.answer(body)
-        except Refusal as e:
-            return _error(web, e.code, str(e))
+        out = judge.answer(body)
         return web.Response(body=json.dumps(out, ensure_ascii=False).encode(), content_type="application/json")
 
     async def models(request: web.Request) -> web.Response:
@@ -45,17 +41,12 @@ def make_app(judge: Judge, latency_s: float = 0.0):
     async def stats(request: web.Request) -> web.Response:
         return web.json_response(judge.report())
 
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = service.make_app(MAX_BODY_BYTES, "replay judge: ")
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/replay/stats", stats)
     return app
-
-
-def _error(web, code: str, message: str):
-    return web.json_response({"error": {"message": f"replay judge: {message}", "type": "invalid_request_error",
-                                        "code": code, "param": None}}, status=400)
 
 
 class ReplayServer:
@@ -73,8 +64,7 @@ class ReplayServer:
         self.latency_s, self.process, self.startup_timeout_s = latency_s, process, startup_timeout_s
         self.base_url: str | None = None
         self._proc: subprocess.Popen | None = None
-        self._bg: BackgroundLoop | None = None
-        self._runner = None
+        self._thread: AppThread | None = None
         self._judge: Judge | None = None
         self.final_report: dict | None = None
 
@@ -106,21 +96,10 @@ class ReplayServer:
         self.base_url = line.split()[1]
 
     def _serve_in_thread(self) -> None:
-        from aiohttp import web
-
-        self._judge = Judge(ReplayData(self.data_dir), self.model)
-
-        async def up() -> None:
-            self._runner = web.AppRunner(make_app(self._judge, self.latency_s), access_log=None, shutdown_timeout=0.2)
-            await self._runner.setup()
-            await web.TCPSite(self._runner, self.host, self.port).start()
-            self.base_url = f"http://{self.host}:{self._runner.addresses[0][1]}/v1"
-
-        async def down() -> None:
-            await self._runner.cleanup()
-
-        self._bg = BackgroundLoop("replay-judge")
-        self._bg.start(up, down, self.startup_timeout_s)
+        judge = self._judge = Judge(ReplayData(self.data_dir), self.model)
+        self._thread = AppThread("replay-judge", lambda: make_app(judge, self.latency_s), self.host, self.port)
+        port = self._thread.start(self.startup_timeout_s)
+        self.base_url = f"http://{self.host}:{port}/v1"
 
     def report(self) -> dict | None:
         """What the judge answered so far (None when it cannot be asked)."""
@@ -146,9 +125,9 @@ class ReplayServer:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
             self._proc = None
-        if self._bg is not None:
-            self._bg.stop()
-            self._bg = None
+        if self._thread is not None:
+            self._thread.stop()
+            self._thread = None
         self.base_url = None
 
     def __enter__(self) -> ReplayServer:
@@ -174,24 +153,10 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
-    from aiohttp import web
-
-    async def serve() -> None:
-        runner = web.AppRunner(make_app(judge, a.latency), access_log=None, shutdown_timeout=0.2)
-        await runner.setup()
-        await web.TCPSite(runner, a.host, a.port).start()
-        print(f"READY http://{a.host}:{runner.addresses[0][1]}/v1", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        if a.until_stdin_closes:
-            def watch() -> None:
-                sys.stdin.read()  # returns at end of input: the parent's end of the pipe is closed
-                loop.call_soon_threadsafe(stop.set)
-
-            threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-        await stop.wait()
-        await runner.cleanup()
-
-    asyncio.run(serve())
+    server = AppThread("replay-judge", lambda: make_app(judge, a.latency), a.host, a.port)
+    port = server.start()
+    print(f"READY http://{a.host}:{port}/v1", flush=True)
+    try:
+        wait_for_stop(a.until_stdin_closes)
+    finally:
+        server.stop()

@@ -1,4 +1,4 @@
-"""Run an experiment and turn every stop into one line and an exit code (``scripts/run.py``, ``face``).
+"""Every stop of a command-line run as one line and an exit code (``scripts/run.py``, ``face``).
 
 Exit codes: 0 done; 2 a bad setting or input file (one line naming it; nothing sent, no results written);
 3 stopped by an LLM budget cap; 4 an LLM request failed after its retries; 130 interrupted (Ctrl-C or
@@ -8,29 +8,62 @@ SIGTERM); 1 an unexpected error. ``FACE_DEBUG=1`` shows the traceback as well.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import NoReturn
 
-from omegaconf import DictConfig
-
-from face.errors import DataError
-from face.secrets import install_log_redaction, redact, secret_setting
+from face.errors import ConfigError, DataError
+from face.secrets import redact
 
 EXIT_CONFIG, EXIT_BUDGET, EXIT_LLM, EXIT_INTERRUPTED, EXIT_BUG = 2, 3, 4, 130, 1
+
+# where the run's finished LLM calls are cached (set once the configuration is composed): the resume hint
+CACHE_DIR: ContextVar[str | None] = ContextVar("face_run_cache_dir", default=None)
 
 
 def _debug() -> bool:
     return os.environ.get("FACE_DEBUG", "") not in ("", "0", "false")
 
 
-def fail(code: int, line: str) -> None:
+def fail(code: int, line: str) -> NoReturn:
     """Print the one line (redacted: an error message may quote a key, e.g. a server's "incorrect API key
     sk-...") and exit with ``code``."""
     print(redact(line), file=sys.stderr, flush=True)
     sys.exit(code)
+
+
+def stop_line(e: BaseException) -> tuple[int, str]:
+    """The exit code and the one line of a run stopped by ``e`` (first match wins)."""
+    from face.llm import BudgetExceeded, LLMCallError, LLMRequestRefused
+
+    cache = CACHE_DIR.get()
+    resume = f"Finished LLM calls are cached in {cache}: rerun the same command to resume." if cache else ""
+    stops = (  # (what stopped the run, exit code, the line printed)
+        ((DataError, ConfigError), EXIT_CONFIG, "error: {e}"),  # bad input or setting: nothing was sent
+        ((BudgetExceeded,), EXIT_BUDGET, "stopped: {e}"),
+        ((LLMRequestRefused,), EXIT_LLM, "stopped: {e}. Nothing of that request was cached or scored."),
+        ((LLMCallError,), EXIT_LLM, "stopped: an LLM request failed after its retries: {e}. " + resume),
+        ((KeyboardInterrupt,), EXIT_INTERRUPTED,
+         "interrupted: the run was stopped (MLflow run marked KILLED). " + resume),
+        ((BaseException,), EXIT_BUG, "error: unexpected {kind}: {e} (FACE_DEBUG=1 shows the traceback). " + resume),
+    )
+    code, line = next((code, line) for kinds, code, line in stops if isinstance(e, kinds))
+    return code, line.replace("{kind}", type(e).__name__).replace("{e}", str(e)).rstrip()
+
+
+@contextlib.contextmanager
+def guarded() -> Iterator[None]:
+    """A command's body: every stop becomes its one line and exit code (the traceback too with FACE_DEBUG=1)."""
+    try:
+        yield
+    except SystemExit:
+        raise
+    except (Exception, KeyboardInterrupt) as e:
+        if _debug():
+            raise
+        fail(*stop_line(e))
 
 
 # The cyclic garbage collector's thresholds for a command-line run (Python's defaults: 700, 10, 10).
@@ -55,6 +88,7 @@ def run_cli(entry: Callable[[], int | None]) -> NoReturn:
 
     gc.set_threshold(*GC_THRESHOLDS)
 
+    code: object
     try:
         code = entry()
     except SystemExit as e:
@@ -69,43 +103,4 @@ def run_cli(entry: Callable[[], int | None]) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
             stream.flush()
-    os._exit(code or 0)
-
-
-def run_experiment(cfg: DictConfig) -> dict:
-    """Run the experiment ``cfg.runner`` names and return what it returns; every stop is an exception (the
-    Python API, ``face.api``, hands them to its caller; ``run_guarded`` turns them into exit codes)."""
-    from face.errors import ConfigError
-
-    install_log_redaction()  # console and run.log: every log record is redacted (face.secrets)
-    bad = secret_setting(cfg)  # the entry points refuse this earlier; a config built another way is refused here
-    if bad:
-        raise ConfigError(bad)
-    return importlib.import_module(cfg.runner).run(cfg)
-
-
-def run_guarded(cfg: DictConfig) -> None:
-    """Run the experiment; turn every stop into one line and an exit code (traceback with FACE_DEBUG=1)."""
-    from face.experiments.common import ConfigError
-    from face.llm import BudgetExceeded, LLMCallError, LLMRequestRefused
-
-    bad = secret_setting(cfg)  # the entry points refuse this earlier; a config built another way is refused here
-    if bad:
-        fail(EXIT_CONFIG, f"error: {bad}")
-    resume = f"Finished LLM calls are cached in {cfg.paths.get('cache_dir')}: rerun the same command to resume."
-    stops = (  # first match wins: (what stopped the run, exit code, the line printed)
-        ((DataError, ConfigError), EXIT_CONFIG, "error: {e}"),  # bad input or setting: nothing was sent
-        ((BudgetExceeded,), EXIT_BUDGET, "stopped: {e}"),
-        ((LLMRequestRefused,), EXIT_LLM, "stopped: {e}. Nothing of that request was cached or scored."),
-        ((LLMCallError,), EXIT_LLM, "stopped: an LLM request failed after its retries: {e}. " + resume),
-        ((KeyboardInterrupt,), EXIT_INTERRUPTED,
-         "interrupted: the run was stopped (MLflow run marked KILLED). " + resume),
-        ((Exception,), EXIT_BUG, "error: unexpected {kind}: {e} (FACE_DEBUG=1 shows the traceback). " + resume),
-    )
-    try:
-        run_experiment(cfg)
-    except (Exception, KeyboardInterrupt) as e:
-        if _debug():
-            raise
-        code, line = next((code, line) for kinds, code, line in stops if isinstance(e, kinds))
-        fail(code, line.replace("{kind}", type(e).__name__).replace("{e}", str(e)))
+    os._exit(code if isinstance(code, int) else 0)

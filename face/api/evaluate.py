@@ -1,0 +1,169 @@
+"""``face.evaluate`` and ``face.estimate``: their arguments become one run request (``face.runner.RunRequest``) for
+the runner, the same one ``face evaluate`` sends (``evaluation``); the ``Result`` is built from what the run returns.
+
+Called inside a running event loop (Jupyter), the run goes to a worker thread and the call blocks until it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from face.api.inputs import Conversations, Source, check_conversations, source_of
+from face.api.overrides import check_arguments, raw_overrides, run_overrides, settings_overrides
+from face.api.report import build_report
+from face.api.result import Result, result_of
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from face.runner import RunResult
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+# one run at a time per process: Hydra's composition is process-wide state (GlobalHydra), and so are the log redaction
+# and the standard streams `quiet` redirects; a run itself sends its LLM requests concurrently
+_RUN_LOCK = threading.RLock()
+
+
+def evaluation(conversations: Conversations, aspects: Any, llm: Any, out: Any, *, overwrite: Any = False,
+               limit: Any = None, mlflow: Any = False, settings: Mapping[str, Any] | None = None,
+               overrides: Sequence[str] = (), entry: str = "api", **request: Any) -> tuple[RunResult, Result | None]:
+    """FACE on ``conversations`` through the runner, as ``face.evaluate`` and ``face evaluate`` (``entry="cli"``:
+    its ``--set`` ``overrides``, and its argument names in refusals) run it: the input checked, the run, and the
+    Result once the run sent its requests (with ``out``: its conversations and report written there too).
+    ``request``: the RunRequest's ``estimate_only`` / ``confirm``."""
+    from face.runner import RunRequest, run
+
+    names = check_arguments(aspects, llm, out, limit, overwrite=overwrite, mlflow=mlflow)
+    own = [*settings_overrides(settings or {}), *raw_overrides(overrides, entry)]
+    tmp = Path(tempfile.mkdtemp(prefix="face-"))
+    try:
+        source = source_of(conversations, tmp)
+        check_conversations(source)  # bad conversations: one DataError, before anything is written
+        target = Path(os.path.abspath(os.fspath(out))) if out is not None else tmp / "run"
+        kept: list[Result] = []
+        done = run(RunRequest(tuple(run_overrides(source, names, llm, target, limit, mlflow, own)), out=target,
+                              out_name="--out" if entry == "cli" else "out", overwrite=overwrite,
+                              finish=_finish(source, target, out is not None, kept), **request))
+        return done, (kept[0] if kept else None)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _finish(source: Source, target: Path, keep: bool, kept: list) -> Callable:
+    """The last step of a run, in its still-claimed directory: the Result; with ``out``, its conversations (``face
+    report DIR`` reads them back) and its report, named in the summary block."""
+
+    def finish(done: RunResult, summary) -> None:
+        from face.datasets.crsarena import write_conversations
+
+        result = result_of(done, keep)
+        kept.append(result)
+        if keep:
+            write_conversations(result.conversations, target / "conversations.json")
+            path = None
+            if (target / "particle_scores.jsonl").exists():  # the live method's: face report DIR rebuilds the same
+                path = build_report(target)
+            elif len(result.particles):  # scores the method kept in memory (face_released)
+                path = result.report(target / "report.html", tables=True)
+            if path is not None and summary is not None:
+                summary.extra.append(("Report", str(path)))
+        elif summary is not None:  # a temporary directory, removed: the Result holds everything
+            summary.results = summary.run_dir = None
+            summary.extra.append(("Results", "the returned face.Result (out=None: no files kept)"))
+
+    return finish
+
+
+def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None = None, llm: str = "local", *,
+             out: str | os.PathLike | None = None, overwrite: bool = False, limit: int | None = None,
+             mlflow: bool = False, quiet: bool = False, **settings: Any) -> Result:
+    """Evaluate conversations with FACE: particles, their scores per aspect and instruction, turn and dialogue scores.
+
+    Args:
+        conversations: a JSON / JSON Lines file (chat format ``{"id", "system", "messages": [{"role", "content"}]}``
+            or CRSArena-Eval's), a list of chat-format dicts (or bare message lists, or ``Conversation`` objects),
+            a DataFrame of messages (one row each: ``conv_id``, ``role``, ``content``, optional ``system``), or the
+            name of a dataset of ``conf/dataset/`` (``"crsarena_eval"``: its conversations and human labels, fetched
+            into the data directory).
+        aspects: CRSArena-Eval aspect names (``relevance``, ``interestingness``, ``understanding``,
+            ``task_completion``, ``interest_arousal``, ``efficiency``, ``dialogue_overall``) and those of
+            ``dataset.aspects_file`` (aspects of your own: docs/extending.md); None: CRSArena-Eval's seven.
+        llm: a config of ``conf/llm/``: ``local`` (embedded, no key; no judging signal), ``openai``,
+            ``openai_compatible``, ``replay``, ``scripted`` (a fake server for tests), or your own.
+        out: keep the run's files there (run file, particles, per-particle scores, cost estimate, usage, report);
+            None: a temporary directory, removed once the result is read. Rerunning the same conversations and
+            settings into ``out`` resumes; another run's results there are refused unless ``overwrite``.
+        overwrite: True or False (anything else is refused).
+        limit: only the first ``limit`` conversations.
+        mlflow: also log the run to MLflow (``tracking=mlflow``: ``sqlite:///mlflow.db`` of the project).
+        quiet: print nothing (the cost estimate, tables and the run summary); warnings still go to stderr.
+        **settings: any setting of the configuration (docs/api.md, "Settings"), e.g. ``run_size="tiny"``,
+            ``**{"method.scoring.n": 3, "llm.max_cost_usd": 5}``.
+
+    Returns: a ``Result``. Raises ``ConfigError`` / ``DataError`` before anything is sent or written (a missing API
+    key among them), and ``BudgetExceeded``, ``LLMCallError``, ``LLMRequestRefused`` when the run stops. Calls from
+    several threads run one at a time."""
+    check_arguments(aspects, llm, out, limit, quiet=quiet)
+    _project_root()
+    done, result = _off_loop(_locked, quiet, evaluation, conversations, aspects, llm, out, overwrite=overwrite,
+                             limit=limit, mlflow=mlflow, settings=settings)
+    return result
+
+
+def estimate(conversations: Conversations, aspects: Sequence[str] | str | None = None, llm: str = "local", *,
+             limit: int | None = None, quiet: bool = False, **settings: Any) -> pd.DataFrame:
+    """What ``face.evaluate`` with the same arguments would send, and cost: one row per stage (decomposition, each
+    aspect's scoring) and a ``total`` row, with ``requests``, ``samples``, ``http_requests``, ``input_tokens``,
+    ``output_tokens``, ``cost_usd`` (from ``llm.price_*_per_mtok``; the units and names of ``llm_usage.json``) and,
+    for a scoring stage whose particles are not known yet, the ``particles_per_turn`` it assumed; None for a method
+    that calls no LLM (``method="face_released"``). Sends nothing, starts no server, needs no API key; answers already
+    cached are still counted. The table is printed as the command prints it, unless ``quiet``."""
+    check_arguments(aspects, llm, None, limit, quiet=quiet)
+    _project_root()
+    done, _ = _off_loop(_locked, quiet, evaluation, conversations, aspects, llm, None, limit=limit,
+                        settings=settings, estimate_only=True)
+    return done.estimate
+
+
+def check_settings(aspects: Sequence[str] | str | None = None, llm: str = "local", **settings: Any) -> list:
+    """The aspects (``face.aspects.Aspect``) that ``face.evaluate(..., aspects, llm, **settings)`` would evaluate,
+    after the checks it makes before anything runs (settings, LLM settings, credentials); ``ConfigError`` if one
+    fails. Sends nothing, writes nothing: for a caller that builds now and evaluates later (the MLflow scorers)."""
+    from face.runner import RunRequest, check
+
+    names = check_arguments(aspects, llm, None, None)
+    own = settings_overrides(settings)
+    _project_root()
+    with _RUN_LOCK, tempfile.TemporaryDirectory(prefix="face-") as tmp:
+        source = Source(Path(tmp) / "conversations.json")
+        overrides = run_overrides(source, names, llm, Path(tmp) / "run", None, False, own)
+        return check(RunRequest(tuple(overrides))).aspects
+
+
+def _project_root() -> None:
+    os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))  # paths.root_dir: the cache, data and mlflow.db
+
+
+def _locked(quiet: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    with _RUN_LOCK, (contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
+        return fn(*args, **kwargs)
+
+
+def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(...)`` here, or in a worker thread when this thread runs an event loop (Jupyter, an async app); Ctrl-C stops
+    the worker's LLM client too (face.llm.client.run_off_loop)."""
+    from face.llm.client import run_off_loop
+
+    return run_off_loop(fn, *args, **kwargs)
+
+
+__all__ = ["check_settings", "estimate", "evaluate", "evaluation"]

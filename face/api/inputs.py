@@ -1,0 +1,149 @@
+"""The conversations of ``face.evaluate`` / ``face.estimate`` / ``face evaluate`` as the input of a run: a file (the
+caller's), in-memory conversations written to a temporary file, or a dataset of ``conf/dataset/`` by name; checked
+as ``face evaluate`` checks a file, before anything is written."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+from face.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+IN_MEMORY = "conversations (in memory)"
+
+# conversations: a JSON / JSONL file (chat format or CRSArena-Eval's), chat-format dicts, bare message lists,
+# face.data.schema.Conversation objects, or a DataFrame of messages (one row each: conv_id, role, content)
+Conversations = Union[str, os.PathLike, Sequence[Any], "pd.DataFrame"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the conversations come from: a file (``own``: the caller's, else the in-memory input written to a
+    temporary file) or, with ``dataset``, a dataset of ``conf/dataset/`` by name (``crsarena_eval``)."""
+
+    path: Path | None
+    own: bool = True
+    dataset: str | None = None
+
+
+def datasets() -> list[str]:
+    return sorted(p.stem for p in (CONF / "dataset").glob("*.yaml") if p.stem != "chat_logs")
+
+
+def _frame_records(df: pd.DataFrame) -> list[dict]:
+    """A DataFrame of messages, one row each in order: ``conv_id`` (or ``id``), ``role`` (user / assistant /
+    system), ``content`` (or ``utterance``), optionally ``system`` (the CRS's name)."""
+    id_col = next((c for c in ("conv_id", "id") if c in df.columns), None)
+    text_col = next((c for c in ("content", "utterance") if c in df.columns), None)
+    missing = [what for what, col in (("conv_id (or id)", id_col), ("role", "role" if "role" in df.columns else None),
+                                      ("content (or utterance)", text_col)) if col is None]
+    if missing:
+        raise DataError(IN_MEMORY, f"a DataFrame of messages needs the columns {', '.join(missing)} (one row per "
+                                   f"message, in order); it has {', '.join(map(str, df.columns))}")
+    convs: dict[str, dict] = {}
+    for i, row in enumerate(df.itertuples(index=False)):
+        values = row._asdict()
+        cid = values[id_col]
+        if not isinstance(cid, (str, int)) or isinstance(cid, bool):
+            raise DataError(IN_MEMORY, f"conversation id {cid!r:.40} is not a string or an integer", f"row {i}")
+        conv = convs.setdefault(str(cid), {"id": str(cid), "messages": []})
+        if "system" in df.columns and values["system"] is not None and values["system"] == values["system"]:
+            conv["system"] = values["system"]
+        conv["messages"].append({"role": values["role"], "content": values[text_col]})
+    return list(convs.values())
+
+
+def _records(conversations: Sequence[Any]) -> list[Any]:
+    from face.data.schema import Conversation
+
+    out = []
+    for c in conversations:
+        if isinstance(c, Conversation):  # CRSArena-Eval's format, labels included
+            out.append({"conv_id": c.conv_id, "system": c.system or None, "dialogue": [
+                {"turn_ind": t.turn_ind, "role": t.role, "utterance": t.utterance,
+                 **({"turn_level_aggregated": t.labels} if t.labels else {})} for t in c.turns],
+                **({"dial_level_aggregated": c.labels} if c.labels else {})})
+        else:
+            out.append(c)
+    return out
+
+
+def source_of(conversations: Conversations, tmp: Path) -> Source:
+    """The source the run reads; an in-memory input is written to ``tmp`` (as JSON with every non-ASCII character
+    escaped: the loader then reads it as it reads a file, and refuses invalid Unicode the same way)."""
+    import pandas as pd
+
+    if isinstance(conversations, (str, os.PathLike)):
+        return _file_or_dataset(conversations)
+    if isinstance(conversations, pd.DataFrame):
+        records = _frame_records(conversations)
+    elif isinstance(conversations, Sequence) and not isinstance(conversations, (bytes, str)):
+        records = _records(conversations)
+    else:
+        raise ConfigError(f"conversations must be a path, a dataset name, a list of conversations or a DataFrame of "
+                          f"messages, got {type(conversations).__name__}")
+    if not records:
+        raise DataError(IN_MEMORY, "contains no conversation")
+    path = tmp / "conversations.json"
+    try:
+        text = json.dumps(records, ensure_ascii=True, indent=1, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise DataError(IN_MEMORY, f"not JSON-serializable: {e}") from None
+    path.write_text(text, encoding="ascii")
+    return Source(path, own=False)
+
+
+def _file_or_dataset(conversations: str | os.PathLike) -> Source:
+    try:
+        name = os.fspath(conversations)
+    except TypeError as e:
+        raise ConfigError(f"conversations: {e}") from None
+    if isinstance(name, bytes) or not name.strip():
+        raise ConfigError("conversations: the path is empty" if not isinstance(name, bytes) else
+                          "conversations: give the path as a string, not bytes")
+    path = Path(name).expanduser()
+    if not path.exists() and name in datasets():  # a file of that name would win
+        return Source(None, dataset=name)
+    if not path.exists():
+        import difflib
+
+        names = difflib.get_close_matches(path.name, datasets(), n=len(datasets()), cutoff=0.0)
+        raise DataError(path, f"file not found (nor is it the name of a dataset; datasets, closest first: "
+                              f"{', '.join(names)})")
+    return Source(path.resolve())
+
+
+def check_conversations(source: Source) -> list:
+    """Every conversation of a file, checked as ``face evaluate`` checks it (an in-memory input named as such); a
+    dataset's are loaded by the run (its files are fetched first)."""
+    from face.datasets.chatlogs import load_logs
+
+    if source.path is None:
+        return []
+    try:
+        return load_logs(source.path)
+    except DataError as e:
+        if source.own:
+            raise
+        raise DataError(IN_MEMORY, e.problem, e.record) from None
+
+
+def dataset_conversations(cfg) -> list:
+    """The conversations the run evaluated: the dataset's selection (``limit``, ``systems``, ``splits``) of its
+    conversations (a file's, or those a dataset fetched into the data directory)."""
+    from face.methods import build
+
+    ds = build(cfg.dataset)
+    return ds.select(ds.load_all(Path(cfg.paths.data_dir)))
+
+
+__all__ = ["IN_MEMORY", "Conversations", "Source", "check_conversations", "dataset_conversations", "datasets",
+           "source_of"]

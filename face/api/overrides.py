@@ -1,0 +1,160 @@
+"""The API's arguments and settings as the overrides of one run request: a config group by its config's name, any key
+by its dotted name, a nested dict flattened, every value taken literally. The settings the API sets from its own
+arguments (the input, ``out``, ``aspects``, ``limit``) and Hydra's own (``hydra.*``) are refused in every spelling
+(``key``, ``+key``, ``++key``, ``~key``, ``hydra/group``), naming the argument to use."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from face.api.inputs import CONF, Source
+from face.errors import ConfigError
+
+# settings the API sets from its own arguments -> what to use instead ({...}: the entry point's names, ARGUMENTS)
+OWN = {"experiment": "{who} runs FACE on your conversations; the paper's experiments run with scripts/run.py "
+                     "experiment=NAME",
+       "dataset": "the conversations are {input}", "dataset.path": "the conversations are {input}",
+       "dataset.limit": "use {limit}", "aspects": "use {aspects}", "paths.output_dir": "use {out}",
+       "report.out_dir": "use {out}", "llm.dry_run": "use {estimate} (it sends nothing)", "task_name": "set by {who}",
+       "runner": "set by {who}", "hydra": "{who} runs no Hydra job: its files go to {out}"}
+ARGUMENTS = {"api": {"who": "face.evaluate", "input": "the first argument", "limit": "limit=", "aspects": "aspects=",
+                     "out": "out=", "estimate": "face.estimate"},
+             "cli": {"who": "face evaluate", "input": "LOGS", "limit": "--limit", "aspects": "--aspects",
+                     "out": "--out", "estimate": "--dry-run"}}
+
+
+def _groups() -> set[str]:
+    return {p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra"}
+
+
+def _flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"setting names are strings, got {key!r}")
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            if not value:
+                raise ConfigError(f"setting {name}: an empty dict sets nothing")
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def render(value: Any, name: str) -> str:
+    """``value`` in Hydra's override grammar, taken literally (a string is quoted: never a sweep, a
+    ``${...}`` interpolation or another type)."""
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, (str, bytes)):
+        value = value.item()  # a numpy scalar
+    if value is None or isinstance(value, (bool, int, float)):
+        return _scalar(value)
+    if isinstance(value, (str, os.PathLike)):
+        return hydra_value(os.fspath(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(render(v, name) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{render(v, name)}" for k, v in value.items()) + "}"
+    raise ConfigError(f"setting {name}: a {type(value).__name__} cannot be a setting (use a string, number, bool, "
+                      "None, list or dict)")
+
+
+def _scalar(value: bool | int | float | None) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def hydra_value(value: str) -> str:
+    """``value`` quoted for a Hydra override, taken literally: ``,`` ``'`` spaces and ``${...}`` stay as they are
+    (a path is never a sweep, nor an interpolation that would read, say, an API key from the environment)."""
+    from face.methods import escape_interpolation
+
+    value = escape_interpolation(value)  # OmegaConf: \${ is a literal ${
+    value = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value)  # Hydra: a backslash before ' or the end
+    return "'" + value.replace("'", "\\'") + "'"
+
+
+def refuse_own(name: str, entry: str = "api") -> None:
+    """ConfigError for a setting the API sets itself or Hydra's own, in any spelling (``+``, ``++``, ``~``,
+    ``hydra/group``), naming the argument of the entry point (``api`` / ``cli``) to use. The command line keeps
+    ``hydra.searchpath`` (where configs are looked up, as for scripts/run.py)."""
+    key = name.strip().lstrip("+~").strip()
+    root = re.split(r"[./]", key, maxsplit=1)[0]
+    if entry == "cli" and key == "hydra.searchpath":  # where configs are looked up (your own: docs/extending.md)
+        return
+    if key in OWN or root in ("hydra", "task_name", "runner"):
+        raise ConfigError(f"setting {name}: " + (OWN.get(key) or OWN[root]).format(**ARGUMENTS[entry]))
+
+
+def settings_overrides(settings: Mapping[str, Any]) -> list[str]:
+    """Keyword settings as Hydra overrides: a config group by its config's name (``run_size="tiny"``), any other
+    key by its dotted name, a nested dict flattened (``method={"scoring": {"n": 3}}`` is ``method.scoring.n=3``). A
+    setting the API sets itself is refused, naming the argument to use."""
+    groups, out = _groups(), []
+    for name, value in _flatten(settings).items():
+        refuse_own(name)
+        if name in groups:
+            if not isinstance(value, str) or not re.fullmatch(r"[\w.-]+", value):
+                raise ConfigError(f"setting {name}: name one of the configs in conf/{name}/, got {value!r}")
+            out.append(f"{name}={value}")
+        else:
+            out.append(f"{name}={render(value, name)}")
+    return out
+
+
+def raw_overrides(overrides: Sequence[str], entry: str = "cli") -> list[str]:
+    """Overrides as the command line gives them (``--set KEY=VALUE``), the API's own keys and Hydra's refused."""
+    for o in overrides:
+        if not isinstance(o, str) or ("=" not in o and not o.lstrip().startswith("~")):
+            raise ConfigError(f"--set {o!r}: give KEY=VALUE")
+        refuse_own(o.partition("=")[0], entry)
+    return list(overrides)
+
+
+def check_arguments(aspects: Any, llm: Any, out: Any, limit: Any, **flags: Any) -> list[str] | None:
+    """The API's own arguments, typed: ConfigError naming the one that is not; the aspects as a list (None: the
+    dataset's)."""
+    if not isinstance(llm, str) or not re.fullmatch(r"[\w.-]+", llm):
+        raise ConfigError(f"llm must name a config in conf/llm/ (local, openai, openai_compatible, scripted, replay, "
+                          f"...), got {llm!r}; its settings go in as **{{'llm.base_url': ...}}")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise ConfigError(f"limit must be a positive number of conversations, got {limit!r}")
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        raise ConfigError(f"out must be a directory path (a string or a Path) or None, got {type(out).__name__}")
+    if out is not None and not str(os.fspath(out)).strip():
+        raise ConfigError("out: the path is empty")
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} must be True or False, got {value!r}")
+    if aspects is None:
+        return None
+    names = [aspects] if isinstance(aspects, str) else aspects
+    if not isinstance(names, Sequence) or isinstance(names, bytes) or not all(isinstance(a, str) for a in names):
+        raise ConfigError(f"aspects must be an aspect name or a list of them (e.g. ['relevance', "
+                          f"'dialogue_overall']) or None, got {aspects!r:.80}")
+    return list(names)
+
+
+def run_overrides(source: Source, aspects: list[str] | None, llm: str, target: Path, limit: int | None,
+                  mlflow: bool, own: Sequence[str]) -> list[str]:
+    """The overrides of FACE on ``source`` into ``target`` (``own``: the caller's settings, already overrides)."""
+    data = ([f"dataset={source.dataset}"] if source.dataset else
+            ["dataset=chat_logs", f"dataset.path={hydra_value(str(source.path))}"])
+    return ["experiment=crsarena_main", *data, f"llm={llm}", f"paths.output_dir={hydra_value(str(target))}",
+            f"report.out_dir={hydra_value(str(target))}", *([] if mlflow else ["tracking=none"]),
+            *([f"dataset.limit={limit}"] if limit else []),
+            *([f"aspects={render(aspects, 'aspects')}"] if aspects is not None else []), *own]
+
+
+__all__ = ["ARGUMENTS", "OWN", "check_arguments", "hydra_value", "raw_overrides", "refuse_own", "render",
+           "run_overrides", "settings_overrides"]

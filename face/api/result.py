@@ -1,0 +1,214 @@
+"""``face.Result``: what ``face.evaluate`` returns, built from the run's typed result (``RunResult`` and the
+experiment's ``ExperimentResult``), not read back from the files the run wrote beside it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from face.errors import ConfigError, require_writable_dir
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from face.experiments.result import ExperimentResult
+    from face.methods import MethodOutput
+    from face.runner import RunResult
+
+
+@dataclass
+class Result:
+    """What ``face.evaluate`` returns. Tables are pandas DataFrames:
+
+    * ``dialogues``: one row per conversation (``conv_id``, ``system``), a column per dialogue-level aspect;
+    * ``turns``: one row per evaluated assistant turn (``conv_id``, ``system``, ``turn_ind``, ``utterance``), a
+      column per turn-level aspect;
+    * ``particles``: one row per aspect × particle × instruction: ``dialogue_act``, ``mention``, ``user_feedback``,
+      ``instruction_id``, ``score`` (the expected score) and ``samples`` (the parsed draws; None = invalid);
+    * ``correlations``: with human labels in the input, their correlations (``face.meta_evaluate``'s table), else
+      None; ``estimate``: the cost estimate printed before the run; ``usage``: ``{"totals": ...}``, the LLM usage
+      totals of ``llm_usage.json`` (requests, samples, HTTP requests, tokens, cost, cache hits; its per-request
+      records stay in the file); ``settings``: what produced the numbers (``label``, ``llm``: model and backend,
+      ``instructions``: each aspect's instruction texts by id).
+
+    A score is missing (NaN) where FACE has none: a turn without particles, as in the authors' code."""
+
+    dialogues: pd.DataFrame
+    turns: pd.DataFrame
+    particles: pd.DataFrame
+    conversations: list = field(repr=False)
+    predictions: Any = field(repr=False)  # face.predictions.Predictions: (aspect, conv_id, [turn_ind], pred)
+    aspects: list = field(repr=False)  # face.aspects.Aspect of each evaluated aspect
+    label: str = ""  # what produced the numbers: the LLM, its settings and the samples
+    llm: str = ""  # the LLM's model name
+    settings: dict = field(default_factory=dict, repr=False)  # label, llm, instructions
+    usage: dict = field(default_factory=dict, repr=False)
+    estimate: pd.DataFrame | None = field(default=None, repr=False)
+    correlations: pd.DataFrame | None = field(default=None, repr=False)
+    out_dir: Path | None = None  # where the run's files are (None: a temporary directory, removed)
+
+    def to_run_file(self, path: str | os.PathLike) -> Path:
+        """The predictions in the FACE authors' run-file format (their evaluation script reads it)."""
+        from face.runfile import write_run_file
+
+        return write_run_file(self.predictions, _file(path, "to_run_file", "the run file (JSON)"))
+
+    def report(self, path: str | os.PathLike, tables: bool = False) -> Path:
+        """The diagnostics report (HTML: every conversation -> turns -> particles, lowest scores highlighted);
+        ``tables``: its tables as CSV too, in ``<path stem>_tables/``."""
+        if not isinstance(tables, bool):
+            raise ConfigError(f"report: tables must be True or False, got {tables!r}")
+        from face.data.schema import Particle
+        from face.report.diagnostic_report import write_report
+
+        path = _file(path, "report", "the HTML file")
+        scores = self.particles.dropna(subset=["score"])
+        particles: dict[tuple[str, int], Sequence[Particle]] = {}
+        first = self.particles.drop_duplicates(["conv_id", "turn_ind", "particle_ind"])
+        for r in first[first["particle_ind"] >= 0].sort_values(["conv_id", "turn_ind", "particle_ind"]).itertuples():
+            key = (str(r.conv_id), int(r.turn_ind))
+            particles[key] = [*particles.get(key, ()), Particle(r.dialogue_act, r.mention, r.user_feedback)]
+        return write_report(path, path.with_name(f"{path.stem}_tables") if tables else None, path.stem,
+                            self.conversations, scores, particles, self.predictions,
+                            {"label": self.label, "instructions": self.settings.get("instructions", {})},
+                            run="face.evaluate", aspects=self.aspects)
+
+    def lowest_particles(self, conv_id: str, aspect: str, turn_ind: int | None = None, k: int = 3) -> pd.DataFrame:
+        """The ``k`` lowest-scoring particles of a conversation (or of one of its turns) for an aspect: one row each
+        (``turn_ind``, ``particle_ind``, ``dialogue_act``, ``mention``, ``score`` = the mean over instructions)."""
+        _check_lowest(self, conv_id, aspect, turn_ind, k)
+        p = self.particles
+        p = p[(p["aspect"] == aspect) & (p["conv_id"] == str(conv_id)) & (p["particle_ind"] >= 0)]
+        if turn_ind is not None:
+            p = p[p["turn_ind"] == turn_ind]
+        per = (p.groupby(["turn_ind", "particle_ind", "dialogue_act", "mention"], dropna=False)["score"].mean()
+               .reset_index())
+        return per.sort_values(["score", "turn_ind", "particle_ind"]).head(k).reset_index(drop=True)
+
+    def __repr__(self) -> str:
+        aspects = ", ".join(a.name for a in self.aspects)
+        where = f"; files in {self.out_dir}" if self.out_dir else ""
+        return (f"face.Result({len(self.dialogues)} conversations, {len(self.turns)} assistant turns, "
+                f"{self.particles[['conv_id', 'turn_ind', 'particle_ind']].drop_duplicates().shape[0]} particles; "
+                f"aspects: {aspects}; {self.label}{where})")
+
+
+def _file(path: Any, what: str, kind: str) -> Path:
+    """A file the caller names for a Result method to write: a path whose directory can hold it, not a directory."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes):
+        raise ConfigError(f"{what}: the path must be a string or a Path, got {type(path).__name__}")
+    if not str(os.fspath(path)).strip():
+        raise ConfigError(f"{what}: the path is empty")
+    path = Path(os.fspath(path)).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"{what}: {path} is a directory; name {kind} to write")
+    require_writable_dir(path.parent if str(path.parent) else Path("."), what)
+    return path
+
+
+def _check_lowest(result: Result, conv_id: Any, aspect: Any, turn_ind: Any, k: Any) -> None:
+    names = [a.name for a in result.aspects]
+    if not isinstance(aspect, str) or aspect not in names:
+        raise ConfigError(f"lowest_particles: aspect {aspect!r} is not one of the result's ({', '.join(names)})")
+    if not isinstance(conv_id, (str, int)) or isinstance(conv_id, bool):
+        raise ConfigError(f"lowest_particles: conv_id must be a conversation id (a string), got {conv_id!r}")
+    if turn_ind is not None and (not isinstance(turn_ind, int) or isinstance(turn_ind, bool)):
+        raise ConfigError(f"lowest_particles: turn_ind must be an integer or None, got {turn_ind!r}")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ConfigError(f"lowest_particles: k must be a positive integer, got {k!r}")
+
+
+def _wide(long: pd.DataFrame, keys: list[str], aspects: Sequence[Any]) -> pd.DataFrame:
+    import pandas as pd
+
+    names = [a.name for a in aspects]
+    if long.empty:
+        return pd.DataFrame(columns=[*keys, *names])
+    wide = long.pivot_table(index=keys, columns="aspect", values="pred", aggfunc="first").reset_index()
+    wide.columns.name = None
+    return wide.reindex(columns=[*keys, *names])
+
+
+def _with_released_particles(particles: pd.DataFrame, data_dir: Path) -> pd.DataFrame:
+    """The authors' scores (method face_released) with the particles they scored: act, mention, feedback."""
+    from face.data import RELEASED_PARTICLES
+    from face.datasets.face_released import load_released_particles
+
+    if particles.empty or not (Path(data_dir) / RELEASED_PARTICLES).exists():
+        return particles
+    rows = {(t.conv_id, t.turn_ind, i): (p.dialogue_act, p.mention, p.user_feedback)
+            for t in load_released_particles(Path(data_dir) / RELEASED_PARTICLES) for i, p in enumerate(t.particles)}
+    keys = zip(particles["conv_id"], particles["turn_ind"], particles["particle_ind"])
+    found = [rows.get((c, int(t), int(i)), (None, None, None)) for c, t, i in keys]
+    for j, col in enumerate(("dialogue_act", "mention", "user_feedback")):
+        particles[col] = [f[j] for f in found]
+    return particles
+
+
+def _finished(run: RunResult) -> tuple[ExperimentResult, MethodOutput]:
+    """The experiment's result and its method's output: a run that sent its requests has both."""
+    exp = run.experiment
+    if exp is None or exp.output is None or not run.sent:
+        raise ConfigError(f"{run.cfg.get('task_name')}: the run sent nothing (an estimate only): no Result")
+    return exp, exp.output
+
+
+def _particles(run: RunResult) -> pd.DataFrame:
+    """One row per aspect × particle × instruction: the live method's stream (particle_scores.jsonl, too large to
+    hold in memory at paper size), or the scores the method kept (face_released: the authors')."""
+    import pandas as pd
+
+    from face.pipeline.records import DETAIL_FIELDS, read_score_file
+
+    exp, output = _finished(run)
+    columns = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score", *DETAIL_FIELDS]
+    scores_file = exp.run_dir / "particle_scores.jsonl"
+    if scores_file.exists():
+        return read_score_file(scores_file, detail=True)
+    particles = output.particle_scores
+    particles = pd.DataFrame(columns=columns) if particles is None else particles.copy()
+    particles["conv_id"] = particles["conv_id"].astype(str)
+    for col in columns:
+        if col not in particles.columns:
+            particles[col] = None
+    return _with_released_particles(particles, Path(run.cfg.paths.data_dir))
+
+
+def _settings(run: RunResult, aspects: Sequence[Any]) -> dict:
+    """What produced the numbers: the label, the LLM (a method that calls one) and each aspect's instructions."""
+    exp, output = _finished(run)
+    cfg, label = run.cfg, output.label
+    method: Any = next(iter(exp.methods.values()), None)
+    if not getattr(method, "uses_llm", False):
+        return {"label": label, "llm": {}, "instructions": {}}
+    texts = {a.name: {i.instruction_id: i.text for i in method.instruction_set(Path(cfg.paths.data_dir), a)}
+             for a in aspects} if hasattr(method, "instruction_set") else {}
+    return {"label": label, "llm": {"model": str(cfg.llm.model), "backend": str(cfg.llm.backend)},
+            "instructions": texts}
+
+
+def result_of(run: RunResult, keep: bool) -> Result:
+    """The Result of a finished run (``keep``: its files stay in its output directory)."""
+    import pandas as pd
+
+    exp, output = _finished(run)
+    convs, aspects = exp.conversations, exp.aspects
+    preds = output.predictions
+    turn_aspects = [a for a in aspects if a.level == "turn"]
+    dial_aspects = [a for a in aspects if a.level == "dialogue"]
+    meta = pd.DataFrame([(c.conv_id, c.system) for c in convs], columns=["conv_id", "system"])
+    dialogues = meta.merge(_wide(preds.dialogue, ["conv_id"], dial_aspects), on="conv_id", how="left")
+    turn_rows = [(c.conv_id, c.system, t.turn_ind, t.utterance) for c in convs for t in c.evaluated_turns()]
+    turns = pd.DataFrame(turn_rows, columns=["conv_id", "system", "turn_ind", "utterance"])
+    turns = turns.merge(_wide(preds.turn, ["conv_id", "turn_ind"], turn_aspects), on=["conv_id", "turn_ind"],
+                        how="left")
+    settings = _settings(run, aspects)
+    totals = exp.usage_totals()
+    return Result(dialogues, turns, _particles(run), list(convs), preds, list(aspects), output.label,
+                  settings["llm"].get("model", ""), settings, {"totals": totals} if totals else {}, exp.estimate,
+                  exp.results, exp.run_dir if keep else None)
+
+
+__all__ = ["Result", "result_of"]

@@ -1,0 +1,87 @@
+"""Which runs may be compared: scores from different judges are not on one scale.
+
+Refused (one line saying why; ``allow_incomparable`` overrides, and the reason is then printed as a warning on every
+table): different aspects, an aspect on different scales, different judge LLMs, different instruction sets, different
+estimators. What a run does not record (a bare run file has no judge) cannot be checked: that is said as a warning,
+not refused.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from face.aspects import Aspect
+from face.comparison.runs import Run
+from face.errors import ConfigError
+
+OVERRIDE = "allow_incomparable=True / --allow-incomparable"
+
+
+class IncomparableRuns(ConfigError):
+    """Runs whose scores are not on one scale (the message says why, in one line)."""
+
+
+def aspect_of(run: Run, name: str) -> Aspect | None:
+    """The aspect as the run defines it (its own aspects file), else CRSArena-Eval's, else unknown."""
+    from face.datasets.crsarena import ASPECTS
+
+    return run.aspects.get(name) or ASPECTS.get(name)
+
+
+def _scale(run: Run, name: str) -> tuple[int, ...] | None:
+    a = aspect_of(run, name)
+    return None if a is None else tuple(a.scale)
+
+
+def _differs(runs: Sequence[Run], what: str, value) -> str | None:
+    """'different <what>: A <v>, B <v>' when the recorded values of the runs differ (unrecorded ones skipped)."""
+    known = [(r.name, value(r)) for r in runs if value(r) is not None]
+    if len({v for _, v in known}) <= 1:
+        return None
+    return f"different {what}: " + ", ".join(f"{n} {v}" for n, v in known)
+
+
+def reasons(runs: Sequence[Run], aspects: Sequence[str], wanted: Sequence[str] | None = None) -> list[str]:
+    """Why the runs are not comparable (empty: they are), one line each; ``wanted``: only these aspects count."""
+    out = []
+    sets = [tuple(sorted(a for a in r.aspect_names() if wanted is None or a in wanted)) for r in runs]
+    if len(set(sets)) > 1:
+        out.append("different aspects: " + "; ".join(f"{r.name} scores {', '.join(s) or 'none'}"
+                                                     for r, s in zip(runs, sets)))
+    for a in aspects:
+        line = _differs(runs, f"scales for {a}", lambda r, a=a: _scale(r, a))
+        if line:
+            out.append(line)
+    for what, value in (("judge LLMs", lambda r: r.judge), ("estimators", lambda r: r.estimator)):
+        line = _differs(runs, what, value)
+        if line:
+            out.append(line)
+    for a in aspects:
+        line = _differs(runs, f"instruction sets for {a}",
+                        lambda r, a=a: None if r.instructions is None else r.instructions.get(a))
+        if line:
+            out.append(line + " (sha256 of ids and texts)")
+    return out
+
+
+def unrecorded(runs: Sequence[Run]) -> list[str]:
+    """What could not be checked: runs that do not record their judge, estimator or instructions."""
+    out = []
+    for r in runs:
+        missing = [w for w, v in (("judge LLM", r.judge), ("estimator", r.estimator),
+                                  ("instruction sets", r.instructions)) if v is None]
+        if missing:
+            out.append(f"{r.name} ({r.source}) does not record its {', '.join(missing)}: not checked for "
+                       "comparability")
+    return out
+
+
+def check(runs: Sequence[Run], aspects: Sequence[str], allow: bool, wanted: Sequence[str] | None = None
+          ) -> list[str]:
+    """The warnings to print on every table; raises ``IncomparableRuns`` (the first reason) unless ``allow``."""
+    found = reasons(runs, aspects, wanted)
+    if found and not allow:
+        raise IncomparableRuns(f"not comparable: {found[0]} (scores from different judges or scales are not on "
+                               f"one scale; {OVERRIDE} compares them anyway)")
+    return [f"WARNING: compared although not comparable ({OVERRIDE}): {r}" for r in found] + \
+        [f"note: {u}" for u in unrecorded(runs)]

@@ -1,0 +1,108 @@
+"""``face compare`` and MLflow: read a tracked run as a ``Run``; record a comparison as an MLflow run.
+
+A tracked FACE run keeps its files as artifacts (``run/run_file.json``, ``run/particle_scores.jsonl``, …, and the
+resolved ``config.yaml``): they are downloaded into a temporary directory laid out like a run directory and read
+from there. A comparison run (experiment ``face_compare``) records which runs were compared (params and tags), every
+difference as metrics and the report directory as artifacts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from face.errors import DataError
+
+if TYPE_CHECKING:
+    from face.comparison.engine import Comparison
+    from face.comparison.runs import Run
+
+EXPERIMENT = "face_compare"
+
+
+def _root() -> Path:
+    return Path(os.environ.get("FACE_PROJECT_ROOT", Path(__file__).resolve().parents[2])).resolve()
+
+
+def default_tracking_uri() -> str:
+    """The project's store, as every other command uses it (``conf/tracking/mlflow.yaml``)."""
+    return f"sqlite:///{_root() / 'mlflow.db'}"
+
+
+def load_mlflow_run(run_id: str, name: str | None, tracking_uri: str | None) -> Run:
+    """The run's artifacts, downloaded, read as a run directory (named after the MLflow run unless ``name``)."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from face.comparison.runs import from_dir
+
+    uri = tracking_uri or default_tracking_uri()
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    try:
+        info = client.get_run(run_id)
+    except MlflowException as e:
+        raise DataError(f"mlflow:{run_id}", f"no such MLflow run in {uri} ({str(e).splitlines()[0]})") from None
+    tmp = Path(tempfile.mkdtemp(prefix="face-compare-"))
+    try:
+        names = {a.path for a in client.list_artifacts(run_id)}
+        if "run" in names:
+            shutil.copytree(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="run",
+                                                                tracking_uri=uri), tmp, dirs_exist_ok=True)
+        if "config.yaml" in names:
+            (tmp / ".hydra").mkdir(exist_ok=True)
+            shutil.copy(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="config.yaml",
+                                                            tracking_uri=uri), tmp / ".hydra" / "config.yaml")
+        run = from_dir(tmp, name or info.info.run_name or run_id[:8])
+    except DataError as e:
+        raise DataError(f"mlflow:{run_id}", f"not a FACE run with a run file ({e.problem})") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    run.source, run.report = f"mlflow:{run_id}", None
+    return run
+
+
+def _metric_key(*parts: str) -> str:
+    """An MLflow metric name: letters, digits, ``_ - . /`` only."""
+    return ".".join(re.sub(r"[^\w\-/]", "_", p) for p in parts)
+
+
+def comparison_metrics(comp: Comparison) -> dict[str, float]:
+    """``diff.<aspect>.<candidate>_vs_<baseline>`` with ``.ci_low``, ``.ci_high``, ``.p_holm``, and
+    ``mean.<aspect>.<system>``."""
+    out = {}
+    for r in comp.differences.itertuples(index=False):
+        key = _metric_key("diff", r.aspect, f"{r.candidate}_vs_{r.baseline}")
+        out.update({key: r.diff, f"{key}.ci_low": r.ci_low, f"{key}.ci_high": r.ci_high, f"{key}.p_holm": r.p_holm})
+    for r in comp.means.itertuples(index=False):
+        out[_metric_key("mean", r.aspect, r.system)] = r.mean
+    return {k: float(v) for k, v in out.items() if v == v}
+
+
+def log_comparison(comp: Comparison, out_dir: Path, tracking_uri: str | None = None) -> str:
+    """One MLflow run recording the comparison; returns its id."""
+    import mlflow
+
+    from face.secrets import redact
+
+    uri = tracking_uri or default_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    if mlflow.get_experiment_by_name(EXPERIMENT) is None:  # the project's store keeps artifacts in <root>/mlruns
+        location = None if tracking_uri else (_root() / "mlruns").as_uri()
+        mlflow.create_experiment(EXPERIMENT, artifact_location=location)
+    mlflow.set_experiment(EXPERIMENT)
+    names = " vs ".join(comp.systems["system"])
+    with mlflow.start_run(run_name=redact(f"compare {names}")[:250]) as run:
+        for i, r in enumerate(comp.systems.itertuples(index=False)):
+            mlflow.log_param(f"run_{i}", redact(f"{r.system}: {r.source}")[:500])
+            if str(r.source).startswith("mlflow:"):
+                mlflow.set_tag(f"compared_run.{i}", str(r.source)[len("mlflow:"):])
+        mlflow.log_params({"pairing": comp.settings["pairing"], "n_boot": comp.settings["n_boot"],
+                           "alpha": comp.settings["alpha"], "seed": comp.settings["seed"]})
+        mlflow.set_tag("mlflow.note.content", redact(comp.to_markdown())[:5000])
+        mlflow.log_metrics(comparison_metrics(comp))
+        mlflow.log_artifacts(str(out_dir), artifact_path="comparison")
+        return run.info.run_id

@@ -1,0 +1,97 @@
+"""A comparison's outputs: its tables (Markdown, CSV, LaTeX: ``face.report.tables.write_table``), figures and one
+self-contained HTML report in the style of the diagnostics report (Jinja2, autoescaped; what scored named once at
+the top, every warning above the verdicts; means drawn on each aspect's fixed scale; conversations linked into the
+compared runs' own diagnostics reports, ``report.html#<conv_id>``)."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+
+from face.comparison import figures
+from face.files import atomic_write_text
+
+if TYPE_CHECKING:
+    from face.comparison.comparison import Comparison
+
+
+def _link(report: str, conv_id: str, html_dir: Path) -> str:
+    """A link from the comparison report into a run's diagnostics report, at the conversation (its anchor)."""
+    if not report:
+        return ""
+    return f"{quote(os.path.relpath(report, html_dir))}#{quote(str(conv_id), safe='')}"
+
+
+def _conversations(comp: Comparison, html_dir: Path) -> list[dict]:
+    rows = comp.moved["conversations"].to_dict("records")
+    for r in rows:
+        r["candidate_link"] = _link(r["candidate_report"], r["conv_id"], html_dir)
+        r["baseline_link"] = _link(r["baseline_report"], r["conv_id"], html_dir) if r["kind"] == "got worse" else ""
+    return rows
+
+
+def figure_data(comp: Comparison, note: str = "") -> dict:
+    """PNG bytes of every figure: ``means``, ``differences`` and, with three systems or more, ``beats`` per aspect;
+    ``note`` under each (the files say what scored; the report says it once, at its top)."""
+    out: dict = {"means": figures.means(comp.means, comp.scales, note),
+                 "differences": figures.differences(comp.differences, note), "beats": []}
+    if comp.beats is not None:
+        out["beats"] = [(a, figures.beats(comp.beats, a, note)) for a in comp.aspects]
+    return out
+
+
+def _b64(data: dict) -> dict:
+    enc: dict = {k: base64.b64encode(v).decode("ascii") for k, v in data.items() if k != "beats"}
+    enc["beats"] = [(a, base64.b64encode(v).decode("ascii")) for a, v in data["beats"]]
+    return enc
+
+
+def write_html(comp: Comparison, path: Path, data: dict | None = None) -> Path:
+    """The report: what scored, warnings, systems, verdicts, means, ranking, what moved."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    if path.is_dir():
+        from face.errors import ConfigError
+
+        raise ConfigError(f"report: {path} is a directory; name the HTML file to write")
+    env = Environment(loader=PackageLoader("face.comparison", "templates"), autoescape=select_autoescape(["html"]))
+    env.filters["fmt"] = lambda v, digits=2: "–" if v is None or (isinstance(v, float) and np.isnan(v)) \
+        else f"{v:.{digits}f}"
+    html = env.get_template("comparison.html").render(
+        title=f"FACE comparison — {' vs '.join(comp.systems['system'])}", judge=comp.judge,
+        warnings=comp.warnings, method=comp.method_note(), scales=comp.scales,
+        systems=comp.systems.to_dict("records"), verdicts=comp.verdicts().to_dict("records"),
+        with_needed="n_needed" in comp.differences, means=comp.means.to_dict("records"),
+        ranking=None if comp.ranking is None else comp.ranking.to_dict("records"),
+        figures=_b64(data or figure_data(comp)), acts=comp.moved["acts"].to_dict("records"),
+        particles=comp.moved["particles"].to_dict("records"),
+        conversations=_conversations(comp, path.resolve().parent))
+    atomic_write_text(path, html)
+    return path
+
+
+def write_all(comp: Comparison, out_dir: Path) -> list[Path]:
+    """``<name>.md|csv|tex`` per table, ``figures/*.png`` and ``report.html`` into ``out_dir``."""
+    from face.report.tables import write_table
+
+    titles = {"verdicts": "Verdicts per aspect and pair", "means": "Mean score per aspect and system",
+              "differences": "Differences per aspect and pair (every column)", "systems": "The compared systems",
+              "ranking": "Ranking with rank intervals", "beats": "P(system beats opponent)",
+              "moved_acts": "What moved: dialogue acts", "moved_particles": "What moved: particles",
+              "moved_conversations": "What moved: conversations"}
+    paths: list[Path] = []
+    for name, df in comp.tables().items():
+        if isinstance(df, pd.DataFrame):
+            paths += write_table(df, out_dir, name, comp.caption(titles.get(name, name)))
+    data = figure_data(comp, " ".join([f"Scored by: {comp.judge}.", *comp.warnings]))
+    paths.append(figures.save(data["means"], out_dir / "figures" / "means.png"))
+    paths.append(figures.save(data["differences"], out_dir / "figures" / "differences.png"))
+    paths += [figures.save(v, out_dir / "figures" / f"beats_{a}.png") for a, v in data["beats"]]
+    paths.append(write_html(comp, out_dir / "report.html"))
+    return paths

@@ -1,0 +1,111 @@
+"""What a run is called and which runs are the same: the settings that differ from an experiment's default
+configuration (captions, the MLflow run name; they send the outputs to the run directory), and the owner of a run
+directory (``.face-run.json``: the same settings and input resume, anything else is another run)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from face.files import digest_files, digest_settings
+
+log = logging.getLogger(__name__)
+
+
+# settings that say where things go or how they are shown, not what is computed
+_NOT_SETTINGS = ("paths.", "tracking.", "hydra.", "report.", "dataset.download", "llm.progress", "llm.cache_dir",
+                 "checks.")
+
+
+def non_default_settings(cfg: DictConfig) -> dict[str, str]:
+    """Every setting that differs from the experiment's default configuration (``experiment=<task_name>``), as
+    ``key -> value``: they go into captions and the MLflow run name, and send the outputs to the run directory.
+    A config group swapped for another of its configs counts as one setting (``llm=openai``); the keys of the
+    new config are then compared with that config's own defaults. An experiment that cannot be composed on its
+    own (e.g. from a searchpath) counts as all-default."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from face.tracking import flatten
+
+    def default_with(overrides: list[str]):
+        if GlobalHydra.instance().is_initialized():  # inside scripts/run.py's Hydra app: its config search path
+            return compose(config_name="config", overrides=overrides)
+        with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
+            return compose(config_name="config", overrides=overrides)
+
+    groups = (("dataset", "dataset.name"), ("method", "method.name"), ("llm", "llm.backend"))
+    try:
+        default = default_with([f"experiment={cfg.task_name}"])
+    except Exception:
+        log.warning("could not compose the default configuration of %r: every setting counts as default",
+                    cfg.task_name)
+        return {}
+    swaps = {g: str(OmegaConf.select(cfg, key)) for g, key in groups
+             if OmegaConf.select(cfg, key, default=None) != OmegaConf.select(default, key, default=None)}
+    if swaps:
+        try:
+            default = default_with([f"experiment={cfg.task_name}", *(f"{g}={v}" for g, v in swaps.items())])
+        except Exception:  # a config name that is not a file of its group: compare key by key
+            swaps = {}
+    mine = flatten(OmegaConf.to_container(cfg, resolve=False))
+    base = flatten(OmegaConf.to_container(default, resolve=False))
+    out = dict(swaps)
+    for k in sorted(set(mine) - set(base)):
+        if not k.startswith(_NOT_SETTINGS):
+            print(f"warning: setting {k} is not part of experiment {cfg.task_name}'s configuration; no code reads it",
+                  file=sys.stderr, flush=True)
+    for k in sorted(set(mine) | set(base)):
+        if k.startswith(_NOT_SETTINGS) or mine.get(k, "<absent>") == base.get(k, "<absent>"):
+            continue
+        v = mine.get(k, "<absent>")
+        out[k] = Path(v).name if isinstance(v, str) and os.path.isabs(v) else str(v)
+    return out
+
+
+def data_source(files: Sequence[str]) -> str:
+    """Where a dataset comes from, for MLflow: its data files by name (a machine's data directory is not part
+    of it; ``FACE_DATA_DIR`` says where they are)."""
+    return "data/raw/" + ",".join(sorted(Path(f).name for f in files))[:400]
+
+
+def run_owner(cfg: DictConfig) -> dict[str, str]:
+    """What makes two runs the same run (the ownership marker ``.face-run.json`` of a run directory): a digest of
+    the settings that decide the results (not where things go, nor how they are shown) and of the input file
+    (``dataset.path``, by its bytes: the same file moved elsewhere is the same input)."""
+    from face.tracking import flatten
+
+    flat = flatten(OmegaConf.to_container(cfg, resolve=False))
+    settings = {k: v for k, v in flat.items()
+                if not k.startswith(_NOT_SETTINGS) and k not in ("dataset.path", "llm.dry_run")}
+    path = OmegaConf.select(cfg, "dataset.path", default=None, throw_on_missing=False)
+    owner = {"settings": digest_settings(settings)}
+    if isinstance(path, str) and os.path.isfile(path):
+        owner["input"] = digest_files([path])
+    return owner
+
+
+def without_llm_settings(settings: dict[str, str]) -> dict[str, str]:
+    """The settings that matter to a run that calls no LLM: without ``llm=...`` and the ``llm.*`` / ``run_size.*``
+    keys (an experiment that re-aggregates released scores is the same run under any LLM)."""
+    return {k: v for k, v in settings.items()
+            if k not in ("llm", "run_size") and not k.startswith(("llm.", "run_size."))}
+
+
+def settings_text(settings: dict[str, str]) -> str:
+    return ("non-default settings: " + ", ".join(f"{k}={v}" for k, v in settings.items())) if settings else ""
+
+
+def run_name(task: str, settings: dict[str, str]) -> str:
+    """``<experiment> key=value ...``: the last part of each key where that is unambiguous."""
+    tails = [k.rsplit(".", 1)[-1] for k in settings]
+    names = [t if tails.count(t) == 1 else k for t, k in zip(tails, settings)]
+    return " ".join([task, *(f"{n}={v}" for n, v in zip(names, settings.values()))])[:250]
+
+
+__all__ = ["data_source", "non_default_settings", "run_name", "run_owner", "settings_text", "without_llm_settings"]

@@ -1,0 +1,205 @@
+"""``face compare``'s tests checked on CRSArena-Eval's nine systems with the released judgements (no LLM).
+
+* Agreement: the 36 pairs × 7 aspects compared as ``face compare --by-system`` compares them (unpaired, Holm over
+  the 252 tests), on FACE's scores and, beside it, on the human labels; FACE's separated pairs checked against the
+  direction of the human labels' means and of the arena's Bradley–Terry ranking (CRSArena-Dial votes).
+* Calibration: random halves of each system compared with each other (unpaired and paired), ≥ 200 splits: the
+  false-positive rate per test, and after Holm (per split: 9 systems × 7 aspects) the family-wise rate.
+* Power: n conversations per system subsampled; how often FACE recovers the human ordering of each pair.
+Items: the labelled turns / conversations with a FACE prediction (as ``system_level``), the human side on the same.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+from pydantic import Field
+
+from face import arena_ranking as arena
+from face.comparison import engine, figures, stats, validation
+from face.comparison.runs import RELEASED_JUDGE, Run, particle_means
+from face.data import ARENA_VOTES, RELEASED_PARTICLES
+from face.datasets.arena import load_votes
+from face.datasets.face_released import load_released_particles
+from face.errors import ConfigError
+from face.experiments.common import Parts, experiment
+from face.experiments.result import ExperimentResult
+from face.metaeval import items
+from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
+from face.report.tables import print_table, write_table
+from face.settings import settings as typed
+
+HUMAN_LABEL = "human labels of CRSArena-Eval (the annotators' scores, averaged per item as released)"
+
+
+@typed("comparison")
+class Settings:
+    """``comparison:`` of conf/experiment/system_comparison.yaml (None: enough resamples for Holm's family)."""
+
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    n_boot: int | None = Field(default=None, ge=200)
+    calibration_splits: int = Field(default=200, ge=1)
+    calibration_boot: int | None = Field(default=None, ge=200)
+    power_sizes: list[int | None] = Field(default_factory=lambda: [10, 20, 50, 100, None])
+    power_reps: int = Field(default=50, ge=1)
+    power_boot: int | None = Field(default=None, ge=200)
+
+
+def settings(cfg: DictConfig) -> Settings:
+    return Settings(**dict(OmegaConf.to_container(cfg.comparison, resolve=True)))  # type: ignore[arg-type]
+
+
+def parts(cfg: DictConfig) -> Parts:
+    """The arena votes and the released particles to fetch; the ``comparison:`` settings, checked with the others."""
+    settings(cfg)
+    unknown = [s for s in cfg.arena.vote_sources if s not in ARENA_VOTES]
+    if unknown:
+        raise ConfigError(f"arena.vote_sources: unknown {unknown}; choose from {sorted(ARENA_VOTES)}")
+    return Parts(extra_files=(*(ARENA_VOTES[v] for v in cfg.arena.vote_sources), RELEASED_PARTICLES))
+
+
+def _runs(ctx, preds: Predictions, particles: pd.DataFrame, label: str) -> tuple[Run, Run]:
+    """FACE's predictions and the human labels on the same labelled, predicted items, as two runs."""
+    turn: list[pd.DataFrame] = []
+    dial: list[pd.DataFrame] = []
+    for a in ctx.aspects:
+        df = items(preds, ctx.convs, a).dropna(subset=["pred"]).assign(aspect=a.name)
+        (turn if a.level == "turn" else dial).append(df)
+    t, d = pd.concat(turn), pd.concat(dial)
+    systems = {c.conv_id: c.system for c in ctx.convs}
+
+    def run(name: str, col: str, label: str) -> Run:
+        p = Predictions(t.rename(columns={col: "pred_"})[["aspect", "conv_id", "turn_ind", "pred_"]]
+                        .rename(columns={"pred_": "pred"})[TURN_COLUMNS],
+                        d.rename(columns={col: "pred_"})[["aspect", "conv_id", "pred_"]]
+                        .rename(columns={"pred_": "pred"})[DIALOGUE_COLUMNS])
+        return Run(name, "CRSArena-Eval", p, label, RELEASED_JUDGE if col == "pred" else "human annotators",
+                   "released", {a.name: "released" for a in ctx.aspects}, {a.name: a for a in ctx.aspects}, systems)
+
+    face = run("FACE", "pred", label)
+    face.particles = particles
+    return face, run("human labels", "human", HUMAN_LABEL)
+
+
+def _particles(ctx, scores: pd.DataFrame) -> pd.DataFrame:
+    """The released per-particle scores with their dialogue act and mention (for what moved)."""
+    rows = [(t.conv_id, t.turn_ind, i, p.dialogue_act, p.mention)
+            for t in load_released_particles(ctx.data_dir / RELEASED_PARTICLES) for i, p in enumerate(t.particles)]
+    meta = pd.DataFrame(rows, columns=["conv_id", "turn_ind", "particle_ind", "dialogue_act", "mention"])
+    return particle_means(scores.merge(meta, on=["conv_id", "turn_ind", "particle_ind"], how="inner"))
+
+
+def _agreement(face: Run, human: Run, aspects: list[str], bt: dict[str, float], s: Settings, seed: int):
+    opts = engine.options(n_boot=s.n_boot, seed=seed, alpha=s.alpha)
+    face_cmp = engine.build(face.by_system(), aspects, opts)
+    human_cmp = engine.build(human.by_system(), aspects, opts)
+    table = validation.agreement(face_cmp.differences, human_cmp.differences, bt, s.alpha)
+    return table, validation.agreement_summary(table), face_cmp
+
+
+def _power(face_units, human_units, aspects: list[str], table: pd.DataFrame, s: Settings, seed: int):
+    pairs = list(dict.fromkeys(zip(table["baseline"], table["candidate"])))
+    hmean = {n: u.sums.sum(0) / u.counts.sum(0) for n, u in human_units.items()}
+    direction = {(a, b): np.sign(hmean[b] - hmean[a]) for a, b in pairs}
+    largest = max(len(u) for u in face_units.values())
+    sizes = [n for n in s.power_sizes if n is None or n < largest]  # n ≥ every system's count: that is "all"
+    n_boot = s.power_boot or stats.boot_size(len(aspects), s.alpha)
+    raw = validation.power(face_units, direction, aspects, sizes, s.power_reps, n_boot, s.alpha, seed)
+    separated = table.loc[table["human_separates"], ["baseline", "candidate", "aspect"]].rename(
+        columns={"baseline": "system_a", "candidate": "system_b"}).assign(human_separated=True)
+    raw = raw.merge(separated, on=["system_a", "system_b", "aspect"], how="left")
+    raw["human_separated"] = raw["human_separated"].astype("boolean").fillna(False).astype(bool)
+    rows = []
+    for (n, a), g in raw.groupby(["n", "aspect"], sort=False):
+        h = g[g["human_separated"]]
+        rows.append((n, a, g["recovered"].mean(), g["wrong_direction"].mean(),
+                     h["recovered"].mean() if len(h) else np.nan, len(h) // s.power_reps))
+    cols = ["n", "aspect", "recovered_all_pairs", "wrong_direction", "recovered_human_separated",
+            "human_separated_pairs"]
+    return pd.DataFrame(rows, columns=cols), n_boot, [n for n in s.power_sizes if n not in sizes]
+
+
+def run(cfg: DictConfig) -> ExperimentResult:
+    s = settings(cfg)
+    with experiment(cfg, parts(cfg)) as ctx:
+        start = time.perf_counter()
+        out = ctx.predict()
+        face, human = _runs(ctx, out.predictions, _particles(ctx, out.particle_scores), out.label)
+        aspects = [a.name for a in ctx.aspects]
+        votes = [v for src in cfg.arena.vote_sources for v in load_votes(ctx.data_dir / ARENA_VOTES[src], src)]
+        names = sorted(set(face.systems.values()))
+        bt = dict(zip(names, arena.bradley_terry(arena.pair_counts(votes, names), cfg.arena.prior)))
+        table, summary, face_cmp = _agreement(face, human, aspects, bt, s, cfg.seed)
+        t_agree = time.perf_counter() - start
+        face_units = {r.name: engine.units_of(r, aspects) for r in face.by_system()}
+        human_units = {r.name: engine.units_of(r, aspects) for r in human.by_system()}
+        cal_boot = s.calibration_boot or stats.boot_size(len(face_units) * len(aspects), s.alpha)
+        cal = validation.calibration(face_units, aspects, s.calibration_splits, cal_boot, s.alpha, cfg.seed)
+        cal_summary = validation.calibration_summary(cal, s.alpha)
+        t_cal = time.perf_counter() - start - t_agree
+        pw, pw_boot, dropped = _power(face_units, human_units, aspects, table, s, cfg.seed)
+        timing = (t_agree, t_cal, time.perf_counter() - start - t_agree - t_cal)
+        info = {"votes": len(votes), "agree_boot": face_cmp.settings["n_boot"], "cal_boot": cal_boot,
+                "pw_boot": pw_boot, "dropped": dropped, "timing": timing}
+        paths = _write(ctx, out.label, s, table, summary, face_cmp, cal_summary, pw, info)
+        ctx.tracker.log_metrics({**_metrics(summary, cal_summary), "runtime_s.agreement": timing[0],
+                                 "runtime_s.calibration": timing[1], "runtime_s.power": timing[2]})
+        ctx.tracker.log_artifacts(paths, "results")
+        return ctx.result(output=out, tables={"agreement": summary, "calibration": cal_summary, "power": pw},
+                          extra={"comparison": face_cmp})
+
+
+def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:
+    total = summary[summary["aspect"] == "all aspects"].iloc[0]
+    out = {f"agreement.{k}": float(total[k]) for k in summary.columns if k != "aspect"}
+    for r in cal[cal["aspect"] == "all aspects"].itertuples():
+        out[f"calibration.{r.mode}.fpr"] = r.fpr
+        out[f"calibration.{r.mode}.familywise_holm"] = r.familywise_holm
+    # the headline (MLflow metrics; the rest goes to numbers.json): names that differ within 12 characters
+    separated = float(total["face_separated"])
+    out["summary.agree_with_humans"] = float(total["face_agree_human_means"]) / separated if separated else float("nan")
+    out["summary.separated_pairs"] = separated
+    unpaired = cal[(cal["aspect"] == "all aspects") & (cal["mode"] == "unpaired")]
+    if len(unpaired):
+        out["summary.false_positive_rate"] = float(unpaired["fpr"].iloc[0])
+    return out
+
+
+def _write(ctx, label: str, s: Settings, table, summary, face_cmp, cal, pw, info: dict) -> list:
+    src = (f"{label}; {ctx.subset}; 9 CRSs; human labels of CRSArena-Eval on the same items; arena: Bradley–Terry "
+           f"of {info['votes']} CRSArena-Dial votes.")
+    agree = (f"Agreement: the 36 pairs of systems × 7 aspects, each tested as `face compare --by-system` tests it "
+             f"(unpaired studentized bootstrap, {info['agree_boot']} resamples of conversations within each system, "
+             f"Holm over the 252 tests, α = {s.alpha}), on FACE's scores and on the human labels. face_agree_*: of "
+             f"the pairs FACE separates, how many in the direction of the human labels' means / of the arena. {src}")
+    paths = write_table(summary, ctx.out_dir, "agreement", agree)
+    paths += write_table(table, ctx.out_dir, "agreement_pairs", f"Every pair × aspect. {agree}", digits=4)
+    calib = (f"Calibration: each system's conversations split at random into two halves ({s.calibration_splits} "
+             f"splits, {info['cal_boot']} resamples per test), halves compared unpaired and paired (the i-th "
+             "conversations of the halves paired). fpr: rejections per test at α before correction, with its Monte "
+             "Carlo error (sd of the per-split rates / √splits); familywise_holm: splits with any rejection after "
+             f"Holm over the split's 63 tests (9 systems × 7 aspects), binomial error. {src}")
+    paths += write_table(cal, ctx.out_dir, "calibration", calib, digits=4)
+    dropped = f" (n = {', '.join(map(str, info['dropped']))}: not below every system's count, i.e. all)" \
+        if info["dropped"] else ""
+    power = (f"Power: n conversations per system drawn without replacement (a system with fewer keeps all), "
+             f"{s.power_reps} draws per n{dropped}; each pair tested over its 7 aspects (Holm over 7, "
+             f"{info['pw_boot']} resamples); recovered: separated in the direction of the full-data human means. "
+             f"{src}")
+    paths += write_table(pw, ctx.out_dir, "power", power)
+    paths.append(figures.save(figures.power_curve(pw, power), ctx.out_dir / "figures" / "power.png"))
+    rank_note = f"FACE's ranking of the nine CRSs with rank intervals (face compare). {src}"
+    paths += write_table(face_cmp.ranking, ctx.out_dir, "ranking", rank_note)
+    paths.append(figures.save(figures.beats(face_cmp.beats, "dialogue_overall", f"Scored by: {label}"),
+                              ctx.out_dir / "figures" / "beats_dialogue_overall.png"))
+    face_cmp.write(ctx.run_dir / "nine_systems")  # the whole comparison (report.html, every table) in the run dir
+    print_table(f"Agreement. {agree}", summary)
+    print_table(f"Calibration. {calib}", cal[cal["aspect"] == "all aspects"])
+    print_table(f"Power. {power}", pw.groupby("n", sort=False)[["recovered_all_pairs", "wrong_direction"]].mean()
+                .reset_index())
+    t = info["timing"]
+    print(f"Runtime (wall): agreement {t[0]:.0f} s, calibration {t[1]:.0f} s, power {t[2]:.0f} s", flush=True)
+    return paths

@@ -1,0 +1,142 @@
+"""What the scripted server answers: a deterministic function of a request's messages and seed
+(``default_responder``) — a valid instance of a JSON schema asked for (``schema_instance``), this project's
+step-by-step answers to its scoring and decomposition prompts, or echo-ish text."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+from collections.abc import Callable
+from typing import Any
+
+
+def _h(*parts: Any) -> str:
+    """The digest of JSON-able parts (a request body's: the hash the request log and the fault draw use)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+# ------------------------------------------------------------ schema instances
+_WORDS = ["good", "relevant", "clear", "specific", "polite", "helpful", "vague", "short"]
+
+
+def schema_instance(schema: dict, rng: random.Random) -> Any:
+    """A deterministic (given rng) valid instance of a small JSON-schema subset."""
+    if "enum" in schema:
+        return rng.choice(list(schema["enum"]))
+    if "const" in schema:
+        return schema["const"]
+    t = schema.get("type", "object")
+    if isinstance(t, list):
+        t = next(x for x in t if x != "null") if any(x != "null" for x in t) else "null"
+    return _BY_TYPE.get(t, _string)(schema, rng)
+
+
+def _object(schema: dict, rng: random.Random) -> dict:
+    return {k: schema_instance(v, rng) for k, v in schema.get("properties", {}).items()}
+
+
+def _array(schema: dict, rng: random.Random) -> list:
+    lo = int(schema.get("minItems", 1))
+    hi = int(schema.get("maxItems", lo + 2))
+    items = schema.get("items", {"type": "string"})
+    return [schema_instance(items, rng) for _ in range(rng.randint(lo, max(lo, hi)))]
+
+
+def _integer(schema: dict, rng: random.Random) -> int:
+    lo = math.ceil(schema.get("minimum", 0))
+    hi = math.floor(schema.get("maximum", lo + 10))
+    return rng.randint(lo, max(lo, hi))
+
+
+def _number(schema: dict, rng: random.Random) -> float:
+    lo = float(schema.get("minimum", 0.0))
+    hi = float(schema.get("maximum", lo + 1.0))
+    return round(lo + rng.random() * (hi - lo), 3)
+
+
+def _string(schema: dict, rng: random.Random) -> str:
+    lo = int(schema.get("minLength", 1))
+    hi = int(schema.get("maxLength", max(lo, 40)))
+    s = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 5)))
+    while len(s) < lo:
+        s += " " + rng.choice(_WORDS)
+    return s[:hi]
+
+
+_BY_TYPE: dict[str, Callable[[dict, random.Random], Any]] = {
+    "object": _object, "array": _array, "integer": _integer, "number": _number,
+    "boolean": lambda schema, rng: rng.random() < 0.5, "null": lambda schema, rng: None}
+
+
+# ------------------------------------------------------------ answers to prompts
+def _schema_in_prompt(messages: list[dict]) -> dict | None:
+    """A JSON schema embedded in the last user message (prompt-only structured output)."""
+    last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+    if last is None:
+        return None
+    for line in str(last.get("content", "")).splitlines():
+        line = line.strip()
+        if line.startswith("{") and '"type"' in line:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and "type" in obj:
+                return obj
+    return None
+
+
+_SCORE_FORMAT = re.compile(r'\{"score": <integer from (-?\d+) to (-?\d+)>\}\s*$')
+_TARGET_TURN = re.compile(r"Target assistant turn:\nTurn \d+ - \w+: (.*)")
+
+
+def _last_user(messages: list[dict]) -> Any:
+    return next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
+
+
+def _reasoned_answer(messages: list[dict], rng: random.Random) -> str | None:
+    """Reasoning, then the JSON answer, for this project's step-by-step prompts (scoring, decomposition)."""
+    last = str(_last_user(messages))
+    m = _SCORE_FORMAT.search(last)
+    if m:
+        score = rng.randint(int(m.group(1)), int(m.group(2)))
+        return f"Step 1: I read the context and the target.\nStep 2: I apply the grades.\n{{\"score\": {score}}}"
+    m = _TARGET_TURN.search(last)
+    if m and '{"particles": [' in last:
+        parts = [s.strip() for s in re.split(r"(?<=[?.!])\s+", m.group(1)) if s.strip()]
+        particles = [{"dialogue_act": "preference elicitation" if s.endswith("?") else "recommendation",
+                      "mention": " ".join(s.split()[:12]), "user_feedback": "NO_FEEDBACK_PROVIDED"} for s in parts]
+        return "Step 1: the turn.\nStep 2: one particle per sentence.\n" + json.dumps({"particles": particles})
+    return None
+
+
+def _formatted_answer(rf: dict, rng: random.Random) -> str | None:
+    """A JSON answer to a request whose response_format asks for one (None: it does not)."""
+    if rf.get("type") == "json_schema":
+        schema = (rf.get("json_schema") or {}).get("schema") or {}
+        return json.dumps(schema_instance(schema, rng))
+    if rf.get("type") == "json_object":  # llama-cpp-python style: optional "schema"
+        if isinstance(rf.get("schema"), dict):
+            return json.dumps(schema_instance(rf["schema"], rng))
+        return json.dumps({"answer": rng.randint(1, 5)})
+    return None
+
+
+def default_responder(body: dict) -> str:
+    """Deterministic answer as a function of (messages, seed)."""
+    messages = body.get("messages", [])
+    seed = body.get("seed")
+    rng = random.Random(_h(messages, seed))
+    answer = _formatted_answer(body.get("response_format") or {}, rng)
+    if answer is None:
+        answer = _reasoned_answer(messages, rng)
+    if answer is not None:
+        return answer
+    schema = _schema_in_prompt(messages)
+    if schema is not None:
+        return "Sure, here is my answer:\n```json\n" + json.dumps(schema_instance(schema, rng), indent=1) + "\n```"
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
+    tail = " ".join(rng.choice(words) for _ in range(3))
+    return f"Echo (seed {seed}): {str(_last_user(messages))[:60]} | {tail}"

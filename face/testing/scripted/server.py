@@ -1,0 +1,175 @@
+"""``ScriptedServer``: the scripted chat endpoint (``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``)
+and the Batch API (``batches.BatchAPI``), with latency, faults (``face.testing.faults``), a rate limit and a request
+log, served in a thread of this process."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from ..faults import KINDS, STATUS, FaultInjector, cut_json, transport_fault
+from ..service import AppThread, RequestError, RequestLog, make_app, read_json
+from .answers import _h, default_responder
+from .batches import BatchAPI
+from .completion import Completer
+
+FAULT_KINDS = KINDS
+TRANSPORT_FAULTS = ("429", "500", "timeout")
+
+
+@dataclass
+class ServerInfo:
+    base_url: str
+    model: str
+    port: int
+
+
+class ScriptedServer:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0, fault_rate: float = 0.0,
+                 fault_kinds: Sequence[str] = TRANSPORT_FAULTS, faults_per_request: int = 1,
+                 retry_after_s: float | None = 0.05, hang_s: float = 5.0, log_file: str | None = None,
+                 model: str = "scripted-model", responder: Callable[[dict], str] | None = None,
+                 max_concurrent: int | None = None, batch_delay_s: float = 0.0, usage_factor: float = 1.0,
+                 report_usage: bool = True, logprobs_missing: float = 0.0):
+        self.faults = FaultInjector(fault_rate, fault_kinds, faults_per_request, mark=_h)
+        self.latency_s = latency_s
+        self.retry_after_s = retry_after_s
+        self.hang_s = hang_s  # how long a "timeout" fault keeps the request unanswered
+        self.completer = Completer(responder or default_responder, model, usage_factor, report_usage,
+                                   logprobs_missing)
+        self.max_concurrent = max_concurrent  # a rate limit: 429 (+ Retry-After) beyond this many in flight
+        self.rate_limited = 0
+        self.log = RequestLog(log_file)
+        self.batch = BatchAPI(lambda body: self._completion(body, None), batch_delay_s)
+        self._auth_digests: set[str] = set()  # sha256 of Authorization headers seen (never logged)
+        self._lock = threading.Lock()
+        self._active = 0
+        self.max_active = 0
+        self._server = AppThread("scripted-llm-server", self._app, host, port)
+        self.info: ServerInfo | None = None
+
+    @property
+    def model(self) -> str:
+        """The model it names when a request names none."""
+        return self.completer.model
+
+    @model.setter
+    def model(self, name: str) -> None:
+        self.completer.model = name
+
+    @property
+    def responder(self) -> Callable[[dict], str]:
+        """Text of one choice as a function of its request body (``n=1``, the choice's seed)."""
+        return self.completer.responder
+
+    @responder.setter
+    def responder(self, fn: Callable[[dict], str]) -> None:
+        self.completer.responder = fn
+
+    # ---- control ------------------------------------------------------
+    def force(self, *kinds: str) -> None:
+        """Fault the next len(kinds) chat requests with these kinds, in order."""
+        self.faults.force(*kinds)
+
+    def reset_log(self) -> None:
+        """Forget the request log and the per-request attempt counters."""
+        with self._lock:
+            self.log.clear()
+            self.faults.reset()
+            self.max_active = 0
+
+    def seen_auth(self, api_key: str) -> bool:
+        """Whether a request carried `Authorization: Bearer <api_key>` (only a digest is kept)."""
+        return hashlib.sha256(f"Bearer {api_key}".encode()).hexdigest() in self._auth_digests
+
+    def ok_requests(self) -> list[dict]:
+        return [r for r in self.log if r["status"] == 200 and r["fault"] is None]
+
+    # ---- app ------------------------------------------------------------
+    def _app(self) -> web.Application:
+        app = make_app(64 * 1024 * 1024, "scripted server: ")
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        self.batch.add_routes(app)
+        return app
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",
+                                                               "owned_by": "scripted"}]})
+
+    def _arrive(self, request: web.Request, h: str) -> tuple[int, str | None]:
+        """Count a request in: (its attempt, its fault)."""
+        attempt, fault = self.faults.draw(h)
+        with self._lock:
+            self._auth_digests.add(hashlib.sha256(request.headers.get("Authorization", "").encode()).hexdigest())
+            self._active += 1
+            self.max_active = max(self.max_active, self._active)
+            if self.max_concurrent is not None and self._active > self.max_concurrent:
+                fault = "429"
+                self.rate_limited += 1
+        return attempt, fault
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise RequestError("invalid_type", "the request body must be a JSON object")
+        h = _h(body)
+        attempt, fault = self._arrive(request, h)
+        try:
+            self.log.record({"t": time.time(), "hash": h, "attempt": attempt, "fault": fault,
+                             "status": STATUS.get(fault or "", 200), "n": body.get("n", 1), "seed": body.get("seed"),
+                             "model": body.get("model"), "max_tokens": body.get("max_tokens"),
+                             "messages_hash": _h(body.get("messages"))[:16]})
+            if self.latency_s > 0:
+                await asyncio.sleep(self.latency_s)
+            reply = await transport_fault(fault, request, source="scripted", retry_after_s=self.retry_after_s,
+                                          hang_s=self.hang_s)
+            if reply is not None:
+                return reply
+            completion = self._completion(body, fault)
+            return cut_json(json.dumps(completion).encode()) if fault == "cut_json" else \
+                web.json_response(completion)
+        finally:
+            with self._lock:
+                self._active -= 1
+
+    def _completion(self, body: dict, fault: str | None) -> dict:
+        """The chat completion of a request body (a subclass may change what is answered: tests/test_performance.py's
+        endpoint that ignores n)."""
+        return self.completer(body, fault)
+
+    # ---- lifecycle ------------------------------------------------------
+    @property
+    def base_url(self) -> str | None:
+        return None if self.info is None else self.info.base_url
+
+    @property
+    def _thread(self) -> threading.Thread | None:  # the serving thread while it runs (None once stopped)
+        return self._server.thread
+
+    def start(self) -> ServerInfo:
+        """Serve in a background thread; returns once the port is bound."""
+        self.log.open()
+        port = self._server.start()
+        self.info = ServerInfo(base_url=f"http://{self._server.host}:{port}/v1", model=self.model, port=port)
+        return self.info
+
+    def stop(self) -> None:
+        self._server.stop()
+        self.log.close()
+
+    def __enter__(self) -> ServerInfo:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

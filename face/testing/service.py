@@ -1,0 +1,182 @@
+"""What the three test servers (scripted, fault proxy, replay judge) share over HTTP.
+
+* One error answer: every refusal, whatever its status (400, 404, 405, 413, 429, 500, 504), is JSON in the OpenAI
+  shape ``{"error": {"message", "type", "code", "param"}}`` (``error_response``; ``json_errors`` makes it so for
+  what aiohttp itself refuses — an unknown path, a wrong method, a body over the size limit — and for an exception a
+  handler did not expect, which is logged by the server, never sent).
+* The request body as one JSON value (``read_json``): a body that is not JSON, or nests deeper than the parser
+  follows, is a 400 ``bad_json``.
+* An aiohttp app served by an event loop in a daemon thread of this process (``AppThread``), and a process that
+  serves until SIGTERM / SIGINT or the end of its standard input (``wait_for_stop``).
+* The request log of a server: in memory and, if asked, appended to a JSON-lines file as requests come
+  (``RequestLog``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from typing import IO, Any
+
+from aiohttp import web
+
+from face.llm.background import BackgroundLoop
+
+log = logging.getLogger(__name__)
+
+_TYPES = {429: "rate_limit", 500: "server_error", 502: "server_error", 504: "server_error"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+
+
+class RequestError(Exception):
+    """A request refused with ``status`` and the JSON error answer (``code``; ``param``: the field at fault)."""
+
+    def __init__(self, code: str, message: str, *, status: int = 400, param: str | None = None):
+        super().__init__(message)
+        self.code, self.status, self.param = code, status, param
+
+
+def error_body(message: str, code: str | None, *, status: int = 400, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "code": code,
+                      "param": param}}
+
+
+def error_response(status: int, message: str, code: str | None, *, param: str | None = None,
+                   headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(error_body(message, code, status=status, param=param), status=status, headers=headers)
+
+
+def _http_message(e: web.HTTPException, request: web.Request) -> str:
+    if e.status == 404:
+        return f"no such endpoint: {request.method} {request.path}"
+    if e.status == 405:
+        return f"{request.method} is not served at {request.path} (allowed: {e.headers.get('Allow', '')})"
+    if e.status == 413:
+        return f"the request body is too large ({e.text})"
+    return e.text or e.reason
+
+
+def json_errors(prefix: str = "") -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Middleware: every error answer of the app is the JSON error answer; ``prefix`` starts every message."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                         ) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except RequestError as e:
+            return error_response(e.status, prefix + str(e), e.code, param=e.param)
+        except web.HTTPException as e:
+            if e.status < 400:
+                raise
+            allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
+            return error_response(e.status, prefix + _http_message(e, request), _HTTP_CODES.get(e.status),
+                                  headers=allow)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            return error_response(500, prefix + "internal error (the server logged it)", "internal_error")
+
+    return middleware
+
+
+def parse_json(raw: bytes) -> Any:
+    """The JSON value of a request body, or RequestError ``bad_json``."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise RequestError("bad_json", "the request body nests deeper than the JSON parser follows") from None
+    except ValueError as e:  # UnicodeDecodeError included
+        raise RequestError("bad_json", f"the request body is not JSON ({e})") from None
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request body as one JSON value (a body over the app's size limit: 413, raised by aiohttp)."""
+    return parse_json(await request.read())
+
+
+def make_app(max_body_bytes: int, prefix: str = "") -> web.Application:
+    """An aiohttp app whose every error answer is the JSON one and whose request bodies are at most this size."""
+    return web.Application(client_max_size=max_body_bytes, middlewares=[json_errors(prefix)])
+
+
+class AppThread:
+    """An aiohttp app (built by ``factory`` on the serving loop) served on ``host:port`` by an event loop in a daemon
+    thread of this process: ``start()`` returns the port once bound, ``stop()`` ends it (the app's on_cleanup runs)."""
+
+    def __init__(self, name: str, factory: Callable[[], web.Application], host: str = "127.0.0.1", port: int = 0):
+        self.name, self.factory, self.host, self.port = name, factory, host, port
+        self._bg: BackgroundLoop | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def _up(self) -> None:
+        self._runner = web.AppRunner(self.factory(), access_log=None, shutdown_timeout=0.2)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        self.port = self._runner.addresses[0][1]
+
+    async def _down(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def start(self, timeout_s: float = 30.0) -> int:
+        self._bg = BackgroundLoop(self.name)
+        self._bg.start(self._up, self._down, timeout_s)
+        return self.port
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The serving thread while it runs (None once stopped)."""
+        return None if self._bg is None else self._bg._thread
+
+    def stop(self) -> None:
+        if self._bg is not None:
+            self._bg.stop()
+            self._bg = None
+
+
+def wait_for_stop(until_stdin_closes: bool = False) -> None:
+    """Block until SIGTERM or SIGINT — or, with ``until_stdin_closes``, until standard input ends (the parent that
+    started this process with a pipe to it has gone, however it ended)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if until_stdin_closes:
+        def watch() -> None:
+            sys.stdin.read()
+            stop.set()
+
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    while not stop.wait(0.2):
+        pass
+
+
+class RequestLog(list):
+    """The requests a server saw (one dict each), in memory and, after ``open(path)``, appended to that JSON-lines
+    file as they come."""
+
+    def __init__(self, path: str | None = None):
+        super().__init__()
+        self.path = path
+        self._fh: IO[str] | None = None
+        self._lock = threading.Lock()
+
+    def open(self, path: str | None = None) -> None:
+        self.path = path or self.path
+        if self.path and self._fh is None:
+            self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def record(self, entry: dict) -> None:
+        with self._lock:
+            self.append(entry)
+            if self._fh is not None:
+                self._fh.write(json.dumps(entry) + "\n")
+                self._fh.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None

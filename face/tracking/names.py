@@ -1,0 +1,114 @@
+"""What a run logs under which name: its params (the resolved config), its MLflow metrics, its description.
+
+MLflow sorts metric names (the chart view, the compare view's metric table and its parallel-coordinates plot all
+open on the first name), so a run's MLflow metrics are only what compares runs, and every name sorts after the
+headline: the ``summary.*`` headline (names that differ within their first 12 characters, the width of a runs-table
+column) and the correlations, ``vs_human.{level}.{aspect}.{split}.spearman`` with the human labels (``vs_arena.…``
+with another reference). Every other number a run logs (estimates, LLM counters, per-round values, counts) goes to
+its ``numbers.json`` artifact.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from face.secrets import redact
+
+HEADLINE_PREFIX = "summary."
+CORRELATION_PREFIX = "vs_"  # vs_human., vs_arena.: sorts after "summary."
+NUMBERS_ARTIFACT = "numbers.json"
+
+# the first of these an experiment logs is its headline metric (else its first ``summary.*`` metric by name): the
+# experiment's primary metric, the sweep report's first column
+HEADLINES = ("summary.final_heldout_spearman", "summary.agree_with_humans", "summary.ucb_heldout_mean",
+             "summary.turn_spearman_mean", "summary.dialogue_spearman_mean", "summary.system_spearman_mean")
+PRIMARY_METRIC_TAG = "mlflow.experiment.primaryMetric.name"  # an experiment tag MLflow's UI reads
+
+# settings that say where things go, not what is computed: never MLflow params
+_NOT_PARAMS = ("paths.", "tracking.", "hydra.", "report.out_dir")
+# settings that only matter when an LLM is called
+_LLM_PARAMS = ("llm.", "run_size.")
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def run_params(cfg: DictConfig, uses_llm: bool = True) -> dict[str, str]:
+    """The flattened resolved config as MLflow params, without paths (machine-specific) and, for runs that call
+    no LLM, without LLM settings; a file path keeps only its name."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    out = {}
+    for k, v in flatten(resolved).items():  # type: ignore[arg-type]
+        if k.startswith(_NOT_PARAMS) or (not uses_llm and k.startswith(_LLM_PARAMS)):
+            continue
+        if isinstance(v, str) and os.path.isabs(v):
+            v = Path(v).name
+        out[k] = redact("null" if v is None else str(v))[:6000]  # a key never becomes a param (face.secrets)
+    return out
+
+
+def is_comparison(name: str) -> bool:
+    """True for a name that compares runs (an MLflow metric); False for a number of the ``numbers.json`` artifact."""
+    return name.startswith((HEADLINE_PREFIX, CORRELATION_PREFIX))
+
+
+def summary_metrics(results, prefix: str = "") -> dict[str, float]:
+    """A few numbers for the runs table: mean Spearman over aspects at turn and dialogue level (pooled split)
+    and at system level, as ``summary.[prefix]{level}_spearman_mean`` (a prefix names one of several methods)."""
+    out = {}
+    r = results[(results["coefficient"] == "spearman") & (results["split"] == "all")]
+    for level in ("turn", "dialogue", "system"):
+        v = r[r["level"] == level]["value"].dropna()
+        if len(v):
+            out[f"{HEADLINE_PREFIX}{prefix}{level}_spearman_mean"] = float(v.mean())
+    return out
+
+
+def headline(metrics: Iterable[str]) -> str | None:
+    """The headline metric among metric names (see HEADLINES)."""
+    names = set(metrics)
+    for m in HEADLINES:
+        if m in names:
+            return m
+    rest = sorted(m for m in names if m.startswith(HEADLINE_PREFIX))
+    return rest[0] if rest else None
+
+
+def metric_name(level: str, aspect: str, split: str, coefficient: str, prefix: str = "", against: str = "human"
+                ) -> str:
+    """``vs_{against}.[prefix]{level}.{aspect}.{split}.{coefficient}``."""
+    return f"{CORRELATION_PREFIX}{against}.{prefix}{level}.{aspect}.{split}.{coefficient}"
+
+
+def correlation_metrics(results, prefix: str = "", against: str = "human") -> dict[str, float]:
+    """The Spearman correlation of every (level, aspect, split) with the human labels (or ``against`` another
+    reference) as an MLflow metric (every coefficient and interval is in the correlations table artifact: few
+    metrics keep MLflow's charts and compare view usable)."""
+    r = results[results["coefficient"] == "spearman"]
+    return {metric_name(x.level, x.aspect, x.split, x.coefficient, prefix, against): x.value
+            for x in r.itertuples(index=False)}
+
+
+def description(results, label: str, settings: str) -> str:
+    """Markdown for the run page: what produced the numbers and the headline correlations."""
+    lines = [f"**{label}**", "", settings, ""]
+    r = results[(results["coefficient"] == "spearman") & (results["split"] == "all")]
+    if len(r):
+        lines += ["| level | aspect | Spearman (pooled) | 95% CI |", "|---|---|---|---|"]
+        for x in r.itertuples(index=False):
+            ci = "" if math.isnan(x.ci_low) else f"[{x.ci_low:.3f}, {x.ci_high:.3f}]"
+            lines.append(f"| {x.level} | {x.aspect} | {x.value:.3f} | {ci} |")
+    return "\n".join(lines)

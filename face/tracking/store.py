@@ -1,0 +1,155 @@
+"""The MLflow store: checked before a run, pointed at, locked while set up, and cleared of runs whose process is gone.
+
+Artifacts follow the store: an experiment created here keeps its artifacts at ``tracking.artifact_location`` when
+that is set, else in ``mlruns/`` beside a ``sqlite:///`` store's database file — never in the directory the
+command was started from (MLflow's own default for a SQLite store).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sqlite3
+from pathlib import Path
+from typing import Iterator
+
+from omegaconf import DictConfig
+
+from face.errors import require_writable_dir
+
+log = logging.getLogger(__name__)
+
+SQLITE = "sqlite:///"
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI, else None."""
+    return Path(uri[len(SQLITE):]) if uri.startswith(SQLITE) else None
+
+
+def artifact_root(t: DictConfig) -> Path | None:
+    """Where a new experiment of the store keeps its artifacts: ``tracking.artifact_location``, else ``mlruns/``
+    beside the SQLite file, else None (a server store decides)."""
+    if t.get("artifact_location"):
+        return Path(t.artifact_location)
+    db = sqlite_file(str(t.get("tracking_uri") or ""))
+    return db.parent / "mlruns" if db is not None else None
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """An exclusive lock beside a local SQLite store while it is set up (MLflow's schema migration is not safe
+    against two processes creating the same new database)."""
+    db = sqlite_file(uri)
+    if db is None:
+        yield
+        return
+    import fcntl
+
+    with open(str(db) + ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def check_tracking_store(cfg: DictConfig) -> None:
+    """ValueError (one line naming the setting) if the MLflow store cannot be used. Creates nothing."""
+    t = cfg.tracking
+    db = sqlite_file(str(t.get("tracking_uri") or ""))
+    if db is not None:
+        _check_sqlite(db)
+    root = artifact_root(t)
+    if root is not None:
+        require_writable_dir(root, "tracking.artifact_location" if t.get("artifact_location")
+                             else "tracking.tracking_uri (its artifacts: mlruns/ beside the database)")
+
+
+def _check_sqlite(db: Path) -> None:
+    if not db.exists():
+        require_writable_dir(db.parent, "tracking.tracking_uri")
+        return
+    if not db.is_file():
+        raise ValueError(f"tracking.tracking_uri: {db} is not a file")
+    if not os.access(db, os.R_OK | os.W_OK):
+        raise ValueError(f"tracking.tracking_uri: {db} is not readable and writable (permission denied)")
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+            conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
+        conn.close()
+    except sqlite3.DatabaseError as e:
+        raise ValueError(f"tracking.tracking_uri: {db} is not an SQLite database ({e})") from None
+
+
+def use_experiment(t: DictConfig) -> str:
+    """Point MLflow at ``tracking.tracking_uri`` and its experiment ``tracking.experiment_name`` (created when
+    missing, its artifacts at ``artifact_root``); returns the experiment id."""
+    import mlflow
+
+    mlflow.set_tracking_uri(t.tracking_uri)
+    with store_lock(str(t.tracking_uri)):  # two jobs starting on a new store: one creates the tables
+        if mlflow.get_experiment_by_name(t.experiment_name) is None:
+            root = artifact_root(t)
+            mlflow.create_experiment(t.experiment_name, artifact_location=root.resolve().as_uri() if root else None)
+        return mlflow.set_experiment(t.experiment_name).experiment_id
+
+
+# ---------------------------------------------------------------- runs whose process is gone
+def proc_start(pid: int) -> str | None:
+    """The start time of a process (Linux /proc), to tell a live process from a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    now = proc_start(pid)
+    return start is None or now is None or now == start
+
+
+def process_tags() -> dict[str, str]:
+    """Who runs this MLflow run: host, pid and the process's start time (for the stale-run check)."""
+    pid = os.getpid()
+    return {"face.host": socket.gethostname(), "face.pid": str(pid), "face.pid_start": proc_start(pid) or ""}
+
+
+def run_is_gone(tags: dict[str, str]) -> bool:
+    """True when the process a run's tags name (``process_tags``) ran on this host and is gone."""
+    pid = tags.get("face.pid")
+    if not pid or not pid.isdigit() or tags.get("face.host") != socket.gethostname():
+        return False
+    return not alive(int(pid), tags.get("face.pid_start") or None)
+
+
+def mark_stale_runs() -> list[str]:
+    """Runs of this store left RUNNING by a process of this host that is gone (kill -9, power loss): KILLED."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    try:
+        exps = [e.experiment_id for e in client.search_experiments()]
+        runs = client.search_runs(exps, filter_string="attributes.status = 'RUNNING'", max_results=1000) if exps else []
+    except Exception as e:  # the store is checked before; a search failure must not stop the run
+        log.warning("could not look for stale MLflow runs: %s", e)
+        return []
+    killed = []
+    for r in runs:
+        if run_is_gone(r.data.tags):
+            pid = r.data.tags["face.pid"]
+            client.set_tag(r.info.run_id, "stop_reason", f"process {pid} is gone (killed); marked by a later run")
+            client.set_terminated(r.info.run_id, status="KILLED")
+            killed.append(r.info.run_id)
+    if killed:
+        log.warning("marked %d stale RUNNING MLflow run(s) as KILLED: %s", len(killed), ", ".join(killed))
+    return killed

@@ -1,0 +1,205 @@
+"""Sweeps in MLflow: a Hydra multirun is one parent run (named by the experiment and its swept keys, the command
+line's settings as its params), each job a child run named by its swept values first
+(``alpha=1 beam=2 · optimize_instructions``).
+
+A rerun of a sweep into the same sweep directory (after kill -9, or to redo it) reopens the parent and replaces
+each job's earlier child run, so every job is counted once and the parent ends FINISHED when all its jobs have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Sequence
+
+from face.secrets import redact
+from face.tracking.store import process_tags, run_is_gone, store_lock
+
+log = logging.getLogger(__name__)
+
+SWEEP_ROLE = "sweep_role"  # tag: "parent" (one per Hydra multirun) or "job"
+SWEPT_TAG = "sweep_swept"  # tag of the parent: the swept keys, comma-separated
+LABEL_TAG = "sweep_label"  # tag of a job: its swept values, keys in full (``alpha=1 beam=2``)
+REPLACED_TAG = "face.replaced_by"  # tag of a job's earlier child run, deleted when a rerun of the job starts
+SEP = " · "  # between what differs and the experiment, in run names
+NAME_WIDTH = 11  # characters of a child run's name MLflow's runs table shows at its default column width
+# override keys that say where things go, not what is computed: never part of a job's name or the parent's params
+_NOT_NAMED = ("paths.", "tracking.", "hydra.", "report.", "experiment")
+
+
+def hydra_job():
+    """Hydra's config of the running job, or None outside a Hydra app."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return HydraConfig.get()
+    except (ImportError, ValueError):
+        return None
+
+
+def is_multirun() -> bool:
+    """True inside a job of a Hydra multirun (``-m``): its outputs stay in its own job directory."""
+    hc = hydra_job()
+    return hc is not None and str(hc.mode) == "RunMode.MULTIRUN"
+
+
+def sweep_tags() -> dict[str, str]:
+    """The running job's place in its multirun (sweep directory, job number, overrides), or {} outside one."""
+    hc = hydra_job()
+    if hc is None or str(hc.mode) != "RunMode.MULTIRUN":
+        return {}
+    return {"sweep_dir": str(hc.sweep.dir), "sweep_job": str(hc.job.num),
+            "sweep_overrides": ",".join(hc.overrides.task)}
+
+
+def swept_keys(overrides: Sequence[str]) -> list[str]:
+    """The keys a multirun sweeps (``key=a,b``, ``range(...)``, ...), in command-line order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:
+        return []
+    return [o.get_key_element().lstrip("+~") for o in parsed if o.is_sweep_override()]
+
+
+def named_settings(overrides: Sequence[str]) -> list[tuple[str, str]]:
+    """(key, value) of every override that says what is computed (not where things go), in command-line order."""
+    pairs = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = key.lstrip("+~")
+        if key and not key.startswith(_NOT_NAMED):
+            pairs.append((key, value))
+    return pairs
+
+
+def tails(keys: Sequence[str]) -> list[str]:
+    """The last part of each key where that is unambiguous (``optimizer.alpha`` -> ``alpha``)."""
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    return [t if last.count(t) == 1 else k for t, k in zip(last, keys)]
+
+
+def abbreviations(names: Sequence[str]) -> list[str]:
+    """Each name's shortest prefix that no other name starts with the same way (``alpha``, ``beam`` -> ``a``,
+    ``b``; ``seed``, ``split`` -> ``se``, ``sp``)."""
+    out = []
+    for i, name in enumerate(names):
+        others = [o for j, o in enumerate(names) if j != i]
+        n = next((n for n in range(1, len(name)) if all(o[:n] != name[:n] for o in others)), len(name))
+        out.append(name[:n])
+    return out
+
+
+def job_label(overrides: Sequence[str], swept: Sequence[str], short: bool = False) -> str:
+    """What tells a sweep job from its siblings: its swept settings with their values in this job
+    (``alpha=1 beam=2``; ``short``: the keys abbreviated, ``a=1 b=2``); every setting of its command line when
+    the swept keys are not known."""
+    pairs = named_settings(overrides)
+    if swept:
+        pairs = [(k, v) for k, v in pairs if k in swept]
+        pairs.sort(key=lambda kv: list(swept).index(kv[0]))
+    names = tails([k for k, _ in pairs])
+    if short:
+        names = abbreviations(names)
+    return " ".join(f"{n}={v}" for n, (_, v) in zip(names, pairs))
+
+
+def job_name(task: str, overrides: Sequence[str], swept: Sequence[str]) -> str:
+    """A sweep job's run name, what differs first: ``alpha=1 beam=2 · optimize_instructions``; the keys
+    abbreviated (``a=1 b=2 · optimize_instructions``) when the values would not all show in the runs table's
+    default column width (the parent's name and params spell the keys out)."""
+    label = job_label(overrides, swept)
+    if swept and len(label) > NAME_WIDTH:
+        label = job_label(overrides, swept, short=True)
+    return (f"{label}{SEP}{task}" if label else task)[:250]
+
+
+def sweep_name(task: str, swept: Sequence[str]) -> str:
+    """The parent run's name: the experiment and the swept keys."""
+    return f"{task} sweep: {' x '.join(tails(swept)) or 'one job'}"[:250]
+
+
+def sweep_params(overrides: Sequence[str]) -> dict[str, str]:
+    """The parent's params: each setting of the sweep's command line, a swept one with all its values (``1,2``)."""
+    return {k: redact(v)[:6000] for k, v in named_settings(overrides)}
+
+
+@dataclasses.dataclass
+class SweepParent:
+    run_id: str
+    swept: list[str]
+
+
+def find_sweep_parent(client, experiment_id: str, sweep_dir: str):
+    """The parent run of the multirun writing to ``sweep_dir`` (tag ``sweep_dir``), or None."""
+    runs = client.search_runs([experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'", max_results=1000)
+    mine = [r for r in runs if r.data.tags.get("sweep_dir") == sweep_dir]
+    return min(mine, key=lambda r: r.info.start_time) if mine else None
+
+
+def sweep_parent(experiment_id: str, sweep_dir: str, task: str, overrides: Sequence[str],
+                 swept: Sequence[str] | None = None, description: str | None = None) -> SweepParent:
+    """Find or create (under the store lock: jobs of a launcher run in parallel processes) the parent run of a
+    sweep. The Hydra callback (``swept`` given) creates it before the first job, or reopens the parent of an
+    earlier run of the same sweep directory; a job that finds none (a sweep over experiments, or no callback)
+    creates one named after its own settings, ended at once (no callback ends it)."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    with store_lock(mlflow.get_tracking_uri()):
+        found = find_sweep_parent(client, experiment_id, sweep_dir)
+        if found is not None:
+            if swept is not None:
+                _reopen(client, found)
+            return SweepParent(found.info.run_id, [k for k in found.data.tags.get(SWEPT_TAG, "").split(",") if k])
+        keys = list(swept) if swept is not None else [k for k, _ in named_settings(overrides)]
+        tags = {"sweep_dir": sweep_dir, SWEEP_ROLE: "parent", SWEPT_TAG: ",".join(keys),
+                "sweep_overrides": " ".join(overrides), "task_name": task, **process_tags()}
+        if description:
+            tags["mlflow.note.content"] = description
+        run = client.create_run(experiment_id, run_name=redact(sweep_name(task, keys)),
+                                tags={k: redact(v) for k, v in tags.items()})
+        _log_params(client, run.info.run_id, sweep_params(overrides))
+        if swept is None:
+            client.set_terminated(run.info.run_id, status="FINISHED")
+        return SweepParent(run.info.run_id, keys)
+
+
+def _log_params(client, run_id: str, params: dict[str, str]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, v) for k, v in params.items()]
+    for i in range(0, len(items), 100):  # MLflow's batch limit
+        client.log_batch(run_id, params=items[i:i + 100])
+
+
+def _reopen(client, parent) -> None:
+    """A rerun of the sweep: its parent runs again, owned by this process (a live earlier sweep keeps it)."""
+    if parent.info.status == "RUNNING" and not run_is_gone(parent.data.tags):
+        return
+    client.update_run(parent.info.run_id, status="RUNNING")
+    for k, v in process_tags().items():
+        client.set_tag(parent.info.run_id, k, v)
+    client.set_tag(parent.info.run_id, "stop_reason", "")
+
+
+def replace_earlier_attempts(client, experiment_id: str, parent_id: str, run_id: str, tags: dict[str, str]) -> list:
+    """Delete (MLflow's soft delete, tagged ``face.replaced_by``) the earlier child runs of the same sweep job
+    (same job number and overrides) under ``parent_id``, unless one still runs: the rerun ``run_id`` counts
+    instead. Returns the replaced run ids."""
+    earlier = client.search_runs([experiment_id], max_results=1000, filter_string=(
+        f"tags.mlflow.parentRunId = '{parent_id}' and tags.sweep_job = '{tags['sweep_job']}'"))
+    replaced = []
+    for r in earlier:
+        if r.info.run_id == run_id or r.data.tags.get("sweep_overrides") != tags["sweep_overrides"]:
+            continue
+        if r.info.status == "RUNNING" and not run_is_gone(r.data.tags):
+            continue
+        client.set_tag(r.info.run_id, REPLACED_TAG, run_id)
+        client.delete_run(r.info.run_id)
+        replaced.append(r.info.run_id)
+    if replaced:
+        log.warning("sweep job %s: replaced its earlier MLflow run(s) %s", tags["sweep_job"], ", ".join(replaced))
+    return replaced

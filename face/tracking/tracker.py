@@ -1,0 +1,236 @@
+"""``Tracker``: one MLflow run per Hydra job, so experiments never touch MLflow directly and tracking can be
+switched off (``tracking=none``) without changing experiment code.
+
+A run's MLflow metrics are what compares runs (``face.tracking.names``); every other number it logs is in its
+``numbers.json`` artifact. A job of a multirun is a child of its sweep's parent run (``face.tracking.sweeps``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import subprocess
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from face.secrets import redact
+from face.tracking import prompts, sweeps
+from face.tracking.names import (
+    HEADLINE_PREFIX,
+    HEADLINES,
+    NUMBERS_ARTIFACT,
+    PRIMARY_METRIC_TAG,
+    headline,
+    is_comparison,
+    run_params,
+)
+from face.tracking.store import mark_stale_runs, process_tags, store_lock, use_experiment
+
+log = logging.getLogger(__name__)
+
+
+def git_commit(root: str | Path) -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return "unknown"
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def rerun_name(client, experiment_id: str, name: str) -> str:
+    """``name``, or ``name #k`` when the experiment holds k - 1 runs of that name already (plain reruns)."""
+    if "'" in name or "%" in name:  # not expressible in a filter string: leave it
+        return name
+    runs = client.search_runs([experiment_id], filter_string=f"attributes.run_name LIKE '{name}%'", max_results=5000)
+    names = {r.info.run_name for r in runs}
+    if name not in names:
+        return name
+    k = 2
+    while f"{name} #{k}" in names:
+        k += 1
+    return f"{name} #{k}"
+
+
+class Tracker:
+    """Logs to MLflow when enabled, does nothing otherwise."""
+
+    def __init__(self, cfg: DictConfig, run_name: str | None = None, uses_llm: bool = True):
+        t = cfg.tracking
+        self.enabled = bool(t.enabled)
+        self.cfg = cfg
+        name = t.get("run_name") or run_name
+        self.run_name = redact(name) if name else None  # a run name may quote settings
+        self.uses_llm = uses_llm
+        self.run_id: str | None = None
+        self.experiment_id: str | None = None
+        self.job_label = ""  # a sweep job's swept values (``alpha=1 beam=2``), else ""
+        self.sweep_parent_id: str | None = None
+        self._numbers: dict[str, float] = {}
+        self._compared: dict[str, float] = {}
+        self._primary_set = False
+        if self.enabled:
+            import mlflow
+
+            self.mlflow = mlflow
+            self.experiment_id = use_experiment(t)
+
+    def __enter__(self) -> Tracker:
+        if not self.enabled:
+            return self
+        from mlflow.tracking import MlflowClient
+
+        mark_stale_runs()
+        client = MlflowClient()
+        exp_id = str(self.experiment_id)
+        sweep = sweeps.sweep_tags()
+        if sweep:
+            name, parent = self._job_name(exp_id, sweep)
+            run = self.mlflow.start_run(run_name=name, parent_run_id=parent)
+        else:
+            with store_lock(str(self.cfg.tracking.tracking_uri)):  # two reruns starting at once: #2 and #3
+                name, parent = self.run_name, None
+                if name and not self.cfg.tracking.get("run_name"):
+                    name = rerun_name(client, exp_id, name)
+                run = self.mlflow.start_run(run_name=name)
+        self.run_name, self.run_id, self.experiment_id = name, run.info.run_id, run.info.experiment_id
+        self.set_tags(process_tags())
+        self.mlflow.log_params(run_params(self.cfg, self.uses_llm))
+        self.set_tags({"git_commit": git_commit(self.cfg.paths.root_dir), "task_name": self.cfg.task_name})
+        if sweep:
+            self.set_tags({**sweep, sweeps.SWEEP_ROLE: "job", sweeps.LABEL_TAG: self.job_label})
+            sweeps.replace_earlier_attempts(client, exp_id, str(parent), self.run_id,
+                                            {k: redact(v) for k, v in sweep.items()})
+        return self
+
+    def _job_name(self, exp_id: str, sweep: dict[str, str]) -> tuple[str | None, str]:
+        """(run name, parent run id) of a sweep job: its swept values first, unless tracking.run_name is set."""
+        overrides = list(sweeps.hydra_job().overrides.task)
+        parent = sweeps.sweep_parent(exp_id, sweep["sweep_dir"], self.cfg.task_name, overrides)
+        self.sweep_parent_id = parent.run_id
+        self.job_label = redact(sweeps.job_label(overrides, parent.swept))
+        if self.cfg.tracking.get("run_name"):
+            return self.run_name, parent.run_id
+        return redact(sweeps.job_name(self.cfg.task_name, overrides, parent.swept)), parent.run_id
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.enabled:
+            self._flush_metrics()
+            status = "FINISHED"
+            if exc_type is not None:
+                status = "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
+                self.set_tags({"stop_reason": f"{exc_type.__name__}: {str(exc)[:500]}"})
+            self.mlflow.end_run(status=status)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        if self.enabled:
+            self.mlflow.set_tags({k: redact(v) for k, v in tags.items()})  # incl. the description, stop reasons
+
+    def log_metrics(self, metrics: Mapping[str, float]) -> None:
+        """The headline and the correlations as MLflow metrics (written when the run ends, headline first: MLflow's
+        compare view opens on the metric a run logged first); every other number into ``numbers.json`` at once."""
+        if not self.enabled:
+            return
+        clean = {k: float(v) for k, v in metrics.items() if v is not None and not math.isnan(float(v))}
+        self._compared.update({k: v for k, v in clean.items() if is_comparison(k)})
+        numbers = {k: v for k, v in clean.items() if not is_comparison(k)}
+        if numbers:
+            self._numbers.update(numbers)
+            self.mlflow.log_dict(dict(sorted(self._numbers.items())), NUMBERS_ARTIFACT)
+
+    def _flush_metrics(self) -> None:
+        if not self._compared:
+            return
+        head = headline(self._compared)
+        order = sorted(self._compared, key=lambda k: (k != head, not k.startswith(HEADLINE_PREFIX), k))
+        self.mlflow.log_metrics({k: self._compared[k] for k in order})
+        self._primary_metric(self._compared)
+        self._compared = {}
+
+    def _primary_metric(self, metrics: Mapping[str, float]) -> None:
+        """The experiment's headline metric as its primary metric, set once: the first headline an experiment's
+        run logs (a later headline of ``HEADLINES`` replaces a name outside it)."""
+        head = headline(metrics)
+        if head is None or self._primary_set:
+            return
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient()
+        exp = client.get_experiment(str(self.experiment_id))
+        current = exp.tags.get(PRIMARY_METRIC_TAG)
+        if current is None or (current not in HEADLINES and head in HEADLINES):
+            client.set_experiment_tag(exp.experiment_id, PRIMARY_METRIC_TAG, head)
+        self._primary_set = True
+
+    def log_artifacts(self, paths: Iterable[str | Path], subdir: str | None = None) -> None:
+        """Copy files (or directories) into the run's artifacts; a file over ``tracking.max_artifact_mb`` stays
+        where it is and the run gets a tag naming it (a paper-size particle_scores.jsonl is ~0.3 GB a run)."""
+        if not self.enabled:
+            return
+        limit = self.cfg.tracking.get("max_artifact_mb")
+        for p in map(Path, paths):
+            if p.is_dir():
+                self.mlflow.log_artifacts(str(p), artifact_path=subdir)
+            elif p.exists():
+                size = p.stat().st_size
+                if limit is not None and size > limit * 1e6:
+                    self.mlflow.set_tag(f"not_logged.{p.name}", redact(f"{size / 1e6:.0f} MB, in {p.parent}"))
+                    continue
+                self.mlflow.log_artifact(str(p), artifact_path=subdir)
+
+    def log_dict(self, obj: Any, name: str) -> None:
+        if self.enabled:
+            self.mlflow.log_dict(obj, name)
+
+    def log_config(self) -> None:
+        if self.enabled:
+            self.mlflow.log_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)), "config.yaml")
+
+    def log_checksums(self, checksums: Mapping[str, str]) -> None:
+        """The data files' sha256 as one artifact, and one tag: the sha256 of that listing."""
+        if self.enabled and checksums:
+            listing = json.dumps(dict(sorted(checksums.items())), indent=1)
+            self.mlflow.log_text(listing, "data_sha256.json")
+            self.set_tags({"data_sha256": hashlib.sha256(listing.encode()).hexdigest()})
+
+    def log_dataset(self, name: str, rows: Sequence[Mapping[str, Any]], files: Mapping[str, str],
+                    source: str) -> None:
+        """The data the run read, as MLflow's dataset input (the runs table's *Dataset* column, shown by default):
+        one row per conversation used (id, system, split, evaluated turns), its name, a digest of the data files'
+        sha256 (the same files give the same digest) and where it comes from."""
+        if not self.enabled:
+            return
+        import pandas as pd
+
+        digest = hashlib.sha256(json.dumps(dict(sorted(files.items()))).encode()).hexdigest()[:12]
+        try:
+            with warnings.catch_warnings():  # MLflow's hints on integer columns and local sources: not ours to act on
+                warnings.simplefilter("ignore")
+                ds = self.mlflow.data.from_pandas(  # type: ignore[attr-defined]
+                    pd.DataFrame(list(rows)), source=source, name=name, digest=digest)
+                self.mlflow.log_input(ds, context="evaluation")
+        except Exception as e:  # an MLflow without the dataset API: the data_sha256 tag still names the data
+            log.warning("could not log the dataset to MLflow: %s", e)
+
+    def describe(self, text: str) -> None:
+        """The run page's description (Markdown)."""
+        self.set_tags({"mlflow.note.content": text})
+
+    def register_instructions(self, aspect: str, instructions: Sequence[Any], source: str,
+                              wording: str = "") -> str | None:
+        """Register the instruction set an aspect was sent with and link it to the run (``prompts.register_set``)."""
+        if not (self.enabled and self.cfg.tracking.get("register_prompts", True)):
+            return None
+        uri, version = prompts.register_instructions(aspect, instructions, source, wording,
+                                                     str(self.cfg.tracking.tracking_uri))
+        self.set_tags({f"prompt.{aspect}": uri})
+        prompts.link_prompt(self.run_id, version)
+        return uri
