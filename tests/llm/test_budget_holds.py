@@ -76,7 +76,7 @@ def jumping(srv: ScriptedServer, after: int, factor: float):
     def respond(body: dict) -> str:
         seen[0] += 1
         if seen[0] > after:
-            srv.usage_factor = factor
+            srv.completer.usage_factor = factor
         return default_responder(body)
 
     return respond
