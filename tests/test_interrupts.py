@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent('''
-    import asyncio, os, sqlite3, sys, threading, time, _thread
+    import asyncio, os, signal, sqlite3, sys, threading, time
     import face
 
     logs, out, cache, data, mode, after = sys.argv[1:7]
@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent('''
                         break
             except sqlite3.Error:
                 continue
-        _thread.interrupt_main()
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # as a terminal's Ctrl-C, or Jupyter's
 
     def run():
         return face.evaluate(logs, aspects=["relevance", "dialogue_overall"], llm="scripted", out=out,
@@ -46,10 +46,10 @@ SCRIPT = textwrap.dedent('''
     if int(after) > 0:
         threading.Thread(target=interrupt_once_samples_arrive, args=(int(after),), daemon=True).start()
     try:
-        if mode == "cell":  # a notebook cell: a running event loop blocked by a synchronous call
-            async def cell():
+        if mode == "cell":  # a notebook cell: a running event loop blocked by a synchronous call (ipykernel's loop
+            async def cell():  # keeps Python's SIGINT handler, unlike asyncio.run's)
                 return run()
-            asyncio.run(cell())
+            asyncio.new_event_loop().run_until_complete(cell())
         else:
             run()
         print("FINISHED")

@@ -337,7 +337,7 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
     numbers = json.loads(Path(client.download_artifacts(run.info.run_id, "numbers.json", str(tmp_path))).read_text())
     assert numbers["heldout.relevance.test_final_spearman"] == run.data.metrics[
         "vs_human.turn.relevance.heldout.spearman"] and numbers["optimizer.llm_calls"] > 0
-    assert "estimate.this_run.total.calls" in numbers
+    assert "estimate.this_run.total.samples" in numbers and numbers["estimate.http_requests"] > 0
 
     # use the result: by file, by registry name@version, by run id
     from face.pipeline.method import Face

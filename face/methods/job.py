@@ -114,10 +114,11 @@ class LLMJob:
         return bool(self.lcfg.dry_run)
 
     def gate(self, costs: pd.DataFrame, note: str = "", estimated_usd: float | None = None,
-             detail: pd.DataFrame | None = None) -> Path:
+             detail: pd.DataFrame | None = None, size: Size | None = None) -> Path:
         """Write and print the estimate; a ConfigError if it is over ``llm.max_cost_usd`` (unless ``llm.force`` or a
         dry run). ``estimated_usd``: the figure compared with the cap (default: the table's total); ``detail``: the
-        table written to the run directory when the one printed is its summary (default: ``costs``)."""
+        table written to the run directory when the one printed is its summary (default: ``costs``); ``size``: the
+        requests, samples and HTTP requests ``finish`` compares the usage with (default: the table's total)."""
         path = self._file("cost_estimate", "csv")
         with atomic_path(path) as tmp:
             (costs if detail is None else detail).to_csv(tmp, index=False)
@@ -125,8 +126,8 @@ class LLMJob:
         collected = _ESTIMATES.get()
         if collected is not None:
             collected.append(costs if detail is None else detail)
+        self.estimated = estimated_size(costs) if size is None else size
         estimated = estimated_cost(costs) if estimated_usd is None else estimated_usd
-        self.estimated = estimated_size(costs)
         self.metrics.update({f"{self._prefix}estimate.{k}": float(getattr(self.estimated, k))
                              for k in ("requests", "samples", "http_requests")})
         if self.lcfg.batch:
