@@ -47,7 +47,7 @@ the report's tables as CSV.
 The cost estimate is printed once, before anything is sent; above --confirm-above USD you are asked to confirm
 (--yes skips the question). Every LLM answer is cached (data/cache/llm): rerunning resumes for free.
 Progress bars go to stderr when it is a terminal (FACE_PROGRESS=0: none); the run ends with a summary block
-(where the results are, MLflow run, wall time, LLM calls, cost as in llm_usage.json) and the report's path.
+(where the results are, MLflow run, wall time, LLM requests, cost as in llm_usage.json) and the report's path.
 Large paid runs: --llm openai --set llm.batch=true sends the requests as OpenAI Batch API jobs (half price,
 answers within 24 h; rerun the same command after an interruption to resume the same jobs).
 
@@ -87,10 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--limit", type=int, default=None, help="only the first N conversations")
     e.add_argument("--mlflow", action="store_true", help="also log the run to MLflow (sqlite:///mlflow.db)")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="any other setting, as for scripts/run.py (repeatable), e.g. --set method.estimator=logprobs "
-                        "--set run_size=tiny --set llm.base_url=http://gpu-box:8000/v1; a credential (a key, token or "
-                        "password setting, a key-like value, user:pass@ in a URL) is refused: keep the key in the "
-                        "environment and name its variable with --set llm.api_key_env=NAME")
+                   help="any other setting, as for scripts/run.py (repeatable), e.g. --set "
+                        "method.scoring.estimator=logprobs --set run_size=tiny --set "
+                        "llm.base_url=http://gpu-box:8000/v1; a credential (a key, token or password setting, a "
+                        "key-like value, user:pass@ in a URL) is refused: keep the key in the environment and name "
+                        "its variable with --set llm.api_key_env=NAME")
     r = sub.add_parser("report", help="rebuild the diagnostics report of a finished run (no LLM call)",
                        description="Rebuild report.html and its tables from a finished `face evaluate` run "
                                    "directory (conversations.json, particles.jsonl, particle_scores.jsonl, "

@@ -1,5 +1,5 @@
 """What a run says on the console besides its tables: whether progress bars are drawn, and the one summary block
-every run ends with (where the results went, the MLflow run, wall time, LLM calls and cost), as
+every run ends with (where the results went, the MLflow run, wall time, LLM requests and cost), as
 lm-evaluation-harness and Hydra end theirs.
 
 Progress (``Progress``, the one reporter; ``progress`` for an iterable): on a terminal a tqdm bar on stderr; when
@@ -282,10 +282,11 @@ class RunSummary:
         self.wall_s = time.monotonic() - self.started
 
     def llm_totals(self) -> dict[str, float] | None:
-        """Calls, HTTP requests, cache hits and cost summed over the run's LLM jobs; None for a run with none."""
+        """Requests, samples, HTTP requests, cache hits and cost summed over the run's LLM jobs (llm_usage.json's
+        names); None for a run with none."""
         if not self.usage:
             return None
-        keys = ("calls", "http_requests", "cache_hits", "cost_usd")
+        keys = ("requests", "samples", "http_requests", "cache_hits", "cost_usd")
         return {k: sum(u.get(k, 0) for u in self.usage) for k in keys}
 
     def text(self) -> str:
@@ -304,8 +305,9 @@ class RunSummary:
             lines.append(("Wall time", _duration(self.wall_s)))
         llm = self.llm_totals()
         if llm is not None:
-            lines.append(("LLM calls", f"{int(llm['calls'])} ({int(llm['http_requests'])} HTTP requests, "
-                                       f"{int(llm['cache_hits'])} samples from cache)"))
+            lines.append(("LLM requests", f"{int(llm['requests'])} ({int(llm['http_requests'])} HTTP requests, "
+                                          f"{int(llm['samples'])} samples sent, {int(llm['cache_hits'])} samples "
+                                          "from cache)"))
             lines.append(("Cost", f"${llm['cost_usd']:.6f}"))
         lines += self.extra
         width = max(len(k) for k, _ in lines) + 1

@@ -54,11 +54,11 @@ def main() -> None:
         train, dev, test = (indices_of(items, getattr(split, s)) for s in ("train", "dev", "test"))
         est = estimate(paper, CostInputs(len(train), len(dev) + len(test), ppi, 5, 900.0, 300), gpt4o_mini)
         est = est.set_index("stage")
-        calls.append({"aspect": name, "gradients": est.loc["gradients / round", "calls"],
-                      "rewrites": est.loc["rewrites / round", "calls"],
-                      "expand_scoring": est.loc["expand scoring / round", "calls"],
-                      "pull_scoring_max": est.loc["bandit pulls / round (upper bound)", "calls"],
-                      "per_round": est.loc["per round", "calls"], "total_3_rounds": est.loc["total", "calls"],
+        calls.append({"aspect": name, "gradients": est.loc["gradients / round", "samples"],
+                      "rewrites": est.loc["rewrites / round", "samples"],
+                      "expand_scoring": est.loc["expand scoring / round", "samples"],
+                      "pull_scoring_max": est.loc["bandit pulls / round (upper bound)", "samples"],
+                      "per_round": est.loc["per round", "samples"], "total_3_rounds": est.loc["total", "samples"],
                       "total_usd_gpt4o_mini": est.loc["total", "cost_usd"]})
         t0 = time.perf_counter()
         scores = load_scores(data, [name])

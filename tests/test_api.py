@@ -42,7 +42,7 @@ def run(tmp_path_factory, data_dir):
     tmp = tmp_path_factory.mktemp("api")
     logs = _jsonl(tmp / "logs.jsonl")
     result = face.evaluate(logs, aspects=ASPECTS, llm="scripted", out=tmp / "out", run_size="tiny",
-                           **{"method.n": 2, "method.instructions.max": 2}, **_paths(tmp, data_dir))
+                           **{"method.scoring.n": 2, "method.instructions.max": 2}, **_paths(tmp, data_dir))
     return tmp, logs, result
 
 
@@ -50,7 +50,7 @@ def run(tmp_path_factory, data_dir):
 def test_dialogue_and_turn_scores_are_the_means_of_the_raw_samples_over_particles_and_instructions(run):
     _, _, r = run
     p = r.particles
-    assert set(p["samples"].map(len)) == {2}  # method.n=2 reached the run
+    assert set(p["samples"].map(len)) == {2}  # method.scoring.n=2 reached the run
     assert set(p.groupby("aspect")["instruction_id"].nunique()) == {2}  # method.instructions.max=2
     # a particle's score is the mean of its samples; a turn's / dialogue's the mean over particles × instructions
     expected = p.assign(mean=p["samples"].map(lambda s: sum(s) / len(s)))
@@ -98,7 +98,7 @@ def test_lowest_particles_are_the_lowest_means_over_instructions(run):
 @pytest.mark.slow  # two more runs: ≈ 1 s
 def test_in_memory_conversations_a_dataframe_and_a_running_event_loop_give_the_file_s_scores(run, data_dir, tmp_path):
     tmp, _, r = run
-    settings = {**_paths(tmp, data_dir), "method": {"n": 2, "instructions": {"max": 2}}}  # nested = dotted
+    settings = {**_paths(tmp, data_dir), "method": {"scoring": {"n": 2}, "instructions": {"max": 2}}}  # = dotted
     rows = [(c["id"], m["role"], m["content"], c["system"]) for c in CHAT for m in c["messages"]]
     frame = pd.DataFrame(rows, columns=["conv_id", "role", "content", "system"])
 
@@ -138,7 +138,7 @@ def test_meta_evaluate_equals_scipy_on_the_labels_given(run):
 @pytest.mark.slow  # three more runs and a report: ≈ 1.5 s
 def test_a_rerun_into_out_resumes_and_another_input_there_is_refused_unless_overwrite(run, data_dir, capsys):
     tmp, logs, r = run
-    settings = {"method.n": 2, "method.instructions.max": 2, **_paths(tmp, data_dir)}
+    settings = {"method.scoring.n": 2, "method.instructions.max": 2, **_paths(tmp, data_dir)}
     again = face.evaluate(logs, aspects=ASPECTS, llm="scripted", out=tmp / "out", run_size="tiny", **settings)
     assert "Resuming the run" in capsys.readouterr().out
     pd.testing.assert_frame_equal(again.dialogues, r.dialogues)
@@ -153,7 +153,8 @@ def test_a_rerun_into_out_resumes_and_another_input_there_is_refused_unless_over
 @pytest.mark.parametrize("call,match", [
     (lambda p: face.evaluate(p, aspects=["humour"], llm="scripted"), "no aspect 'humour'"),
     (lambda p: face.evaluate(p, llm="scripted", **{"method.nn": 3}), "method.nn"),
-    (lambda p: face.evaluate(p, llm="scripted", method={"n": 0}), "method.n must be an integer >= 1"),
+    (lambda p: face.evaluate(p, llm="scripted", method={"scoring": {"n": 0}}),
+     "method.scoring.n must be an integer >= 1"),
     (lambda p: face.evaluate(p, llm="scripted", **{"dataset.path": "x.json"}), "conversations are the first"),
     (lambda p: face.evaluate(p, llm="scripted", run_size="huge"), "run_size"),
     (lambda p: face.evaluate(p, llm="scripted --x"), "llm must name a config"),
@@ -192,7 +193,7 @@ def test_estimate_sends_nothing_and_counts_the_decomposition_samples(tmp_path, d
                                "llm.price_input_per_mtok": 1.0}, **_paths(tmp_path, data_dir))
     assert server.log == []
     decompose = est.set_index("stage").loc["decompose"]
-    assert decompose["calls"] == 4 * 4  # k=4 samples for each of the four assistant turns
+    assert decompose["samples"] == 4 * 4  # k=4 samples for each of the four assistant turns
     assert est.set_index("stage").loc["total", "cost_usd"] > 0
 
 
@@ -209,7 +210,7 @@ def test_conversation_objects_carry_their_labels_to_meta_evaluate(run, data_dir)
                                           for i, m in enumerate(x for x in c["messages"] if x["role"] != "system")),
                           labels={"dialogue_overall": float(k)}, system=c["system"]) for k, c in enumerate(CHAT)]
     r = face.evaluate(convs, aspects=["dialogue_overall"], llm="scripted", run_size="tiny",
-                      **{"method.n": 2, "method.instructions.max": 2}, **_paths(tmp, data_dir))
+                      **{"method.scoring.n": 2, "method.instructions.max": 2}, **_paths(tmp, data_dir))
     res = face.meta_evaluate(r, n_boot=0, levels=["dialogue"])
     want = stats.kendalltau(r.dialogues["dialogue_overall"], [0.0, 1.0, 2.0]).statistic
     assert res[res["coefficient"] == "kendall"]["value"].iloc[0] == pytest.approx(want)
@@ -316,7 +317,7 @@ def test_the_api_reference_in_docs_is_rendered_from_the_current_docstrings():
 def test_a_selection_setting_narrows_every_table_to_the_conversations_it_keeps(run, data_dir):
     tmp, logs, r = run
     got = face.evaluate(logs, aspects=ASPECTS, llm="scripted", run_size="tiny", quiet=True,
-                        **{"method.n": 2, "method.instructions.max": 2, "dataset.systems": ["crs-a"]},
+                        **{"method.scoring.n": 2, "method.instructions.max": 2, "dataset.systems": ["crs-a"]},
                         **_paths(tmp, data_dir))
     assert list(got.dialogues["conv_id"]) == ["c1", "c3"] and set(got.turns["conv_id"]) == {"c1", "c3"}
     keep = r.dialogues[r.dialogues["system"] == "crs-a"].reset_index(drop=True)

@@ -62,8 +62,8 @@ ARGUMENTS = {  # name -> wrong values (beside WRONG)
     "quiet": ["yes", None],
 }
 VALID = {"overwrite": True, "mlflow": True, "quiet": True, "limit": 5}  # WRONG's values that are right for them
-SETTINGS = [{"method": 5}, {"method": {"n": "3"}}, {"method.n": object()}, {"llm.temperature": "hot"},
-            {"run_size": "huge"}, {"paths": {}}, {"llm.timeout_s": [1]}]
+SETTINGS = [{"method": 5}, {"method": {"scoring": {"n": "3"}}}, {"method.scoring.n": object()},
+            {"llm.temperature": "hot"}, {"run_size": "huge"}, {"paths": {}}, {"llm.timeout_s": [1]}]
 
 
 @pytest.mark.parametrize("call", ["evaluate", "estimate"])
@@ -158,7 +158,7 @@ def test_the_mlflow_scorers_refuse_wrong_arguments():
     calls = [lambda: scorers(quiet=True), lambda: scorers(out="x"), lambda: scorers(prefix=5, llm="scripted")]
     calls += [lambda v=v: scorers(aspects=v, llm="scripted") for v in (5, [5], "humour", {"a": 1})]
     calls += [lambda v=v: scorers(llm=v) for v in (5, None, "opnai")]
-    calls += [lambda v=v: scorers(llm="scripted", **{"method.n": v}) for v in ("3", object(), 0)]
+    calls += [lambda v=v: scorers(llm="scripted", **{"method.scoring.n": v}) for v in ("3", object(), 0)]
     calls += [lambda v=v: conversation(v) for v in (5, None, "str", ["str"], [5], [object()], [])]
     session = FaceSessionScorer(name="s", aspect="dialogue_overall")  # not built by scorers(): no engine
     calls += [lambda: session(session=[])]

@@ -123,7 +123,7 @@ def test_dry_run_prints_costs_and_sends_nothing(cfg_factory, capsys):
     for name in ("LLM-Direct", "LLM-CoT+ICL", "G-Eval", "FACE live"):
         assert name in printed
     est = pd.read_csv(Path(cfg.paths.output_dir) / "cost_estimate_llm_direct.csv")
-    assert est["calls"].iloc[0] == 4 * 4  # 4 items × 4 mapped qualities, n = 1
+    assert est["samples"].iloc[0] == 4 * 4  # 4 items × 4 mapped qualities, n = 1
 
 
 def test_cot_examples_come_from_the_training_fold_only(cfg_factory, data_dir):

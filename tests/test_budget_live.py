@@ -1,7 +1,7 @@
 """Issue 21, whole runs against the scripted server: the endpoint probe survives transient faults like any request
 (the run sends what the clean run sends, plus the retries, and predicts the same), the answer counts of
 llm_usage.json, the MLflow metrics and the console line are particle_scores.jsonl's, and each
-``method.invalid.logprobs_missing`` policy does what it says with answers that come without logprobs."""
+``method.scoring.logprobs_missing`` policy does what it says with answers that come without logprobs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from face.testing.faultproxy import TRANSPORT_KINDS, FaultProxy
 from face.testing.scripted import ScriptedServer
 
 LIVE = ["experiment=crsarena_main", "llm=openai_compatible", "llm.model=scripted-model", "llm.progress=false",
-        "dataset.limit=2", "method.particles.source=released", "method.instructions.max=2", "method.n=3",
+        "dataset.limit=2", "method.particles.source=released", "method.instructions.max=2", "method.scoring.n=3",
         "aspects=[relevance,efficiency]", "metaeval.n_boot=0", "llm.backoff_base_s=0.01", "llm.backoff_max_s=0.05",
         "llm.n_per_request=8", "llm.probe=true", "llm.adaptive_concurrency=false", "llm.concurrency=8"]
 
@@ -33,14 +33,17 @@ def _live(cfg_factory, tmp_path: Path, name: str, base_url: str, *extra: str, tr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("factor", [4, 200])
-def test_a_priced_run_stops_at_the_cap_and_its_stop_line_states_llm_usage_json(cfg_factory, tmp_path, capsys,
-                                                                               factor):
+@pytest.mark.parametrize("factor", [1, 200])
+def test_a_priced_run_stops_at_the_cap_or_its_first_misreport_and_its_stop_line_states_llm_usage_json(
+        cfg_factory, tmp_path, capsys, factor):
+    """At 1× the scripted server's counts stay within each request's bound: the cap stops the run at or under $3. At
+    200× its very first reply (the endpoint probe's: 1 token asked, 200 reported) is above its bound: the run stops
+    there, naming the misreport. Either way the stop line states llm_usage.json's spend."""
     import re
 
     from face.runner import EXIT_BUDGET, run_guarded
 
-    price = 500.0 / factor  # ≈ 550 tokens a request by the server's count at 1×: ≈ $0.27 a request at any factor
+    price = 500.0 / factor  # ≈ 550 tokens a request by the server's count at 1×: ≈ $0.27 a request
     srv = ScriptedServer(usage_factor=factor)
     with srv as info:
         cfg = cfg_factory(*LIVE, f"llm.base_url={info.base_url}", f"paths.output_dir={tmp_path / 'run'}",
@@ -50,11 +53,19 @@ def test_a_priced_run_stops_at_the_cap_and_its_stop_line_states_llm_usage_json(c
             run_guarded(cfg)
     assert stop.value.code == EXIT_BUDGET
     (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("stopped:")]
-    usage = json.loads((tmp_path / "run" / "llm_usage.json").read_text())["totals"]
-    assert usage["http_requests"] == len(srv.log) > 3
+    doc = json.loads((tmp_path / "run" / "llm_usage.json").read_text())
+    usage = doc["totals"]
+    assert usage["http_requests"] == len(srv.log)
     assert usage["cost_usd"] == pytest.approx((usage["input_tokens"] + usage["output_tokens"]) * price / 1e6)
-    assert 3.0 / 2 < usage["cost_usd"] <= 3.0
     assert float(re.search(r"\$(\d+\.\d+) spent", line).group(1)) == round(usage["cost_usd"], 6)
+    if factor == 1:
+        # each reasoned request's bound (its prompt bytes + 768 × 3 answer tokens, ≈ $2.3) is reserved: the run
+        # stops once the next one's no longer fits
+        assert usage["misreported_requests"] == 0 and len(srv.log) > 3 and 0 < usage["cost_usd"] <= 3.0
+        assert "would be exceeded by the next request" in line
+    else:  # the probe's two requests are sent together: both misreport, nothing else is sent
+        assert usage["misreported_requests"] == len(srv.log) <= 2 and "endpoint misreport" in line
+        assert doc["misreport"] in line and "max_tokens 1 × n 3" in doc["misreport"] + line
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -74,7 +85,7 @@ def test_a_429_on_the_probe_and_20_percent_429s_change_nothing_but_the_retries(c
     n = clean_usage["http_requests"]
     assert clean_usage["retries"] == 0 and clean_usage["by_tag"]["probe"]["http_requests"] == 2
     scoring = [t for k, t in clean_usage["by_tag"].items() if k.startswith("score:")]
-    assert scoring and all(t["http_requests"] == t["calls"] for t in scoring)  # n honoured: one request per call
+    assert scoring and all(t["http_requests"] == t["requests"] for t in scoring)  # n honoured: one HTTP request each
     assert len(faults) > 0.1 * n and usage["retries"] == len(faults)
     assert usage["http_requests"] == n and len(srv.log) == n + len(faults)
     assert faulty == clean
@@ -99,7 +110,7 @@ def test_answer_counts_agree_with_particle_scores_in_usage_metrics_and_console(c
     import mlflow
 
     with ScriptedServer() as info, FaultProxy(info.base_url, rate=0.4, kinds=("garbled",)) as proxy:
-        _live(cfg_factory, tmp_path, "run", proxy.base_url, "method.invalid.attempts=2", tracking=True)
+        _live(cfg_factory, tmp_path, "run", proxy.base_url, "method.scoring.draws.rounds=2", tracking=True)
     out = capsys.readouterr().out
     recs = _records(tmp_path / "run")
     rejected = sum(v is None for r in recs for v in r["samples"])
@@ -129,9 +140,9 @@ def test_each_logprobs_missing_policy_scores_answers_without_logprobs_as_it_says
 
     srv = ScriptedServer(logprobs_missing=0.5)
     with srv as info:
-        _, usage = _live(cfg_factory, tmp_path, policy, info.base_url, "method.estimator=logprobs",
-                         "method.invalid.attempts=2", f"method.invalid.fallback={POLICIES[policy]}",
-                         f"method.invalid.logprobs_missing={policy}")
+        _, usage = _live(cfg_factory, tmp_path, policy, info.base_url, "method.scoring.estimator=logprobs",
+                         "method.scoring.draws.rounds=2", f"method.scoring.fallback={POLICIES[policy]}",
+                         f"method.scoring.logprobs_missing={policy}")
     recs = _records(tmp_path / policy)
     # answered (a parsed score) but no draw came with logprobs
     without = [r for r in recs if r["distribution"] is None and any(v is not None for v in r["samples"])]

@@ -88,10 +88,11 @@ def test_face_evaluate_ends_with_one_summary_block_with_the_numbers_of_llm_usage
     block = _block(out)
     run = tmp_path / "out"
     totals = json.loads((run / "llm_usage.json").read_text())["totals"]
-    calls = re.fullmatch(r"(\d+) \((\d+) HTTP requests, (\d+) samples from cache\)", block["LLM calls"])
-    assert calls, block
-    assert [int(x) for x in calls.groups()] == [totals["calls"], totals["http_requests"], totals["cache_hits"]]
-    assert totals["calls"] > 0
+    got = re.fullmatch(r"(\d+) \((\d+) HTTP requests, (\d+) samples sent, (\d+) samples from cache\)",
+                       block["LLM requests"])
+    assert got, block
+    assert [int(x) for x in got.groups()] == [totals[k] for k in ("requests", "http_requests", "samples", "cache_hits")]
+    assert totals["requests"] > 0 and totals["samples"] >= totals["http_requests"] > 0
     assert block["Cost"] == f"${totals['cost_usd']:.6f}"
     assert block["Results"] == str(run.resolve())
     assert block["MLflow run"].startswith("none")  # face evaluate tracks only with --mlflow
@@ -109,7 +110,8 @@ def test_a_second_run_counts_its_cache_hits_as_llm_usage_json_does(tmp_path, cap
     block = _block(capsys.readouterr().out)
     totals = json.loads((tmp_path / "out" / "llm_usage.json").read_text())["totals"]
     assert totals["cache_hits"] > 0 and totals["http_requests"] == 0
-    assert block["LLM calls"] == f"{totals['calls']} (0 HTTP requests, {totals['cache_hits']} samples from cache)"
+    assert block["LLM requests"] == (f"{totals['requests']} (0 HTTP requests, 0 samples sent, "
+                                     f"{totals['cache_hits']} samples from cache)")
 
 
 @pytest.mark.slow  # a whole experiment with an MLflow store (~10 s)
@@ -120,7 +122,7 @@ def test_a_run_without_an_llm_ends_with_its_results_path_and_the_mlflow_run_in_t
     cfg = cfg_factory("experiment=reproduce_table2", "dataset.limit=3", "metaeval.n_boot=20")
     importlib.import_module(cfg.runner).run(cfg)
     block = _block(capsys.readouterr().out)
-    assert "LLM calls" not in block and "Cost" not in block
+    assert "LLM requests" not in block and "Cost" not in block
     assert block["Results"] == str((Path(cfg.paths.output_dir) / "results").resolve())  # a subset: its run dir
     run_id = block["MLflow run"].split()[0]
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)

@@ -76,11 +76,11 @@ def test_unknown_aspect_of_a_dataset_is_rejected_before_anything_runs(cfg_factor
 
 
 @pytest.mark.parametrize("override,message", [
-    ("method.estimator=mode", "unknown estimator 'mode'"),
-    ("method.unit=sentence", "unknown unit 'sentence'"),
-    ("method.order=random", "unknown order 'random'"),
+    ("method.scoring.estimator=mode", "method.scoring.estimator must be one of 'sampling', 'logprobs' or a class"),
+    ("method.unit=sentence", "method.unit must be one of 'particle', 'whole', got 'sentence'"),
+    ("method.scoring.order=random", "method.scoring.order must be one of 'prefix', 'naive', got 'random'"),
     ("method.particle_agg=mode", "method.particle_agg must be one of"),
-    ("method.particles.source=gold", "unknown particle source 'gold'"),
+    ("method.particles.source=gold", "method.particles.source must be one of 'llm', 'released' or a class"),
     ("method.instructions.source=file", "needs method.instructions.file"),
     ("dataset.limit=0", "dataset.limit must be an integer >= 1 or null, got 0"),
     ("dataset.splits=[test]", "unknown split"),
@@ -121,7 +121,7 @@ def test_own_conversations_with_the_default_experiment_fail_in_one_line_and_crea
 
 def test_the_cost_estimate_of_undecomposed_conversations_counts_the_particles_to_come(data_dir):
     """One whole turn stands in for the released data's 6274 / 2235 particles per turn: with 16 instructions ×
-    5 samples that is ≈ 224.6 scoring calls per turn, the paper's ≈ 226."""
+    5 samples that is ≈ 224.6 scoring samples per turn, the paper's ≈ 226."""
     from face.data.schema import Conversation, Turn
     from face.datasets.chatlogs import ChatLogs
     from face.llm import LLMConfig
@@ -134,7 +134,8 @@ def test_the_cost_estimate_of_undecomposed_conversations_counts_the_particles_to
     inputs = Inputs(ds, [conv], [ds.aspect("relevance")], data_dir, data_dir, LLMConfig(n_per_request=1))
     instructions = {"relevance": face.instruction_set(data_dir, ds.aspect("relevance"))}
     costs = face.estimate(inputs, instructions, face.proxy(inputs)).set_index("stage")
-    assert costs.loc["score:relevance", "calls"] == round(16 * 5 * 6274 / 2235)
+    assert costs.loc["score:relevance", "samples"] == round(16 * 5 * 6274 / 2235)
+    assert costs.loc["score:relevance", "particles_per_turn"] == pytest.approx(6274 / 2235)  # the rate assumed, said
 
 
 def test_help_lists_every_experiment_with_one_line():

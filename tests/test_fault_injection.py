@@ -23,7 +23,7 @@ from face.testing.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 LIVE = ["experiment=crsarena_main", "llm=openai_compatible", "llm.model=scripted-model", "llm.progress=false",
-        "dataset.limit=2", "method.particles.source=released", "method.instructions.max=2", "method.n=2",
+        "dataset.limit=2", "method.particles.source=released", "method.instructions.max=2", "method.scoring.n=2",
         "aspects=[relevance,efficiency]", "metaeval.n_boot=0", "llm.backoff_base_s=0.01", "llm.backoff_max_s=0.05",
         "llm.n_per_request=1",  # one request per sample: enough requests for every fault kind to occur
         "llm.adaptive_concurrency=false", "llm.concurrency=8"]  # no load-made timeouts beside the injected ones

@@ -94,7 +94,7 @@ def test_one_logprobs_call_replaces_five_samples_on_the_scripted_server(tmp_path
         with srv as info:
             cfg = LLMConfig(backend="scripted", base_url=info.base_url, model="scripted-model", progress=False,
                             cache_dir=str(tmp_path / estimator), n_per_request=1)
-            spec = ScoringSpec(estimator, n=5, invalid={"attempts": 1, "fallback": "drop"})
+            spec = ScoringSpec(estimator, n=5, draws={"rounds": 1}, fallback="drop")
             planned = plan(units, [Instruction("i", "Grade it.", 1)], {c.conv_id: c for c in convs}, spec, True)
             with make_client(cfg) as client:
                 recs = score(client, planned, spec)

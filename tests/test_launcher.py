@@ -53,19 +53,19 @@ def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir):
 
     res = _sweep(tmp_path, data_dir, "experiment=crsarena_main", "llm=scripted", "dataset.limit=2",
                  "aspects=[dialogue_overall]", "method.particles.source=released", "method.instructions.max=2",
-                 "method.n=1,2")
+                 "method.scoring.n=1,2")
     assert res.returncode == 0, res.stderr[-3000:]
     sweep = tmp_path / "sweep"
     jobs = _submitit_jobs(sweep)
     assert len(jobs) == 2, f"expected 2 submitit jobs, got {sorted(jobs)}"  # each job its own process
     for num, n in (("0", 1), ("1", 2)):
         job = sweep / num
-        assert f"method.n={n}" in (job / ".hydra" / "overrides.yaml").read_text()
+        assert f"method.scoring.n={n}" in (job / ".hydra" / "overrides.yaml").read_text()
         run_file = json.loads((job / "run_file.json").read_text())
         assert len(run_file) == 2 and all("dialogue_overall" in c["dial_level_pred"] for c in run_file)
         assert (job / "results" / "correlations.csv").exists()
         usage = json.loads((job / "llm_usage.json").read_text())["totals"]
-        assert usage["failures"] == 0 and usage["calls"] > 0
+        assert usage["failures"] == 0 and usage["requests"] > 0
     assert not (tmp_path / "results").exists()  # a sweep job is never the default configuration
     assert (tmp_path / "cache" / "llm" / "llm_cache.sqlite").exists()  # one cache (paths.cache_dir) for both jobs
 
@@ -74,7 +74,7 @@ def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir):
     [parent] = [r for r in every if r.data.tags.get("sweep_role") == "parent"]  # one per sweep, made before the jobs
     runs = [r for r in every if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]  # each job its child
     assert len(every) == 3 and parent.info.run_name == "crsarena_main sweep: n"
-    assert sorted(r.data.params["method.n"] for r in runs) == ["1", "2"]
+    assert sorted(r.data.params["method.scoring.n"] for r in runs) == ["1", "2"]
     assert all(r.info.status == "FINISHED" for r in every)
     assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}
     assert all(r.data.tags["sweep_dir"] == str(sweep) for r in every)

@@ -19,7 +19,6 @@ from face.datasets.face_released import load_released_particles
 from face.llm import Completion, LLMConfig, TokenLogprob, make_client
 from face.pipeline.particles import ParticlesSpec, decompose, from_released, parse_particles, plurality_vote
 from face.pipeline.scoring import (
-    InvalidPolicy,
     Planned,
     ScoringSpec,
     Unit,
@@ -134,7 +133,8 @@ def convs(data_dir):
 @pytest.mark.parametrize("reasoning", [True, False])
 def test_decompose_retries_invalid_samples_and_votes(scripted, tmp_path, convs, reasoning):
     with make_client(_client_cfg(scripted, tmp_path)) as client:
-        out = decompose(client, convs, ParticlesSpec(k=3, max_extra=2, reasoning=reasoning), json_schema=True)
+        spec = ParticlesSpec(k=3, draws={"max_extra": 2}, reasoning=reasoning)
+        out = decompose(client, convs, spec, json_schema=True)
     assert len(out) == sum(len(c.assistant_turns()) for c in convs)
     for d in out.values():
         # samples 0,1 invalid -> 2 extra samples drawn (indices 3, 4); valid: 2, 3, 4
@@ -158,7 +158,7 @@ def test_reasoned_decomposition_may_have_no_particle(tmp_path, convs):
 
 def test_decompose_falls_back_to_whole_turn_when_no_sample_is_valid(scripted, tmp_path, convs):
     with make_client(_client_cfg(scripted, tmp_path)) as client:
-        out = decompose(client, convs, ParticlesSpec(k=2, max_extra=0), json_schema=True)
+        out = decompose(client, convs, ParticlesSpec(k=2, draws={"max_extra": 0}), json_schema=True)
     d = next(iter(out.values()))
     assert d.source == "whole_turn" and d.fallback == "no_valid_sample" and len(d.particles) == 1
 
@@ -192,16 +192,18 @@ def test_sampling_estimator_is_the_mean_of_valid_samples(scripted, tmp_path, con
 def test_invalid_answers_are_redrawn_then_the_policy_applies(tmp_path, convs, data_dir, fallback, expected_score):
     with ScriptedServer(responder=lambda body: "not a score") as info:
         units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:2]
-        spec = ScoringSpec("sampling", 3, invalid=InvalidPolicy(attempts=4, fallback=fallback))
+        spec = ScoringSpec("sampling", 3, draws={"rounds": 4}, fallback=fallback)
         planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, spec, True)
         with make_client(_client_cfg(info, tmp_path)) as client:
             recs = score(client, planned, spec)
-            calls = client.usage.summary()["calls"]
+            usage = client.usage.summary()
     for r in recs:
         assert r.n_valid == 0 and len(r.samples) == 3 * 4 and r.n_retried == 9  # 3 samples × 4 draws each
         assert r.score == pytest.approx(expected_score, nan_ok=True)
         assert r.n_defaulted == (3 if fallback == "min" else 0)
-    assert calls == 2 * 4  # one request per unit per round
+    # one request per unit; its rounds draw 3, then the 3 still missing, ...: 12 samples, each an HTTP request
+    assert (usage["requests"], usage["samples"], usage["http_requests"]) == (2, 2 * 12, 2 * 12)
+    assert (usage["rejected_answers"], usage["answer_retries"], usage["invalid_answers"]) == (24, 18, 6)
 
 
 def test_some_invalid_samples_are_replaced_by_valid_redraws(tmp_path, convs, data_dir):
@@ -222,7 +224,7 @@ def test_samples_still_invalid_after_the_redraws_follow_the_policy_beside_valid_
     them out."""
     with ScriptedServer(responder=lambda b: '{"score": 2}' if b.get("seed") == 0 else "?") as info:
         units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:1]
-        spec = ScoringSpec("sampling", 3, reasoning=False, invalid=InvalidPolicy(attempts=2, fallback=fallback))
+        spec = ScoringSpec("sampling", 3, reasoning=False, draws={"rounds": 2}, fallback=fallback)
         planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, spec, True)
         with make_client(_client_cfg(info, tmp_path, n_per_request=1)) as client:
             [r] = score(client, planned, spec)
@@ -236,7 +238,7 @@ def test_samples_still_invalid_after_the_redraws_follow_the_policy_beside_valid_
 def test_a_complete_sampled_record_says_nothing_went_wrong_and_a_dry_run_nothing_was_valid(fallback):
     unit = Unit(ASPECTS["relevance"], "c", 1, 0, P("recommendation", "Heat", ""))
     p = Planned(unit, INSTR[0], None)
-    spec = ScoringSpec("sampling", 2, reasoning=False, invalid=InvalidPolicy(fallback=fallback))
+    spec = ScoringSpec("sampling", 2, reasoning=False, fallback=fallback)
     r = record_from_samples(p, [Completion('{"score": 1}', "stop"), Completion('{"score": 2}', "stop")], spec)
     assert (r.score, r.n_valid, r.n_retried, r.n_defaulted, r.fallback) == (1.5, 2, 0, 0, None)
     r = record_from_samples(p, [Completion("", "stop", dry_run=True)] * 2, spec)
@@ -247,7 +249,7 @@ def test_a_complete_sampled_record_says_nothing_went_wrong_and_a_dry_run_nothing
 def test_logprobs_estimator_without_logprobs_uses_the_parsed_answer_else_the_policy(fallback):
     unit = Unit(ASPECTS["relevance"], "c", 1, 0, P("recommendation", "Heat", ""))
     p = Planned(unit, INSTR[0], None)
-    spec = ScoringSpec("logprobs", reasoning=False, invalid=InvalidPolicy(fallback=fallback))
+    spec = ScoringSpec("logprobs", reasoning=False, fallback=fallback)
     r = record_from_samples(p, [Completion('{"score": 1}', "stop", logprobs=None)], spec)
     assert (r.score, r.n_requested, r.n_valid, r.n_defaulted, r.fallback) == (1.0, 1, 1, 0,
                                                                               "parsed_value_without_logprobs")
@@ -259,12 +261,12 @@ def test_logprobs_estimator_without_logprobs_uses_the_parsed_answer_else_the_pol
 @pytest.mark.parametrize("fallback", ["min", "drop"])
 @pytest.mark.parametrize("policy", ["parsed", "redraw", "min"])
 def test_logprobs_missing_decides_a_parsed_answer_only_and_invalid_fallback_an_unparsed_one(policy, fallback):
-    """method.invalid.logprobs_missing is about an answer that parsed but carries no logprobs: parsed keeps its
+    """method.scoring.logprobs_missing is about an answer that parsed but carries no logprobs: parsed keeps its
     integer, min scores the scale's lowest, redraw treats it as invalid (the fallback decides). An answer that
-    did not parse is invalid under every policy: method.invalid.fallback decides (min -> 0, drop -> no score)."""
+    did not parse is invalid under every policy: method.scoring.fallback decides (min -> 0, drop -> no score)."""
     unit = Unit(ASPECTS["relevance"], "c", 1, 0, P("recommendation", "Heat", ""))
     p = Planned(unit, INSTR[0], None)
-    spec = ScoringSpec("logprobs", reasoning=False, invalid=InvalidPolicy(fallback=fallback, logprobs_missing=policy))
+    spec = ScoringSpec("logprobs", reasoning=False, fallback=fallback, logprobs_missing=policy)
     r = record_from_samples(p, [Completion('{"score": 2}', "stop", logprobs=None)], spec)
     expected = {"parsed": (2.0, 1, 0), "min": (0.0, 0, 1),
                 "redraw": (0.0, 0, 1) if fallback == "min" else (math.nan, 0, 0)}[policy]
@@ -361,7 +363,7 @@ def test_server_receives_requests_in_planned_order(tmp_path, convs, data_dir):
 
 
 def test_cost_estimate_matches_paper_call_counts(data_dir):
-    """16 instructions × 5 samples × ~2.8 particles ≈ 226 scoring calls per aspect per turn; logprobs: a fifth."""
+    """16 instructions × 5 samples × ~2.8 particles ≈ 226 scoring samples per aspect per turn; logprobs: a fifth."""
     from face.pipeline.estimate import Pricing, scoring_cost
 
     convs = load_conversations(data_dir / CRSARENA_EVAL)
@@ -373,14 +375,15 @@ def test_cost_estimate_matches_paper_call_counts(data_dir):
     price = Pricing(n_per_request=1, price_input_per_mtok=0.15, price_output_per_mtok=0.6)
     samp = scoring_cost("relevance", units, instr, by_id, n_turns, ScoringSpec("sampling", 5), 8, price)
     lp = scoring_cost("relevance", units, instr, by_id, n_turns, ScoringSpec("logprobs", 5), 8, price)
-    assert 215 <= samp.calls_per_turn <= 230
-    assert lp.calls_per_turn == pytest.approx(samp.calls_per_turn / 5)
+    assert 215 <= samp.samples_per_turn <= 230
+    assert lp.samples_per_turn == pytest.approx(samp.samples_per_turn / 5)
     assert samp.cost_usd > lp.cost_usd > 0
 
 
 # ------------------------------------------------------------------ experiments on 2 conversations
 
-SMALL_LIVE = ["llm=scripted", "dataset.limit=2", "metaeval.n_boot=20", "method.instructions.max=2", "method.n=2",
+SMALL_LIVE = ["llm=scripted", "dataset.limit=2", "metaeval.n_boot=20", "method.instructions.max=2",
+              "method.scoring.n=2",
               "method.particles.k=3", "aspects=[relevance,dialogue_overall]"]
 
 
@@ -510,7 +513,35 @@ def test_own_conversations_without_labels_get_predictions_only(cfg_factory, tmp_
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(convs))
     cfg = cfg_factory("experiment=crsarena_main", "llm=scripted", f"dataset.file={path}", "method.instructions.max=1",
-                      "method.n=1", "method.particles.k=1", "aspects=[relevance,dialogue_overall]", tracking=False)
+                      "method.scoring.n=1", "method.particles.k=1", "aspects=[relevance,dialogue_overall]",
+                      tracking=False)
     out = _run(cfg)
     preds = read_run_file(out.files["run_file"])
     assert list(preds.turn["conv_id"]) == ["mycrs_run1_a"] and len(preds.dialogue) == 1
+
+
+@pytest.mark.slow
+def test_the_estimate_states_its_particle_rate_and_at_the_actual_rate_equals_what_is_sent(cfg_factory, capsys):
+    """Issue 29: before the decomposition the estimate assumes the released particles' rate and says so; after it,
+    the run restates the scoring counts at the actual rate, and with no redraw and no cache hit what it sends is
+    exactly that (the same arithmetic: face/llm/sizes.py)."""
+    import pandas as pd
+
+    cfg = cfg_factory("experiment=crsarena_main", *SMALL_LIVE, tracking=False)
+    _run(cfg)
+    out = capsys.readouterr().out
+    run_dir = Path(cfg.paths.output_dir)
+    est = pd.read_csv(run_dir / "cost_estimate.csv").set_index("stage")
+    assumed = est.loc["score:relevance", "particles_per_turn"]
+    assert assumed > 0 and est.loc["decompose", "samples"] == est.loc["decompose", "units"] * 3  # k = 3
+    rate = re.search(r"particles: ([\d.]+) per turn \(the estimate assumed ([\d.]+)\)", out)
+    assert rate and float(rate.group(2)) == pytest.approx(assumed, abs=1e-3)
+    particles = [json.loads(x) for x in (run_dir / "particles.jsonl").read_text().splitlines()]
+    assert float(rate.group(1)) == pytest.approx(sum(len(p["particles"]) for p in particles) / len(particles), abs=1e-3)
+    usage = json.loads((run_dir / "llm_usage.json").read_text())["totals"]
+    assert usage["answer_retries"] == 0 and usage["cache_hits"] == 0
+    sent = re.search(r"LLM sent: ([\d,]+) HTTP requests, ([\d,]+) samples .*; at the actual particle rate: "
+                     r"([\d,]+) \(\+0\.0%\), ([\d,]+) \(\+0\.0%\)", out)
+    assert sent, out[-2000:]
+    http, samples, est_http, est_samples = (int(x.replace(",", "")) for x in sent.groups())
+    assert (http, samples) == (est_http, est_samples) == (usage["http_requests"], usage["samples"])

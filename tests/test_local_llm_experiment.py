@@ -60,7 +60,7 @@ def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_facto
     else:  # a constant side has no correlation
         assert math.isnan(row["value"])
     usage = json.loads((run_dir / "llm_usage.json").read_text())
-    assert usage["totals"]["calls"] == len(detail) and usage["totals"]["failures"] == 0
+    assert usage["totals"]["requests"] == len(detail) and usage["totals"]["failures"] == 0
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     [run] = client.search_runs([client.get_experiment_by_name("ablation_no_particles").experiment_id])
     assert run.data.params["llm.backend"] == "local"

@@ -24,7 +24,7 @@ SESSIONS = {
            ("Yes, older is fine. Thanks!", "Enjoy Heat! Goodbye.")],
     "s2": [("Something funny please", "Have you seen Airplane! (1980)?")],
 }
-SETTINGS = {"run_size": "tiny", "method.n": 2}
+SETTINGS = {"run_size": "tiny", "method.scoring.n": 2}
 
 
 @pytest.mark.parametrize("inputs,outputs,user,assistant", [
@@ -135,8 +135,8 @@ def test_a_trace_with_neither_message_is_a_data_error_naming_it_and_bad_settings
         dial(session=[bad])
     with pytest.raises(face.ConfigError, match="humour"):
         face.integrations.mlflow.scorers(["humour"], llm="scripted")
-    with pytest.raises(face.ConfigError, match="method.n must be"):
-        face.integrations.mlflow.scorers(llm="scripted", **{"method.n": 0})
+    with pytest.raises(face.ConfigError, match="method.scoring.n must be"):
+        face.integrations.mlflow.scorers(llm="scripted", **{"method.scoring.n": 0})
 
 
 def _runner():

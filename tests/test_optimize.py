@@ -221,9 +221,9 @@ def test_config_validation_and_cost_estimate():
     from face.pipeline.estimate import Pricing
 
     est = estimate(p, CostInputs(1000, 500, 2.8, 5, 900.0, 300), Pricing()).set_index("stage")
-    assert est.loc["gradients / round", "calls"] == 16 and est.loc["rewrites / round", "calls"] == 64
+    assert est.loc["gradients / round", "samples"] == 16 and est.loc["rewrites / round", "samples"] == 64
     assert est.loc["rewrites / round", "requests"] == 16
-    assert est.loc["expand scoring / round", "calls"] == round(4 * 20 * 2.8 * 5)
+    assert est.loc["expand scoring / round", "samples"] == round(4 * 20 * 2.8 * 5)
 
 
 def test_rewrite_rendering_and_set_templates():
@@ -337,7 +337,7 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
     numbers = json.loads(Path(client.download_artifacts(run.info.run_id, "numbers.json", str(tmp_path))).read_text())
     assert numbers["heldout.relevance.test_final_spearman"] == run.data.metrics[
         "vs_human.turn.relevance.heldout.spearman"] and numbers["optimizer.llm_calls"] > 0
-    assert "estimate.this_run.total.calls" in numbers
+    assert "estimate.this_run.total.samples" in numbers and numbers["estimate.http_requests"] > 0
 
     # use the result: by file, by registry name@version, by run id
     from face.pipeline.method import Face
@@ -413,7 +413,7 @@ def test_dry_run_prints_the_paper_setting_and_sends_nothing(cfg_factory, capsys)
     assert "paper setting" in text and "per round" in text and "total" in text
     costs = out.tables["costs"]
     paper = costs[(costs["setting"] == "paper setting")].set_index("stage")
-    assert paper.loc["gradients / round", "calls"] == 16 and paper.loc["rewrites / round", "calls"] == 64
+    assert paper.loc["gradients / round", "samples"] == 16 and paper.loc["rewrites / round", "samples"] == 64
 
 
 @pytest.mark.slow

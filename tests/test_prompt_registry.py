@@ -34,7 +34,7 @@ def test_three_no_particle_runs_and_a_main_run_leave_one_version_per_distinct_te
     # the registered texts are the instruction sets: one sample per particle and instruction sends the same ones
     from mlflow.tracking import MlflowClient
 
-    common = ["llm=scripted", "dataset.limit=3", "aspects=[relevance,dialogue_overall]", "method.n=1",
+    common = ["llm=scripted", "dataset.limit=3", "aspects=[relevance,dialogue_overall]", "method.scoring.n=1",
               "method.particles.k=1"]
     runs = []
     for task in ("crsarena_main", "ablation_no_particles", "crsarena_main", "ablation_no_particles",

@@ -1,5 +1,5 @@
 """Reliability (issue 21): a budget that cannot be a budget -- a negative, infinite or NaN cap or price -- and an
-unknown ``method.invalid.logprobs_missing`` policy are refused by both entry points: one ``error:`` line naming the
+unknown ``method.scoring.logprobs_missing`` policy are refused by both entry points: one ``error:`` line naming the
 setting, exit 2, nothing sent and nothing written outside the case's temp dir."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ CASES = {
     "price_in_negative": ("llm.price_input_per_mtok=-0.5", ["llm.price_input_per_mtok", ">= 0"]),
     "price_out_inf": ("llm.price_output_per_mtok=inf", ["llm.price_output_per_mtok", "finite"]),
     "price_in_inf": ("llm.price_input_per_mtok=-inf", ["llm.price_input_per_mtok"]),
-    "logprobs_missing_bad": ("method.invalid.logprobs_missing=guess",
-                             ["method.invalid.logprobs_missing", "parsed", "redraw", "min"]),
+    "logprobs_missing_bad": ("method.scoring.logprobs_missing=guess",
+                             ["method.scoring.logprobs_missing", "parsed", "redraw", "min"]),
 }
 
 

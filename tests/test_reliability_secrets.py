@@ -251,7 +251,7 @@ def test_canary_key_is_nowhere_in_the_output_tree_or_the_output(tmp_path, data_d
     monkeypatch.setenv("FACE_CANARY_KEY", CANARY)
     live = ["experiment=ablation_no_particles", "llm=openai_compatible", "llm.model=scripted-model",
             "llm.api_key_env=FACE_CANARY_KEY", "llm.progress=false", "llm.max_retries=0", "dataset.limit=1",
-            "aspects=[relevance]", "method.instructions.max=1", "method.n=1", "metaeval.n_boot=0",
+            "aspects=[relevance]", "method.instructions.max=1", "method.scoring.n=1", "metaeval.n_boot=0",
             f"paths.data_dir={data_dir}", "paths.data_mirror=null", "dataset.download=false"]
     srv = ScriptedServer()
     with srv as info:

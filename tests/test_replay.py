@@ -95,8 +95,8 @@ def released_predictions(data_dir, tmp_path_factory) -> dict:
 def test_live_method_through_the_replay_equals_the_released_judgements(data_dir, cfg_factory, tmp_path, source,
                                                                        estimator, reasoning, released_predictions):
     inputs = _inputs(data_dir, tmp_path, _llm(cfg_factory, tmp_path), LIVE_ASPECTS)
-    face = Face(particles={"source": source, "k": 20}, instructions={"max": N_INSTRUCTIONS}, estimator=estimator,
-                n=5, reasoning=reasoning)
+    face = Face(particles={"source": source, "k": 20}, instructions={"max": N_INSTRUCTIONS},
+                scoring={"estimator": estimator, "n": 5, "reasoning": reasoning})
     live = face.predict(inputs)
     got, want = _as_dict(live.predictions), released_predictions
     assert got.keys() == want.keys()

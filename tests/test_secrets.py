@@ -32,7 +32,7 @@ def test_api_key_value_is_never_written_anywhere(cfg_factory, tmp_path, monkeypa
     with srv as info:
         cfg = cfg_factory("experiment=crsarena_main", "llm=openai_compatible", f"llm.base_url={info.base_url}",
                           "llm.api_key_env=FACE_TEST_API_KEY", "llm.model=scripted-model", "llm.progress=false",
-                          "dataset.limit=1", "metaeval.n_boot=10", "method.instructions.max=1", "method.n=1",
+                          "dataset.limit=1", "metaeval.n_boot=10", "method.instructions.max=1", "method.scoring.n=1",
                           "method.particles.k=1", "aspects=[relevance,efficiency]")
         caplog.set_level("DEBUG")
         importlib.import_module(cfg.runner).run(cfg)

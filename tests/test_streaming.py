@@ -109,3 +109,23 @@ def test_score_sink_writes_each_record_and_keeps_compact_columns(tmp_path):
     assert list(df["conv_id"]) == ["c0"] * 3 and list(df["instruction_id"]) == ["i0", "i1", "i0"]
     assert list(df["particle_ind"]) == [0, 1, 2] and df["score"].isna().tolist() == [False, True, False]
     assert df["fallback"].isna().tolist() == [True, False, True] and df["fallback"][1] == "no_valid_sample"
+
+
+def test_identical_requests_share_their_draws_and_their_answer_counts_go_in_once(tmp_path):
+    """Seeds 0 and 1 answer nothing valid, later seeds a score: each distinct prompt draws 5, then 2 more; the two
+    identical particles of a turn share that request, its draws and its counts (its 2 invalid draws, 2 redraws)."""
+    units, by_id = _plan(2)
+    spec = ScoringSpec("sampling", 5, reasoning=False, draws={"rounds": 2})
+
+    def responder(body: dict) -> str:
+        return "?" if (body.get("seed") or 0) in (0, 1) else json.dumps({"score": 2})
+
+    with ScriptedServer(responder=responder) as info, make_client(_cfg(info.base_url, tmp_path)) as client:
+        got: list[ScoreRecord] = []
+        score_stream(client, plan_iter(units, INSTRUCTIONS, by_id, spec, json_schema=False), spec, got.append)
+        usage = client.usage.summary()
+    distinct = 2 * 3 * 3  # conversations × instructions × distinct particles
+    assert len(got) == 2 * 3 * 4 and all(r.n_valid == 5 and r.n_retried == 2 and r.score == 2.0 for r in got)
+    assert usage["requests"] == distinct and usage["samples"] == distinct * 7
+    assert (usage["rejected_answers"], usage["answer_retries"], usage["invalid_answers"]) == (2 * distinct,
+                                                                                               2 * distinct, 0)

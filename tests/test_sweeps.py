@@ -241,7 +241,7 @@ def test_a_sweep_killed_mid_job_and_run_again_counts_each_job_once(tmp_path, dat
     root = Path(__file__).resolve().parents[1]
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "scripts/run.py", "-m", "experiment=crsarena_main", "llm=scripted", "dataset.limit=3",
-           "aspects=[relevance]", "method.particles.source=released", "method.n=1,2",
+           "aspects=[relevance]", "method.particles.source=released", "method.scoring.n=1,2",
            f"hydra.sweep.dir={sweep}", f"paths.results_dir={tmp_path / 'results'}",
            f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={data_dir}", "paths.data_mirror=null",
            "dataset.download=false", f"tracking.tracking_uri=sqlite:///{tmp_path / 'ml.db'}"]

@@ -83,7 +83,8 @@ class OneLineInstructions(InstructionSource):
 
 
 class MedianOfSamples(SamplingEstimator):
-    """A toy scorer: the median of the sampled scores instead of their mean (``method.estimator=`` this class)."""
+    """A toy scorer: the median of the sampled scores instead of their mean (``method.scoring.estimator=`` this
+    class)."""
 
     name: ClassVar[str] = "median"
 

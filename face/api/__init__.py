@@ -10,8 +10,8 @@ missing API key: nothing sent), ``BudgetExceeded``, ``LLMCallError`` / ``LLMRequ
 failed), ``KeyboardInterrupt``.
 
 Settings are the configuration's own names, given as keyword arguments: a config group by its name
-(``run_size="tiny"``, ``method="face_released"``), any key by its dotted name (``**{"method.n": 3}``) or as a nested
-dict (``method={"n": 3}`` is ``method.n=3``). See docs/api.md.
+(``run_size="tiny"``, ``method="face_released"``), any key by its dotted name (``**{"method.scoring.n": 3}``) or as
+a nested dict (``method={"scoring": {"n": 3}}`` is ``method.scoring.n=3``). See docs/api.md.
 
     inputs.py     conversations -> the run's input (a file, in-memory conversations, a dataset by name)
     overrides.py  arguments and settings -> the run's overrides (the API's own keys and hydra.* refused)

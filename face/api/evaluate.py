@@ -6,8 +6,6 @@ Called inside a running event loop (Jupyter), the run goes to a worker thread an
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import io
 import os
@@ -109,7 +107,7 @@ def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None =
         mlflow: also log the run to MLflow (``tracking=mlflow``: ``sqlite:///mlflow.db`` of the project).
         quiet: print nothing (the cost estimate, tables and the run summary); warnings still go to stderr.
         **settings: any setting of the configuration (docs/api.md, "Settings"), e.g. ``run_size="tiny"``,
-            ``**{"method.n": 3, "llm.max_cost_usd": 5}``.
+            ``**{"method.scoring.n": 3, "llm.max_cost_usd": 5}``.
 
     Returns: a ``Result``. Raises ``ConfigError`` / ``DataError`` before anything is sent or written (a missing API
     key among them), and ``BudgetExceeded``, ``LLMCallError``, ``LLMRequestRefused`` when the run stops. Calls from
@@ -124,10 +122,11 @@ def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None =
 def estimate(conversations: Conversations, aspects: Sequence[str] | str | None = None, llm: str = "local", *,
              limit: int | None = None, quiet: bool = False, **settings: Any) -> pd.DataFrame:
     """What ``face.evaluate`` with the same arguments would send, and cost: one row per stage (decomposition, each
-    aspect's scoring) and a ``total`` row, with ``calls``, ``input_tokens``, ``output_tokens``, ``cost_usd`` (from
-    ``llm.price_*_per_mtok``); None for a method that calls no LLM (``method="face_released"``). Sends nothing,
-    starts no server, needs no API key; answers already cached are still counted. The table is printed as the
-    command prints it, unless ``quiet``."""
+    aspect's scoring) and a ``total`` row, with ``requests``, ``samples``, ``http_requests``, ``input_tokens``,
+    ``output_tokens``, ``cost_usd`` (from ``llm.price_*_per_mtok``; the units and names of ``llm_usage.json``) and,
+    for a scoring stage whose particles are not known yet, the ``particles_per_turn`` it assumed; None for a method
+    that calls no LLM (``method="face_released"``). Sends nothing, starts no server, needs no API key; answers already
+    cached are still counted. The table is printed as the command prints it, unless ``quiet``."""
     check_arguments(aspects, llm, None, limit, quiet=quiet)
     _project_root()
     done, _ = _off_loop(_locked, quiet, evaluation, conversations, aspects, llm, None, limit=limit,
@@ -160,14 +159,11 @@ def _locked(quiet: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn(...)`` here, or in a worker thread when this thread runs an event loop (Jupyter, an async app): the
-    LLM client runs an event loop of its own, which cannot start inside a running one."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return fn(*args, **kwargs)
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="face") as pool:
-        return pool.submit(fn, *args, **kwargs).result()
+    """``fn(...)`` here, or in a worker thread when this thread runs an event loop (Jupyter, an async app); Ctrl-C stops
+    the worker's LLM client too (face.llm.client.run_off_loop)."""
+    from face.llm.client import run_off_loop
+
+    return run_off_loop(fn, *args, **kwargs)
 
 
 __all__ = ["check_settings", "estimate", "evaluate", "evaluation"]

@@ -98,8 +98,8 @@ def refuse_own(name: str, entry: str = "api") -> None:
 
 def settings_overrides(settings: Mapping[str, Any]) -> list[str]:
     """Keyword settings as Hydra overrides: a config group by its config's name (``run_size="tiny"``), any other
-    key by its dotted name, a nested dict flattened (``method={"n": 3}`` is ``method.n=3``). A setting the API
-    sets itself is refused, naming the argument to use."""
+    key by its dotted name, a nested dict flattened (``method={"scoring": {"n": 3}}`` is ``method.scoring.n=3``). A
+    setting the API sets itself is refused, naming the argument to use."""
     groups, out = _groups(), []
     for name, value in _flatten(settings).items():
         refuse_own(name)

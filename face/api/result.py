@@ -29,9 +29,9 @@ class Result:
       ``instruction_id``, ``score`` (the expected score) and ``samples`` (the parsed draws; None = invalid);
     * ``correlations``: with human labels in the input, their correlations (``face.meta_evaluate``'s table), else
       None; ``estimate``: the cost estimate printed before the run; ``usage``: ``{"totals": ...}``, the LLM usage
-      totals of ``llm_usage.json`` (calls, HTTP requests, tokens, cost, cache hits; its per-call records stay in
-      the file); ``settings``: what produced the numbers (``label``, ``llm``: model and backend, ``instructions``:
-      each aspect's instruction texts by id).
+      totals of ``llm_usage.json`` (requests, samples, HTTP requests, tokens, cost, cache hits; its per-request
+      records stay in the file); ``settings``: what produced the numbers (``label``, ``llm``: model and backend,
+      ``instructions``: each aspect's instruction texts by id).
 
     A score is missing (NaN) where FACE has none: a turn without particles, as in the authors' code."""
 

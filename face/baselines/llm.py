@@ -12,16 +12,17 @@
   tokens (top log-probabilities); where the endpoint gives none (``llm.supports_logprobs=false``) the mean
   of ``n_fallback`` samples at T = 1 (G-Eval's own fallback: 20 samples).
 
-All three write the same run file as FACE, print a cost estimate before sending anything, stop after it
-with ``llm.dry_run=true``, and register their prompt templates (``face-<aspect>-<method>``).
+All three write the same run file as FACE, print a cost estimate before sending anything (face/llm/sizes.py's
+arithmetic, the units of llm_usage.json), stop after it with ``llm.dry_run=true``, and register their prompt templates
+(``face-<aspect>-<method>``). An invalid answer is redrawn by the LLM layer's one loop within ``method.draws``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Annotated, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -31,15 +32,16 @@ from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
 from face.data.split import split_conversations
 from face.files import atomic_path, atomic_write_text
+from face.llm.base import Draws
 from face.llm.config import LLMConfig
-from face.llm.usage import estimate_input_tokens
+from face.llm.sizes import Size, planned_request
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
 from face.pipeline.estimate import Pricing
 from face.pipeline.scoring import numbered, reasoned_value
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.prompts import render, template_text
-from face.settings import Number, settings
+from face.settings import Number, nested, settings
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,18 @@ def predictions(units: Sequence[Unit], values: Sequence[float | None]) -> Predic
     return Predictions(pd.DataFrame(turn, columns=TURN_COLUMNS), pd.DataFrame(dial, columns=DIALOGUE_COLUMNS))
 
 
+@settings("method.draws", frozen=True)
+class BaselineDraws:
+    """How many draws a baseline's request may spend on its valid answers (face.llm.Draws)."""
+
+    rounds: int = Field(4, ge=1)  # round 1 draws n, each later one the answers still missing
+    max_extra: int | None = Field(None, ge=0)  # cap on the draws beyond the n (None: the rounds alone)
+
+    @property
+    def policy(self) -> Draws:
+        return Draws(self.rounds, self.max_extra)
+
+
 @settings("method")
 class _LLMBaseline:
     """Shared mechanics: plan requests, estimate, (dry run), send, parse, aggregate, report."""
@@ -104,6 +118,8 @@ class _LLMBaseline:
     temperature: Number = Field(default=0.0, ge=0)
     max_tokens: int | None = Field(default=None, ge=1)  # null: the baseline's own (16, or 768 with reasoning)
     output_tokens: int = Field(default=8, ge=1)  # assumed reply length for the cost estimate
+    # an invalid answer is redrawn (fresh sample indices): at most `rounds` rounds, `max_extra` extra draws
+    draws: Annotated[BaselineDraws, nested(BaselineDraws)] = Field(default_factory=BaselineDraws)
     title: str = ""
     templates: tuple[str, ...] = ()
 
@@ -131,14 +147,17 @@ class _LLMBaseline:
 
     def estimate(self, reqs: Sequence, inputs: Inputs) -> pd.DataFrame:
         pricing = Pricing.of(inputs.llm)
-        per_req = pricing.n_per_request
-        calls = sum(r.n for r in reqs)
-        http = sum(-(-r.n // per_req) for r in reqs)
-        tin = sum(estimate_input_tokens(r.messages) * -(-r.n // per_req) for r in reqs)
-        tout = calls * self.output_tokens
-        cost = pricing.cost(tin, tout)
-        return pd.DataFrame([{"stage": f"score:{self.name}", "units": len(reqs), "calls": calls, "http_requests": http,
-                              "input_tokens": tin, "output_tokens": tout, "cost_usd": cost}])
+        size = sum((planned_request(r.messages, r.n, pricing.n_per_request, self.output_tokens) for r in reqs), Size())
+        return pd.DataFrame([{"stage": f"score:{self.name}", "units": len(reqs), "requests": size.requests,
+                              "samples": size.samples, "http_requests": size.http_requests,
+                              "input_tokens": size.input_tokens, "output_tokens": size.output_tokens,
+                              "cost_usd": pricing.cost(size.input_tokens, size.output_tokens)}])
+
+    def validated(self, req: Any, adapter: Any, native: bool | None = None) -> Any:
+        """``req`` with its answer type and this method's draws (``native``: the adapter's schema too)."""
+        if native is not None:
+            req = adapter.request(req, native)
+        return replace(req, adapter=adapter, draws=self.draws.policy)
 
     def describe(self, llm: LLMConfig) -> str:
         out = f"{self.title} — LLM: {llm.model} ({llm.backend}); n={self.n}, T={self.temperature}"
@@ -154,9 +173,7 @@ class _LLMBaseline:
         self.register(inputs)
         run_dir = inputs.run_dir
         if job.dry_run:  # G-Eval's steps are not drawn: its requests are estimated without them
-            costs = self.estimate(self.requests(units, inputs, None, native), inputs)
-            job.gate(costs)
-            job.metrics[f"estimate.{self.name}.calls"] = float(costs["calls"].sum())
+            job.gate(self.estimate(self.requests(units, inputs, None, native), inputs))
             return job.dry_run_output()
         with job.client() as client:
             self.prepare(inputs, client, native)
@@ -179,9 +196,9 @@ class _LLMBaseline:
 
 
 def _mean_valid(result, scale: Sequence[int]) -> tuple[float | None, int]:
-    vals = [s.value.score for s in result.samples if s.valid and s.value is not None]
-    bad = len(result.samples) - len(vals)
-    return (float(np.mean(vals)) if vals else None), bad
+    """The mean of a request's valid answers, and how many answers are missing."""
+    vals = [s.value.score for s in result.answers]
+    return (float(np.mean(vals)) if vals else None), result.invalid_samples
 
 
 @settings("method")
@@ -199,7 +216,7 @@ class LLMDirect(_LLMBaseline):
             msgs = render("baselines/direct.txt", **aspect_fields(u.aspect, inputs.dataset.judged), **unit_fields(u))
             req = ChatRequest(msgs, n=self.n, temperature=self.temperature, max_tokens=self.max_tokens or 16,
                               tag=f"{self.name}:{u.aspect.name}")
-            out.append(score_adapter(u.aspect.scale).request(req, native, validate=True))
+            out.append(self.validated(req, score_adapter(u.aspect.scale), native))
         return out
 
     def value(self, unit, result):
@@ -252,12 +269,12 @@ class LLMCoTICL(_LLMBaseline):
                               examples=self.examples(a, pool, u, rng), schema=schema)
                 req = ChatRequest(msgs, n=self.n, temperature=self.temperature, max_tokens=self.max_tokens or 768,
                                   tag=f"{self.name}:{a.name}")
-                out.append(replace_adapter(req, _ReasonedScore(a.scale)))
+                out.append(self.validated(req, _ReasonedScore(a.scale)))
         return out
 
     def value(self, unit, result):
-        vals = [s.value for s in result.samples if s.valid and s.value is not None]
-        return (float(np.mean(vals)) if vals else None), len(result.samples) - len(vals)
+        vals = [s.value for s in result.answers]
+        return (float(np.mean(vals)) if vals else None), result.invalid_samples
 
 
 class _ReasonedScore:
@@ -271,12 +288,6 @@ class _ReasonedScore:
             return "truncated (finish_reason=length)"
         v = reasoned_value(answer.text if hasattr(answer, "text") else answer, self.scale)
         return v if v is not None else f"no final JSON score in {self.scale}"
-
-
-def replace_adapter(req, adapter):
-    from dataclasses import replace
-
-    return replace(req, adapter=adapter)
 
 
 @settings("method")
@@ -325,7 +336,7 @@ class GEval(_LLMBaseline):
             else:
                 req = ChatRequest(msgs, n=self.n_fallback, temperature=1.0, max_tokens=self.max_tokens or 16,
                                   tag=f"{self.name}:{u.aspect.name}")
-            out.append(score_adapter(u.aspect.scale).request(req, native, validate=True))
+            out.append(self.validated(req, score_adapter(u.aspect.scale), native))
         return out
 
     def value(self, unit, result):
@@ -333,8 +344,8 @@ class GEval(_LLMBaseline):
             return _mean_valid(result, unit.aspect.scale)
         from face.llm.logprobs import expected_score
 
-        s = result.samples[0] if result.samples else None
-        if s is None or not s.valid:
+        s = result.answers[0] if result.answers else None
+        if s is None:
             return None, 1
         exp = expected_score(s, unit.aspect.scale, key="score")
         if exp is None or exp.value is None:  # no distribution at the answer: the sampled score itself

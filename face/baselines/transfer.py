@@ -20,7 +20,7 @@ mapping it used; this one is ours.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Sequence
 
@@ -28,15 +28,16 @@ from face.aspects import Aspect
 from face.data.schema import Instruction
 from face.datasets.crsarena import ASPECTS as CRS_ASPECTS
 from face.pipeline.method import Face
+from face.settings import settings
 
 DEFAULT_MAPPING = {"maintains_context": "relevance", "engaging": "interestingness",
                    "understandable": "understanding", "overall": "dialogue_overall"}
 
 
-@dataclass
+@settings("method")
 class FaceTransfer(Face):
     name: str = "face_transfer"
-    mapping: dict = field(default_factory=lambda: dict(DEFAULT_MAPPING))
+    mapping: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_MAPPING))
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -125,7 +125,7 @@ def _from_hydra(run: Run, cfg_path: Path) -> Run:
     else:
         model, backend = get("llm.model"), get("llm.backend")
         run.judge = f"{model} ({backend})" if model else None
-        run.estimator = get("method.estimator")
+        run.estimator = get("method.scoring.estimator") or get("method.estimator")  # (the key before issue 29)
         run.label = f"{get('method.name') or 'method ?'} — LLM: {run.judge or NOT_RECORDED}"
     return run
 

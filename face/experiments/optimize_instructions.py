@@ -25,7 +25,7 @@ from face.experiments.result import ExperimentResult
 from face.files import atomic_open, atomic_path, atomic_write_text
 from face.llm import LLMConfig
 from face.llm.usage import estimate_input_tokens
-from face.methods.job import LLMJob
+from face.methods.job import LLMJob, estimated_cost, estimated_size
 from face.optimize import checkpoint
 from face.optimize.beam import BeamSearch, StopOptimization, Writer
 from face.optimize.checkpoint import Candidate, ResumeMismatch
@@ -67,12 +67,13 @@ def cost_inputs(ctx, aspect, items, idx, decomps, method, text: str) -> CostInpu
     convs = {c.conv_id: c for c in ctx.convs}
     units = units_for(aspect, ctx.convs, decomps, "particle")
     sample = units[:: max(1, len(units) // 40)][:40]
-    tin = (np.mean([estimate_input_tokens(score_messages(u, convs[u.conv_id], text, ctx.dataset.judged,
-                                                         method.reasoning)) for u in sample]) if sample else 0.0)
+    reasoning = method.scoring.reasoning
+    tin = (np.mean([estimate_input_tokens(score_messages(u, convs[u.conv_id], text, ctx.dataset.judged, reasoning))
+                    for u in sample]) if sample else 0.0)
     n_units = len(units) if aspect.level == "turn" else len(units)
     ppi = n_units / max(len(items), 1) if aspect.level == "turn" else n_units / max(len(ctx.convs), 1)
     return CostInputs(len(idx["train"]), len(idx["dev"]) + len(idx["test"]), ppi, method.scoring.samples, float(tin),
-                      method.cost.score_tokens(method.reasoning))
+                      method.cost.score_tokens(method.scoring.reasoning))
 
 
 @dataclass
@@ -182,14 +183,15 @@ def _gate(ctx, ocfg: OptimizerConfig, plans: dict, method, inputs) -> tuple[LLMJ
             estimates.append(estimate(oc, ci, pricing).assign(aspect=a.name, setting=label))
     costs = pd.concat(estimates, ignore_index=True)
     summary = (costs[costs["stage"].isin(["per round", "total"])]
-               .groupby(["setting", "stage"], sort=False)[["calls", "input_tokens", "output_tokens", "cost_usd"]]
+               .groupby(["setting", "stage"], sort=False)[["requests", "samples", "http_requests", "input_tokens",
+                                                           "output_tokens", "cost_usd"]]
                .sum().reset_index())
     job = LLMJob(inputs.llm, ctx.run_dir, f"the optimizer, {len(ctx.aspects)} aspects, {inputs.llm.model}")
-    this_run = summary[(summary["setting"] == "this run") & (summary["stage"] == "total")]["cost_usd"].sum()
+    this_run = summary[summary["setting"] == "this run"]
     job.gate(summary, " (scoring counts are upper bounds, cached pairs are free; paper setting: α=β=b=4, c=1, "
-             "minibatch 20)", estimated_usd=float(this_run), detail=costs)
+             "minibatch 20)", estimated_usd=estimated_cost(this_run), detail=costs, size=estimated_size(this_run))
     ctx.tracker.log_artifacts(job.artifacts, "optimizer")
-    ctx.tracker.log_metrics({f"estimate.{r.setting.replace(' ', '_')}.{r.stage.replace(' ', '_')}.calls": r.calls
+    ctx.tracker.log_metrics({f"estimate.{r.setting.replace(' ', '_')}.{r.stage.replace(' ', '_')}.samples": r.samples
                              for r in summary.itertuples()})
     return job, costs
 
@@ -214,7 +216,7 @@ class Optimizing:
     lcfg: LLMConfig
 
     def usage(self) -> tuple[int, float]:
-        return self.client.usage.calls, self.client.usage.spent_usd
+        return self.client.usage.requests, self.client.usage.spent_usd
 
 
 def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, env: Optimizing, outcome: Outcome) -> None:

@@ -223,6 +223,7 @@ def judge_counts(report: dict, metrics: dict) -> pd.DataFrame:
             ("scoring requests", report.get("scoring")), ("decomposition requests", report.get("decomposition")),
             ("requests with logprobs", report.get("logprobs_requests")), ("requests refused", report.get("refused")),
             ("requests for an identical-prompt group", report.get("ambiguous_requests")),
-            ("LLM calls of the run", metrics.get("llm_calls")),
+            ("LLM requests of the run", metrics.get("llm_requests")),
+            ("samples sent by the run", metrics.get("llm_samples")),
             ("samples from the cache", metrics.get("llm_cache_hits"))]
     return pd.DataFrame([(k, "–" if v is None else f"{int(v):,}") for k, v in rows], columns=["what", "count"])

@@ -15,8 +15,8 @@ from face.experiments.result import ExperimentResult
 from face.report.tables import order_aspects, print_table, write_table
 from face.tracking import summary_metrics
 
-USAGE_KEYS = ("llm_calls", "llm_http_requests", "llm_cache_hits", "llm_input_tokens", "llm_output_tokens",
-              "llm_cost_usd")
+USAGE_KEYS = ("llm_requests", "llm_samples", "llm_http_requests", "llm_cache_hits", "llm_input_tokens",
+              "llm_output_tokens", "llm_cost_usd")
 
 
 def variant_cfg(cfg: DictConfig, overrides) -> DictConfig:

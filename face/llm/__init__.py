@@ -7,7 +7,8 @@
 
 Modules: base (records, the LM protocol), transport (HTTP + retries), budget (caps, dry run,
 accounting), cache (per-sample SQLite cache), client (server start-up, the stack, batches),
-adapters (typed JSON answers), structured (JSON answers with re-sampling), local (the embedded llama.cpp
+adapters (typed JSON answers), validating (the one draw-until-valid loop), stream (the one batch driver), sizes (the
+request arithmetic: HTTP requests, samples, tokens, bounds), local (the embedded llama.cpp
 server started beside the client). The test servers (scripted, fault proxy, replay) are in ``face.testing``.
 """
 from .base import (
@@ -15,6 +16,7 @@ from .base import (
     ChatRequest,
     ChatResult,
     Completion,
+    Draws,
     LLMCallError,
     LLMRequestRefused,
     Server,
@@ -26,7 +28,8 @@ from .config import LLMConfig
 from .usage import BudgetExceeded, Usage
 
 __all__ = [
-    "LM", "BudgetExceeded", "ChatRequest", "ChatResult", "Completion", "LLMCallError", "LLMClient", "LLMConfig",
+    "LM", "BudgetExceeded", "ChatRequest", "ChatResult", "Completion", "Draws", "LLMCallError", "LLMClient",
+    "LLMConfig",
     "LLMRequestRefused",
     "SampleCache", "Server", "TokenLogprob", "Usage", "make_client",
 ]

@@ -2,6 +2,8 @@
 
 A *request* asks for samples `first_sample .. first_sample + n - 1` of one prompt; a *result*
 carries them plus what it took to get them (cache hits, HTTP requests, retries, tokens, cost).
+A request with an `adapter` (its answer type) asks for n *valid* answers and may spend the draws its
+`draws` policy allows (face/llm/validating.py: the one draw-until-valid loop); its result carries every draw.
 """
 from __future__ import annotations
 
@@ -34,6 +36,40 @@ class LLMRequestRefused(LLMCallError):
 
 
 @dataclass(frozen=True)
+class Draws:
+    """How many draws a request with an answer type may spend on its n valid answers: round 1 draws samples
+    first_sample .. first_sample + n - 1, each later round the next fresh indices, one per answer still missing,
+    for at most ``rounds`` rounds and ``max_extra`` draws beyond the first n (None: no cap but the rounds)."""
+
+    rounds: int = 4
+    max_extra: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
+            raise ValueError(f"draws.rounds must be an integer >= 1, got {self.rounds!r}")
+        if self.max_extra is not None and (isinstance(self.max_extra, bool) or not isinstance(self.max_extra, int)
+                                           or self.max_extra < 0):
+            raise ValueError(f"draws.max_extra must be an integer >= 0 or null, got {self.max_extra!r}")
+
+    def room(self, missing: int, extra: int) -> int:
+        """Draws the next round may make: one per missing answer, within ``max_extra`` (``extra`` spent so far)."""
+        return missing if self.max_extra is None else min(missing, self.max_extra - extra)
+
+
+DEFAULT_DRAWS = Draws()  # a request with an answer type and no policy of its own: 4 draws per answer at most
+
+
+@dataclass(frozen=True)
+class Provisional:
+    """What an answer type's ``parse`` returns for an answer usable only when no draw is valid (scoring's
+    ``logprobs_missing=parsed``: a parsed score without logprobs): it is redrawn like an invalid one, and kept
+    for an answer still missing after the last draw."""
+
+    value: Any
+    reason: str
+
+
+@dataclass(frozen=True)
 class TokenLogprob:
     token: str
     logprob: float
@@ -48,11 +84,9 @@ class Completion:
     cached: bool = False
     sample_index: int = 0
     dry_run: bool = False  # placeholder from a dry run: carries NO content
-    # set only for requests with an `adapter` (a validator): the parsed answer, or why there is none
-    value: Any = None  # the adapter's model instance when the answer is valid
-    error: str | None = None  # the reason the answer is invalid (after the retries of llm.answer_retries)
-    attempts: int = 1  # draws it took (1 + answer retries)
-    rejected: list[str] = field(default_factory=list)  # one line per rejected draw ("sample 7: truncated ...")
+    # set only for requests with an `adapter` (an answer type): the parsed answer, or why there is none
+    value: Any = None  # the adapter's value when the answer is valid (or provisional: `error` set too)
+    error: str | None = None  # the reason the answer is invalid
 
     @property
     def valid(self) -> bool:
@@ -96,10 +130,11 @@ class ChatRequest:
     top_logprobs: int = 0
     tag: str = ""
     first_sample: int = 0  # samples are indices first_sample .. first_sample+n-1
-    # optional validator (a face.llm.adapters.JsonAdapter, or anything with `parse(Completion) -> value | str`):
-    # every sample is parsed, invalid ones are re-drawn (llm.answer_retries) and never cached as valid.
-    # Not part of equality, hash or the cache key.
+    # optional answer type (a face.llm.adapters.JsonAdapter, or anything with `parse(Completion) -> value | str |
+    # Provisional`): every draw is parsed, invalid ones are re-drawn within `draws` and never cached as valid.
+    # Neither is part of equality, hash or the cache key.
     adapter: Any = field(default=None, hash=False, compare=False, repr=False)
+    draws: Draws | None = field(default=None, hash=False, compare=False, repr=False)  # None: DEFAULT_DRAWS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", _normalise_messages(self.messages))
@@ -130,9 +165,10 @@ class ChatRequest:
 @dataclass
 class ChatResult:
     request: ChatRequest
-    samples: list[Completion]
+    samples: list[Completion]  # with an adapter: every draw, in index order (the n first, then the redraws)
     cached_samples: int = 0
     http_requests: int = 0
+    http_samples: int = 0  # samples drawn over HTTP (the n of the HTTP requests sent)
     retries: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -141,16 +177,24 @@ class ChatResult:
     error: str | None = None  # set (and samples empty) only with run_batch(on_error="return")
     answer_retries: int = 0  # extra draws made to replace invalid answers (requests with an adapter)
     rejected_answers: int = 0  # draws that failed the adapter's validation (incl. ones later replaced)
+    counted: bool = field(default=False, repr=False, compare=False)  # a caller counted what it made of it
+
+    @property
+    def answers(self) -> list[Completion]:
+        """The valid answers, in draw order (at most n; requests with an adapter)."""
+        return [s for s in self.samples if s.valid][: self.request.n]
 
     @property
     def invalid_samples(self) -> int:
-        """Samples still invalid after the answer retries (requests with an adapter)."""
-        return sum(s.error is not None for s in self.samples)
+        """Answers still missing after the last draw (requests with an adapter; dry-run placeholders are none)."""
+        if self.request.adapter is None:
+            return 0
+        return max(0, self.request.n - sum(s.error is None for s in self.samples))
 
     @property
     def values(self) -> list[Any]:
-        """The parsed answers (None where a sample is invalid); requests with an adapter."""
-        return [s.value for s in self.samples]
+        """The valid answers' parsed values, in draw order (requests with an adapter)."""
+        return [s.value for s in self.answers]
 
     @property
     def ok(self) -> bool:
@@ -220,13 +264,19 @@ class Server(Protocol):
 
 
 def validate(sample: Completion, adapter: Any) -> Completion:
-    """Parse `sample` with `adapter` once (sets `value` or `error`); dry-run placeholders stay as they are."""
-    if adapter is None or sample.dry_run or sample.value is not None or sample.error is not None:
+    """Parse `sample` with `adapter` once (sets `value`, `error`, or both for a provisional answer); dry-run
+    placeholders stay as they are. A sample stored marked invalid (`error` set) stays invalid; it is parsed only
+    by an answer type that keeps provisional answers (``keeps_provisional``), for its provisional value."""
+    if adapter is None or sample.dry_run or sample.value is not None:
+        return sample
+    if sample.error is not None and not getattr(adapter, "keeps_provisional", False):
         return sample
     parsed = adapter.parse(sample)
-    if isinstance(parsed, str):
-        sample.error = parsed
-    else:
+    if isinstance(parsed, Provisional):
+        sample.value, sample.error = parsed.value, sample.error or parsed.reason
+    elif isinstance(parsed, str):
+        sample.error = sample.error or parsed
+    elif sample.error is None:
         sample.value = parsed
     return sample
 
@@ -257,6 +307,7 @@ def merge(req: ChatRequest, parts: Sequence[ChatResult], samples: dict[int, Comp
         samples.update((s.sample_index, s) for s in p.samples)
     return ChatResult(request=req, samples=[samples[i] for i in req.indices],
                       cached_samples=sum(s.cached for s in samples.values()),
-                      http_requests=sum(p.http_requests for p in parts), retries=sum(p.retries for p in parts),
+                      http_requests=sum(p.http_requests for p in parts),
+                      http_samples=sum(p.http_samples for p in parts), retries=sum(p.retries for p in parts),
                       input_tokens=sum(p.input_tokens for p in parts),
                       output_tokens=sum(p.output_tokens for p in parts), cost_usd=sum(p.cost_usd for p in parts))

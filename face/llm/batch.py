@@ -211,38 +211,11 @@ class BatchTransport:
             self._watchers[job.id] = asyncio.get_running_loop().create_task(self._poll(job))
 
     async def _poll(self, job: Job) -> None:
+        """Poll the job until it ends, fetch its output and error files, answer its lines."""
         api = self.http._api()
-        last = None
-        errors = 0
-        while True:
-            try:
-                b = await api.batches.retrieve(job.id)
-                errors = 0
-            except Exception as e:
-                if getattr(e, "status_code", None) == 404:  # not this account's, or deleted: send its lines again
-                    log.warning("batch %s is unknown to %s; sending its lines again", job.id, self.base_url)
-                    job.status = "lost"
-                    self.journal.save(job)
-                    for cid in job.custom_ids:
-                        if self._waiting.get(cid):
-                            self._enqueue(cid, self._waiting[cid][0][0])
-                    return
-                errors += 1
-                if errors > self.cfg.max_retries:
-                    self._fail(job.custom_ids, f"batch {job.id}: polling failed {errors} times: "
-                                               f"{type(e).__name__}: {str(e)[:300]} (rerun to resume it)")
-                    return
-                await asyncio.sleep(self.cfg.batch_poll_s)
-                continue
-            counts = b.request_counts
-            state = (b.status, getattr(counts, "completed", None), getattr(counts, "failed", None))
-            if state != last:
-                log.info("batch %s: %s (%s of %s lines done, %s failed)", job.id, b.status,
-                         *(getattr(counts, k, "?") for k in ("completed", "total", "failed")))
-                last = state
-            if b.status in FINAL:
-                break
-            await asyncio.sleep(self.cfg.batch_poll_s)
+        b = await self._until_final(api, job)
+        if b is None:
+            return
         job.status, job.output_file_id, job.error_file_id = b.status, b.output_file_id, b.error_file_id
         try:
             lines = []
@@ -256,6 +229,50 @@ class BatchTransport:
                                        f"{type(e).__name__}: {str(e)[:300]} (rerun to resume it)")
             return
         self.journal.keep_output(job, lines)
+        self._answer(job, b, lines)
+
+    async def _until_final(self, api: Any, job: Job) -> Any:
+        """The job's batch once it is in a final state; None when it was lost (its lines sent again) or polling
+        failed for good (its lines failed)."""
+        last, errors = None, 0
+        while True:
+            try:
+                b = await api.batches.retrieve(job.id)
+                errors = 0
+            except Exception as e:
+                if getattr(e, "status_code", None) == 404:  # not this account's, or deleted: send its lines again
+                    self._lost(job)
+                    return None
+                errors += 1
+                if errors > self.cfg.max_retries:
+                    self._fail(job.custom_ids, f"batch {job.id}: polling failed {errors} times: "
+                                               f"{type(e).__name__}: {str(e)[:300]} (rerun to resume it)")
+                    return None
+                await asyncio.sleep(self.cfg.batch_poll_s)
+                continue
+            last = self._log_state(job, b, last)
+            if b.status in FINAL:
+                return b
+            await asyncio.sleep(self.cfg.batch_poll_s)
+
+    def _lost(self, job: Job) -> None:
+        log.warning("batch %s is unknown to %s; sending its lines again", job.id, self.base_url)
+        job.status = "lost"
+        self.journal.save(job)
+        for cid in job.custom_ids:
+            if self._waiting.get(cid):
+                self._enqueue(cid, self._waiting[cid][0][0])
+
+    @staticmethod
+    def _log_state(job: Job, b: Any, last: Any) -> Any:
+        counts = b.request_counts
+        state = (b.status, getattr(counts, "completed", None), getattr(counts, "failed", None))
+        if state != last:
+            log.info("batch %s: %s (%s of %s lines done, %s failed)", job.id, b.status,
+                     *(getattr(counts, k, "?") for k in ("completed", "total", "failed")))
+        return state
+
+    def _answer(self, job: Job, b: Any, lines: list[dict]) -> None:
         every = {x["custom_id"]: x for x in lines if "custom_id" in x}
         reason = "; ".join(str(getattr(e, "message", e)) for e in (getattr(b.errors, "data", None) or [])[:3])
         for cid in job.custom_ids:
@@ -263,10 +280,11 @@ class BatchTransport:
                 if fut.done():
                     continue
                 line = every.get(cid)
+                if line is None:
+                    fut.set_exception(LLMCallError(f"batch {job.id} ended {b.status} without an answer for line "
+                                                   f"{cid[:16]}...{': ' + reason if reason else ''}"))
+                    continue
                 try:
-                    if line is None:
-                        raise LLMCallError(f"batch {job.id} ended {b.status} without an answer for line "
-                                           f"{cid[:16]}...{': ' + reason if reason else ''}")
                     fut.set_result(line_result(req, line, job.id))
                 except LLMCallError as e:
                     fut.set_exception(e)

@@ -2,12 +2,12 @@
 
 `BudgetLM` sits right above the transport: it splits a request into HTTP-sized pieces
 (`llm.n_per_request` samples each), runs at most `llm.concurrency` of them at once, and checks
-the caps (`llm.max_calls`, `llm.max_cost_usd`) right before each one is sent, reserving its worst
-case (input estimate and max_tokens × n, scaled by the largest reported / estimated token ratio
-seen) -- so concurrent tasks cannot jointly overshoot -- or, with `llm.dry_run`, counts and prices
-it instead of sending it. A request's cost is the endpoint's reported tokens (the estimate where it
-reports none). `AccountingLM` is the outermost layer: one record per call (tag, cache hits, HTTP
-requests, tokens, cost, latency, error) in `Usage`.
+the caps (`llm.max_calls`, `llm.max_cost_usd`) right before each one is sent, reserving its true
+upper bound (face/llm/sizes.py: the prompt's UTF-8 bytes + the chat template's overhead, max_tokens × n)
+-- so concurrent tasks cannot jointly overshoot -- or, with `llm.dry_run`, counts and prices it instead
+of sending it. A request's cost is the endpoint's reported tokens (the estimate where it reports none);
+a report above the bound stops the run (an endpoint misreport). `AccountingLM` is the outermost layer:
+one record per request (tag, cache hits, samples, HTTP requests, tokens, cost, latency, error) in `Usage`.
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ from .base import (
     runs,
 )
 from .limiter import Limiter
-from .usage import BudgetExceeded, CallRecord, Usage, estimate_tokens
+from .sizes import cost_usd
+from .usage import BudgetExceeded, Piece, RequestRecord, Usage, estimate_tokens
 
 
 class BudgetLM:
@@ -37,7 +38,6 @@ class BudgetLM:
         self.inner, self.cfg, self.usage = inner, cfg, usage
         self._limiters: dict[int, Limiter] = {}  # per event loop (futures belong to one loop)
         self.limiter: Limiter | None = None  # the one of the loop that ran last
-        self._first: dict[int, asyncio.Lock] = {}  # per event loop: the first request under a cost cap goes alone
         self._events: dict[int, asyncio.Event] = {}  # per event loop: a reservation was given back
         if hasattr(inner, "on_throttle"):
             inner.on_throttle = self._throttle  # the transport reports 429 / 503 (+ Retry-After)
@@ -78,43 +78,17 @@ class BudgetLM:
         return merge(req, parts, {})
 
     async def _send(self, req: ChatRequest) -> ChatResult:
-        est = self.usage.estimate(req.messages, request_params(self.cfg, req)["max_tokens"], req.n)
-        first = await self._calibrating()
-        try:
-            return await self._send_now(req, est)
-        finally:
-            if first is not None:
-                first.release()
-
-    async def _calibrating(self) -> asyncio.Lock | None:
-        """Under a cost cap, the first request goes alone: until one has settled, nobody knows how many tokens this
-        endpoint counts for a prompt, so requests sent together on the estimate could jointly pass the cap. The
-        returned lock (held by that first request) is released once it settled or failed."""
-        u = self.usage
-        if (u.max_cost_usd is None or self.cfg.dry_run or getattr(self.cfg, "batch", False) or u.settled
-                or not (u.price_input_per_mtok or u.price_output_per_mtok)):
-            return None
-        lock = self._first.get(id(asyncio.get_running_loop()))
-        if lock is None:
-            lock = self._first[id(asyncio.get_running_loop())] = asyncio.Lock()
-        await lock.acquire()
-        if self.usage.settled:
-            lock.release()
-            return None
-        return lock
-
-    async def _send_now(self, req: ChatRequest, est: tuple[int, int, float]) -> ChatResult:
+        p = request_params(self.cfg, req)
+        piece = Piece.of(req.tag, req.messages, p["max_tokens"], req.n, p["response_format"])
         lim = self._limiter()
         await lim.acquire()
         latency = None
         try:
-            while self.usage.must_wait(est):  # only requests in flight stand in the way: wait for them to settle
+            while self.usage.must_wait(piece):  # only requests in flight stand in the way: wait for them to settle
                 await self._changed().wait()
-            reserved = self.usage.reserve(req.tag, est)  # raises BudgetExceeded; no await between it and sending
+            reserved = self.usage.reserve(piece)  # raises BudgetExceeded; no await between it and sending
             if self.cfg.dry_run:
-                return ChatResult(request=req, samples=[Completion("", "dry_run", sample_index=i, dry_run=True)
-                                                        for i in req.indices],
-                                  input_tokens=est[0], output_tokens=est[1], cost_usd=est[2])
+                return self._placeholders(req, piece)
             t0 = time.perf_counter()
             try:
                 res = await self.inner.chat(req)
@@ -128,11 +102,23 @@ class BudgetLM:
         finally:
             lim.release(latency)
         self.usage.note_retries(res.retries)
+        res.http_samples = req.n
         out_est = sum(estimate_tokens(len(s.text)) for s in res.samples)
-        res.input_tokens, res.output_tokens, res.cost_usd = self.usage.settle(
-            reserved, est, res.input_tokens, res.output_tokens, res.latency_s, out_est)
-        self._notify()
+        try:
+            res.input_tokens, res.output_tokens, res.cost_usd = self.usage.settle(
+                piece, reserved, res.input_tokens, res.output_tokens, res.latency_s, out_est)
+        finally:
+            self._notify()
         return res
+
+    def _placeholders(self, req: ChatRequest, piece: Piece) -> ChatResult:
+        """A dry run's answer: placeholders carrying no content, priced at the estimate."""
+        tin, tout = piece.est_input_tokens, piece.bound.output_tokens
+        return ChatResult(request=req, samples=[Completion("", "dry_run", sample_index=i, dry_run=True)
+                                                for i in req.indices],
+                          input_tokens=tin, output_tokens=tout,
+                          cost_usd=cost_usd(tin, tout, self.usage.price_input_per_mtok,
+                                            self.usage.price_output_per_mtok))
 
     def _changed(self) -> asyncio.Event:
         """Set when a request of this loop settles or fails (its reservation is given back)."""
@@ -158,16 +144,20 @@ class AccountingLM:
         try:
             res = await self.inner.chat(req)
         except BaseException as e:
-            self.usage.add(CallRecord(tag=req.tag, n=req.n, dry_run=self.cfg.dry_run,
-                                      latency_s=time.perf_counter() - t0,
-                                      error=("budget: " if isinstance(e, BudgetExceeded) else "")
-                                      + f"{type(e).__name__}: {e}"))
+            self.usage.add(RequestRecord(tag=req.tag, n=req.n, dry_run=self.cfg.dry_run,
+                                         latency_s=time.perf_counter() - t0,
+                                         error=("budget: " if isinstance(e, BudgetExceeded) else "")
+                                         + f"{type(e).__name__}: {e}"))
             raise
         res.latency_s = time.perf_counter() - t0
-        self.usage.add(CallRecord(tag=req.tag, n=req.n, cached_samples=res.cached_samples,
-                                  http_requests=res.http_requests, retries=res.retries, latency_s=res.latency_s,
-                                  input_tokens=res.input_tokens, output_tokens=res.output_tokens,
-                                  cost_usd=res.cost_usd, dry_run=self.cfg.dry_run,
-                                  answer_retries=res.answer_retries, rejected_answers=res.rejected_answers,
-                                  invalid_answers=res.invalid_samples))
+        self.usage.add(record_of(res, self.cfg.dry_run))
         return res
+
+
+def record_of(res: ChatResult, dry_run: bool = False) -> RequestRecord:
+    """The usage record of one answered request (also of one served whole from the cache read-ahead)."""
+    return RequestRecord(tag=res.request.tag, n=res.request.n, cached_samples=res.cached_samples,
+                         samples=res.http_samples, http_requests=res.http_requests, retries=res.retries,
+                         latency_s=res.latency_s, input_tokens=res.input_tokens, output_tokens=res.output_tokens,
+                         cost_usd=res.cost_usd, dry_run=dry_run, answer_retries=res.answer_retries,
+                         rejected_answers=res.rejected_answers, invalid_answers=res.invalid_samples)

@@ -4,21 +4,22 @@
         results = client.run_batch(requests, desc="scoring")   # sync
         result = await client.chat(request)                   # async
 
-Validated answers: give a request an adapter (face.llm.adapters); every sample comes back parsed,
-invalid ones re-drawn up to llm.answer_retries times, and nothing invalid is cached as valid::
+Validated answers: give a request an answer type (face.llm.adapters) and a draw policy; it comes back with n
+valid answers (or fewer, when the draws ran out), every draw parsed, nothing invalid cached as valid::
 
     scores = score_adapter([0, 1, 2])
-    req = scores.request(ChatRequest(messages=msgs, n=5, tag="score"), native=cfg.supports_json_schema,
-                         validate=True)            # = replace(req, adapter=scores) + the schema
+    req = scores.request(ChatRequest(messages=msgs, n=5, tag="score", draws=Draws(rounds=4)),
+                         native=cfg.supports_json_schema, validate=True)   # + replace(req, adapter=scores)
     [res] = client.run_batch([req], desc="scoring")
-    for s in res.samples:
-        if s.error is None:      # s.valid; s.value is ScoreAnswer(score=2), s.text the raw answer
-            use(s.value.score)
-        else:                    # no valid draw in 1 + llm.answer_retries: s.error says why; s.rejected lists
-            ...                  # every rejected draw; counted in usage (invalid_answers, answer_retries)
+    for s in res.answers:        # the valid ones (s.value is ScoreAnswer(score=2), s.text the raw answer)
+        use(s.value.score)
+    res.invalid_samples          # answers still missing; res.samples holds every draw, s.error says why
+
+Batches go through one driver (face/llm/stream.py: window, identical-request dedup, cache read-ahead):
+`stream`, `chat_many` and `run_batch` are the same thing collected differently.
 
 The stack, outermost first (each layer has `async chat(request) -> ChatResult`):
-AccountingLM (per-call records) -> ValidatingLM (adapter: parse, re-draw invalid answers) ->
+AccountingLM (per-request records) -> ValidatingLM (the one draw-until-valid loop) ->
 CachingLM (per-sample cache) -> BudgetLM (HTTP-sized pieces,
 concurrency, caps, dry run) -> OpenAITransport (one HTTP request, retries), or with `llm.batch=true`
 BatchTransport (the pieces as lines of OpenAI Batch API jobs; face/llm/batch.py). A backend is a
@@ -28,25 +29,31 @@ config: `llm.server` names a server class started beside the client (`face.llm.l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
-import time
+import threading
+import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from face.console import Progress as Reporter
 from face.errors import import_class
 
-from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused, Server
-from .budget import AccountingLM, BudgetLM
+from . import probe
+from .base import ChatRequest, ChatResult, Server
+from .budget import AccountingLM, BudgetLM, record_of
 from .cache import CachingLM, SampleCache, request_key
 from .config import LLMConfig
+from .stream import drive
 from .transport import OpenAITransport
-from .usage import BudgetExceeded, CallRecord, Usage, estimate_tokens
+from .usage import Usage
 from .validating import ValidatingLM
+
+T = TypeVar("T")
 
 log = logging.getLogger("face.llm")
 
@@ -108,86 +115,28 @@ class LLMClient:
         return self
 
     def _know_endpoint(self, cfg: LLMConfig) -> LLMConfig:
-        """The config with `n_per_request` fitted to the endpoint: n is used only where honoured (probed once
-        per base URL and model, remembered in cache_dir/endpoints.json). Nothing is sent in a dry run. The probe's
-        requests are retried, counted (tag "probe") and capped like any other; without room in the budget for
-        them the config is trusted; a probe that fails after its retries stops the run (LLMCallError)."""
-        if not cfg.probe or cfg.n_per_request <= 1 or cfg.batch:
-            return cfg
-        from . import probe
+        """The config with `n_per_request` fitted to the endpoint (face/llm/probe.py: probed once per base URL and
+        model, counted and capped as every request)."""
+        return probe.fitted(cfg, self.usage, self.base_url or "", self.model,
+                            None if _loop_running() else self._private_loop)
 
-        caps = probe.load(cfg.cache_dir if cfg.cache else None, self.base_url, self.model)
-        if caps is None and not cfg.dry_run and not _loop_running():
-            if self._loop is None or self._loop.is_closed():
-                self._loop = asyncio.new_event_loop()
-            # the probe's own transport (closed after it): the same retry policy as every request
-            transport = OpenAITransport(cfg.replace(timeout_s=min(cfg.timeout_s, 30.0)), self.base_url, self.model)
-
-            async def ask() -> probe.Capabilities:
-                try:
-                    return await probe.probe(functools.partial(self._probe_send, transport), self.base_url,
-                                             self.model)
-                finally:
-                    await transport.aclose()
-
-            try:
-                caps = self._loop.run_until_complete(ask())
-            except BudgetExceeded as e:  # no room for the probe: trust the config, for this run only
-                log.warning("the endpoint probe does not fit the LLM budget (%s); trusting llm.n_per_request=%d "
-                            "as configured", str(e).split(" (next request")[0], cfg.n_per_request)
-                return cfg
-            except LLMRequestRefused:
-                raise
-            except LLMCallError as e:  # failed after its retries: the run stops (never remembered)
-                raise LLMCallError(f"the endpoint probe of {self.base_url} failed: {e}", retries=e.retries) from e
-            probe.save(cfg.cache_dir if cfg.cache else None, caps)
-            log.info("endpoint %s (%s): n %s, logprobs %s, JSON schema %s", self.base_url, self.model,
-                     "honoured" if caps.n else f"not honoured ({caps.max_n_seen} choice(s) for n=3)",
-                     caps.logprobs, caps.json_schema)
-            for what, has, key in (("log-probabilities", caps.logprobs, "supports_logprobs"),
-                                   ("JSON-schema answers", caps.json_schema, "supports_json_schema")):
-                if has is False and getattr(cfg, key):
-                    log.warning("endpoint %s does not seem to support %s; set llm.%s=false if requests fail",
-                                self.base_url, what, key)
-        if caps is not None and not caps.n:
-            return cfg.replace(n_per_request=1)
-        return cfg
-
-    async def _probe_send(self, transport: OpenAITransport, body: dict[str, Any]) -> dict:
-        """One probe request, as every request: within the budget (``Usage.reserve``), retried by the transport,
-        its tokens, cost and retries counted under the tag ``probe``."""
-        msgs = tuple((m["role"], m["content"]) for m in body["messages"])
-        est = self.usage.estimate(msgs, body["max_tokens"], body.get("n", 1))
-        reserved = self.usage.reserve("probe", est)
-        t0 = time.perf_counter()
-        try:
-            data, retries = await transport.post(body, "probe")
-        except BaseException as e:
-            self.usage.release(reserved)
-            self.usage.note_retries(getattr(e, "retries", 0))
-            self.usage.add(CallRecord(tag="probe", n=body.get("n", 1), latency_s=time.perf_counter() - t0,
-                                      error=f"{type(e).__name__}: {e}"))
-            raise
-        latency = time.perf_counter() - t0
-        self.usage.note_retries(retries)
-        reported = data.get("usage") or {}
-        out_est = sum(estimate_tokens(len((c.get("message") or {}).get("content") or ""))
-                      for c in data.get("choices") or [])
-        tin, tout, cost = self.usage.settle(reserved, est, int(reported.get("prompt_tokens") or 0),
-                                            int(reported.get("completion_tokens") or 0), latency, out_est)
-        self.usage.add(CallRecord(tag="probe", n=body.get("n", 1), http_requests=1, retries=retries,
-                                  latency_s=latency, input_tokens=tin, output_tokens=tout, cost_usd=cost))
-        return data
+    def _private_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        _LOOPS[self._loop] = threading.get_ident()  # the thread that runs it (``interrupt``)
+        return self._loop
 
     def close(self) -> None:
-        if self.cfg.usage_file and (self.usage.calls or self.usage.dry_run_requests):
+        if self.cfg.usage_file and (self.usage.requests or self.usage.http_requests or self.usage.dry_run_requests):
             try:  # also after a budget stop, Ctrl-C or a failed batch: what was paid for is on record
                 self.usage.write_artifact(self.cfg.usage_file)
             except OSError as e:
                 log.warning("could not write %s: %s", self.cfg.usage_file, e)
         if self._loop is not None and not self._loop.is_closed():
+            _settle(self._loop)  # nothing left pending: no task finalised on a closed loop
             if self.transport is not None:
                 self._loop.run_until_complete(self.transport.aclose())
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
         self._loop = None
         if self.cache is not None:
@@ -214,11 +163,12 @@ class LLMClient:
             self.start()
         return await self._lm.chat(req)
 
-    def cached_stream(self, items: Iterable[Any], request: Callable[[Any], ChatRequest], chunk: int = 256
-                      ) -> Iterator[tuple[Any, ChatResult | None]]:
-        """``(item, cached(request(item)))`` for every item, in order, the cache read one chunk ahead in a thread of
-        its own: SQLite lets go of the GIL while it searches, so a paper-size warm rerun (≈ 3.5 M samples) reads the
-        cache while this thread renders prompts and scores the chunk before."""
+    def cached_stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], chunk: int = 256
+                      ) -> Iterator[tuple[T, ChatResult | None]]:
+        """``(item, cached(request(item)))`` for every item, in order (None: not every answer is in the cache; with an
+        answer type, not all n valid), the cache read one chunk ahead in a thread of its own: SQLite lets go of the GIL
+        while it searches, so a paper-size warm rerun (≈ 3.5 M samples) reads the cache while this thread renders
+        prompts and scores the chunk before. A request answered here is recorded in the usage like any other."""
         items = iter(items)
         if self._lm is None:
             self.start()
@@ -246,58 +196,38 @@ class LLMClient:
                     if res is not None and req.adapter is not None and any(s.error is not None for s in res.samples):
                         res = None
                     if res is not None:
-                        self.usage.add(CallRecord(tag=req.tag, n=req.n, cached_samples=res.cached_samples))
+                        self.usage.add(record_of(res))
                     yield x, res
+
+    async def stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], desc: str = "LLM",
+                     total: int | None = None, on_error: str = "raise") -> AsyncGenerator[tuple[T, ChatResult], None]:
+        """``(item, result)`` for every item, in order, as soon as it and every earlier one are done: the one batch
+        driver (face/llm/stream.py)."""
+        if self._lm is None:
+            self.start()
+        async for got in drive(self, items, request, desc, total, on_error):
+            yield got
+
+    def run_stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], emit: Callable[[T, ChatResult], Any],
+                   desc: str = "LLM", total: int | None = None) -> None:
+        """``stream`` on the client's private loop, each ``(item, result)`` handed to ``emit`` as it comes."""
+
+        async def run() -> None:
+            async with contextlib.aclosing(self.stream(items, request, desc, total)) as got:
+                async for item, res in got:
+                    emit(item, res)
+
+        self.run_async(run())
 
     async def chat_many(self, requests: Sequence[ChatRequest], desc: str = "LLM",
                         on_error: str = "raise") -> list[ChatResult]:
-        """Async batch: order preserved, progress bar, errors raised after the batch settles.
-
-        on_error="raise": after every request finished or failed, raise BudgetExceeded (if the
-        budget stopped the batch) or LLMCallError; finished calls are in the cache either way.
-        on_error="return": failed requests give a ChatResult with `error` set and no samples."""
+        """Async batch: order preserved, progress bar; the batch driver's stops (on_error="raise": one
+        BudgetExceeded or LLMCallError once the requests in flight have finished, which are cached either way;
+        on_error="return": a failed request gives a ChatResult with `error` set and no samples)."""
         requests = list(requests)
-        bar = Progress(len(requests), desc, enabled=self.cfg.progress, usage=self.usage)
-        refused: list[LLMRequestRefused] = []
-
-        async def one(r: ChatRequest) -> ChatResult | BaseException:
-            if refused:
-                return refused[0]
-            try:
-                res = await self.chat(r)
-                bar.update(res.cached_samples, failed=False)
-                return res
-            except LLMRequestRefused as e:  # the endpoint will not answer this as it is: stop the batch
-                refused.append(e)
-                for t in tasks:
-                    t.cancel()
-                return e
-            except Exception as e:
-                bar.update(0, failed=True)
-                return e
-
-        tasks = [asyncio.ensure_future(one(r)) for r in requests]
-        try:
-            out = await asyncio.gather(*tasks, return_exceptions=True)
-        finally:
-            bar.close()
-        if refused:
-            raise refused[0]
-        errors = [(i, e) for i, e in enumerate(out) if isinstance(e, BaseException)]
-        for _, e in errors:
-            if not isinstance(e, (LLMCallError, BudgetExceeded)):
-                raise e  # a bug or invalid request, not an endpoint failure
-        if errors and on_error == "raise":
-            budget = [e for _, e in errors if isinstance(e, BudgetExceeded)]
-            done = len(requests) - len(errors)
-            if budget:
-                raise BudgetExceeded(f"{budget[0]} Batch {desc!r}: {done} of {len(requests)} requests "
-                                     f"completed, {len(errors)} not done.") from budget[0]
-            raise LLMCallError(f"{len(errors)} of {len(requests)} requests in batch {desc!r} failed; "
-                               f"first: {errors[0][1]}") from errors[0][1]
-        return [r if isinstance(r, ChatResult) else
-                ChatResult(request=requests[i], samples=[], error=f"{type(r).__name__}: {r}")
-                for i, r in enumerate(out)]
+        gen = self.stream(requests, _same, desc, len(requests), on_error)
+        async with contextlib.aclosing(gen):
+            return [res async for _, res in gen]
 
     def run_batch(self, requests: Iterable[ChatRequest], desc: str = "LLM",
                   on_error: str = "raise") -> list[ChatResult]:
@@ -305,23 +235,92 @@ class LLMClient:
         return self.run_async(self.chat_many(list(requests), desc=desc, on_error=on_error))
 
     def run_async(self, coro: Any) -> Any:
-        """Run a coroutine using this client on its private event loop (not from inside a loop)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
+        """Run a coroutine using this client on its private event loop (not from inside a loop). Interrupted
+        (Ctrl-C, or ``interrupt`` from another thread), every task of the loop is cancelled and settled before the
+        KeyboardInterrupt goes on: nothing is left to be finalised on a closed loop, and what arrived is cached."""
+        if _loop_running():
             coro.close()
             raise RuntimeError("run_batch()/run_async() called inside a running event loop; "
                                "use `await client.chat_many(...)` instead")
         if self._lm is None:
             self.start()
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coro)
+        loop = self._private_loop()
+        try:
+            return loop.run_until_complete(coro)
+        except BaseException:
+            _settle(loop)
+            raise
 
     def run(self, request: ChatRequest) -> ChatResult:
         return self.run_batch([request], desc=request.tag or "LLM")[0]
+
+
+def _same(x: ChatRequest) -> ChatRequest:
+    return x
+
+
+# the private loops of the clients, and the thread each runs in (``interrupt`` stops them from another thread)
+_LOOPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
+
+
+def _settle(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel every task left on ``loop`` and run it until they have finished (asyncio.run's clean-up)."""
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
+def _interrupted() -> None:
+    raise KeyboardInterrupt
+
+
+def interrupt(thread: int | None = None) -> int:
+    """Stop the LLM clients running in ``thread`` (None: in any other thread) as Ctrl-C stops one in the main
+    thread: their loop raises KeyboardInterrupt, cancels its tasks and lets the run end. Returns how many."""
+    me = threading.get_ident()
+    stopped = 0
+    for loop, owner in list(_LOOPS.items()):
+        if loop.is_running() and not loop.is_closed() and (owner == thread or (thread is None and owner != me)):
+            loop.call_soon_threadsafe(_interrupted)
+            stopped += 1
+    return stopped
+
+
+def run_off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(...)`` here, or in a worker thread when this thread runs an event loop (Jupyter, an async app): the LLM
+    client runs an event loop of its own, which cannot start inside a running one. Ctrl-C while it waits stops the
+    worker's LLM client too (``interrupt``), waits for it to wind down, and raises the one KeyboardInterrupt."""
+    if not _loop_running():
+        return fn(*args, **kwargs)
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="face")
+    worker: list[int] = []
+
+    def call() -> T:
+        worker.append(threading.get_ident())
+        return fn(*args, **kwargs)
+
+    future = pool.submit(call)
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        if worker and not interrupt(worker[0]):
+            _raise_in(worker[0], KeyboardInterrupt)  # not in an LLM client's loop right now
+        with contextlib.suppress(BaseException):  # let it wind down (a second Ctrl-C stops waiting)
+            future.exception()
+        raise
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _raise_in(thread: int, exc: type[BaseException]) -> None:
+    """Raise ``exc`` in another thread at its next Python instruction (as a signal does in the main thread)."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(exc))
 
 
 def _loop_running() -> bool:

@@ -48,8 +48,6 @@ class LLMConfig:
     http_client: Literal["aiohttp", "httpx"] = "aiohttp"
     timeout_s: Number = Field(default=120.0, gt=0)
     max_retries: int = Field(default=6, ge=0)
-    # extra draws per sample whose answer fails its request's adapter (the authors: up to 10)
-    answer_retries: int = Field(default=3, ge=0)
     backoff_base_s: Number = Field(default=0.5, ge=0)
     backoff_max_s: Number = Field(default=30.0, ge=0)
     price_input_per_mtok: Number = Field(default=0.0, ge=0)  # USD per million input tokens

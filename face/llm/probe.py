@@ -22,11 +22,16 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from face.files import atomic_write_text
+
+if TYPE_CHECKING:
+    from .config import LLMConfig
+    from .usage import Usage
 
 log = logging.getLogger("face.llm")
 
@@ -130,3 +135,101 @@ def forget(base_url: str | None = None, model: str | None = None) -> None:
         _MEMORY.clear()
     else:
         _MEMORY.pop(endpoint_key(base_url, model or ""), None)
+
+
+# ---------------------------------------------------------------- the client's use of it
+
+def fitted(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
+           loop: Callable[[], asyncio.AbstractEventLoop] | None) -> LLMConfig:
+    """The config with `n_per_request` fitted to the endpoint: n is used only where honoured (probed once per base URL
+    and model, on ``loop()``, remembered; no loop: not probed). Nothing is sent in a dry run. Without room in the budget
+    for the probe the config is trusted; a probe that fails after its retries stops the run (LLMCallError)."""
+    if not cfg.probe or cfg.n_per_request <= 1 or cfg.batch:
+        return cfg
+    cache_dir = cfg.cache_dir if cfg.cache else None
+    caps = load(cache_dir, base_url, model)
+    if caps is None and not cfg.dry_run and loop is not None:
+        caps = _probe_now(cfg, usage, base_url, model, loop())
+        if caps is None:
+            return cfg
+        save(cache_dir, caps)
+        _report(cfg, caps, base_url, model)
+    if caps is not None and not caps.n:
+        return cfg.replace(n_per_request=1)
+    return cfg
+
+
+def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
+               loop: asyncio.AbstractEventLoop) -> Capabilities | None:
+    from .base import LLMCallError, LLMRequestRefused
+    from .transport import OpenAITransport
+    from .usage import BudgetExceeded
+
+    # the probe's own transport (closed after it): the same retry policy as every request
+    transport = OpenAITransport(cfg.replace(timeout_s=min(cfg.timeout_s, 30.0)), base_url, model)
+
+    async def ask() -> Capabilities:
+        try:
+            return await probe(lambda body: counted_send(usage, transport, body), base_url, model)
+        finally:
+            await transport.aclose()
+
+    try:
+        return loop.run_until_complete(ask())
+    except BudgetExceeded as e:  # no room for the probe: trust the config, for this run only
+        if usage.misreport:
+            raise
+        log.warning("the endpoint probe does not fit the LLM budget (%s); trusting llm.n_per_request=%d "
+                    "as configured", str(e).split(" (tag=")[0], cfg.n_per_request)
+        return None
+    except LLMRequestRefused:
+        raise
+    except LLMCallError as e:  # failed after its retries: the run stops (never remembered)
+        raise LLMCallError(f"the endpoint probe of {base_url} failed: {e}", retries=e.retries) from e
+
+
+def _report(cfg: LLMConfig, caps: Capabilities, base_url: str, model: str) -> None:
+    log.info("endpoint %s (%s): n %s, logprobs %s, JSON schema %s", base_url, model,
+             "honoured" if caps.n else f"not honoured ({caps.max_n_seen} choice(s) for n=3)",
+             caps.logprobs, caps.json_schema)
+    for what, has, key in (("log-probabilities", caps.logprobs, "supports_logprobs"),
+                           ("JSON-schema answers", caps.json_schema, "supports_json_schema")):
+        if has is False and getattr(cfg, key):
+            log.warning("endpoint %s does not seem to support %s; set llm.%s=false if requests fail",
+                        base_url, what, key)
+
+
+async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> dict:
+    """One probe request, as every request: within the budget (its bound reserved), retried by the transport, its
+    tokens, cost and retries counted under the tag ``probe``."""
+    from .usage import BudgetExceeded, Piece, RequestRecord, cost_usd, estimate_tokens
+
+    n = body.get("n", 1)
+    msgs = tuple((m["role"], m["content"]) for m in body["messages"])
+    piece = Piece.of("probe", msgs, body["max_tokens"], n, body.get("response_format"))
+    reserved = usage.reserve(piece)
+    t0 = time.perf_counter()
+    try:
+        data, retries = await transport.post(body, "probe")
+    except BaseException as e:
+        usage.release(reserved)
+        usage.note_retries(getattr(e, "retries", 0))
+        usage.add(RequestRecord(tag="probe", n=n, latency_s=time.perf_counter() - t0, error=f"{type(e).__name__}: {e}"))
+        raise
+    latency = time.perf_counter() - t0
+    usage.note_retries(retries)
+    reported = data.get("usage") or {}
+    out_est = sum(estimate_tokens(len((c.get("message") or {}).get("content") or ""))
+                  for c in data.get("choices") or [])
+    tin, tout = int(reported.get("prompt_tokens") or 0), int(reported.get("completion_tokens") or 0)
+    record = RequestRecord(tag="probe", n=n, samples=n, http_requests=1, retries=retries, latency_s=latency)
+    try:
+        record.input_tokens, record.output_tokens, record.cost_usd = usage.settle(piece, reserved, tin, tout,
+                                                                                  latency, out_est)
+    except BudgetExceeded as e:  # a misreport: recorded as reported, then the run stops
+        record.input_tokens, record.output_tokens, record.error = tin, tout, f"budget: BudgetExceeded: {e}"
+        record.cost_usd = cost_usd(tin, tout, usage.price_input_per_mtok, usage.price_output_per_mtok)
+        raise
+    finally:
+        usage.add(record)
+    return data

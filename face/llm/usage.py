@@ -1,12 +1,13 @@
-"""Accounting: per-call records, totals, cost, budget caps and dry-run estimates.
+"""Accounting: per-request records, totals, cost, the budget caps and dry-run estimates.
 
-A *call* is one `client.chat(request)` (one ChatRequest, n samples). It may be
-served from the cache (per sample) and/or need one or more HTTP requests
-(n is split into chunks of `n_per_request`). Only HTTP requests cost money.
-`face.llm.budget` fills this in: per HTTP request (caps, cost, retries) and per call (records).
-A request's cost is the tokens the endpoint reports (the estimate where it reports none); the caps reserve
-each request's worst case before it is sent (``reserve``) and take the real cost when it settles
-(``settle``). ``note_scores`` adds what the scorer made of the answers to the adapters' counts.
+A *request* is one `client.chat(request)` (one ChatRequest: n samples of one prompt, and the redraws of its invalid
+answers). Its samples may come from the cache and/or need HTTP requests (n split into chunks of `n_per_request`);
+only HTTP requests cost money. The units and their arithmetic are face/llm/sizes.py's: `requests`, `samples`
+(drawn over HTTP), `http_requests`, tokens. `face.llm.budget` fills this in: per HTTP request (caps, cost,
+retries) and per request (records). Before an HTTP request is sent its true upper bound (`sizes.Bound`: the
+prompt's UTF-8 bytes + the chat template's overhead, `max_tokens` × n) is reserved (``reserve``); when it settles
+its cost is the tokens the endpoint reports (the estimate where it reports none) (``settle``). A report above the
+bound is an endpoint misreport: the run stops at once. ``note_scores`` adds what the scorer made of the answers.
 """
 from __future__ import annotations
 
@@ -20,9 +21,15 @@ from typing import Any
 from face.files import atomic_write_text
 from face.secrets import redact
 
+from .sizes import Bound, cost_usd, estimate_input_tokens, estimate_tokens
+
+__all__ = ["BudgetExceeded", "Piece", "RequestRecord", "Usage", "cost_usd", "estimate_input_tokens",
+           "estimate_tokens"]
+
 
 class BudgetExceeded(RuntimeError):
-    """Raised before a request that would exceed llm.max_calls or llm.max_cost_usd.
+    """Raised before a request that would exceed llm.max_calls or llm.max_cost_usd, or after an endpoint reported
+    more tokens than a request can use (the cap could not hold against it).
 
     ``render`` (optional) writes the message when it is read rather than when the stop happened: requests
     still in flight then settle first, so the spend it states is the one ``llm_usage.json`` records."""
@@ -36,7 +43,7 @@ class BudgetExceeded(RuntimeError):
 
 
 @dataclass
-class CallRecord:
+class RequestRecord:
     tag: str
     n: int
     cached_samples: int = 0
@@ -50,20 +57,26 @@ class CallRecord:
     error: str | None = None
     answer_retries: int = 0  # extra draws that replaced invalid answers
     rejected_answers: int = 0  # draws that failed validation
-    invalid_answers: int = 0  # samples returned invalid (no valid draw within llm.answer_retries)
+    invalid_answers: int = 0  # answers still missing after the request's draws
+    samples: int = 0  # samples drawn over HTTP for it
 
 
-def estimate_tokens(text_chars: int) -> int:
-    """~4 characters per token (a deliberately rough, slightly pessimistic estimate)."""
-    return math.ceil(text_chars / 4)
+@dataclass(frozen=True)
+class Piece:
+    """One HTTP request as the budget sees it: its samples, estimated prompt tokens and true bound."""
 
+    tag: str
+    n: int
+    max_tokens: int
+    est_input_tokens: int
+    bound: Bound
 
-def estimate_input_tokens(messages: tuple[tuple[str, str], ...]) -> int:
-    return sum(estimate_tokens(len(c)) + 4 for _, c in messages) + 3
+    @classmethod
+    def of(cls, tag: str, messages: Any, max_tokens: int | None, n: int, response_format: dict | None) -> Piece:
+        from .sizes import bound
 
-
-def cost_usd(input_tokens: float, output_tokens: float, price_in: float, price_out: float) -> float:
-    return input_tokens * price_in / 1e6 + output_tokens * price_out / 1e6
+        return cls(tag, n, int(max_tokens or 0), estimate_input_tokens(messages),
+                   bound(messages, max_tokens, n, response_format))
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -75,7 +88,7 @@ def _quantile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-KEEP_CALLS = 1000  # per-call records kept for llm_usage.json (the first ones, and every failed call); totals are exact
+KEEP_REQUESTS = 1000  # request records kept for llm_usage.json (the first ones, and every failed one); totals exact
 KEEP_EVENTS = 1000  # fallback / invalid-answer events kept (counts are exact)
 LATENCY_SAMPLE = 10_000  # HTTP latencies kept for the quantiles (a uniform reservoir beyond that; mean and max exact)
 
@@ -109,117 +122,124 @@ class Latencies:
         return self.n > 0
 
 
-_TAG_FIELDS = ("calls", "http_requests", "cache_hits", "failures", "input_tokens", "output_tokens", "cost_usd",
-               "answer_retries", "rejected_answers", "invalid_answers", "defaulted_answers", "logprob_fallbacks")
+_TAG_FIELDS = ("requests", "samples", "http_requests", "cache_hits", "failures", "input_tokens", "output_tokens",
+               "cost_usd", "answer_retries", "rejected_answers", "invalid_answers", "defaulted_answers",
+               "logprob_fallbacks")
+
+
+def _tag_totals() -> dict[str, float]:
+    return {**dict.fromkeys(_TAG_FIELDS, 0), "cost_usd": 0.0}
 
 
 @dataclass
 class Usage:
     price_input_per_mtok: float = 0.0
     price_output_per_mtok: float = 0.0
-    max_calls: int | None = None
+    max_calls: int | None = None  # llm.max_calls: a cap on HTTP requests
     max_cost_usd: float | None = None
     dry_run: bool = False
     cache_dir: str | None = None
-    records: list[CallRecord] = field(default_factory=list)  # the first KEEP_CALLS calls and every failed one
+    records: list[RequestRecord] = field(default_factory=list)  # the first KEEP_REQUESTS requests and every failed one
     fallback_events: list[dict[str, Any]] = field(default_factory=list)  # the first KEEP_EVENTS
-    invalid_events: list[dict[str, Any]] = field(default_factory=list)  # samples left invalid (the first KEEP_EVENTS)
-    calls: int = 0  # every call (records keeps a bounded part of them)
+    invalid_events: list[dict[str, Any]] = field(default_factory=list)  # answers left missing (the first KEEP_EVENTS)
+    requests: int = 0  # every request (records keeps a bounded part of them)
     fallbacks: int = 0
     invalid_samples: int = 0
     by_tag: dict[str, dict[str, float]] = field(default_factory=dict)  # running totals per tag
     # running totals (kept incrementally so budget checks are O(1))
     http_requests: int = 0
+    samples: int = 0  # samples drawn over HTTP (the n of every HTTP request sent)
     dry_run_requests: int = 0
     retries: int = 0
     cache_hits: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     spent_usd: float = 0.0
-    reserved_usd: float = 0.0  # worst cases of the requests in flight
+    reserved_usd: float = 0.0  # bounds of the requests in flight
     requests_in_flight: int = 0
     est_input_tokens: int = 0
     est_output_tokens: int = 0
     est_cost_usd: float = 0.0
-    # reported / estimated tokens, the largest seen (>= 1): a request's worst case is scaled by them, so an
-    # endpoint whose tokenizer counts more than ~4 characters a token cannot push the spend past the cap
-    input_ratio: float = 1.0
-    output_ratio: float = 1.0
-    settled: int = 0  # HTTP requests finished (their cost known)
-    unreported_usage: int = 0  # of them, answered without token counts (their cost is the estimate)
+    unreported_usage: int = 0  # HTTP requests answered without token counts (their cost is the estimate)
+    misreports: int = 0  # HTTP requests whose reported tokens were above their bound
+    misreport: str | None = None  # the first of them, said once: every later request is refused
     http_latencies: Latencies = field(default_factory=Latencies)
     # () -> {"concurrency_limit", "concurrency_limit_reached", "max_in_flight", ...} (set by BudgetLM)
     concurrency: Any = field(default=None, repr=False, compare=False)
     _written: tuple = field(default=(), repr=False, compare=False)  # (path, counts) of the last write_artifact
 
     # ---- budget -------------------------------------------------------
-    def estimate(self, messages, max_tokens: int, n: int) -> tuple[int, int, float]:
-        tin = estimate_input_tokens(messages)
-        tout = max_tokens * n
-        return tin, tout, cost_usd(tin, tout, self.price_input_per_mtok, self.price_output_per_mtok)
+    def worst_case(self, piece: Piece) -> float:
+        """What one HTTP request may cost at most: the price of its bound."""
+        b = piece.bound
+        return cost_usd(b.input_tokens, b.output_tokens, self.price_input_per_mtok, self.price_output_per_mtok)
 
-    def worst_case(self, est: tuple[int, int, float]) -> float:
-        """What one request may cost at most: its input estimate and max_tokens × n, each scaled by the largest
-        ratio of reported to estimated tokens seen so far."""
-        tin, tout, _ = est
-        return cost_usd(tin * self.input_ratio, tout * self.output_ratio, self.price_input_per_mtok,
-                        self.price_output_per_mtok)
-
-    def must_wait(self, est: tuple[int, int, float]) -> bool:
+    def must_wait(self, piece: Piece) -> bool:
         """Whether the next request fits the cost cap only once the requests in flight have settled (their
-        reservations are worst cases: most give back the difference)."""
-        if self.dry_run or self.max_cost_usd is None or self.requests_in_flight <= 0:
+        reservations are bounds: most give back the difference)."""
+        if self.dry_run or self.max_cost_usd is None or self.requests_in_flight <= 0 or self.misreport:
             return False
-        worst = self.worst_case(est)
+        worst = self.worst_case(piece)
         return (self.spent_usd + self.reserved_usd + worst > self.max_cost_usd
                 and self.spent_usd + worst <= self.max_cost_usd)
 
-    def reserve(self, tag: str, est: tuple[int, int, float]) -> float:
-        """Check the caps for one more HTTP request and reserve its worst-case cost (returned: hand it back to
-        ``settle`` or ``release``).
-
-        Called right before sending (no await in between), so concurrent tasks
-        cannot jointly overshoot the caps."""
-        tin, tout, c = est
+    def reserve(self, piece: Piece) -> float:
+        """Check the caps for one more HTTP request and reserve its bound's cost (returned: hand it back to
+        ``settle`` or ``release``). Called right before sending (no await in between), so concurrent tasks cannot
+        jointly overshoot the caps: the spend recorded never exceeds llm.max_cost_usd while the endpoint reports
+        no more tokens than a request can use."""
         worst = 0.0
-        if not self.dry_run:
-            worst = self.worst_case(est)
+        if self.dry_run:
+            self.dry_run_requests += 1
+        else:
+            if self.misreport is not None:
+                raise self._stop(self.misreport, piece.tag)
+            worst = self.worst_case(piece)
             if self.max_calls is not None and self.http_requests + 1 > self.max_calls:
-                raise self._stop(f"llm.max_calls={self.max_calls} reached", tag)
+                raise self._stop(f"llm.max_calls={self.max_calls} reached", piece.tag)
             if self.max_cost_usd is not None and self.spent_usd + self.reserved_usd + worst > self.max_cost_usd:
                 raise self._stop(f"llm.max_cost_usd={self.max_cost_usd} would be exceeded by the next request "
-                                 f"(worst case ${worst:.6f})", tag)
+                                 f"(its bound: ${worst:.6f})", piece.tag)
             self.http_requests += 1
+            self.samples += piece.n
             self.requests_in_flight += 1
             self.reserved_usd += worst
-        else:
-            self.dry_run_requests += 1
-        self.est_input_tokens += tin
-        self.est_output_tokens += tout
-        self.est_cost_usd += c
+        est_out = piece.bound.output_tokens
+        self.est_input_tokens += piece.est_input_tokens
+        self.est_output_tokens += est_out
+        self.est_cost_usd += cost_usd(piece.est_input_tokens, est_out, self.price_input_per_mtok,
+                                      self.price_output_per_mtok)
         return worst
 
-    def settle(self, reserved: float, est: tuple[int, int, float], input_tokens: int, output_tokens: int,
-               latency_s: float, output_estimate: int = 0) -> tuple[int, int, float]:
+    def settle(self, piece: Piece, reserved: float, input_tokens: int, output_tokens: int, latency_s: float,
+               output_estimate: int = 0) -> tuple[int, int, float]:
         """A request finished: replace its reservation with its cost, from the tokens the endpoint reports; where
         it reports none, the estimate (the input's; ``output_estimate`` for the output, ~4 characters a token of
-        the answers). Returns (input tokens, output tokens, cost) as counted."""
+        the answers; neither above the bound). Returns (input tokens, output tokens, cost) as counted. A report
+        above the request's bound is recorded as reported, then stops the run (BudgetExceeded)."""
         self._give_back(reserved)
-        tin, tout, _ = est
-        if input_tokens > 0 and tin > 0:
-            self.input_ratio = max(self.input_ratio, input_tokens / tin)
-        if output_tokens > 0 and tout > 0:
-            self.output_ratio = max(self.output_ratio, output_tokens / tout)
+        b = piece.bound
         if input_tokens <= 0 and output_tokens <= 0:
             self.unreported_usage += 1
-            input_tokens, output_tokens = tin, output_estimate
+            input_tokens = min(piece.est_input_tokens, b.input_tokens)
+            output_tokens = min(output_estimate, b.output_tokens)
         c = cost_usd(input_tokens, output_tokens, self.price_input_per_mtok, self.price_output_per_mtok)
-        self.settled += 1
         self.spent_usd += c
         self.input_tokens += input_tokens
         self.output_tokens += output_tokens
         self.http_latencies.append(latency_s)
+        if input_tokens > b.input_tokens or output_tokens > b.output_tokens:
+            self._misreported(piece, input_tokens, output_tokens, c)
         return input_tokens, output_tokens, c
+
+    def _misreported(self, piece: Piece, input_tokens: int, output_tokens: int, cost: float) -> None:
+        self.misreports += 1
+        if self.misreport is None:
+            self.misreport = (f"endpoint misreport: a request was answered with {input_tokens} input and "
+                              f"{output_tokens} output tokens (${cost:.6f}), above its bound of "
+                              f"{piece.bound.explain(piece.max_tokens, piece.n)}; no cap can hold against an "
+                              "endpoint that reports more tokens than a request can use (recorded as reported)")
+        raise self._stop(self.misreport, piece.tag)
 
     def release(self, reserved: float) -> None:
         """A request failed for good: drop its reservation."""
@@ -237,31 +257,31 @@ class Usage:
     def _budget_message(self, what: str, tag: str) -> str:
         remaining = []
         if self.max_calls is not None:
-            remaining.append(f"{max(0, self.max_calls - self.http_requests)} requests")
+            remaining.append(f"{max(0, self.max_calls - self.http_requests)} HTTP requests")
         if self.max_cost_usd is not None:
             remaining.append(f"${max(0.0, self.max_cost_usd - self.spent_usd - self.reserved_usd):.6f}")
         where = f" in {self.cache_dir}" if self.cache_dir else ""
-        return (f"LLM budget exceeded: {what} (next request tag={tag!r}). "
-                f"Done so far: {self.calls} calls, {self.http_requests} HTTP requests sent, "
-                f"{self.cache_hits} samples from cache, ${self.spent_usd:.6f} spent"
+        return (f"LLM budget exceeded: {what} (tag={tag!r}). "
+                f"Done so far: {self.requests} requests, {self.http_requests} HTTP requests sent "
+                f"({self.samples} samples), {self.cache_hits} samples from cache, ${self.spent_usd:.6f} spent"
                 f"{f' (${self.reserved_usd:.6f} still in flight)' if self.reserved_usd else ''}; "
                 f"remaining budget: {', '.join(remaining) or 'n/a'}. "
-                f"All finished calls are cached{where}: raise the cap and re-run to continue "
+                f"All finished requests are cached{where}: raise the cap and re-run to continue "
                 f"without paying for them again.")
 
     # ---- records ------------------------------------------------------
-    def add(self, rec: CallRecord) -> None:
-        self.calls += 1
+    def add(self, rec: RequestRecord) -> None:
+        self.requests += 1
         if rec.error:  # written to llm_usage.json: an error may quote the key (face.secrets)
             rec.error = redact(rec.error)
         self.cache_hits += rec.cached_samples
-        if len(self.records) < KEEP_CALLS or rec.error is not None:
+        if len(self.records) < KEEP_REQUESTS or rec.error is not None:
             self.records.append(rec)
         t = self.by_tag.get(rec.tag or "(none)")
         if t is None:
-            t = self.by_tag[rec.tag or "(none)"] = dict.fromkeys(_TAG_FIELDS, 0)
-            t["cost_usd"] = 0.0
-        t["calls"] += 1
+            t = self.by_tag[rec.tag or "(none)"] = _tag_totals()
+        t["requests"] += 1
+        t["samples"] += rec.samples
         t["http_requests"] += rec.http_requests
         t["cache_hits"] += rec.cached_samples
         t["failures"] += rec.error is not None
@@ -278,34 +298,32 @@ class Usage:
 
     def note_fallback(self, tag: str, reason: str) -> None:
         self.fallbacks += 1
-        t = self.by_tag.setdefault(tag or "(none)", {**dict.fromkeys(_TAG_FIELDS, 0), "cost_usd": 0.0})
+        t = self.by_tag.setdefault(tag or "(none)", _tag_totals())
         t["fallbacks"] = t.get("fallbacks", 0) + 1
         if len(self.fallback_events) < KEEP_EVENTS:
             self.fallback_events.append({"tag": tag, "reason": reason})
 
     def note_invalid(self, tag: str, reason: str) -> None:
-        """A sample with no valid answer after the answer retries (llm.answer_retries)."""
+        """An answer still missing after its request's draws (the request's ``draws`` policy)."""
         self.invalid_samples += 1
         if len(self.invalid_events) < KEEP_EVENTS:
             self.invalid_events.append({"tag": tag, "reason": reason})
 
-    def note_scores(self, tag: str, rejected: int = 0, redraws: int = 0, invalid: int = 0, defaulted: int = 0,
-                    logprob_fallbacks: int = 0) -> None:
-        """What the scorer made of its answers (face.pipeline.scoring parses them itself, not through an adapter): draws
-        that were not a valid score, extra draws, samples left without a valid answer, samples counted as the
-        lowest score, answers scored without their logprobs. Added to the same totals as the adapters' counts."""
-        t = self.by_tag.setdefault(tag or "(none)", {**dict.fromkeys(_TAG_FIELDS, 0), "cost_usd": 0.0})
-        for k, v in (("rejected_answers", rejected), ("answer_retries", redraws), ("invalid_answers", invalid),
-                     ("defaulted_answers", defaulted), ("logprob_fallbacks", logprob_fallbacks)):
-            t[k] = t.get(k, 0) + v
+    def note_scores(self, tag: str, defaulted: int = 0, logprob_fallbacks: int = 0) -> None:
+        """What the scorer made of its answers beyond what every request counts (draws that were not a valid
+        answer, redraws, answers still missing): samples counted as the lowest score, answers scored without
+        their logprobs."""
+        t = self.by_tag.setdefault(tag or "(none)", _tag_totals())
+        t["defaulted_answers"] += defaulted
+        t["logprob_fallbacks"] += logprob_fallbacks
 
     def counts_line(self) -> str:
         """The answer counts of the run, one line (printed after a run; the same numbers as llm_usage.json)."""
         s = self.summary()
         return (f"LLM answers: {s['rejected_answers']} invalid draws, {s['answer_retries']} redraws, "
                 f"{s['invalid_answers']} samples without a valid answer ({s['defaulted_answers']} scored as the "
-                f"lowest), {s['logprob_fallbacks']} scored without logprobs; {s['http_requests']} HTTP requests, "
-                f"{s['retries']} retries, ${s['cost_usd']:.6f} spent")
+                f"lowest), {s['logprob_fallbacks']} scored without logprobs; {s['http_requests']} HTTP requests "
+                f"({s['samples']} samples), {s['retries']} retries, ${s['cost_usd']:.6f} spent")
 
     # ---- reports ------------------------------------------------------
     def summary(self) -> dict[str, Any]:
@@ -313,7 +331,8 @@ class Usage:
         tags = self.by_tag.values()
         failed = [r for r in self.records if r.error is not None]
         return {
-            "calls": self.calls,
+            "requests": self.requests,
+            "samples": self.samples,
             "http_requests": self.http_requests,
             "cache_hits": self.cache_hits,
             "retries": self.retries,
@@ -326,6 +345,7 @@ class Usage:
             "defaulted_answers": sum(t.get("defaulted_answers", 0) for t in tags),
             "logprob_fallbacks": sum(t.get("logprob_fallbacks", 0) for t in tags),
             "unreported_usage_requests": self.unreported_usage,
+            "misreported_requests": self.misreports,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cost_usd": self.spent_usd,
@@ -351,15 +371,17 @@ class Usage:
     def write_artifact(self, path: str | os.PathLike) -> Path:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        # one line per call record (json's C encoder; `indent` would switch to its pure-Python one)
-        state = (str(p.resolve()), self.calls, self.fallbacks, self.invalid_samples, len(self.records))
+        # one line per request record (json's C encoder; `indent` would switch to its pure-Python one)
+        state = (str(p.resolve()), self.requests, self.fallbacks, self.invalid_samples, len(self.records),
+                 self.misreports)
         if state == self._written and p.exists():
             return p  # already written with these records (the method wrote it, then the client closed)
-        calls = ",\n  ".join(json.dumps(vars(r)) for r in self.records)  # flat records: no asdict deep copy
-        kept = "" if len(self.records) == self.calls else (
-            f' "calls_note": "the first {KEEP_CALLS} of {self.calls} calls and every failed one; totals and by_tag '
-            'count them all",\n')
-        text = (f'{{"totals": {json.dumps(self.summary(), indent=1)},\n{kept} "calls": [\n  {calls}\n ],\n'
+        records = ",\n  ".join(json.dumps(vars(r)) for r in self.records)  # flat records: no asdict deep copy
+        kept = "" if len(self.records) == self.requests else (
+            f' "requests_note": "the first {KEEP_REQUESTS} of {self.requests} requests and every failed one; totals '
+            'and by_tag count them all",\n')
+        stop = f' "misreport": {json.dumps(self.misreport)},\n' if self.misreport else ""
+        text = (f'{{"totals": {json.dumps(self.summary(), indent=1)},\n{kept}{stop} "requests": [\n  {records}\n ],\n'
                 f' "fallbacks": {json.dumps(self.fallback_events)},\n'
                 f' "invalid_answers": {json.dumps(self.invalid_events)}\n}}\n')
         atomic_write_text(p, text)  # a stop while writing never leaves half a file

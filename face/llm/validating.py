@@ -1,21 +1,24 @@
-"""`ValidatingLM`: the layer that turns a request's `adapter` into validated samples.
+"""`ValidatingLM`: the one draw-until-valid loop of the project. Scoring, decomposition, the baselines and the
+optimizer ask through it; nothing else redraws.
 
-For a request without an adapter it does nothing. For one with an adapter, every sample is parsed
-(`adapter.parse(completion) -> value | reason`); an invalid sample at position i of a request for
-samples first_sample .. first_sample+n-1 is re-drawn as sample index first_sample + i + a*n for
-a = 1 .. llm.answer_retries (a fresh seed: the cache cannot hand back the same invalid text, and a
-rerun asks for exactly the same indices, so it is served from the cache). The sample returned at
-position i is the first valid draw (`value` set) or, when every draw was invalid, the last one with
-`error` set. Invalid draws are stored in the cache *marked invalid* (face.llm.cache), never as
-valid samples. Counts go to the result (`answer_retries`, `rejected_answers`) and to the usage.
+A request with an `adapter` (its answer type: `parse(completion) -> value | reason | Provisional`) asks for n
+valid answers and may spend what its `draws` policy allows (`Draws`: rounds, max_extra; face/llm/base.py). Round 1
+draws samples first_sample .. first_sample + n - 1; each later round draws the next fresh indices, one per answer
+still missing (so a rerun asks for exactly the same indices and is served from the cache, and the cache can never
+hand back the same invalid text), until n are valid, `rounds` rounds are spent or `max_extra` draws beyond the n.
+A dry run stops after round 1 (its placeholders carry nothing to validate). The result carries every draw in index
+order; an answer still missing at the end is filled by the earliest provisional draw if there is one. Invalid draws
+are stored in the cache *marked invalid* (face/llm/cache.py), never as valid samples. Counts go to the result
+(`answer_retries`: draws beyond the n, `rejected_answers`: invalid draws, `invalid_samples`: answers still
+missing) and so to the usage (llm_usage.json, the `llm_*` metrics, the console's counts line).
+A request without an adapter passes through.
 """
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from typing import Any
 
-from .base import Chat, ChatRequest, ChatResult, raise_first, validate
+from .base import DEFAULT_DRAWS, Chat, ChatRequest, ChatResult, Completion, merge, validate
 from .usage import Usage
 
 
@@ -24,48 +27,37 @@ class ValidatingLM:
         self.inner, self.cfg, self.usage = inner, cfg, usage
 
     async def chat(self, req: ChatRequest) -> ChatResult:
-        res = await self.inner.chat(req)
         adapter = req.adapter
         if adapter is None:
-            return res
-        for s in res.samples:
-            validate(s, adapter)
-        bad = [pos for pos, s in enumerate(res.samples) if s.error is not None]
-        if not bad:
-            return res
-        extra: list[ChatResult] = []
+            return await self.inner.chat(req)
+        policy = req.draws or DEFAULT_DRAWS
+        parts: list[ChatResult] = []
+        draws: list[Completion] = []
+        ask = req
+        for _ in range(policy.rounds):
+            res = await self.inner.chat(ask)
+            parts.append(res)
+            draws += (validate(s, adapter) for s in res.samples)
+            if any(s.dry_run for s in res.samples):
+                break
+            room = policy.room(req.n - sum(s.error is None for s in draws), len(draws) - req.n)
+            if room <= 0:
+                break
+            ask = replace(req, n=room, first_sample=req.first_sample + len(draws))
+        return self._settle(req, parts, draws)
 
-        async def redraw(pos: int) -> None:
-            cur = res.samples[pos]
-            rejected = [f"sample {cur.sample_index}: {cur.error}"]
-            attempts = 1
-            for a in range(1, int(self.cfg.answer_retries) + 1):
-                r = await self.inner.chat(replace(req, n=1, first_sample=req.first_sample + pos + a * req.n))
-                extra.append(r)
-                attempts += 1
-                cur = validate(r.samples[0], adapter)
-                if cur.error is None:
-                    break
-                rejected.append(f"sample {cur.sample_index}: {cur.error}")
-            cur.attempts, cur.rejected = attempts, rejected
-            if cur.error is not None:
-                s = "" if attempts == 1 else "s"
-                cur.error = f"no valid answer in {attempts} draw{s}; last: {cur.error}"
-                self.usage.note_invalid(req.tag, cur.error)
-            res.samples[pos] = cur
-
-        if len(bad) == 1:
-            await redraw(bad[0])
-        else:
-            out = await asyncio.gather(*(redraw(p) for p in bad), return_exceptions=True)
-            raise_first([x for x in out if isinstance(x, BaseException)])
-        res.answer_retries = sum(len(r.samples) for r in extra)
-        res.rejected_answers = sum(len(s.rejected) for s in res.samples)
-        res.cached_samples += sum(r.cached_samples for r in extra)
-        res.http_requests += sum(r.http_requests for r in extra)
-        res.retries += sum(r.retries for r in extra)
-        res.input_tokens += sum(r.input_tokens for r in extra)
-        res.output_tokens += sum(r.output_tokens for r in extra)
-        res.cost_usd += sum(r.cost_usd for r in extra)
-        return res
-
+    def _settle(self, req: ChatRequest, parts: list[ChatResult], draws: list[Completion]) -> ChatResult:
+        rejected = sum(s.error is not None for s in draws)
+        missing = req.n - (len(draws) - rejected)
+        for s in [s for s in draws if s.error is not None and s.value is not None][:max(0, missing)]:
+            s.error = None  # a provisional answer stands in for one still missing
+        out = merge(replace(req, n=len(draws)) if len(draws) != req.n else req, parts,
+                    {s.sample_index: s for s in draws})
+        out.request = req
+        out.answer_retries, out.rejected_answers = len(draws) - req.n, rejected
+        if out.invalid_samples:
+            last = next((s.error for s in reversed(draws) if s.error is not None), "")
+            why = f"no valid answer in {len(draws)} draw{'s' if len(draws) != 1 else ''}; last: {last}"
+            for _ in range(out.invalid_samples):
+                self.usage.note_invalid(req.tag, why)
+        return out

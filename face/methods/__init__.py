@@ -18,6 +18,7 @@ import pandas as pd
 
 from face.aspects import Aspect
 from face.data.schema import Conversation
+from face.errors import ConfigError
 from face.llm.config import LLMConfig
 from face.predictions import Predictions
 
@@ -96,6 +97,8 @@ def build(node: Any) -> Any:
         return instantiate(_literal_values(node), _convert_="all")
     except InstantiationException as e:
         cause = e.__cause__
+        if isinstance(cause, ConfigError):  # a typed setting refused: its message names the dotted key
+            raise cause from None
         if isinstance(cause, (ValueError, TypeError)):
             raise ValueError(f"{node.get('name', node['_target_'])}: {cause}") from cause
         raise

@@ -3,6 +3,10 @@
     plan -> estimate -> gate (write and print the estimate; refuse a run over llm.max_cost_usd; stop for a dry run)
          -> send (one client) -> collect -> usage (llm_usage.json, llm_server.json, MLflow metrics)
 
+The estimate and the usage count the same units under the same names (face/llm/sizes.py: ``requests``, ``samples``,
+``http_requests``, tokens); ``finish`` prints what was sent beside what was estimated (and, for a run whose particle
+count was assumed, ``restate``d after the decomposition).
+
 What a job plans, sends and collects is the caller's; the estimate table, the budget refusal, the dry run and the
 usage artifacts exist here only.
 
@@ -30,6 +34,7 @@ from face import console
 from face.errors import ConfigError
 from face.files import atomic_path, atomic_write_text
 from face.llm import LLMConfig
+from face.llm.sizes import Size
 from face.methods import MethodOutput
 from face.predictions import Predictions
 from face.report.tables import print_table
@@ -63,10 +68,29 @@ def collect_estimates() -> Iterator[list[pd.DataFrame]]:
         _ESTIMATES.reset(token)
 
 
+COUNTS = ("requests", "samples", "http_requests", "input_tokens", "output_tokens")
+
+
+def _total(costs: pd.DataFrame, column: str) -> float:
+    """A cost table's ``column``: its ``total`` row, else the sum of its stages."""
+    if column not in costs.columns:
+        return 0.0
+    total = costs[costs["stage"] == "total"] if "stage" in costs.columns else costs.iloc[0:0]
+    return float(total[column].iloc[-1]) if len(total) else float(costs[column].sum())
+
+
 def estimated_cost(costs: pd.DataFrame) -> float:
     """The run's estimated cost: the ``total`` row of a cost table, else the sum of its stages."""
-    total = costs[costs["stage"] == "total"] if "stage" in costs.columns else costs.iloc[0:0]
-    return float(total["cost_usd"].iloc[-1]) if len(total) else float(costs["cost_usd"].sum())
+    return _total(costs, "cost_usd")
+
+
+def estimated_size(costs: pd.DataFrame) -> Size:
+    """The run's estimated requests, samples, HTTP requests and tokens (the ``total`` row, else the stages' sum)."""
+    return Size(*(int(round(_total(costs, k))) for k in COUNTS))
+
+
+def _change(sent: int, estimated: int) -> str:
+    return f"{(sent - estimated) / estimated:+.1%}" if estimated else "n/a"
 
 
 @dataclass
@@ -79,6 +103,8 @@ class LLMJob:
     name: str = ""  # artifacts: cost_estimate[_name].csv, llm_usage[_name].json; metrics: [name.]llm_*
     artifacts: list[Path] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    estimated: Size | None = None  # what the gate's estimate said would be sent
+    restated: Size | None = None  # the same, restated once the particle count was known
 
     def _file(self, stem: str, ext: str) -> Path:
         return self.run_dir / (f"{stem}_{self.name}.{ext}" if self.name else f"{stem}.{ext}")
@@ -88,10 +114,11 @@ class LLMJob:
         return bool(self.lcfg.dry_run)
 
     def gate(self, costs: pd.DataFrame, note: str = "", estimated_usd: float | None = None,
-             detail: pd.DataFrame | None = None) -> Path:
+             detail: pd.DataFrame | None = None, size: Size | None = None) -> Path:
         """Write and print the estimate; a ConfigError if it is over ``llm.max_cost_usd`` (unless ``llm.force`` or a
         dry run). ``estimated_usd``: the figure compared with the cap (default: the table's total); ``detail``: the
-        table written to the run directory when the one printed is its summary (default: ``costs``)."""
+        table written to the run directory when the one printed is its summary (default: ``costs``); ``size``: the
+        requests, samples and HTTP requests ``finish`` compares the usage with (default: the table's total)."""
         path = self._file("cost_estimate", "csv")
         with atomic_path(path) as tmp:
             (costs if detail is None else detail).to_csv(tmp, index=False)
@@ -99,7 +126,10 @@ class LLMJob:
         collected = _ESTIMATES.get()
         if collected is not None:
             collected.append(costs if detail is None else detail)
+        self.estimated = estimated_size(costs) if size is None else size
         estimated = estimated_cost(costs) if estimated_usd is None else estimated_usd
+        self.metrics.update({f"{self._prefix}estimate.{k}": float(getattr(self.estimated, k))
+                             for k in ("requests", "samples", "http_requests")})
         if self.lcfg.batch:
             note += (f" (OpenAI Batch API price: {self.lcfg.batch_price_factor:g} × list price "
                      f"${estimated / self.lcfg.batch_price_factor:.2f})")
@@ -112,6 +142,35 @@ class LLMJob:
                               "pass llm.force=true to start anyway (the estimate ignores cached samples, so a "
                               "resumed run may cost less; the budget still stops it)")
         return path
+
+    @property
+    def _prefix(self) -> str:
+        return f"{self.name}." if self.name else ""
+
+    def restate(self, assumed: Size, actual: Size, assumed_rate: float, actual_rate: float) -> None:
+        """The estimate of the stages that depended on an assumed particle rate, once the actual rate is known: said
+        on the console and in the metrics, and counted in what ``finish`` compares the usage with."""
+        if self.estimated is None:
+            return
+        self.restated = Size(*(getattr(self.estimated, k) - getattr(assumed, k) + getattr(actual, k)
+                               for k in COUNTS))
+        print(f"{self._prefix}particles: {actual_rate:.3f} per turn (the estimate assumed {assumed_rate:.3f}); "
+              f"scoring: {actual.http_requests:,} HTTP requests, {actual.samples:,} samples at the actual rate "
+              f"(estimated: {assumed.http_requests:,}, {assumed.samples:,})")
+        self.metrics.update({f"{self._prefix}estimate.particles_per_turn.assumed": assumed_rate,
+                             f"{self._prefix}estimate.particles_per_turn.actual": actual_rate,
+                             **{f"{self._prefix}estimate.at_actual_rate.{k}": float(getattr(self.restated, k))
+                                for k in ("requests", "samples", "http_requests")}})
+
+    def sent_line(self, usage: dict) -> str:
+        """What was sent beside what was estimated, in the estimate's units (the estimate counts no cache hit)."""
+        line = (f"{self._prefix}LLM sent: {usage['http_requests']:,} HTTP requests, {usage['samples']:,} samples "
+                f"({usage['cache_hits']:,} samples from the cache)")
+        for what, est in (("estimated", self.estimated), ("at the actual particle rate", self.restated)):
+            if est is not None:
+                line += (f"; {what}: {est.http_requests:,} ({_change(usage['http_requests'], est.http_requests)}), "
+                         f"{est.samples:,} ({_change(usage['samples'], est.samples)})")
+        return line
 
     def dry_run_output(self) -> MethodOutput:
         """A method's output for a dry run: no predictions, the estimate as its artifact and metrics."""
@@ -132,6 +191,7 @@ class LLMJob:
         console.note_usage(client.usage.summary())  # the run's summary block: the same numbers
         self.metrics.update(client.usage.mlflow_metrics(prefix=f"{self.name}.llm_" if self.name else "llm_"))
         print(f"{self.name + ': ' if self.name else ''}{client.usage.counts_line()}")  # llm_usage.json's numbers
+        print(self.sent_line(client.usage.summary()))
         server = write_server_report(client, self._file("llm_server", "json"), self.metrics)
         if server is not None:
             self.artifacts.append(server)

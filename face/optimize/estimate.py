@@ -1,14 +1,15 @@
-"""What an optimization costs before anything is sent: LLM calls per round (gradients, rewrites, scoring)
-and in total, with tokens and price. Scoring counts are upper bounds: a (candidate, particle) pair scored
-once is free afterwards (in-process memo and the LLM cache), which the loop exploits heavily."""
+"""What an optimization costs before anything is sent: LLM requests, samples and HTTP requests per round (gradients,
+rewrites, scoring) and in total, with tokens and price, counted with the LLM layer's arithmetic (face/llm/sizes.py:
+the units and names of llm_usage.json). Scoring counts are upper bounds: a (candidate, particle) pair scored once is
+free afterwards (in-process memo and the LLM cache), which the loop exploits heavily."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import pandas as pd
 
+from face.llm.sizes import planned
 from face.optimize.config import OptimizerConfig
 from face.pipeline.estimate import Pricing
 
@@ -17,13 +18,13 @@ PAPER = dict(alpha=4, beta=4, beam=4, ucb_c=1.0, expand_minibatch=20, pull_minib
 
 @dataclass(frozen=True)
 class CostInputs:
-    """Sizes of one aspect's data and prompts (tokens per call are estimates: ~4 characters per token)."""
+    """Sizes of one aspect's data and prompts (tokens are estimates: ~4 characters per token)."""
 
     train_items: int
     eval_items: int  # dev + test items scored at the end
     particles_per_item: float
     score_samples: int  # samples per particle × instruction
-    score_in_tokens: float  # input tokens of one scoring call
+    score_in_tokens: float  # input tokens of one scoring request
     score_out_tokens: int
     gradient_in_tokens: int = 1800
     gradient_out_tokens: int = 250
@@ -39,30 +40,30 @@ def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.Data
     units = ci.particles_per_item
     rows = []
 
-    def row(stage, requests, calls, tin_per_request, tout_per_call):
-        http = requests * math.ceil(calls / max(requests, 1) / pricing.n_per_request)
-        tin, tout = requests * tin_per_request, calls * tout_per_call
-        rows.append({"stage": stage, "requests": int(requests), "calls": int(calls), "http_requests": int(http),
-                     "input_tokens": int(tin), "output_tokens": int(tout), "cost_usd": pricing.cost(tin, tout)})
+    def row(stage: str, requests: float, samples_each: int, tin_each: float, tout_each: int) -> None:
+        size = planned(samples_each, pricing.n_per_request, requests * tin_each, tout_each, requests)
+        rows.append({"stage": stage, "requests": size.requests, "samples": size.samples,
+                     "http_requests": size.http_requests, "input_tokens": size.input_tokens,
+                     "output_tokens": size.output_tokens, "cost_usd": pricing.cost(size.input_tokens,
+                                                                                   size.output_tokens)})
 
-    row("gradients / round", b, b * a, ci.gradient_in_tokens, ci.gradient_out_tokens)
-    row("rewrites / round", b * a, b * a * be, ci.rewrite_in_tokens, ci.rewrite_out_tokens)
+    row("gradients / round", b, a, ci.gradient_in_tokens, ci.gradient_out_tokens)
+    row("rewrites / round", b * a, be, ci.rewrite_in_tokens, ci.rewrite_out_tokens)
     expand = b * min(ocfg.expand_minibatch, ci.train_items) * units
-    row("expand scoring / round", expand, expand * ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
+    row("expand scoring / round", expand, ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
     pulled = min(ocfg.pulls * min(ocfg.pull_minibatch, ci.train_items), pool * ci.train_items) * units
-    row("bandit pulls / round (upper bound)", pulled, pulled * ci.score_samples, ci.score_in_tokens,
-        ci.score_out_tokens)
+    row("bandit pulls / round (upper bound)", pulled, ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
     per_round = pd.DataFrame(rows)
     total_round = per_round.drop(columns="stage").sum()
     rows.append({"stage": "per round", **total_round.to_dict()})
     rows.append({"stage": f"all {ocfg.rounds} rounds", **(total_round * ocfg.rounds).to_dict()})
     final = (min(ocfg.top_k, ocfg.rounds * pool) + 1) * ci.eval_items * units
-    row("final evaluation (dev + test)", final, final * ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
+    row("final evaluation (dev + test)", final, ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
     end = pd.DataFrame(rows)
     total = end[end["stage"].isin([f"all {ocfg.rounds} rounds", "final evaluation (dev + test)"])]
     rows.append({"stage": "total", **total.drop(columns="stage").sum().to_dict()})
     out = pd.DataFrame(rows)
-    for c in ("requests", "calls", "http_requests", "input_tokens", "output_tokens"):
+    for c in ("requests", "samples", "http_requests", "input_tokens", "output_tokens"):
         out[c] = out[c].round().astype(int)
     return out
 

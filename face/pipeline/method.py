@@ -1,20 +1,22 @@
 """The FACE pipeline, live: decompose turns into particles, score them with an LLM, aggregate.
 
 Method variants are configuration, not code: ``method.unit=whole`` is the no-particles ablation,
-``method.instructions.source=initial`` the no-optimization one, ``method.estimator=logprobs`` the
+``method.instructions.source=initial`` the no-optimization one, ``method.scoring.estimator=logprobs`` the
 G-Eval-style estimator, ``method.particles.source=released`` scores the authors' particles. ``Face`` composes its
-parts (``face/pipeline/parts.py``): an instruction source, a unit source, the scoring spec, the aggregators.
+parts (``face/pipeline/parts.py``): an instruction source, a unit source, the scoring spec (``method.scoring``,
+injected whole), the aggregators. Every settings class here is typed (face/settings.py): a bad value is refused
+with one line naming its dotted key, before anything runs.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import Annotated, ClassVar, Literal, Sequence
 
 import pandas as pd
+from pydantic import Field
 
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
@@ -24,8 +26,8 @@ from face.files import atomic_open
 from face.llm.config import LLMConfig
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
-from face.pipeline.aggregate import AGGREGATORS, aggregate
-from face.pipeline.estimate import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost
+from face.pipeline.aggregate import aggregate
+from face.pipeline.estimate import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost, totals
 from face.pipeline.particles import Decomposition, ParticlesSpec
 from face.pipeline.parts import (
     INSTRUCTION_SOURCES,
@@ -36,48 +38,37 @@ from face.pipeline.parts import (
     unit_source,
 )
 from face.pipeline.records import ScoreSink, ScoreTally
-from face.pipeline.scoring import (
-    UNITS,
-    UNLABELLED,
-    InvalidPolicy,
-    ScoringSpec,
-    plan_iter,
-    score_stream,
-    turns_for,
-    units_for,
-)
+from face.pipeline.scoring import ScoringSpec, plan_iter, score_stream, turns_for, units_for
 from face.predictions import Predictions
+from face.settings import nested, settings
 
 log = logging.getLogger(__name__)
 EMPTY_TURN_RULES = ("drop", "min")
+Aggregator = Literal["mean", "median", "max", "min"]  # face.pipeline.aggregate.AGGREGATORS
 
 
-@dataclass
+@settings("method.instructions")
 class InstructionsSpec:
     # released: the authors' top-16 per aspect | initial: the paper's generic initial instruction ("FACE w/o
     # train") | initial_aspect: our aspect-specific initial instructions | file: a JSON file (e.g. an optimizer's)
     # | mlflow: an optimized set in MLflow | module.Class: a class of your own (face/pipeline/parts.py)
     source: str = "released"
     file: str | None = None  # JSON {aspect: [{instruction_id, text}]} for source=file
-    max: int | None = None  # use the first N (by rank); None = all
+    max: int | None = Field(None, ge=1)  # use the first N (by rank); None = all
     ref: str | None = None  # source=mlflow: NAME@VERSION ({aspect} allowed in NAME), prompts:/NAME/V or runs:/RUN_ID
-
-    def __post_init__(self) -> None:
-        if self.max is not None and self.max < 1:
-            raise ValueError(f"method.instructions.max must be >= 1 or null, got {self.max}")
 
     def build(self) -> InstructionSource:
         return build(INSTRUCTION_SOURCES, self.source, "instruction source", {"file": self.file, "ref": self.ref})
 
 
-@dataclass
+@settings("method.cost")
 class CostSpec:
     """Typical answer sizes for the estimate printed before a live run."""
 
-    score_output_tokens: int = 8  # {"score": k} alone
-    score_reasoning_tokens: int = 300  # assumed length of a reasoned scoring reply (max_tokens bounds it)
-    decompose_output_tokens: int = 120  # the JSON list alone
-    decompose_reasoning_tokens: int = 600  # assumed length of a reasoned decomposition reply
+    score_output_tokens: int = Field(8, ge=0)  # {"score": k} alone
+    score_reasoning_tokens: int = Field(300, ge=0)  # assumed length of a reasoned scoring reply (max_tokens bounds it)
+    decompose_output_tokens: int = Field(120, ge=0)  # the JSON list alone
+    decompose_reasoning_tokens: int = Field(600, ge=0)  # assumed length of a reasoned decomposition reply
 
     def score_tokens(self, reasoning: bool) -> int:
         return self.score_reasoning_tokens if reasoning else self.score_output_tokens
@@ -96,9 +87,10 @@ def write_run_settings(path: Path, label: str, llm: LLMConfig, method: Face,
     from face.files import atomic_write_text
     from face.secrets import redact
 
+    sc = method.scoring
     record = {"label": label,
-              "llm": {"model": llm.model, "backend": llm.backend, "estimator": method.estimator, "n": method.n,
-                      "temperature": method.temperature, "reasoning": method.reasoning, "unit": method.unit},
+              "llm": {"model": llm.model, "backend": llm.backend, "estimator": sc.estimator, "n": sc.n,
+                      "temperature": sc.temperature, "reasoning": sc.reasoning, "unit": method.unit},
               "instructions": {a: {i.instruction_id: i.text for i in ins} for a, ins in instructions.items()},
               "aspects": [{"name": a.name, "level": a.level, "scale": list(a.scale), "definition": a.definition}
                           for a in aspects or ()]}
@@ -106,56 +98,28 @@ def write_run_settings(path: Path, label: str, llm: LLMConfig, method: Face,
     return path
 
 
-@dataclass
+@settings("method")
 class Face:
     """FACE live. Config: ``conf/method/face.yaml``; every key is a field here."""
 
     uses_llm: ClassVar[bool] = True  # the LLM settings, cache and server are checked before anything runs
     name: str = "face"
-    unit: str = "particle"  # particle | whole (score whole turns / dialogues: ablation_no_particles)
-    particles: ParticlesSpec = field(default_factory=ParticlesSpec)
-    instructions: InstructionsSpec = field(default_factory=InstructionsSpec)
-    estimator: str = "sampling"  # sampling | logprobs | module.Class (face.pipeline.scoring.Estimator)
-    n: int = 5
-    temperature: float | None = 0.6
-    max_tokens: int | None = None  # None: 768 with reasoning, 16 without
-    top_logprobs: int = 5
-    order: str = "prefix"
-    reasoning: bool = True  # the paper's prompt: reason step by step, then the JSON answer
-    invalid: InvalidPolicy = field(default_factory=InvalidPolicy)
+    unit: Literal["particle", "whole"] = "particle"  # whole: score whole turns / dialogues (ablation_no_particles)
+    particles: Annotated[ParticlesSpec, nested(ParticlesSpec)] = Field(default_factory=ParticlesSpec)
+    instructions: Annotated[InstructionsSpec, nested(InstructionsSpec)] = Field(default_factory=InstructionsSpec)
+    scoring: Annotated[ScoringSpec, nested(ScoringSpec)] = Field(default_factory=ScoringSpec)
     # a turn without particles: drop (the authors: no prediction for it; a conversation without any particle gets
     # no dialogue prediction either) | min (it scores the scale's lowest)
-    empty_turn: str = "drop"
-    unlabelled_turns: str = "skip"  # skip (the authors) | score: turn-level aspects on turns without their label
-    instruction_agg: str = "mean"
-    particle_agg: str = "mean"
-    cost: CostSpec = field(default_factory=CostSpec)
-    # the parts, built from the settings above (face/pipeline/parts.py)
-    source: InstructionSource = field(init=False, repr=False, compare=False)
-    units: UnitSource = field(init=False, repr=False, compare=False)
+    empty_turn: Literal["drop", "min"] = "drop"
+    unlabelled_turns: Literal["skip", "score"] = "skip"  # skip (the authors) | score: turns without their label
+    instruction_agg: Aggregator = "mean"
+    particle_agg: Aggregator = "mean"
+    cost: Annotated[CostSpec, nested(CostSpec)] = Field(default_factory=CostSpec)
 
     def __post_init__(self) -> None:
-        for key, cls in (("particles", ParticlesSpec), ("instructions", InstructionsSpec), ("cost", CostSpec),
-                         ("invalid", InvalidPolicy)):
-            if isinstance(getattr(self, key), dict):
-                setattr(self, key, cls(**getattr(self, key)))
-        if self.unit not in UNITS:
-            raise ValueError(f"unknown unit {self.unit!r}; choose from {UNITS}")
-        if self.empty_turn not in EMPTY_TURN_RULES:
-            raise ValueError(f"method.empty_turn must be one of {EMPTY_TURN_RULES}, got {self.empty_turn!r}")
-        if self.unlabelled_turns not in UNLABELLED:
-            raise ValueError(f"method.unlabelled_turns must be one of {UNLABELLED}, got {self.unlabelled_turns!r}")
-        for key in ("instruction_agg", "particle_agg"):
-            if getattr(self, key) not in AGGREGATORS:
-                raise ValueError(f"method.{key} must be one of {AGGREGATORS}, got {getattr(self, key)!r}")
-        _ = self.scoring  # validates estimator / order / n now, before anything runs
-        self.source = self.instructions.build()
-        self.units = unit_source(self.unit, self.particles)
-
-    @property
-    def scoring(self) -> ScoringSpec:
-        return ScoringSpec(self.estimator, self.n, self.temperature, self.max_tokens, self.top_logprobs, self.order,
-                           self.reasoning, self.invalid)
+        # the parts, built from the settings above (face/pipeline/parts.py)
+        self.source: InstructionSource = self.instructions.build()
+        self.units: UnitSource = unit_source(self.unit, self.particles)
 
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
         return self.units.files(dataset) + self.source.files(dataset, aspects)
@@ -173,11 +137,12 @@ class Face:
         n_instr = sorted({len(v) for v in instructions.values()})
         parts = [f"FACE live — LLM: {llm.model} ({llm.backend})", self.units.describe(),
                  f"instructions: {self.source.name} × {'/'.join(map(str, n_instr))}"]
-        parts.append(self.scoring.scorer.describe(self.scoring))
-        parts.append(("reasoning before the score" if self.reasoning else "score only, no reasoning")
-                     + f"; invalid answers: {self.invalid.attempts} draws, then {self.invalid.fallback}")
-        if self.scoring.scorer.reads_logprobs and self.invalid.logprobs_missing != "parsed":
-            parts.append(f"answers without logprobs: {self.invalid.logprobs_missing}")
+        sc = self.scoring
+        parts.append(sc.scorer.describe(sc))
+        parts.append(("reasoning before the score" if sc.reasoning else "score only, no reasoning")
+                     + f"; invalid answers: {sc.draws.rounds} rounds of draws, then {sc.fallback}")
+        if sc.scorer.reads_logprobs and sc.logprobs_missing != "parsed":
+            parts.append(f"answers without logprobs: {sc.logprobs_missing}")
         if llm.backend == "local":
             parts.append("TINY LOCAL MODEL: pipeline check only, no judging signal")
         elif llm.backend == "scripted":
@@ -185,22 +150,38 @@ class Face:
         return "; ".join(parts)
 
     def estimate(self, inputs: Inputs, instructions: dict[str, list[Instruction]],
-                 proxy: dict[tuple[str, int], Decomposition]) -> pd.DataFrame:
-        """Cost of this run before sending anything (particle counts from ``proxy`` when not yet decomposed)."""
+                 decomps: dict[tuple[str, int], Decomposition] | None) -> pd.DataFrame:
+        """Cost of this run before sending anything. Before the decomposition ``decomps`` is the proxy: the scoring
+        stages assume a particle rate and say which (``particles_per_turn``); after it, the actual particles."""
         llm, convs, ds = inputs.llm, inputs.convs, inputs.dataset
         pricing = Pricing.of(llm)
         by_id = {c.conv_id: c for c in convs}
         n_turns = sum(len(c.evaluated_turns()) for c in convs)
         stages = self.units.cost_stages(convs, ds, pricing, self.cost.decompose_tokens(self.particles.reasoning))
-        whole_turn_proxy = any(d.source == "proxy" for d in proxy.values())
+        decomps = decomps or {}
+        proxy = [d for d in decomps.values() if d.source in ("proxy", "released")]
+        assumed = self.units.decomposes and bool(proxy)
+        whole_turn_proxy = any(d.source == "proxy" for d in proxy)
         for a in inputs.aspects:
-            units = units_for(a, convs, proxy, self.units.unit, self.unlabelled_turns)
+            units = units_for(a, convs, decomps, self.units.unit, self.unlabelled_turns)
             stage = scoring_cost(a.name, units, instructions[a.name], by_id, n_turns, self.scoring,
-                                 self.cost.score_tokens(self.reasoning), pricing, ds.judged)
-            if whole_turn_proxy:
-                stage = scale_stage(stage, RELEASED_PARTICLES_PER_TURN)  # the particles that will exist
+                                 self.cost.score_tokens(self.scoring.reasoning), pricing, ds.judged)
+            if whole_turn_proxy:  # one unit per turn stands in for the particles that will exist
+                stage = scale_stage(stage, RELEASED_PARTICLES_PER_TURN, RELEASED_PARTICLES_PER_TURN)
+            elif assumed:
+                stage.particles_per_turn = particles_per_turn(decomps)
             stages.append(stage)
         return cost_table(stages)
+
+    def restate(self, job: LLMJob, inputs: Inputs, instructions: dict[str, list[Instruction]],
+                costs: pd.DataFrame, decomps: dict[tuple[str, int], Decomposition] | None) -> None:
+        """After the decomposition: what the scoring stages' counts become at the actual particle rate."""
+        rate = costs["particles_per_turn"].dropna()
+        if not self.units.decomposes or decomps is None or not len(rate):
+            return
+        after = self.estimate(inputs, instructions, decomps)
+        job.restate(totals(costs, "score:"), totals(after, "score:"), float(rate.iloc[0]),
+                    particles_per_turn(decomps))
 
     def proxy(self, inputs: Inputs) -> dict[tuple[str, int], Decomposition]:
         """The particles known before anything is sent (the estimate's particle counts)."""
@@ -221,19 +202,19 @@ class Face:
                 inputs.tracker.register_instructions(a.name, instructions[a.name], self.source.name,
                                                      self.units.wording(a))
         if job.dry_run:
-            job.metrics.update({f"estimate.{r.stage}.calls": r.calls for r in costs.itertuples()})
             return job.dry_run_output()
         write_run_settings(run_dir / RUN_SETTINGS, job.label, lcfg, self, instructions, inputs.aspects)
         by_id = {c.conv_id: c for c in convs}
         ds = inputs.dataset
         with job.client() as client:
             decomps = self.units.decompositions(client, convs, ds, proxy, lcfg.supports_json_schema)
+            self.restate(job, inputs, instructions, costs, decomps)
             parts, tally = [], ScoreTally()
             with ScoreSink(run_dir / "particle_scores.jsonl", decomps) as sink:
                 for a in inputs.aspects:  # one aspect's scores in memory at a time
                     units = units_for(a, convs, decomps or {}, self.units.unit, self.unlabelled_turns)
-                    planned = plan_iter(units, instructions[a.name], by_id, self.scoring, lcfg.supports_json_schema,
-                                        ds.judged)
+                    planned = plan_iter(units, instructions[a.name], by_id, self.scoring,
+                                        lcfg.supports_json_schema, ds.judged)
                     score_stream(client, planned, self.scoring, sink.add, desc=f"scoring {a.name}",
                                  total=len(units) * len(instructions[a.name]))
                     detail = tally.add(sink.take())

@@ -6,8 +6,9 @@ user's feedback on each, output JSON) and the last JSON object of the reply is t
 reasoning it answers JSON only, schema-constrained where the endpoint supports it. Either way an empty
 list is a valid answer, as in the authors' validator (a turn with no particle: 15 released turns have
 none), and a particle's user feedback is kept as answered (missing: ``NO_FEEDBACK_PROVIDED``).
-Invalid samples are replaced by new draws until ``k`` are valid (at most ``max_rounds`` rounds, the
-authors: 100; ``max_extra`` caps the extra draws per turn).
+Invalid samples are replaced by new draws until ``k`` are valid (``method.particles.draws``: at most ``rounds``
+rounds, the authors: 100; ``max_extra`` caps the extra draws per turn), by the LLM layer's one draw-until-valid
+loop (face/llm/validating.py): samples 0..k-1, then the next fresh indices for the missing ones.
 Plurality vote: keep the valid samples with the most common particle count, then pick the one
 whose (act, mention, feedback) tuples occur most often across all valid samples (ties: earliest).
 If no sample is valid, the whole turn becomes one particle, flagged ``fallback="no_valid_sample"``.
@@ -16,36 +17,51 @@ If no sample is valid, the whole turn becomes one particle, flagged ``fallback="
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Annotated, Any, Sequence
+
+from pydantic import Field, field_validator
 
 from face.data.schema import DIALOGUE_ACTS, NO_FEEDBACK, USER, Conversation, Particle, Turn, TurnParticles
+from face.llm.base import Draws
 from face.prompts import render
+from face.settings import Number, nested, settings
 
 MAX_MENTION_WORDS = 12
 
 PARTICLE_SOURCES = ("llm", "released")
 
 
-@dataclass
+@settings("method.particles.draws", frozen=True)
+class ParticleDraws:
+    """How many draws a turn may spend on its k valid decompositions (face.llm.Draws)."""
+
+    rounds: int = Field(100, ge=1)  # rounds of redrawing invalid samples (the authors: 100)
+    max_extra: int | None = Field(None, ge=0)  # cap on extra draws per turn (None: none beyond the rounds)
+
+    @property
+    def policy(self) -> Draws:
+        return Draws(self.rounds, self.max_extra)
+
+
+@settings("method.particles")
 class ParticlesSpec:
     """How particles are obtained: decomposed by the LLM (k samples, plurality vote) or the released ones."""
 
-    source: str = "llm"  # llm (our decomposition) | released (the authors' particles, CRSArena-Eval only)
-    k: int = 20  # decomposition samples per turn (plurality vote)
+    source: str = "llm"  # llm (our decomposition) | released (the authors' particles, CRSArena only) | module.Class
+    k: int = Field(20, ge=1)  # decomposition samples per turn (plurality vote)
     reasoning: bool = True  # four reasoning steps before the JSON list (the authors) | JSON only (ours)
-    max_rounds: int = 100  # rounds of redrawing invalid samples (the authors: 100)
-    max_extra: int | None = None  # cap on extra draws per turn (None: none beyond max_rounds)
-    temperature: float | None = 0.6  # the authors: 0.6
-    max_tokens: int = 2048  # the authors: 2048 (reasoning); 400 is plenty without it
+    draws: Annotated[ParticleDraws, nested(ParticleDraws)] = Field(default_factory=ParticleDraws)
+    temperature: Number | None = Field(0.6, ge=0, le=2)  # the authors: 0.6
+    max_tokens: int = Field(2048, ge=1)  # the authors: 2048 (reasoning); 400 is plenty without it
 
-    def __post_init__(self) -> None:
-        if self.source not in PARTICLE_SOURCES and "." not in self.source:  # a name, or a class (pipeline/parts.py)
-            raise ValueError(f"unknown particle source {self.source!r}; choose from {PARTICLE_SOURCES}")
-        if self.k < 1:
-            raise ValueError(f"method.particles.k must be >= 1, got {self.k}")
-        if self.max_rounds < 1 or (self.max_extra is not None and self.max_extra < 0):
-            raise ValueError("method.particles.max_rounds must be >= 1 and max_extra >= 0 (or null)")
+    @field_validator("source")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in PARTICLE_SOURCES and "." not in v:  # a name, or a class (pipeline/parts.py)
+            raise ValueError(f"must be one of {', '.join(map(repr, PARTICLE_SOURCES))} or a class as module.Class, "
+                             f"got {v!r}")
+        return v
 
 
 @dataclass(frozen=True)
@@ -140,52 +156,45 @@ def from_released(rows: Sequence[TurnParticles]) -> dict[tuple[str, int], Decomp
             for r in rows}
 
 
-def decompose(client, convs: Sequence[Conversation], spec: ParticlesSpec, json_schema: bool,
+class ParticlesAnswer:
+    """The answer type of a decomposition request: its format (a JSON schema where the endpoint takes one and the
+    prompt asks for the list alone) and its reading (``parse_particles``), within the spec's draws."""
+
+    def __init__(self, reasoning: bool):
+        from face.llm.adapters import particles_adapter
+
+        self.reasoning = reasoning
+        self.json = particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
+
+    def parse(self, answer: Any) -> tuple[Particle, ...] | str:
+        return parse_particles(answer, self.json, self.reasoning)
+
+    def request(self, req: Any, json_schema: bool, draws: Draws) -> Any:
+        if json_schema and not self.reasoning:  # a schema would rule the reasoning out
+            req = self.json.request(req, native=True)
+        return replace(req, adapter=self, draws=draws)
+
+
+def decompose(client: Any, convs: Sequence[Conversation], spec: ParticlesSpec, json_schema: bool,
               assistant: str = "movie-recommendation assistant") -> dict[tuple[str, int], Decomposition]:
     """LLM decomposition of every evaluated assistant turn of ``convs`` (see module doc)."""
     from face.llm import ChatRequest
-    from face.llm.adapters import particles_adapter
-
-    k, cap = spec.k, spec.max_extra
 
     turns = [(c, t) for c in convs for t in c.evaluated_turns()]
-    adapter = particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
-    valid: dict[int, list[tuple[Particle, ...]]] = {i: [] for i in range(len(turns))}
-    drawn = {i: 0 for i in range(len(turns))}
-    want = {i: k for i in range(len(turns))}  # total samples to request per turn (cache keeps earlier ones)
-    pending = list(range(len(turns)))
-    for _ in range(spec.max_rounds):
-        if not pending:
-            break
-        reqs = [ChatRequest(messages=decompose_messages(*turns[i], assistant, spec.reasoning), n=want[i],
-                            temperature=spec.temperature, max_tokens=spec.max_tokens, tag="decompose") for i in pending]
-        if json_schema and not spec.reasoning:  # a schema would rule the reasoning out
-            reqs = [adapter.request(r, native=True) for r in reqs]
-        results = client.run_batch(reqs, desc=f"decomposing {len(pending)} turns")
-        nxt = []
-        for i, res in zip(pending, results):
-            new = res.samples[drawn[i]:]
-            drawn[i] = len(res.samples)
-            for s in new:
-                if getattr(s, "dry_run", False):
-                    continue
-                parsed = parse_particles(s, adapter, spec.reasoning)
-                if not isinstance(parsed, str):
-                    valid[i].append(parsed)
-            missing = k - len(valid[i])
-            room = missing if cap is None else min(missing, cap - (drawn[i] - k))
-            if room > 0 and not any(getattr(s, "dry_run", False) for s in new):
-                want[i] = drawn[i] + room
-                nxt.append(i)
-        pending = nxt
-    out = {}
-    for i, (conv, turn) in enumerate(turns):
-        if valid[i]:
-            chosen, votes = plurality_vote(valid[i])
-            out[(conv.conv_id, turn.turn_ind)] = Decomposition(conv.conv_id, turn.turn_ind, chosen, "llm",
-                                                               len(valid[i]), drawn[i], votes)
-        else:
-            out[(conv.conv_id, turn.turn_ind)] = Decomposition(conv.conv_id, turn.turn_ind,
-                                                               (whole_turn(conv, turn),), "whole_turn", 0,
-                                                               drawn[i], 0, "no_valid_sample")
-    return out
+    answer = ParticlesAnswer(spec.reasoning)
+    reqs = [answer.request(ChatRequest(messages=decompose_messages(c, t, assistant, spec.reasoning), n=spec.k,
+                                       temperature=spec.temperature, max_tokens=spec.max_tokens, tag="decompose"),
+                           json_schema, spec.draws.policy) for c, t in turns]
+    results = client.run_batch(reqs, desc=f"decomposing {len(turns)} turns")
+    return {(c.conv_id, t.turn_ind): voted(c, t, res) for (c, t), res in zip(turns, results)}
+
+
+def voted(conv: Conversation, turn: Turn, res: Any) -> Decomposition:
+    """The decomposition of one turn from every draw of its request: the plurality vote of its valid answers, or
+    the whole turn as one particle when none is valid."""
+    valid = [s.value for s in res.answers]
+    if valid:
+        chosen, votes = plurality_vote(valid)
+        return Decomposition(conv.conv_id, turn.turn_ind, chosen, "llm", len(valid), len(res.samples), votes)
+    return Decomposition(conv.conv_id, turn.turn_ind, (whole_turn(conv, turn),), "whole_turn", 0, len(res.samples), 0,
+                         "no_valid_sample")

@@ -1,13 +1,12 @@
-"""Typed JSON answers (face.llm.adapters) and re-sampling of invalid answers (face.llm.structured)."""
+"""Typed JSON answers (face.llm.adapters) and the redraws of invalid answers (face.llm.validating: the one loop)."""
 import json
 import random
 
 import pytest
 from pydantic import BaseModel, Field, field_validator
 
-from face.llm import ChatRequest, Completion, make_client
-from face.llm.adapters import JsonAdapter, particles_adapter, score_adapter
-from face.llm.structured import chat_json, extract_json, run_json_batch
+from face.llm import ChatRequest, Completion, Draws, make_client
+from face.llm.adapters import JsonAdapter, extract_json, particles_adapter, score_adapter
 from face.testing.scripted import ScriptedServer, default_responder, schema_instance
 
 
@@ -171,40 +170,48 @@ def test_scripted_schema_instances_validate(seed):
         assert not isinstance(a.parse(text), str), (a.name, text)
 
 
-# ---------------------------------------------------------------- re-sampling through the client
-def test_chat_json_native_schema(server, make_cfg):
+# ---------------------------------------------------------------- redraws through the client (the one loop)
+def ask(c, adapter, messages="rate this", n=1, rounds=3, tag="score"):
+    req = ChatRequest(messages=messages, n=n, tag=tag, draws=Draws(rounds=rounds))
+    return c.run_batch([adapter.request(req, native=c.cfg.supports_json_schema, validate=True)])[0]
+
+
+def test_a_valid_first_answer_is_parsed_and_nothing_is_redrawn(server, make_cfg):
     with make_client(make_cfg()) as c:
-        res = c.run_async(chat_json(c, ChatRequest(messages="rate this", tag="score"), score_adapter([1, 2, 3])))
-    assert res.ok and res.attempts == 1 and res.value.score in (1, 2, 3)
+        res = ask(c, score_adapter([1, 2, 3]))
+    (answer,) = res.answers
+    assert res.answer_retries == 0 and answer.value.score in (1, 2, 3) and len(res.samples) == 1
     assert server.log[0]["n"] == 1
-    assert res.value.score == json.loads(res.raw_texts[0])["score"]
+    assert answer.value.score == json.loads(answer.text)["score"]
 
 
 @pytest.mark.parametrize("fault", ["malformed", "truncated"])
-def test_chat_json_retries_invalid_with_a_new_sample(server, make_cfg, fault):
+def test_an_invalid_answer_is_redrawn_as_the_next_fresh_sample(server, make_cfg, fault):
     adapter = score_adapter([1, 2, 3])
     with make_client(make_cfg()) as c:
         server.force(fault)
-        res = c.run_async(chat_json(c, ChatRequest(messages="rate this", tag="score"), adapter))
-        assert res.ok and res.attempts == 2 and res.sample_index == 1
-        assert len(res.errors) == 1 and ("invalid JSON" in res.errors[0] or "truncated" in res.errors[0])
-        assert [e["seed"] for e in server.log] == [0, 1]  # the retry is a different sample, not a cache hit
+        res = ask(c, adapter)
+        (answer,) = res.answers
+        assert answer.sample_index == 1 and res.answer_retries == 1 and res.rejected_answers == 1
+        bad = res.samples[0]
+        assert not bad.valid and ("invalid JSON" in bad.error or "truncated" in bad.error)
+        assert [e["seed"] for e in server.log] == [0, 1]  # the redraw is a different sample, not a cache hit
         # rerun: both samples come from the cache, same outcome, nothing sent
-        again = c.run_async(chat_json(c, ChatRequest(messages="rate this", tag="score"), adapter))
-        assert again.value == res.value and len(server.log) == 2
-        assert c.usage.summary()["fallbacks"] == 0
+        again = ask(c, adapter)
+        assert again.answers[0].value == answer.value and len(server.log) == 2
+        assert c.usage.summary()["invalid_answers"] == 0
 
 
-def test_chat_json_final_failure_is_recorded_not_defaulted(make_cfg):
+def test_an_answer_still_missing_after_the_rounds_is_recorded_not_defaulted(make_cfg):
     srv = ScriptedServer(responder=lambda body: "I cannot answer in JSON, sorry.")
     with srv as info, make_client(make_cfg(base_url=info.base_url)) as c:
-        res = c.run_async(chat_json(c, ChatRequest(messages="rate", tag="score"), score_adapter([1, 2]),
-                                    max_attempts=3))
+        res = ask(c, score_adapter([1, 2]), messages="rate", rounds=3)
         s = c.usage.summary()
-    assert res.value is None and not res.ok and res.attempts == 3
-    assert "no valid JSON after 3 attempts" in res.fallback and "invalid JSON" in res.fallback
-    assert len(res.raw_texts) == 3 and len(srv.log) == 3
-    assert s["fallbacks"] == 1 and s["by_tag"]["score"]["fallbacks"] == 1
+        events = c.usage.invalid_events
+    assert res.answers == [] and res.invalid_samples == 1 and len(res.samples) == 3 and len(srv.log) == 3
+    assert all("invalid JSON" in x.error for x in res.samples)
+    assert (s["invalid_answers"], s["rejected_answers"], s["answer_retries"]) == (1, 3, 2)
+    assert events[0]["reason"].startswith("no valid answer in 3 draws; last: invalid JSON")
 
 
 class EvenScore(BaseModel):
@@ -218,32 +225,33 @@ class EvenScore(BaseModel):
         return v
 
 
-def test_model_validators_reject_and_retry(make_cfg):
+def test_model_validators_reject_and_redraw(make_cfg):
     answers = iter(['{"score": 3}', '{"score": 5}', '{"score": 4}'])
     srv = ScriptedServer(responder=lambda body: next(answers))
     with srv as info, make_client(make_cfg(base_url=info.base_url)) as c:
-        res = c.run_async(chat_json(c, ChatRequest(messages="rate"), JsonAdapter(EvenScore)))
-    assert res.ok and res.value.score == 4 and res.attempts == 3 and res.sample_index == 2
-    assert all("want an even score" in e for e in res.errors) and len(res.errors) == 2
+        res = ask(c, JsonAdapter(EvenScore), messages="rate")
+    (answer,) = res.answers
+    assert answer.value.score == 4 and answer.sample_index == 2 and len(res.samples) == 3
+    assert all("want an even score" in s.error for s in res.samples[:2])
 
 
-def test_chat_json_prompt_only_when_no_native_schema(server, make_cfg):
+def test_the_schema_goes_in_the_prompt_when_the_endpoint_has_no_native_schema(server, make_cfg):
     with make_client(make_cfg(supports_json_schema=False)) as c:
-        res = c.run_async(chat_json(c, ChatRequest(messages="rate this"), score_adapter([1, 2, 3])))
-    assert res.ok and res.value.score in (1, 2, 3)
-    assert "```json" in res.raw_texts[0]  # came wrapped in prose: lenient extraction did the work
+        res = ask(c, score_adapter([1, 2, 3]))
+    assert res.answers[0].value.score in (1, 2, 3)
+    assert "```json" in res.samples[0].text  # came wrapped in prose: lenient extraction did the work
 
 
-def test_json_batch_many_samples(server, make_cfg):
-    rs = [ChatRequest(messages=f"item {i}", n=4, tag="score") for i in range(5)]
+def test_a_batch_of_many_samples_redraws_each_invalid_one_once(server, make_cfg):
+    rs = [score_adapter([1, 2, 3]).request(ChatRequest(messages=f"item {i}", n=4, tag="score"), native=True,
+                                            validate=True) for i in range(5)]
     with make_client(make_cfg()) as c:
         server.force("malformed")
-        out = run_json_batch(c, rs, score_adapter([1, 2, 3]), desc="json batch")
-        assert c.usage.summary()["fallbacks"] == 0
-    assert [len(x) for x in out] == [4] * 5
-    assert all(j.ok and j.value.score in (1, 2, 3) for x in out for j in x)
-    assert sum(j.attempts for x in out for j in x) == 21
-    assert len(server.log) == 21
+        out = c.run_batch(rs, desc="json batch")
+        assert c.usage.summary()["invalid_answers"] == 0
+    assert [len(r.answers) for r in out] == [4] * 5
+    assert all(a.value.score in (1, 2, 3) for r in out for a in r.answers)
+    assert sum(len(r.samples) for r in out) == 21 == len(server.log)
 
 
 def test_default_responder_is_deterministic_in_messages_and_seed():

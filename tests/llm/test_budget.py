@@ -6,6 +6,7 @@ import math
 import pytest
 
 from face.llm import BudgetExceeded, ChatRequest, SampleCache, make_client
+from face.llm.sizes import bound
 from face.llm.usage import cost_usd, estimate_input_tokens
 
 
@@ -39,10 +40,10 @@ def test_max_cost_stops_before_exceeding(server, make_cfg):
             c.run_batch(reqs(50))
         s = c.usage.summary()
         assert "max_cost_usd=0.2" in str(ei.value) and "cached" in str(ei.value)
-        # actual spend is within the cap, and the next estimated request would have crossed it
+        # actual spend is within the cap, and the next request's bound would have crossed it
         assert 0 < s["cost_usd"] <= 0.2
-        tin = estimate_input_tokens(reqs(1)[0].messages)
-        assert s["cost_usd"] + cost_usd(tin, 20, price, price) > 0.2
+        b = bound(reqs(1)[0].messages, 20, 1)
+        assert s["cost_usd"] + cost_usd(b.input_tokens, b.output_tokens, price, price) > 0.2
         # cost is computed from the server's reported usage
         assert s["cost_usd"] == pytest.approx(cost_usd(s["input_tokens"], s["output_tokens"], price, price))
         assert 0 < s["http_requests"] < 50
@@ -82,11 +83,13 @@ def test_usage_artifact_and_mlflow_metrics(server, make_cfg, tmp_path):
         m = c.usage.mlflow_metrics()
         path = c.usage.write_artifact(tmp_path / "usage.json")
     doc = json.loads(path.read_text())
-    assert len(doc["calls"]) == 6 and doc["totals"]["calls"] == 6
+    assert len(doc["requests"]) == 6 and doc["totals"]["requests"] == 6
     assert doc["totals"]["http_requests"] == 3 + 4 and doc["totals"]["cache_hits"] == 2
-    assert doc["totals"]["by_tag"]["score"]["calls"] == 3
+    assert doc["totals"]["samples"] == 3 + 4 and doc["totals"]["by_tag"]["score"]["samples"] == 4
+    assert doc["totals"]["by_tag"]["score"]["requests"] == 3
     assert all(isinstance(v, float) and math.isfinite(v) for v in m.values())
-    assert m["llm_calls"] == 6 and doc["totals"]["by_tag"]["score"]["http_requests"] == 4
+    assert m["llm_requests"] == 6 and doc["totals"]["by_tag"]["score"]["http_requests"] == 4
+    assert m["llm_samples"] == 7 and "llm_calls" not in m
     assert not any(k.startswith(("llm_score", "llm_decompose")) for k in m)  # per stage: in the artifact only
     assert m["llm_cost_usd"] == pytest.approx(doc["totals"]["cost_usd"]) and m["llm_cost_usd"] > 0
     assert doc["totals"]["latency_p95_s"] >= doc["totals"]["latency_p50_s"] > 0
@@ -127,23 +130,27 @@ def test_api_key_env_must_be_a_name():
         LLMConfig(backend="openai", api_key_env="sk-live-abc")
 
 
-def test_usage_holds_a_bounded_part_of_the_calls_and_exact_totals(tmp_path):
-    from face.llm.usage import KEEP_CALLS, LATENCY_SAMPLE, CallRecord, Usage
+def test_usage_holds_a_bounded_part_of_the_requests_and_exact_totals(tmp_path):
+    from face.llm.sizes import Bound
+    from face.llm.usage import KEEP_REQUESTS, LATENCY_SAMPLE, Piece, RequestRecord, Usage
 
     u = Usage()
-    n = KEEP_CALLS + 2500
+    n = KEEP_REQUESTS + 2500
     for i in range(n):
-        failed = i % 1000 == 999  # 3 failures, one of them beyond the kept calls
-        u.add(CallRecord(tag="score" if i % 2 else "decompose", n=5, cached_samples=i % 3, http_requests=1,
-                         input_tokens=10, output_tokens=2, error="boom" if failed else None))
+        failed = i % 1000 == 999  # 3 failures, one of them beyond the kept records
+        u.add(RequestRecord(tag="score" if i % 2 else "decompose", n=5, cached_samples=i % 3, http_requests=1,
+                            input_tokens=10, output_tokens=2, error="boom" if failed else None))
+    piece = Piece("t", 1, 1, 0, Bound(0, 0))
     for i in range(LATENCY_SAMPLE * 3):
-        u.settle(0.0, (0, 0, 0.0), 0, 0, latency_s=(i % 100) / 100)
+        u.settle(piece, 0.0, 0, 0, latency_s=(i % 100) / 100)
     s = u.summary()
-    assert s["calls"] == n and s["by_tag"]["score"]["calls"] == n // 2 and s["by_tag"]["decompose"]["calls"] == n // 2
+    assert s["requests"] == n and s["by_tag"]["score"]["requests"] == n // 2
+    assert s["by_tag"]["decompose"]["requests"] == n // 2
     assert s["cache_hits"] == sum(i % 3 for i in range(n)) and s["failures"] == 3
     assert s["by_tag"]["score"]["input_tokens"] == 10 * (n // 2)
-    assert len(u.records) == KEEP_CALLS + 2  # the first KEEP_CALLS, then only the failed ones
+    assert len(u.records) == KEEP_REQUESTS + 2  # the first KEEP_REQUESTS, then only the failed ones
     assert s["latency_max_s"] == 0.99 and abs(s["latency_mean_s"] - 0.495) < 1e-9
     assert len(u.http_latencies.sample) == LATENCY_SAMPLE and abs(s["latency_p50_s"] - 0.495) < 0.02
     doc = json.loads(u.write_artifact(tmp_path / "u.json").read_text())
-    assert len(doc["calls"]) == KEEP_CALLS + 2 and str(n) in doc["calls_note"] and doc["totals"]["calls"] == n
+    assert len(doc["requests"]) == KEEP_REQUESTS + 2 and str(n) in doc["requests_note"]
+    assert doc["totals"]["requests"] == n

@@ -1,6 +1,7 @@
-"""Issue 21: a budget that holds when the endpoint counts more tokens than the estimate, a stop line that states what
-llm_usage.json records, and the endpoint probe as a request like any other (retried, counted, capped, never
-remembered when it failed)."""
+"""Issues 21 and 31: a spending cap that holds by construction (each HTTP request's true bound is reserved before
+it is sent: face/llm/sizes.py), an endpoint whose reported usage exceeds a request's bound stopped at its first
+misreport, a stop line that states what llm_usage.json records, and the endpoint probe as a request like any other
+(retried, counted, capped, never remembered when it failed)."""
 
 from __future__ import annotations
 
@@ -43,25 +44,124 @@ def spent_in(line: str) -> float:
     return float(re.search(r"\$(\d+\.\d+) spent", line).group(1))
 
 
-@pytest.mark.parametrize("factor", [4, 200])
-def test_an_endpoint_counting_more_tokens_than_estimated_cannot_push_the_spend_past_the_cap(tmp_path, factor):
-    # ≈ 105 prompt tokens and ≈ 15 answer tokens by the server's own count at 1×, so a request costs ≈ $0.24
-    # at any factor: the $3 cap is reached after about a dozen requests
-    price = 2000.0 / factor
-    srv = ScriptedServer(usage_factor=factor)
+def usage_doc(tmp_path) -> dict:
+    return json.loads((tmp_path / "llm_usage.json").read_text())["totals"]
+
+
+def test_an_endpoint_counting_3x_the_estimated_tokens_stays_within_its_bound_and_the_cap(tmp_path):
+    # 107 prompt tokens and 23 answer tokens by the server's own count at 1×, ×3 by its report: ≈ $0.26 a
+    # request, still under each request's bound (548 prompt tokens, 80 answer tokens): the cap stops the run
+    price = 2000.0 / 3
+    srv = ScriptedServer(usage_factor=3)
     with srv as info:
-        c = make_client(cfg(info.base_url, tmp_path, max_tokens=50, price_input_per_mtok=price,
+        c = make_client(cfg(info.base_url, tmp_path, max_tokens=80, price_input_per_mtok=price,
                             price_output_per_mtok=price, max_cost_usd=CAP))
         with pytest.raises(BudgetExceeded) as stop, c:
             c.run_batch(reqs(200))
-    doc = json.loads((tmp_path / "llm_usage.json").read_text())["totals"]
+    doc = usage_doc(tmp_path)
     # every request the server answered is paid for at the tokens it reported
-    assert doc["http_requests"] == len(srv.log) and 3 <= len(srv.log) < 200
+    assert doc["http_requests"] == len(srv.log) and 3 <= len(srv.log) < 200 and doc["misreported_requests"] == 0
     assert doc["cost_usd"] == pytest.approx((doc["input_tokens"] + doc["output_tokens"]) * price / 1e6)
-    assert doc["cost_usd"] <= CAP
-    assert doc["cost_usd"] > CAP / 2  # it did spend: the cap, not a premature stop, ended the run
+    assert CAP / 2 < doc["cost_usd"] <= CAP  # the cap, not a premature stop, ended the run
     line = str(stop.value)
     assert spent_in(line) == round(doc["cost_usd"], 6) and "llm.max_cost_usd=3.0" in line
+
+
+def jumping(srv: ScriptedServer, after: int, factor: float):
+    """A responder under which the server's reported usage jumps to ``factor`` × after ``after`` answers."""
+    from face.testing.scripted import default_responder
+
+    seen = [0]
+
+    def respond(body: dict) -> str:
+        seen[0] += 1
+        if seen[0] > after:
+            srv.completer.usage_factor = factor
+        return default_responder(body)
+
+    return respond
+
+
+# the jumping-usage cases of issue 31: (reported usage 1× for `after` answers, then `factor` ×), concurrency, price
+JUMPS = {"1x_to_1000x_at_concurrency_8": (20, 1000, 8, 500.0),
+         "1x_to_1000x_at_concurrency_1": (20, 1000, 1, 500.0),
+         "20000x_from_the_first_request": (0, 20000, 8, 500.0),
+         "1x_to_50x_on_a_cheap_model": (200, 50, 8, 5.0)}
+
+
+@pytest.mark.parametrize("case", sorted(JUMPS))
+def test_a_report_above_a_requests_bound_stops_the_run_at_once_and_says_so(tmp_path, case):
+    after, factor, concurrency, price = JUMPS[case]
+    srv = ScriptedServer()
+    srv.responder = jumping(srv, after, factor)
+    with srv as info:
+        c = make_client(cfg(info.base_url, tmp_path, max_tokens=50, concurrency=concurrency,
+                            price_input_per_mtok=price, price_output_per_mtok=price, max_cost_usd=CAP))
+        with pytest.raises(BudgetExceeded) as stop, c:
+            c.run_batch(reqs(400))
+    doc = json.loads((tmp_path / "llm_usage.json").read_text())
+    totals, line = doc["totals"], str(stop.value)
+    # stopped at the first misreport: nothing was sent after it but what was already in flight
+    assert 1 <= totals["misreported_requests"] <= concurrency
+    assert after < totals["http_requests"] <= after + concurrency
+    assert "endpoint misreport" in line and "above its bound of" in line and "max_tokens 50 × n 1" in line
+    assert doc["misreport"] in line  # the line and llm_usage.json say the same
+    assert spent_in(line) == round(totals["cost_usd"], 6)
+    # what the honest requests cost stayed under the cap (the misreported ones are recorded as reported)
+    honest = [r for r in doc["requests"] if r["output_tokens"] <= 50 * 1 and r["http_requests"]]
+    assert sum(r["cost_usd"] for r in honest) <= CAP
+
+
+@pytest.mark.parametrize("seeds", [range(20), pytest.param(range(20, 320), marks=pytest.mark.slow)])
+def test_the_spend_recorded_never_exceeds_the_cap_while_usage_stays_within_the_bounds(seeds):
+    """Property: random usage within each request's bound, random latencies, concurrency 1-64, many seeds: the
+    spend recorded never exceeds the cap, and the run ends at the cap or at the end of its requests."""
+    import asyncio
+    import random
+
+    from face.llm.budget import BudgetLM
+    from face.llm.sizes import bound
+    from face.llm.usage import Usage
+
+    class Endpoint:  # below the budget: answers after a random latency with random usage within the bound
+        def __init__(self, rng: random.Random, max_tokens: int):
+            self.rng, self.max_tokens = rng, max_tokens
+
+        async def chat(self, req):
+            from face.llm import ChatResult, Completion
+
+            await asyncio.sleep(self.rng.random() * 0.002)
+            b = bound(req.messages, self.max_tokens, req.n)
+            tin, tout = self.rng.randint(0, b.input_tokens), self.rng.randint(0, b.output_tokens)
+            return ChatResult(req, [Completion("x", "stop", sample_index=i) for i in req.indices],
+                              input_tokens=tin, output_tokens=tout)
+
+    for seed in seeds:
+        rng = random.Random(seed)
+        conc, max_tokens, cap = rng.randint(1, 64), rng.choice([1, 16, 256]), rng.choice([0.0, 1e-4, 0.01, 0.5])
+        usage = Usage(price_input_per_mtok=rng.uniform(0.1, 50), price_output_per_mtok=rng.uniform(0.1, 200),
+                      max_cost_usd=cap)
+        c = LLMConfig(concurrency=conc, n_per_request=rng.choice([1, 3]), max_tokens=max_tokens)
+        lm = BudgetLM(Endpoint(rng, max_tokens), c, usage)
+        rs = [ChatRequest(messages=[("user", "q" * rng.randint(1, 400))], n=rng.randint(1, 5)) for _ in range(150)]
+
+        async def run(lm=lm, rs=rs):
+            return await asyncio.gather(*(lm.chat(r) for r in rs), return_exceptions=True)
+
+        out = asyncio.run(run())
+        assert usage.spent_usd <= cap, (seed, usage.spent_usd, cap)
+        assert usage.misreports == 0 and usage.requests_in_flight == 0 and usage.reserved_usd == 0
+        stops = [x for x in out if isinstance(x, BaseException)]
+        assert all(isinstance(x, BudgetExceeded) for x in stops), seed
+
+
+def test_a_cap_needs_max_tokens():
+    from face.llm.sizes import bound
+
+    with pytest.raises(ValueError, match="needs max_tokens"):
+        bound([("user", "hi")], None, 1)
+    b = bound([("user", "héllo")], 10, 3)  # é is 2 bytes
+    assert (b.input_tokens, b.output_tokens) == (len("user") + 6 + 16 + 16, 30)
 
 
 def test_without_reported_tokens_the_spend_is_the_estimate(tmp_path):

@@ -41,7 +41,7 @@ def test_batch_order_and_cache_hit(server, make_cfg):
         assert all(s.cached for r in again for s in r.samples)
         assert not any(s.cached for r in out for s in r.samples)
         s = c.usage.summary()
-        assert s["calls"] == 40 and s["http_requests"] == 20 and s["cache_hits"] == 20
+        assert s["requests"] == 40 and s["http_requests"] == 20 and s["cache_hits"] == 20
     # a new client (new process in real life) reads the same cache file
     with make_client(make_cfg()) as c:
         assert c.run_batch(rs[:3])[0].samples[0].cached

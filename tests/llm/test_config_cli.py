@@ -22,9 +22,9 @@ def compose_llm(name: str, cache_dir, *overrides: str):
 def test_run_size_is_tiny_only_for_the_embedded_model(name, decompose_samples, score_samples):
     with initialize_config_dir(config_dir=str(CONF.parent), version_base="1.3"):
         root = compose(config_name="config", overrides=[f"llm={name}", "experiment=crsarena_main"])
-        assert (root.method.particles.k, root.method.n) == (decompose_samples, score_samples)
+        assert (root.method.particles.k, root.method.scoring.n) == (decompose_samples, score_samples)
         paper = compose(config_name="config", overrides=[f"llm={name}", "experiment=crsarena_main", "run_size=paper"])
-        assert (paper.method.particles.k, paper.method.n, paper.method.instructions.max) == (20, 5, None)
+        assert (paper.method.particles.k, paper.method.scoring.n, paper.method.instructions.max) == (20, 5, None)
 
 
 @pytest.mark.parametrize("name", ["local", "openai", "openai_compatible", "scripted"])

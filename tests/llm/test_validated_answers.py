@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from face.llm import ChatRequest, SampleCache, make_client
+from face.llm import ChatRequest, Draws, SampleCache, make_client
 from face.llm.adapters import score_adapter
 from face.llm.cache import CACHE_FILE, CachingLM
 from face.testing.faultproxy import ANSWER_KINDS, TRANSPORT_KINDS, FaultProxy
@@ -15,8 +15,8 @@ from face.testing.scripted import ScriptedServer
 SCORES = score_adapter([1, 2, 3])
 
 
-def scored(msg: str, n: int = 1, tag: str = "score") -> ChatRequest:
-    return SCORES.request(ChatRequest(messages=msg, n=n, tag=tag), native=True, validate=True)
+def scored(msg: str, n: int = 1, tag: str = "score", rounds: int = 4) -> ChatRequest:
+    return SCORES.request(ChatRequest(messages=msg, n=n, tag=tag, draws=Draws(rounds)), native=True, validate=True)
 
 
 def payloads(cache_dir) -> list[dict]:
@@ -35,15 +35,16 @@ def test_adapter_is_not_part_of_the_cache_key_or_equality(make_cfg):
 
 @pytest.mark.parametrize("fault", ["truncated", "malformed"])
 def test_invalid_answer_is_redrawn_stored_marked_and_counted(server, make_cfg, tmp_path, fault):
-    with make_client(make_cfg()) as c:
+    with make_client(make_cfg(concurrency=1)) as c:  # one at a time: the forced fault is sample 0's
         server.force(fault)
         [res] = c.run_batch([scored("rate this", n=2)])
         s = c.usage.summary()
-    # sample 0 was invalid: re-drawn as index 0 + 0 + 1*2 = 2; sample 1 valid on the first draw
+    # sample 0 was invalid: re-drawn as the next fresh index, 2; sample 1 valid on the first draw
     assert [e["seed"] for e in server.log] == [0, 1, 2]
-    assert [x.sample_index for x in res.samples] == [2, 1]
-    assert all(x.valid and x.value.score in (1, 2, 3) for x in res.samples)
-    assert res.samples[0].attempts == 2 and len(res.samples[0].rejected) == 1
+    assert [x.sample_index for x in res.samples] == [0, 1, 2] and not res.samples[0].valid
+    assert [x.sample_index for x in res.answers] == [1, 2]
+    assert all(x.value.score in (1, 2, 3) for x in res.answers)
+    assert res.answer_retries == 1 and res.rejected_answers == 1 and res.invalid_samples == 0
     assert s["answer_retries"] == 1 and s["rejected_answers"] == 1 and s["invalid_answers"] == 0
     # the invalid draw is in the cache, but marked invalid; the valid ones are not marked
     marks = [p.get("invalid") for p in payloads(tmp_path / "cache")]
@@ -52,29 +53,29 @@ def test_invalid_answer_is_redrawn_stored_marked_and_counted(server, make_cfg, t
     server.reset_log()
     with make_client(make_cfg()) as c:
         [again] = c.run_batch([scored("rate this", n=2)])
-    assert server.log == [] and again.values == res.values and again.samples[0].sample_index == 2
+    assert server.log == [] and again.values == res.values and again.answers[1].sample_index == 2
 
 
 def test_a_sample_that_never_validates_is_marked_invalid_not_defaulted(make_cfg, tmp_path):
     srv = ScriptedServer(responder=lambda body: "Probably a two.")
-    with srv as info, make_client(make_cfg(base_url=info.base_url, answer_retries=2)) as c:
-        [res] = c.run_batch([scored("rate")])
+    with srv as info, make_client(make_cfg(base_url=info.base_url)) as c:
+        [res] = c.run_batch([scored("rate", rounds=3)])
         metrics = c.usage.mlflow_metrics()
         path = c.usage.write_artifact(tmp_path / "llm_usage.json")
-    x = res.samples[0]
-    assert not x.valid and x.value is None and x.attempts == 3 and len(srv.log) == 3
-    assert x.error.startswith("no valid answer in 3 draws; last: invalid JSON")
+    assert res.answers == [] and res.invalid_samples == 1 and len(res.samples) == len(srv.log) == 3
+    assert all(not x.valid and x.value is None and x.error.startswith("invalid JSON") for x in res.samples)
     assert metrics["llm_invalid_answers"] == 1 and metrics["llm_answer_retries"] == 2
     assert metrics["llm_rejected_answers"] == 3
     doc = json.loads(path.read_text())
     assert doc["totals"]["invalid_answers"] == 1 and doc["invalid_answers"][0]["tag"] == "score"
+    assert doc["invalid_answers"][0]["reason"].startswith("no valid answer in 3 draws; last: invalid JSON")
     assert all(p.get("invalid") for p in payloads(tmp_path / "cache"))  # nothing stored as valid
 
 
 def test_marked_invalid_is_reported_even_without_an_adapter(server, make_cfg):
-    with make_client(make_cfg(answer_retries=0)) as c:
+    with make_client(make_cfg()) as c:
         server.force("truncated")
-        [first] = c.run_batch([scored("rate this")])
+        [first] = c.run_batch([scored("rate this", rounds=1)])
         [plain] = c.run_batch([replace(scored("rate this"), adapter=None)])
     assert first.samples[0].error and plain.samples[0].cached and plain.samples[0].error == "truncated " \
         "(finish_reason=length)"
@@ -89,20 +90,20 @@ def test_answers_cached_as_valid_before_validation_are_caught_on_read(server, ma
     store.close()
     with make_client(cfg) as c:
         [res] = c.run_batch([req])
-    assert res.samples[0].valid and res.samples[0].sample_index == 1 and [e["seed"] for e in server.log] == [1]
+    assert res.answers[0].sample_index == 1 and [e["seed"] for e in server.log] == [1]
 
 
 def test_without_cache_invalid_answers_are_still_redrawn(server, make_cfg):
     with make_client(make_cfg(cache=False)) as c:
         server.force("malformed")
         [res] = c.run_batch([scored("rate this")])
-    assert res.samples[0].valid and res.answer_retries == 1
+    assert res.answers[0].sample_index == 1 and res.answer_retries == 1
 
 
 def test_answer_faults_through_the_proxy_are_never_used(make_cfg, tmp_path):
     """20 % truncated / garbled answers: every returned sample is valid, rejected draws are counted, samples
     that were not faulted are identical to a clean run, and a rerun is served from the cache."""
-    reqs = [scored(f"rate answer {i}", n=2) for i in range(120)]
+    reqs = [scored(f"rate answer {i}", n=2, rounds=10) for i in range(120)]  # (one sample meets 6 faults in a row)
     srv = ScriptedServer()
     with srv as info:
         with make_client(make_cfg(base_url=info.base_url, cache_dir=str(tmp_path / "clean"))) as c:
@@ -117,10 +118,9 @@ def test_answer_faults_through_the_proxy_are_never_used(make_cfg, tmp_path):
                 again = c.run_batch(reqs)
                 s2 = c.usage.summary()
     assert 0.1 * 240 < n_faults < 0.3 * 240 and set(proxy.faults()) == set(ANSWER_KINDS)
-    assert all(x.valid for r in faulty for x in r.samples)
+    assert all(len(r.answers) == 2 for r in faulty)
     assert s["rejected_answers"] == s["answer_retries"] == n_faults and s["invalid_answers"] == 0
-    same = [(a.values, b.values) for a, b in zip(clean, faulty)
-            if all(x.attempts == 1 for x in b.samples)]
+    same = [(a.values, b.values) for a, b in zip(clean, faulty) if len(b.samples) == 2]
     assert len(same) > 60 and all(a == b for a, b in same)
     assert s2["http_requests"] == 0 and [r.values for r in again] == [r.values for r in faulty]
 

@@ -1,0 +1,110 @@
+"""The arithmetic of a planned request, once: how many HTTP requests and samples it takes, its estimated tokens,
+and the true upper bound of one HTTP request's tokens that the budget reserves. The cost estimates
+(face/pipeline/estimate.py, face/optimize/estimate.py, face/baselines/llm.py), the budget (face/llm/budget.py) and
+the usage (face/llm/usage.py) all count with these functions, in the same units under the same names:
+
+- ``requests``: LM requests (one prompt, its n samples and their redraws: one ``ChatRequest``);
+- ``samples``: completions drawn over HTTP (a request of n samples sent whole: n);
+- ``http_requests``: HTTP requests, ``ceil(samples / n_per_request)`` per LM request;
+- ``input_tokens`` / ``output_tokens``: the prompt is sent once per HTTP request, the answer once per sample.
+
+Estimates count ~4 characters a token (rough, slightly pessimistic). The bound (``Bound``) is not an estimate: a
+prompt of B UTF-8 bytes is at most B tokens for a byte-level BPE tokenizer (every token covers at least one byte)
+and for a SentencePiece one with byte fallback (every piece covers at least one byte, but for the word-start
+marker the template may add before a message); a chat template adds a few special and role tokens per message
+(ChatML: 4, Llama 3: 5, Gemma: 5) and the assistant header once (≤ 5). ``MESSAGE_OVERHEAD`` and ``REQUEST_OVERHEAD``
+cover them with room to spare; a JSON-schema ``response_format`` is counted as its bytes too (some endpoints add
+it to the prompt). The output is at most ``max_tokens`` per sample for an endpoint that honours ``max_tokens``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+CHARS_PER_TOKEN = 4  # the estimate's rule of thumb
+MESSAGE_OVERHEAD = 16  # bound: tokens a chat template adds per message (role, start / end markers)
+REQUEST_OVERHEAD = 16  # bound: tokens it adds per request (BOS, the assistant header)
+
+Messages = Sequence[tuple[str, str]]
+
+
+def http_requests(samples: int, n_per_request: int) -> int:
+    """HTTP requests for ``samples`` samples of one prompt, ``n_per_request`` at most in each."""
+    return -(-int(samples) // max(1, int(n_per_request)))
+
+
+def estimate_tokens(text_chars: int) -> int:
+    """~4 characters a token (a deliberately rough, slightly pessimistic estimate)."""
+    return math.ceil(text_chars / CHARS_PER_TOKEN)
+
+
+def estimate_input_tokens(messages: Messages) -> int:
+    """The estimated prompt tokens of one HTTP request: ~4 characters a token, + 4 per message, + 3."""
+    return sum(estimate_tokens(len(c)) + 4 for _, c in messages) + 3
+
+
+def input_bound(messages: Messages, response_format: dict | None = None) -> int:
+    """At most this many prompt tokens, whatever the tokenizer (see the module doc)."""
+    size = sum(len(role.encode("utf-8")) + len(content.encode("utf-8")) + MESSAGE_OVERHEAD
+               for role, content in messages)
+    if response_format is not None:
+        size += len(json.dumps(response_format, ensure_ascii=False).encode("utf-8"))
+    return size + REQUEST_OVERHEAD
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The most tokens one HTTP request can use: what the budget reserves before it is sent."""
+
+    input_tokens: int
+    output_tokens: int
+
+    def explain(self, max_tokens: int, n: int) -> str:
+        return (f"{self.input_tokens} input tokens (the prompt's UTF-8 bytes + the chat template's overhead) and "
+                f"{self.output_tokens} output tokens (max_tokens {max_tokens} × n {n})")
+
+
+def bound(messages: Messages, max_tokens: int | None, n: int, response_format: dict | None = None) -> Bound:
+    """The bound of one HTTP request for ``n`` samples; a cap needs ``max_tokens`` (no output bound without it)."""
+    if max_tokens is None:
+        raise ValueError("a spending cap needs max_tokens on every request (the bound of its answer)")
+    return Bound(input_bound(messages, response_format), int(max_tokens) * int(n))
+
+
+@dataclass(frozen=True)
+class Size:
+    """What planned requests take (or took): LM requests, samples, HTTP requests, estimated tokens. Sizes add up
+    (a stage is the sum of its requests) and scale (a stage whose particle count is assumed)."""
+
+    requests: int = 0
+    samples: int = 0
+    http_requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Size) -> Size:
+        return Size(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    def scaled(self, factor: float) -> Size:
+        return Size(*(round(getattr(self, f.name) * factor) for f in fields(self)))
+
+    def cost(self, price_input_per_mtok: float, price_output_per_mtok: float) -> float:
+        return cost_usd(self.input_tokens, self.output_tokens, price_input_per_mtok, price_output_per_mtok)
+
+
+def planned(samples: int, n_per_request: int, input_tokens: int, answer_tokens: int, requests: int = 1) -> Size:
+    """``requests`` LM requests of ``samples`` samples each; ``input_tokens``: the prompt tokens of one HTTP request
+    of each, summed over the ``requests``; ``answer_tokens``: the assumed length of one answer."""
+    per = http_requests(samples, n_per_request)
+    return Size(requests, requests * samples, requests * per, input_tokens * per, requests * samples * answer_tokens)
+
+
+def planned_request(messages: Messages, samples: int, n_per_request: int, answer_tokens: int) -> Size:
+    """One LM request of ``samples`` samples of ``messages``."""
+    return planned(samples, n_per_request, estimate_input_tokens(messages), answer_tokens)
+
+
+def cost_usd(input_tokens: float, output_tokens: float, price_in: float, price_out: float) -> float:
+    return input_tokens * price_in / 1e6 + output_tokens * price_out / 1e6

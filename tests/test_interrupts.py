@@ -1,0 +1,95 @@
+"""Issue 31 item 4: Ctrl-C during ``face.evaluate`` -- in the main thread, and in a Jupyter-style cell (a running
+event loop: the run goes to a worker thread) -- ends with the one documented KeyboardInterrupt and nothing else on
+stderr (no "Exception ignored in CachingLM._fetch ... RuntimeError: Event loop is closed", no destroyed pending task);
+the LLM cache stays a consistent SQLite database and a rerun resumes from it.
+
+Each run is a subprocess: what this is about is printed by the interpreter while the interrupted run is torn down."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = textwrap.dedent('''
+    import asyncio, os, signal, sqlite3, sys, threading, time
+    import face
+
+    logs, out, cache, data, mode, after = sys.argv[1:7]
+    settings = {"method.scoring.n": 2, "method.instructions.max": 2, "llm.server.latency_s": 0.05,
+                "llm.concurrency": 4, "paths": {"cache_dir": cache, "data_dir": data}}
+
+    def interrupt_once_samples_arrive(n):  # Ctrl-C in the middle of the LLM work, not before or after it
+        db = os.path.join(cache, "llm", "llm_cache.sqlite")
+        while True:
+            time.sleep(0.05)
+            try:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                    if conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0] >= n:
+                        break
+            except sqlite3.Error:
+                continue
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # as a terminal's Ctrl-C, or Jupyter's
+
+    def run():
+        return face.evaluate(logs, aspects=["relevance", "dialogue_overall"], llm="scripted", out=out,
+                             run_size="tiny", mlflow=False, overwrite=True, **settings)
+
+    if int(after) > 0:
+        threading.Thread(target=interrupt_once_samples_arrive, args=(int(after),), daemon=True).start()
+    try:
+        if mode == "cell":  # a notebook cell: a running event loop blocked by a synchronous call (ipykernel's loop
+            async def cell():  # keeps Python's SIGINT handler, unlike asyncio.run's)
+                return run()
+            asyncio.new_event_loop().run_until_complete(cell())
+        else:
+            run()
+        print("FINISHED")
+    except KeyboardInterrupt:
+        print("INTERRUPTED")
+''')
+
+
+def _chat_logs(path: Path, n: int = 12) -> Path:
+    convs = [{"id": f"c{i}", "system": "crs-a", "messages": [
+        {"role": "user", "content": f"I loved movie number {i}. More like it?"},
+        {"role": "assistant", "content": f"Try film {i + 100}, a slow thriller. Want something newer?"},
+        {"role": "user", "content": "Sure, newer please."},
+        {"role": "assistant", "content": f"Then film {i + 200} from 2021."}]} for i in range(n)]
+    path.write_text("\n".join(json.dumps(c) for c in convs) + "\n", encoding="utf-8")
+    return path
+
+
+def _run(tmp: Path, data_dir: Path, mode: str, after: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FACE_PROGRESS": "0"}
+    return subprocess.run([sys.executable, "-c", SCRIPT, str(tmp / "logs.jsonl"), str(tmp / "out"),
+                           str(tmp / "cache"), str(data_dir), mode, str(after)],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["main", "cell"])
+def test_ctrl_c_during_evaluate_ends_with_one_keyboard_interrupt_and_a_rerun_resumes(tmp_path, data_dir, mode):
+    _chat_logs(tmp_path / "logs.jsonl")
+    stopped = _run(tmp_path, data_dir, mode, after=30)
+    assert stopped.stdout.strip().splitlines()[-1:] == ["INTERRUPTED"], stopped.stdout[-2000:] + stopped.stderr[-3000:]
+    for noise in ("Exception ignored", "Event loop is closed", "Task was destroyed", "Traceback"):
+        assert noise not in stopped.stderr, stopped.stderr[-3000:]
+    db = tmp_path / "cache" / "llm" / "llm_cache.sqlite"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        cached = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    assert cached > 0  # it had sent something before the interrupt
+    again = _run(tmp_path, data_dir, mode, after=0)
+    assert again.stdout.strip().splitlines()[-1:] == ["FINISHED"], again.stderr[-3000:]
+    usage = json.loads((tmp_path / "out" / "llm_usage.json").read_text())["totals"]
+    assert usage["cache_hits"] >= cached and usage["failures"] == 0  # resumed: what was cached was not sent again
+    assert usage["samples"] > 0  # and the interrupted run had really stopped (a worker left running would finish)
