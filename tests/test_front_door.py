@@ -177,7 +177,7 @@ def test_the_api_without_its_key_stops_before_anything_is_sent_or_written_and_es
             face.integrations.mlflow.scorers(aspects="relevance", llm="openai_compatible", **llm)
         est = face.estimate(CHAT, aspects="relevance", llm="openai_compatible", quiet=True, **llm)  # needs no key
     assert server.log == [] and not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
-    assert est.set_index("stage").loc["decompose", "calls"] > 0
+    assert est.set_index("stage").loc["decompose", "samples"] > 0
 
 
 @pytest.mark.slow  # through the command line and scripts/run.py, in-process
@@ -261,5 +261,5 @@ def test_the_result_is_built_from_the_run_not_read_back_from_its_usage_estimate_
                       **{"paths.data_dir": str(data_dir), "paths.cache_dir": str(tmp_path / "cache")})
     assert read_back == []
     assert r.usage["totals"]["http_requests"] > 0 and r.llm == "scripted-model"
-    assert r.estimate.set_index("stage").loc["total", "calls"] > 0
+    assert r.estimate.set_index("stage").loc["total", "samples"] > 0
     assert set(r.settings["instructions"]) == {"relevance"} and r.settings["llm"]["backend"] == "scripted"
