@@ -111,6 +111,7 @@ class LLMClient:
         inner: Any = self.budget
         if cached:
             inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
+            self.usage.concurrency = functools.partial(_with_claims, self.usage.concurrency, self.cache.store.claims)
         self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
         return self
 
@@ -254,6 +255,13 @@ class LLMClient:
 
     def run(self, request: ChatRequest) -> ChatResult:
         return self.run_batch([request], desc=request.tag or "LLM")[0]
+
+
+def _with_claims(more: Callable[[], dict] | None, claims: Any) -> dict:
+    """The usage summary's own entries (the concurrency's), and what sharing the cache with other processes gave:
+    samples this process waited for while another sent them, claims it took over from a process that was gone."""
+    return {**(more() if more is not None else {}), "claims_waited_samples": claims.waited,
+            "claims_taken_over": claims.taken_over}
 
 
 def _same(x: ChatRequest) -> ChatRequest:
