@@ -22,6 +22,11 @@ is compared with.
     .venv/bin/python scripts/bench_scale.py                       # 1x: cold, warm, kill -9, bare loop
     .venv/bin/python scripts/bench_scale.py --repeat 1,2,4 --no-warm --no-kill    # memory vs data size
     .venv/bin/python scripts/bench_scale.py --aspects dialogue_overall --latency 0.05 --concurrency 256
+    .venv/bin/python scripts/bench_scale.py --repeat 1,4 --cache DIR --no-warm --no-kill --bare 0   # memory, flat
+
+`--cache DIR` runs every size on that LLM cache (kept, not emptied: a warm cache for ×4 is allowed, e.g. a copy of a
+paper-size cache); the runs are then cold only for what DIR lacks. The last lines compare the peak RSS of every
+size with the first's (issue 33: flat, within 10 %).
 """
 
 from __future__ import annotations
@@ -160,19 +165,20 @@ def main() -> None:
     ap.add_argument("--no-warm", dest="warm", action="store_false")
     ap.add_argument("--no-kill", dest="kill", action="store_false")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (printed)")
+    ap.add_argument("--cache", default="", help="the LLM cache of every run (kept; default: a fresh one per size)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_scale_"))
     judge, url = start_judge(args.latency)
     rows = []
     try:
         for i, k in enumerate(int(x) for x in args.repeat.split(",")):
-            cache, out = work / f"cache_{k}", work / f"run_{k}"
+            cache, out = Path(args.cache) if args.cache else work / f"cache_{k}", work / f"run_{k}"
             before = judge_stats(url)["samples"]
             r = timed(run_cmd(url, cache, out, args, k), work / f"run_{k}.log")
             n_req = http_requests(out)
             r.update(repeat=k, http_requests=n_req, samples=judge_stats(url)["samples"] - before,
                      cpu_ms_per_request=1000 * r["cpu_s"] / max(n_req, 1), cache_mb=dir_mb(cache))
-            print(f"cold ×{k}: {json.dumps(r)}", flush=True)
+            print(f"{'given cache' if args.cache else 'cold'} ×{k}: {json.dumps(r)}", flush=True)
             if i == 0 and args.warm:
                 w = timed(run_cmd(url, cache, work / f"warm_{k}", args, k), work / f"warm_{k}.log")
                 r["warm_wall_s"], r["warm_peak_rss_mb"] = w["wall_s"], w["peak_rss_mb"]
@@ -196,7 +202,8 @@ def main() -> None:
                       f"{answered + rerun - n_req} (concurrency {args.concurrency}); run file byte-identical: {same}",
                       flush=True)
             rows.append(r)
-            shutil.rmtree(cache, ignore_errors=True)
+            if not args.cache:
+                shutil.rmtree(cache, ignore_errors=True)
             shutil.rmtree(work / f"kill_cache_{k}", ignore_errors=True)
         bare = bare_loop(url, args.bare, args.concurrency, (args.aspects or "dialogue_overall").split(",")[-1]) \
             if args.bare else None
@@ -211,6 +218,9 @@ def main() -> None:
         warm = f"{r['warm_wall_s']:.1f} s" if "warm_wall_s" in r else "–"
         print(f"| ×{r['repeat']} | {r['wall_s']:.1f} s | {r['http_requests']:,} | {r['samples']:,} | "
               f"{r['cpu_ms_per_request']:.3f} ms | {r['peak_rss_mb']:.0f} MB | {r['cache_mb']:.0f} MB | {warm} |")
+    for r in rows[1:]:
+        print(f"peak RSS ×{r['repeat']} / ×{rows[0]['repeat']}: {r['peak_rss_mb']:.0f} MB / "
+              f"{rows[0]['peak_rss_mb']:.0f} MB = {r['peak_rss_mb'] / rows[0]['peak_rss_mb']:.3f}")
     if bare:
         ratio = rows[0]["cpu_ms_per_request"] / bare["cpu_ms_per_request"]
         print(f"\nbare AsyncOpenAI loop, {bare['requests']:,} of the run's scoring requests (n = 5) at concurrency "

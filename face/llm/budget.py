@@ -70,9 +70,9 @@ class BudgetLM:
         return 0 if self.limiter is None else self.limiter.in_flight
 
     async def chat(self, req: ChatRequest) -> ChatResult:
+        if req.n <= self.cfg.n_per_request:  # one piece: the request itself
+            return await self._send(req)
         pieces = [replace(req, n=len(r), first_sample=r[0]) for r in runs(req.indices, self.cfg.n_per_request)]
-        if len(pieces) == 1:
-            return await self._send(pieces[0])
         parts = await asyncio.gather(*(self._send(p) for p in pieces), return_exceptions=True)
         raise_first([p for p in parts if isinstance(p, BaseException)])
         return merge(req, parts, {})

@@ -111,6 +111,7 @@ class LLMClient:
         inner: Any = self.budget
         if cached:
             inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
+            self.usage.concurrency = functools.partial(_with_claims, self.usage.concurrency, self.cache.store.claims)
         self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
         return self
 
@@ -164,8 +165,9 @@ class LLMClient:
         return await self._lm.chat(req)
 
     def cached_stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], chunk: int = 256
-                      ) -> Iterator[tuple[T, ChatResult | None]]:
-        """``(item, cached(request(item)))`` for every item, in order (None: not every answer is in the cache; with an
+                      ) -> Iterator[tuple[T, ChatRequest, ChatResult | None]]:
+        """``(item, request(item), its cached result)`` for every item, in order (None: not every answer is in the
+        cache -- what was found is kept for the request's ``chat``, face/llm/cache.py; with an
         answer type, not all n valid), the cache read one chunk ahead in a thread of its own: SQLite lets go of the GIL
         while it searches, so a paper-size warm rerun (≈ 3.5 M samples) reads the cache while this thread renders
         prompts and scores the chunk before. A request answered here is recorded in the usage like any other."""
@@ -173,7 +175,7 @@ class LLMClient:
         if self._lm is None:
             self.start()
         if self.cache is None or self.cfg.dry_run:
-            yield from ((x, None) for x in items)
+            yield from ((x, request(x), None) for x in items)
             return
         from concurrent.futures import ThreadPoolExecutor
 
@@ -197,7 +199,7 @@ class LLMClient:
                         res = None
                     if res is not None:
                         self.usage.add(record_of(res))
-                    yield x, res
+                    yield x, req, res
 
     async def stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], desc: str = "LLM",
                      total: int | None = None, on_error: str = "raise") -> AsyncGenerator[tuple[T, ChatResult], None]:
@@ -253,6 +255,13 @@ class LLMClient:
 
     def run(self, request: ChatRequest) -> ChatResult:
         return self.run_batch([request], desc=request.tag or "LLM")[0]
+
+
+def _with_claims(more: Callable[[], dict] | None, claims: Any) -> dict:
+    """The usage summary's own entries (the concurrency's), and what sharing the cache with other processes gave:
+    samples this process waited for while another sent them, claims it took over from a process that was gone."""
+    return {**(more() if more is not None else {}), "claims_waited_samples": claims.waited,
+            "claims_taken_over": claims.taken_over}
 
 
 def _same(x: ChatRequest) -> ChatRequest:

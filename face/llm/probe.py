@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -149,14 +149,39 @@ def fitted(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
     cache_dir = cfg.cache_dir if cfg.cache else None
     caps = load(cache_dir, base_url, model)
     if caps is None and not cfg.dry_run and loop is not None:
-        caps = _probe_now(cfg, usage, base_url, model, loop())
-        if caps is None:
-            return cfg
-        save(cache_dir, caps)
-        _report(cfg, caps, base_url, model)
+        with _one_prober(cache_dir):  # processes sharing the cache: one probes, the others read its answer
+            caps = load(cache_dir, base_url, model)
+            if caps is None:
+                caps = _probe_now(cfg, usage, base_url, model, loop())
+                if caps is None:
+                    return cfg
+                save(cache_dir, caps)
+                _report(cfg, caps, base_url, model)
     if caps is not None and not caps.n:
         return cfg.replace(n_per_request=1)
     return cfg
+
+
+@contextlib.contextmanager
+def _one_prober(cache_dir: str | os.PathLike | None) -> Iterator[None]:
+    """Hold ``<cache_dir>/endpoints.json.lock`` (an exclusive ``flock``, let go when the process ends, however it
+    ends) for the block: processes that share a cache probe an endpoint once between them."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: each process probes for itself
+        fcntl = None  # type: ignore[assignment]
+    if cache_dir is None or fcntl is None:
+        yield
+        return
+    try:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        f = open(Path(cache_dir) / (ENDPOINTS_FILE + ".lock"), "a")  # noqa: SIM115 - closed below
+    except OSError:
+        yield
+        return
+    with f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str,

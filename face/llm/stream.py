@@ -42,9 +42,8 @@ class _Driver:
         self.bar = Progress(total or 0, desc, enabled=client.cfg.progress, usage=client.usage)
         self.done = 0
 
-    def fill(self, looked_up: Iterator[tuple[Any, ChatResult | None]], request: Callable[[Any], ChatRequest]) -> None:
-        for item, hit in itertools.islice(looked_up, self.window - len(self.queue)):
-            req = request(item)
+    def fill(self, looked_up: Iterator[tuple[Any, ChatRequest, ChatResult | None]]) -> None:
+        for item, req, hit in itertools.islice(looked_up, self.window - len(self.queue)):
             got: Any = self.shared.get(req) or hit
             if got is None:
                 got = self.shared[req] = asyncio.ensure_future(self.client.chat(req))
@@ -97,11 +96,11 @@ async def drive(client: Any, items: Iterable[Any], request: Callable[[Any], Chat
     d = _Driver(client, desc, total, on_error)
     looked_up = client.cached_stream(items, request)  # the cache read ahead, in a thread
     try:
-        d.fill(looked_up, request)
+        d.fill(looked_up)
         while d.queue:
             yield await d.take()
             if len(d.queue) <= d.window // 2:
-                d.fill(looked_up, request)
+                d.fill(looked_up)
     finally:
         d.close()
         looked_up.close()

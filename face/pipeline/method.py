@@ -10,6 +10,7 @@ with one line naming its dotted key, before anything runs.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from pathlib import Path
@@ -20,7 +21,6 @@ from pydantic import Field
 
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
-from face.datasets.face_released import SCORE_COLUMNS
 from face.errors import ConfigError
 from face.files import atomic_open
 from face.llm.config import LLMConfig
@@ -37,7 +37,7 @@ from face.pipeline.parts import (
     build,
     unit_source,
 )
-from face.pipeline.records import ScoreSink, ScoreTally
+from face.pipeline.records import AspectScores, ScoreSink, ScoreTally, per_conversation
 from face.pipeline.scoring import ScoringSpec, plan_iter, score_stream, turns_for, units_for
 from face.predictions import Predictions
 from face.settings import nested, settings
@@ -211,16 +211,18 @@ class Face:
             self.restate(job, inputs, instructions, costs, decomps)
             parts, tally = [], ScoreTally()
             with ScoreSink(run_dir / "particle_scores.jsonl", decomps) as sink:
-                for a in inputs.aspects:  # one aspect's scores in memory at a time
+                for a in inputs.aspects:  # aggregated conversation by conversation as the scores arrive
                     units = units_for(a, convs, decomps or {}, self.units.unit, self.unlabelled_turns)
+                    n_instr = len(instructions[a.name])
+                    scores = AspectScores(sink, tally, per_conversation(units, n_instr), functools.partial(
+                        aggregate, levels=inputs.levels, instruction_agg=self.instruction_agg,
+                        particle_agg=self.particle_agg))
                     planned = plan_iter(units, instructions[a.name], by_id, self.scoring,
                                         lcfg.supports_json_schema, ds.judged)
-                    score_stream(client, planned, self.scoring, sink.add, desc=f"scoring {a.name}",
-                                 total=len(units) * len(instructions[a.name]))
-                    detail = tally.add(sink.take())
-                    scores = detail[detail["score"].notna()][SCORE_COLUMNS]
-                    parts.append(aggregate(scores, inputs.levels, self.instruction_agg, self.particle_agg))
-                    del detail, scores
+                    score_stream(client, planned, self.scoring, scores.add, desc=f"scoring {a.name}",
+                                 total=len(units) * n_instr)
+                    del units, planned
+                    parts.append(scores.result())
             job.finish(client)
         metrics = job.metrics
         preds = Predictions(pd.concat([p.turn for p in parts], ignore_index=True),

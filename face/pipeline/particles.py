@@ -182,11 +182,20 @@ def decompose(client: Any, convs: Sequence[Conversation], spec: ParticlesSpec, j
 
     turns = [(c, t) for c in convs for t in c.evaluated_turns()]
     answer = ParticlesAnswer(spec.reasoning)
-    reqs = [answer.request(ChatRequest(messages=decompose_messages(c, t, assistant, spec.reasoning), n=spec.k,
-                                       temperature=spec.temperature, max_tokens=spec.max_tokens, tag="decompose"),
-                           json_schema, spec.draws.policy) for c, t in turns]
-    results = client.run_batch(reqs, desc=f"decomposing {len(turns)} turns")
-    return {(c.conv_id, t.turn_ind): voted(c, t, res) for (c, t), res in zip(turns, results)}
+
+    def request(turn: tuple[Conversation, Turn]) -> Any:  # rendered when the batch driver takes the turn
+        c, t = turn
+        return answer.request(ChatRequest(messages=decompose_messages(c, t, assistant, spec.reasoning), n=spec.k,
+                                          temperature=spec.temperature, max_tokens=spec.max_tokens, tag="decompose"),
+                              json_schema, spec.draws.policy)
+
+    out: dict[tuple[str, int], Decomposition] = {}
+
+    def vote(turn: tuple[Conversation, Turn], res: Any) -> None:  # each turn voted as it comes, its draws let go
+        out[(turn[0].conv_id, turn[1].turn_ind)] = voted(turn[0], turn[1], res)
+
+    client.run_stream(turns, request, vote, desc=f"decomposing {len(turns)} turns", total=len(turns))
+    return out
 
 
 def voted(conv: Conversation, turn: Turn, res: Any) -> Decomposition:

@@ -10,15 +10,17 @@ import json
 import math
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from face.data.io import as_id, field, read_jsonl
+from face.datasets.face_released import SCORE_COLUMNS
 from face.errors import DataError
 from face.files import atomic_path
 from face.pipeline.scoring import ScoreRecord
+from face.predictions import Predictions
 
 # the compact columns (besides the identifying ones of SCORE_COLUMNS)
 DETAIL_COLUMNS = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score", "n_valid",
@@ -143,11 +145,14 @@ class ScoreSink:
 
 
 class ScoreTally:
-    """The counts of a run's score records, added up part by part (``add`` returns the part it was given)."""
+    """The counts of a run's score records, added up part by part (``add`` returns the part it was given). The
+    valid masses of one aspect are kept (8 bytes a record) and summed when the aspect ends (``end_aspect``), as one
+    column, whatever parts it arrived in: the same sum, bit for bit, as the aspect's records in one frame."""
 
     def __init__(self) -> None:
         self.total = self.missing = self.fallbacks = self.retried = self.defaulted = 0
         self.mass_sum, self.mass_n = 0.0, 0
+        self._masses = array("d")
 
     def add(self, detail: pd.DataFrame) -> pd.DataFrame:
         self.total += len(detail)
@@ -155,18 +160,88 @@ class ScoreTally:
         self.fallbacks += int(detail["fallback"].notna().sum())
         self.retried += int(detail["n_retried"].sum())
         self.defaulted += int(detail["n_defaulted"].sum())
-        mass = detail["valid_mass"].dropna()
-        self.mass_sum += float(mass.sum())
-        self.mass_n += len(mass)
+        self._masses.extend(detail["valid_mass"].to_numpy(dtype=np.float64))
         return detail
 
+    def end_aspect(self) -> None:
+        """The aspect's valid masses summed (NaN left out), as one column."""
+        mass = pd.Series(np.frombuffer(self._masses, dtype=np.float64) if len(self._masses) else np.zeros(0)).dropna()
+        self.mass_sum += float(mass.sum())
+        self.mass_n += len(mass)
+        self._masses = array("d")
+
     def metrics(self, logprobs: bool) -> dict[str, float]:
+        if len(self._masses):
+            self.end_aspect()
         out = {"scores.total": self.total, "scores.without_valid_answer": self.missing,
                "scores.fallbacks": self.fallbacks, "scores.retried_draws": self.retried,
                "scores.defaulted_samples": self.defaulted, "scores.dropped_units": self.missing}
         if logprobs:
             out["scores.mean_valid_mass"] = self.mass_sum / self.mass_n if self.mass_n else 0.0
         return out
+
+class AspectScores:
+    """One aspect's score records on their way through: each one to the sink (``add``), aggregated conversation by
+    conversation, so memory holds the records of a few conversations, not the aspect's (``dataset.repeat=4``
+    peaks where ×1 does).
+
+    ``planned``: how many records each conversation will get. Whenever the records of whole conversations (none
+    half-received) add up to ``chunk_rows``, the sink's columns are taken, counted (``tally``) and aggregated
+    (``aggregate(scores)``, scores without a valid answer left out); ``result()`` joins the parts. A conversation's
+    groups never span two parts, and the parts follow the order the records came in, so the rows, their order, the
+    sums (each group's values in the same order) and the dtypes are those of one aggregation of every record at
+    once (``tests/test_records_stream.py``). Records of conversations that interleave are simply held until a
+    moment none is half-received (at the end, at worst: the memory of one aggregation)."""
+
+    def __init__(self, sink: ScoreSink, tally: ScoreTally, planned: dict[str, int],
+                 aggregate: Callable[[pd.DataFrame], Predictions], chunk_rows: int = 20_000):
+        self.sink, self.tally, self.aggregate, self.chunk_rows = sink, tally, aggregate, chunk_rows
+        self.left = dict(planned)  # conversation -> records still to come
+        self.open = 0  # conversations with some of their records received, not all
+        self.convs: dict[str, None] = {}  # every conversation seen, in order (the categories of one aggregation)
+        self.aspects: dict[str, None] = {}
+        self.parts: list[Predictions] = []
+
+    def add(self, r: ScoreRecord) -> None:
+        self.sink.add(r)
+        self.aspects.setdefault(r.aspect)
+        conv = r.conv_id
+        if conv not in self.convs:
+            self.convs[conv] = None
+            self.open += 1
+        left = self.left.get(conv, -1) - 1
+        self.left[conv] = left
+        if left == 0:
+            self.open -= 1
+            if not self.open and self.sink.rows >= self.chunk_rows:
+                self._flush()
+
+    def _flush(self) -> None:
+        detail = self.tally.add(self.sink.take())
+        self.parts.append(self.aggregate(detail[detail["score"].notna()][SCORE_COLUMNS]))
+
+    def result(self) -> Predictions:
+        """The aspect's predictions (every record received), as one aggregation of them all would give them."""
+        if self.sink.rows or not self.parts:
+            self._flush()
+        self.tally.end_aspect()
+        if len(self.parts) == 1:
+            return self.parts[0]
+        kinds = {"aspect": pd.CategoricalDtype(list(self.aspects)), "conv_id": pd.CategoricalDtype(list(self.convs))}
+
+        def joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+            out = pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
+            return out.astype({k: v for k, v in kinds.items() if k in out.columns})
+
+        return Predictions(joined([p.turn for p in self.parts]), joined([p.dialogue for p in self.parts]))
+
+
+def per_conversation(units: Sequence[Any], n_instructions: int) -> dict[str, int]:
+    """How many score records each conversation gets: its units × the instructions."""
+    out: dict[str, int] = {}
+    for u in units:
+        out[u.conv_id] = out.get(u.conv_id, 0) + n_instructions
+    return out
 
 
 # read_score_file(detail=True): what each record says beyond its score (the particle's fields flattened)

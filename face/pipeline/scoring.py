@@ -20,6 +20,7 @@ The names of the two rooms beside it (units and prompts; estimators and answers)
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Iterable, Iterator, Literal, Sequence
@@ -140,17 +141,34 @@ def plan_iter(units: Sequence[Unit], instructions: Sequence[Instruction], convs:
               ) -> Iterator[Planned]:
     """``plan`` as a generator: each prompt is rendered when it is needed (a paper-size stage plans 10^5)."""
     scorer = spec.scorer
-    rank = {i.instruction_id: r for r, i in enumerate(instructions)}
-    pairs = [(u, i) for u in units for i in instructions]
-    # the prompt reads context -> instruction -> particle; "prefix" sorts the same way, so consecutive
-    # requests differ only in the short particle; "naive" is the plain loop over units, then instructions
-    if spec.order == "prefix":
-        pairs.sort(key=lambda p: (p[0].conv_id, p[0].turn_ind if p[0].aspect.level == "turn" else 0,
-                                  rank[p[1].instruction_id], p[0].turn_ind, p[0].particle_ind))
+    pairs = _prefix_order(units, instructions) if spec.order == "prefix" else \
+        ((u, i) for u in units for i in instructions)
     for u, ins in pairs:
         messages = score_messages(u, convs[u.conv_id], ins.text, judged, spec.reasoning)
         req = scorer.request(messages, spec, f"score:{u.aspect.name}")
         yield Planned(u, ins, spec.answer(u.aspect.scale).request(req, json_schema))
+
+
+def _prefix_order(units: Sequence[Unit], instructions: Sequence[Instruction]) -> Iterator[tuple[Unit, Instruction]]:
+    """Every unit × instruction in prefix-sharing order, one at a time: the prompt reads context -> instruction ->
+    particle, so the pairs go by conversation (and turn, for a turn-level aspect), then instruction, then particle
+    -- the order of a stable sort of the unit-major pairs by that key, without holding the pairs (10^5 a stage)."""
+    rank = {i.instruction_id: r for r, i in enumerate(instructions)}
+    by_rank: dict[int, list[Instruction]] = {}
+    for i in instructions:
+        by_rank.setdefault(rank[i.instruction_id], []).append(i)
+    ranked = [by_rank[r] for r in sorted(by_rank)]
+
+    def group(u: Unit) -> tuple[str, int]:
+        return u.conv_id, u.turn_ind if u.aspect.level == "turn" else 0
+
+    ordered = sorted(units, key=lambda u: (*group(u), u.turn_ind, u.particle_ind))
+    for _, members in itertools.groupby(ordered, key=group):
+        same = list(members)
+        for tied in ranked:
+            for u in same:
+                for ins in tied:
+                    yield u, ins
 
 
 def record_from_samples(p: Planned, samples: Sequence[Any], spec: ScoringSpec) -> ScoreRecord:
