@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from helpers import evaluate_argv, write_logs
 from reliability import refused, run
 
 # the reliability suite (issue 21): in-process, but ~150 cases; run with the slow tests, one at a time, so that
@@ -38,14 +39,11 @@ def _absolute_mirror(monkeypatch, mirror):
 
 
 def _logs(path: Path, convs=CHAT) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(c) + "\n" for c in convs), encoding="utf-8")
-    return path
+    return write_logs(path, convs)
 
 
 def _evaluate(logs: Path, out, *extra: str) -> list[str]:
-    return ["evaluate", str(logs), "--llm", "scripted", "--aspects", "relevance", "--limit", "1", "--yes",
-            "--set", "run_size=tiny", *([] if out is None else ["--out", str(out)]), *extra]
+    return evaluate_argv(logs, out, "--limit", "1", *extra)
 
 
 def _marker(d: Path, owner: dict) -> None:
@@ -67,7 +65,7 @@ class _Held:
 
 def _run_py(*overrides: str) -> list[str]:
     """A small, cheap run (should a refusal ever fail to happen, it stays a test-sized run on the fake server)."""
-    return ["experiment=crsarena_main", "tracking=none", "llm=scripted", "run_size=tiny", "dataset.limit=1",
+    return ["experiment=crsarena_main", "tracking=none", "llm=fake", "run_size=tiny", "dataset.limit=1",
             "metaeval.n_boot=0", *overrides]
 
 

@@ -35,7 +35,7 @@ def _conf_dir(tmp: Path) -> Path:
     """A config search path with an LLM backend whose YAML holds a key (conf/llm/leaky.yaml)."""
     d = tmp / "myconf"
     (d / "llm").mkdir(parents=True, exist_ok=True)
-    (d / "llm" / "leaky.yaml").write_text(f"defaults: [scripted, _self_]\napi_key: {RAW}\n")
+    (d / "llm" / "leaky.yaml").write_text(f"defaults: [fake, _self_]\napi_key: {RAW}\n")
     return d
 
 
@@ -59,7 +59,7 @@ CASES = {
 RUN_ONLY = {  # scripts/run.py only: Hydra's own settings and flags, sweeps
     "hydra_env_set": (["+hydra.job.env_set.OPENAI_API_KEY={raw}"], ["OPENAI_API_KEY"]),
     "printed_config": (["--cfg", "job", "+llm.apikey={raw}"], ["llm.apikey"]),
-    "sweep_with_a_key_in_a_config_file": (["-m", "hydra.searchpath=[file://{conf}]", "llm=scripted,leaky"],
+    "sweep_with_a_key_in_a_config_file": (["-m", "hydra.searchpath=[file://{conf}]", "llm=fake,leaky"],
                                           ["llm.api_key"]),
 }
 TABLE = [("run.py", n) for n in [*CASES, *RUN_ONLY]] + [("face", n) for n in CASES]
@@ -71,12 +71,12 @@ def _argv(entry: str, name: str, tmp: Path, inputs: Path | None = None) -> list[
     overrides, _ = {**CASES, **RUN_ONLY}[name]
     filled = [o.format(canary=CANARY, raw=RAW, conf=_conf_dir(inputs)) for o in overrides]
     if entry == "run.py":
-        return ["experiment=crsarena_main", "llm=scripted", *filled]
+        return ["experiment=crsarena_main", "llm=fake", *filled]
     logs = inputs / "logs.jsonl"
     logs.write_text("\n".join(json.dumps(c) for c in LOGS) + "\n")
     llm = [o.partition("=")[2] for o in filled if o.startswith("llm=")]
     sets = [x for o in filled if not o.startswith("llm=") for x in ("--set", o)]
-    return ["evaluate", str(logs), "--llm", llm[0] if llm else "scripted", "--out", str(tmp / "out"), "--yes", *sets]
+    return ["evaluate", str(logs), "--llm", llm[0] if llm else "fake", "--out", str(tmp / "out"), "--yes", *sets]
 
 
 def _hits(root: Path, *needles: str) -> list[str]:

@@ -10,7 +10,7 @@ from face.llm import ChatRequest, Draws, SampleCache, make_client
 from face.llm.adapters import score_adapter
 from face.llm.cache import CACHE_FILE, CachingLM
 from face.testing.faultproxy import ANSWER_KINDS, TRANSPORT_KINDS, FaultProxy
-from face.testing.scripted import ScriptedServer
+from face.testing.scripted import InProcessServer, ScriptedServer
 
 SCORES = score_adapter([1, 2, 3])
 
@@ -57,8 +57,8 @@ def test_invalid_answer_is_redrawn_stored_marked_and_counted(server, make_cfg, t
 
 
 def test_a_sample_that_never_validates_is_marked_invalid_not_defaulted(make_cfg, tmp_path):
-    srv = ScriptedServer(responder=lambda body: "Probably a two.")
-    with srv as info, make_client(make_cfg(base_url=info.base_url)) as c:
+    srv = InProcessServer(responder=lambda body: "Probably a two.")
+    with srv, make_client(make_cfg(server=srv.spec())) as c:
         [res] = c.run_batch([scored("rate", rounds=3)])
         metrics = c.usage.mlflow_metrics()
         path = c.usage.write_artifact(tmp_path / "llm_usage.json")

@@ -9,12 +9,15 @@ a cut JSON body as replies, "timeout" as the read timeout of the client's own se
 that is shorter), "reset" / "disconnect" as a connection closed without a reply. The chat endpoint and the model
 list are served (a batch run needs an endpoint at ``llm.base_url``: ``ScriptedServer`` serves the Batch API).
 
-    llm.server._target_=face.testing.scripted.InProcessServer     (or: with InProcessServer() as info: ...)
+    llm.server._target_=face.testing.scripted.InProcessServer     (the client starts and stops its own)
+    with InProcessServer() as info: ... llm.server = srv.spec() ...  (a test's own: its log, force(), responder)
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import weakref
 from typing import Any
 
 import httpx2
@@ -23,15 +26,24 @@ from ..faults import cut_json_bytes, fault_reply, timeout_reply
 from ..service import error_body
 from .server import ScriptedServer, ServerInfo
 
-BASE_URL = "http://scripted.in-process/v1"  # never resolved: no request leaves the process
+_NUMBER = itertools.count(1)  # each server its own URL (never resolved: no request leaves the process), so that
+# what is remembered per endpoint (the probe's answer) is remembered per server, as per port over HTTP
+_LIVE: weakref.WeakValueDictionary[str, InProcessServer] = weakref.WeakValueDictionary()
 
 
 class InProcessServer(ScriptedServer):
     """``ScriptedServer``'s answers, served to this process's LLM client without a socket (``http_client``)."""
 
+    def spec(self) -> dict[str, str]:
+        """``llm.server`` naming this very server (started by its owner): a client built from it talks to this
+        server, whose log, forced faults and responder the owner keeps."""
+        _LIVE[str(id(self))] = self
+        return {"_target_": f"{__name__}.attached", "key": str(id(self))}
+
     def start(self) -> ServerInfo:
         self.log.open()
-        self.info = ServerInfo(base_url=BASE_URL, model=self.model, port=0)
+        url = self.info.base_url if self.info else f"http://scripted-{next(_NUMBER)}.in-process/v1"
+        self.info = ServerInfo(base_url=url, model=self.model, port=0)
         return self.info
 
     def stop(self) -> None:
@@ -83,6 +95,30 @@ class InProcessServer(ScriptedServer):
         if fault == "cut_json":
             raw = cut_json_bytes(raw)
         return httpx2.Response(200, content=raw, headers={"Content-Type": "application/json"})
+
+
+def attached(key: str) -> _Attached:
+    """The live server a ``spec()`` names (the client's start and stop leave it serving: it has no socket)."""
+    try:
+        return _Attached(_LIVE[key])
+    except KeyError:
+        raise ValueError(f"no live in-process scripted server {key!r} (its owner has let it go)") from None
+
+
+class _Attached:
+    """A server seen by a client that does not own it: ``stop`` leaves it to its owner."""
+
+    def __init__(self, server: InProcessServer):
+        self.server = server
+
+    def __getattr__(self, name: str) -> Any:  # model, base_url, http_client, log, ... are the server's
+        return getattr(self.server, name)
+
+    def start(self) -> ServerInfo:
+        return self.server.info or self.server.start()
+
+    def stop(self) -> None:
+        pass
 
 
 async def _wait(seconds: float, read_timeout: float | None, request: httpx2.Request) -> None:
