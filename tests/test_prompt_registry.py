@@ -245,3 +245,30 @@ def test_optimizer_sets_are_aliased_per_job_and_best_by_dev_correlation(cfg_fact
     assert int(client.get_prompt_version("face-opt-relevance-set", "best").version) == 2  # dev 0.5 > 0.25
     got = load_reference("face-opt-{aspect}-set@best", "relevance")
     assert [(i.instruction_id, i.text) for i in got] == [("r1c2", "Rate it, b way 2."), ("initial", "Rate it.")]
+
+
+def test_the_default_configuration_is_composed_once_per_state_of_the_config_files(tmp_path, monkeypatch):
+    """Run names compare a run with its experiment's default configuration: composed once per process, and again
+    when a config file changed (what a later run in the same process then compares with is the file as it is)."""
+    import shutil
+
+    import hydra
+    from hydra import initialize_config_dir
+
+    from face.experiments.naming import _default_config
+    from helpers import ROOT
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    calls = []
+    compose = hydra.compose
+    monkeypatch.setattr(hydra, "compose", lambda **kw: calls.append(kw) or compose(**kw))
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        first = _default_config(["experiment=reproduce_table2"])
+        again = _default_config(["experiment=reproduce_table2"])
+        assert again is first and len(calls) == 1
+        assert _default_config(["experiment=system_level"])["task_name"] == "system_level" and len(calls) == 2
+        yaml = conf / "experiment" / "reproduce_table2.yaml"
+        yaml.write_text(yaml.read_text() + "\nrun_size: tiny\n")
+        edited = _default_config(["experiment=reproduce_table2"])
+    assert len(calls) == 3 and edited["run_size"] == "tiny" != first["run_size"]
