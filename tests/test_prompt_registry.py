@@ -253,10 +253,10 @@ def test_the_default_configuration_is_composed_once_per_state_of_the_config_file
     import shutil
 
     import hydra
+    from helpers import ROOT
     from hydra import initialize_config_dir
 
     from face.experiments.naming import _default_config
-    from helpers import ROOT
 
     conf = tmp_path / "conf"
     shutil.copytree(ROOT / "conf", conf)
