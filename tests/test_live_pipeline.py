@@ -447,7 +447,9 @@ def test_ablation_no_optimization_uses_the_initial_instruction(run_experiment):
 
 
 @pytest.mark.slow
-def test_ablation_scoring_compares_estimators_and_cost(run_experiment):
+def test_ablation_scoring_compares_estimators_and_cost(run_experiment, data_dir):
+    from scipy import stats
+
     ran = run_experiment("experiment=ablation_scoring", *SMALL_LIVE, tracking=False)
     out = ran.experiment
     usage = out.tables["usage"].set_index("variant")
@@ -455,6 +457,23 @@ def test_ablation_scoring_compares_estimators_and_cost(run_experiment):
     assert set(out.results["variant"]) == set(usage.index)
     # n=5 reuses the cached n=1 sample; n=20 reuses the 5
     assert usage.loc["sampling_n5", "llm_cache_hits"] > 0
+    # every variant's turn-level correlations over the 11 turns are numbers, and each estimator's are its own
+    turn = out.results[(out.results["level"] == "turn") & (out.results["split"] == "all")]
+    by_variant = turn.set_index(["variant", "coefficient"])["value"]
+    assert turn["value"].notna().all() and len(turn) == 4 * 3 and (turn["n"] == 11).all()
+    assert by_variant["sampling_n1"].tolist() != by_variant["sampling_n20"].tolist()
+    # the last variant's (logprobs) particle scores, aggregated by hand, give its Pearson against the labels
+    detail = [d for d in _detail(ran.cfg) if d["aspect"] == "relevance"]
+    assert {d["estimator"] for d in detail} == {"logprobs"}
+    turns: dict[tuple[str, int], list[float]] = {}
+    for d in detail:
+        if d["score"] is not None:
+            turns.setdefault((d["conv_id"], d["turn_ind"]), []).append(d["score"])
+    convs = {c.conv_id: c for c in select(load_conversations(data_dir / CRSARENA_EVAL), limit=2)}
+    human = {k: next(t.labels["relevance"] for t in convs[k[0]].turns if t.turn_ind == k[1]) for k in turns}
+    keys = sorted(turns)
+    r = stats.pearsonr([sum(turns[k]) / len(turns[k]) for k in keys], [human[k] for k in keys])[0]
+    assert by_variant["logprobs", "pearson"] == pytest.approx(r, abs=1e-9)
 
 
 @pytest.mark.slow

@@ -98,8 +98,37 @@ def test_a_credential_is_refused_naming_the_setting_not_the_value(entry, name, t
     assert written == []  # nothing written, not even a directory: no .hydra/, no run or --out dir, no MLflow store
 
 
-def test_the_table_has_every_spelling_through_both_entry_points():
-    assert len(TABLE) >= 12 and {e for e, _ in TABLE} == {"run.py", "face"}
+# what each refusal of face.secrets says (its rules), and the two spellings the guard reads besides an override's
+# own name and value: a name inside a dict value, a credential in a config file
+RULES = {"the NAME of a variable": "must be the NAME", "a key-named setting": "a credential in a setting",
+         "a URL's user info": "user:pass@host", "a key-like value": "looks like a credential"}
+
+
+def _spellings(entry: str, tmp_path: Path) -> set[str]:
+    """The refusal rules and spellings the table's cases of ``entry`` reach, read from face.secrets itself."""
+    import tempfile
+
+    seen = set()
+    for e, name in TABLE:
+        if e != entry:
+            continue
+        overrides = [o.format(canary=CANARY, raw=RAW, conf=Path(tempfile.gettempdir())) for o in
+                     {**CASES, **RUN_ONLY}[name][0]]
+        line = secret_in_overrides(overrides)
+        if line is None:  # nothing on the command line: a config file holds it
+            assert any(o.startswith("hydra.searchpath=") for o in overrides), name
+            seen.add("a config file")
+            continue
+        seen |= {rule for rule, words in RULES.items() if words in line}
+        keys = [o.partition("=")[0].lstrip("+~") for o in overrides]
+        if not any(line.startswith(k + " ") for k in keys):  # the line names a key inside the value
+            seen.add("a name inside a value")
+    return seen
+
+
+@pytest.mark.parametrize("entry", ["run.py", "face"])
+def test_the_table_reaches_every_refusal_rule_through_both_entry_points(entry, tmp_path):
+    assert _spellings(entry, tmp_path) == {*RULES, "a name inside a value", "a config file"}
 
 
 # ---------------------------------------------------------------- no false alarms

@@ -137,8 +137,14 @@ def test_every_transport_fault_is_retried_and_results_are_identical(make_cfg, tm
                 make_client(make_cfg(base_url=proxy.base_url, **cfg)) as c:
             faulty = c.run_batch(reqs)
             s = c.usage.summary()
-    assert set(proxy.faults()) == set(TRANSPORT_KINDS)
-    assert s["retries"] == len(proxy.faults()) and s["failures"] == 0 and s["http_requests"] == len(reqs)
+    log = list(proxy.log)
+    faulted = {e["hash"] for e in log if e["fault"]}
+    assert set(proxy.faults()) == set(TRANSPORT_KINDS) and len(faulted) == len(proxy.faults())
+    # every arrival after a request's first is a retry the client counted: on a loaded machine a request the proxy
+    # did not fault may also time out (0.4 s) and be retried (a retry the proxy never read is counted all the same)
+    assert len(faulted) <= len(log) - len(reqs) <= s["retries"]
+    assert all(sum(e["hash"] == h for e in log) >= 2 for h in faulted)  # each faulted request came again
+    assert s["failures"] == 0 and s["http_requests"] == len(reqs)
     assert [r.texts for r in faulty] == [r.texts for r in clean]
 
 
