@@ -37,12 +37,13 @@ def data_dir(mirror: Path, tmp_path_factory) -> Path:
     return d
 
 
-def make_cfg(tmp_path: Path, data_dir: Path, overrides: list[str], tracking: bool = True) -> DictConfig:
-    """Compose the real Hydra config with every output redirected into ``tmp_path``."""
+def run_paths(tmp_path: Path, data_dir: Path, tracking: bool = True, run_dir: str = "run") -> list[str]:
+    """The overrides that send every output of a run into ``tmp_path`` (its MLflow store too, or none): the run's
+    own directory is ``tmp_path / run_dir``."""
     base = [
         f"paths.data_dir={data_dir}",
         f"paths.results_dir={tmp_path / 'results'}",
-        f"paths.output_dir={tmp_path / 'run'}",
+        f"paths.output_dir={tmp_path / run_dir}",
         f"paths.cache_dir={tmp_path / 'cache'}",
         "paths.data_mirror=null",
         "dataset.download=false",
@@ -52,8 +53,14 @@ def make_cfg(tmp_path: Path, data_dir: Path, overrides: list[str], tracking: boo
                  f"tracking.artifact_location={tmp_path / 'mlruns'}"]
     else:
         base += ["tracking=none"]
+    return base
+
+
+def make_cfg(tmp_path: Path, data_dir: Path, overrides: list[str], tracking: bool = True) -> DictConfig:
+    """Compose the real Hydra config with every output redirected into ``tmp_path`` (for a test that reads the
+    configuration; a run goes through ``run_experiment``)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=base + overrides)
+        return compose(config_name="config", overrides=run_paths(tmp_path, data_dir, tracking) + overrides)
 
 
 @pytest.fixture(scope="session")
@@ -79,6 +86,33 @@ def cfg_factory(tmp_path: Path, data_dir: Path, request):
         return make_cfg(tmp_path, data_dir, list(overrides), tracking)
 
     return factory
+
+
+@pytest.fixture
+def run_experiment(tmp_path: Path, data_dir: Path, request):
+    """Runs through the one front door (``face.runner.run``, as every entry point runs: the credential check, the
+    claim of the output directories, redacted logs), every output in ``tmp_path``: ``run_experiment(*overrides,
+    tracking=True, run_dir="run", **RunRequest fields) -> RunResult`` (``.cfg`` the composed task configuration,
+    ``.experiment`` the experiment's result). With ``mlflow_store`` requested, the run starts from a copy of the
+    empty store."""
+    from helpers import run_overrides
+
+    def run(*overrides: str, tracking: bool = True, run_dir: str = "run", **fields):
+        if tracking and "mlflow_store" in request.fixturenames and not (tmp_path / "mlflow.db").exists():
+            shutil.copyfile(request.getfixturevalue("mlflow_store"), tmp_path / "mlflow.db")
+        return run_overrides([*run_paths(tmp_path, data_dir, tracking, run_dir), *overrides], **fields)
+
+    return run
+
+
+@pytest.fixture
+def forget_probes():
+    """The endpoint probe's memory (``face.llm.probe``) empty before and after the test."""
+    from face.llm import probe
+
+    probe.forget()
+    yield
+    probe.forget()
 
 
 @pytest.fixture(scope="session")

@@ -41,7 +41,7 @@ def run(tmp_path_factory, data_dir):
     """One small run kept in ``out`` (two samples per score, two instructions), read by several tests."""
     tmp = tmp_path_factory.mktemp("api")
     logs = _jsonl(tmp / "logs.jsonl")
-    result = face.evaluate(logs, aspects=ASPECTS, llm="scripted", out=tmp / "out", run_size="tiny",
+    result = face.evaluate(logs, aspects=ASPECTS, llm="fake", out=tmp / "out", run_size="tiny",
                            **{"method.scoring.n": 2, "method.instructions.max": 2}, **_paths(tmp, data_dir))
     return tmp, logs, result
 
@@ -103,9 +103,9 @@ def test_in_memory_conversations_a_dataframe_and_a_running_event_loop_give_the_f
     frame = pd.DataFrame(rows, columns=["conv_id", "role", "content", "system"])
 
     async def inside_a_loop():  # as in Jupyter: the call blocks, the run goes to a worker thread
-        return face.evaluate(frame, aspects=ASPECTS, llm="scripted", run_size="tiny", **settings)
+        return face.evaluate(frame, aspects=ASPECTS, llm="fake", run_size="tiny", **settings)
 
-    for got in (face.evaluate(CHAT, aspects=ASPECTS, llm="scripted", run_size="tiny", **settings),
+    for got in (face.evaluate(CHAT, aspects=ASPECTS, llm="fake", run_size="tiny", **settings),
                 asyncio.run(inside_a_loop())):
         pd.testing.assert_frame_equal(got.dialogues, r.dialogues)
         pd.testing.assert_frame_equal(got.turns, r.turns)
@@ -139,29 +139,29 @@ def test_meta_evaluate_equals_scipy_on_the_labels_given(run):
 def test_a_rerun_into_out_resumes_and_another_input_there_is_refused_unless_overwrite(run, data_dir, capsys):
     tmp, logs, r = run
     settings = {"method.scoring.n": 2, "method.instructions.max": 2, **_paths(tmp, data_dir)}
-    again = face.evaluate(logs, aspects=ASPECTS, llm="scripted", out=tmp / "out", run_size="tiny", **settings)
+    again = face.evaluate(logs, aspects=ASPECTS, llm="fake", out=tmp / "out", run_size="tiny", **settings)
     assert "Resuming the run" in capsys.readouterr().out
     pd.testing.assert_frame_equal(again.dialogues, r.dialogues)
     other = _jsonl(tmp / "other.jsonl", CHAT[:1])
     with pytest.raises(face.ConfigError, match="overwrite=True"):
-        face.evaluate(other, aspects=ASPECTS, llm="scripted", out=tmp / "out", run_size="tiny", **settings)
-    replaced = face.evaluate(other, aspects=ASPECTS, llm="scripted", out=tmp / "out", run_size="tiny",
+        face.evaluate(other, aspects=ASPECTS, llm="fake", out=tmp / "out", run_size="tiny", **settings)
+    replaced = face.evaluate(other, aspects=ASPECTS, llm="fake", out=tmp / "out", run_size="tiny",
                              overwrite=True, **settings)
     assert list(replaced.dialogues["conv_id"]) == ["c1"]
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda p: face.evaluate(p, aspects=["humour"], llm="scripted"), "no aspect 'humour'"),
-    (lambda p: face.evaluate(p, llm="scripted", **{"method.nn": 3}), "method.nn"),
-    (lambda p: face.evaluate(p, llm="scripted", method={"scoring": {"n": 0}}),
+    (lambda p: face.evaluate(p, aspects=["humour"], llm="fake"), "no aspect 'humour'"),
+    (lambda p: face.evaluate(p, llm="fake", **{"method.nn": 3}), "method.nn"),
+    (lambda p: face.evaluate(p, llm="fake", method={"scoring": {"n": 0}}),
      "method.scoring.n must be an integer >= 1"),
-    (lambda p: face.evaluate(p, llm="scripted", **{"dataset.path": "x.json"}), "conversations are the first"),
-    (lambda p: face.evaluate(p, llm="scripted", run_size="huge"), "run_size"),
+    (lambda p: face.evaluate(p, llm="fake", **{"dataset.path": "x.json"}), "conversations are the first"),
+    (lambda p: face.evaluate(p, llm="fake", run_size="huge"), "run_size"),
     (lambda p: face.evaluate(p, llm="scripted --x"), "llm must name a config"),
-    (lambda p: face.evaluate(p, llm="scripted", limit=0), "limit must be a positive"),
-    (lambda p: face.evaluate(p, llm="scripted", **{"llm.api_key": "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"}),
+    (lambda p: face.evaluate(p, llm="fake", limit=0), "limit must be a positive"),
+    (lambda p: face.evaluate(p, llm="fake", **{"llm.api_key": "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"}),
      "llm.api_key"),
-    (lambda p: face.estimate(p, llm="scripted", **{"llm.headers": {"Authorization": "Bearer abcdefghijklmnop1234"}}),
+    (lambda p: face.estimate(p, llm="fake", **{"llm.headers": {"Authorization": "Bearer abcdefghijklmnop1234"}}),
      "Authorization"),
 ], ids=["aspect", "unknown_key", "bad_value", "own_setting", "bad_group", "bad_llm", "limit", "key", "header"])
 def test_a_bad_setting_is_a_config_error_before_anything_is_written(tmp_path, call, match):
@@ -182,7 +182,7 @@ def test_a_bad_setting_is_a_config_error_before_anything_is_written(tmp_path, ca
 ])
 def test_bad_in_memory_conversations_are_a_data_error_naming_them(convs, match):
     with pytest.raises(face.DataError, match=match):
-        face.evaluate(convs, llm="scripted")
+        face.evaluate(convs, llm="fake")
 
 
 def test_estimate_sends_nothing_and_counts_the_decomposition_samples(tmp_path, data_dir):
@@ -199,7 +199,7 @@ def test_estimate_sends_nothing_and_counts_the_decomposition_samples(tmp_path, d
 
 def test_a_budget_stop_is_an_exception_not_an_exit(tmp_path, data_dir):
     with pytest.raises(face.BudgetExceeded):
-        face.evaluate(CHAT, aspects=["relevance"], llm="scripted", run_size="tiny",
+        face.evaluate(CHAT, aspects=["relevance"], llm="fake", run_size="tiny",
                       **{"llm.max_calls": 2}, **_paths(tmp_path, data_dir))
 
 
@@ -209,7 +209,7 @@ def test_conversation_objects_carry_their_labels_to_meta_evaluate(run, data_dir)
     convs = [Conversation(c["id"], tuple(Turn(i, "USER" if m["role"] == "user" else "ASST", m["content"])
                                           for i, m in enumerate(x for x in c["messages"] if x["role"] != "system")),
                           labels={"dialogue_overall": float(k)}, system=c["system"]) for k, c in enumerate(CHAT)]
-    r = face.evaluate(convs, aspects=["dialogue_overall"], llm="scripted", run_size="tiny",
+    r = face.evaluate(convs, aspects=["dialogue_overall"], llm="fake", run_size="tiny",
                       **{"method.scoring.n": 2, "method.instructions.max": 2}, **_paths(tmp, data_dir))
     res = face.meta_evaluate(r, n_boot=0, levels=["dialogue"])
     want = stats.kendalltau(r.dialogues["dialogue_overall"], [0.0, 1.0, 2.0]).statistic
@@ -228,7 +228,7 @@ def test_import_face_loads_neither_pandas_nor_mlflow_and_names_its_api():
 def test_the_one_liner_runs_in_a_fresh_interpreter_from_any_directory_on_a_jsonl_file(tmp_path, data_dir):
     _jsonl(tmp_path / "LOGS.jsonl")
     env = {**os.environ, "FACE_CACHE_DIR": str(tmp_path / "cache"), "FACE_DATA_DIR": str(data_dir)}
-    code = ("import face; r = face.evaluate('LOGS.jsonl', aspects=['relevance','dialogue_overall'], llm='scripted', "
+    code = ("import face; r = face.evaluate('LOGS.jsonl', aspects=['relevance','dialogue_overall'], llm='fake', "
             "run_size='tiny'); print(r.dialogues.head())")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)
@@ -303,7 +303,7 @@ def test_an_aspect_of_your_own_is_scored_with_its_definition_and_instruction_by_
     assert "explainability" in (tmp_path / "out" / "report.html").read_text()  # the report knows its scale
     spec.write_text(ASPECTS_FILE.replace("name: explainability", "name: relevance"), encoding="utf-8")
     with pytest.raises(face.ConfigError, match="one of CRSArena-Eval's aspects"):
-        face.evaluate(CHAT, aspects=["relevance"], llm="scripted", **{"dataset.aspects_file": str(spec)})
+        face.evaluate(CHAT, aspects=["relevance"], llm="fake", **{"dataset.aspects_file": str(spec)})
 
 
 @pytest.mark.slow  # imports MLflow for the scorers' reference
@@ -316,7 +316,7 @@ def test_the_api_reference_in_docs_is_rendered_from_the_current_docstrings():
 @pytest.mark.slow  # the shared run (≈ 2 s once per worker)
 def test_a_selection_setting_narrows_every_table_to_the_conversations_it_keeps(run, data_dir):
     tmp, logs, r = run
-    got = face.evaluate(logs, aspects=ASPECTS, llm="scripted", run_size="tiny", quiet=True,
+    got = face.evaluate(logs, aspects=ASPECTS, llm="fake", run_size="tiny", quiet=True,
                         **{"method.scoring.n": 2, "method.instructions.max": 2, "dataset.systems": ["crs-a"]},
                         **_paths(tmp, data_dir))
     assert list(got.dialogues["conv_id"]) == ["c1", "c3"] and set(got.turns["conv_id"]) == {"c1", "c3"}

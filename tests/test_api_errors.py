@@ -46,7 +46,7 @@ def settings(tmp_path_factory, data_dir) -> dict:
 @pytest.fixture(scope="module")
 def result(tmp_path_factory, data_dir) -> face.Result:
     tmp = tmp_path_factory.mktemp("api_errors_result")
-    return face.evaluate(CHAT, aspects=["relevance", "dialogue_overall"], llm="scripted", quiet=True,
+    return face.evaluate(CHAT, aspects=["relevance", "dialogue_overall"], llm="fake", quiet=True,
                          run_size="tiny", **{"paths.data_dir": str(data_dir), "paths.cache_dir": str(tmp / "cache")})
 
 
@@ -72,7 +72,7 @@ def test_a_wrong_argument_to_evaluate_or_estimate_is_a_documented_exception(call
     fn = getattr(face, call)
     if call == "estimate" and name in ("out", "overwrite", "mlflow"):
         pytest.skip("face.estimate has no such argument")
-    base = {"conversations": CHAT, "aspects": "relevance", "llm": "scripted"}
+    base = {"conversations": CHAT, "aspects": "relevance", "llm": "fake"}
     for value in [*WRONG, *ARGUMENTS[name]]:
         if value is VALID.get(name):
             continue  # a valid value (mlflow=True would also track into the project's store)
@@ -88,13 +88,13 @@ def test_a_wrong_argument_to_evaluate_or_estimate_is_a_documented_exception(call
 def test_a_wrong_setting_is_a_config_error(extra, settings):
     for fn in (face.evaluate, face.estimate):
         with pytest.raises(face.ConfigError):
-            fn(CHAT, aspects="relevance", llm="scripted", **{**settings, **extra})
+            fn(CHAT, aspects="relevance", llm="fake", **{**settings, **extra})
 
 
 def test_a_lone_surrogate_in_memory_is_a_data_error_naming_the_input(settings):
     bad = [{"id": "x", "messages": [{"role": "user", "content": "hi \ud800"}, {"role": "assistant", "content": "k"}]}]
     with pytest.raises(face.DataError, match=r"conversations \(in memory\)"):
-        face.evaluate(bad, llm="scripted", **settings)
+        face.evaluate(bad, llm="fake", **settings)
 
 
 META = {
@@ -155,14 +155,14 @@ def test_the_mlflow_scorers_refuse_wrong_arguments():
     from face.integrations.mlflow import FaceSessionScorer, scorers
     from face.integrations.traces import conversation
 
-    calls = [lambda: scorers(quiet=True), lambda: scorers(out="x"), lambda: scorers(prefix=5, llm="scripted")]
-    calls += [lambda v=v: scorers(aspects=v, llm="scripted") for v in (5, [5], "humour", {"a": 1})]
+    calls = [lambda: scorers(quiet=True), lambda: scorers(out="x"), lambda: scorers(prefix=5, llm="fake")]
+    calls += [lambda v=v: scorers(aspects=v, llm="fake") for v in (5, [5], "humour", {"a": 1})]
     calls += [lambda v=v: scorers(llm=v) for v in (5, None, "opnai")]
-    calls += [lambda v=v: scorers(llm="scripted", **{"method.scoring.n": v}) for v in ("3", object(), 0)]
+    calls += [lambda v=v: scorers(llm="fake", **{"method.scoring.n": v}) for v in ("3", object(), 0)]
     calls += [lambda v=v: conversation(v) for v in (5, None, "str", ["str"], [5], [object()], [])]
     session = FaceSessionScorer(name="s", aspect="dialogue_overall")  # not built by scorers(): no engine
     calls += [lambda: session(session=[])]
-    built = {s.aspect: s for s in scorers(aspects=["relevance", "dialogue_overall"], llm="scripted")}
+    built = {s.aspect: s for s in scorers(aspects=["relevance", "dialogue_overall"], llm="fake")}
     calls += [lambda v=v: built["dialogue_overall"](session=v) for v in (["str"], 5, None)]
     calls += [lambda v=v: built["relevance"](trace=v) for v in ("str", 5, None)]
     for call in calls:

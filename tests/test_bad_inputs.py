@@ -142,7 +142,7 @@ CLI_FILES = ("nan_label", "not_json", *NO_RECORD)
 
 def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
     cases: dict[str, tuple[list[str], str]] = {}
-    live = ["experiment=ablation_no_particles", "llm=scripted", "dataset.download=false"]
+    live = ["experiment=ablation_no_particles", "llm=fake", "dataset.download=false"]
     for name in CLI_FILES:
         content, expected = BAD_FILES[name]
         path = _make(tmp / "files", name, content)
@@ -158,7 +158,7 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "limit_negative": (["dataset.limit=-3"], "dataset.limit must be an integer >= 1 or null, got -3"),
         "limit_not_integer": (["dataset.limit=abc"], "dataset.limit must be an integer >= 1 or null, got 'abc'"),
         "limit_float": (["dataset.limit=1.5"], "dataset.limit must be an integer >= 1 or null, got 1.5"),
-        "method_n_zero": (["experiment=crsarena_main", "llm=scripted", "dataset.limit=1", "method.scoring.n=0"],
+        "method_n_zero": (["experiment=crsarena_main", "llm=fake", "dataset.limit=1", "method.scoring.n=0"],
                           "method.scoring.n must be an integer >= 1, got 0"),
         "concurrency_zero": (["experiment=crsarena_main", "llm.concurrency=0"],
                              "llm.concurrency must be an integer >= 1, got 0"),
@@ -170,20 +170,20 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "n_boot_negative": (["metaeval.n_boot=-1"], "metaeval.n_boot must be an integer >= 0, got -1"),
         "temperature_not_numeric": (["experiment=crsarena_main", "llm.temperature=hot"],
                                     "llm.temperature must be a finite number in [0, 2], got 'hot'"),
-        "method_temperature_not_numeric": (["experiment=crsarena_main", "llm=scripted", "dataset.limit=1",
+        "method_temperature_not_numeric": (["experiment=crsarena_main", "llm=fake", "dataset.limit=1",
                                             "method.scoring.temperature=hot"],
                                            "method.scoring.temperature must be a finite number"),
         "max_cost_negative": (["experiment=crsarena_main", "llm.max_cost_usd=-1"],
                               "llm.max_cost_usd must be a finite number >= 0 or null, got -1"),
         "max_calls_negative": (["experiment=crsarena_main", "llm.max_calls=-5"],
                                "llm.max_calls must be an integer >= 0 or null, got -5"),
-        "draw_rounds_zero": (["experiment=crsarena_main", "llm=scripted", "dataset.limit=1",
+        "draw_rounds_zero": (["experiment=crsarena_main", "llm=fake", "dataset.limit=1",
                               "method.scoring.draws.rounds=0"],
                              "method.scoring.draws.rounds must be an integer >= 1, got 0"),
         "out_dir_under_a_file": ([f"report.out_dir={afile}/results"], "is a file"),
-        "cache_dir_is_a_file": (["experiment=crsarena_main", "llm=scripted", f"llm.cache_dir={afile}"],
+        "cache_dir_is_a_file": (["experiment=crsarena_main", "llm=fake", f"llm.cache_dir={afile}"],
                                 "llm.cache_dir"),
-        "cache_db_not_a_database": (["experiment=crsarena_main", "llm=scripted", f"llm.cache_dir={notdb}"],
+        "cache_db_not_a_database": (["experiment=crsarena_main", "llm=fake", f"llm.cache_dir={notdb}"],
                                     "is not an SQLite database"),
         "mlflow_store_not_a_database": ([f"tracking.tracking_uri=sqlite:///{tmp / 'files' / 'mlflow_not_db'}"],
                                         "tracking.tracking_uri"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
@@ -15,18 +14,15 @@ from face.baselines.transfer import DEFAULT_MAPPING, FaceTransfer
 from face.runfile import read_run_file
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ("llm=scripted", "run_size=tiny", "metaeval.n_boot=50")
+FAST = ("llm=fake", "run_size=tiny", "metaeval.n_boot=50")
 
-
-def _run(cfg):
-    return importlib.import_module(cfg.runner).run(cfg)
 
 
 @pytest.mark.slow
-def test_crsarena_baselines_on_two_conversations(cfg_factory, plotted):
-    cfg = cfg_factory("experiment=crsarena_baselines", "dataset.limit=2", "aspects=[relevance,dialogue_overall]", *FAST,
-                      tracking=False)
-    out = _run(cfg)
+def test_crsarena_baselines_on_two_conversations(run_experiment, plotted):
+    ran = run_experiment("experiment=crsarena_baselines", "dataset.limit=2", "aspects=[relevance,dialogue_overall]",
+                         *FAST, tracking=False)
+    cfg, out = ran.cfg, ran.experiment
     run_dir = Path(cfg.paths.output_dir)
     for name in ("llm_direct", "llm_cot_icl", "g_eval", "face"):
         raw = json.loads((run_dir / f"run_file_{name}.json").read_text())
@@ -68,9 +64,9 @@ def test_crsarena_baselines_on_two_conversations(cfg_factory, plotted):
 
 @pytest.mark.slow  # a whole transfer experiment per corpus: 3-5 s each
 @pytest.mark.parametrize("corpus", ["topical_chat", "persona_chat"])
-def test_transfer_on_three_items(cfg_factory, plotted, corpus):
-    cfg = cfg_factory(f"experiment=transfer_{corpus}", "dataset.limit=3", *FAST, tracking=False)
-    out = _run(cfg)
+def test_transfer_on_three_items(run_experiment, plotted, corpus):
+    ran = run_experiment(f"experiment=transfer_{corpus}", "dataset.limit=3", *FAST, tracking=False)
+    out = ran.experiment
     res = out.results
     assert set(res["method"]) == {"face_transfer", "llm_direct", "llm_cot_icl", "g_eval"}
     assert set(res["aspect"]) == set(DEFAULT_MAPPING)
@@ -90,12 +86,12 @@ def test_transfer_on_three_items(cfg_factory, plotted, corpus):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
-def test_every_baseline_prompt_is_a_version_in_the_mlflow_prompt_registry(cfg_factory):
+def test_every_baseline_prompt_is_a_version_in_the_mlflow_prompt_registry(run_experiment):
     import mlflow
     from mlflow import genai
 
-    cfg = cfg_factory("experiment=crsarena_baselines", "dataset.limit=1", "aspects=[efficiency]", *FAST)
-    _run(cfg)
+    ran = run_experiment("experiment=crsarena_baselines", "dataset.limit=1", "aspects=[efficiency]", *FAST)
+    cfg = ran.cfg
     mlflow.set_tracking_uri(cfg.tracking.tracking_uri)
     for name in ("llm-direct", "llm-cot-icl", "g-eval", "g-eval-steps"):
         prompt = genai.load_prompt(f"prompts:/face-efficiency-{name}@latest", allow_missing=True)
@@ -118,10 +114,10 @@ def test_transfer_uses_the_mapped_released_instructions(data_dir):
         FaceTransfer(mapping={"overall": "not_an_aspect"})
 
 
-def test_dry_run_prints_costs_and_sends_nothing(cfg_factory, capsys):
-    cfg = cfg_factory("experiment=transfer_persona_chat", "llm=scripted", "llm.dry_run=true", "dataset.limit=4",
-                      "run_size=tiny", tracking=False)
-    out = _run(cfg)
+def test_dry_run_prints_costs_and_sends_nothing(run_experiment, capsys):
+    ran = run_experiment("experiment=transfer_persona_chat", "llm=fake", "llm.dry_run=true", "dataset.limit=4",
+                         "run_size=tiny", tracking=False)
+    cfg, out = ran.cfg, ran.experiment
     assert out.dry_run
     printed = capsys.readouterr().out
     for name in ("LLM-Direct", "LLM-CoT+ICL", "G-Eval", "FACE live"):

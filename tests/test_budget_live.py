@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from live_run import run_live
 
-from face.llm import probe as endpoint_probe
 from face.testing.faultproxy import TRANSPORT_KINDS, FaultProxy
 from face.testing.scripted import ScriptedServer
 
@@ -21,11 +20,7 @@ LIVE = ["experiment=crsarena_main", "llm=openai_compatible", "llm.model=scripted
         "llm.n_per_request=8", "llm.probe=true", "llm.adaptive_concurrency=false", "llm.concurrency=8"]
 
 
-@pytest.fixture(autouse=True)
-def _forget_probes():
-    endpoint_probe.forget()
-    yield
-    endpoint_probe.forget()
+pytestmark = pytest.mark.usefixtures("forget_probes")
 
 
 def _live(cfg_factory, tmp_path: Path, name: str, base_url: str, *extra: str, tracking: bool = False):

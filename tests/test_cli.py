@@ -3,6 +3,7 @@ of the released judgements."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import evaluate, write_logs
+from reliability import refused, run
 
 from face.cli import main
 
@@ -28,15 +31,11 @@ CHAT = [
 
 
 def _jsonl(tmp_path: Path, convs, name="logs.jsonl") -> Path:
-    p = tmp_path / name
-    p.write_text("\n".join(json.dumps(c) for c in convs) + "\n", encoding="utf-8")
-    return p
+    return write_logs(tmp_path / name, convs)
 
 
 def _evaluate(tmp_path, logs, *extra):
-    return main(["evaluate", str(logs), "--aspects", "relevance,dialogue_overall", "--llm", "scripted",
-                 "--out", str(tmp_path / "out"), "--yes", "--set", f"paths.cache_dir={tmp_path / 'cache'}",
-                 "--set", "run_size=tiny", *extra])
+    return evaluate(logs, tmp_path / "out", *extra, aspects="relevance,dialogue_overall", cache_dir=tmp_path / "cache")
 
 
 def test_evaluate_chat_logs_writes_the_run_file_and_a_report_with_every_conversation_and_particle(
@@ -81,13 +80,14 @@ def test_a_threshold_that_never_asks_or_a_limit_of_nothing_is_refused_before_any
     assert not (tmp_path / "out").exists()
 
 
-def test_an_estimate_above_the_threshold_needs_yes_when_nobody_can_answer(tmp_path):
+def test_an_estimate_above_the_threshold_needs_yes_when_nobody_can_answer(tmp_path, monkeypatch, capsys):
     logs = _jsonl(tmp_path, CHAT)
-    res = subprocess.run([sys.executable, "-m", "face.cli", "evaluate", str(logs), "--llm", "scripted", "--out",
-                          str(tmp_path / "out"), "--confirm-above", "0", "--set", "llm.price_input_per_mtok=1",
-                          "--set", f"paths.cache_dir={tmp_path / 'cache'}", "--aspects", "relevance"],
-                         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
-    assert res.returncode == 2 and "rerun with --yes to send" in res.stderr
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # no terminal: nobody can answer
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", str(logs), "--llm", "fake", "--out", str(tmp_path / "out"), "--confirm-above", "0",
+              "--set", "llm.price_input_per_mtok=1", "--set", f"paths.cache_dir={tmp_path / 'cache'}",
+              "--aspects", "relevance"])
+    assert stop.value.code == 2 and "rerun with --yes to send" in capsys.readouterr().err
     assert not (tmp_path / "out" / "run_file.json").exists()
 
 
@@ -105,16 +105,26 @@ def test_an_estimate_above_the_threshold_needs_yes_when_nobody_can_answer(tmp_pa
     (b"\xff\xfe\x00bad", "not UTF-8 text"),
     ("{not json", "neither JSON nor JSON Lines"),
 ])
-def test_bad_logs_give_one_line_naming_file_conversation_and_message(tmp_path, content, expected):
+def test_bad_logs_give_one_line_naming_file_conversation_and_message(tmp_path, monkeypatch, content, expected):
     p = tmp_path / "bad.json"
     if isinstance(content, bytes):
         p.write_bytes(content)
     else:
         p.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
-    res = subprocess.run([sys.executable, "-m", "face.cli", "evaluate", str(p), "--llm", "scripted", "--out",
+    o = run("face", ["evaluate", str(p), "--llm", "fake", "--out", str(tmp_path / "out"), "--yes"], tmp_path,
+            monkeypatch)
+    assert refused(o, "bad.json", expected) == [], o.err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_logs_are_refused_by_the_face_command_itself(tmp_path):
+    """The same, through the installed command's own process (``python -m face.cli``): exit 2, one line."""
+    p = tmp_path / "bad.json"
+    p.write_text("{not json", encoding="utf-8")
+    res = subprocess.run([sys.executable, "-m", "face.cli", "evaluate", str(p), "--llm", "fake", "--out",
                           str(tmp_path / "out"), "--yes"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
-    assert res.stderr.count("\n") == 1 and "bad.json" in res.stderr and expected in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1 and "bad.json" in res.stderr and "neither JSON" in res.stderr, res.stderr
     assert not (tmp_path / "out").exists()
 
 

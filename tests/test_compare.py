@@ -204,7 +204,7 @@ def scripted_runs(tmp_path_factory) -> dict[str, Path]:
     """Two `face evaluate --llm scripted` outputs of the same 8 conversation ids (v1, v2), their logs and cache."""
     tmp = tmp_path_factory.mktemp("compare_runs")
     for name, good in (("v1", False), ("v2", True)):
-        assert main(["evaluate", str(_logs(tmp / f"{name}.jsonl", good)), "--llm", "scripted", "--aspects",
+        assert main(["evaluate", str(_logs(tmp / f"{name}.jsonl", good)), "--llm", "fake", "--aspects",
                      "relevance,dialogue_overall", "--out", str(tmp / name), "--yes", "--set",
                      f"paths.cache_dir={tmp / 'cache'}", "--set", "run_size=tiny"]) == 0
     return {"v1": tmp / "v1", "v2": tmp / "v2", "tmp": tmp}
@@ -240,7 +240,7 @@ def test_face_compare_api_takes_results_or_paths_and_gives_the_same_numbers(scri
 
     tmp = scripted_runs["tmp"]
     by_path = face.compare(str(scripted_runs["v1"]), str(scripted_runs["v2"]), n_boot=2000)
-    results = [face.evaluate(str(tmp / f"{v}.jsonl"), aspects=["relevance", "dialogue_overall"], llm="scripted",
+    results = [face.evaluate(str(tmp / f"{v}.jsonl"), aspects=["relevance", "dialogue_overall"], llm="fake",
                              run_size="tiny", quiet=True, **{"paths.cache_dir": str(tmp / "cache")})
                for v in ("v1", "v2")]
     by_result = face.compare(*results, names=["v1", "v2"], n_boot=2000)

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import evaluate, write_logs
 
-from face.cli import main
 from face.console import progress_on
 
 TWO = [{"id": f"c{i}", "system": f"crs-{i}", "messages": [
@@ -33,11 +33,7 @@ class FakeTerminal(io.StringIO):
 
 
 def _evaluate(tmp_path: Path, *extra: str) -> int:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    logs = tmp_path / "logs.jsonl"
-    logs.write_text("\n".join(json.dumps(c) for c in TWO) + "\n", encoding="utf-8")
-    return main(["evaluate", str(logs), "--aspects", "relevance", "--llm", "scripted", "--out", str(tmp_path / "out"),
-                 "--yes", "--set", f"paths.cache_dir={tmp_path / 'cache'}", "--set", "run_size=tiny", *extra])
+    return evaluate(write_logs(tmp_path / "logs.jsonl", TWO), tmp_path / "out", *extra, cache_dir=tmp_path / "cache")
 
 
 def _block(out: str) -> dict[str, str]:

@@ -3,12 +3,11 @@ each identical warning (the missing bootstrap interval met for every aspect, spl
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import pandas as pd
+from helpers import evaluate, write_logs
 
-from face.cli import main
 from face.data.schema import Conversation, Turn
 from face.datasets.crsarena import ASPECTS
 from face.metaeval import meta_evaluate
@@ -22,11 +21,8 @@ THREE = [{"id": f"c{i}", "system": f"crs-{i}", "messages": [
 
 
 def _evaluate(tmp_path, *extra):
-    logs = tmp_path / "logs.jsonl"
-    logs.write_text("\n".join(json.dumps(c) for c in THREE) + "\n", encoding="utf-8")
-    return main(["evaluate", str(logs), "--aspects", "relevance,dialogue_overall", "--llm", "scripted",
-                 "--out", str(tmp_path / "out"), "--yes", "--set", f"paths.cache_dir={tmp_path / 'cache'}",
-                 "--set", "run_size=tiny", *extra])
+    return evaluate(write_logs(tmp_path / "logs.jsonl", THREE), tmp_path / "out", *extra,
+                    aspects="relevance,dialogue_overall", cache_dir=tmp_path / "cache")
 
 
 def test_evaluate_prints_the_estimate_once_without_a_dry_run_banner(tmp_path, capsys):

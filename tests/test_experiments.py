@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from reliability import refused, run
 from scipy import stats
 
 from face.data import CRSARENA_EVAL, released_scores_file
@@ -48,9 +48,6 @@ def _independent_value(data_dir, n_convs: int, aspect: str, level: str, split: s
     return SCIPY[coefficient](*zip(*pairs))[0]
 
 
-def _run(cfg):
-    return importlib.import_module(cfg.runner).run(cfg)
-
 
 def _mlflow_run(cfg):
     from mlflow.tracking import MlflowClient
@@ -70,11 +67,11 @@ def _artifacts(client, run_id, path=""):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
-def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory, plotted):
+def test_reproduce_table2_full_data_matches_all_28_published_values(run_experiment, plotted):
     import mlflow
 
-    cfg = cfg_factory("experiment=reproduce_table2", "metaeval.n_boot=100", "report.out_dir=${paths.output_dir}/res")
-    out = _run(cfg)
+    ran = run_experiment("experiment=reproduce_table2", "metaeval.n_boot=100", "report.out_dir=${paths.output_dir}/res")
+    cfg, out = ran.cfg, ran.experiment
     comp = out.comparison
     assert len(comp) == 28
     assert comp["within_0_001"].all(), comp[~comp["within_0_001"]]
@@ -125,10 +122,10 @@ def test_reproduce_table2_full_data_matches_all_28_published_values(cfg_factory,
 
 
 @pytest.mark.slow
-def test_run_file_written_by_the_project_gives_the_reported_correlations(cfg_factory, data_dir):
+def test_run_file_written_by_the_project_gives_the_reported_correlations(run_experiment, data_dir):
     """The run file, read back and correlated with the raw labels by scipy, gives the reported numbers."""
-    cfg = cfg_factory("experiment=reproduce_table2", *SMALL, tracking=False)
-    out = _run(cfg)
+    ran = run_experiment("experiment=reproduce_table2", *SMALL, tracking=False)
+    cfg, out = ran.cfg, ran.experiment
     run = json.loads((Path(cfg.paths.output_dir) / "run_file.json").read_text())
     raw = {c["conv_id"]: c for c in json.loads((data_dir / CRSARENA_EVAL).read_text())[:40]}
     reported = out.results.set_index(["level", "aspect", "split", "coefficient"])["value"]
@@ -148,19 +145,19 @@ def test_run_file_written_by_the_project_gives_the_reported_correlations(cfg_fac
 
 
 @pytest.mark.slow
-def test_subset_runs_never_overwrite_committed_results(cfg_factory, tmp_path):
-    cfg = cfg_factory("experiment=reproduce_table2", *SMALL, tracking=False)
-    out = _run(cfg)
+def test_subset_runs_never_overwrite_committed_results(run_experiment, tmp_path):
+    ran = run_experiment("experiment=reproduce_table2", *SMALL, tracking=False)
+    cfg, out = ran.cfg, ran.experiment
     assert out.out_dir == Path(cfg.paths.output_dir) / "results"
     assert "(subset)" in (out.out_dir / "table2_face.md").read_text()
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
-def test_system_level_reports_ci_and_arena(cfg_factory, plotted):
-    cfg = cfg_factory("experiment=system_level", "metaeval.n_boot=100", "arena.n_boot=30",
-                      "report.out_dir=${paths.output_dir}/res")
-    out = _run(cfg)
+def test_system_level_reports_ci_and_arena(run_experiment, plotted):
+    ran = run_experiment("experiment=system_level", "metaeval.n_boot=100", "arena.n_boot=30",
+                         "report.out_dir=${paths.output_dir}/res")
+    cfg, out = ran.cfg, ran.experiment
     r = out.results
     row = r[(r.level == "system_vs_human_labels") & (r.aspect == "dialogue_overall") & (r.coefficient == "spearman")]
     assert row["value"].iloc[0] == pytest.approx(0.883, abs=0.005) and row["n"].iloc[0] == 9
@@ -177,10 +174,10 @@ def test_system_level_reports_ci_and_arena(cfg_factory, plotted):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
-def test_ablation_num_instructions_small(cfg_factory, data_dir, plotted):
-    cfg = cfg_factory("experiment=ablation_num_instructions", "dataset.limit=60", "ablation.ks=[1,4,16]",
-                      "ablation.n_seeds=2", "aspects=[relevance,dialogue_overall]")
-    out = _run(cfg)
+def test_ablation_num_instructions_small(run_experiment, data_dir, plotted):
+    ran = run_experiment("experiment=ablation_num_instructions", "dataset.limit=60", "ablation.ks=[1,4,16]",
+                         "ablation.n_seeds=2", "aspects=[relevance,dialogue_overall]")
+    cfg, out = ran.cfg, ran.experiment
     s = out.tables["summary"]
     assert set(s["k"]) == {1, 4, 16}
     assert (s[s.k == 16]["n_subsets"] == 1).all() and (s[s.k == 1]["n_subsets"] == 2).all()
@@ -205,10 +202,10 @@ def test_ablation_num_instructions_small(cfg_factory, data_dir, plotted):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
-def test_ablation_aggregation_small(cfg_factory, data_dir):
-    cfg = cfg_factory("experiment=ablation_aggregation", "dataset.limit=60", "ablation.instruction_aggs=[mean,max]",
-                      "ablation.particle_aggs=[mean,min]", "aspects=[relevance,efficiency]")
-    out = _run(cfg)
+def test_ablation_aggregation_small(run_experiment, data_dir):
+    ran = run_experiment("experiment=ablation_aggregation", "dataset.limit=60", "ablation.instruction_aggs=[mean,max]",
+                         "ablation.particle_aggs=[mean,min]", "aspects=[relevance,efficiency]")
+    out = ran.experiment
     res = out.results
     assert set(res["setting"]) == {"mean / mean", "mean / min", "max / mean", "max / min"}
     got = res.set_index(["instruction_agg", "particle_agg", "aspect", "split", "coefficient"])["value"]
@@ -222,19 +219,19 @@ def test_ablation_aggregation_small(cfg_factory, data_dir):
                                                                                       abs=5e-4)
 
 
-def test_unknown_aggregator_is_rejected(cfg_factory):
-    cfg = cfg_factory("experiment=ablation_aggregation", "dataset.limit=10", "ablation.particle_aggs=[mode]",
-                      tracking=False)
+def test_unknown_aggregator_is_rejected(run_experiment):
     with pytest.raises(ValueError, match="unknown aggregator 'mode'"):
-        _run(cfg)
+        run_experiment("experiment=ablation_aggregation", "dataset.limit=10", "ablation.particle_aggs=[mode]",
+                       tracking=False)
 
 
-def test_cli_main_job_and_clear_error_on_bad_data(tmp_path, mirror):
-    env = {**os.environ, "FACE_DATA_DIR": str(tmp_path / "empty"), "FACE_DATA_MIRROR": str(tmp_path / "nomirror")}
-    bad = subprocess.run([sys.executable, "scripts/run.py", "tracking=none", "dataset.download=false",
-                          f"hydra.run.dir={tmp_path / 'out'}"], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert bad.returncode == 2
-    assert "error:" in bad.stderr and "crs_arena_eval.json" in bad.stderr and "Traceback" not in bad.stderr
+def test_cli_main_job_and_clear_error_on_bad_data(tmp_path, monkeypatch):
+    """scripts/run.py's default job without its data (no data dir, no mirror): exit 2, one line naming the file."""
+    monkeypatch.setenv("FACE_DATA_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("FACE_DATA_MIRROR", str(tmp_path / "nomirror"))
+    o = run("run.py", ["tracking=none", "dataset.download=false", f"hydra.run.dir={tmp_path / 'out'}"], tmp_path,
+            monkeypatch)
+    assert refused(o, "crs_arena_eval.json") == [], o.err
 
 
 @pytest.mark.slow

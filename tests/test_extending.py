@@ -53,7 +53,7 @@ def test_own_instruction_source_and_scorer_run_live_face_through_the_cli(tmp_pat
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "run.py"), f"hydra.searchpath=[file://{TOY_CONF}]",
-                          "experiment=crsarena_main", "method=face_toy_parts", "llm=scripted", "run_size=tiny",
+                          "experiment=crsarena_main", "method=face_toy_parts", "llm=fake", "run_size=tiny",
                           "method.particles.source=released", "dataset.limit=3", "aspects=[relevance]",
                           "metaeval.n_boot=0", "tracking=none", f"paths.data_dir={data_dir}",
                           f"paths.output_dir={run_dir}", f"hydra.run.dir={run_dir}",
@@ -87,7 +87,7 @@ def test_unknown_aspect_of_a_dataset_is_rejected_before_anything_runs(cfg_factor
     ("metaeval.splits=[test]", "not splits of CRSArena-Eval"),
 ])
 def test_bad_choices_fail_before_anything_is_fetched_written_or_sent(cfg_factory, override, message):
-    cfg = cfg_factory("experiment=crsarena_main", "llm=scripted", override)
+    cfg = cfg_factory("experiment=crsarena_main", "llm=fake", override)
     with pytest.raises(ValueError, match=message):
         importlib.import_module(cfg.runner).run(cfg)
     assert not Path(cfg.paths.output_dir).exists()

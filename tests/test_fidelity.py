@@ -75,14 +75,16 @@ def test_paired_difference_equals_scipy_on_the_same_resamples():
 def test_one_logprobs_call_replaces_five_samples_on_the_scripted_server(tmp_path, data_dir):
     """Measured on the server: the same units with reasoning cost 5 completions each when sampled (n=5) and
     1 with log-probabilities, and both give a score for every unit."""
+    from helpers import llm_config
+
     from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
     from face.data.schema import Instruction
     from face.datasets.crsarena import load_conversations, select
     from face.datasets.face_released import load_released_particles
-    from face.llm import LLMConfig, make_client
+    from face.llm import make_client
     from face.pipeline.particles import from_released
     from face.pipeline.scoring import ScoringSpec, plan, score, units_for
-    from face.testing.scripted import ScriptedServer
+    from face.testing.scripted import InProcessServer
 
     convs = select(load_conversations(data_dir / CRSARENA_EVAL), limit=1)
     decomps = from_released([r for r in load_released_particles(data_dir / RELEASED_PARTICLES)
@@ -90,10 +92,9 @@ def test_one_logprobs_call_replaces_five_samples_on_the_scripted_server(tmp_path
     units = units_for(ASPECTS["relevance"], convs, decomps)[:4]
     completions = {}
     for estimator in ("sampling", "logprobs"):
-        srv = ScriptedServer(responder=lambda b: f'Step 1: it fits.\n{{"score": {(b.get("seed") or 0) % 3}}}')
-        with srv as info:
-            cfg = LLMConfig(backend="scripted", base_url=info.base_url, model="scripted-model", progress=False,
-                            cache_dir=str(tmp_path / estimator), n_per_request=1)
+        srv = InProcessServer(responder=lambda b: f'Step 1: it fits.\n{{"score": {(b.get("seed") or 0) % 3}}}')
+        with srv:
+            cfg = llm_config(server=srv, cache_dir=str(tmp_path / estimator), n_per_request=1)
             spec = ScoringSpec(estimator, n=5, draws={"rounds": 1}, fallback="drop")
             planned = plan(units, [Instruction("i", "Grade it.", 1)], {c.conv_id: c for c in convs}, spec, True)
             with make_client(cfg) as client:
@@ -115,7 +116,7 @@ def test_a_budget_below_the_estimate_refuses_to_start_every_llm_job(cfg_factory,
 
     from face.errors import ConfigError
 
-    cfg = cfg_factory("llm=scripted", "run_size=tiny", "dataset.limit=1", "llm.price_input_per_mtok=1000",
+    cfg = cfg_factory("llm=fake", "run_size=tiny", "dataset.limit=1", "llm.price_input_per_mtok=1000",
                       "llm.max_cost_usd=0.01", *job, tracking=False)
     with pytest.raises(ConfigError, match=r"llm.max_cost_usd=0.01 is below the cost estimate \$"):
         importlib.import_module(cfg.runner).run(cfg)

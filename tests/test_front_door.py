@@ -63,11 +63,11 @@ def test_each_entry_point_sends_one_run_request_to_face_runner_run(tmp_path, mon
 
     monkeypatch.setattr(face.runner, "run", spy)
     logs = _jsonl(tmp_path / "logs.jsonl")
-    script = run("run.py", ["experiment=crsarena_main", "llm=scripted", "tracking=none"], tmp_path, monkeypatch)
-    cli = run("face", ["evaluate", str(logs), "--llm", "scripted", "--out", str(tmp_path / "o")], tmp_path,
+    script = run("run.py", ["experiment=crsarena_main", "llm=fake", "tracking=none"], tmp_path, monkeypatch)
+    cli = run("face", ["evaluate", str(logs), "--llm", "fake", "--out", str(tmp_path / "o")], tmp_path,
               monkeypatch)
     with pytest.raises(face.ConfigError, match="spied"):
-        face.evaluate(logs, llm="scripted", out=tmp_path / "p")
+        face.evaluate(logs, llm="fake", out=tmp_path / "p")
     assert refused(script, "spied") == [] and refused(cli, "spied") == []
     assert [type(r) for r in seen] == [RunRequest] * 3
     assert seen[0].hydra_job and "experiment=crsarena_main" in seen[0].overrides
@@ -84,7 +84,7 @@ def test_overwrite_that_is_not_a_bool_is_refused_before_anything_is_written(tmp_
         RunRequest(("experiment=crsarena_main",), overwrite=value)
     out = tmp_path / "out"
     with pytest.raises(face.ConfigError, match="overwrite must be True or False"):
-        face.evaluate(_jsonl(tmp_path / "logs.jsonl"), llm="scripted", out=out, overwrite=value)
+        face.evaluate(_jsonl(tmp_path / "logs.jsonl"), llm="fake", out=out, overwrite=value)
     assert not out.exists()
 
 
@@ -107,7 +107,7 @@ def test_the_api_refuses_any_spelling_of_another_output_location_and_changes_not
     victim = tmp_path / "victim"
     before = _victim(victim)
     with pytest.raises(face.ConfigError, match="out="):
-        face.evaluate(_jsonl(tmp_path / "logs.jsonl"), llm="scripted", out=tmp_path / "mine",
+        face.evaluate(_jsonl(tmp_path / "logs.jsonl"), llm="fake", out=tmp_path / "mine",
                       **API_SPELLINGS[spelling](victim))
     assert _files(victim) == before and not (tmp_path / "mine").exists()
 
@@ -118,9 +118,9 @@ def test_hydra_s_own_settings_are_refused_through_the_api_in_every_prefix_form(n
     value = "submitit_local" if "/" in name else "1"
     for call in (face.evaluate, face.estimate):
         with pytest.raises(face.ConfigError, match="runs no Hydra job"):
-            call(_jsonl(tmp_path / "logs.jsonl"), llm="scripted", **{name: value})
+            call(_jsonl(tmp_path / "logs.jsonl"), llm="fake", **{name: value})
     with pytest.raises(face.ConfigError, match="runs no Hydra job"):
-        face.api.check_settings(llm="scripted", **{name: value})
+        face.api.check_settings(llm="fake", **{name: value})
 
 
 @pytest.mark.slow  # a refused run through the runner: ≈ 1 s each
@@ -138,7 +138,7 @@ def test_the_runner_claims_the_locations_the_composed_config_names_not_their_spe
     key = spelling.lstrip("+")
     over = ([f"+victim={v}", "paths.output_dir=${victim}"] if spelling == "interpolated" else [f"{spelling}={v}"]
             if key == "paths.output_dir" else [f"paths.output_dir='{mine}'", f"{spelling}={v}"])
-    base = ["experiment=crsarena_main", "llm=scripted", "tracking=none", "run_size=tiny", "dataset=chat_logs",
+    base = ["experiment=crsarena_main", "llm=fake", "tracking=none", "run_size=tiny", "dataset=chat_logs",
             f"dataset.path='{_jsonl(tmp_path / 'logs.jsonl')}'", f"paths.data_dir='{data_dir}'",
             f"paths.cache_dir='{tmp_path / 'cache'}'"]
     if spelling == "report as a dict":
@@ -203,7 +203,7 @@ def test_without_openai_api_key_both_commands_exit_2_naming_it_with_no_request_a
 @pytest.mark.parametrize("kwargs,first", [({"llm": "opnai"}, "openai"), ({"method": "face_relased"}, "face_released"),
                                           ({"run_size": "tinny"}, "tiny")])
 def test_a_misspelled_config_name_through_the_api_lists_the_valid_ones_closest_first(kwargs, first, tmp_path):
-    llm = kwargs.pop("llm", "scripted")
+    llm = kwargs.pop("llm", "fake")
     with pytest.raises(face.ConfigError, match=rf"no such \w+ .*valid, closest first: {first}, ") as e:
         face.evaluate(_jsonl(tmp_path / "logs.jsonl"), llm=llm, **kwargs)
     assert "base" not in str(e.value).split("closest first:")[1].split(", ")  # llm/base.yaml is no choice
@@ -212,7 +212,7 @@ def test_a_misspelled_config_name_through_the_api_lists_the_valid_ones_closest_f
 def test_a_misspelled_dataset_name_lists_the_datasets_closest_first(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(face.DataError, match="closest first: crsarena_eval, "):
-        face.evaluate("crsarena_evl", llm="scripted")
+        face.evaluate("crsarena_evl", llm="fake")
 
 
 @pytest.mark.slow  # through the command line and scripts/run.py, in-process
@@ -257,7 +257,7 @@ def test_the_result_is_built_from_the_run_not_read_back_from_its_usage_estimate_
     monkeypatch.setattr(Path, "read_text", read_text)
     monkeypatch.setattr(pd, "read_csv", read_csv)
     monkeypatch.setattr(diagnostic_report, "read_run_settings", lambda p: read_back.append(p.name) or {})
-    r = face.evaluate(CHAT, aspects="relevance", llm="scripted", quiet=True, run_size="tiny",
+    r = face.evaluate(CHAT, aspects="relevance", llm="fake", quiet=True, run_size="tiny",
                       **{"paths.data_dir": str(data_dir), "paths.cache_dir": str(tmp_path / "cache")})
     assert read_back == []
     assert r.usage["totals"]["http_requests"] > 0 and r.llm == "scripted-model"

@@ -51,7 +51,7 @@ def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir):
     both write to one LLM cache and one MLflow store, and each job is its own MLflow run tagged with the sweep."""
     from mlflow.tracking import MlflowClient
 
-    res = _sweep(tmp_path, data_dir, "experiment=crsarena_main", "llm=scripted", "dataset.limit=2",
+    res = _sweep(tmp_path, data_dir, "experiment=crsarena_main", "llm=fake", "dataset.limit=2",
                  "aspects=[dialogue_overall]", "method.particles.source=released", "method.instructions.max=2",
                  "method.scoring.n=1,2")
     assert res.returncode == 0, res.stderr[-3000:]

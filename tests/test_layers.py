@@ -35,8 +35,51 @@ def test_every_module_of_the_pipeline_has_a_layer():
     assert sorted(named) == modules, "pyproject.toml: name every module of face/pipeline/ once"
 
 
-def test_test_doubles_sit_on_top_so_nothing_else_imports_them():
-    assert contract_layers()[0] == ["face.testing"]
+def imports_of(path: Path, module: str) -> set[str]:
+    """Every module ``path`` (the module ``module``) imports, top-level or inside a function, absolute or relative,
+    and every module named in an ``importlib.import_module("...")`` call."""
+    import ast
+
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out |= {base} | {f"{base}.{a.name}" for a in node.names}
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) ==
+              "import_module" and node.args and isinstance(node.args[0], ast.Constant)):
+            out.add(str(node.args[0].value))
+    return out
+
+
+def test_no_module_outside_the_test_doubles_imports_them():
+    """face.testing (the scripted server, the replay judge, the fault proxy) is reached only through a config's
+    ``llm.server._target_``: no other module of face/ imports it, however it spells the import."""
+    importers = {}
+    for path in sorted((ROOT / "face").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        if module == "face.testing" or module.startswith("face.testing."):
+            continue
+        hits = sorted(m for m in imports_of(path, module) if m == "face.testing" or m.startswith("face.testing."))
+        if hits:
+            importers[module] = hits
+    assert importers == {}
+
+
+def test_the_import_check_sees_every_spelling(tmp_path):
+    """The check above can fail: absolute, relative, lazy and importlib imports of face.testing are all found."""
+    mod = tmp_path / "face" / "llm" / "x.py"
+    mod.parent.mkdir(parents=True)
+    mod.write_text("import face.testing.faults\n"
+                   "def f():\n    from ..testing import scripted\n    from .. import testing\n"
+                   "import importlib\nimportlib.import_module('face.testing.replay')\n")
+    found = imports_of(mod, "face.llm.x")
+    assert {"face.testing.faults", "face.testing.scripted", "face.testing", "face.testing.replay"} <= found
 
 
 def test_every_module_of_tracking_has_a_layer():

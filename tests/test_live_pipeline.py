@@ -4,13 +4,13 @@ aggregation, per-particle file, run file, cost estimate, and every live experime
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import math
 import re
 from pathlib import Path
 
 import pytest
+from helpers import llm_config
 
 from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
 from face.data.schema import Instruction, Particle
@@ -29,7 +29,7 @@ from face.pipeline.scoring import (
     units_for,
 )
 from face.runfile import read_run_file
-from face.testing.scripted import ScriptedServer
+from face.testing.scripted import InProcessServer, ScriptedServer
 
 P = Particle
 
@@ -114,14 +114,13 @@ def face_responder(body: dict) -> str:
 
 @pytest.fixture
 def scripted():
-    with ScriptedServer(responder=face_responder) as info:
-        yield info
+    srv = InProcessServer(responder=face_responder)
+    with srv:
+        yield srv
 
 
-def _client_cfg(info, tmp_path, **kw) -> LLMConfig:
-    return LLMConfig(backend="openai_compatible", base_url=info.base_url, model="scripted-model",
-                     cache_dir=str(tmp_path / "cache"), progress=False, concurrency=kw.pop("concurrency", 4),
-                     seed=0, **kw)
+def _client_cfg(server, tmp_path, **kw) -> LLMConfig:
+    return llm_config(tmp_path, server=server, seed=0, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +150,8 @@ def test_decompose_draws_until_k_valid_samples_by_default(scripted, tmp_path, co
 
 def test_reasoned_decomposition_may_have_no_particle(tmp_path, convs):
     reply = 'Step 2: there is nothing to extract. {"particles": [{"dialogue_act": "x"}]} is wrong.\n{"particles": []}'
-    with ScriptedServer(responder=lambda body: reply) as info, make_client(_client_cfg(info, tmp_path)) as client:
+    srv = InProcessServer(responder=lambda body: reply)
+    with srv, make_client(_client_cfg(srv, tmp_path)) as client:
         out = decompose(client, convs[:1], ParticlesSpec(k=2), json_schema=True)
     assert all(d.particles == () and d.source == "llm" and d.n_valid == 2 for d in out.values())
 
@@ -190,11 +190,12 @@ def test_sampling_estimator_is_the_mean_of_valid_samples(scripted, tmp_path, con
 
 @pytest.mark.parametrize("fallback,expected_score", [("drop", math.nan), ("min", 0.0)])
 def test_invalid_answers_are_redrawn_then_the_policy_applies(tmp_path, convs, data_dir, fallback, expected_score):
-    with ScriptedServer(responder=lambda body: "not a score") as info:
+    srv = InProcessServer(responder=lambda body: "not a score")
+    with srv:
         units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:2]
         spec = ScoringSpec("sampling", 3, draws={"rounds": 4}, fallback=fallback)
         planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, spec, True)
-        with make_client(_client_cfg(info, tmp_path)) as client:
+        with make_client(_client_cfg(srv, tmp_path)) as client:
             recs = score(client, planned, spec)
             usage = client.usage.summary()
     for r in recs:
@@ -208,11 +209,12 @@ def test_invalid_answers_are_redrawn_then_the_policy_applies(tmp_path, convs, da
 
 def test_some_invalid_samples_are_replaced_by_valid_redraws(tmp_path, convs, data_dir):
     # seed 0 and 2 answer garbage, every other seed answers 2: n=3 needs indices 1, 3, 4
-    with ScriptedServer(responder=lambda b: "?" if b.get("seed") in (0, 2) else '{"score": 2}') as info:
+    srv = InProcessServer(responder=lambda b: "?" if b.get("seed") in (0, 2) else '{"score": 2}')
+    with srv:
         units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:1]
         spec = ScoringSpec("sampling", 3, reasoning=False)
         planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, spec, True)
-        with make_client(_client_cfg(info, tmp_path, n_per_request=1)) as client:
+        with make_client(_client_cfg(srv, tmp_path, n_per_request=1)) as client:
             [r] = score(client, planned, spec)
     assert r.samples == [None, 2, None, 2, 2] and r.score == 2.0 and r.n_retried == 2 and r.n_defaulted == 0
 
@@ -222,11 +224,12 @@ def test_samples_still_invalid_after_the_redraws_follow_the_policy_beside_valid_
                                                                                    fallback, expected):
     """Only seed 0 answers (2): of n = 3 one is valid after 2 draws; min counts the other two as 0, drop leaves
     them out."""
-    with ScriptedServer(responder=lambda b: '{"score": 2}' if b.get("seed") == 0 else "?") as info:
+    srv = InProcessServer(responder=lambda b: '{"score": 2}' if b.get("seed") == 0 else "?")
+    with srv:
         units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:1]
         spec = ScoringSpec("sampling", 3, reasoning=False, draws={"rounds": 2}, fallback=fallback)
         planned = plan(units, INSTR[:1], {c.conv_id: c for c in convs}, spec, True)
-        with make_client(_client_cfg(info, tmp_path, n_per_request=1)) as client:
+        with make_client(_client_cfg(srv, tmp_path, n_per_request=1)) as client:
             [r] = score(client, planned, spec)
     assert r.samples == [2, None, None, None, None] and r.n_valid == 1
     assert r.score == pytest.approx(expected)
@@ -288,11 +291,12 @@ def test_each_estimator_asks_for_what_it_reads():
 
 
 def test_logprobs_estimator_is_probability_weighted_and_records_mass(tmp_path, convs, data_dir):
-    with ScriptedServer() as info:  # default responder: schema-valid answer with logprobs
+    srv = InProcessServer()
+    with srv:  # default responder: schema-valid answer with logprobs
         units = units_for(ASPECTS["relevance"], convs, _released(data_dir, convs))[:4]
         spec = ScoringSpec("logprobs", top_logprobs=5, reasoning=False)
         planned = plan(units, INSTR, {c.conv_id: c for c in convs}, spec, True)
-        with make_client(_client_cfg(info, tmp_path)) as client:
+        with make_client(_client_cfg(srv, tmp_path)) as client:
             recs = score(client, planned, spec)
     for r in recs:
         assert r.fallback is None and 0 < r.valid_mass <= 1
@@ -351,11 +355,11 @@ def test_prefix_order_groups_requests_sharing_a_prompt_prefix(convs, data_dir):
 def test_server_receives_requests_in_planned_order(tmp_path, convs, data_dir):
     from face.testing.scripted import _h
 
-    srv = ScriptedServer(responder=face_responder)
-    with srv as info:
+    srv = InProcessServer(responder=face_responder)
+    with srv:
         planned = plan(units_for(ASPECTS["relevance"], convs, _released(data_dir, convs)), INSTR,
                        {c.conv_id: c for c in convs}, ScoringSpec("sampling", 1, order="prefix"), True)
-        with make_client(_client_cfg(info, tmp_path, concurrency=1)) as client:
+        with make_client(_client_cfg(srv, tmp_path, concurrency=1)) as client:
             score(client, planned, ScoringSpec("sampling", 1, order="prefix"))
         sent = [r["messages_hash"] for r in srv.ok_requests()]
     want = [_h([{"role": r, "content": c} for r, c in p.request.messages])[:16] for p in planned]
@@ -382,13 +386,10 @@ def test_cost_estimate_matches_paper_call_counts(data_dir):
 
 # ------------------------------------------------------------------ experiments on 2 conversations
 
-SMALL_LIVE = ["llm=scripted", "dataset.limit=2", "metaeval.n_boot=20", "method.instructions.max=2",
+SMALL_LIVE = ["llm=fake", "dataset.limit=2", "metaeval.n_boot=20", "method.instructions.max=2",
               "method.scoring.n=2",
               "method.particles.k=3", "aspects=[relevance,dialogue_overall]"]
 
-
-def _run(cfg):
-    return importlib.import_module(cfg.runner).run(cfg)
 
 
 def _detail(cfg) -> list[dict]:
@@ -398,11 +399,11 @@ def _detail(cfg) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
-def test_crsarena_main_end_to_end_writes_run_file_and_per_particle_file(cfg_factory):
+def test_crsarena_main_end_to_end_writes_run_file_and_per_particle_file(run_experiment):
     from mlflow.tracking import MlflowClient
 
-    cfg = cfg_factory("experiment=crsarena_main", *SMALL_LIVE)
-    out = _run(cfg)
+    ran = run_experiment("experiment=crsarena_main", *SMALL_LIVE)
+    cfg, out = ran.cfg, ran.experiment
     run_dir = Path(cfg.paths.output_dir)
     preds = read_run_file(run_dir / "run_file.json")
     assert set(preds.turn["aspect"]) == {"relevance"} and set(preds.dialogue["aspect"]) == {"dialogue_overall"}
@@ -426,9 +427,9 @@ def test_crsarena_main_end_to_end_writes_run_file_and_per_particle_file(cfg_fact
     assert "scripted-model" in (out.out_dir / "vs_published.md").read_text()
 
 
-def test_ablation_no_particles_scores_whole_turns(cfg_factory):
-    cfg = cfg_factory("experiment=ablation_no_particles", *SMALL_LIVE, tracking=False)
-    _run(cfg)
+def test_ablation_no_particles_scores_whole_turns(run_experiment):
+    ran = run_experiment("experiment=ablation_no_particles", *SMALL_LIVE, tracking=False)
+    cfg = ran.cfg
     detail = _detail(cfg)
     # the first 2 conversations have 11 assistant turns: 2 instructions × (11 turns + 2 dialogues) = 26 units
     assert len(detail) == 2 * (11 + 2)
@@ -437,50 +438,69 @@ def test_ablation_no_particles_scores_whole_turns(cfg_factory):
     assert not (Path(cfg.paths.output_dir) / "particles.jsonl").exists()
 
 
-def test_ablation_no_optimization_uses_the_initial_instruction(cfg_factory):
-    cfg = cfg_factory("experiment=ablation_no_optimization", *SMALL_LIVE, tracking=False)
-    out = _run(cfg)
+def test_ablation_no_optimization_uses_the_initial_instruction(run_experiment):
+    ran = run_experiment("experiment=ablation_no_optimization", *SMALL_LIVE, tracking=False)
+    cfg, out = ran.cfg, ran.experiment
     detail = _detail(cfg)
     assert {d["instruction_id"] for d in detail} == {"initial"}
     assert "FACE w/o train" in (out.out_dir / "vs_published.md").read_text()
 
 
 @pytest.mark.slow
-def test_ablation_scoring_compares_estimators_and_cost(cfg_factory):
-    cfg = cfg_factory("experiment=ablation_scoring", *SMALL_LIVE, tracking=False)
-    out = _run(cfg)
+def test_ablation_scoring_compares_estimators_and_cost(run_experiment, data_dir):
+    from scipy import stats
+
+    ran = run_experiment("experiment=ablation_scoring", *SMALL_LIVE, tracking=False)
+    out = ran.experiment
     usage = out.tables["usage"].set_index("variant")
     assert list(usage.index) == ["sampling_n1", "sampling_n5", "sampling_n20", "logprobs"]
     assert set(out.results["variant"]) == set(usage.index)
     # n=5 reuses the cached n=1 sample; n=20 reuses the 5
     assert usage.loc["sampling_n5", "llm_cache_hits"] > 0
+    # every variant's turn-level correlations over the 11 turns are numbers, and each estimator's are its own
+    turn = out.results[(out.results["level"] == "turn") & (out.results["split"] == "all")]
+    by_variant = turn.set_index(["variant", "coefficient"])["value"]
+    assert turn["value"].notna().all() and len(turn) == 4 * 3 and (turn["n"] == 11).all()
+    assert by_variant["sampling_n1"].tolist() != by_variant["sampling_n20"].tolist()
+    # the last variant's (logprobs) particle scores, aggregated by hand, give its Pearson against the labels
+    detail = [d for d in _detail(ran.cfg) if d["aspect"] == "relevance"]
+    assert {d["estimator"] for d in detail} == {"logprobs"}
+    turns: dict[tuple[str, int], list[float]] = {}
+    for d in detail:
+        if d["score"] is not None:
+            turns.setdefault((d["conv_id"], d["turn_ind"]), []).append(d["score"])
+    convs = {c.conv_id: c for c in select(load_conversations(data_dir / CRSARENA_EVAL), limit=2)}
+    human = {k: next(t.labels["relevance"] for t in convs[k[0]].turns if t.turn_ind == k[1]) for k in turns}
+    keys = sorted(turns)
+    r = stats.pearsonr([sum(turns[k]) / len(turns[k]) for k in keys], [human[k] for k in keys])[0]
+    assert by_variant["logprobs", "pearson"] == pytest.approx(r, abs=1e-9)
 
 
 @pytest.mark.slow
-def test_ablation_particles_source(cfg_factory):
-    cfg = cfg_factory("experiment=ablation_particles_source", *SMALL_LIVE, tracking=False)
-    out = _run(cfg)
+def test_ablation_particles_source(run_experiment):
+    ran = run_experiment("experiment=ablation_particles_source", *SMALL_LIVE, tracking=False)
+    out = ran.experiment
     assert set(out.results["variant"]) == {"ours", "released"}
 
 
-def test_dry_run_sends_nothing_and_prints_the_estimate(cfg_factory, capsys):
-    cfg = cfg_factory("experiment=crsarena_main", "llm=scripted", "llm.dry_run=true", "dataset.limit=2",
-                      tracking=False)
-    out = _run(cfg)
+def test_dry_run_sends_nothing_and_prints_the_estimate(run_experiment, capsys):
+    ran = run_experiment("experiment=crsarena_main", "llm=fake", "llm.dry_run=true", "dataset.limit=2",
+                         tracking=False)
+    out = ran.experiment
     assert out.dry_run
     printed = capsys.readouterr().out
     assert "Cost estimate before sending anything" in printed and "score:relevance" in printed
 
 
-def test_a_batch_api_dry_run_prices_at_half_the_list_price(cfg_factory, capsys):
+def test_a_batch_api_dry_run_prices_at_half_the_list_price(run_experiment, capsys):
     import pandas as pd
 
     costs = {}
     for batch in ("false", "true"):
-        cfg = cfg_factory("experiment=crsarena_main", "llm=openai", "llm.dry_run=true", f"llm.batch={batch}",
-                          "dataset.limit=2", "aspects=[dialogue_overall]", "method.particles.source=released",
-                          tracking=False)
-        out = _run(cfg)
+        ran = run_experiment("experiment=crsarena_main", "llm=openai", "llm.dry_run=true", f"llm.batch={batch}",
+                             "dataset.limit=2", "aspects=[dialogue_overall]", "method.particles.source=released",
+                             tracking=False, run_dir=f"batch_{batch}")
+        cfg, out = ran.cfg, ran.experiment
         assert out.dry_run
         costs[batch] = pd.read_csv(Path(cfg.paths.output_dir) / "cost_estimate.csv")
     assert (costs["true"]["http_requests"] == costs["false"]["http_requests"]).all()
@@ -490,45 +510,44 @@ def test_a_batch_api_dry_run_prices_at_half_the_list_price(cfg_factory, capsys):
 
 
 @pytest.mark.slow
-def test_a_live_run_through_the_batch_api_writes_the_same_run_file_as_over_http(cfg_factory, tmp_path):
+def test_a_live_run_through_the_batch_api_writes_the_same_run_file_as_over_http(run_experiment, tmp_path):
     with ScriptedServer() as info:
         files = {}
         for batch in ("true", "false"):
-            cfg = cfg_factory("experiment=crsarena_main", "llm=openai_compatible", f"llm.base_url={info.base_url}",
-                              f"llm.model={info.model}", f"llm.batch={batch}", "llm.batch_poll_s=0.05",
-                              "dataset.limit=2", "aspects=[dialogue_overall]", "run_size=tiny",
-                              f"paths.output_dir={tmp_path / batch}", f"paths.cache_dir={tmp_path / batch}-cache",
-                              tracking=False)
-            _run(cfg)
+            run_experiment("experiment=crsarena_main", "llm=openai_compatible", f"llm.base_url={info.base_url}",
+                           f"llm.model={info.model}", f"llm.batch={batch}", "llm.batch_poll_s=0.05",
+                           "dataset.limit=2", "aspects=[dialogue_overall]", "run_size=tiny",
+                           f"paths.cache_dir={tmp_path / batch}-cache", tracking=False, run_dir=batch)
             files[batch] = (tmp_path / batch / "run_file.json").read_bytes()
         assert len(list((tmp_path / "true-cache" / "llm" / "batches").glob("batch-*.output.jsonl"))) == 2
     assert files["true"] == files["false"]  # decomposition and scoring, each one batch job
 
 
-def test_own_conversations_without_labels_get_predictions_only(cfg_factory, tmp_path):
+def test_own_conversations_without_labels_get_predictions_only(run_experiment, tmp_path):
     convs = [{"conv_id": "mycrs_run1_a", "dialogue": [
         {"turn_ind": 0, "role": "USER", "utterance": "Any good heist movies?"},
         {"turn_ind": 1, "role": "ASST", "utterance": "Try Heat (1995). Do you like older films?"},
         {"turn_ind": 2, "role": "USER", "utterance": "Yes, Heat sounds great, thanks!"}]}]
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(convs))
-    cfg = cfg_factory("experiment=crsarena_main", "llm=scripted", f"dataset.file={path}", "method.instructions.max=1",
-                      "method.scoring.n=1", "method.particles.k=1", "aspects=[relevance,dialogue_overall]",
-                      tracking=False)
-    out = _run(cfg)
+    ran = run_experiment("experiment=crsarena_main", "llm=fake", f"dataset.file={path}",
+                         "method.instructions.max=1",
+                         "method.scoring.n=1", "method.particles.k=1", "aspects=[relevance,dialogue_overall]",
+                         tracking=False)
+    out = ran.experiment
     preds = read_run_file(out.files["run_file"])
     assert list(preds.turn["conv_id"]) == ["mycrs_run1_a"] and len(preds.dialogue) == 1
 
 
 @pytest.mark.slow
-def test_the_estimate_states_its_particle_rate_and_at_the_actual_rate_equals_what_is_sent(cfg_factory, capsys):
+def test_the_estimate_states_its_particle_rate_and_at_the_actual_rate_equals_what_is_sent(run_experiment, capsys):
     """Issue 29: before the decomposition the estimate assumes the released particles' rate and says so; after it,
     the run restates the scoring counts at the actual rate, and with no redraw and no cache hit what it sends is
     exactly that (the same arithmetic: face/llm/sizes.py)."""
     import pandas as pd
 
-    cfg = cfg_factory("experiment=crsarena_main", *SMALL_LIVE, tracking=False)
-    _run(cfg)
+    ran = run_experiment("experiment=crsarena_main", *SMALL_LIVE, tracking=False)
+    cfg = ran.cfg
     out = capsys.readouterr().out
     run_dir = Path(cfg.paths.output_dir)
     est = pd.read_csv(run_dir / "cost_estimate.csv").set_index("stage")

@@ -223,12 +223,12 @@ def test_system_level_interval_is_the_brute_force_over_resampled_conversations()
     got = system_correlations(df, n_boot=200, seed=4, confidence=0.9)
     w = cluster_weights(df["conv_id"].to_numpy(), 200, np.random.default_rng(4), strata=df["system"].to_numpy())
     assert (w[:, df["conv_id"] == "s0_c1"] == w[:, [list(df["conv_id"]).index("s0_c1")]]).all()  # whole convs
+    boots = []  # each replicate's system means, from its resampled items (once for every coefficient)
+    for wr in w.astype(int):
+        boot = df.loc[df.index.repeat(wr)]
+        boots.append(boot.groupby("system")[["pred", "human"]].mean().round(10))  # ties exact (system_means)
     for coef in COEFFICIENTS:
-        vals = []
-        for wr in w.astype(int):
-            boot = df.loc[df.index.repeat(wr)]
-            means = boot.groupby("system")[["pred", "human"]].mean().round(10)  # ties exact (system_means)
-            vals.append(SCIPY[coef](means["pred"], means["human"])[0])
+        vals = [SCIPY[coef](means["pred"], means["human"])[0] for means in boots]
         lo, hi = np.nanpercentile(vals, [5, 95])
         assert got[coef][2:4] == pytest.approx((lo, hi), abs=1e-9), coef
         means = df.groupby("system")[["pred", "human"]].mean()

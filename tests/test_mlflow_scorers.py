@@ -90,11 +90,11 @@ def test_session_and_turn_scorers_give_face_evaluate_s_scores_of_the_conversatio
     from face.integrations.mlflow import FaceSessionScorer, FaceTurnScorer
 
     _, traces, paths = store
-    scorers = face.integrations.mlflow.scorers(["relevance", "dialogue_overall"], llm="scripted", **SETTINGS,
+    scorers = face.integrations.mlflow.scorers(["relevance", "dialogue_overall"], llm="fake", **SETTINGS,
                                                **paths)
     assert [(type(s), s.name) for s in scorers] == [(FaceTurnScorer, "face_relevance"),
                                                     (FaceSessionScorer, "face_dialogue_overall")]
-    want = face.evaluate([_by_hand("s1")], aspects=["relevance", "dialogue_overall"], llm="scripted", quiet=True,
+    want = face.evaluate([_by_hand("s1")], aspects=["relevance", "dialogue_overall"], llm="fake", quiet=True,
                          **SETTINGS, **paths)
     session = list(traces["s1"])
     random.Random(0).shuffle(session)  # MLflow hands a session over in the order of its data, not of the turns
@@ -117,7 +117,7 @@ def test_a_conversation_is_evaluated_once_for_every_scorer_and_turn(store, monke
     calls = []
     real = face.api.evaluate
     monkeypatch.setattr(face.api, "evaluate", lambda *a, **k: calls.append(a) or real(*a, **k))
-    turn, dial = face.integrations.mlflow.scorers(["relevance", "dialogue_overall"], llm="scripted", **SETTINGS,
+    turn, dial = face.integrations.mlflow.scorers(["relevance", "dialogue_overall"], llm="fake", **SETTINGS,
                                                   **paths)
     for t in traces["s1"]:
         turn(trace=t)
@@ -129,14 +129,14 @@ def test_a_conversation_is_evaluated_once_for_every_scorer_and_turn(store, monke
 @pytest.mark.slow
 def test_a_trace_with_neither_message_is_a_data_error_naming_it_and_bad_settings_fail_at_build(store):
     _, traces, paths = store
-    (dial,) = face.integrations.mlflow.scorers(["dialogue_overall"], llm="scripted", **SETTINGS, **paths)
+    (dial,) = face.integrations.mlflow.scorers(["dialogue_overall"], llm="fake", **SETTINGS, **paths)
     bad = traces["opaque"][0]
     with pytest.raises(face.DataError, match=f"{bad.info.trace_id}.*neither a user message nor an assistant reply"):
         dial(session=[bad])
     with pytest.raises(face.ConfigError, match="humour"):
-        face.integrations.mlflow.scorers(["humour"], llm="scripted")
+        face.integrations.mlflow.scorers(["humour"], llm="fake")
     with pytest.raises(face.ConfigError, match="method.scoring.n must be"):
-        face.integrations.mlflow.scorers(llm="scripted", **{"method.scoring.n": 0})
+        face.integrations.mlflow.scorers(llm="fake", **{"method.scoring.n": 0})
 
 
 def _runner():
@@ -198,7 +198,7 @@ def test_an_aspect_of_your_own_becomes_a_scorer_at_its_level_with_its_scale(stor
     spec = tmp_path / "aspects.yaml"
     spec.write_text(ASPECTS_FILE.replace("level: turn", "level: dialogue").replace("[0, 1, 2]", "[1, 2, 3, 4, 5]")
                     .replace("{0: No reason., 1: A vague reason., 2: A specific reason.}", "{}"), encoding="utf-8")
-    (s,) = face.integrations.mlflow.scorers(["explainability"], llm="scripted", **SETTINGS, **paths,
+    (s,) = face.integrations.mlflow.scorers(["explainability"], llm="fake", **SETTINGS, **paths,
                                             **{"dataset.aspects_file": str(spec)})
     assert isinstance(s, FaceSessionScorer) and s.name == "face_explainability"
     feedback = s(session=traces["s2"])

@@ -4,7 +4,6 @@ from MLflow, kill + resume, references to an optimized set)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 from pathlib import Path
@@ -277,21 +276,18 @@ def scripted():
 
 
 def _server_overrides(server, cache):
-    return ["llm=scripted", "llm.server=null", f"llm.base_url={server.base_url}", f"paths.cache_dir={cache}"]
+    return ["llm=fake", "llm.server=null", f"llm.base_url={server.base_url}", f"paths.cache_dir={cache}"]
 
-
-def _run(cfg):
-    return importlib.import_module(cfg.runner).run(cfg)
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
-def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_path):
+def test_two_rounds_register_every_instruction_with_lineage(run_experiment, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    cfg = cfg_factory(*TINY, "llm=scripted", "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1",
-                      "optimizer.beam=2")
-    out = _run(cfg)
+    ran = run_experiment(*TINY, "llm=fake", "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1",
+                         "optimizer.beam=2")
+    cfg, out = ran.cfg, ran.experiment
     assert len(out.tables["trajectory"]) == 2
     sets = json.loads(out.files["instructions"].read_text())
     assert 1 <= len(sets["relevance"]) <= 4 and all({"instruction_id", "text"} <= set(x) for x in sets["relevance"])
@@ -353,16 +349,19 @@ def test_two_rounds_register_every_instruction_with_lineage(cfg_factory, tmp_pat
 
 
 @pytest.mark.slow
-def test_kill_after_round_one_and_resume_sends_nothing_twice(cfg_factory, scripted, tmp_path):
+def test_kill_after_round_one_and_resume_sends_nothing_twice(run_experiment, scripted, tmp_path):
     common = [*TINY, "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1", "optimizer.beam=2",
               "tracking=none"]
     from face.testing.scripted import ScriptedServer
 
+    def run(server, cache: str, *extra: str, run_dir: str):
+        return run_experiment(*common, *_server_overrides(server, tmp_path / cache), *extra, tracking=False,
+                              run_dir=run_dir).experiment
+
     with ScriptedServer() as ref_info:  # the uninterrupted run, on its own server and cache
-        ref = _run(cfg_factory(*common, *_server_overrides(ref_info, tmp_path / "cache_ref"), tracking=False))
+        ref = run(ref_info, "cache_ref", run_dir="ref")
     srv = scripted
-    first = _run(cfg_factory(*common, *_server_overrides(srv, tmp_path / "cache"), "optimizer.stop_after_round=1",
-                             tracking=False))
+    first = run(srv, "cache", "optimizer.stop_after_round=1", run_dir="first")
     assert first.stopped
     ckpt = first.files["checkpoint"]
     assert checkpoint.load(ckpt, "relevance").round == 1
@@ -370,10 +369,8 @@ def test_kill_after_round_one_and_resume_sends_nothing_twice(cfg_factory, script
     sent_before = {r["hash"] for r in server.ok_requests()}
     n_before = len(server.log)
     with pytest.raises(Exception, match="another configuration"):
-        _run(cfg_factory(*common, *_server_overrides(srv, tmp_path / "cache"), f"optimizer.resume={ckpt}",
-                         "optimizer.alpha=1", tracking=False))
-    resumed = _run(cfg_factory(*common, *_server_overrides(srv, tmp_path / "cache"), f"optimizer.resume={ckpt}",
-                               tracking=False))
+        run(srv, "cache", f"optimizer.resume={ckpt}", "optimizer.alpha=1", run_dir="other")
+    resumed = run(srv, "cache", f"optimizer.resume={ckpt}", run_dir="resumed")
     new = server.log[n_before:]
     assert new, "round 2 needs new requests"
     assert not ({r["hash"] for r in new} & sent_before), "a request answered before was sent again"
@@ -405,9 +402,9 @@ def _track_servers(monkeypatch):
     _SERVERS.clear()
 
 
-def test_dry_run_prints_the_paper_setting_and_sends_nothing(cfg_factory, capsys):
-    cfg = cfg_factory(*TINY, "llm=scripted", "llm.dry_run=true", tracking=False)
-    out = _run(cfg)
+def test_dry_run_prints_the_paper_setting_and_sends_nothing(run_experiment, capsys):
+    ran = run_experiment(*TINY, "llm=fake", "llm.dry_run=true", tracking=False)
+    out = ran.experiment
     assert out.dry_run
     text = capsys.readouterr().out
     assert "paper setting" in text and "per round" in text and "total" in text
@@ -417,10 +414,10 @@ def test_dry_run_prints_the_paper_setting_and_sends_nothing(cfg_factory, capsys)
 
 
 @pytest.mark.slow
-def test_optimize_selection_small(cfg_factory):
-    cfg = cfg_factory("experiment=optimize_selection", "aspects=[relevance,efficiency]", "selection.repeats=2",
-                      "selection.budgets=[8,32]", "selection.ucb_cs=[1.0]", "optimizer.pulls=32", tracking=False,)
-    out = _run(cfg)
+def test_optimize_selection_small(run_experiment):
+    ran = run_experiment("experiment=optimize_selection", "aspects=[relevance,efficiency]", "selection.repeats=2",
+                         "selection.budgets=[8,32]", "selection.ucb_cs=[1.0]", "optimizer.pulls=32", tracking=False,)
+    out = ran.experiment
     head = out.tables["headline"].set_index("aspect")
     assert set(head.index) == {"relevance", "efficiency"}
     assert (head["best"] >= head["ucb"] - 1e-9).all() and (head["best"] >= head["full"] - 1e-9).all()
@@ -456,7 +453,7 @@ def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_rep
     before = _git_status(root)
     shutil.copyfile(mlflow_store, tmp_path / "m.db")  # an empty store: what the sweep makes of it is checked
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    res = subprocess.run([sys.executable, "scripts/run.py", "-m", *TINY, "llm=scripted", "optimizer.alpha=1,2",
+    res = subprocess.run([sys.executable, "scripts/run.py", "-m", *TINY, "llm=fake", "optimizer.alpha=1,2",
                           "optimizer.beta=1", "optimizer.beam=1,2", "optimizer.rounds=1",
                           f"tracking.tracking_uri={uri}", f"tracking.artifact_location={tmp_path / 'mlruns'}",
                           f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={tmp_path / 'data'}",
@@ -485,7 +482,7 @@ def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_rep
     assert dict(zip(jobs["run"], jobs["summary.final_heldout_spearman"])) == pytest.approx(by_name)
     assert parent.data.metrics["summary.final_heldout_spearman"] == pytest.approx(max(by_name.values()))
     assert {k: parent.data.params[k] for k in ("optimizer.alpha", "optimizer.beam", "optimizer.beta", "llm")} == {
-        "optimizer.alpha": "1,2", "optimizer.beam": "1,2", "optimizer.beta": "1", "llm": "scripted"}
+        "optimizer.alpha": "1,2", "optimizer.beam": "1,2", "optimizer.beta": "1", "llm": "fake"}
     assert "scripted-model (scripted)" in (sweep / "sweep_report.md").read_text()
     logged = {f.path for f in client.list_artifacts(parent.info.run_id, "sweep_report")}
     assert {"sweep_report/sweep_report.md", "sweep_report/sweep_jobs.csv", "sweep_report/sweep_report.png"} <= logged

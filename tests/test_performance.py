@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+from helpers import chat_requests, llm_config
 from omegaconf import OmegaConf
 
 from face.llm import ChatRequest, LLMConfig, make_client
@@ -23,22 +24,17 @@ class IgnoresN(ScriptedServer):
         return super()._completion(dict(body, n=1), fault)
 
 
-@pytest.fixture(autouse=True)
-def _forget_probes():
-    endpoint_probe.forget()
-    yield
-    endpoint_probe.forget()
+pytestmark = pytest.mark.usefixtures("forget_probes")
 
 
 def cfg_for(url, cache_dir, **kw) -> LLMConfig:
-    base = dict(backend="openai_compatible", base_url=url, model="scripted-model", cache_dir=str(cache_dir),
-                progress=False, timeout_s=10, max_retries=8, backoff_base_s=0.01, backoff_max_s=0.2)
-    base.update(kw)
-    return LLMConfig(**base)
+    """An HTTP endpoint's config with LLMConfig's own concurrency and probe (these tests measure them)."""
+    return llm_config(base_url=url, **{"cache_dir": str(cache_dir), "timeout_s": 10, "max_retries": 8,
+                                       "backoff_max_s": 0.2, "concurrency": 8, "probe": True, **kw})
 
 
 def reqs(k: int, n: int = 5) -> list[ChatRequest]:
-    return [ChatRequest(messages=[("user", f"rate this {i}")], n=n, tag="perf") for i in range(k)]
+    return chat_requests(k, "rate this {i}", n=n, tag="perf")
 
 
 def test_probe_uses_n_where_honoured_and_remembers_the_answer(tmp_path):

@@ -6,7 +6,6 @@ job wrote it, and its final sets under ``face-opt-<aspect>-set`` with a loadable
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from collections import Counter
 from types import SimpleNamespace
@@ -14,10 +13,6 @@ from types import SimpleNamespace
 import pytest
 
 from face.tracking.prompts import best_version
-
-
-def _run(cfg):
-    return importlib.import_module(cfg.runner).run(cfg)
 
 
 def _sha(text: str) -> str:
@@ -30,17 +25,17 @@ def _linked(client, run) -> set[tuple[str, int]]:
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
-def test_three_no_particle_runs_and_a_main_run_leave_one_version_per_distinct_text(cfg_factory):
+def test_three_no_particle_runs_and_a_main_run_leave_one_version_per_distinct_text(run_experiment):
     # the registered texts are the instruction sets: one sample per particle and instruction sends the same ones
     from mlflow.tracking import MlflowClient
 
-    common = ["llm=scripted", "dataset.limit=3", "aspects=[relevance,dialogue_overall]", "method.scoring.n=1",
+    common = ["llm=fake", "dataset.limit=3", "aspects=[relevance,dialogue_overall]", "method.scoring.n=1",
               "method.particles.k=1"]
     runs = []
     for task in ("crsarena_main", "ablation_no_particles", "crsarena_main", "ablation_no_particles",
                  "ablation_no_particles"):
-        cfg = cfg_factory(f"experiment={task}", *common)
-        _run(cfg)
+        ran = run_experiment(f"experiment={task}", *common, run_dir=task)
+        cfg = ran.cfg
         client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
         [latest] = client.search_runs([client.get_experiment_by_name(task).experiment_id],
                                       order_by=["attributes.start_time DESC"], max_results=1)
@@ -81,7 +76,7 @@ def test_llm_settings_are_dropped_from_the_label_of_a_run_without_llm(cfg_factor
     from face.experiments.common import non_default_settings, without_llm_settings
 
     cfg = cfg_factory("experiment=reproduce_table2", "llm=scripted", "llm.model=other", "run_size=tiny",
-                      "dataset.limit=3", tracking=False)
+                      "dataset.limit=3", tracking=False)  # composed only: nothing is sent
     settings = non_default_settings(cfg)
     assert settings["llm"] == "scripted" and settings["llm.model"] == "other"
     assert without_llm_settings(settings) == {"dataset.limit": "3"}
@@ -89,12 +84,12 @@ def test_llm_settings_are_dropped_from_the_label_of_a_run_without_llm(cfg_factor
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
-def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(cfg_factory):
+def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(run_experiment):
     from mlflow.tracking import MlflowClient
 
-    cfg = cfg_factory("experiment=reproduce_table2", "llm=scripted", "llm.model=other", "run_size=tiny",
-                      "dataset.limit=3", "metaeval.n_boot=0")
-    out = _run(cfg)
+    ran = run_experiment("experiment=reproduce_table2", "llm=fake", "llm.model=other", "run_size=tiny",
+                         "dataset.limit=3", "metaeval.n_boot=0")
+    cfg, out = ran.cfg, ran.experiment
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     [run] = client.search_runs([client.get_experiment_by_name("reproduce_table2").experiment_id])
     assert run.info.run_name == "reproduce_table2 limit=3 n_boot=0"
@@ -113,7 +108,7 @@ def _optimizer_sweep(tmp_path, mirror, mlflow_store, *settings: str):
     root = Path(__file__).resolve().parents[1]
     shutil.copyfile(mlflow_store, tmp_path / "m.db")  # an empty store: what the sweep registers in it is checked
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=optimize_instructions", "llm=scripted",
+    res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=optimize_instructions", "llm=fake",
                           "dataset.limit=8", *settings, f"tracking.tracking_uri={uri}",
                           f"tracking.artifact_location={tmp_path / 'mlruns'}", f"paths.cache_dir={tmp_path / 'cache'}",
                           f"paths.data_dir={tmp_path / 'data'}", f"paths.data_mirror={mirror}",
@@ -223,7 +218,7 @@ def test_optimizer_sets_are_aliased_per_job_and_best_by_dev_correlation(cfg_fact
     from face.tracking import Tracker
     from face.tracking.prompts import load_reference
 
-    cfg = cfg_factory("experiment=optimize_instructions", "llm=scripted")
+    cfg = cfg_factory("experiment=optimize_instructions", "llm=fake")
     refs, names = [], []
     for job, dev in (("a", "0.2500"), ("b", "0.5000")):
         with Tracker(cfg, f"job {job}") as tracker:
@@ -250,3 +245,30 @@ def test_optimizer_sets_are_aliased_per_job_and_best_by_dev_correlation(cfg_fact
     assert int(client.get_prompt_version("face-opt-relevance-set", "best").version) == 2  # dev 0.5 > 0.25
     got = load_reference("face-opt-{aspect}-set@best", "relevance")
     assert [(i.instruction_id, i.text) for i in got] == [("r1c2", "Rate it, b way 2."), ("initial", "Rate it.")]
+
+
+def test_the_default_configuration_is_composed_once_per_state_of_the_config_files(tmp_path, monkeypatch):
+    """Run names compare a run with its experiment's default configuration: composed once per process, and again
+    when a config file changed (what a later run in the same process then compares with is the file as it is)."""
+    import shutil
+
+    import hydra
+    from helpers import ROOT
+    from hydra import initialize_config_dir
+
+    from face.experiments.naming import _default_config
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    calls = []
+    compose = hydra.compose
+    monkeypatch.setattr(hydra, "compose", lambda **kw: calls.append(kw) or compose(**kw))
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        first = _default_config(["experiment=reproduce_table2"])
+        again = _default_config(["experiment=reproduce_table2"])
+        assert again is first and len(calls) == 1
+        assert _default_config(["experiment=system_level"])["task_name"] == "system_level" and len(calls) == 2
+        yaml = conf / "experiment" / "reproduce_table2.yaml"
+        yaml.write_text(yaml.read_text() + "\nrun_size: tiny\n")
+        edited = _default_config(["experiment=reproduce_table2"])
+    assert len(calls) == 3 and edited["run_size"] == "tiny" != first["run_size"]

@@ -40,9 +40,9 @@ def _argv(entry: str, setting: str, tmp: Path) -> list[str]:
     if entry == "face":
         logs = tmp / "logs.jsonl"
         logs.write_text(json.dumps(CONV) + "\n", encoding="utf-8")
-        return ["evaluate", str(logs), "--llm", "scripted", "--out", str(tmp / "out"), "--yes",
+        return ["evaluate", str(logs), "--llm", "fake", "--out", str(tmp / "out"), "--yes",
                 "--set", f"paths.cache_dir={tmp / 'cache'}", "--set", "run_size=tiny", "--set", setting]
-    return ["experiment=crsarena_main", "llm=scripted", "run_size=tiny", "dataset.limit=1", "tracking=none",
+    return ["experiment=crsarena_main", "llm=fake", "run_size=tiny", "dataset.limit=1", "tracking=none",
             f"paths.results_dir={tmp / 'results'}", f"paths.cache_dir={tmp / 'cache'}",
             f"hydra.run.dir={tmp / 'run'}", setting]
 

@@ -129,9 +129,9 @@ def _write(tmp: Path, content) -> Path:
 
 def _argv(entry: str, path: Path, tmp: Path, data_dir: Path, extra: list[str] = ()) -> tuple[str, list[str]]:
     if entry == "face":
-        return "face", ["evaluate", str(path), "--llm", "scripted", "--out", str(tmp / "out"), "--yes",
+        return "face", ["evaluate", str(path), "--llm", "fake", "--out", str(tmp / "out"), "--yes",
                         "--set", f"paths.data_dir={data_dir}", "--set", f"paths.cache_dir={tmp / 'cache'}", *extra]
-    base = ["experiment=crsarena_main", "llm=scripted", f"paths.data_dir={data_dir}", "paths.data_mirror=null",
+    base = ["experiment=crsarena_main", "llm=fake", f"paths.data_dir={data_dir}", "paths.data_mirror=null",
             f"paths.cache_dir={tmp / 'cache'}", "tracking=none"]
     source = ["dataset=chat_logs", f"dataset.path={path}"] if entry == "chat" else [f"dataset.file={path}",
                                                                                    "dataset.download=false"]
@@ -315,7 +315,7 @@ def test_face_evaluate_keeps_integer_ids_and_multipart_text_through_the_run_file
     convs = [*_with(CHAT, ["id"], 0, ["system"], 7, ["messages", 1, "content"], parts), *_with(CHAT, ["id"], 42)]
     logs = tmp_path / "logs.jsonl"
     logs.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(c) + "\n" for c in convs).encode())
-    outcome = run("face", ["evaluate", str(logs), "--aspects", "relevance", "--llm", "scripted", "--out",
+    outcome = run("face", ["evaluate", str(logs), "--aspects", "relevance", "--llm", "fake", "--out",
                            str(tmp_path / "out"), "--yes", "--set", f"paths.data_dir={data_dir}", "--set",
                            f"paths.cache_dir={tmp_path / 'cache'}", "--set", "run_size=tiny"], tmp_path, monkeypatch)
     assert outcome.code == 0, outcome.err[-2000:]

@@ -15,7 +15,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from reliability import refused, run
+from helpers import evaluate_argv, write_logs
+from reliability import _without_dac_caps, refused, run, run_unprivileged
 
 # the reliability suite (issue 21): in-process, but ~150 cases; run with the slow tests, one at a time, so that
 # no other test writes into the project tree while a case checks that nothing outside its temp dir changed
@@ -38,14 +39,11 @@ def _absolute_mirror(monkeypatch, mirror):
 
 
 def _logs(path: Path, convs=CHAT) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(c) + "\n" for c in convs), encoding="utf-8")
-    return path
+    return write_logs(path, convs)
 
 
 def _evaluate(logs: Path, out, *extra: str) -> list[str]:
-    return ["evaluate", str(logs), "--llm", "scripted", "--aspects", "relevance", "--limit", "1", "--yes",
-            "--set", "run_size=tiny", *([] if out is None else ["--out", str(out)]), *extra]
+    return evaluate_argv(logs, out, "--limit", "1", *extra)
 
 
 def _marker(d: Path, owner: dict) -> None:
@@ -67,7 +65,7 @@ class _Held:
 
 def _run_py(*overrides: str) -> list[str]:
     """A small, cheap run (should a refusal ever fail to happen, it stays a test-sized run on the fake server)."""
-    return ["experiment=crsarena_main", "tracking=none", "llm=scripted", "run_size=tiny", "dataset.limit=1",
+    return ["experiment=crsarena_main", "tracking=none", "llm=fake", "run_size=tiny", "dataset.limit=1",
             "metaeval.n_boot=0", *overrides]
 
 
@@ -183,17 +181,35 @@ def test_an_output_directory_that_cannot_be_this_runs_is_refused_with_one_line(n
     assert after == before  # nothing written, nothing replaced, not even in the temp dir
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a 0o500 directory")
-def test_an_out_under_a_read_only_directory_is_refused(tmp_path, monkeypatch):
+def test_an_out_under_a_read_only_directory_is_refused(tmp_path):
+    """Run as CI runs it, as root, too: the command runs without the capabilities that let root write past a
+    directory's mode (run_unprivileged), so the 0o500 directory binds it as it binds any user."""
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o500)
     try:
-        o = run("face", _evaluate(_logs(tmp_path / "in.jsonl"), ro / "out"), tmp_path, monkeypatch)
+        o = run_unprivileged(_evaluate(_logs(tmp_path / "in.jsonl"), ro / "out"), tmp_path)
     finally:
         ro.chmod(0o700)
-    assert refused(o, "--out", "not writable") == []
+    assert refused(o, "--out", "not writable") == [], o.err
     assert list(ro.iterdir()) == []
+
+
+def test_the_unprivileged_run_is_bound_by_file_modes(tmp_path):
+    """The check above can fail: a process started by run_unprivileged cannot write into a 0o500 directory, while
+    the same command writes into it once it is writable."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        o = run_unprivileged(["--help"], tmp_path)
+        probe = __import__("subprocess").run(
+            [sys.executable, "-c", f"open({str(ro / 'x')!r}, 'w')"], capture_output=True, text=True,
+            preexec_fn=_without_dac_caps if os.geteuid() == 0 else None)
+    finally:
+        ro.chmod(0o700)
+    assert o.code == 0 and probe.returncode != 0 and "Permission denied" in probe.stderr
+    assert not (ro / "x").exists()
 
 
 def test_an_out_under_an_immutable_directory_is_refused(tmp_path, monkeypatch):

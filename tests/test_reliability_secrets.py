@@ -35,7 +35,7 @@ def _conf_dir(tmp: Path) -> Path:
     """A config search path with an LLM backend whose YAML holds a key (conf/llm/leaky.yaml)."""
     d = tmp / "myconf"
     (d / "llm").mkdir(parents=True, exist_ok=True)
-    (d / "llm" / "leaky.yaml").write_text(f"defaults: [scripted, _self_]\napi_key: {RAW}\n")
+    (d / "llm" / "leaky.yaml").write_text(f"defaults: [fake, _self_]\napi_key: {RAW}\n")
     return d
 
 
@@ -59,7 +59,7 @@ CASES = {
 RUN_ONLY = {  # scripts/run.py only: Hydra's own settings and flags, sweeps
     "hydra_env_set": (["+hydra.job.env_set.OPENAI_API_KEY={raw}"], ["OPENAI_API_KEY"]),
     "printed_config": (["--cfg", "job", "+llm.apikey={raw}"], ["llm.apikey"]),
-    "sweep_with_a_key_in_a_config_file": (["-m", "hydra.searchpath=[file://{conf}]", "llm=scripted,leaky"],
+    "sweep_with_a_key_in_a_config_file": (["-m", "hydra.searchpath=[file://{conf}]", "llm=fake,leaky"],
                                           ["llm.api_key"]),
 }
 TABLE = [("run.py", n) for n in [*CASES, *RUN_ONLY]] + [("face", n) for n in CASES]
@@ -71,12 +71,12 @@ def _argv(entry: str, name: str, tmp: Path, inputs: Path | None = None) -> list[
     overrides, _ = {**CASES, **RUN_ONLY}[name]
     filled = [o.format(canary=CANARY, raw=RAW, conf=_conf_dir(inputs)) for o in overrides]
     if entry == "run.py":
-        return ["experiment=crsarena_main", "llm=scripted", *filled]
+        return ["experiment=crsarena_main", "llm=fake", *filled]
     logs = inputs / "logs.jsonl"
     logs.write_text("\n".join(json.dumps(c) for c in LOGS) + "\n")
     llm = [o.partition("=")[2] for o in filled if o.startswith("llm=")]
     sets = [x for o in filled if not o.startswith("llm=") for x in ("--set", o)]
-    return ["evaluate", str(logs), "--llm", llm[0] if llm else "scripted", "--out", str(tmp / "out"), "--yes", *sets]
+    return ["evaluate", str(logs), "--llm", llm[0] if llm else "fake", "--out", str(tmp / "out"), "--yes", *sets]
 
 
 def _hits(root: Path, *needles: str) -> list[str]:
@@ -98,8 +98,37 @@ def test_a_credential_is_refused_naming_the_setting_not_the_value(entry, name, t
     assert written == []  # nothing written, not even a directory: no .hydra/, no run or --out dir, no MLflow store
 
 
-def test_the_table_has_every_spelling_through_both_entry_points():
-    assert len(TABLE) >= 12 and {e for e, _ in TABLE} == {"run.py", "face"}
+# what each refusal of face.secrets says (its rules), and the two spellings the guard reads besides an override's
+# own name and value: a name inside a dict value, a credential in a config file
+RULES = {"the NAME of a variable": "must be the NAME", "a key-named setting": "a credential in a setting",
+         "a URL's user info": "user:pass@host", "a key-like value": "looks like a credential"}
+
+
+def _spellings(entry: str, tmp_path: Path) -> set[str]:
+    """The refusal rules and spellings the table's cases of ``entry`` reach, read from face.secrets itself."""
+    import tempfile
+
+    seen = set()
+    for e, name in TABLE:
+        if e != entry:
+            continue
+        overrides = [o.format(canary=CANARY, raw=RAW, conf=Path(tempfile.gettempdir())) for o in
+                     {**CASES, **RUN_ONLY}[name][0]]
+        line = secret_in_overrides(overrides)
+        if line is None:  # nothing on the command line: a config file holds it
+            assert any(o.startswith("hydra.searchpath=") for o in overrides), name
+            seen.add("a config file")
+            continue
+        seen |= {rule for rule, words in RULES.items() if words in line}
+        keys = [o.partition("=")[0].lstrip("+~") for o in overrides]
+        if not any(line.startswith(k + " ") for k in keys):  # the line names a key inside the value
+            seen.add("a name inside a value")
+    return seen
+
+
+@pytest.mark.parametrize("entry", ["run.py", "face"])
+def test_the_table_reaches_every_refusal_rule_through_both_entry_points(entry, tmp_path):
+    assert _spellings(entry, tmp_path) == {*RULES, "a name inside a value", "a config file"}
 
 
 # ---------------------------------------------------------------- no false alarms

@@ -248,7 +248,7 @@ CLI_CASES = {  # overrides -> words of the one error line
                                  "method.temperature must be a finite number >= 0, got nan"),
 }
 # if a case were accepted, it would run this small (a scripted LLM, no intervals, no tracking)
-GUARDS = ["llm=scripted", "metaeval.n_boot=0", "tracking.enabled=false", "aspects=[relevance]"]
+GUARDS = ["llm=fake", "metaeval.n_boot=0", "tracking.enabled=false", "aspects=[relevance]"]
 
 
 @pytest.mark.slow  # ~1 s a case, in-process

@@ -52,7 +52,9 @@ def _clustered(rng, n_clusters, per, r_a, r_b, r_ab):
     return a, b, y, np.repeat(np.arange(n_clusters), per)
 
 
-@pytest.mark.parametrize("coefficient", ["pearson", "spearman"])
+# Spearman's calibration is the slow one (ranks in every replicate, ≈ 5 s); the fast suite keeps Pearson's and the
+# check that Spearman's replicates are paired_difference's (test_paired_bootstrap_reuses_paired_difference)
+@pytest.mark.parametrize("coefficient", ["pearson", pytest.param("spearman", marks=pytest.mark.slow)])
 def test_paired_bootstrap_false_positive_rate(coefficient):
     rng = np.random.default_rng(1)
     ps = [paired_bootstrap(*_clustered(rng, 40, 3, 0.4, 0.4, 0.5), coefficient, n_boot=400, seed=i)["p_value"]

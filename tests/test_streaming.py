@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import math
 
+from helpers import llm_config
+
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction, Particle, Turn
 from face.llm import LLMConfig, make_client
 from face.pipeline.records import ScoreSink
 from face.pipeline.scoring import ScoreRecord, ScoringSpec, plan_iter, score_stream, units_for
-from face.testing.scripted import ScriptedServer
+from face.testing.scripted import InProcessServer
 
 ASPECT = Aspect("relevance", "turn", (0, 1, 2), "Is it relevant?")
 INSTRUCTIONS = [Instruction(f"i{k}", f"Instruction {k}: rate the nugget.") for k in range(3)]
@@ -32,9 +34,8 @@ def _responder(body: dict) -> str:
     return json.dumps({"score": (body.get("seed") or 0) % 3})
 
 
-def _cfg(url: str, tmp_path, concurrency: int = 4) -> LLMConfig:
-    return LLMConfig(backend="openai_compatible", base_url=url, model="scripted-model", cache_dir=str(tmp_path / "c"),
-                     progress=False, concurrency=concurrency, seed=0, n_per_request=8, probe=False)
+def _cfg(server: InProcessServer, tmp_path, concurrency: int = 4) -> LLMConfig:
+    return llm_config(server=server, cache_dir=str(tmp_path / "c"), concurrency=concurrency, seed=0, n_per_request=8)
 
 
 def _plan(n_convs: int):
@@ -48,7 +49,8 @@ def test_records_come_in_plan_order_and_identical_requests_are_sent_once(tmp_pat
     units, by_id = _plan(5)
     spec = ScoringSpec("sampling", 5, reasoning=False)
     planned = list(plan_iter(units, INSTRUCTIONS, by_id, spec, json_schema=False))
-    with ScriptedServer(responder=_responder) as info, make_client(_cfg(info.base_url, tmp_path)) as client:
+    srv = InProcessServer(responder=_responder)
+    with srv, make_client(_cfg(srv, tmp_path)) as client:
         got: list[ScoreRecord] = []
         score_stream(client, iter(planned), spec, got.append)
     assert [(r.conv_id, r.particle_ind, r.instruction_id) for r in got] == \
@@ -73,8 +75,8 @@ def test_the_plan_is_read_lazily_whatever_its_length(tmp_path):
     def emit(r: ScoreRecord) -> None:
         seen.append(pulled[0] - len(seen))  # planned but not yet emitted when this one comes out
 
-    with ScriptedServer(responder=_responder, latency_s=0.002) as info, \
-            make_client(_cfg(info.base_url, tmp_path, concurrency=4)) as client:
+    srv = InProcessServer(responder=_responder, latency_s=0.002)
+    with srv, make_client(_cfg(srv, tmp_path, concurrency=4)) as client:
         score_stream(client, planned(), spec, emit)
         window = max(64, 4 * client.cfg.concurrency)
     assert len(seen) == len(units) * 3 == 720
@@ -85,9 +87,10 @@ def test_a_warm_rerun_sends_nothing_and_gives_the_same_records(tmp_path):
     units, by_id = _plan(3)
     spec = ScoringSpec("sampling", 5, reasoning=False)
     runs = []
-    with ScriptedServer(responder=_responder) as info:
+    srv = InProcessServer(responder=_responder)
+    with srv:
         for _ in range(2):
-            with make_client(_cfg(info.base_url, tmp_path)) as client:
+            with make_client(_cfg(srv, tmp_path)) as client:
                 got: list[ScoreRecord] = []
                 score_stream(client, plan_iter(units, INSTRUCTIONS, by_id, spec, json_schema=False), spec, got.append)
                 runs.append(([vars(r) for r in got], client.usage.http_requests, client.usage.cache_hits))
@@ -120,7 +123,8 @@ def test_identical_requests_share_their_draws_and_their_answer_counts_go_in_once
     def responder(body: dict) -> str:
         return "?" if (body.get("seed") or 0) in (0, 1) else json.dumps({"score": 2})
 
-    with ScriptedServer(responder=responder) as info, make_client(_cfg(info.base_url, tmp_path)) as client:
+    srv = InProcessServer(responder=responder)
+    with srv, make_client(_cfg(srv, tmp_path)) as client:
         got: list[ScoreRecord] = []
         score_stream(client, plan_iter(units, INSTRUCTIONS, by_id, spec, json_schema=False), spec, got.append)
         usage = client.usage.summary()

@@ -28,7 +28,7 @@ def test_swept_keys_are_the_keys_with_several_values():
 
 
 def test_a_job_is_named_by_its_swept_values_first_then_the_experiment():
-    overrides = ["experiment=optimize_instructions", "llm=scripted", "optimizer.beam=2", "optimizer.beta=1",
+    overrides = ["experiment=optimize_instructions", "llm=fake", "optimizer.beam=2", "optimizer.beta=1",
                  "optimizer.alpha=1", "tracking.tracking_uri=sqlite:///x.db", "paths.cache_dir=/tmp/c",
                  "hydra.sweep.dir=/tmp/s"]
     assert job_name("optimize_instructions", overrides, ["optimizer.alpha"]) == "alpha=1 · optimize_instructions"
@@ -240,7 +240,7 @@ def test_a_sweep_killed_mid_job_and_run_again_counts_each_job_once(tmp_path, dat
 
     root = Path(__file__).resolve().parents[1]
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "scripts/run.py", "-m", "experiment=crsarena_main", "llm=scripted", "dataset.limit=3",
+    cmd = [sys.executable, "scripts/run.py", "-m", "experiment=crsarena_main", "llm=fake", "dataset.limit=3",
            "aspects=[relevance]", "method.particles.source=released", "method.scoring.n=1,2",
            f"hydra.sweep.dir={sweep}", f"paths.results_dir={tmp_path / 'results'}",
            f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={data_dir}", "paths.data_mirror=null",

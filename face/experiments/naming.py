@@ -28,17 +28,9 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
     A config group swapped for another of its configs counts as one setting (``llm=openai``); the keys of the
     new config are then compared with that config's own defaults. An experiment that cannot be composed on its
     own (e.g. from a searchpath) counts as all-default."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     from face.tracking import flatten
 
-    def default_with(overrides: list[str]):
-        if GlobalHydra.instance().is_initialized():  # inside scripts/run.py's Hydra app: its config search path
-            return compose(config_name="config", overrides=overrides)
-        with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
-            return compose(config_name="config", overrides=overrides)
-
+    default_with = _default_config
     groups = (("dataset", "dataset.name"), ("method", "method.name"), ("llm", "llm.backend"))
     try:
         default = default_with([f"experiment={cfg.task_name}"])
@@ -47,14 +39,14 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
                     cfg.task_name)
         return {}
     swaps = {g: str(OmegaConf.select(cfg, key)) for g, key in groups
-             if OmegaConf.select(cfg, key, default=None) != OmegaConf.select(default, key, default=None)}
+             if OmegaConf.select(cfg, key, default=None) != _select(default, key)}
     if swaps:
         try:
             default = default_with([f"experiment={cfg.task_name}", *(f"{g}={v}" for g, v in swaps.items())])
         except Exception:  # a config name that is not a file of its group: compare key by key
             swaps = {}
     mine = flatten(OmegaConf.to_container(cfg, resolve=False))
-    base = flatten(OmegaConf.to_container(default, resolve=False))
+    base = flatten(default)
     out = dict(swaps)
     for k in sorted(set(mine) - set(base)):
         if not k.startswith(_NOT_SETTINGS):
@@ -66,6 +58,54 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
         v = mine.get(k, "<absent>")
         out[k] = Path(v).name if isinstance(v, str) and os.path.isabs(v) else str(v)
     return _without_default_aspects(cfg, out)
+
+
+_DEFAULTS: dict[tuple, dict] = {}  # composed default configurations, by search path, its files' state and overrides
+
+
+def _default_config(overrides: list[str]) -> dict:
+    """The configuration ``overrides`` compose to (unresolved, as a plain dict), in the config search path of the
+    Hydra app running, else the project's ``conf/``. Composed once per process for the same search path, the same
+    state of its files (every file's size and modification time) and the same overrides: a composition reads and
+    merges ~40 YAML files (0.3-0.5 s), and every run composes its experiment's default one or two times."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    hydra = GlobalHydra.instance()
+    if hydra.is_initialized():  # inside scripts/run.py's Hydra app, or the runner's session: its search path
+        dirs = [s.path for s in hydra.hydra.config_loader.get_sources() if s.scheme() == "file"]
+    else:
+        dirs = [str(Path(__file__).resolve().parents[2] / "conf")]
+    key = (tuple(dirs), _state(dirs), tuple(overrides))
+    if key not in _DEFAULTS:
+        if hydra.is_initialized():
+            cfg = compose(config_name="config", overrides=overrides)
+        else:
+            with initialize_config_dir(config_dir=dirs[0], version_base="1.3"):
+                cfg = compose(config_name="config", overrides=overrides)
+        _DEFAULTS[key] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
+    return _DEFAULTS[key]
+
+
+def _state(dirs: Sequence[str]) -> tuple:
+    """(path, size, mtime) of every file under the config directories."""
+    out = []
+    for d in dirs:
+        for root, _, files in os.walk(d):
+            for f in files:
+                st = os.stat(os.path.join(root, f))
+                out.append((os.path.join(root, f), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(out))
+
+
+def _select(tree: dict, key: str):
+    """``tree[a][b]`` for the dotted key ``a.b`` (None where absent)."""
+    node = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 def _without_default_aspects(cfg: DictConfig, settings: dict[str, str]) -> dict[str, str]:

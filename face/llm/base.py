@@ -253,7 +253,8 @@ class LM(Chat, Protocol):
 
 @runtime_checkable
 class Server(Protocol):
-    """A supervised model server started beside the client (built from `llm.server`)."""
+    """A supervised model server started beside the client (built from `llm.server`). A server that answers in
+    this process without a socket also has ``http_client(cfg)``: the SDK's HTTP client that reaches it."""
 
     base_url: str | None  # set by start()
     model: str

@@ -104,7 +104,7 @@ class LLMClient:
             key_for = functools.partial(request_key, cfg, self.model) if cached else None
             self.transport = BatchTransport(cfg, urls[0], self.model, Path(cfg.cache_dir) / "batches", key_for)
         else:
-            self.transport = OpenAITransport(cfg, urls, self.model)
+            self.transport = OpenAITransport(cfg, urls, self.model, self._wire())
         # a batch takes every piece at once: the concurrency cap is for HTTP requests, not batch lines
         self.budget = BudgetLM(self.transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
                                if cfg.batch else cfg, self.usage)
@@ -119,7 +119,11 @@ class LLMClient:
         """The config with `n_per_request` fitted to the endpoint (face/llm/probe.py: probed once per base URL and
         model, counted and capped as every request)."""
         return probe.fitted(cfg, self.usage, self.base_url or "", self.model,
-                            None if _loop_running() else self._private_loop)
+                            None if _loop_running() else self._private_loop, self._wire())
+
+    def _wire(self) -> Callable[[Any], Any] | None:
+        """The HTTP client of a server that answers without a socket (face.testing.scripted.InProcessServer)."""
+        return getattr(self.server, "http_client", None)
 
     def _private_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None or self._loop.is_closed():

@@ -140,10 +140,12 @@ def forget(base_url: str | None = None, model: str | None = None) -> None:
 # ---------------------------------------------------------------- the client's use of it
 
 def fitted(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
-           loop: Callable[[], asyncio.AbstractEventLoop] | None) -> LLMConfig:
+           loop: Callable[[], asyncio.AbstractEventLoop] | None,
+           http_client: Callable[[Any], Any] | None = None) -> LLMConfig:
     """The config with `n_per_request` fitted to the endpoint: n is used only where honoured (probed once per base URL
     and model, on ``loop()``, remembered; no loop: not probed). Nothing is sent in a dry run. Without room in the budget
-    for the probe the config is trusted; a probe that fails after its retries stops the run (LLMCallError)."""
+    for the probe the config is trusted; a probe that fails after its retries stops the run (LLMCallError).
+    ``http_client``: the transport's (a server without a socket)."""
     if not cfg.probe or cfg.n_per_request <= 1 or cfg.batch:
         return cfg
     cache_dir = cfg.cache_dir if cfg.cache else None
@@ -152,7 +154,7 @@ def fitted(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
         with _one_prober(cache_dir):  # processes sharing the cache: one probes, the others read its answer
             caps = load(cache_dir, base_url, model)
             if caps is None:
-                caps = _probe_now(cfg, usage, base_url, model, loop())
+                caps = _probe_now(cfg, usage, base_url, model, loop(), http_client)
                 if caps is None:
                     return cfg
                 save(cache_dir, caps)
@@ -184,14 +186,14 @@ def _one_prober(cache_dir: str | os.PathLike | None) -> Iterator[None]:
         yield
 
 
-def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
-               loop: asyncio.AbstractEventLoop) -> Capabilities | None:
+def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str, loop: asyncio.AbstractEventLoop,
+               http_client: Callable[[Any], Any] | None = None) -> Capabilities | None:
     from .base import LLMCallError, LLMRequestRefused
     from .transport import OpenAITransport
     from .usage import BudgetExceeded
 
     # the probe's own transport (closed after it): the same retry policy as every request
-    transport = OpenAITransport(cfg.replace(timeout_s=min(cfg.timeout_s, 30.0)), base_url, model)
+    transport = OpenAITransport(cfg.replace(timeout_s=min(cfg.timeout_s, 30.0)), base_url, model, http_client)
 
     async def ask() -> Capabilities:
         try:

@@ -118,10 +118,14 @@ def _http_client(cfg: Any) -> Any:
 
 class OpenAITransport:
     """One HTTP request per `chat()`; with several base URLs (replicas of one model), each request --
-    and each retry -- goes to the replica with the fewest requests in flight."""
+    and each retry -- goes to the replica with the fewest requests in flight. ``http_client(cfg)``, when given,
+    makes the SDK's HTTP client instead of ``llm.http_client``'s (a server that answers in this process without a
+    socket hands its own: face.testing.scripted.InProcessServer); everything above the wire stays the same."""
 
-    def __init__(self, cfg: Any, base_url: str | Sequence[str], model: str):
+    def __init__(self, cfg: Any, base_url: str | Sequence[str], model: str,
+                 http_client: Callable[[Any], Any] | None = None):
         self.cfg = cfg
+        self.http_client = http_client or _http_client
         self.base_urls = [base_url] if isinstance(base_url, str) else list(base_url)
         if not self.base_urls:
             raise ValueError("no base URL")
@@ -142,7 +146,7 @@ class OpenAITransport:
         if api is None:
             api = self._apis[key] = openai.AsyncOpenAI(base_url=url, api_key=self.cfg.api_key(),
                                                        max_retries=0, timeout=self.cfg.timeout_s,
-                                                       http_client=_http_client(self.cfg))
+                                                       http_client=self.http_client(self.cfg))
         return api
 
     def _pick(self, avoid: str | None = None) -> str:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from aiohttp import web
 
-from .service import error_response
+from .service import error_body
 
 TRANSPORT_KINDS = ("429", "500", "html502", "timeout", "reset", "cut_json", "html200")
 ANSWER_KINDS = ("truncated", "garbled")
@@ -93,19 +94,39 @@ def _known(kinds: Sequence[str]) -> tuple[str, ...]:
     return tuple(kinds)
 
 
+def fault_reply(kind: str | None, *, source: str, retry_after_s: float | None) -> tuple[int, bytes, str, dict] | None:
+    """(status, body, content type, headers) of a transport fault answered at once -- 429, 500, html502, html200 --
+    whatever serves it (an aiohttp app, the in-process wire); None for any other kind."""
+    if kind == "429":
+        headers = {"Retry-After": f"{retry_after_s:g}"} if retry_after_s is not None else {}
+        return 429, _json_error(429, f"rate limited ({source})", "rate_limited"), "application/json", headers
+    if kind == "500":
+        return 500, _json_error(500, f"internal error ({source})", "internal_error"), "application/json", {}
+    if kind in ("html502", "html200"):
+        return STATUS.get(kind, 200), _HTML, "text/html", {}
+    return None
+
+
+def timeout_reply(source: str) -> bytes:
+    """The body of the 504 a "timeout" fault gives after ``hang_s`` (to a client that waited that long)."""
+    return _json_error(504, f"no answer in time ({source})", "timeout")
+
+
+def _json_error(status: int, message: str, code: str) -> bytes:
+    return json.dumps(error_body(message, code, status=status)).encode()
+
+
 async def transport_fault(kind: str | None, request: web.Request, *, source: str, retry_after_s: float | None,
                           hang_s: float) -> web.StreamResponse | None:
-    """The reply of a transport fault given before any answer exists; None: answer the request (maybe spoiled)."""
-    if kind == "429":
-        headers = {"Retry-After": f"{retry_after_s:g}"} if retry_after_s is not None else None
-        return error_response(429, f"rate limited ({source})", "rate_limited", headers=headers)
-    if kind == "500":
-        return error_response(500, f"internal error ({source})", "internal_error")
-    if kind in ("html502", "html200"):
-        return web.Response(body=_HTML, status=STATUS.get(kind, 200), content_type="text/html")
+    """The aiohttp reply of a transport fault given before any answer exists; None: answer the request (maybe
+    spoiled)."""
+    quick = fault_reply(kind, source=source, retry_after_s=retry_after_s)
+    if quick is not None:
+        status, body, ctype, headers = quick
+        return web.Response(body=body, status=status, content_type=ctype, headers=headers)
     if kind == "timeout":
         await asyncio.sleep(hang_s)
-        return error_response(504, f"no answer in time ({source})", "timeout")
+        return web.Response(body=timeout_reply(source), status=504, content_type="application/json")
     if kind in ("reset", "disconnect"):
         if request.transport is not None:
             request.transport.abort()
@@ -118,9 +139,14 @@ def half(seq: S) -> S:
     return seq[: max(1, len(seq) // 2)]
 
 
+def cut_json_bytes(body: bytes) -> bytes:
+    """A JSON body cut in half (sent with HTTP 200)."""
+    return half(body)
+
+
 def cut_json(body: bytes) -> web.Response:
     """HTTP 200 with the first half of a JSON body."""
-    return web.Response(body=half(body), status=200, content_type="application/json")
+    return web.Response(body=cut_json_bytes(body), status=200, content_type="application/json")
 
 
 def spoil(kind: str | None, text: str) -> str:

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from face.llm import ChatRequest, Completion, Draws, make_client
 from face.llm.adapters import JsonAdapter, extract_json, particles_adapter, score_adapter
-from face.testing.scripted import ScriptedServer, default_responder, schema_instance
+from face.testing.scripted import InProcessServer, default_responder, schema_instance
 
 
 class Rating(BaseModel, extra="forbid"):
@@ -203,8 +203,8 @@ def test_an_invalid_answer_is_redrawn_as_the_next_fresh_sample(server, make_cfg,
 
 
 def test_an_answer_still_missing_after_the_rounds_is_recorded_not_defaulted(make_cfg):
-    srv = ScriptedServer(responder=lambda body: "I cannot answer in JSON, sorry.")
-    with srv as info, make_client(make_cfg(base_url=info.base_url)) as c:
+    srv = InProcessServer(responder=lambda body: "I cannot answer in JSON, sorry.")
+    with srv, make_client(make_cfg(server=srv.spec())) as c:
         res = ask(c, score_adapter([1, 2]), messages="rate", rounds=3)
         s = c.usage.summary()
         events = c.usage.invalid_events
@@ -227,8 +227,8 @@ class EvenScore(BaseModel):
 
 def test_model_validators_reject_and_redraw(make_cfg):
     answers = iter(['{"score": 3}', '{"score": 5}', '{"score": 4}'])
-    srv = ScriptedServer(responder=lambda body: next(answers))
-    with srv as info, make_client(make_cfg(base_url=info.base_url)) as c:
+    srv = InProcessServer(responder=lambda body: next(answers))
+    with srv, make_client(make_cfg(server=srv.spec())) as c:
         res = ask(c, JsonAdapter(EvenScore), messages="rate")
     (answer,) = res.answers
     assert answer.value.score == 4 and answer.sample_index == 2 and len(res.samples) == 3

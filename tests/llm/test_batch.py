@@ -13,6 +13,15 @@ import pytest
 
 from face.llm import ChatRequest, LLMConfig, make_client
 from face.llm.cache import CACHE_FILE
+from face.testing.scripted import ScriptedServer
+
+
+@pytest.fixture
+def server():
+    """The Batch API is served over HTTP (files, batches): the scripted HTTP server."""
+    srv = ScriptedServer()
+    with srv:
+        yield srv
 
 PROMPTS = [f"Rate the recommendation in conversation {i}." for i in range(12)]
 

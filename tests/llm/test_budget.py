@@ -4,15 +4,15 @@ import logging
 import math
 
 import pytest
+from helpers import chat_requests
 
-from face.llm import BudgetExceeded, ChatRequest, SampleCache, make_client
+from face.llm import BudgetExceeded, SampleCache, make_client
 from face.llm.sizes import bound
 from face.llm.usage import cost_usd, estimate_input_tokens
 
 
 def reqs(k, tag="b", **kw):
-    return [ChatRequest(messages=[{"role": "user", "content": f"{tag} question number {i}"}], tag=tag, **kw)
-            for i in range(k)]
+    return chat_requests(k, tag + " question number {i}", tag=tag, **kw)
 
 
 def test_max_calls_stops_before_exceeding_and_keeps_cache(server, make_cfg):

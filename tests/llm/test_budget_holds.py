@@ -11,32 +11,26 @@ import math
 import re
 
 import pytest
+from helpers import chat_requests, llm_config
 
 from face.llm import BudgetExceeded, ChatRequest, LLMCallError, LLMConfig, make_client
 from face.llm import probe as endpoint_probe
-from face.testing.scripted import ScriptedServer
+from face.testing.scripted import InProcessServer
 
 CAP = 3.0
 PROMPT_WORDS = 100
 
 
-@pytest.fixture(autouse=True)
-def _forget_probes():
-    endpoint_probe.forget()
-    yield
-    endpoint_probe.forget()
+pytestmark = pytest.mark.usefixtures("forget_probes")
 
 
-def cfg(base_url: str, tmp_path, **kw) -> LLMConfig:
-    base = {"base_url": base_url, "model": "scripted-model", "cache_dir": str(tmp_path / "cache"), "progress": False,
-            "concurrency": 8, "timeout_s": 5.0, "max_retries": 4, "backoff_base_s": 0.01, "backoff_max_s": 0.05,
-            "probe": False, "usage_file": str(tmp_path / "llm_usage.json")}
-    return LLMConfig(**{**base, **kw})
+def cfg(server: InProcessServer, tmp_path, **kw) -> LLMConfig:
+    return llm_config(tmp_path, server=server, **{"concurrency": 8, "usage_file": str(tmp_path / "llm_usage.json"),
+                                                  **kw})
 
 
 def reqs(k: int, n: int = 1) -> list[ChatRequest]:
-    return [ChatRequest(messages=[("user", f"question {i}: " + "word " * PROMPT_WORDS)], n=n, tag="q")
-            for i in range(k)]
+    return chat_requests(k, "question {i}: " + "word " * PROMPT_WORDS, n=n)
 
 
 def spent_in(line: str) -> float:
@@ -52,9 +46,9 @@ def test_an_endpoint_counting_3x_the_estimated_tokens_stays_within_its_bound_and
     # 107 prompt tokens and 23 answer tokens by the server's own count at 1×, ×3 by its report: ≈ $0.26 a
     # request, still under each request's bound (548 prompt tokens, 80 answer tokens): the cap stops the run
     price = 2000.0 / 3
-    srv = ScriptedServer(usage_factor=3)
-    with srv as info:
-        c = make_client(cfg(info.base_url, tmp_path, max_tokens=80, price_input_per_mtok=price,
+    srv = InProcessServer(usage_factor=3)
+    with srv:
+        c = make_client(cfg(srv, tmp_path, max_tokens=80, price_input_per_mtok=price,
                             price_output_per_mtok=price, max_cost_usd=CAP))
         with pytest.raises(BudgetExceeded) as stop, c:
             c.run_batch(reqs(200))
@@ -67,7 +61,7 @@ def test_an_endpoint_counting_3x_the_estimated_tokens_stays_within_its_bound_and
     assert spent_in(line) == round(doc["cost_usd"], 6) and "llm.max_cost_usd=3.0" in line
 
 
-def jumping(srv: ScriptedServer, after: int, factor: float):
+def jumping(srv: InProcessServer, after: int, factor: float):
     """A responder under which the server's reported usage jumps to ``factor`` × after ``after`` answers."""
     from face.testing.scripted import default_responder
 
@@ -92,10 +86,10 @@ JUMPS = {"1x_to_1000x_at_concurrency_8": (20, 1000, 8, 500.0),
 @pytest.mark.parametrize("case", sorted(JUMPS))
 def test_a_report_above_a_requests_bound_stops_the_run_at_once_and_says_so(tmp_path, case):
     after, factor, concurrency, price = JUMPS[case]
-    srv = ScriptedServer()
+    srv = InProcessServer()
     srv.responder = jumping(srv, after, factor)
-    with srv as info:
-        c = make_client(cfg(info.base_url, tmp_path, max_tokens=50, concurrency=concurrency,
+    with srv:
+        c = make_client(cfg(srv, tmp_path, max_tokens=50, concurrency=concurrency,
                             price_input_per_mtok=price, price_output_per_mtok=price, max_cost_usd=CAP))
         with pytest.raises(BudgetExceeded) as stop, c:
             c.run_batch(reqs(400))
@@ -165,8 +159,8 @@ def test_a_cap_needs_max_tokens():
 
 
 def test_without_reported_tokens_the_spend_is_the_estimate(tmp_path):
-    srv = ScriptedServer(report_usage=False)
-    with srv as info, make_client(cfg(info.base_url, tmp_path, price_input_per_mtok=1e6,
+    srv = InProcessServer(report_usage=False)
+    with srv, make_client(cfg(srv, tmp_path, price_input_per_mtok=1e6,
                                       price_output_per_mtok=1e6)) as c:
         (res,) = c.run_batch(reqs(1))
     doc = json.loads((tmp_path / "llm_usage.json").read_text())["totals"]
@@ -179,9 +173,9 @@ def test_without_reported_tokens_the_spend_is_the_estimate(tmp_path):
 
 
 def test_with_max_calls_0_the_probe_sends_nothing_and_the_config_is_trusted(tmp_path, caplog):
-    srv = ScriptedServer()
-    with srv as info, caplog.at_level(logging.WARNING, "face.llm"):
-        c = make_client(cfg(info.base_url, tmp_path, probe=True, n_per_request=8, max_calls=0))
+    srv = InProcessServer()
+    with srv, caplog.at_level(logging.WARNING, "face.llm"):
+        c = make_client(cfg(srv, tmp_path, probe=True, n_per_request=8, max_calls=0))
         with c:
             assert c.cfg.n_per_request == 8
             with pytest.raises(BudgetExceeded):
@@ -192,9 +186,9 @@ def test_with_max_calls_0_the_probe_sends_nothing_and_the_config_is_trusted(tmp_
 
 
 def test_the_probe_counts_toward_max_calls(tmp_path):
-    srv = ScriptedServer()
-    with srv as info:
-        c = make_client(cfg(info.base_url, tmp_path, probe=True, n_per_request=8, max_calls=3))
+    srv = InProcessServer()
+    with srv:
+        c = make_client(cfg(srv, tmp_path, probe=True, n_per_request=8, max_calls=3))
         with pytest.raises(BudgetExceeded), c:
             c.run_batch(reqs(5, n=2))
     doc = json.loads((tmp_path / "llm_usage.json").read_text())["totals"]
@@ -203,9 +197,9 @@ def test_the_probe_counts_toward_max_calls(tmp_path):
 
 
 def test_a_429_on_the_probe_is_retried_and_n_is_still_used(tmp_path):
-    srv = ScriptedServer()
+    srv = InProcessServer()
     srv.force("429")  # the very first request: the probe's
-    with srv as info, make_client(cfg(info.base_url, tmp_path, probe=True, n_per_request=8)) as c:
+    with srv, make_client(cfg(srv, tmp_path, probe=True, n_per_request=8)) as c:
         assert c.cfg.n_per_request == 8
         c.run_batch(reqs(4, n=4))
     doc = json.loads((tmp_path / "llm_usage.json").read_text())["totals"]
@@ -216,10 +210,10 @@ def test_a_429_on_the_probe_is_retried_and_n_is_still_used(tmp_path):
 
 
 def test_a_probe_that_fails_after_its_retries_stops_and_is_not_remembered(tmp_path):
-    srv = ScriptedServer()
+    srv = InProcessServer()
     srv.force(*["500"] * 20)
-    with srv as info, pytest.raises(LLMCallError) as e:
-        make_client(cfg(info.base_url, tmp_path, probe=True, n_per_request=8, max_retries=2)).__enter__()
+    with srv, pytest.raises(LLMCallError) as e:
+        make_client(cfg(srv, tmp_path, probe=True, n_per_request=8, max_retries=2)).__enter__()
     assert "endpoint probe" in str(e.value) and "attempts=3" in str(e.value)
     assert not (tmp_path / "cache" / endpoint_probe.ENDPOINTS_FILE).exists()
-    assert endpoint_probe.load(None, info.base_url, "scripted-model") is None
+    assert endpoint_probe.load(None, srv.base_url, "scripted-model") is None

@@ -3,9 +3,10 @@ import json
 import time
 
 import pytest
+from helpers import chat_requests
 
 from face.llm import LM, ChatRequest, LLMCallError, LLMConfig, make_client
-from face.testing.scripted import ScriptedServer
+from face.testing.scripted import InProcessServer
 
 
 def user(text: str) -> list[dict]:
@@ -13,7 +14,7 @@ def user(text: str) -> list[dict]:
 
 
 def reqs(k, **kw):
-    return [ChatRequest(messages=user(f"question {i}"), tag="t", **kw) for i in range(k)]
+    return chat_requests(k, tag="t", system="You are a test.", **kw)
 
 
 def test_messages_normalised_and_hashable():
@@ -57,9 +58,10 @@ def test_cache_key_depends_on_sampling_params_not_tag(server, make_cfg):
         c.run(ChatRequest(messages=user("q"), max_tokens=7))
         c.run(ChatRequest(messages=user("q "), max_tokens=7))
         assert len(server.log) == 4
-    with make_client(make_cfg(model="other-model")) as c:
+    server.model = "other-model"  # a configured server names the model (the client's llm.model is its default)
+    with make_client(make_cfg()) as c:
         c.run(ChatRequest(messages=user("q")))
-    assert len(server.log) == 5
+    assert len(server.log) == 5 and server.log[-1]["model"] == "other-model"
 
 
 def test_n_reuse_only_requests_missing_samples(server, make_cfg):
@@ -100,9 +102,9 @@ def test_seed_none_sends_no_seed(server, make_cfg):
 
 
 def test_concurrency_limit_respected(make_cfg):
-    srv = ScriptedServer(latency_s=0.05)
-    with srv as info:
-        cfg = make_cfg(base_url=info.base_url, concurrency=3)
+    srv = InProcessServer(latency_s=0.05)
+    with srv:
+        cfg = make_cfg(server=srv.spec(), concurrency=3)
         with make_client(cfg) as c:
             t0 = time.perf_counter()
             c.run_batch(reqs(24))
@@ -222,7 +224,7 @@ def test_progress_bar_shows_hits_failures_cost(server, make_cfg, capsys, monkeyp
 
 
 def test_retries_counted_under_faults_injected_by_the_configured_server(tmp_path):
-    server = {"_target_": "face.testing.scripted.ScriptedServer", "fault_rate": 0.5, "fault_kinds": ["429", "500"],
+    server = {"_target_": "face.testing.scripted.InProcessServer", "fault_rate": 0.5, "fault_kinds": ["429", "500"],
               "retry_after_s": 0.0}
     cfg = LLMConfig(backend="scripted", cache_dir=str(tmp_path), progress=False, max_retries=3,
                     backoff_base_s=0.001, backoff_max_s=0.01, server=server)

@@ -27,11 +27,62 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- fast tests
-def test_find_free_port_is_bindable() -> None:
-    port = local.find_free_port("127.0.0.1")
-    assert 1024 <= port <= 65535
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", port))
+# A stand-in for ``python -m llama_cpp.server``: binds --host/--port (exits, saying "address already in use" as
+# uvicorn does, when it is taken) and answers GET /v1/models.
+_STAND_IN = textwrap.dedent("""
+    import http.server, json, sys
+    args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+
+    class Models(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": [{"id": args["--model_alias"]}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    try:
+        server = http.server.HTTPServer((args["--host"], int(args["--port"])), Models)
+    except OSError as e:
+        print(f"ERROR: [Errno {e.errno}] error while attempting to bind: address already in use", flush=True)
+        sys.exit(1)
+    print("listening", server.server_address[1], flush=True)
+    server.serve_forever()
+""")
+
+
+def test_a_port_taken_between_its_choice_and_the_bind_is_given_up_for_another(tmp_path, monkeypatch) -> None:
+    """port=0: the port chosen free is taken by someone else before the server binds it; the server exits, and
+    start() tries another port, which the server binds and answers on."""
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text(_STAND_IN)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()  # someone else's server, on the port find_free_port is about to hand out
+    chosen = [taken.getsockname()[1]]
+    real = local.find_free_port
+
+    def find_free_port(host: str = "127.0.0.1") -> int:
+        chosen.append(real(host))
+        return chosen[-2] if len(chosen) == 2 else chosen[-1]
+
+    monkeypatch.setattr(local, "find_free_port", find_free_port)
+    monkeypatch.setattr(local, "check_server_installed", lambda: None)
+    monkeypatch.setattr(local, "find_gguf", lambda *a: tmp_path / "model.gguf")
+    monkeypatch.setattr(local, "build_command", lambda model, **kw: [
+        sys.executable, str(stand_in), "--host", kw["host"], "--port", str(kw["port"]),
+        "--model_alias", kw["model_alias"]])
+    try:
+        with LocalServer({"auto_install": False, "startup_timeout_s": 30}) as srv:
+            port = int(srv.base_url.rsplit(":", 1)[1].split("/")[0])
+            assert port != taken.getsockname()[1] and port == chosen[-1]
+            assert local.list_models(srv.base_url) == [srv.model]  # the server bound it and answers there
+        assert local.list_models(srv.base_url) is None  # and stopped with the context
+    finally:
+        taken.close()
 
 
 def test_missing_model_package_names_install_command(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -139,6 +139,7 @@ def test_two_processes_write_same_cache(tmp_path):
     cache.close()
 
 
+@pytest.mark.slow  # the fast suite keeps two processes writing one cache (test_two_processes_write_same_cache)
 def test_two_clients_in_two_processes_share_cache(tmp_path):
     srv = ScriptedServer(latency_s=0.01)
     with srv as info:

@@ -15,7 +15,7 @@ from aiohttp import web
 from .. import service
 from ..service import AppThread, read_json, wait_for_stop
 from .answers import MODEL, Judge
-from .data import DATA_FILES, ReplayData
+from .data import DATA_FILES, ReplayData, load
 
 MAX_BODY_BYTES = 1024 * 1024  # a request body over this is refused (413); FACE's longest prompts are ~20 KB
 
@@ -96,7 +96,7 @@ class ReplayServer:
         self.base_url = line.split()[1]
 
     def _serve_in_thread(self) -> None:
-        judge = self._judge = Judge(ReplayData(self.data_dir), self.model)
+        judge = self._judge = Judge(load(self.data_dir), self.model)
         self._thread = AppThread("replay-judge", lambda: make_app(judge, self.latency_s), self.host, self.port)
         port = self._thread.start(self.startup_timeout_s)
         self.base_url = f"http://{self.host}:{port}/v1"

@@ -18,6 +18,8 @@
   log (in memory, optionally JSON lines appended to a file; the Authorization header is never logged). Every
   error answer is JSON: ``{"error": {"message", "type", "code", "param"}}``.
 * ``batches`` — the Batch API (``server.batch``): files, batches answered as the same chat requests would be.
+* ``wire`` — ``InProcessServer``: the same answers, faults and log without a socket (the client's HTTP transport of
+  this process answers; the fast tests use it wherever HTTP itself is not what they test).
 * ``cli`` — ``python -m face.testing.scripted --port P --log FILE [--latency 0.1 --fault-rate 0.2]``, ``spawn``.
 
 In-process:  with ScriptedServer(latency_s=0.1) as info: info.base_url
@@ -29,6 +31,7 @@ from .answers import _h, default_responder, schema_instance
 from .cli import main, read_log, spawn
 from .completion import tokenize
 from .server import FAULT_KINDS, TRANSPORT_FAULTS, ScriptedServer, ServerInfo
+from .wire import InProcessServer
 
-__all__ = ["FAULT_KINDS", "TRANSPORT_FAULTS", "ScriptedServer", "ServerInfo", "_h", "default_responder", "main",
-           "read_log", "schema_instance", "spawn", "tokenize"]
+__all__ = ["FAULT_KINDS", "TRANSPORT_FAULTS", "InProcessServer", "ScriptedServer", "ServerInfo", "_h",
+           "default_responder", "main", "read_log", "schema_instance", "spawn", "tokenize"]

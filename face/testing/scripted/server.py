@@ -107,29 +107,33 @@ class ScriptedServer:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",
                                                                "owned_by": "scripted"}]})
 
-    def _arrive(self, request: web.Request, h: str) -> tuple[int, str | None]:
-        """Count a request in: (its attempt, its fault)."""
+    def _arrive(self, body: dict, authorization: str) -> tuple[str, str | None]:
+        """Count a chat request in (rate limit, request log): (its hash, its fault). ``_leave`` counts it out."""
+        h = _h(body)
         attempt, fault = self.faults.draw(h)
         with self._lock:
-            self._auth_digests.add(hashlib.sha256(request.headers.get("Authorization", "").encode()).hexdigest())
+            self._auth_digests.add(hashlib.sha256(authorization.encode()).hexdigest())
             self._active += 1
             self.max_active = max(self.max_active, self._active)
             if self.max_concurrent is not None and self._active > self.max_concurrent:
                 fault = "429"
                 self.rate_limited += 1
-        return attempt, fault
+        self.log.record({"t": time.time(), "hash": h, "attempt": attempt, "fault": fault,
+                         "status": STATUS.get(fault or "", 200), "n": body.get("n", 1), "seed": body.get("seed"),
+                         "model": body.get("model"), "max_tokens": body.get("max_tokens"),
+                         "messages_hash": _h(body.get("messages"))[:16]})
+        return h, fault
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._active -= 1
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
         if not isinstance(body, dict):
             raise RequestError("invalid_type", "the request body must be a JSON object")
-        h = _h(body)
-        attempt, fault = self._arrive(request, h)
+        _, fault = self._arrive(body, request.headers.get("Authorization", ""))
         try:
-            self.log.record({"t": time.time(), "hash": h, "attempt": attempt, "fault": fault,
-                             "status": STATUS.get(fault or "", 200), "n": body.get("n", 1), "seed": body.get("seed"),
-                             "model": body.get("model"), "max_tokens": body.get("max_tokens"),
-                             "messages_hash": _h(body.get("messages"))[:16]})
             if self.latency_s > 0:
                 await asyncio.sleep(self.latency_s)
             reply = await transport_fault(fault, request, source="scripted", retry_after_s=self.retry_after_s,
@@ -140,8 +144,7 @@ class ScriptedServer:
             return cut_json(json.dumps(completion).encode()) if fault == "cut_json" else \
                 web.json_response(completion)
         finally:
-            with self._lock:
-                self._active -= 1
+            self._leave()
 
     def _completion(self, body: dict, fault: str | None) -> dict:
         """The chat completion of a request body (a subclass may change what is answered: tests/test_performance.py's

@@ -1,0 +1,133 @@
+"""``InProcessServer``: the scripted server without a socket, for tests that do not test HTTP itself.
+
+It answers exactly as ``ScriptedServer`` does -- the same responder, completion, usage, request log, forced and
+drawn faults, rate limit, latency -- but through an HTTP client transport of this process instead of a port: the
+client's ``OpenAITransport`` gets the SDK's httpx client with this transport (``http_client``), so everything
+above the wire runs as in production (the openai SDK, its status errors, the retry policy, the reply decoding,
+the layers of the stack). A transport fault is what the client would see over a socket: 429 / 500 / an HTML page /
+a cut JSON body as replies, "timeout" as the read timeout of the client's own setting (a 504 after ``hang_s`` when
+that is shorter), "reset" / "disconnect" as a connection closed without a reply. The chat endpoint and the model
+list are served (a batch run needs an endpoint at ``llm.base_url``: ``ScriptedServer`` serves the Batch API).
+
+    llm.server._target_=face.testing.scripted.InProcessServer     (the client starts and stops its own)
+    with InProcessServer() as info: ... llm.server = srv.spec() ...  (a test's own: its log, force(), responder)
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import weakref
+from typing import Any
+
+import httpx2
+
+from ..faults import cut_json_bytes, fault_reply, timeout_reply
+from ..service import error_body
+from .server import ScriptedServer, ServerInfo
+
+_NUMBER = itertools.count(1)  # each server its own URL (never resolved: no request leaves the process), so that
+# what is remembered per endpoint (the probe's answer) is remembered per server, as per port over HTTP
+_LIVE: weakref.WeakValueDictionary[str, InProcessServer] = weakref.WeakValueDictionary()
+
+
+class InProcessServer(ScriptedServer):
+    """``ScriptedServer``'s answers, served to this process's LLM client without a socket (``http_client``)."""
+
+    def spec(self) -> dict[str, str]:
+        """``llm.server`` naming this very server (started by its owner): a client built from it talks to this
+        server, whose log, forced faults and responder the owner keeps."""
+        _LIVE[str(id(self))] = self
+        return {"_target_": f"{__name__}.attached", "key": str(id(self))}
+
+    def start(self) -> ServerInfo:
+        self.log.open()
+        url = self.info.base_url if self.info else f"http://scripted-{next(_NUMBER)}.in-process/v1"
+        self.info = ServerInfo(base_url=url, model=self.model, port=0)
+        return self.info
+
+    def stop(self) -> None:
+        self.log.close()
+
+    def http_client(self, cfg: Any) -> Any:
+        """The openai SDK's httpx client whose transport is this server (face.llm.transport.OpenAITransport)."""
+        import openai
+
+        return openai.DefaultAsyncHttpxClient(transport=httpx2.MockTransport(self.handle),
+                                              timeout=getattr(cfg, "timeout_s", 60.0))
+
+    async def handle(self, request: httpx2.Request) -> httpx2.Response:
+        """One HTTP request, as the aiohttp app would answer it."""
+        path = request.url.path
+        if request.method == "GET" and path.endswith("/models"):
+            return httpx2.Response(200, json={"object": "list", "data": [
+                {"id": self.model, "object": "model", "owned_by": "scripted"}]})
+        if request.method == "GET" and path.endswith("/health"):
+            return httpx2.Response(200, json={"status": "ok"})
+        if request.method != "POST" or not path.endswith("/chat/completions"):
+            return _error(404, f"no such endpoint: {request.method} {path}", "not_found")
+        try:
+            body = json.loads(request.content)
+        except ValueError as e:
+            return _error(400, f"the request body is not JSON ({e})", "bad_json")
+        if not isinstance(body, dict):
+            return _error(400, "the request body must be a JSON object", "invalid_type")
+        _, fault = self._arrive(body, request.headers.get("Authorization", ""))
+        try:
+            return await self._reply(request, body, fault)
+        finally:
+            self._leave()
+
+    async def _reply(self, request: httpx2.Request, body: dict, fault: str | None) -> httpx2.Response:
+        read_timeout = (request.extensions.get("timeout") or {}).get("read")
+        if self.latency_s > 0:
+            await _wait(self.latency_s, read_timeout, request)
+        quick = fault_reply(fault, source="scripted", retry_after_s=self.retry_after_s)
+        if quick is not None:
+            status, content, ctype, headers = quick
+            return httpx2.Response(status, content=content, headers={"Content-Type": ctype, **headers})
+        if fault == "timeout":
+            await _wait(self.hang_s, read_timeout, request)
+            return httpx2.Response(504, content=timeout_reply("scripted"), headers={"Content-Type": "application/json"})
+        if fault in ("reset", "disconnect"):
+            raise httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+        raw = json.dumps(self._completion(body, fault)).encode()
+        if fault == "cut_json":
+            raw = cut_json_bytes(raw)
+        return httpx2.Response(200, content=raw, headers={"Content-Type": "application/json"})
+
+
+def attached(key: str) -> _Attached:
+    """The live server a ``spec()`` names (the client's start and stop leave it serving: it has no socket)."""
+    try:
+        return _Attached(_LIVE[key])
+    except KeyError:
+        raise ValueError(f"no live in-process scripted server {key!r} (its owner has let it go)") from None
+
+
+class _Attached:
+    """A server seen by a client that does not own it: ``stop`` leaves it to its owner."""
+
+    def __init__(self, server: InProcessServer):
+        self.server = server
+
+    def __getattr__(self, name: str) -> Any:  # model, base_url, http_client, log, ... are the server's
+        return getattr(self.server, name)
+
+    def start(self) -> ServerInfo:
+        return self.server.info or self.server.start()
+
+    def stop(self) -> None:
+        pass
+
+
+async def _wait(seconds: float, read_timeout: float | None, request: httpx2.Request) -> None:
+    """Sleep ``seconds``, or until the client's read timeout, which then fires as it would over a socket."""
+    if read_timeout is not None and seconds >= read_timeout:
+        await asyncio.sleep(read_timeout)
+        raise httpx2.ReadTimeout("timed out (in-process scripted server)", request=request)
+    await asyncio.sleep(seconds)
+
+
+def _error(status: int, message: str, code: str) -> httpx2.Response:
+    return httpx2.Response(status, json=error_body("scripted server: " + message, code, status=status))
