@@ -16,8 +16,12 @@ For each: wall time, samples/s, HTTP requests per sample, speed-up over the auth
 overhead per request (our wall minus the bare aiohttp loop's wall on the same requests at the same
 concurrency, divided by the requests) and our process's CPU per request. `--e2e` also times the
 acceptance command (`scripts/run.py experiment=crsarena_main llm=openai_compatible ...`) cold and warm.
+`--vs-wire` times only the acceptance command against its floor, both as whole processes (Python's start included),
+alternating in one run: a bare aiohttp loop (scripts/bare_loop.py) sending the same scoring requests with as many in
+flight as our client may reach (256); medians of `--e2e-repeat` runs each, and their ratio (issue 33: goal ≤ 2.0).
 
     .venv/bin/python scripts/bench_live.py [--convs 1] [--e2e] [--e2e-convs 10] [--e2e-repeat 1] [--skip-before]
+    .venv/bin/python scripts/bench_live.py --vs-wire --e2e-repeat 5   # ours vs the wire, whole processes
     .venv/bin/python scripts/bench_live.py --local   # prefix-aware ordering on the embedded LLM
 """
 
@@ -35,6 +39,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,7 +56,15 @@ from face.pipeline.scoring import ScoringSpec, plan, score, units_for  # noqa: E
 from face.testing.scripted import spawn  # noqa: E402
 
 ASPECT = "dialogue_overall"
-SPEC = ScoringSpec("sampling", 5)  # the paper's: 5 samples, T = 0.6, reasoning before the JSON answer
+
+
+def spec(n: int, **settings: Any) -> ScoringSpec:
+    """``method.scoring``: sampling, ``n`` samples, the rest as given or the defaults (its constructor is built by
+    ``face.settings.settings`` at run time, which a type checker does not see)."""
+    return ScoringSpec(**{"estimator": "sampling", "n": n, **settings})
+
+
+SPEC = spec(5)  # the paper's: 5 samples, T = 0.6, reasoning before the JSON answer
 
 
 def data_dir() -> Path:
@@ -78,8 +91,8 @@ def configured(name: str, **over) -> LLMConfig:
 
     base = OmegaConf.load(ROOT / "conf" / "llm" / "base.yaml")
     own = OmegaConf.load(ROOT / "conf" / "llm" / f"{name}.yaml")
-    own.pop("defaults", None)
-    d = OmegaConf.to_container(OmegaConf.merge(base, own), resolve=False)
+    d = cast(dict, OmegaConf.to_container(OmegaConf.merge(base, own), resolve=False))
+    d.pop("defaults", None)  # conf/llm/<name>.yaml's list of the files it extends
     d.update(progress=False, **over)
     return LLMConfig.from_dict(d)
 
@@ -119,7 +132,7 @@ def authors_pattern(url: str, planned, threads: int = 8, limit: int | None = Non
         req, i = job
         r = api.chat.completions.create(model="scripted-model", messages=req.message_dicts(), n=1,
                                         temperature=req.temperature, max_tokens=req.max_tokens, seed=i)
-        return r.choices[0].message.content
+        return r.choices[0].message.content or ""
 
     with ThreadPoolExecutor(threads) as ex:
         list(ex.map(one, jobs[:threads]))  # connections up
@@ -148,16 +161,14 @@ def ours(cfg: LLMConfig, planned) -> dict:
             "scores": [r.score for r in records]}
 
 
-def e2e(url: str, n_convs: int, cache_dir: str) -> tuple[float, dict]:
+def e2e(url: str, n_convs: int, cache_dir: str, cpu: list[float] | None = None) -> tuple[float, dict]:
     """The acceptance command, nothing tuned: (wall seconds, llm_usage.json totals)."""
     run_dir = tempfile.mkdtemp(prefix="bench_live_run_")
     cmd = [sys.executable, str(ROOT / "scripts" / "run.py"), "experiment=crsarena_main", "llm=openai_compatible",
            f"llm.base_url={url}", f"dataset.limit={n_convs}", f"aspects=[{ASPECT}]",
            "method.particles.source=released", "tracking=none", f"llm.cache_dir={cache_dir}", "llm.progress=false",
            f"hydra.run.dir={run_dir}", f"report.out_dir={run_dir}/results"]
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    wall = time.perf_counter() - t0
+    wall = timed_process(cmd, cpu)
     return wall, json.loads((Path(run_dir) / "llm_usage.json").read_text())["totals"]
 
 
@@ -171,11 +182,11 @@ def bench_scripted(d: Path, args) -> None:
     print(f"job: {len(convs)} CRSArena conversation(s), {ASPECT}, {len(units)} released particles × "
           f"{len(instructions)} instructions × {SPEC.n} samples = {samples} samples\n")
     proc, url = spawn(args.latency)
-    rows = []
+    rows: list[tuple[str, float, float, float | None, str, str]] = []
     try:
         mimic_wall, mimic_n = authors_pattern(url, planned, limit=args.mimic_samples)
         mimic_rate = mimic_n / mimic_wall
-        rows.append(("authors' access pattern (8 threads, 1 request/sample)", mimic_rate, 1.0, None, None, ""))
+        rows.append(("authors' access pattern (8 threads, 1 request/sample)", mimic_rate, 1.0, None, "", ""))
         tmp = Path(tempfile.mkdtemp(prefix="bench_live_"))
         cases = []
         if not args.skip_before:
@@ -220,36 +231,104 @@ def bench_scripted(d: Path, args) -> None:
           f"in every row; probing the endpoint took {probe_s:.2f} s once, before the rows: its answer is remembered "
           "per base URL and model)")
     if args.e2e:
-        proc, url = spawn(args.latency)
-        try:
-            _, units10, _ = workload(d, args.e2e_convs)
-            n10 = len(units10) * len(instructions) * SPEC.n
-            colds = []
-            for _ in range(args.e2e_repeat):  # each cold run on a fresh cache
-                cache = tempfile.mkdtemp(prefix="bench_live_e2e_")
-                c, t = e2e(url, args.e2e_convs, cache)
-                colds.append(c)
-            cold = statistics.median(colds)
-            warm, _ = e2e(url, args.e2e_convs, cache)
-            one_cache = tempfile.mkdtemp(prefix="bench_live_e2e1_")
-            one_cold, _ = e2e(url, 1, one_cache)
-            one_warm, _ = e2e(url, 1, one_cache)
-        finally:
-            proc.terminate()
-            proc.wait()
-        print(f"\n[acceptance command: scripts/run.py experiment=crsarena_main llm=openai_compatible "
-              f"llm.base_url=URL dataset.limit={args.e2e_convs} 'aspects=[{ASPECT}]' "
-              "method.particles.source=released tracking=none]")
-        spread = "" if len(colds) == 1 else (
-            f" (median of {len(colds)} cold runs, {min(colds):.2f}–{max(colds):.2f} s = "
-            f"{n10 / max(colds) / mimic_rate:.1f}–{n10 / min(colds) / mimic_rate:.1f}×)")
-        print(f"  cold: {cold:.2f} s for {n10} samples ({t['http_requests']} HTTP requests) = {n10 / cold:.0f} "
-              f"samples/s end to end = {n10 / cold / mimic_rate:.1f}× the authors' pattern{spread}; limit reached "
-              f"{t.get('concurrency_limit_reached')}")
-        print(f"  warm rerun (all from the cache): {warm:.2f} s; scoring stage ≈ cold − warm = {cold - warm:.2f} s = "
-              f"{n10 / max(cold - warm, 1e-9):.0f} samples/s = {n10 / max(cold - warm, 1e-9) / mimic_rate:.1f}×")
-        print(f"  one conversation: cold {one_cold:.2f} s, warm {one_warm:.2f} s (the job outside the LLM calls, "
-              "process start included)")
+        bench_e2e(d, args, len(instructions), mimic_rate)
+
+
+def bench_e2e(d: Path, args, n_instructions: int, mimic_rate: float) -> None:
+    """The acceptance command as a user runs it (`--e2e`): cold (median of `--e2e-repeat`), warm, one conversation."""
+    proc, url = spawn(args.latency)
+    try:
+        _, units10, _ = workload(d, args.e2e_convs)
+        n10 = len(units10) * n_instructions * SPEC.n
+        colds = []
+        for _ in range(args.e2e_repeat):  # each cold run on a fresh cache
+            cache = tempfile.mkdtemp(prefix="bench_live_e2e_")
+            c, t = e2e(url, args.e2e_convs, cache)
+            colds.append(c)
+        cold = statistics.median(colds)
+        warm, _ = e2e(url, args.e2e_convs, cache)
+        one_cache = tempfile.mkdtemp(prefix="bench_live_e2e1_")
+        one_cold, _ = e2e(url, 1, one_cache)
+        one_warm, _ = e2e(url, 1, one_cache)
+    finally:
+        proc.terminate()
+        proc.wait()
+    print(f"\n[acceptance command: scripts/run.py experiment=crsarena_main llm=openai_compatible "
+          f"llm.base_url=URL dataset.limit={args.e2e_convs} 'aspects=[{ASPECT}]' "
+          "method.particles.source=released tracking=none]")
+    spread = "" if len(colds) == 1 else (
+        f" (median of {len(colds)} cold runs, {min(colds):.2f}–{max(colds):.2f} s = "
+        f"{n10 / max(colds) / mimic_rate:.1f}–{n10 / min(colds) / mimic_rate:.1f}×)")
+    print(f"  cold: {cold:.2f} s for {n10} samples ({t['http_requests']} HTTP requests) = {n10 / cold:.0f} "
+          f"samples/s end to end = {n10 / cold / mimic_rate:.1f}× the authors' pattern{spread}; limit reached "
+          f"{t.get('concurrency_limit_reached')}")
+    print(f"  warm rerun (all from the cache): {warm:.2f} s; scoring stage ≈ cold − warm = {cold - warm:.2f} s = "
+          f"{n10 / max(cold - warm, 1e-9):.0f} samples/s = {n10 / max(cold - warm, 1e-9) / mimic_rate:.1f}×")
+    print(f"  one conversation: cold {one_cold:.2f} s, warm {one_warm:.2f} s (the job outside the LLM calls, "
+          "process start included)")
+
+
+def timed_process(cmd: list[str], cpu: list[float] | None = None) -> float:
+    """Wall seconds of a whole process (Python's start included), its output discarded; its user + system CPU
+    seconds appended to ``cpu`` when given."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        raise subprocess.CalledProcessError(p.returncode, cmd)
+    if cpu is not None:
+        cpu.append(usage.ru_utime + usage.ru_stime)
+    return wall
+
+
+def wire_bodies(d: Path, n_convs: int, url: str) -> tuple[list[dict], int]:
+    """The scoring stage's HTTP bodies as the acceptance command sends them (n per request as the endpoint's probe
+    says, the JSON-schema response format), and the concurrency cap of `llm=openai_compatible`."""
+    convs, units, instructions = workload(d, n_convs)
+    cfg = configured("openai_compatible", base_url=url, cache_dir=tempfile.mkdtemp(prefix="bench_live_wire_"))
+    with make_client(cfg) as client:  # the probe: n honoured or not
+        cfg = cfg.replace(n_per_request=client.cfg.n_per_request)
+    planned = plan(units, instructions, {c.conv_id: c for c in convs}, SPEC, json_schema=cfg.supports_json_schema)
+    unique = {json.dumps(b, sort_keys=True): b for b in http_bodies(cfg, url, planned)}  # ours sends a repeat once
+    return list(unique.values()), cfg.concurrency
+
+
+def bench_vs_wire(d: Path, args) -> None:
+    """`--vs-wire`: the acceptance command (cold, a fresh cache each run) against a bare aiohttp loop sending the
+    same scoring requests at the same concurrency (scripts/bare_loop.py), both timed as whole processes, the two
+    alternating in one benchmark run; medians of `--e2e-repeat` runs each and their ratio."""
+    proc, url = spawn(args.latency)
+    try:
+        bodies, concurrency = wire_bodies(d, args.e2e_convs, url)
+        bodies_file = Path(tempfile.mkdtemp(prefix="bench_live_wire_")) / "bodies.json"
+        bodies_file.write_text(json.dumps(bodies))
+        bare_cmd = [sys.executable, str(ROOT / "scripts" / "bare_loop.py"), url, str(bodies_file), str(concurrency)]
+        timed_process(bare_cmd)  # the server's connections and the OS's file cache warmed, not timed
+        ours_s: list[float] = []
+        bare_s: list[float] = []
+        ours_cpu: list[float] = []
+        bare_cpu: list[float] = []
+        for i in range(args.e2e_repeat):
+            ours_s.append(e2e(url, args.e2e_convs, tempfile.mkdtemp(prefix="bench_live_e2e_"), ours_cpu)[0])
+            bare_s.append(timed_process(bare_cmd, bare_cpu))
+            print(f"  run {i + 1}: ours {ours_s[-1]:.2f} s (CPU {ours_cpu[-1]:.2f} s), bare loop {bare_s[-1]:.2f} s "
+                  f"(CPU {bare_cpu[-1]:.2f} s), ratio {ours_s[-1] / bare_s[-1]:.2f}", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait()
+    ours_m, bare_m = statistics.median(ours_s), statistics.median(bare_s)
+    print(f"\n[ours: scripts/run.py experiment=crsarena_main llm=openai_compatible llm.base_url=URL "
+          f"dataset.limit={args.e2e_convs} 'aspects=[{ASPECT}]' method.particles.source=released tracking=none; "
+          f"bare loop: scripts/bare_loop.py, the same {len(bodies)} scoring requests, {concurrency} in flight; "
+          f"{args.latency * 1e3:.0f} ms endpoint, {os.cpu_count()} cores]")
+    print(f"ours      median {ours_m:.2f} s ({min(ours_s):.2f}–{max(ours_s):.2f}, {len(ours_s)} runs); "
+          f"CPU median {statistics.median(ours_cpu):.2f} s")
+    print(f"bare loop median {bare_m:.2f} s ({min(bare_s):.2f}–{max(bare_s):.2f}, {len(bare_s)} runs); "
+          f"CPU median {statistics.median(bare_cpu):.2f} s")
+    print(f"ratio     {ours_m / bare_m:.2f} (medians; per run {min(o / b for o, b in zip(ours_s, bare_s)):.2f}–"
+          f"{max(o / b for o, b in zip(ours_s, bare_s)):.2f}; goal ≤ 2.0)")
 
 
 def bench_local_order(d: Path, n_instructions: int) -> None:
@@ -260,15 +339,15 @@ def bench_local_order(d: Path, n_instructions: int) -> None:
           f"{len(instructions)} instructions, 1 sample each, concurrency 1")
     from omegaconf import OmegaConf
 
-    base = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "llm" / "local.yaml"))
+    base = cast(dict, OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "llm" / "local.yaml")))
     for order in ("naive", "prefix"):
         with tempfile.TemporaryDirectory() as tmp:
             cfg = LLMConfig.from_dict({**configured("base", model="x").to_dict(), **base, "cache_dir": tmp,
                                        "concurrency": 1, "progress": False})
-            planned = plan(units, instructions, by_id, ScoringSpec("sampling", 1, order=order), True)
+            planned = plan(units, instructions, by_id, spec(1, order=order), True)
             with make_client(cfg) as client:
                 t = time.perf_counter()
-                score(client, planned, ScoringSpec("sampling", 1, order=order))
+                score(client, planned, spec(1, order=order))
                 wall = time.perf_counter() - t
                 u = client.usage.summary()
             print(f"  order={order:6s}: wall {wall:6.1f} s for {u['http_requests']} requests "
@@ -284,12 +363,16 @@ def main() -> None:
     ap.add_argument("--e2e", action="store_true", help="also time the acceptance command (cold and warm)")
     ap.add_argument("--e2e-convs", type=int, default=10)
     ap.add_argument("--e2e-repeat", type=int, default=1, help="cold runs of the acceptance command (median printed)")
+    ap.add_argument("--vs-wire", action="store_true", help="only the acceptance command against the bare loop, "
+                    "whole processes, --e2e-repeat runs each (median, ratio)")
     ap.add_argument("--local", action="store_true", help="only the prefix-order benchmark on the embedded LLM")
     ap.add_argument("--local-instructions", type=int, default=4)
     args = ap.parse_args()
     d = data_dir()
     if args.local:
         bench_local_order(d, args.local_instructions)
+    elif args.vs_wire:
+        bench_vs_wire(d, args)
     else:
         bench_scripted(d, args)
 
