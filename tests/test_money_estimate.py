@@ -139,7 +139,15 @@ def test_cost_table_total_states_no_rate_when_the_stages_assumed_different_ones(
 def test_particles_per_turn_is_the_mean_over_decomposed_turns():
     decomps = {("c", 1): SimpleNamespace(particles=[1, 2, 3]), ("c", 3): SimpleNamespace(particles=[1])}
     assert estimate.particles_per_turn(decomps) == 2.0
+    assert estimate.particles_per_turn({("c", 1): SimpleNamespace(particles=[1, 2, 3])}) == 3.0
     assert estimate.particles_per_turn({}) == 0.0
+
+
+def test_samples_per_turn_of_a_stage_without_turns_is_its_samples():
+    assert _stage("score:a", 0, 6).samples_per_turn == 6.0
+    assert _stage("score:a", 1, 6).samples_per_turn == 6.0
+    df = estimate.cost_table([_stage("score:a", 0, 6)])
+    assert df.iloc[-1]["samples_per_turn"] == 6.0
 
 
 def test_scale_stage_scales_units_counts_and_cost_and_states_the_rate():

@@ -111,3 +111,51 @@ def test_every_missing_sample_counts_as_the_lowest_score():
 def test_the_mean_of_samples_is_their_mean_not_their_median():
     assert _mean([1, 1, 4]) == 2.0
     assert np.isclose(_mean([0, 1]), 0.5)
+
+
+def test_the_sink_keeps_valid_masses_and_files_no_particle_for_a_whole_turn(tmp_path):
+    path = tmp_path / "particle_scores.jsonl"
+    with ScoreSink(path, DECOMPS) as sink:
+        sink.add(_rec(1, 0, 1.0, valid_mass=0.25))
+        sink.add(_rec(5, -1, 2.0))  # a whole turn (no decomposition of turn 5 exists)
+        df = sink.frame()
+    assert df["valid_mass"].iloc[0] == 0.25 and math.isnan(df["valid_mass"].iloc[1])
+    assert [json.loads(x)["particle"] for x in path.read_text().splitlines()][1] is None
+    empty = ScoreSink(None).frame()
+    assert len(empty) == 0 and list(empty.columns) == ["aspect", "conv_id", "turn_ind", "particle_ind",
+                                                       "instruction_id", "score", "n_valid", "n_retried",
+                                                       "n_defaulted", "valid_mass", "fallback"]
+
+
+def test_a_score_file_reads_back_with_its_particles_and_samples(tmp_path):
+    path = tmp_path / "particle_scores.jsonl"
+    with ScoreSink(path, DECOMPS) as sink:
+        sink.add(_rec(3, 1, 1.5, samples=[1, None, 2]))
+        sink.add(_rec(5, -1, math.nan, n_valid=0))
+    df = read_score_file(path, detail=True)
+    assert list(df["turn_ind"]) == [3, 5] and list(df["particle_ind"]) == [1, -1]
+    assert (df["dialogue_act"].iloc[0], df["mention"].iloc[0], df["n_valid"].iloc[0]) == ("t3p1", "m", 5)
+    assert df["samples"].iloc[0] == [1, None, 2] and pd.isna(df["dialogue_act"].iloc[1])
+    assert df["score"].iloc[0] == 1.5 and math.isnan(df["score"].iloc[1])
+    assert "dialogue_act" not in read_score_file(path).columns
+
+
+def test_a_score_file_without_records_or_with_a_bad_particle_is_refused(tmp_path):
+    from face.errors import DataError
+
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n\n")
+    with pytest.raises(DataError, match="no score records"):
+        read_score_file(blank)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"aspect": "a", "conv_id": "c", "turn_ind": 1, "particle_ind": 0,
+                               "instruction_id": "i", "score": 1.0, "particle": [1]}) + "\n")
+    with pytest.raises(DataError, match="'particle' must be an object"):
+        read_score_file(bad, detail=True)
+
+
+def test_the_tally_without_masses_reports_a_zero_mean_and_only_with_logprobs():
+    t = ScoreTally()
+    t.add(_detail().assign(valid_mass=math.nan))
+    assert t.metrics(logprobs=True)["scores.mean_valid_mass"] == 0.0
+    assert "scores.mean_valid_mass" not in ScoreTally().metrics(logprobs=False)

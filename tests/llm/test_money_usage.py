@@ -327,3 +327,100 @@ def test_the_read_ahead_counts_its_samples_as_cache_hits(tmp_path):
     keys = lm.keys_for(req)
     [res] = lm.results([req], [keys], lm.store.get_many(keys.values()))
     assert res.cached_samples == 3 and [s.text for s in res.samples] == ["ok"] * 3
+
+
+def test_a_request_fitting_the_cost_cap_exactly_is_sent_without_waiting():
+    u = _usage(max_cost_usd=2 * WORST)
+    u.reserve(_piece())
+    assert not u.must_wait(_piece())  # WORST in flight + WORST == the cap: it fits now
+    assert u.reserve(_piece()) == pytest.approx(WORST)
+
+
+def test_request_records_are_kept_up_to_the_limit_and_every_failed_one(monkeypatch):
+    import face.llm.usage as usage_module
+
+    monkeypatch.setattr(usage_module, "KEEP_REQUESTS", 1)
+    u = _usage()
+    for err in (None, None, "RuntimeError: x"):
+        u.add(RequestRecord(tag="s", n=1, error=err))
+    assert [r.error for r in u.records] == [None, "RuntimeError: x"] and u.requests == 3
+
+
+def test_latency_summary_is_mean_quantiles_and_max_of_the_http_requests():
+    u = _usage()
+    for latency in (1.0, 3.0):
+        u.settle(_piece(), u.reserve(_piece()), 1, 1, latency)
+    s = u.summary()
+    # p95 of [1, 3]: 1 + (3 - 1) × 0.95
+    assert (s["latency_mean_s"], s["latency_p50_s"], s["latency_max_s"]) == (2.0, 2.0, 3.0)
+    assert s["latency_p95_s"] == pytest.approx(2.9)
+
+
+def test_an_unreported_answer_is_charged_at_four_characters_a_token_of_its_text():
+    inner, u = Scripted({0: "abcdefgh", 1: "abcd"}), _usage()  # 2 + 1 output tokens; the prompt's estimate: 8
+    res = _run(BudgetLM(inner, _cfg(), u).chat(ChatRequest(MSGS, n=2, max_tokens=10)))
+    assert (res.input_tokens, res.output_tokens, u.unreported_usage) == (8, 3, 1)
+    assert res.cost_usd == pytest.approx(8 * PRICE_IN / 1e6 + 3 * PRICE_OUT / 1e6)
+
+
+def test_a_failed_request_gives_its_reservation_back_and_counts_its_retries():
+    from face.llm.base import LLMCallError
+
+    class Fails:
+        async def chat(self, req):
+            e = LLMCallError("down")
+            e.retries = 2
+            raise e
+
+    u = _usage(max_cost_usd=1.0)
+    with pytest.raises(LLMCallError):
+        _run(BudgetLM(Fails(), _cfg(), u).chat(ChatRequest(MSGS, n=2, max_tokens=10)))
+    assert (u.retries, u.requests_in_flight, u.reserved_usd, u.spent_usd) == (2, 0, 0.0, 0.0)
+
+
+def test_only_a_request_answered_without_retries_reports_its_latency(monkeypatch):
+    import face.llm.budget as budget_module
+
+    seen = []
+
+    class Spy(budget_module.Limiter):
+        def release(self, latency=None):
+            seen.append(latency)
+            super().release(latency)
+
+    class Retried(Scripted):
+        async def chat(self, req):
+            res = await super().chat(req)
+            res.retries = 1 if req.first_sample == 0 else 0
+            return res
+
+    monkeypatch.setattr(budget_module, "Limiter", Spy)
+    u = _usage()
+    _run(BudgetLM(Retried(), _cfg(), u).chat(ChatRequest(MSGS, n=4, max_tokens=10)))
+    assert len(seen) == 2 and seen[0] is None and 0 <= seen[1] < 5
+    assert u.retries == 1
+
+
+def test_accounting_records_each_answered_request_with_its_latency():
+    u = _usage()
+    res = _run(AccountingLM(Scripted(), _cfg(), u).chat(ChatRequest(MSGS, n=2, tag="s")))
+    assert 0 <= res.latency_s < 5 and 0 <= u.records[0].latency_s < 5
+    assert (u.requests, u.records[0].tag, u.records[0].n, u.records[0].error) == (1, "s", 2, None)
+
+
+def test_a_provisional_draw_is_not_kept_when_a_valid_answer_came():
+    res, _, _ = _validated({0: "prov:x", 1: "ok"}, 1, Draws(rounds=2))
+    assert res.values == [("ok",)] and res.samples[0].error is not None
+
+
+def test_the_invalid_answer_note_counts_its_draws():
+    _, _, u = _validated({0: "bad"}, 1, Draws(rounds=1))
+    assert "no valid answer in 1 draw;" in u.invalid_events[0]["reason"]
+    _, _, u = _validated({0: "bad", 1: "bad"}, 1, Draws(rounds=2))
+    assert "no valid answer in 2 draws; last: not ok" in u.invalid_events[0]["reason"]
+
+
+def test_a_request_without_an_answer_type_passes_through_once():
+    inner = Scripted({0: "bad"})
+    res = _run(ValidatingLM(inner, _cfg(), _usage()).chat(ChatRequest(MSGS, n=2)))
+    assert inner.asked == [(0, 2)] and res.texts == ["bad", "ok"]
