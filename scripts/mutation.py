@@ -40,7 +40,8 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "significance": (None, ("tests/test_significance.py",)),
     "runfile": (None, ("tests/test_runfile.py",)),
     "pipeline/estimators": (("score_value", "reasoned_value", "reasoned_expectation", "_mean", "SamplingEstimator",
-                             "LogprobsEstimator"), ("tests/test_live_pipeline.py", "tests/test_fidelity.py")),
+                             "LogprobsEstimator"), ("tests/test_money_records.py", "tests/test_live_pipeline.py",
+                                                    "tests/test_fidelity.py")),
     "pipeline/scoring": (("record_from_samples",), ("tests/test_live_pipeline.py", "tests/test_fidelity.py")),
     # the money and bookkeeping paths (+ hand-written semantic mutants: scripts/mutants_semantic.py)
     "llm/sizes": (None, ("tests/test_money_estimate.py", "tests/llm/test_budget.py")),

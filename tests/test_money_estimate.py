@@ -21,6 +21,11 @@ from face.pipeline.scoring import ScoringSpec
 # ---------------------------------------------------------------- sizes
 
 
+def approx(x: float):
+    """Money to the 9th significant digit (pytest's default 1e-6 would let a price per 1,000,001 tokens pass)."""
+    return pytest.approx(x, rel=1e-9, abs=0)
+
+
 def test_http_requests_round_up_to_whole_requests():
     assert sizes.http_requests(5, 2) == 3  # 2 + 2 + 1
     assert sizes.http_requests(4, 2) == 2
@@ -65,8 +70,8 @@ def test_sizes_add_and_scale_with_rounding():
 
 
 def test_cost_is_priced_per_million_tokens_input_and_output_apart():
-    assert sizes.cost_usd(1_000_000, 2_000_000, 3.0, 5.0) == pytest.approx(3.0 + 10.0)
-    assert Size(input_tokens=500_000, output_tokens=100_000).cost(2.0, 10.0) == pytest.approx(1.0 + 1.0)
+    assert sizes.cost_usd(1_000_000, 2_000_000, 3.0, 5.0) == approx(3.0 + 10.0)
+    assert Size(input_tokens=500_000, output_tokens=100_000).cost(2.0, 10.0) == approx(1.0 + 1.0)
 
 
 # ---------------------------------------------------------------- estimate
@@ -76,7 +81,7 @@ def test_pricing_of_a_config_keeps_input_and_output_prices_and_n_per_request():
     p = Pricing.of({"price_input_per_mtok": 1.0, "price_output_per_mtok": 4.0, "n_per_request": 3})
     assert p == Pricing(3, 1.0, 4.0)
     assert Pricing.of(LLMConfig(price_input_per_mtok=2.0)).price_output_per_mtok == 0.0
-    assert p.cost(1_000_000, 500_000) == pytest.approx(1.0 + 2.0)
+    assert p.cost(1_000_000, 500_000) == approx(1.0 + 2.0)
 
 
 def _stub_prompts(monkeypatch):
@@ -101,7 +106,7 @@ def test_scoring_cost_counts_every_sample_of_every_unit_instruction_pair(monkeyp
     # 30 answers × 8 tokens
     assert (s.stage, s.assistant_turns, s.units) == ("score:relevance", 4, 3)
     assert (s.requests, s.samples, s.http_requests, s.input_tokens, s.output_tokens) == (6, 30, 18, 351, 240)
-    assert s.cost_usd == pytest.approx(351 * 1.0 / 1e6 + 240 * 4.0 / 1e6)
+    assert s.cost_usd == approx(351 * 1.0 / 1e6 + 240 * 4.0 / 1e6)
     assert s.samples_per_turn == 7.5
     assert s.size == Size(6, 30, 18, 351, 240)
 
@@ -113,7 +118,7 @@ def test_decomposition_cost_counts_k_samples_per_evaluated_turn(monkeypatch):
     # per turn: 3 samples in 2 HTTP requests, 18 prompt tokens each, 3 × 50 answer tokens
     assert (s.stage, s.assistant_turns, s.units) == ("decompose", 3, 3)
     assert (s.requests, s.samples, s.http_requests, s.input_tokens, s.output_tokens) == (3, 9, 6, 108, 450)
-    assert s.cost_usd == pytest.approx(108e-6 + 450 * 4e-6)
+    assert s.cost_usd == approx(108e-6 + 450 * 4e-6)
 
 
 def _stage(name, turns, samples, rate=None, cost=0.5) -> StageCost:
@@ -125,8 +130,8 @@ def test_cost_table_total_takes_the_largest_turn_count_and_one_shared_rate():
     total = df.iloc[-1]
     assert total["stage"] == "total"
     assert total["assistant_turns"] == 8  # the largest stage's, not the last one's (4)
-    assert total["samples"] == 44 and total["units"] == 4 and total["cost_usd"] == pytest.approx(1.0)
-    assert total["samples_per_turn"] == pytest.approx(44 / 8)
+    assert total["samples"] == 44 and total["units"] == 4 and total["cost_usd"] == approx(1.0)
+    assert total["samples_per_turn"] == approx(44 / 8)
     assert total["particles_per_turn"] == 2.5
     assert list(df["samples_per_turn"][:2]) == [5.0, 1.0]
 
@@ -155,7 +160,7 @@ def test_scale_stage_scales_units_counts_and_cost_and_states_the_rate():
     # round(28.1), round(140.5) = 140 (to even), 2810, 1124, 0.01 × 2.81
     assert (s.stage, s.assistant_turns, s.units) == ("score:x", 4, 28)
     assert (s.requests, s.samples, s.http_requests, s.input_tokens, s.output_tokens) == (28, 140, 140, 2810, 1124)
-    assert s.cost_usd == pytest.approx(0.0281)
+    assert s.cost_usd == approx(0.0281)
     assert s.particles_per_turn == 2.81
 
 

@@ -22,6 +22,11 @@ PRICE_IN, PRICE_OUT = 1.0, 4.0
 WORST = 38 * PRICE_IN / 1e6 + 50 * PRICE_OUT / 1e6  # the bound of 5 samples of max_tokens 10, priced by hand
 
 
+def approx(x: float):
+    """Money to the 9th significant digit (pytest's default 1e-6 would let a price per 1,000,001 tokens pass)."""
+    return pytest.approx(x, rel=1e-9, abs=0)
+
+
 def _piece(n: int = 5) -> Piece:
     return Piece.of("t", MSGS, 10, n, None)
 
@@ -75,7 +80,7 @@ def test_piece_bounds_every_sample_of_the_request():
     p = _piece(5)
     assert (p.n, p.max_tokens, p.est_input_tokens) == (5, 10, 8)
     assert (p.bound.input_tokens, p.bound.output_tokens) == (38, 50)
-    assert _usage().worst_case(p) == pytest.approx(WORST)
+    assert _usage().worst_case(p) == approx(WORST)
 
 
 def test_max_calls_refuses_exactly_the_request_past_the_cap():
@@ -89,8 +94,8 @@ def test_max_calls_refuses_exactly_the_request_past_the_cap():
 
 def test_cost_cap_counts_the_reservations_in_flight():
     u = _usage(max_cost_usd=1.5 * WORST)
-    assert u.reserve(_piece()) == pytest.approx(WORST)
-    assert u.reserved_usd == pytest.approx(WORST)
+    assert u.reserve(_piece()) == approx(WORST)
+    assert u.reserved_usd == approx(WORST)
     with pytest.raises(BudgetExceeded, match="would be exceeded"):
         u.reserve(_piece())  # 0 spent, but WORST in flight: 2 × WORST > 1.5 × WORST
 
@@ -111,14 +116,14 @@ def test_dry_run_counts_the_estimate_for_every_sample_and_sends_nothing():
     assert u.reserve(_piece(5)) == 0.0
     assert (u.dry_run_requests, u.http_requests, u.samples) == (1, 0, 0)
     assert (u.est_input_tokens, u.est_output_tokens) == (8, 50)
-    assert u.est_cost_usd == pytest.approx(8 * PRICE_IN / 1e6 + 50 * PRICE_OUT / 1e6)
+    assert u.est_cost_usd == approx(8 * PRICE_IN / 1e6 + 50 * PRICE_OUT / 1e6)
 
 
 def test_settle_charges_the_reported_tokens_not_the_reservation():
     u = _usage()
     r = u.reserve(_piece())
-    assert u.settle(_piece(), r, 30, 40, 0.1) == (30, 40, pytest.approx(30e-6 + 160e-6))
-    assert u.spent_usd == pytest.approx(30e-6 + 160e-6)
+    assert u.settle(_piece(), r, 30, 40, 0.1) == (30, 40, approx(30e-6 + 160e-6))
+    assert u.spent_usd == approx(30e-6 + 160e-6)
     assert (u.input_tokens, u.output_tokens, u.reserved_usd, u.requests_in_flight) == (30, 40, 0.0, 0)
     assert u.unreported_usage == 0
 
@@ -127,14 +132,14 @@ def test_settle_without_a_report_charges_the_estimate_capped_by_the_bound():
     u = _usage()
     r = u.reserve(_piece())
     # input: the estimate 8 (below the bound 38); output: the estimate 70 capped by the bound 50
-    assert u.settle(_piece(), r, 0, 0, 0.1, output_estimate=70) == (8, 50, pytest.approx(8e-6 + 200e-6))
+    assert u.settle(_piece(), r, 0, 0, 0.1, output_estimate=70) == (8, 50, approx(8e-6 + 200e-6))
     assert u.unreported_usage == 1
 
 
 def test_a_report_of_output_tokens_alone_is_a_report():
     u = _usage()
     r = u.reserve(_piece())
-    assert u.settle(_piece(), r, 0, 40, 0.1, output_estimate=3) == (0, 40, pytest.approx(160e-6))
+    assert u.settle(_piece(), r, 0, 40, 0.1, output_estimate=3) == (0, 40, approx(160e-6))
     assert u.unreported_usage == 0
 
 
@@ -142,7 +147,7 @@ def test_a_report_of_output_tokens_alone_is_a_report():
 def test_a_report_above_the_bound_stops_the_run(tokens):
     u = _usage()
     r = u.reserve(_piece())
-    assert u.settle(_piece(), r, 38, 50, 0.1) == (38, 50, pytest.approx(WORST))  # at the bound: fine
+    assert u.settle(_piece(), r, 38, 50, 0.1) == (38, 50, approx(WORST))  # at the bound: fine
     r = u.reserve(_piece())
     with pytest.raises(BudgetExceeded, match="endpoint misreport"):
         u.settle(_piece(), r, *tokens, 0.1)
@@ -155,7 +160,7 @@ def test_reservations_given_back_leave_exactly_nothing_reserved():
     u = _usage()
     u.requests_in_flight, u.reserved_usd = 2, 0.1 + 0.2
     u.release(0.1)
-    assert u.reserved_usd == pytest.approx(0.2) and u.requests_in_flight == 1
+    assert u.reserved_usd == approx(0.2) and u.requests_in_flight == 1
     u.release(0.2)
     assert u.reserved_usd == 0.0  # not the float residue 0.1 + 0.2 - 0.1 - 0.2
     u.requests_in_flight, u.reserved_usd = 2, 0.1
@@ -187,7 +192,7 @@ def test_summary_reports_the_running_totals():
     u.note_scores("s", defaulted=3, logprob_fallbacks=1)
     s = u.summary()
     assert (s["requests"], s["samples"], s["http_requests"], s["input_tokens"], s["output_tokens"]) == (0, 5, 1, 30, 40)
-    assert s["cost_usd"] == pytest.approx(190e-6)
+    assert s["cost_usd"] == approx(190e-6)
     assert (s["defaulted_answers"], s["logprob_fallbacks"], s["latency_max_s"]) == (3, 1, 2.0)
 
 
@@ -201,7 +206,7 @@ def test_budget_splits_a_request_into_http_requests_of_n_per_request():
         assert sorted(inner.asked) == pieces
         assert (res.http_requests, res.http_samples, u.http_requests, u.samples) == (len(pieces), n, len(pieces), n)
         assert (res.input_tokens, res.output_tokens) == (5 * len(pieces), 6 * len(pieces))
-        assert res.cost_usd == pytest.approx(len(pieces) * (5e-6 + 24e-6))
+        assert res.cost_usd == approx(len(pieces) * (5e-6 + 24e-6))
 
 
 def test_budget_dry_run_prices_placeholders_at_the_estimate_of_every_sample():
@@ -209,7 +214,7 @@ def test_budget_dry_run_prices_placeholders_at_the_estimate_of_every_sample():
     res = _run(BudgetLM(inner, _cfg(dry_run=True), u).chat(ChatRequest(MSGS, n=2, max_tokens=10)))
     assert inner.asked == [] and all(s.dry_run for s in res.samples)
     assert (res.input_tokens, res.output_tokens) == (8, 20)  # the estimate; max_tokens × n
-    assert res.cost_usd == pytest.approx(8 * PRICE_IN / 1e6 + 20 * PRICE_OUT / 1e6)
+    assert res.cost_usd == approx(8 * PRICE_IN / 1e6 + 20 * PRICE_OUT / 1e6)
 
 
 def test_record_of_counts_samples_drawn_over_http_not_the_request_n():
@@ -333,7 +338,7 @@ def test_a_request_fitting_the_cost_cap_exactly_is_sent_without_waiting():
     u = _usage(max_cost_usd=2 * WORST)
     u.reserve(_piece())
     assert not u.must_wait(_piece())  # WORST in flight + WORST == the cap: it fits now
-    assert u.reserve(_piece()) == pytest.approx(WORST)
+    assert u.reserve(_piece()) == approx(WORST)
 
 
 def test_request_records_are_kept_up_to_the_limit_and_every_failed_one(monkeypatch):
@@ -353,14 +358,14 @@ def test_latency_summary_is_mean_quantiles_and_max_of_the_http_requests():
     s = u.summary()
     # p95 of [1, 3]: 1 + (3 - 1) × 0.95
     assert (s["latency_mean_s"], s["latency_p50_s"], s["latency_max_s"]) == (2.0, 2.0, 3.0)
-    assert s["latency_p95_s"] == pytest.approx(2.9)
+    assert s["latency_p95_s"] == approx(2.9)
 
 
 def test_an_unreported_answer_is_charged_at_four_characters_a_token_of_its_text():
     inner, u = Scripted({0: "abcdefgh", 1: "abcd"}), _usage()  # 2 + 1 output tokens; the prompt's estimate: 8
     res = _run(BudgetLM(inner, _cfg(), u).chat(ChatRequest(MSGS, n=2, max_tokens=10)))
     assert (res.input_tokens, res.output_tokens, u.unreported_usage) == (8, 3, 1)
-    assert res.cost_usd == pytest.approx(8 * PRICE_IN / 1e6 + 3 * PRICE_OUT / 1e6)
+    assert res.cost_usd == approx(8 * PRICE_IN / 1e6 + 3 * PRICE_OUT / 1e6)
 
 
 def test_a_failed_request_gives_its_reservation_back_and_counts_its_retries():
