@@ -1,16 +1,21 @@
-"""Mutation testing of the modules whose numbers reach the published tables: does each module's own test suite
-notice when its code is subtly wrong?
+"""Mutation testing of the modules whose numbers reach the published tables, and of those that guard money and
+bookkeeping (the request arithmetic, the cost estimate, the budget and usage, the cache, the draw-until-valid loop,
+the score records): does each module's own test suite notice when its code is subtly wrong?
 
-Every mutant is one small change to one line -- a comparison flipped (< to <=, == to !=), an arithmetic operator
-swapped (+ to -, * to /), a number off by one, `and` to `or`, a `not` dropped, a rounding dropped, the first two
-arguments of a call swapped -- made with Python's own `ast` module in a scratch copy of the package. The module's
-test files then run (`pytest -x`); the mutant is killed when they fail. A survivor is either a missing test or an
+Two kinds of mutant, each made in a scratch copy of the package. *Operator* mutants are one small change to one
+line -- a comparison flipped (< to <=, == to !=), an arithmetic operator swapped (+ to -, * to /), a number off by
+one, `and` to `or`, a `not` dropped, a rounding dropped, the first two arguments of a call swapped -- made with
+Python's own `ast` module. *Semantic* mutants are hand-written changes of meaning (scripts/mutants_semantic.py: a
+wrong multiplier, a wrong unit, the last value for the largest, a boundary of a redraw rule, the resampling unit);
+one whose source text no longer occurs is reported as STALE, never skipped in silence. The module's test files then
+run (`pytest -x`); the mutant is killed when they fail. A survivor is either a missing test or an
 equivalent mutant (the same behaviour written differently); `scripts/mutation_equivalent.txt` lists the ones
 judged equivalent, each with its reason, and they are left out of the score. Its entries name module lines: after
 an edit of a module the script reports entries that no longer match a mutant (rerun `--list` to place them).
 
-    .venv/bin/python scripts/mutation.py                     # every target (≈ 15 min on 2 cores)
+    .venv/bin/python scripts/mutation.py                     # every target (see docs/testing.md for the time)
     .venv/bin/python scripts/mutation.py --only metaeval     # one target
+    .venv/bin/python scripts/mutation.py --only llm/usage --jobs 1   # one at a time (a shared machine)
     .venv/bin/python scripts/mutation.py --list              # the mutants, without running anything
 
 Prints one line per survivor (module:line, the change) and the score: killed / (mutants − equivalent).

@@ -388,3 +388,17 @@ def test_system_table_is_the_per_system_mean_of_predictions_and_labels():
     want = d.groupby("system")[["pred", "human"]].mean()
     assert got.loc[want.index, "pred"].tolist() == pytest.approx(want["pred"].tolist())
     assert got.loc[want.index, "human"].tolist() == pytest.approx(want["human"].tolist())
+
+
+def test_turn_level_intervals_resample_conversations_not_turns():
+    """The turn-level CI of meta_evaluate is the interval over resampled *conversations* (bootstrap_ci with the
+    conversation ids as clusters, itself checked against scipy above), not over resampled turns."""
+    convs, preds = _toy(n_convs=12)
+    res = meta_evaluate(preds, convs, [ASPECTS["relevance"]], ["all"], levels=("turn",), n_boot=200, seed=3)
+    row = res[res.coefficient == "pearson"].iloc[0]
+    df = preds.turn.merge(pd.DataFrame([(c.conv_id, t.turn_ind, t.labels["relevance"]) for c in convs
+                                        for t in c.assistant_turns()], columns=["conv_id", "turn_ind", "h"]))
+    by_conv = bootstrap_ci(df["pred"].to_numpy(), df["h"].to_numpy(), df["conv_id"].to_numpy(), 200, 3)["pearson"]
+    by_turn = bootstrap_ci(df["pred"].to_numpy(), df["h"].to_numpy(), np.arange(len(df)), 200, 3)["pearson"]
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(by_conv)
+    assert tuple(by_turn) != pytest.approx(by_conv)
