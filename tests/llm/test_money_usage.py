@@ -429,3 +429,15 @@ def test_a_request_without_an_answer_type_passes_through_once():
     inner = Scripted({0: "bad"})
     res = _run(ValidatingLM(inner, _cfg(), _usage()).chat(ChatRequest(MSGS, n=2)))
     assert inner.asked == [(0, 2)] and res.texts == ["bad", "ok"]
+
+
+def test_a_dry_run_is_not_redrawn_even_where_a_cached_draw_was_invalid():
+    class Mixed(Scripted):  # sample 0 from the cache, marked invalid; the others dry-run placeholders
+        async def chat(self, req):
+            res = await super().chat(req)
+            res.samples = [Completion("bad", "stop", sample_index=i, cached=True) if i == 0 else
+                           Completion("", "dry_run", sample_index=i, dry_run=True) for i in req.indices]
+            return res
+
+    res, inner, _ = _validated({}, 2, Draws(rounds=4), inner=Mixed())
+    assert inner.asked == [(0, 2)] and len(res.samples) == 2
