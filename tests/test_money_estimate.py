@@ -84,18 +84,35 @@ def test_pricing_of_a_config_keeps_input_and_output_prices_and_n_per_request():
     assert p.cost(1_000_000, 500_000) == approx(1.0 + 2.0)
 
 
+CALLS: list[tuple] = []
+CONV = object()  # the conversation a unit belongs to
+
+
 def _stub_prompts(monkeypatch):
-    # 40 characters: ceil(40/4) + 4 + 3 = 17 tokens a scoring prompt
-    monkeypatch.setattr(estimate, "score_messages", lambda *a, **k: [("user", "x" * 40)])
-    # (ceil(20/4)+4) + (ceil(7/4)+4) + 3 = 9 + 6 + 3 = 18 tokens a decomposition prompt
-    monkeypatch.setattr(estimate, "decompose_messages", lambda *a, **k: [("system", "y" * 20), ("user", "z" * 7)])
+    CALLS.clear()
+
+    def score(*a, **k):  # 40 characters: ceil(40/4) + 4 + 3 = 17 tokens a scoring prompt
+        CALLS.append(("score", a, k))
+        return [("user", "x" * 40)]
+
+    def decompose(*a, **k):  # (ceil(20/4)+4) + (ceil(7/4)+4) + 3 = 9 + 6 + 3 = 18 tokens a decomposition prompt
+        CALLS.append(("decompose", a, k))
+        return [("system", "y" * 20), ("user", "z" * 7)]
+
+    monkeypatch.setattr(estimate, "score_messages", score)
+    monkeypatch.setattr(estimate, "decompose_messages", decompose)
+
+
+def test_a_pricing_without_settings_is_one_sample_per_http_request_and_free():
+    assert (Pricing().n_per_request, Pricing().price_input_per_mtok, Pricing().price_output_per_mtok) == (1, 0, 0)
+    assert Pricing().cost(1e6, 1e6) == 0.0
 
 
 def _scoring_stage(monkeypatch) -> StageCost:
     _stub_prompts(monkeypatch)
     units = [SimpleNamespace(conv_id="c1")] * 3
     instr = [Instruction("i1", "a" * 8), Instruction("i2", "b" * 12)]  # 2 and 3 tokens
-    return estimate.scoring_cost("relevance", units, instr, {"c1": object()}, 4, ScoringSpec("sampling", 5), 8,
+    return estimate.scoring_cost("relevance", units, instr, {"c1": CONV}, 4, ScoringSpec("sampling", 5), 8,
                                  Pricing(2, 1.0, 4.0))
 
 
@@ -109,12 +126,17 @@ def test_scoring_cost_counts_every_sample_of_every_unit_instruction_pair(monkeyp
     assert s.cost_usd == approx(351 * 1.0 / 1e6 + 240 * 4.0 / 1e6)
     assert s.samples_per_turn == 7.5
     assert s.size == Size(6, 30, 18, 351, 240)
+    assert [c[:2] for c in CALLS] == [("score", (u, CONV, "", "conversational recommender systems", True))
+                                      for u in [SimpleNamespace(conv_id="c1")] * 3]
 
 
 def test_decomposition_cost_counts_k_samples_per_evaluated_turn(monkeypatch):
     _stub_prompts(monkeypatch)
     convs = [SimpleNamespace(evaluated_turns=lambda: ["t1", "t2"]), SimpleNamespace(evaluated_turns=lambda: ["t3"])]
     s = estimate.decomposition_cost(convs, 3, 50, Pricing(2, 1.0, 4.0))
+    assert [c[1] for c in CALLS] == [(convs[0], "t1", "movie-recommendation assistant", False),
+                                     (convs[0], "t2", "movie-recommendation assistant", False),
+                                     (convs[1], "t3", "movie-recommendation assistant", False)]
     # per turn: 3 samples in 2 HTTP requests, 18 prompt tokens each, 3 × 50 answer tokens
     assert (s.stage, s.assistant_turns, s.units) == ("decompose", 3, 3)
     assert (s.requests, s.samples, s.http_requests, s.input_tokens, s.output_tokens) == (3, 9, 6, 108, 450)
