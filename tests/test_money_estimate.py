@@ -190,3 +190,8 @@ def test_totals_sums_the_named_stages_without_the_total_row():
     df = estimate.cost_table([_stage("score:a", 8, 40), _stage("decompose", 4, 4), _stage("score:b", 8, 6)])
     assert estimate.totals(df, "score") == Size(2, 46, 2, 20, 40)
     assert estimate.totals(df) == Size(3, 50, 3, 30, 60)
+
+
+def test_totals_count_zero_for_a_column_the_table_lacks():
+    df = pd.DataFrame({"stage": ["score:a", "total"], "samples": [7, 7]})
+    assert estimate.totals(df) == Size(samples=7)
