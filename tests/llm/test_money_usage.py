@@ -87,7 +87,7 @@ def test_max_calls_refuses_exactly_the_request_past_the_cap():
     u = _usage(max_calls=2)
     u.reserve(_piece())
     u.reserve(_piece())
-    with pytest.raises(BudgetExceeded, match="llm.max_calls=2 reached"):
+    with pytest.raises(BudgetExceeded, match=r"^LLM budget exceeded: llm.max_calls=2 reached \(tag='t'\)"):
         u.reserve(_piece())
     assert (u.http_requests, u.samples, u.requests_in_flight) == (2, 10, 2)  # samples: 5 per HTTP request
 
@@ -134,6 +134,8 @@ def test_settle_without_a_report_charges_the_estimate_capped_by_the_bound():
     # input: the estimate 8 (below the bound 38); output: the estimate 70 capped by the bound 50
     assert u.settle(_piece(), r, 0, 0, 0.1, output_estimate=70) == (8, 50, approx(8e-6 + 200e-6))
     assert u.unreported_usage == 1
+    r = u.reserve(_piece())
+    assert u.settle(_piece(), r, 0, 0, 0.1) == (8, 0, approx(8e-6))  # no answer text given: no output tokens
 
 
 def test_a_report_of_output_tokens_alone_is_a_report():
@@ -152,7 +154,7 @@ def test_a_report_above_the_bound_stops_the_run(tokens):
     with pytest.raises(BudgetExceeded, match="endpoint misreport"):
         u.settle(_piece(), r, *tokens, 0.1)
     assert u.misreports == 1
-    with pytest.raises(BudgetExceeded, match="endpoint misreport"):
+    with pytest.raises(BudgetExceeded, match=r"^LLM budget exceeded: endpoint misreport: .*\(tag='t'\)"):
         u.reserve(_piece())
 
 
