@@ -96,7 +96,8 @@ def test_cost_cap_counts_the_reservations_in_flight():
     u = _usage(max_cost_usd=1.5 * WORST)
     assert u.reserve(_piece()) == approx(WORST)
     assert u.reserved_usd == approx(WORST)
-    with pytest.raises(BudgetExceeded, match="would be exceeded"):
+    with pytest.raises(BudgetExceeded, match=r"^LLM budget exceeded: llm.max_cost_usd=.* would be exceeded .*"
+                                              r"\(tag='t'\)"):
         u.reserve(_piece())  # 0 spent, but WORST in flight: 2 × WORST > 1.5 × WORST
 
 
@@ -358,9 +359,15 @@ def test_latency_summary_is_mean_quantiles_and_max_of_the_http_requests():
     for latency in (1.0, 3.0):
         u.settle(_piece(), u.reserve(_piece()), 1, 1, latency)
     s = u.summary()
+    assert u.unreported_usage == 0  # 1 input and 1 output token: reported
     # p95 of [1, 3]: 1 + (3 - 1) × 0.95
     assert (s["latency_mean_s"], s["latency_p50_s"], s["latency_max_s"]) == (2.0, 2.0, 3.0)
     assert s["latency_p95_s"] == approx(2.9)
+
+
+def test_a_usage_without_requests_has_zero_latencies():
+    s = _usage().summary()
+    assert (s["latency_mean_s"], s["latency_p50_s"], s["latency_p95_s"], s["latency_max_s"]) == (0.0, 0.0, 0.0, 0.0)
 
 
 def test_an_unreported_answer_is_charged_at_four_characters_a_token_of_its_text():
