@@ -238,7 +238,7 @@ def test_accounting_records_a_budget_stop_as_a_stop_not_a_failure():
         _run(AccountingLM(Stops(), _cfg(), u).chat(ChatRequest(MSGS, n=3, tag="s")))
     s = u.summary()
     assert (s["budget_stops"], s["failures"], s["requests"]) == (1, 0, 1)
-    assert u.records[0].error.startswith("budget: ")
+    assert u.records[0].error.startswith("budget: ") and 0 <= u.records[0].latency_s < 5
 
 
 # ---------------------------------------------------------------- the draw-until-valid loop
@@ -450,3 +450,14 @@ def test_a_dry_run_is_not_redrawn_even_where_a_cached_draw_was_invalid():
 
     res, inner, _ = _validated({}, 2, Draws(rounds=4), inner=Mixed())
     assert inner.asked == [(0, 2)] and len(res.samples) == 2
+
+
+def test_a_failure_that_is_not_an_llm_call_error_counts_no_retries():
+    class Breaks:
+        async def chat(self, req):
+            raise RuntimeError("bug")
+
+    u = _usage()
+    with pytest.raises(RuntimeError):
+        _run(BudgetLM(Breaks(), _cfg(), u).chat(ChatRequest(MSGS, n=1, max_tokens=10)))
+    assert (u.retries, u.requests_in_flight) == (0, 0)
