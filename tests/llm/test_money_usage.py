@@ -461,3 +461,17 @@ def test_a_failure_that_is_not_an_llm_call_error_counts_no_retries():
     with pytest.raises(RuntimeError):
         _run(BudgetLM(Breaks(), _cfg(), u).chat(ChatRequest(MSGS, n=1, max_tokens=10)))
     assert (u.retries, u.requests_in_flight) == (0, 0)
+
+
+def test_a_request_the_read_ahead_found_in_part_sends_only_its_missing_samples(tmp_path):
+    lm = _caching(tmp_path, Scripted({0: "zero", 1: "one"}))
+    _run(lm.chat(ChatRequest(MSGS, n=2)))
+    lm.store.flush(force=True)
+    asked = Scripted()
+    again = CachingLM(asked, lm.store, _cfg(), "m")
+    req = ChatRequest(MSGS, n=3)
+    keys = again.keys_for(req)
+    assert again.results([req], [keys], again.store.get_many(keys.values())) == [None]  # sample 2 is missing
+    res = _run(again.chat(req))
+    assert asked.asked == [(2, 1)] and res.cached_samples == 2
+    assert [(s.text, s.finish_reason) for s in res.samples] == [("zero", "stop"), ("one", "stop"), ("ok", "stop")]
