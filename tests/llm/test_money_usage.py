@@ -476,3 +476,23 @@ def test_a_request_the_read_ahead_found_in_part_sends_only_its_missing_samples(t
     assert asked.asked == [(2, 1)] and res.cached_samples == 2
     assert [(s.text, s.finish_reason) for s in res.samples][:2] == [("zero", "stop"), ("one", "stop")]
     assert res.samples[2].dry_run
+
+
+def test_a_sample_another_process_is_sending_is_waited_for_not_sent_again(tmp_path):
+    inner = Scripted()
+
+    async def main():
+        other = SampleCache(tmp_path)  # another owner of the same cache (as another process would be)
+        lm = CachingLM(inner, SampleCache(tmp_path), _cfg(), "m")
+        req = ChatRequest(MSGS, n=2)
+        keys = lm.keys_for(req)
+        await other.claim([keys[1]])  # the other one is sending sample 1
+        task = asyncio.create_task(lm.chat(req))
+        await asyncio.sleep(0.1)
+        other.put_many([(keys[1], "m", "", 1, {"text": "theirs", "finish_reason": "stop", "logprobs": None})],
+                       release=[keys[1]])
+        return await asyncio.wait_for(task, 10)
+
+    res = _run(main())
+    assert inner.asked == [(0, 1)]
+    assert [s.text for s in res.samples] == ["ok", "theirs"] and res.cached_samples == 1
