@@ -150,13 +150,15 @@ def test_a_score_file_without_records_or_with_a_bad_particle_is_refused(tmp_path
 
     blank = tmp_path / "blank.jsonl"
     blank.write_text("\n\n")
-    with pytest.raises(DataError, match="no score records"):
+    with pytest.raises(DataError, match="no score records") as e:
         read_score_file(blank)
+    assert e.value.path == str(blank)
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"aspect": "a", "conv_id": "c", "turn_ind": 1, "particle_ind": 0,
                                "instruction_id": "i", "score": 1.0, "particle": [1]}) + "\n")
-    with pytest.raises(DataError, match="'particle' must be an object"):
+    with pytest.raises(DataError, match="'particle' must be an object") as e:
         read_score_file(bad, detail=True)
+    assert (e.value.path, e.value.record) == (str(bad), "line 1")
 
 
 def test_the_tally_without_masses_reports_a_zero_mean_and_only_with_logprobs():
