@@ -166,3 +166,19 @@ def test_the_tally_without_masses_reports_a_zero_mean_and_only_with_logprobs():
     t.add(_detail().assign(valid_mass=math.nan))
     assert t.metrics(logprobs=True)["scores.mean_valid_mass"] == 0.0
     assert "scores.mean_valid_mass" not in ScoreTally().metrics(logprobs=False)
+
+
+def test_parts_are_cut_as_soon_as_whole_conversations_reach_the_chunk_size():
+    parts: list[int] = []
+
+    def aggregate(df: pd.DataFrame) -> Predictions:
+        parts.append(len(df))
+        return Predictions(df, df.iloc[:0])
+
+    scores = AspectScores(ScoreSink(None), ScoreTally(), {"a": 2, "b": 1}, aggregate, chunk_rows=2)
+    scores.add(_rec(1, 0, 1.0, conv="a"))
+    scores.add(_rec(1, 1, 2.0, conv="a"))
+    assert parts == [2] and scores.sink.rows == 0  # conversation a is whole and 2 rows reached: aggregated now
+    scores.add(_rec(1, 0, 3.0, conv="b"))
+    scores.result()
+    assert parts == [2, 1]
