@@ -182,3 +182,10 @@ def test_parts_are_cut_as_soon_as_whole_conversations_reach_the_chunk_size():
     scores.add(_rec(1, 0, 3.0, conv="b"))
     scores.result()
     assert parts == [2, 1]
+
+
+def test_an_aspect_without_masses_adds_nothing_to_the_mean_valid_mass():
+    t = ScoreTally()
+    t.end_aspect()  # an aspect whose records carried no mass
+    t.add(_detail())
+    assert t.metrics(logprobs=True)["scores.mean_valid_mass"] == approx((0.5 + 0.7) / 2)
