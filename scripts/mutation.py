@@ -58,9 +58,9 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
                    ("tests/llm/test_money_usage.py", "tests/llm/test_budget.py")),
     "llm/cache": (("sample_keys", "CachingLM.keys_for", "CachingLM._cached", "CachingLM._sample", "CachingLM.results",
                    "CachingLM.chat", "CachingLM._fetch", "_payload"),
-                  ("tests/llm/test_money_usage.py", "tests/llm/test_cache_compat.py")),
-    "llm/validating": (None, ("tests/llm/test_money_usage.py",)),
-    "llm/base": (("Draws.room",), ("tests/llm/test_money_usage.py",)),
+                  ("tests/llm/test_money_draws.py", "tests/llm/test_cache_compat.py")),
+    "llm/validating": (None, ("tests/llm/test_money_draws.py",)),
+    "llm/base": (("Draws.room",), ("tests/llm/test_money_draws.py",)),
     "pipeline/records": (("ScoreSink.add", "ScoreSink.frame", "ScoreTally", "AspectScores", "per_conversation",
                           "read_score_file"), ("tests/test_money_records.py", "tests/test_records_stream.py")),
 }
