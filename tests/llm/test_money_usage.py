@@ -78,10 +78,12 @@ def test_settle_without_a_report_charges_the_estimate_capped_by_the_bound():
     assert u.settle(piece(), r, 0, 0, 0.1) == (8, 0, approx(8e-6))  # no answer text given: no output tokens
 
 
-def test_a_report_of_output_tokens_alone_is_a_report():
+@pytest.mark.parametrize("tokens", [(0, 40), (0, 1), (1, 0)])
+def test_a_report_of_one_side_alone_is_a_report(tokens):
     u = usage()
     r = u.reserve(piece())
-    assert u.settle(piece(), r, 0, 40, 0.1, output_estimate=3) == (0, 40, approx(160e-6))
+    cost = tokens[0] * PRICE_IN / 1e6 + tokens[1] * PRICE_OUT / 1e6
+    assert u.settle(piece(), r, *tokens, 0.1, output_estimate=3) == (*tokens, approx(cost))
     assert u.unreported_usage == 0
 
 
