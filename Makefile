@@ -48,9 +48,13 @@ setup-browser:
 run: setup
 	$(BIN)/python scripts/run.py $(ARGS)
 
+# ruff (with mccabe's complexity rule, at most 10), the import layers, the room sizes (scripts/check_sizes.py),
+# mypy on face/ ([tool.mypy] in pyproject.toml)
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/check_sizes.py
+	$(BIN)/mypy
 
 # the fast suite on both cores (pytest-xdist), then the slow tests one at a time (timings, servers, the embedded LLM)
 test: setup-local setup-browser lint

@@ -11,6 +11,8 @@ time, and a run never writes over another run's results or over its own input.
 * ``claim_state`` / ``write_marker``: the ownership marker ``.face-run.json`` (a digest of the input files and of
   the settings that
   decide the results): the same input and settings resume, anything else needs ``overwrite``.
+* ``process_alive`` / ``process_start``: whether the process that owns a run, a lock or a claim is still there
+  (a zombie and a reused pid count as gone), for the owners of runs and of in-flight LLM requests alike.
 """
 
 from __future__ import annotations
@@ -176,3 +178,31 @@ def write_marker(directory: Path, owner: dict) -> None:
 
 __all__ = ["MARKER", "atomic_open", "atomic_path", "atomic_write_bytes", "atomic_write_text", "claim_state",
            "digest_files", "digest_settings", "dir_lock", "refuse_input_overwrite", "write_marker"]
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a process (Linux /proc), to tell a live process from a reused pid; None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def process_alive(pid: int, start: str | None = None) -> bool:
+    """Whether process ``pid`` of this host is still running: not gone, not a zombie (killed, not yet reaped), and,
+    when ``start`` is given, the same process (not a later one that reused its pid). Unknowable counts as alive."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return True
+    if fields[0] == "Z":
+        return False
+    return start is None or len(fields) < 20 or fields[19] == start

@@ -43,12 +43,15 @@ RESULT_COLUMNS = ["level", "aspect", "split", "coefficient", "value", "p_value",
 
 # ---------------------------------------------------------------- point estimates (scipy)
 
-def correlate(pred: np.ndarray, human: np.ndarray) -> dict[str, tuple[float, float]]:
-    """coefficient -> (value, p-value); NaN where undefined (fewer than 3 items or a constant side)."""
+def correlate(pred: np.ndarray, human: np.ndarray, names: Sequence[str] | None = None
+              ) -> dict[str, tuple[float, float]]:
+    """coefficient -> (value, p-value) for every coefficient (or only ``names``); NaN where undefined (fewer than 3
+    items or a constant side)."""
     pred, human = np.asarray(pred, float), np.asarray(human, float)
+    names = COEFFICIENTS if names is None else names
     if len(pred) < 3 or np.ptp(pred) == 0 or np.ptp(human) == 0:
-        return {c: (float("nan"), float("nan")) for c in COEFFICIENTS}
-    return {name: c.test(pred, human) for name, c in REGISTRY.items()}
+        return {c: (float("nan"), float("nan")) for c in names}
+    return {name: REGISTRY[name].test(pred, human) for name in names}
 
 
 # ---------------------------------------------------------------- resampling
@@ -132,7 +135,7 @@ def paired_replicates(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray,
     """``paired_difference`` and the difference in each resample it drew (NaN where a side does not vary; None
     when there are too few items or clusters to resample), for a p-value read from the same resamples."""
     a, b, y = (np.asarray(v, float) for v in (pred_a, pred_b, human))
-    diff = correlate(a, y)[coefficient][0] - correlate(b, y)[coefficient][0]
+    diff = correlate(a, y, [coefficient])[coefficient][0] - correlate(b, y, [coefficient])[coefficient][0]
     if n_boot <= 0 or len(y) < 3 or len(np.unique(clusters)) < MIN_CLUSTERS:
         return diff, float("nan"), float("nan"), None
     w = cluster_weights(np.asarray(clusters), n_boot, np.random.default_rng(seed))

@@ -57,7 +57,7 @@ def settings(prefix: str, *, frozen: bool = False, kw_only: bool = False) -> Cal
                 raise ConfigError(error_line(e, built, prefix)) from None
 
         built.__init__ = __init__
-        return built  # type: ignore[no-any-return]
+        return built
 
     return make
 

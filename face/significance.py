@@ -76,10 +76,11 @@ def paired_bootstrap(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray, 
 def _joined(preds: Mapping[str, Predictions], convs: Sequence[Conversation], aspect: Aspect) -> pd.DataFrame:
     """One row per labelled item with a column per method (items every method predicted)."""
     key = ["conv_id", "turn_ind"]
-    out = None
-    for name, p in preds.items():
-        df = items(p, convs, aspect).rename(columns={"pred": name})
-        out = df if out is None else out.merge(df[[*key, name]], on=key, how="inner")
+    first, *rest = preds
+    out = items(preds[first], convs, aspect).rename(columns={"pred": first})
+    for name in rest:
+        df = items(preds[name], convs, aspect).rename(columns={"pred": name})
+        out = out.merge(df[[*key, name]], on=key, how="inner")
     return out.dropna(subset=list(preds))
 
 
@@ -103,7 +104,7 @@ def comparison_table(preds: Mapping[str, Predictions], reference: str, convs: Se
                 y = sdf["human"].to_numpy(float)
                 a, b = sdf[reference].to_numpy(float), sdf[other].to_numpy(float)
                 for coef in coefficients:
-                    va, vb = correlate(a, y)[coef][0], correlate(b, y)[coef][0]
+                    va, vb = correlate(a, y, [coef])[coef][0], correlate(b, y, [coef])[coef][0]
                     bs = paired_bootstrap(a, b, y, sdf["cluster"].to_numpy(), coef, n_boot, seed, confidence)
                     pw = williams_test(a, b, y)[1] if coef == "pearson" else float("nan")
                     rows.append((aspect.name, aspect.level, split, coef, reference, other, va, vb, bs["diff"],

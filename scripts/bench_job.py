@@ -105,6 +105,34 @@ def run_job(url: str, convs: int, cache_dir: str, python_flags: tuple[str, ...] 
             "stderr": p.stderr}
 
 
+def _print_runs(cold: dict, warm: list[dict]) -> None:
+    """The table of the cold and warm runs, then the medians of the warm ones."""
+    print("| run | job wall s | LLM time s | outside LLM s | HTTP requests | cached samples |")
+    print("|---|---|---|---|---|---|")
+    for label, r in [("cold (fills the cache)", cold), *((f"warm {i + 1}", r) for i, r in enumerate(warm))]:
+        print(f"| {label} | {r['wall']:.2f} | {r['llm']:.2f} | {r['outside']:.2f} | {r['http_requests']} | "
+              f"{r['cache_hits']} |")
+    if warm:
+        med = {k: statistics.median(r[k] for r in warm) for k in ("wall", "llm", "outside")}
+        print(f"\nwarm, median of {len(warm)}: job wall {med['wall']:.2f} s, LLM time {med['llm']:.2f} s, "
+              f"outside LLM {med['outside']:.2f} s")
+        print(f"cold: job wall {cold['wall']:.2f} s, LLM time {cold['llm']:.2f} s, outside LLM {cold['outside']:.2f} s")
+
+
+def _print_imports(stderr: str) -> None:
+    """The slowest imports of one run from its ``-X importtime`` output."""
+    rows = []
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            _, cumulative, name = line[len("import time:"):].split("|")
+            if cumulative.strip().isdigit():
+                rows.append((int(cumulative), name[1:].rstrip()))
+    total = sum(us for us, name in rows if not name.startswith(" "))
+    print(f"\nimports: {total / 1e6:.2f} s in all (top-level, cumulative); slowest (cumulative):")
+    for us, name in sorted(rows, reverse=True)[:25]:
+        print(f"  {us / 1e6:6.3f} s  {name.strip()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5, help="warm runs to time")
@@ -130,29 +158,11 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait()
-    print("| run | job wall s | LLM time s | outside LLM s | HTTP requests | cached samples |")
-    print("|---|---|---|---|---|---|")
-    for label, r in [("cold (fills the cache)", cold), *((f"warm {i + 1}", r) for i, r in enumerate(warm))]:
-        print(f"| {label} | {r['wall']:.2f} | {r['llm']:.2f} | {r['outside']:.2f} | {r['http_requests']} | "
-              f"{r['cache_hits']} |")
-    if warm:
-        med = {k: statistics.median(r[k] for r in warm) for k in ("wall", "llm", "outside")}
-        print(f"\nwarm, median of {len(warm)}: job wall {med['wall']:.2f} s, LLM time {med['llm']:.2f} s, "
-              f"outside LLM {med['outside']:.2f} s")
-        print(f"cold: job wall {cold['wall']:.2f} s, LLM time {cold['llm']:.2f} s, outside LLM {cold['outside']:.2f} s")
+    _print_runs(cold, warm)
     if args.profile:
         print(f"\ncProfile of one warm run: {args.profile} (python -m pstats {args.profile})")
     if args.importtime:
-        rows = []
-        for line in imports["stderr"].splitlines():
-            if line.startswith("import time:") and "|" in line:
-                _, cumulative, name = line[len("import time:"):].split("|")
-                if cumulative.strip().isdigit():
-                    rows.append((int(cumulative), name[1:].rstrip()))
-        total = sum(us for us, name in rows if not name.startswith(" "))
-        print(f"\nimports: {total / 1e6:.2f} s in all (top-level, cumulative); slowest (cumulative):")
-        for us, name in sorted(rows, reverse=True)[:25]:
-            print(f"  {us / 1e6:6.3f} s  {name.strip()}")
+        _print_imports(imports["stderr"])
 
 
 if __name__ == "__main__":

@@ -154,6 +154,39 @@ asyncio.run(main())
     return r
 
 
+def kill_and_resume(url: str, args: argparse.Namespace, k: int, work: Path, out: Path, n_req: int) -> dict:
+    """kill -9 a cold run halfway through its requests, rerun it on the same cache: what was re-sent, and is the
+    run file byte-identical to the uninterrupted run's."""
+    kcache = work / f"kill_cache_{k}"
+    start = judge_stats(url)["requests"]
+    half = start + n_req // 2
+    first = timed(run_cmd(url, kcache, work / f"killed_{k}", args, k), work / f"killed_{k}.log",
+                  kill_when=lambda half=half: judge_stats(url)["requests"] >= half)
+    answered = judge_stats(url)["requests"] - start
+    mid = judge_stats(url)["requests"]
+    timed(run_cmd(url, kcache, work / f"resumed_{k}", args, k), work / f"resumed_{k}.log")
+    rerun = judge_stats(url)["requests"] - mid
+    same = (work / f"resumed_{k}" / "run_file.json").read_bytes() == (out / "run_file.json").read_bytes()
+    print(f"kill -9 ×{k}: answered before the kill {answered}, rerun {rerun}, re-sent "
+          f"{answered + rerun - n_req} (concurrency {args.concurrency}); run file byte-identical: {same}",
+          flush=True)
+    return dict(kill_answered_before=answered, kill_rerun_requests=rerun, kill_resent=answered + rerun - n_req,
+                kill_run_file_identical=same, kill_killed=first["killed"])
+
+
+def print_rows(rows: list[dict]) -> None:
+    """One table row per data size, then the peak RSS of each size over the first's."""
+    print("\n| data | wall | HTTP requests | samples | client CPU / request | peak RSS | cache on disk | warm rerun |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        warm = f"{r['warm_wall_s']:.1f} s" if "warm_wall_s" in r else "–"
+        print(f"| ×{r['repeat']} | {r['wall_s']:.1f} s | {r['http_requests']:,} | {r['samples']:,} | "
+              f"{r['cpu_ms_per_request']:.3f} ms | {r['peak_rss_mb']:.0f} MB | {r['cache_mb']:.0f} MB | {warm} |")
+    for r in rows[1:]:
+        print(f"peak RSS ×{r['repeat']} / ×{rows[0]['repeat']}: {r['peak_rss_mb']:.0f} MB / "
+              f"{rows[0]['peak_rss_mb']:.0f} MB = {r['peak_rss_mb'] / rows[0]['peak_rss_mb']:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", default="1", help="data sizes: comma-separated K of dataset.repeat=K (default 1)")
@@ -185,22 +218,7 @@ def main() -> None:
                 r["warm_http_requests"] = http_requests(work / f"warm_{k}")
                 print(f"warm ×{k}: {json.dumps(w)}", flush=True)
             if i == 0 and args.kill:
-                kcache = work / f"kill_cache_{k}"
-                start = judge_stats(url)["requests"]
-                half = start + n_req // 2
-                first = timed(run_cmd(url, kcache, work / f"killed_{k}", args, k), work / f"killed_{k}.log",
-                              kill_when=lambda half=half: judge_stats(url)["requests"] >= half)
-                answered = judge_stats(url)["requests"] - start
-                mid = judge_stats(url)["requests"]
-                timed(run_cmd(url, kcache, work / f"resumed_{k}", args, k), work / f"resumed_{k}.log")
-                rerun = judge_stats(url)["requests"] - mid
-                same = (work / f"resumed_{k}" / "run_file.json").read_bytes() == (out / "run_file.json").read_bytes()
-                r.update(kill_answered_before=answered, kill_rerun_requests=rerun,
-                         kill_resent=answered + rerun - n_req, kill_run_file_identical=same,
-                         kill_killed=first["killed"])
-                print(f"kill -9 ×{k}: answered before the kill {answered}, rerun {rerun}, re-sent "
-                      f"{answered + rerun - n_req} (concurrency {args.concurrency}); run file byte-identical: {same}",
-                      flush=True)
+                r.update(kill_and_resume(url, args, k, work, out, n_req))
             rows.append(r)
             if not args.cache:
                 shutil.rmtree(cache, ignore_errors=True)
@@ -212,15 +230,7 @@ def main() -> None:
         judge.stdin.close()
         judge.terminate()
         _, _, jru = os.wait4(judge.pid, 0)
-    print("\n| data | wall | HTTP requests | samples | client CPU / request | peak RSS | cache on disk | warm rerun |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        warm = f"{r['warm_wall_s']:.1f} s" if "warm_wall_s" in r else "–"
-        print(f"| ×{r['repeat']} | {r['wall_s']:.1f} s | {r['http_requests']:,} | {r['samples']:,} | "
-              f"{r['cpu_ms_per_request']:.3f} ms | {r['peak_rss_mb']:.0f} MB | {r['cache_mb']:.0f} MB | {warm} |")
-    for r in rows[1:]:
-        print(f"peak RSS ×{r['repeat']} / ×{rows[0]['repeat']}: {r['peak_rss_mb']:.0f} MB / "
-              f"{rows[0]['peak_rss_mb']:.0f} MB = {r['peak_rss_mb'] / rows[0]['peak_rss_mb']:.3f}")
+    print_rows(rows)
     if bare:
         ratio = rows[0]["cpu_ms_per_request"] / bare["cpu_ms_per_request"]
         print(f"\nbare AsyncOpenAI loop, {bare['requests']:,} of the run's scoring requests (n = 5) at concurrency "

@@ -35,6 +35,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,7 +100,7 @@ def _in_targets(tree: ast.Module, names: tuple[str, ...] | None) -> set[int]:
     return keep - docstrings
 
 
-def _changes(node: ast.AST) -> list[tuple[str, callable]]:
+def _changes(node: ast.AST) -> list[tuple[str, Any]]:
     """(description, apply) for every mutation of this one node; apply edits a copy of the node in place."""
     out = []
     if isinstance(node, ast.Compare):
@@ -119,13 +120,20 @@ def _changes(node: ast.AST) -> list[tuple[str, callable]]:
     elif isinstance(node, ast.Constant) and type(node.value) in (int, float) and not isinstance(node.value, bool):
         out.append((f"{node.value!r} -> {node.value + 1!r}", lambda n: setattr(n, "value", n.value + 1)))
     elif isinstance(node, ast.Call):
-        f = node.func
-        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-        if name == "round":
-            out.append(("rounding dropped", "unround"))
-        if len(node.args) >= 2 and not any(isinstance(a, ast.Starred) for a in node.args[:2]):
-            out.append((f"{name or 'call'}: first two arguments swapped",
-                        lambda n: n.args.__setitem__(slice(0, 2), [n.args[1], n.args[0]])))
+        out.extend(_call_changes(node))
+    return out
+
+
+def _call_changes(node: ast.Call) -> list[tuple[str, Any]]:
+    """A rounding dropped; the first two arguments of a call swapped."""
+    out: list[tuple[str, Any]] = []
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    if name == "round":
+        out.append(("rounding dropped", "unround"))
+    if len(node.args) >= 2 and not any(isinstance(a, ast.Starred) for a in node.args[:2]):
+        out.append((f"{name or 'call'}: first two arguments swapped",
+                    lambda n: n.args.__setitem__(slice(0, 2), [n.args[1], n.args[0]])))
     return out
 
 
@@ -203,6 +211,55 @@ def run_one(scratch: Path, mutant: Mutant, text: str, tests: tuple[str, ...], ti
     return res.returncode != 0
 
 
+def _equivalent() -> dict[str, str]:
+    """scripts/mutation_equivalent.txt: mutant key -> the reason it is judged equivalent."""
+    equivalent = {}
+    eq_file = ROOT / "scripts" / "mutation_equivalent.txt"
+    if eq_file.exists():
+        for line in eq_file.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                key, _, why = line.partition(" | ")
+                equivalent[key.strip()] = why.strip()
+    return equivalent
+
+
+def _scratches(jobs: int) -> list[Path]:
+    """One scratch copy of the package per job."""
+    dirs = []
+    for _ in range(max(1, jobs)):
+        d = Path(tempfile.mkdtemp(prefix="mutation_"))
+        shutil.copytree(ROOT / "face", d / "face", ignore=shutil.ignore_patterns("__pycache__"))
+        dirs.append(d)
+    return dirs
+
+
+def run_module(todo: list[tuple[Mutant, str]], tests: tuple[str, ...], args: argparse.Namespace) -> list[Mutant]:
+    """Run the module's tests against each mutant, ``args.jobs`` at a time; the survivors."""
+    dirs = _scratches(args.jobs)
+    scratches: queue.Queue = queue.Queue()
+    for d in dirs:
+        scratches.put(d)
+
+    def run(item: tuple[Mutant, str]) -> tuple[Mutant, bool]:
+        d = scratches.get()
+        try:
+            return item[0], run_one(d, item[0], item[1], tests, args.timeout)
+        finally:
+            scratches.put(d)
+
+    survivors = []
+    try:
+        with cf.ThreadPoolExecutor(len(dirs)) as pool:
+            for m, dead in pool.map(run, todo):
+                if not dead:
+                    survivors.append(m)
+                    print("  survived " + m.key, flush=True)
+    finally:
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+    return survivors
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", help="comma-separated modules (default: all of " + ", ".join(TARGETS) + ")")
@@ -213,65 +270,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=int, default=300)
     args = ap.parse_args(argv)
     modules = args.only.split(",") if args.only else list(TARGETS)
-    equivalent = {}
-    eq_file = ROOT / "scripts" / "mutation_equivalent.txt"
-    if eq_file.exists():
-        for line in eq_file.read_text().splitlines():
-            if line.strip() and not line.startswith("#"):
-                key, _, why = line.partition(" | ")
-                equivalent[key.strip()] = why.strip()
-    total = killed = skipped = 0
-    survivors = []
+    equivalent = _equivalent()
+    total = skipped = 0
+    survivors: list[Mutant] = []
     all_keys = {m.key for module in modules for m, _ in mutants_of(module)[1]}
     stale = [k for k in equivalent if k.split(":")[0] in modules and k not in all_keys]
     for k in stale:  # the module changed since the entry was written: its line moved, or the mutant is gone
         print(f"stale entry in scripts/mutation_equivalent.txt (no such mutant now): {k}", flush=True)
     for module in modules:
         _, tests = TARGETS[module]
-        source, mutants = mutants_of(module)
+        _, mutants = mutants_of(module)
         print(f"{module}: {len(mutants)} mutants, tests {', '.join(tests)}", flush=True)
         if args.list:
             for m, _ in mutants:
                 print("  " + m.key + (" (equivalent)" if m.key in equivalent else ""))
             continue
-        scratches: queue.Queue = queue.Queue()
-        dirs = []
-        for _ in range(max(1, args.jobs)):
-            d = Path(tempfile.mkdtemp(prefix="mutation_"))
-            shutil.copytree(ROOT / "face", d / "face", ignore=shutil.ignore_patterns("__pycache__"))
-            scratches.put(d)
-            dirs.append(d)
-
-        def run(item: tuple[Mutant, str], scratches=scratches, tests=tests) -> tuple[Mutant, bool]:
-            d = scratches.get()
-            try:
-                return item[0], run_one(d, item[0], item[1], tests, args.timeout)
-            finally:
-                scratches.put(d)
-
-        try:
-            todo = [(m, t) for m, t in mutants if m.key not in equivalent
-                    and (not args.match or any(x in m.key for x in args.match))]
-            skipped += sum(m.key in equivalent for m, _ in mutants)
-            with cf.ThreadPoolExecutor(len(dirs)) as pool:
-                for m, dead in pool.map(run, todo):
-                    killed += dead
-                    if not dead:
-                        survivors.append(m)
-                        print("  survived " + m.key, flush=True)
-            total += len(todo)
-        finally:
-            for d in dirs:
-                shutil.rmtree(d, ignore_errors=True)
+        todo = [(m, t) for m, t in mutants if m.key not in equivalent
+                and (not args.match or any(x in m.key for x in args.match))]
+        skipped += sum(m.key in equivalent for m, _ in mutants)
+        survivors += run_module(todo, tests, args)
+        total += len(todo)
     if args.list:
         return 0
     for s in sorted(survivors, key=lambda m: (m.module, m.line)):
         print("SURVIVED " + s.key)
+    killed = total - len(survivors)
     score = killed / total if total else 1.0
     print(f"mutation score: {killed} killed of {total} non-equivalent mutants = {100 * score:.1f} % "
           f"({skipped} judged equivalent, scripts/mutation_equivalent.txt)")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

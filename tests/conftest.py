@@ -19,6 +19,12 @@ def _mirror() -> Path:
     return Path(env).resolve() if env else ROOT.parent / "shared" / "data"
 
 
+def shared_dir(tmp_path_factory) -> Path:
+    """A directory every xdist worker of this pytest session sees (the session's own without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def mirror() -> Path:
     m = _mirror()
@@ -68,10 +74,18 @@ def mlflow_store(tmp_path_factory) -> Path:
     """An empty MLflow SQLite store, made once per session: creating one runs MLflow's ~50 schema migrations
     (1-4 s); a copy of this one is the same empty store in a few milliseconds. Tests that do not request it (the
     CLI, sweeps, the reliability suite, every check that a refused run creates no store) still start without one."""
+    import fcntl
+
     from mlflow.tracking import MlflowClient
 
-    db = tmp_path_factory.mktemp("mlflow_store") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    shared = shared_dir(tmp_path_factory)  # one for every xdist worker: the first makes it, the other waits
+    db = shared / "mlflow_store" / "mlflow.db"
+    with open(shared / "mlflow_store.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (db.parent / "finished").exists():
+            db.parent.mkdir(exist_ok=True)
+            MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+            (db.parent / "finished").touch()
     return db
 
 
@@ -118,11 +132,21 @@ def forget_probes():
 @pytest.fixture(scope="session")
 def evaluated_chat_logs(tmp_path_factory) -> Path:
     """The output directory of `face evaluate` on test_cli's two chat logs (scripted LLM, tiny run size), run once
-    per session for the tests that only read what it wrote (a test that changes a file works on a copy)."""
+    per session -- by the first xdist worker that asks, the other waits on a lock and reads the same directory --
+    for the tests that only read what it wrote (a test that changes a file works on a copy)."""
+    import fcntl
+
     from test_cli import CHAT, _evaluate, _jsonl
 
-    tmp = tmp_path_factory.mktemp("chat_logs")
-    assert _evaluate(tmp, _jsonl(tmp, CHAT)) == 0
+    shared = shared_dir(tmp_path_factory)
+    tmp = shared / "chat_logs"
+    with open(shared / "chat_logs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (tmp / "finished").exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            assert _evaluate(tmp, _jsonl(tmp, CHAT)) == 0
+            (tmp / "finished").touch()
     return tmp / "out"
 
 

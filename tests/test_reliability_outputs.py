@@ -385,3 +385,23 @@ def test_a_scoring_stream_stopped_half_way_leaves_the_previous_complete_file(tmp
     lines = path.read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["conv_id"] == "c1"
     assert [p.name for p in tmp_path.iterdir()] == ["particle_scores.jsonl"]
+
+
+def test_a_process_is_alive_until_it_exits_and_a_zombie_or_a_reused_pid_counts_as_gone():
+    import subprocess
+    import time
+
+    from face.files import process_alive, process_start
+
+    me = os.getpid()
+    assert process_alive(me) and process_alive(me, process_start(me))
+    assert not process_alive(me, "0")  # a start time that is not this process's: the pid was reused
+    child = subprocess.Popen(["sleep", "30"])
+    assert process_alive(child.pid)
+    child.kill()
+    deadline = time.monotonic() + 5
+    while process_alive(child.pid) and time.monotonic() < deadline:  # killed, not yet reaped: a zombie
+        time.sleep(0.01)
+    assert not process_alive(child.pid)
+    child.wait()  # reaped: no such process
+    assert not process_alive(child.pid)

@@ -100,8 +100,8 @@ def predictions(units: Sequence[Unit], values: Sequence[float | None]) -> Predic
 class BaselineDraws:
     """How many draws a baseline's request may spend on its valid answers (face.llm.Draws)."""
 
-    rounds: int = Field(4, ge=1)  # round 1 draws n, each later one the answers still missing
-    max_extra: int | None = Field(None, ge=0)  # cap on the draws beyond the n (None: the rounds alone)
+    rounds: int = Field(default=4, ge=1)  # round 1 draws n, each later one the answers still missing
+    max_extra: int | None = Field(default=None, ge=0)  # cap on the draws beyond the n (None: the rounds alone)
 
     @property
     def policy(self) -> Draws:
@@ -146,7 +146,7 @@ class _LLMBaseline:
             inputs.tracker.register_instructions(a.name, [Instruction(f"{self.name}-template", text)], self.name)
 
     def estimate(self, reqs: Sequence, inputs: Inputs) -> pd.DataFrame:
-        pricing = Pricing.of(inputs.llm)
+        pricing = Pricing.of(inputs.needs_llm(f"method={self.name}"))
         size = sum((planned_request(r.messages, r.n, pricing.n_per_request, self.output_tokens) for r in reqs), Size())
         return pd.DataFrame([{"stage": f"score:{self.name}", "units": len(reqs), "requests": size.requests,
                               "samples": size.samples, "http_requests": size.http_requests,
@@ -166,10 +166,10 @@ class _LLMBaseline:
         return out
 
     def predict(self, inputs: Inputs) -> MethodOutput:
-        lcfg = inputs.llm
+        lcfg = inputs.needs_llm(f"method={self.name}")
         native = lcfg.supports_json_schema
         units = units_of(inputs.aspects, inputs.convs)
-        job = LLMJob(lcfg, inputs.run_dir, self.describe(inputs.llm), name=self.name)
+        job = LLMJob(lcfg, inputs.run_dir, self.describe(lcfg), name=self.name)
         self.register(inputs)
         run_dir = inputs.run_dir
         if job.dry_run:  # G-Eval's steps are not drawn: its requests are estimated without them

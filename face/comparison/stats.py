@@ -37,7 +37,7 @@ def one_thread() -> contextlib.AbstractContextManager:
     """BLAS on one thread while the bootstrap runs: its products are thin (B × C by C × K, C ≈ 50) and threads only
     contend: 12 600 × 26 by 26 × 7 took 27 ms on two busy cores with OpenBLAS's 2 threads, 1.4 ms on one."""
     try:
-        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+        from threadpoolctl import threadpool_limits
     except ImportError:  # not installed: BLAS as configured
         return contextlib.nullcontext()
     return threadpool_limits(1, user_api="blas")

@@ -38,13 +38,17 @@ class Dataset:
     aspects: Mapping[str, Aspect] = {}
     aliases: Mapping[str, str] = {}  # legacy aspect names -> canonical
     default_aspects: tuple[str, ...] = ()  # empty: all aspects
-    released_artifacts: bool = False  # the FACE authors released particles, instructions and scores for it
     # one evaluated response per item, items grouped by dialogue context (USR): no dialogue level, and the bootstrap
     # resamples contexts
     response_level: bool = False
     # wording of the prompts that mention the domain
     assistant: str = "dialogue assistant"  # "a <assistant>" in the decomposition prompt
     judged: str = "dialogue systems"  # "an expert judge of <judged>" in the scoring prompts
+
+    @property
+    def released_artifacts(self) -> bool:
+        """The FACE authors released particles, instructions and scores for it."""
+        return False
 
     def __init__(self, name: str, limit: int | None = None, systems: list[str] | None = None,
                  splits: list[str] | None = None, download: bool = True, instructions: str = "initial"):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
@@ -44,7 +45,7 @@ NOT_RECOMPUTED = {
 def _method_cfgs(cfg: DictConfig) -> dict[str, DictConfig]:
     out = {}
     for name, node in (cfg.get("baselines") or {}).items():
-        out[name] = OmegaConf.merge(node, {"name": name})
+        out[name] = cast(DictConfig, OmegaConf.merge(node, {"name": name}))
     out[cfg.method.name] = cfg.method
     return out
 

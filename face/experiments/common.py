@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
@@ -39,6 +39,9 @@ from face.methods.job import ESTIMATE_CONSOLE, collect_estimates
 from face.runfile import write_run_file
 from face.tracking import Tracker, check_tracking_store
 
+if TYPE_CHECKING:
+    from face.datasets import Dataset
+
 log = logging.getLogger(__name__)
 
 
@@ -46,7 +49,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Context:
     cfg: DictConfig
-    dataset: object  # face.datasets.Dataset
+    dataset: Dataset
     methods: dict[str, Method]  # name -> method (one, or the variants of a variants experiment)
     convs: list[Conversation]
     aspects: list[Aspect]

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -45,7 +45,7 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
             default = default_with([f"experiment={cfg.task_name}", *(f"{g}={v}" for g, v in swaps.items())])
         except Exception:  # a config name that is not a file of its group: compare key by key
             swaps = {}
-    mine = flatten(OmegaConf.to_container(cfg, resolve=False))
+    mine = flatten(cast(dict, OmegaConf.to_container(cfg, resolve=False)))
     base = flatten(default)
     out = dict(swaps)
     for k in sorted(set(mine) - set(base)):
@@ -72,7 +72,8 @@ def _default_config(overrides: list[str]) -> dict:
     from hydra.core.global_hydra import GlobalHydra
 
     hydra = GlobalHydra.instance()
-    if hydra.is_initialized():  # inside scripts/run.py's Hydra app, or the runner's session: its search path
+    # inside scripts/run.py's Hydra app, or the runner's session: its search path
+    if hydra.is_initialized() and hydra.hydra is not None:
         dirs = [s.path for s in hydra.hydra.config_loader.get_sources() if s.scheme() == "file"]
     else:
         dirs = [str(Path(__file__).resolve().parents[2] / "conf")]
@@ -133,7 +134,7 @@ def run_owner(cfg: DictConfig) -> dict[str, str]:
     (``dataset.path``, by its bytes: the same file moved elsewhere is the same input)."""
     from face.tracking import flatten
 
-    flat = flatten(OmegaConf.to_container(cfg, resolve=False))
+    flat = flatten(cast(dict, OmegaConf.to_container(cfg, resolve=False)))
     settings = {k: v for k, v in flat.items()
                 if not k.startswith(_NOT_SETTINGS) and k not in ("dataset.path", "llm.dry_run")}
     path = OmegaConf.select(cfg, "dataset.path", default=None, throw_on_missing=False)

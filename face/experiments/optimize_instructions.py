@@ -13,7 +13,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -46,7 +46,7 @@ def optimizer_config(cfg: DictConfig) -> OptimizerConfig:
     if "optimizer" not in cfg:
         raise ConfigError("no optimizer config: add `- /optimizer: paper` to the experiment's defaults")
     try:
-        return OptimizerConfig.from_dict(OmegaConf.to_container(cfg.optimizer, resolve=True))
+        return OptimizerConfig.from_dict(cast(dict, OmegaConf.to_container(cfg.optimizer, resolve=True)))
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from None
 

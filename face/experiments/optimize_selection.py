@@ -133,14 +133,14 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
         return bandit.top(b), int(bandit.t)
 
     for rep in range(repeats):
-        rng = np.random.default_rng([seed, rep])
+        rng = np.random.default_rng([*seed, rep])
         chosen = random_choice(n, b, rng)
         rows.append({"policy": "random", "budget": 0, "ucb_c": np.nan, "repeat": rep, "set": chosen, "pulls": 0})
         for budget in budgets:
             for c in cs:
-                chosen, t = policy_run("ucb", budget, c, np.random.default_rng([seed, rep, budget, int(c * 1000)]))
+                chosen, t = policy_run("ucb", budget, c, np.random.default_rng([*seed, rep, budget, int(c * 1000)]))
                 rows.append({"policy": "ucb", "budget": budget, "ucb_c": c, "repeat": rep, "set": chosen, "pulls": t})
-            chosen, t = policy_run("uniform", budget, 0.0, np.random.default_rng([seed, rep, budget, 7]))
+            chosen, t = policy_run("uniform", budget, 0.0, np.random.default_rng([*seed, rep, budget, 7]))
             rows.append({"policy": "uniform", "budget": budget, "ucb_c": np.nan, "repeat": rep, "set": chosen,
                          "pulls": t})
     for r in rows:

@@ -7,6 +7,8 @@ The response cache makes shared work free: n = 20 reuses the samples of n = 5 an
 
 from __future__ import annotations
 
+from typing import cast
+
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,8 +23,8 @@ USAGE_KEYS = ("llm_requests", "llm_samples", "llm_http_requests", "llm_cache_hit
 
 def variant_cfg(cfg: DictConfig, overrides) -> DictConfig:
     """``cfg.method`` with a variant's overrides merged in."""
-    return OmegaConf.merge(OmegaConf.to_container(cfg.method, resolve=True),
-                           OmegaConf.to_container(overrides, resolve=True))
+    return cast(DictConfig, OmegaConf.merge(OmegaConf.to_container(cfg.method, resolve=True),
+                                            OmegaConf.to_container(overrides, resolve=True)))
 
 
 def parts(cfg: DictConfig) -> Parts:

@@ -136,7 +136,8 @@ class FaceSessionScorer(FaceScorer):
     def is_session_level_scorer(self) -> bool:
         return True
 
-    def __call__(self, *, session: list[Trace]) -> Feedback:
+    # mlflow passes a scorer only the parameters it names (inspect.signature): narrower than Scorer's on purpose
+    def __call__(self, *, session: list[Trace]) -> Feedback:  # type: ignore[override]
         result, conv_id, _ = self.engine().result(session)
         return _feedback(self.name, result, self.aspect, conv_id, None, "the conversation")
 
@@ -144,7 +145,7 @@ class FaceSessionScorer(FaceScorer):
 class FaceTurnScorer(FaceScorer):
     """A turn-level FACE aspect: one Feedback per trace (an assistant turn, scored in its session's context)."""
 
-    def __call__(self, *, trace: Trace) -> Feedback:
+    def __call__(self, *, trace: Trace) -> Feedback:  # type: ignore[override]  # (the same: by name)
         result, conv_id, turn_of = self.engine().result(session_traces(trace))
         turn = turn_of.get(trace.info.trace_id)
         if turn is None:

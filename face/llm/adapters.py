@@ -159,9 +159,11 @@ def _score_adapter(values: tuple[int, ...]) -> JsonAdapter:
     model = create_model(
         "ScoreAnswer",
         __config__=ConfigDict(extra="ignore"),
+        # pydantic's stubs type __validators__ as plain callables and fields as static types: a model built at run
+        # time (a Literal of this scale's values, pydantic's decorated validators) is what create_model is for
         __validators__={"_value": field_validator("score", mode="before")(_score_value),
-                        "_bare": model_validator(mode="before")(_bare_score)},
-        score=(Literal[values], ...),  # type: ignore[valid-type]
+                        "_bare": model_validator(mode="before")(_bare_score)},  # type: ignore[dict-item]
+        score=(Literal[values], ...),  # type: ignore[arg-type]
     )
     schema = {"type": "object", "properties": {"score": {"type": "integer", "enum": list(values)}},
               "required": ["score"], "additionalProperties": False}

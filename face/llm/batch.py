@@ -126,7 +126,7 @@ def line_result(req: ChatRequest, line: dict, batch_id: str) -> ChatResult:
     resp = line.get("response") or {}
     status = resp.get("status_code")
     body = resp.get("body")
-    if not answered(line):
+    if not answered(line) or not isinstance(body, dict):  # (answered: the body is a dict)
         why = line.get("error") or (body.get("error", body) if isinstance(body, dict) else body)
         raise LLMCallError(f"batch {batch_id}: line {line.get('custom_id', '?')[:16]}... failed "
                            f"(status {status}): {str(why)[:300]}")

@@ -75,7 +75,7 @@ class BudgetLM:
         pieces = [replace(req, n=len(r), first_sample=r[0]) for r in runs(req.indices, self.cfg.n_per_request)]
         parts = await asyncio.gather(*(self._send(p) for p in pieces), return_exceptions=True)
         raise_first([p for p in parts if isinstance(p, BaseException)])
-        return merge(req, parts, {})
+        return merge(req, [p for p in parts if isinstance(p, ChatResult)], {})
 
     async def _send(self, req: ChatRequest) -> ChatResult:
         p = request_params(self.cfg, req)

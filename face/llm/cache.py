@@ -135,11 +135,11 @@ class CachingLM:
                 continue
             if len(memo) > 10_000:
                 memo.clear()
-            payloads = [(memo.get(p) or memo.setdefault(p, json.loads(p))) if isinstance(p, str) else p
-                        for p in payloads]
+            decoded: list[dict] = [(memo.get(p) or memo.setdefault(p, json.loads(p))) if isinstance(p, str) else p
+                                   for p in payloads if p is not None]  # (none is None here)
             samples = [validate(Completion(p["text"], p["finish_reason"], _lp_from_json(p.get("logprobs")),
                                            cached=True, sample_index=i, error=p.get("invalid")), req.adapter)
-                       for i, p in zip(req.indices, payloads)]
+                       for i, p in zip(req.indices, decoded)]
             out.append(ChatResult(request=req, samples=samples, cached_samples=req.n))
         return out
 
@@ -165,6 +165,7 @@ class CachingLM:
         subs = [req if r == list(req.indices) else replace(req, n=len(r), first_sample=r[0])
                 for r in runs(mine, self.cfg.n_per_request)]
         jobs = [self._fetch(s, keys) for s in subs] + ([self.store.wait(theirs)] if theirs else [])
+        done: list[Any]  # the sub-requests' results, then the wait's (found, free) when another process sends
         if len(jobs) == 1:  # the common case: no task per sub-request
             done = [await jobs[0]]
         else:

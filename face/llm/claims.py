@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from face.files import process_alive
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS claims (
     key TEXT PRIMARY KEY,
@@ -61,17 +63,7 @@ def alive(pid: int, host: str, beat: float, now: float) -> bool:
         return False
     if host != socket.gethostname():
         return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed child not yet reaped by its parent is gone too (a zombie: state Z)
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    return process_alive(pid)
 
 
 def _chunks(keys: list[str]) -> Iterable[list[str]]:

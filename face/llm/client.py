@@ -38,7 +38,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from face.console import Progress as Reporter
 from face.errors import import_class
@@ -52,6 +52,9 @@ from .stream import drive
 from .transport import OpenAITransport
 from .usage import Usage
 from .validating import ValidatingLM
+
+if TYPE_CHECKING:
+    from .batch import BatchTransport
 
 T = TypeVar("T")
 
@@ -74,43 +77,46 @@ class LLMClient:
         self.server: Server | None = None
         self.base_url: str | None = None
         self.model: str = cfg.model
-        self.transport: OpenAITransport | None = None
+        self.transport: OpenAITransport | BatchTransport | None = None
         self.budget: BudgetLM | None = None
         self.cache: CachingLM | None = None
         self._lm: AccountingLM | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # private loop of run_batch
 
     # ---- lifecycle ----------------------------------------------------
-    def start(self) -> LLMClient:
+    def start(self) -> Self:
         if self._lm is not None:
             return self
         cfg = self.cfg
-        self.base_url, self.model = cfg.base_url, cfg.model
+        self.model = cfg.model
+        urls = cfg.base_urls
         if cfg.server is not None:
             server = build(cfg.server)
             server.start()
             self.server = server
-            self.base_url, self.model = server.base_url, server.model
-        urls = cfg.base_urls if cfg.server is None else [self.base_url] if self.base_url else []
+            self.model = server.model
+            urls = [server.base_url] if server.base_url else []
         if not urls:
             raise ValueError(f"llm.base_url is required when no llm.server is configured (backend {cfg.backend!r})")
         self.base_url = urls[0]
         cfg = self.cfg = self._know_endpoint(cfg)  # the endpoint probed first: every layer is built knowing it
-        cached = bool(cfg.cache and cfg.cache_dir)
+        cache_dir = cfg.cache_dir if cfg.cache else None
+        transport: OpenAITransport | BatchTransport
         if cfg.batch:
             from .batch import BatchTransport
 
             # a batch line's custom_id is the cache key of its first sample
-            key_for = functools.partial(request_key, cfg, self.model) if cached else None
-            self.transport = BatchTransport(cfg, urls[0], self.model, Path(cfg.cache_dir) / "batches", key_for)
+            key_for = functools.partial(request_key, cfg, self.model) if cache_dir else None
+            transport = BatchTransport(cfg, urls[0], self.model, Path(str(cfg.cache_dir)) / "batches", key_for)
         else:
-            self.transport = OpenAITransport(cfg, urls, self.model, self._wire())
+            transport = OpenAITransport(cfg, urls, self.model, self._wire())
+        self.transport = transport
         # a batch takes every piece at once: the concurrency cap is for HTTP requests, not batch lines
-        self.budget = BudgetLM(self.transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
+        self.budget = BudgetLM(transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
                                if cfg.batch else cfg, self.usage)
         inner: Any = self.budget
-        if cached:
-            inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
+        if cache_dir:
+            inner = self.cache = CachingLM(self.budget, SampleCache(cache_dir), cfg, self.model)
             self.usage.concurrency = functools.partial(_with_claims, self.usage.concurrency, self.cache.store.claims)
         self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
         return self
@@ -166,6 +172,7 @@ class LLMClient:
         """All n samples of one request: cached ones from the cache, the rest over HTTP."""
         if self._lm is None:
             self.start()
+        assert self._lm is not None  # start() built it
         return await self._lm.chat(req)
 
     def cached_stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], chunk: int = 256

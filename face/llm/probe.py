@@ -51,7 +51,8 @@ class Capabilities:
 
     @classmethod
     def from_dict(cls, d: dict) -> Capabilities:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        kwargs: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
+        return cls(**kwargs)
 
 
 def endpoint_key(base_url: str, model: str) -> str:
@@ -78,12 +79,14 @@ async def probe(send: Any, base_url: str, model: str) -> Capabilities:
     base = {"model": model, "messages": msgs, "max_tokens": 1, "temperature": 1.0, "seed": 0}
     schema = {"type": "json_schema", "json_schema": {"name": "probe", "schema": {
         "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}}
-    full, js = await asyncio.gather(_ask(send, {**base, "n": 3, "logprobs": True, "top_logprobs": 1}),
-                                    _ask(send, {**base, "max_tokens": 8, "response_format": schema}),
-                                    return_exceptions=True)
-    for r in (full, js):
-        if isinstance(r, BaseException):
-            raise r
+    replies: tuple[dict | None | BaseException, dict | None | BaseException] = await asyncio.gather(
+        _ask(send, {**base, "n": 3, "logprobs": True, "top_logprobs": 1}),
+        _ask(send, {**base, "max_tokens": 8, "response_format": schema}), return_exceptions=True)
+    full, js = replies
+    if isinstance(full, BaseException):
+        raise full
+    if isinstance(js, BaseException):
+        raise js
     logprobs: bool | None
     if full is None:  # n or logprobs rejected: ask for n alone
         nreply = await _ask(send, {**base, "n": 3})

@@ -329,15 +329,15 @@ class Usage:
     def summary(self) -> dict[str, Any]:
         lat = self.http_latencies
         tags = self.by_tag.values()
-        failed = [r for r in self.records if r.error is not None]
+        errors = [r.error for r in self.records if r.error is not None]
         return {
             "requests": self.requests,
             "samples": self.samples,
             "http_requests": self.http_requests,
             "cache_hits": self.cache_hits,
             "retries": self.retries,
-            "failures": sum(not r.error.startswith("budget") for r in failed),
-            "budget_stops": sum(r.error.startswith("budget") for r in failed),
+            "failures": sum(not e.startswith("budget") for e in errors),
+            "budget_stops": sum(e.startswith("budget") for e in errors),
             "fallbacks": self.fallbacks,
             "answer_retries": sum(t["answer_retries"] for t in tags),
             "rejected_answers": sum(t["rejected_answers"] for t in tags),

@@ -49,6 +49,12 @@ class Inputs:
     def levels(self) -> dict[str, str]:
         return {a.name: a.level for a in self.aspects}
 
+    def needs_llm(self, who: str) -> LLMConfig:
+        """The LLM settings; a ConfigError naming ``who`` when the configuration has no llm group."""
+        if self.llm is None:
+            raise ConfigError(f"{who} calls an LLM: the configuration needs an llm group")
+        return self.llm
+
 
 class Method(Protocol):
     name: str

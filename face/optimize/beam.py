@@ -103,6 +103,7 @@ class BeamSearch:
 
     # ---- one round --------------------------------------------------------
     def expand(self, state: OptState, r: int, rng: np.random.Generator) -> list[Candidate]:
+        assert self.writer is not None, "a replay run does not expand"
         parents = [state.candidates[c] for c in state.beam]
         jobs = []
         for p in parents:
@@ -121,7 +122,7 @@ class BeamSearch:
                 rw_jobs.append((p, g))
                 rw_meta.append((p, gid))
         texts = {c.text for c in state.candidates.values()}
-        new = []
+        new: list[Candidate] = []
         for (p, gid), outs in zip(rw_meta, self.writer.rewrites(rw_jobs)):
             for text in outs:
                 if text in texts:
@@ -175,7 +176,7 @@ class BeamSearch:
                    "beam": ",".join(state.beam)}
             state.trajectory.append(row)
             state.round = r
-            state.rng = rng.bit_generator.state
+            state.rng = dict(rng.bit_generator.state)
             state.llm_calls += calls
             state.cost_usd += cost
             if self.checkpoint_dir:

@@ -70,7 +70,7 @@ class OptState:
         """Every candidate that was evaluated, best mean reward first (ties: more pulls, then creation order)."""
         order = list(self.candidates)
         pulled = [c for c in order if self.rewards.get(c)]
-        pulled.sort(key=lambda c: (-self.mean_reward(c), -len(self.rewards[c]), order.index(c)))
+        pulled.sort(key=lambda c: (-sum(self.rewards[c]) / len(self.rewards[c]), -len(self.rewards[c]), order.index(c)))
         return [self.candidates[c] for c in pulled]
 
 

@@ -6,6 +6,7 @@ free afterwards (in-process memo and the LLM cache), which the loop exploits hea
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pandas as pd
 
@@ -13,7 +14,7 @@ from face.llm.sizes import planned
 from face.optimize.config import OptimizerConfig
 from face.pipeline.estimate import Pricing
 
-PAPER = dict(alpha=4, beta=4, beam=4, ucb_c=1.0, expand_minibatch=20, pull_minibatch=20)
+PAPER: dict[str, Any] = dict(alpha=4, beta=4, beam=4, ucb_c=1.0, expand_minibatch=20, pull_minibatch=20)
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.Data
     rows = []
 
     def row(stage: str, requests: float, samples_each: int, tin_each: float, tout_each: int) -> None:
-        size = planned(samples_each, pricing.n_per_request, requests * tin_each, tout_each, requests)
+        # expected counts (averages over rounds and pulls): fractional here, rounded once in the table below
+        size = planned(samples_each, pricing.n_per_request, requests * tin_each, tout_each, requests)  # type: ignore[arg-type]
         rows.append({"stage": stage, "requests": size.requests, "samples": size.samples,
                      "http_requests": size.http_requests, "input_tokens": size.input_tokens,
                      "output_tokens": size.output_tokens, "cost_usd": pricing.cost(size.input_tokens,

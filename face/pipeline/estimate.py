@@ -111,9 +111,8 @@ def scale_stage(stage: StageCost, factor: float, rate: float | None = None) -> S
     """A stage with ``factor`` times the units (requests, samples, tokens and cost follow): one unit per turn stood in
     for the particles a decomposition will produce, at ``rate`` particles a turn."""
     size = stage.size.scaled(factor)
-    counts = (getattr(size, k) for k in COUNTS)
-    return StageCost(stage.stage, stage.assistant_turns, round(stage.units * factor), *counts, stage.cost_usd * factor,
-                     rate)
+    return StageCost(stage.stage, stage.assistant_turns, round(stage.units * factor), size.requests, size.samples,
+                     size.http_requests, size.input_tokens, size.output_tokens, stage.cost_usd * factor, rate)
 
 
 def totals(costs: pd.DataFrame, stages: str = "") -> Size:

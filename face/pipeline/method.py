@@ -21,7 +21,6 @@ from pydantic import Field
 
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
-from face.errors import ConfigError
 from face.files import atomic_open
 from face.llm.config import LLMConfig
 from face.methods import Inputs, MethodOutput
@@ -54,7 +53,7 @@ class InstructionsSpec:
     # | mlflow: an optimized set in MLflow | module.Class: a class of your own (face/pipeline/parts.py)
     source: str = "released"
     file: str | None = None  # JSON {aspect: [{instruction_id, text}]} for source=file
-    max: int | None = Field(None, ge=1)  # use the first N (by rank); None = all
+    max: int | None = Field(default=None, ge=1)  # use the first N (by rank); None = all
     ref: str | None = None  # source=mlflow: NAME@VERSION ({aspect} allowed in NAME), prompts:/NAME/V or runs:/RUN_ID
 
     def build(self) -> InstructionSource:
@@ -65,10 +64,11 @@ class InstructionsSpec:
 class CostSpec:
     """Typical answer sizes for the estimate printed before a live run."""
 
-    score_output_tokens: int = Field(8, ge=0)  # {"score": k} alone
-    score_reasoning_tokens: int = Field(300, ge=0)  # assumed length of a reasoned scoring reply (max_tokens bounds it)
-    decompose_output_tokens: int = Field(120, ge=0)  # the JSON list alone
-    decompose_reasoning_tokens: int = Field(600, ge=0)  # assumed length of a reasoned decomposition reply
+    score_output_tokens: int = Field(default=8, ge=0)  # {"score": k} alone
+    # assumed length of a reasoned scoring reply (max_tokens bounds it)
+    score_reasoning_tokens: int = Field(default=300, ge=0)
+    decompose_output_tokens: int = Field(default=120, ge=0)  # the JSON list alone
+    decompose_reasoning_tokens: int = Field(default=600, ge=0)  # assumed length of a reasoned decomposition reply
 
     def score_tokens(self, reasoning: bool) -> int:
         return self.score_reasoning_tokens if reasoning else self.score_output_tokens
@@ -153,8 +153,8 @@ class Face:
                  decomps: dict[tuple[str, int], Decomposition] | None) -> pd.DataFrame:
         """Cost of this run before sending anything. Before the decomposition ``decomps`` is the proxy: the scoring
         stages assume a particle rate and say which (``particles_per_turn``); after it, the actual particles."""
-        llm, convs, ds = inputs.llm, inputs.convs, inputs.dataset
-        pricing = Pricing.of(llm)
+        convs, ds = inputs.convs, inputs.dataset
+        pricing = Pricing.of(inputs.needs_llm("method=face"))
         by_id = {c.conv_id: c for c in convs}
         n_turns = sum(len(c.evaluated_turns()) for c in convs)
         stages = self.units.cost_stages(convs, ds, pricing, self.cost.decompose_tokens(self.particles.reasoning))
@@ -190,10 +190,8 @@ class Face:
     def predict(self, inputs: Inputs) -> MethodOutput:
         run_dir, convs = inputs.run_dir, inputs.convs
         instructions = {a.name: self.instruction_set(inputs.data_dir, a) for a in inputs.aspects}
-        lcfg = inputs.llm
-        if lcfg is None:
-            raise ConfigError("method=face calls an LLM: the configuration needs an llm group")
-        job = LLMJob(lcfg, run_dir, self.describe(inputs.llm, instructions))
+        lcfg = inputs.needs_llm("method=face")
+        job = LLMJob(lcfg, run_dir, self.describe(lcfg, instructions))
         proxy = self.proxy(inputs)
         costs = self.estimate(inputs, instructions, proxy)
         job.gate(costs, self.units.proxy_note(inputs.dataset, proxy))
@@ -210,7 +208,8 @@ class Face:
             decomps = self.units.decompositions(client, convs, ds, proxy, lcfg.supports_json_schema)
             self.restate(job, inputs, instructions, costs, decomps)
             parts, tally = [], ScoreTally()
-            with ScoreSink(run_dir / "particle_scores.jsonl", decomps) as sink:
+            scores_file = run_dir / "particle_scores.jsonl"
+            with ScoreSink(scores_file, decomps) as sink:
                 for a in inputs.aspects:  # aggregated conversation by conversation as the scores arrive
                     units = units_for(a, convs, decomps or {}, self.units.unit, self.unlabelled_turns)
                     n_instr = len(instructions[a.name])
@@ -230,7 +229,7 @@ class Face:
         if decomps is not None and self.empty_turn == "min":
             preds, n_filled = fill_empty(preds, inputs.aspects, convs, self.unlabelled_turns)
             metrics["predictions.empty_filled_with_min"] = n_filled
-        artifacts = [*job.artifacts, sink.path]
+        artifacts = [*job.artifacts, scores_file]
         if decomps is not None:
             artifacts.append(write_particles(decomps, convs, run_dir / "particles.jsonl"))
             metrics["particles.per_turn"] = particles_per_turn(decomps)

@@ -36,8 +36,8 @@ PARTICLE_SOURCES = ("llm", "released")
 class ParticleDraws:
     """How many draws a turn may spend on its k valid decompositions (face.llm.Draws)."""
 
-    rounds: int = Field(100, ge=1)  # rounds of redrawing invalid samples (the authors: 100)
-    max_extra: int | None = Field(None, ge=0)  # cap on extra draws per turn (None: none beyond the rounds)
+    rounds: int = Field(default=100, ge=1)  # rounds of redrawing invalid samples (the authors: 100)
+    max_extra: int | None = Field(default=None, ge=0)  # cap on extra draws per turn (None: none beyond the rounds)
 
     @property
     def policy(self) -> Draws:
@@ -49,11 +49,11 @@ class ParticlesSpec:
     """How particles are obtained: decomposed by the LLM (k samples, plurality vote) or the released ones."""
 
     source: str = "llm"  # llm (our decomposition) | released (the authors' particles, CRSArena only) | module.Class
-    k: int = Field(20, ge=1)  # decomposition samples per turn (plurality vote)
+    k: int = Field(default=20, ge=1)  # decomposition samples per turn (plurality vote)
     reasoning: bool = True  # four reasoning steps before the JSON list (the authors) | JSON only (ours)
     draws: Annotated[ParticleDraws, nested(ParticleDraws)] = Field(default_factory=ParticleDraws)
-    temperature: Number | None = Field(0.6, ge=0, le=2)  # the authors: 0.6
-    max_tokens: int = Field(2048, ge=1)  # the authors: 2048 (reasoning); 400 is plenty without it
+    temperature: Number | None = Field(default=0.6, ge=0, le=2)  # the authors: 0.6
+    max_tokens: int = Field(default=2048, ge=1)  # the authors: 2048 (reasoning); 400 is plenty without it
 
     @field_validator("source")
     @classmethod

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import ClassVar, Sequence, TypeVar
 
 from face.aspects import Aspect
 from face.data import RELEASED_PARTICLES, released_instructions_file
@@ -35,6 +35,8 @@ from face.pipeline.estimate import Pricing, decomposition_cost, particles_per_tu
 from face.pipeline.particles import Decomposition, ParticlesSpec, decompose, from_released, whole_turn
 from face.prompts import generic_instruction, initial_instruction, unit_wording
 
+T = TypeVar("T")
+
 log = logging.getLogger(__name__)
 
 # particles per assistant turn in the authors' released decomposition of CRSArena-Eval (6,274 / 2,235): the
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 RELEASED_PARTICLES_PER_TURN = 6274 / 2235
 
 
-def build(registry: dict[str, type], name: str, setting: str, settings: dict) -> object:
+def build(registry: dict[str, type[T]], name: str, setting: str, settings: dict) -> T:
     """The part ``name`` (a key of ``registry`` or a dotted class path), given the ``settings`` it has fields for."""
     if name not in registry and "." not in name:
         raise ValueError(f"unknown {setting} {name!r}; choose from {tuple(registry)} or give a class as module.Class")

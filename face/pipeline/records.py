@@ -60,9 +60,10 @@ class ScoreSink:
             self._tmp = self._enter(atomic_path(path))
             self._f = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._aspect, self._conv, self._instr = _Codes(), _Codes(), _Codes()
-        self._cols = {"aspect": array("i"), "conv_id": array("i"), "turn_ind": array("i"), "particle_ind": array("i"),
-                      "instruction_id": array("i"), "score": array("d"), "n_valid": array("i"),
-                      "n_retried": array("i"), "n_defaulted": array("i"), "valid_mass": array("d")}
+        self._cols: dict[str, array] = {
+            "aspect": array("i"), "conv_id": array("i"), "turn_ind": array("i"), "particle_ind": array("i"),
+            "instruction_id": array("i"), "score": array("d"), "n_valid": array("i"), "n_retried": array("i"),
+            "n_defaulted": array("i"), "valid_mass": array("d")}
         self._fallbacks: dict[int, str] = {}  # row -> fallback (most rows have none)
         self.rows = 0
 
@@ -173,7 +174,7 @@ class ScoreTally:
     def metrics(self, logprobs: bool) -> dict[str, float]:
         if len(self._masses):
             self.end_aspect()
-        out = {"scores.total": self.total, "scores.without_valid_answer": self.missing,
+        out: dict[str, float] = {"scores.total": self.total, "scores.without_valid_answer": self.missing,
                "scores.fallbacks": self.fallbacks, "scores.retried_draws": self.retried,
                "scores.defaulted_samples": self.defaulted, "scores.dropped_units": self.missing}
         if logprobs:

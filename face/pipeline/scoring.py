@@ -64,8 +64,8 @@ LOGPROBS_MISSING = ("parsed", "redraw", "min")
 class ScoringDraws:
     """How many draws a unit × instruction may spend on its valid answers (face.llm.Draws)."""
 
-    rounds: int = Field(10, ge=1)  # round 1 draws n, each later one the answers still missing (the authors: 10)
-    max_extra: int | None = Field(None, ge=0)  # cap on the draws beyond the n (None: the rounds alone)
+    rounds: int = Field(default=10, ge=1)  # round 1 draws n, each later one the answers still missing (the authors: 10)
+    max_extra: int | None = Field(default=None, ge=0)  # cap on the draws beyond the n (None: the rounds alone)
 
     @property
     def policy(self) -> Draws:
@@ -77,10 +77,10 @@ class ScoringSpec:
     """How a unit is scored under one instruction (``method.scoring``)."""
 
     estimator: str = "sampling"  # sampling (n samples, mean) | logprobs (one call, probability-weighted) | module.Class
-    n: int = Field(5, ge=1)  # samples per unit × instruction (sampling; the authors: 5)
-    temperature: Number | None = Field(0.6, ge=0, le=2)  # the authors: 0.6
-    max_tokens: int | None = Field(None, ge=1)  # None: 768 with reasoning (the authors), 16 without
-    top_logprobs: int = Field(5, ge=0, le=20)
+    n: int = Field(default=5, ge=1)  # samples per unit × instruction (sampling; the authors: 5)
+    temperature: Number | None = Field(default=0.6, ge=0, le=2)  # the authors: 0.6
+    max_tokens: int | None = Field(default=None, ge=1)  # None: 768 with reasoning (the authors), 16 without
+    top_logprobs: int = Field(default=5, ge=0, le=20)
     order: Literal["prefix", "naive"] = "prefix"  # prefix (requests sharing a prompt prefix run together) | naive
     reasoning: bool = True  # think step by step before the JSON answer (the paper) | the answer only
     draws: Annotated[ScoringDraws, nested(ScoringDraws)] = Field(default_factory=ScoringDraws)
@@ -174,8 +174,9 @@ def _prefix_order(units: Sequence[Unit], instructions: Sequence[Instruction]) ->
 def record_from_samples(p: Planned, samples: Sequence[Any], spec: ScoringSpec) -> ScoreRecord:
     """One score from every draw of a unit × instruction, in draw order (the fallback rules applied)."""
     u = p.unit
-    base = dict(aspect=u.aspect.name, conv_id=u.conv_id, turn_ind=u.turn_ind, particle_ind=u.particle_ind,
-                instruction_id=p.instruction.instruction_id, estimator=spec.estimator)
+    base: dict[str, Any] = dict(aspect=u.aspect.name, conv_id=u.conv_id, turn_ind=u.turn_ind,
+                                particle_ind=u.particle_ind, instruction_id=p.instruction.instruction_id,
+                                estimator=spec.estimator)
     if any(getattr(s, "dry_run", False) for s in samples):
         return ScoreRecord(score=math.nan, n_requested=spec.samples, n_valid=0, fallback="dry_run", **base)
     answer = spec.answer(u.aspect.scale)

@@ -12,7 +12,7 @@ import base64
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -41,7 +41,7 @@ class Diagnostics:
                 "by_position": self.by_position, "worst_particles": self.worst, "patterns": self.patterns}
 
 
-def particle_table(scores: pd.DataFrame, particles: dict[tuple[str, int], Sequence[Particle]],
+def particle_table(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[Particle]],
                    convs: Sequence[Conversation]) -> pd.DataFrame:
     """One row per particle × aspect: system, position (1 = the first assistant turn), act, mention, feedback,
     the mean over instructions (the particle's score) and the lowest instruction's score."""
@@ -59,7 +59,7 @@ def particle_table(scores: pd.DataFrame, particles: dict[tuple[str, int], Sequen
     return per.merge(meta_df, on=["conv_id", "turn_ind", "particle_ind"], how="inner")
 
 
-def diagnose(scores: pd.DataFrame, particles: dict[tuple[str, int], Sequence[Particle]],
+def diagnose(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[Particle]],
              convs: Sequence[Conversation], worst_n: int = 5) -> Diagnostics:
     p = particle_table(scores, particles, convs)
     by_act = (p.groupby(["system", "dialogue_act", "aspect"])["score"].agg(mean_score="mean", n="size")
@@ -80,7 +80,7 @@ def diagnose(scores: pd.DataFrame, particles: dict[tuple[str, int], Sequence[Par
                        patterns(particles, convs))
 
 
-def patterns(particles: dict[tuple[str, int], Sequence[Particle]], convs: Sequence[Conversation]) -> pd.DataFrame:
+def patterns(particles: Mapping[tuple[str, int], Sequence[Particle]], convs: Sequence[Conversation]) -> pd.DataFrame:
     """Per system: the share of conversations whose first recommendation comes before any preference
     elicitation (recommending before asking), the share of recommendation particles that repeat an earlier
     recommendation of the same conversation (same mention, case-insensitive), particles per assistant turn."""
@@ -274,7 +274,7 @@ def _tied_low(by_position: pd.DataFrame) -> dict[str, float]:
 
 
 def write_report(html_path: Path, tables_dir: Path | None, name: str, convs: Sequence[Conversation],
-                 scores: pd.DataFrame, particles: dict[tuple[str, int], Sequence[Particle]], preds: Predictions,
+                 scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[Particle]], preds: Predictions,
                  settings: dict, run: str | None = None, aspects: Sequence[Aspect] | None = None) -> Path:
     """A finished run's report (``face report``, ``face evaluate``, ``Result.report``): ``report.html`` and, with
     ``tables_dir``, its tables as CSV. ``scores``: the per-particle × instruction scores (rows without a particle

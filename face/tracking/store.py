@@ -18,6 +18,7 @@ from typing import Iterator
 from omegaconf import DictConfig
 
 from face.errors import require_writable_dir
+from face.files import process_alive, process_start
 
 log = logging.getLogger(__name__)
 
@@ -98,30 +99,10 @@ def use_experiment(t: DictConfig) -> str:
 
 
 # ---------------------------------------------------------------- runs whose process is gone
-def proc_start(pid: int) -> str | None:
-    """The start time of a process (Linux /proc), to tell a live process from a reused pid."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def alive(pid: int, start: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    now = proc_start(pid)
-    return start is None or now is None or now == start
-
-
 def process_tags() -> dict[str, str]:
     """Who runs this MLflow run: host, pid and the process's start time (for the stale-run check)."""
     pid = os.getpid()
-    return {"face.host": socket.gethostname(), "face.pid": str(pid), "face.pid_start": proc_start(pid) or ""}
+    return {"face.host": socket.gethostname(), "face.pid": str(pid), "face.pid_start": process_start(pid) or ""}
 
 
 def run_is_gone(tags: dict[str, str]) -> bool:
@@ -129,7 +110,7 @@ def run_is_gone(tags: dict[str, str]) -> bool:
     pid = tags.get("face.pid")
     if not pid or not pid.isdigit() or tags.get("face.host") != socket.gethostname():
         return False
-    return not alive(int(pid), tags.get("face.pid_start") or None)
+    return not process_alive(int(pid), tags.get("face.pid_start") or None)
 
 
 def mark_stale_runs() -> list[str]:
