@@ -1,16 +1,21 @@
-"""Mutation testing of the modules whose numbers reach the published tables: does each module's own test suite
-notice when its code is subtly wrong?
+"""Mutation testing of the modules whose numbers reach the published tables, and of those that guard money and
+bookkeeping (the request arithmetic, the cost estimate, the budget and usage, the cache, the draw-until-valid loop,
+the score records): does each module's own test suite notice when its code is subtly wrong?
 
-Every mutant is one small change to one line -- a comparison flipped (< to <=, == to !=), an arithmetic operator
-swapped (+ to -, * to /), a number off by one, `and` to `or`, a `not` dropped, a rounding dropped, the first two
-arguments of a call swapped -- made with Python's own `ast` module in a scratch copy of the package. The module's
-test files then run (`pytest -x`); the mutant is killed when they fail. A survivor is either a missing test or an
+Two kinds of mutant, each made in a scratch copy of the package. *Operator* mutants are one small change to one
+line -- a comparison flipped (< to <=, == to !=), an arithmetic operator swapped (+ to -, * to /), a number off by
+one, `and` to `or`, a `not` dropped, a rounding dropped, the first two arguments of a call swapped -- made with
+Python's own `ast` module. *Semantic* mutants are hand-written changes of meaning (scripts/mutants_semantic.py: a
+wrong multiplier, a wrong unit, the last value for the largest, a boundary of a redraw rule, the resampling unit);
+one whose source text no longer occurs is reported as STALE, never skipped in silence. The module's test files then
+run (`pytest -x`); the mutant is killed when they fail. A survivor is either a missing test or an
 equivalent mutant (the same behaviour written differently); `scripts/mutation_equivalent.txt` lists the ones
 judged equivalent, each with its reason, and they are left out of the score. Its entries name module lines: after
 an edit of a module the script reports entries that no longer match a mutant (rerun `--list` to place them).
 
-    .venv/bin/python scripts/mutation.py                     # every target (≈ 15 min on 2 cores)
+    .venv/bin/python scripts/mutation.py                     # every target (see docs/testing.md for the time)
     .venv/bin/python scripts/mutation.py --only metaeval     # one target
+    .venv/bin/python scripts/mutation.py --only llm/usage --jobs 1   # one at a time (a shared machine)
     .venv/bin/python scripts/mutation.py --list              # the mutants, without running anything
 
 Prints one line per survivor (module:line, the change) and the score: killed / (mutants − equivalent).
@@ -41,8 +46,24 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "significance": (None, ("tests/test_significance.py",)),
     "runfile": (None, ("tests/test_runfile.py",)),
     "pipeline/estimators": (("score_value", "reasoned_value", "reasoned_expectation", "_mean", "SamplingEstimator",
-                             "LogprobsEstimator"), ("tests/test_live_pipeline.py", "tests/test_fidelity.py")),
+                             "LogprobsEstimator"), ("tests/test_money_records.py", "tests/test_live_pipeline.py",
+                                                    "tests/test_fidelity.py")),
     "pipeline/scoring": (("record_from_samples",), ("tests/test_live_pipeline.py", "tests/test_fidelity.py")),
+    # the money and bookkeeping paths (+ hand-written semantic mutants: scripts/mutants_semantic.py)
+    "llm/sizes": (None, ("tests/test_money_estimate.py", "tests/llm/test_budget.py")),
+    "pipeline/estimate": (None, ("tests/test_money_estimate.py",)),
+    "llm/usage": (("Piece", "Usage.worst_case", "Usage.must_wait", "Usage.reserve", "Usage.settle", "Usage.release",
+                   "Usage._give_back", "Usage.add", "Usage.summary"),
+                  ("tests/llm/test_money_usage.py", "tests/llm/test_budget.py")),
+    "llm/budget": (("BudgetLM.chat", "BudgetLM._send", "BudgetLM._placeholders", "AccountingLM", "record_of"),
+                   ("tests/llm/test_money_usage.py", "tests/llm/test_budget.py")),
+    "llm/cache": (("sample_keys", "CachingLM.keys_for", "CachingLM._cached", "CachingLM._sample", "CachingLM.results",
+                   "CachingLM.chat", "CachingLM._fetch", "_payload"),
+                  ("tests/llm/test_money_draws.py", "tests/llm/test_cache_compat.py")),
+    "llm/validating": (None, ("tests/llm/test_money_draws.py",)),
+    "llm/base": (("Draws.room",), ("tests/llm/test_money_draws.py",)),
+    "pipeline/records": (("ScoreSink.add", "ScoreSink.frame", "ScoreTally", "AspectScores", "per_conversation",
+                          "read_score_file"), ("tests/test_money_records.py", "tests/test_records_stream.py")),
 }
 
 _CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
@@ -69,6 +90,10 @@ def _in_targets(tree: ast.Module, names: tuple[str, ...] | None) -> set[int]:
     for node in tree.body:
         if names is None or (isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names):
             keep.update(id(n) for n in ast.walk(node))
+        elif isinstance(node, ast.ClassDef):  # "Class.method": one method of a class
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and f"{node.name}.{item.name}" in names:
+                    keep.update(id(n) for n in ast.walk(item))
     docstrings = {id(n.body[0].value) for n in ast.walk(tree)
                   if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef, ast.Module))
                   and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
@@ -137,7 +162,24 @@ def mutants_of(module: str) -> tuple[str, list[tuple[Mutant, str]]]:
             except Exception:
                 continue
             out.append((Mutant(module, index, node.lineno, change), text))
-    return source, out
+    return source, out + _semantic(module, source)
+
+
+_STALE_SAID: set[str] = set()
+
+
+def _semantic(module: str, source: str) -> list[tuple[Mutant, str]]:
+    """The module's hand-written semantic mutants (scripts/mutants_semantic.py); stale entries said once, loudly."""
+    from mutants_semantic import SEMANTIC, semantic_mutants  # scripts/ is the script's own directory on sys.path
+
+    found, stale = semantic_mutants(module, source)
+    unknown = [m for m in SEMANTIC if m.module not in TARGETS]
+    for m in [*stale, *unknown]:
+        if (key := f"{m.module}: {m.meaning}") not in _STALE_SAID:
+            _STALE_SAID.add(key)
+            why = "no target of that name" if m in unknown else "its text is not found exactly once"
+            print(f"STALE semantic mutant (scripts/mutants_semantic.py; {why}): {key}", flush=True)
+    return [(Mutant(module, -1 - k, line, change), text) for k, (line, change, text) in enumerate(found)]
 
 
 def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:

@@ -388,3 +388,12 @@ def test_system_table_is_the_per_system_mean_of_predictions_and_labels():
     want = d.groupby("system")[["pred", "human"]].mean()
     assert got.loc[want.index, "pred"].tolist() == pytest.approx(want["pred"].tolist())
     assert got.loc[want.index, "human"].tolist() == pytest.approx(want["human"].tolist())
+
+
+def test_turn_level_intervals_resample_conversations_not_turns():  # bootstrap_ci itself is checked against scipy
+    convs, preds = _toy(n_convs=12)
+    row = meta_evaluate(preds, convs, [ASPECTS["relevance"]], ["all"], levels=("turn",), n_boot=200, seed=3).iloc[0]
+    df = preds.turn.assign(h=[t.labels["relevance"] for c in convs for t in c.assistant_turns()])  # same order
+    by_conv = bootstrap_ci(df["pred"].to_numpy(), df["h"].to_numpy(), df["conv_id"].to_numpy(), 200, 3)[row.coefficient]
+    by_turn = bootstrap_ci(df["pred"].to_numpy(), df["h"].to_numpy(), np.arange(len(df)), 200, 3)[row.coefficient]
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(by_conv) and tuple(by_turn) != pytest.approx(by_conv)

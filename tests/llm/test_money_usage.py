@@ -1,0 +1,278 @@
+"""The budget's caps and reservations (face/llm/usage.py) and the layer that splits and sends (face/llm/budget.py),
+in process and without a server. Every expected number is worked out by hand from the definitions: a prompt of B
+UTF-8 bytes is bounded by B + 16 per message + 16 tokens, a request's output by max_tokens × n, prices are USD per
+million tokens (tests/llm/money_lm.py)."""
+
+from __future__ import annotations
+
+import pytest
+from money_lm import MSGS, PRICE_IN, PRICE_OUT, WORST, Scripted, approx, cfg, piece, run, usage
+
+from face.llm.base import ChatRequest, ChatResult
+from face.llm.budget import AccountingLM, BudgetLM, record_of
+from face.llm.usage import BudgetExceeded, Piece, RequestRecord
+
+# ---------------------------------------------------------------- usage: bounds, caps, reservations
+
+
+def test_piece_bounds_every_sample_of_the_request():
+    p = piece(5)
+    assert (p.n, p.max_tokens, p.est_input_tokens) == (5, 10, 8)
+    assert (p.bound.input_tokens, p.bound.output_tokens) == (38, 50)
+    assert usage().worst_case(p) == approx(WORST)
+
+
+def test_max_calls_refuses_exactly_the_request_past_the_cap():
+    u = usage(max_calls=2)
+    u.reserve(piece())
+    u.reserve(piece())
+    with pytest.raises(BudgetExceeded, match=r"^LLM budget exceeded: llm.max_calls=2 reached \(tag='t'\)"):
+        u.reserve(piece())
+    assert (u.http_requests, u.samples, u.requests_in_flight) == (2, 10, 2)  # samples: 5 per HTTP request
+
+
+def test_cost_cap_counts_the_reservations_in_flight():
+    u = usage(max_cost_usd=1.5 * WORST)
+    assert u.reserve(piece()) == approx(WORST)
+    assert u.reserved_usd == approx(WORST)
+    with pytest.raises(BudgetExceeded, match=r"^LLM budget exceeded: llm.max_cost_usd=.* would be exceeded .*"
+                                              r"\(tag='t'\)"):
+        u.reserve(piece())  # 0 spent, but WORST in flight: 2 × WORST > 1.5 × WORST
+
+
+def test_must_wait_when_only_the_requests_in_flight_stand_in_the_way():
+    u = usage(max_cost_usd=WORST)  # exactly one bound fits once nothing is in flight
+    u.reserve(piece())
+    assert u.must_wait(piece())
+    u.release(WORST)
+    assert not u.must_wait(piece())  # nothing in flight: reserve decides
+    over = usage(max_cost_usd=WORST * 0.5)
+    over.reserve(Piece.of("t", MSGS, 1, 1, None))
+    assert not over.must_wait(piece())  # it would not fit even after they settle: refused, not waited for
+
+
+def test_dry_run_counts_the_estimate_for_every_sample_and_sends_nothing():
+    u = usage(dry_run=True, max_calls=0)
+    assert u.reserve(piece(5)) == 0.0
+    assert (u.dry_run_requests, u.http_requests, u.samples) == (1, 0, 0)
+    assert (u.est_input_tokens, u.est_output_tokens) == (8, 50)
+    assert u.est_cost_usd == approx(8 * PRICE_IN / 1e6 + 50 * PRICE_OUT / 1e6)
+
+
+def test_settle_charges_the_reported_tokens_not_the_reservation():
+    u = usage()
+    r = u.reserve(piece())
+    assert u.settle(piece(), r, 30, 40, 0.1) == (30, 40, approx(30e-6 + 160e-6))
+    assert u.spent_usd == approx(30e-6 + 160e-6)
+    assert (u.input_tokens, u.output_tokens, u.reserved_usd, u.requests_in_flight) == (30, 40, 0.0, 0)
+    assert u.unreported_usage == 0
+
+
+def test_settle_without_a_report_charges_the_estimate_capped_by_the_bound():
+    u = usage()
+    r = u.reserve(piece())
+    # input: the estimate 8 (below the bound 38); output: the estimate 70 capped by the bound 50
+    assert u.settle(piece(), r, 0, 0, 0.1, output_estimate=70) == (8, 50, approx(8e-6 + 200e-6))
+    assert u.unreported_usage == 1
+    r = u.reserve(piece())
+    assert u.settle(piece(), r, 0, 0, 0.1) == (8, 0, approx(8e-6))  # no answer text given: no output tokens
+
+
+@pytest.mark.parametrize("tokens", [(0, 40), (0, 1), (1, 0)])
+def test_a_report_of_one_side_alone_is_a_report(tokens):
+    u = usage()
+    r = u.reserve(piece())
+    cost = tokens[0] * PRICE_IN / 1e6 + tokens[1] * PRICE_OUT / 1e6
+    assert u.settle(piece(), r, *tokens, 0.1, output_estimate=3) == (*tokens, approx(cost))
+    assert u.unreported_usage == 0
+
+
+@pytest.mark.parametrize("tokens", [(38, 51), (39, 50)], ids=["output", "input"])
+def test_a_report_above_the_bound_stops_the_run(tokens):
+    u = usage()
+    r = u.reserve(piece())
+    assert u.settle(piece(), r, 38, 50, 0.1) == (38, 50, approx(WORST))  # at the bound: fine
+    r = u.reserve(piece())
+    with pytest.raises(BudgetExceeded, match="endpoint misreport"):
+        u.settle(piece(), r, *tokens, 0.1)
+    assert u.misreports == 1
+    with pytest.raises(BudgetExceeded, match=r"^LLM budget exceeded: endpoint misreport: .*\(tag='t'\)"):
+        u.reserve(piece())
+
+
+def test_reservations_given_back_leave_exactly_nothing_reserved():
+    u = usage()
+    u.requests_in_flight, u.reserved_usd = 2, 0.1 + 0.2
+    u.release(0.1)
+    assert u.reserved_usd == approx(0.2) and u.requests_in_flight == 1
+    u.release(0.2)
+    assert u.reserved_usd == 0.0  # not the float residue 0.1 + 0.2 - 0.1 - 0.2
+    u.requests_in_flight, u.reserved_usd = 2, 0.1
+    u.release(0.3)
+    assert u.reserved_usd == 0.0  # never below nothing
+
+
+def test_records_add_up_per_tag_and_budget_stops_apart_from_failures():
+    u = usage()
+    u.add(RequestRecord(tag="s", n=5, cached_samples=2, samples=3, http_requests=2, input_tokens=10,
+                        output_tokens=20, cost_usd=0.5, answer_retries=1, rejected_answers=2, invalid_answers=1))
+    u.add(RequestRecord(tag="", n=1, error="budget: BudgetExceeded: stop"))
+    u.add(RequestRecord(tag="", n=1, error="RuntimeError: boom"))
+    assert u.cache_hits == 2 and u.requests == 3
+    t = u.by_tag["s"]
+    assert (t["requests"], t["samples"], t["http_requests"], t["cache_hits"], t["input_tokens"], t["output_tokens"],
+            t["cost_usd"], t["answer_retries"], t["rejected_answers"], t["invalid_answers"], t["failures"]) == (
+        1, 3, 2, 2, 10, 20, 0.5, 1, 2, 1, 0)
+    assert u.by_tag["(none)"]["failures"] == 2
+    s = u.summary()
+    assert (s["failures"], s["budget_stops"], s["answer_retries"], s["rejected_answers"], s["invalid_answers"]) == (
+        1, 1, 1, 2, 1)
+
+
+def test_summary_reports_the_running_totals():
+    u = usage()
+    r = u.reserve(piece())
+    u.settle(piece(), r, 30, 40, 2.0)
+    u.note_scores("s", defaulted=3, logprob_fallbacks=1)
+    s = u.summary()
+    assert (s["requests"], s["samples"], s["http_requests"], s["input_tokens"], s["output_tokens"]) == (0, 5, 1, 30, 40)
+    assert s["cost_usd"] == approx(190e-6)
+    assert (s["defaulted_answers"], s["logprob_fallbacks"], s["latency_max_s"]) == (3, 1, 2.0)
+
+
+# ---------------------------------------------------------------- budget: split, send, dry run, records
+
+
+def test_budget_splits_a_request_into_http_requests_of_n_per_request():
+    for n, pieces in [(5, [(0, 2), (2, 2), (4, 1)]), (3, [(0, 2), (2, 1)]), (2, [(0, 2)])]:
+        inner, u = Scripted(tokens=(5, 6)), usage()
+        res = run(BudgetLM(inner, cfg(), u).chat(ChatRequest(MSGS, n=n, max_tokens=10)))
+        assert sorted(inner.asked) == pieces
+        assert (res.http_requests, res.http_samples, u.http_requests, u.samples) == (len(pieces), n, len(pieces), n)
+        assert (res.input_tokens, res.output_tokens) == (5 * len(pieces), 6 * len(pieces))
+        assert res.cost_usd == approx(len(pieces) * (5e-6 + 24e-6))
+
+
+def test_budget_dry_run_prices_placeholders_at_the_estimate_of_every_sample():
+    inner, u = Scripted(), usage(dry_run=True)
+    res = run(BudgetLM(inner, cfg(dry_run=True), u).chat(ChatRequest(MSGS, n=2, max_tokens=10)))
+    assert inner.asked == [] and all(s.dry_run for s in res.samples)
+    assert (res.input_tokens, res.output_tokens) == (8, 20)  # the estimate; max_tokens × n
+    assert res.cost_usd == approx(8 * PRICE_IN / 1e6 + 20 * PRICE_OUT / 1e6)
+
+
+def test_record_of_counts_samples_drawn_over_http_not_the_request_n():
+    res = ChatResult(request=ChatRequest(MSGS, n=5, tag="x"), samples=[], cached_samples=2, http_samples=3,
+                     http_requests=2, cost_usd=0.25)
+    rec = record_of(res)
+    assert (rec.tag, rec.n, rec.samples, rec.cached_samples, rec.http_requests, rec.cost_usd) == (
+        "x", 5, 3, 2, 2, 0.25)
+
+
+def test_accounting_records_a_budget_stop_as_a_stop_not_a_failure():
+    class Stops:
+        async def chat(self, req):
+            raise BudgetExceeded("cap")
+
+    u = usage()
+    with pytest.raises(BudgetExceeded):
+        run(AccountingLM(Stops(), cfg(), u).chat(ChatRequest(MSGS, n=3, tag="s")))
+    s = u.summary()
+    assert (s["budget_stops"], s["failures"], s["requests"]) == (1, 0, 1)
+    assert u.records[0].error.startswith("budget: ") and 0 <= u.records[0].latency_s < 5
+
+
+def test_a_request_fitting_the_cost_cap_exactly_is_sent_without_waiting():
+    u = usage(max_cost_usd=2 * WORST)
+    u.reserve(piece())
+    assert not u.must_wait(piece())  # WORST in flight + WORST == the cap: it fits now
+    assert u.reserve(piece()) == approx(WORST)
+
+
+def test_request_records_are_kept_up_to_the_limit_and_every_failed_one(monkeypatch):
+    import face.llm.usage as usage_module
+
+    monkeypatch.setattr(usage_module, "KEEP_REQUESTS", 1)
+    u = usage()
+    for err in (None, None, "RuntimeError: x"):
+        u.add(RequestRecord(tag="s", n=1, error=err))
+    assert [r.error for r in u.records] == [None, "RuntimeError: x"] and u.requests == 3
+
+
+def test_latency_summary_is_mean_quantiles_and_max_of_the_http_requests():
+    u = usage()
+    for latency in (1.0, 3.0):
+        u.settle(piece(), u.reserve(piece()), 1, 1, latency)
+    s = u.summary()
+    assert u.unreported_usage == 0  # 1 input and 1 output token: reported
+    # p95 of [1, 3]: 1 + (3 - 1) × 0.95
+    assert (s["latency_mean_s"], s["latency_p50_s"], s["latency_max_s"]) == (2.0, 2.0, 3.0)
+    assert s["latency_p95_s"] == approx(2.9)
+
+
+def test_a_usage_without_requests_has_zero_latencies():
+    s = usage().summary()
+    assert (s["latency_mean_s"], s["latency_p50_s"], s["latency_p95_s"], s["latency_max_s"]) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_an_unreported_answer_is_charged_at_four_characters_a_token_of_its_text():
+    inner, u = Scripted({0: "abcdefgh", 1: "abcd"}), usage()  # 2 + 1 output tokens; the prompt's estimate: 8
+    res = run(BudgetLM(inner, cfg(), u).chat(ChatRequest(MSGS, n=2, max_tokens=10)))
+    assert (res.input_tokens, res.output_tokens, u.unreported_usage) == (8, 3, 1)
+    assert res.cost_usd == approx(8 * PRICE_IN / 1e6 + 3 * PRICE_OUT / 1e6)
+
+
+def test_a_failed_request_gives_its_reservation_back_and_counts_its_retries():
+    from face.llm.base import LLMCallError
+
+    class Fails:
+        async def chat(self, req):
+            e = LLMCallError("down")
+            e.retries = 2
+            raise e
+
+    u = usage(max_cost_usd=1.0)
+    with pytest.raises(LLMCallError):
+        run(BudgetLM(Fails(), cfg(), u).chat(ChatRequest(MSGS, n=2, max_tokens=10)))
+    assert (u.retries, u.requests_in_flight, u.reserved_usd, u.spent_usd) == (2, 0, 0.0, 0.0)
+
+
+def test_only_a_request_answered_without_retries_reports_its_latency(monkeypatch):
+    import face.llm.budget as budget_module
+
+    seen = []
+
+    class Spy(budget_module.Limiter):
+        def release(self, latency=None):
+            seen.append(latency)
+            super().release(latency)
+
+    class Retried(Scripted):
+        async def chat(self, req):
+            res = await super().chat(req)
+            res.retries = 1 if req.first_sample == 0 else 0
+            return res
+
+    monkeypatch.setattr(budget_module, "Limiter", Spy)
+    u = usage()
+    run(BudgetLM(Retried(), cfg(), u).chat(ChatRequest(MSGS, n=4, max_tokens=10)))
+    assert len(seen) == 2 and seen[0] is None and 0 <= seen[1] < 5
+    assert u.retries == 1
+
+
+def test_accounting_records_each_answered_request_with_its_latency():
+    u = usage()
+    res = run(AccountingLM(Scripted(), cfg(), u).chat(ChatRequest(MSGS, n=2, tag="s")))
+    assert 0 <= res.latency_s < 5 and 0 <= u.records[0].latency_s < 5
+    assert (u.requests, u.records[0].tag, u.records[0].n, u.records[0].error) == (1, "s", 2, None)
+
+
+def test_a_failure_that_is_not_an_llm_call_error_counts_no_retries():
+    class Breaks:
+        async def chat(self, req):
+            raise RuntimeError("bug")
+
+    u = usage()
+    with pytest.raises(RuntimeError):
+        run(BudgetLM(Breaks(), cfg(), u).chat(ChatRequest(MSGS, n=1, max_tokens=10)))
+    assert (u.retries, u.requests_in_flight) == (0, 0)
