@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent('''
     import face
 
     logs, out, cache, data, mode, after = sys.argv[1:7]
-    settings = {"method.scoring.n": 2, "method.instructions.max": 2, "llm.server.latency_s": 0.05,
+    settings = {"method.scoring.n": 2, "method.instructions.max": 2, "llm.server.latency_s": 0.2,
                 "llm.concurrency": 4, "paths": {"cache_dir": cache, "data_dir": data}}
 
     def interrupt_once_samples_arrive(n):  # Ctrl-C in the middle of the LLM work, not before or after it
