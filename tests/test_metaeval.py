@@ -172,6 +172,18 @@ def test_bootstrap_coefficients_in_blocks_equal_the_whole_matrix_and_stay_linear
     assert np.array_equal(spearman, WEIGHTED["spearman"](x, y, w), equal_nan=True)
 
 
+def test_bootstrap_ci_in_blocks_of_replicates_equals_every_replicate_at_once(monkeypatch):
+    """bootstrap_ci spreads the replicates over the items ``metaeval.ROWS`` at a time: the intervals are those of
+    every replicate at once, to the bit (the replicates are all drawn first; a block only bounds the memory)."""
+    from face import metaeval
+
+    x, y, groups = _clustered(5, 40, 3)
+    monkeypatch.setattr(metaeval, "ROWS", 7)  # 103 replicates: 14 blocks of 7 and one of 5
+    blocks = bootstrap_ci(x, y, groups, 103, seed=3)
+    monkeypatch.setattr(metaeval, "ROWS", 10 ** 9)  # one block
+    assert bootstrap_ci(x, y, groups, 103, seed=3) == blocks
+
+
 # ---------------------------------------------------------------- what the mutation run showed untested
 
 def test_p_values_are_scipys():
