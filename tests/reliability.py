@@ -25,19 +25,20 @@ _SKIP = {".venv", ".git", "__pycache__", ".pytest_cache", ".ruff_cache", "face.e
 
 
 def snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
-    """(size, mtime_ns) of every file and directory under the roots (virtualenv, git and caches skipped)."""
+    """(size, mtime_ns) of every file under the roots, and every directory (by its presence: a directory's size and
+    mtime change with its entries, which are listed themselves; compared, they would report the ``__pycache__`` that
+    Python writes beside an imported module as a change of its directory). The virtualenv, git and caches are
+    skipped."""
     seen: dict[str, tuple[int, int]] = {}
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = [d for d in dirnames if d not in _SKIP]
-            for name in [*filenames, *dirnames]:
+            seen[dirpath] = (-1, -1)
+            for name in [*filenames, *(d for d in dirnames if os.path.islink(os.path.join(dirpath, d)))]:
                 p = os.path.join(dirpath, name)
                 with contextlib.suppress(OSError):
                     st = os.lstat(p)
                     seen[p] = (st.st_size, st.st_mtime_ns)
-            with contextlib.suppress(OSError):
-                st = os.lstat(dirpath)
-                seen[dirpath] = (st.st_size, st.st_mtime_ns)
     return seen
 
 
