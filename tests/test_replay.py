@@ -5,6 +5,7 @@ Prompts here are rendered by the project's own code (the client under test); the
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -55,9 +56,20 @@ def _particles(data_dir: Path) -> dict[tuple[str, int], TurnParticles]:
     return {(r.conv_id, r.turn_ind): r for r in load_released_particles(data_dir / "face_released/particles.jsonl")}
 
 
-def _llm(cfg_factory, tmp_path: Path, **over) -> dict:
-    cfg = cfg_factory("llm=replay", tracking=False)
-    llm = OmegaConf.to_container(cfg.llm, resolve=True)
+@pytest.fixture(scope="module")
+def replay_llm(data_dir, tmp_path_factory) -> dict:
+    """``llm=replay`` as the project's config composes it (once for the module: only the cache differs per test)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "llm=replay", "tracking=none", f"paths.data_dir={data_dir}",
+            f"paths.cache_dir={tmp_path_factory.mktemp('replay_llm')}"])
+    return OmegaConf.to_container(cfg.llm, resolve=True)
+
+
+def _llm(replay_llm: dict, tmp_path: Path, **over) -> dict:
+    llm = copy.deepcopy(replay_llm)
     llm["server"]["process"] = False  # a thread of the test process: no start-up of its own
     llm.update(progress=False, cache_dir=str(tmp_path / "cache"), concurrency=16, **over)
     return llm
@@ -92,9 +104,9 @@ def released_predictions(data_dir, tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("source,estimator,reasoning", [("llm", "sampling", True), ("released", "sampling", True),
                                                         ("llm", "logprobs", True), ("released", "sampling", False)])
-def test_live_method_through_the_replay_equals_the_released_judgements(data_dir, cfg_factory, tmp_path, source,
+def test_live_method_through_the_replay_equals_the_released_judgements(data_dir, replay_llm, tmp_path, source,
                                                                        estimator, reasoning, released_predictions):
-    inputs = _inputs(data_dir, tmp_path, _llm(cfg_factory, tmp_path), LIVE_ASPECTS)
+    inputs = _inputs(data_dir, tmp_path, _llm(replay_llm, tmp_path), LIVE_ASPECTS)
     face = Face(particles={"source": source, "k": 20}, instructions={"max": N_INSTRUCTIONS},
                 scoring={"estimator": estimator, "n": 5, "reasoning": reasoning})
     live = face.predict(inputs)
