@@ -69,3 +69,55 @@ def run_overrides(overrides: list[str], **request: Any):
     from face.runner import RunRequest, run
 
     return run(RunRequest(overrides=tuple(overrides), **request))
+
+
+def spy_on_figures(monkeypatch) -> dict[str, dict]:
+    """What every figure saved through ``face.report.figures._save`` shows, by file name, while ``monkeypatch`` is in
+    place (the ``plotted`` fixture's spy; a module-scoped fixture passes a ``pytest.MonkeyPatch.context()``)."""
+    import matplotlib.text
+    import numpy as np
+    from matplotlib.collections import PathCollection
+    from matplotlib.container import BarContainer, ErrorbarContainer
+
+    import face.report.figures as report_figures
+
+    seen: dict[str, dict] = {}
+    save = report_figures._save
+
+    def _outside(fig, legend, ax) -> bool | None:
+        if legend is None:
+            return None
+        fig.canvas.draw()
+        lb, ab = legend.get_window_extent(), ax.get_window_extent()
+        return bool(lb.x0 >= ab.x1 or lb.x1 <= ab.x0 or lb.y0 >= ab.y1 or lb.y1 <= ab.y0)
+
+    def spy(fig, path, note=None):
+        first = fig.axes[0]
+        ticks = first.get_xticklabels()
+        plots = [ax for ax in fig.axes if ax.get_visible() and ax.axison and ax.get_label() != "<colorbar>"]
+        legend = first.get_legend()
+        shown: dict = {"bars": {}, "bar_bottoms": {}, "lines": {}, "points": np.empty((0, 2)),
+                       "xticks": [t.get_text() for t in ticks],
+                       "xtick_rotation": ticks[0].get_rotation() if ticks else 0.0,
+                       "ylims": [ax.get_ylim() for ax in plots],
+                       "xticklocs": [list(ax.get_xticks()) for ax in plots],
+                       "colorbar_labels": [ax.get_ylabel() for ax in fig.axes if ax.get_label() == "<colorbar>"],
+                       "legend_outside": _outside(fig, legend, first),
+                       "texts": [t.get_text() for t in fig.findobj(matplotlib.text.Text)],
+                       "size": tuple(fig.get_size_inches())}
+        for ax in fig.axes:
+            for c in ax.containers:
+                if isinstance(c, BarContainer):
+                    shown["bars"][c.get_label()] = [r.get_height() for r in c]
+                    shown["bar_bottoms"][c.get_label()] = [r.get_y() for r in c]
+                elif isinstance(c, ErrorbarContainer) and c.lines[0] is not None:
+                    x, y = c.lines[0].get_data()
+                    shown["lines"][f"{ax.get_title()}/{c.get_label()}"] = (list(x), list(y))
+            for coll in ax.collections:
+                if isinstance(coll, PathCollection):
+                    shown["points"] = np.vstack([shown["points"], coll.get_offsets()])
+        seen[Path(path).name] = shown
+        return save(fig, path, note)
+
+    monkeypatch.setattr(report_figures, "_save", spy)
+    return seen

@@ -134,9 +134,19 @@ def test_heldout_vs_budget_is_a_grid_of_panels_with_integer_budget_ticks_and_the
     assert any("±1 sd over 20 runs" in t for t in shown["texts"])
 
 
-def test_regret_vs_c_keeps_its_legend_off_the_data_and_labels_c_plainly(plotted, tmp_path):
-    optimizer_figures.regret_vs_c(_grid(), 128, "UCB regret", "note", tmp_path / "r.png")
-    shown = plotted["r.png"]
+@pytest.fixture(scope="module")
+def regret_shown(tmp_path_factory) -> dict:
+    """What regret_vs_c draws for _grid() at budget 128 (drawn once for the tests that read it)."""
+    from helpers import spy_on_figures
+
+    with pytest.MonkeyPatch.context() as mp:
+        seen = spy_on_figures(mp)
+        optimizer_figures.regret_vs_c(_grid(), 128, "UCB regret", "note", tmp_path_factory.mktemp("regret") / "r.png")
+    return seen["r.png"]
+
+
+def test_regret_vs_c_keeps_its_legend_off_the_data_and_labels_c_plainly(regret_shown):
+    shown = regret_shown
     assert shown["legend_outside"] is True
     assert shown["xticks"] == ["0.25", "1", "4"]
 
@@ -147,9 +157,8 @@ def test_position_curve_ticks_are_the_integer_positions(plotted, tmp_path):
     assert plotted["pos.png"]["xticks"] == ["1", "2", "3"]
 
 
-def test_regret_vs_c_draws_the_spread_over_repetitions(plotted, tmp_path):
-    optimizer_figures.regret_vs_c(_grid(), 128, "UCB regret", "note", tmp_path / "r.png")
-    lines = plotted["r.png"]["lines"]
+def test_regret_vs_c_draws_the_spread_over_repetitions(regret_shown):
+    lines = regret_shown["lines"]
     assert len(lines) == 7  # one error-bar line per aspect: mean regret with ±1 sd whiskers
     assert all(y == pytest.approx([0.04, 0.04, 0.04]) for _, y in lines.values())
 
