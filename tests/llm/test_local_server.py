@@ -60,8 +60,10 @@ def test_a_port_taken_between_its_choice_and_the_bind_is_given_up_for_another(tm
     stand_in = tmp_path / "stand_in.py"
     stand_in.write_text(_STAND_IN)
     taken = socket.socket()
+    # someone else's socket, bound to the port find_free_port is about to hand out: the server's bind fails
+    # (address already in use). Bound, not listening: the health check's request to it is refused at once (a
+    # listening socket that never accepts would hold it for its whole 2 s timeout)
     taken.bind(("127.0.0.1", 0))
-    taken.listen()  # someone else's server, on the port find_free_port is about to hand out
     chosen = [taken.getsockname()[1]]
     real = local.find_free_port
 
