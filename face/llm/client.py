@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from .batch import BatchTransport
 
 T = TypeVar("T")
+READ_AHEAD = 256  # items whose cached samples cached_stream reads at once, one chunk ahead of those it yields
 
 log = logging.getLogger("face.llm")
 
@@ -175,14 +176,14 @@ class LLMClient:
         assert self._lm is not None  # start() built it
         return await self._lm.chat(req)
 
-    def cached_stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], chunk: int = 256
+    def cached_stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], chunk: int | None = None
                       ) -> Iterator[tuple[T, ChatRequest, ChatResult | None]]:
         """``(item, request(item), its cached result)`` for every item, in order (None: not every answer is in the
         cache -- what was found is kept for the request's ``chat``, face/llm/cache.py; with an
         answer type, not all n valid), the cache read one chunk ahead in a thread of its own: SQLite lets go of the GIL
         while it searches, so a paper-size warm rerun (≈ 3.5 M samples) reads the cache while this thread renders
         prompts and scores the chunk before. A request answered here is recorded in the usage like any other."""
-        items = iter(items)
+        items, chunk = iter(items), chunk or READ_AHEAD
         if self._lm is None:
             self.start()
         if self.cache is None or self.cfg.dry_run:
