@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import run_paths
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -41,25 +42,6 @@ def data_dir(mirror: Path, tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("data")
     ensure_data(d, mirror=mirror, download=False)
     return d
-
-
-def run_paths(tmp_path: Path, data_dir: Path, tracking: bool = True, run_dir: str = "run") -> list[str]:
-    """The overrides that send every output of a run into ``tmp_path`` (its MLflow store too, or none): the run's
-    own directory is ``tmp_path / run_dir``."""
-    base = [
-        f"paths.data_dir={data_dir}",
-        f"paths.results_dir={tmp_path / 'results'}",
-        f"paths.output_dir={tmp_path / run_dir}",
-        f"paths.cache_dir={tmp_path / 'cache'}",
-        "paths.data_mirror=null",
-        "dataset.download=false",
-    ]
-    if tracking:
-        base += [f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
-                 f"tracking.artifact_location={tmp_path / 'mlruns'}"]
-    else:
-        base += ["tracking=none"]
-    return base
 
 
 def make_cfg(tmp_path: Path, data_dir: Path, overrides: list[str], tracking: bool = True) -> DictConfig:

@@ -13,6 +13,25 @@ ROOT = Path(__file__).resolve().parents[1]
 FAKE = "fake"  # the scripted LM without a socket (conf/llm/fake.yaml); "scripted" is the HTTP server
 
 
+def run_paths(tmp_path: Path, data_dir: Path, tracking: bool = True, run_dir: str = "run") -> list[str]:
+    """The overrides that send every output of a run into ``tmp_path`` (its MLflow store too, or none): the run's
+    own directory is ``tmp_path / run_dir``."""
+    base = [
+        f"paths.data_dir={data_dir}",
+        f"paths.results_dir={tmp_path / 'results'}",
+        f"paths.output_dir={tmp_path / run_dir}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        "paths.data_mirror=null",
+        "dataset.download=false",
+    ]
+    if tracking:
+        base += [f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+                 f"tracking.artifact_location={tmp_path / 'mlruns'}"]
+    else:
+        base += ["tracking=none"]
+    return base
+
+
 def write_logs(path: Path, convs: list[dict]) -> Path:
     """Chat logs as JSON Lines, one conversation a line."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,3 +140,17 @@ def spy_on_figures(monkeypatch) -> dict[str, dict]:
 
     monkeypatch.setattr(report_figures, "_save", spy)
     return seen
+
+
+def with_overrides(cfg, *overrides: str):
+    """A copy of the composed ``cfg`` with ``overrides`` (settings, not config groups) applied by Hydra's own last
+    step of a composition (``ConfigLoaderImpl._apply_overrides_to_config``: what composing with them appended gives),
+    without composing again (≈ 0.3 s a composition)."""
+    import copy
+
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    out = copy.deepcopy(cfg)
+    ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(list(overrides)), out)
+    return out

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import run_paths, with_overrides
+from hydra import compose, initialize_config_dir
 from scipy import stats
 from toy_extension import toy_conversations
 
@@ -75,6 +77,15 @@ def test_unknown_aspect_of_a_dataset_is_rejected_before_anything_runs(cfg_factor
     assert not Path(cfg.paths.output_dir).exists()
 
 
+@pytest.fixture(scope="module")
+def crsarena_fake(tmp_path_factory, data_dir):
+    """``experiment=crsarena_main llm=fake``, composed once for the module; each test gives it its own output paths
+    and its one bad setting (helpers.with_overrides: Hydra's own last step of a composition)."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=[*run_paths(tmp_path_factory.mktemp("base"), data_dir),
+                                                        "experiment=crsarena_main", "llm=fake"])
+
+
 @pytest.mark.parametrize("override,message", [
     ("method.scoring.estimator=mode", "method.scoring.estimator must be one of 'sampling', 'logprobs' or a class"),
     ("method.unit=sentence", "method.unit must be one of 'particle', 'whole', got 'sentence'"),
@@ -86,8 +97,9 @@ def test_unknown_aspect_of_a_dataset_is_rejected_before_anything_runs(cfg_factor
     ("dataset.splits=[test]", "unknown split"),
     ("metaeval.splits=[test]", "not splits of CRSArena-Eval"),
 ])
-def test_bad_choices_fail_before_anything_is_fetched_written_or_sent(cfg_factory, override, message):
-    cfg = cfg_factory("experiment=crsarena_main", "llm=fake", override)
+def test_bad_choices_fail_before_anything_is_fetched_written_or_sent(crsarena_fake, tmp_path, data_dir, override,
+                                                                     message):
+    cfg = with_overrides(crsarena_fake, *run_paths(tmp_path, data_dir), override)
     with pytest.raises(ValueError, match=message):
         importlib.import_module(cfg.runner).run(cfg)
     assert not Path(cfg.paths.output_dir).exists()

@@ -50,7 +50,7 @@ def test_live_run_through_20_percent_faults_gives_the_same_run_file(cfg_factory,
 
 _KILLED_RUN = """
 import importlib, sys
-sys.path.insert(0, {root!r})
+sys.path[:0] = [{root!r}, {root!r} + "/tests"]  # the conftest imports helpers as the test session does
 from tests.conftest import make_cfg
 from pathlib import Path
 cfg = make_cfg(Path({tmp!r}), Path({data!r}), {overrides!r})
