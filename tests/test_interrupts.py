@@ -24,6 +24,8 @@ SCRIPT = textwrap.dedent('''
     import face
 
     logs, out, cache, data, mode, after = sys.argv[1:7]
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a background job (`cmd &`, some CI
+    # runners) starts with SIGINT ignored, and Python then installs no KeyboardInterrupt for it
     settings = {"method.scoring.n": 2, "method.instructions.max": 2, "llm.server.latency_s": 0.2,
                 "llm.concurrency": 4, "paths": {"cache_dir": cache, "data_dir": data}}
 
