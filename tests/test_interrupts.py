@@ -80,7 +80,7 @@ def _run(tmp: Path, data_dir: Path, mode: str, after: int) -> subprocess.Complet
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["main", "cell"])
 def test_ctrl_c_during_evaluate_ends_with_one_keyboard_interrupt_and_a_rerun_resumes(tmp_path, data_dir, mode):
-    _chat_logs(tmp_path / "logs.jsonl")
+    _chat_logs(tmp_path / "logs.jsonl", 6)  # ≈ 600 requests: the interrupt comes after 30
     stopped = _run(tmp_path, data_dir, mode, after=30)
     assert stopped.stdout.strip().splitlines()[-1:] == ["INTERRUPTED"], stopped.stdout[-2000:] + stopped.stderr[-3000:]
     for noise in ("Exception ignored", "Event loop is closed", "Task was destroyed", "Traceback"):
