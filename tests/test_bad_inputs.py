@@ -2,7 +2,9 @@
 the setting), exit code 2, no traceback, nothing in results/ and no FINISHED MLflow run.
 
 The loaders are checked in-process (fast), every bad file; a file of each kind (CLI_FILES) and every bad setting
-go through the real CLI (``scripts/run.py``, one subprocess per case, run in parallel; marked slow)."""
+go through the real CLI's entry point, ``scripts/run.py``'s ``cli()``, in this process (tests/reliability.py: its
+exit code, stderr and every file changed outside the case's temp dir), and one case also as its own process, which
+must exit 2 with the same line (the process's exit path: ``run_cli``). Marked slow."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,9 @@ from face.datasets.crsarena import load_conversations
 from face.errors import DataError
 from face.experiments.common import check_utterances
 from face.runfile import read_run_file
+
+sys.path.insert(0, str(Path(__file__).parent))
+from reliability import run as run_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -197,29 +201,38 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
     return cases
 
 
-def _run_cli(tmp: Path, data_dir: Path, name: str, overrides: list[str]) -> subprocess.CompletedProcess:
+def _argv(tmp: Path, data_dir: Path, name: str, overrides: list[str]) -> list[str]:
     base = [f"paths.data_dir={data_dir}", f"paths.results_dir={tmp / 'results'}", f"paths.cache_dir={tmp / 'cache'}",
             "paths.data_mirror=null", f"hydra.run.dir={tmp / 'runs' / name}",
             f"tracking.tracking_uri=sqlite:///{tmp / 'mlflow.db'}", f"tracking.artifact_location={tmp / 'mlruns'}"]
     if any(o.startswith("tracking.tracking_uri") for o in overrides):
         base = [b for b in base if not b.startswith("tracking.tracking_uri")]
+    return [*base, *overrides]
+
+
+def _run_cli(tmp: Path, data_dir: Path, name: str, overrides: list[str]) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), FACE_PROJECT_ROOT=str(tmp))
     env.pop("FACE_DEBUG", None)
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "run.py"), *base, *overrides], env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "run.py"), *_argv(tmp, data_dir, name, overrides)],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp)
+
+
+def _last_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("warning:")]
+    return lines[-1] if lines else ""
 
 
 @pytest.fixture(scope="module")
 def cli_results(tmp_path_factory, data_dir):
+    """Every case through ``scripts/run.py``'s ``cli()`` in this process, one after another (one Python process
+    per case cost ≈ 7 s of CPU each, mostly imports)."""
     tmp = tmp_path_factory.mktemp("bad_inputs")
     (tmp / "files").mkdir()
     cases = _cli_cases(tmp)
-    with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 2))) as pool:
-        futs = {name: pool.submit(_run_cli, tmp, data_dir, name, ov) for name, (ov, _) in cases.items()}
-        out = {name: f.result() for name, f in futs.items()}
+    with pytest.MonkeyPatch.context() as mp:
+        out = {name: run_in_process("run.py", _argv(tmp, data_dir, name, ov), tmp, mp)
+               for name, (ov, _) in cases.items()}
     return tmp, cases, out
-
-
 
 
 @pytest.mark.slow
@@ -228,12 +241,13 @@ def test_every_bad_input_through_the_cli(cli_results):
     problems = []
     for name, (_, expected) in cases.items():
         r = out[name]
-        lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("warning:")]
-        last = lines[-1] if lines else ""
-        if r.returncode != 2 or "Traceback" in r.stderr or not last.startswith("error:") or expected not in last:
-            problems.append(f"{name}: rc={r.returncode} last={last!r} stderr={r.stderr[-600:]!r}")
+        last = r.lines[-1] if r.lines else ""
+        if r.code != 2 or "Traceback" in r.err or not last.startswith("error:") or expected not in last:
+            problems.append(f"{name}: rc={r.code} last={last!r} stderr={r.err[-600:]!r}")
         if name.startswith("file_") and "[" not in last and name.removeprefix("file_") not in NO_RECORD:
             problems.append(f"{name}: the line names no record: {last!r}")
+        if r.changed:
+            problems.append(f"{name}: changed outside its temp dir: {r.changed[:5]}")
     assert not problems, "\n".join(problems)
     assert len(cases) >= 27
     assert not (tmp / "results").exists()  # nothing written to results/
@@ -244,6 +258,17 @@ def test_every_bad_input_through_the_cli(cli_results):
     # the key-looking api_key_env was refused before Hydra wrote .hydra/ or MLflow saw it
     leaked = [p for p in tmp.rglob("*") if p.is_file() and b"sk-proj-AbCdEf0123456789xyzXYZ" in p.read_bytes()]
     assert leaked == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["file_nan_label", "api_key_in_api_key_env"])
+def test_a_bad_input_as_its_own_process_exits_2_with_the_in_process_line(cli_results, data_dir, name):
+    """The process's own exit path (``run_cli``: exit code, the one line on stderr), for a refusal in the runner
+    and one in ``cli()`` before it: the same code and line as the same case run in this process above."""
+    tmp, cases, out = cli_results
+    r = _run_cli(tmp, data_dir, f"{name}_process", cases[name][0])
+    assert (r.returncode, _last_line(r.stderr)) == (2, out[name].lines[-1]), r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and r.stdout == ""
 
 
 @pytest.mark.slow

@@ -59,6 +59,7 @@ importlib.import_module(cfg.runner).run(cfg)
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # kills the run midway, read by polling: not beside another test
 def test_kill_9_mid_run_then_rerun_resends_at_most_the_requests_in_flight(data_dir, tmp_path, mlflow_store):
     conc = 4
     shutil.copyfile(mlflow_store, tmp_path / "mlflow.db")  # an empty store: the killed run is left in it

@@ -24,6 +24,8 @@ SCRIPT = textwrap.dedent('''
     import face
 
     logs, out, cache, data, mode, after = sys.argv[1:7]
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a background job (`cmd &`, some CI
+    # runners) starts with SIGINT ignored, and Python then installs no KeyboardInterrupt for it
     settings = {"method.scoring.n": 2, "method.instructions.max": 2, "llm.server.latency_s": 0.2,
                 "llm.concurrency": 4, "paths": {"cache_dir": cache, "data_dir": data}}
 
@@ -78,7 +80,7 @@ def _run(tmp: Path, data_dir: Path, mode: str, after: int) -> subprocess.Complet
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["main", "cell"])
 def test_ctrl_c_during_evaluate_ends_with_one_keyboard_interrupt_and_a_rerun_resumes(tmp_path, data_dir, mode):
-    _chat_logs(tmp_path / "logs.jsonl")
+    _chat_logs(tmp_path / "logs.jsonl", 6)  # ≈ 600 requests: the interrupt comes after 30
     stopped = _run(tmp_path, data_dir, mode, after=30)
     assert stopped.stdout.strip().splitlines()[-1:] == ["INTERRUPTED"], stopped.stdout[-2000:] + stopped.stderr[-3000:]
     for noise in ("Exception ignored", "Event loop is closed", "Task was destroyed", "Traceback"):
@@ -93,3 +95,56 @@ def test_ctrl_c_during_evaluate_ends_with_one_keyboard_interrupt_and_a_rerun_res
     usage = json.loads((tmp_path / "out" / "llm_usage.json").read_text())["totals"]
     assert usage["cache_hits"] >= cached and usage["failures"] == 0  # resumed: what was cached was not sent again
     assert usage["samples"] > 0  # and the interrupted run had really stopped (a worker left running would finish)
+
+
+def _batch_interrupted_in_a_writer_task(server_spec: dict, cache_dir: Path) -> tuple[bool, bool]:
+    """A batch whose 7th request starts a writer task, as aiohttp does, and the interrupt lands in that writer.
+    Returns (the batch raised KeyboardInterrupt, the writer ended); every object of the run is freed on return."""
+    import asyncio
+
+    from face.llm import ChatRequest, LLMClient, LLMConfig
+
+    async def write_bytes() -> None:  # the signal lands here
+        await asyncio.sleep(0)
+        raise KeyboardInterrupt
+
+    cfg = LLMConfig(backend="scripted", server=server_spec, model="scripted-model", cache_dir=str(cache_dir),
+                    progress=False, concurrency=4, probe=False)
+    reqs = [ChatRequest(messages=[{"role": "user", "content": f"question {i}"}]) for i in range(12)]
+    client = LLMClient(cfg).start()
+    send, writers = client.chat, []
+
+    async def chat(req: ChatRequest):
+        if req is reqs[6]:
+            writers.append(asyncio.get_running_loop().create_task(write_bytes()))  # kept, as aiohttp keeps it
+            await asyncio.sleep(10)  # reading the answer
+        return await send(req)
+
+    client.chat = chat  # type: ignore[method-assign]
+    stopped = False
+    try:
+        client.run_batch(reqs)
+    except KeyboardInterrupt:  # not kept (pytest.raises would keep its traceback, and the task with it)
+        stopped = True
+    finally:
+        client.close()
+    return stopped, len(writers) == 1 and writers[0].done()
+
+
+def test_ctrl_c_inside_a_task_nobody_awaits_leaves_no_task_exception_never_retrieved(tmp_path, caplog):
+    """Ctrl-C raises KeyboardInterrupt in whatever Python code the main thread runs. aiohttp (the SDK's HTTP client)
+    writes each request's body in a task of its own that nobody awaits (``ClientRequest.write_bytes``): a SIGINT
+    landing in that write ends the task with the KeyboardInterrupt, and unless the client takes it as it stops, Python
+    prints "Task exception was never retrieved" and a traceback when the task is freed (seen in the Ctrl-C test
+    above under load, 5 runs of 11). Here the request's task starts such a writer and the interrupt lands in it."""
+    import gc
+    import logging
+
+    from face.testing.scripted import InProcessServer
+
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    srv = InProcessServer()
+    with srv:
+        assert _batch_interrupted_in_a_writer_task(srv.spec(), tmp_path / "cache") == (True, True)
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []

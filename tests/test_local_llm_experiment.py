@@ -14,7 +14,7 @@ from scipy import stats
 
 from face.data import CRSARENA_EVAL
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # the embedded LLM on both cores: one at a time
 
 
 def _llama_servers() -> set[int]:

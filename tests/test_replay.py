@@ -347,6 +347,7 @@ def test_unknown_path_wrong_method_and_oversized_body_get_json_errors(judge_url,
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # times /health (never a second): not beside another test
 def test_soak_malformed_and_valid_requests_interleaved_never_stall_or_break_the_judge(replay_data, data_dir):
     """``python -m face.testing.replay`` on 127.0.0.1 (its own process, as users run it): every malformed kind, the
     HTTP errors and valid prompts (n up to the maximum) sent from 8 threads for a bounded number of rounds, while

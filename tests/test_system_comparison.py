@@ -42,9 +42,20 @@ def test_the_committed_level_means_are_the_means_of_the_committed_per_aspect_val
     assert round(got["dialogue level without dialogue_overall"], 3) == 0.902 and round(got["turn level"], 3) == 0.932
 
 
+def test_the_default_resamples_let_holm_reject_in_a_family_of_any_size():
+    from face.comparison.stats import boot_size
+
+    # the agreement's 36 pairs x 7 aspects, a calibration split's 9 systems x 7 aspects, a pair's 7 aspects
+    assert [boot_size(n, 0.05) for n in (252, 63, 7)] == [50_400, 12_600, 10_000]
+    for n in (252, 63, 7, 1000):
+        assert n / (boot_size(n, 0.05) + 1) <= 0.05 / 10  # the smallest p after Holm: a tenth of α at most
+
+
 @pytest.mark.slow
 def test_system_comparison_small(cfg_factory, data_dir):
-    cfg = cfg_factory("experiment=system_comparison", "comparison.calibration_splits=4",
+    # 6 000 resamples for the 252 agreement tests (the default's 50 400, test_the_default_resamples_...: 7x the
+    # time): the smallest p, 1/6 001, times Holm's 252 is 0.042 < α, so pairs can still be separated
+    cfg = cfg_factory("experiment=system_comparison", "comparison.n_boot=6000", "comparison.calibration_splits=4",
                       "comparison.calibration_boot=1500", "comparison.power_reps=1", "comparison.power_boot=1000",
                       "comparison.power_sizes=[10,null]", "report.out_dir=${paths.output_dir}/res", tracking=False)
     out = importlib.import_module(cfg.runner).run(cfg)

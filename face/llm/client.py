@@ -135,6 +135,7 @@ class LLMClient:
     def _private_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()
+            self._loop.set_task_factory(_tracked)
         _LOOPS[self._loop] = threading.get_ident()  # the thread that runs it (``interrupt``)
         return self._loop
 
@@ -261,7 +262,9 @@ class LLMClient:
         loop = self._private_loop()
         try:
             return loop.run_until_complete(coro)
-        except BaseException:
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                _retrieve(loop)
             _settle(loop)
             raise
 
@@ -282,6 +285,23 @@ def _same(x: ChatRequest) -> ChatRequest:
 
 # the private loops of the clients, and the thread each runs in (``interrupt`` stops them from another thread)
 _LOOPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
+
+
+_TASKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet] = weakref.WeakKeyDictionary()
+
+
+def _tracked(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task:
+    """The private loops' task factory: every task is remembered (weakly), for ``_retrieve``."""
+    task = asyncio.Task(coro, loop=loop, **kw)
+    _TASKS.setdefault(loop, weakref.WeakSet()).add(task)
+    return task
+
+
+def _retrieve(loop: asyncio.AbstractEventLoop) -> None:
+    """Ctrl-C raises KeyboardInterrupt in whatever code runs, often a task nobody awaits (aiohttp writes a request's
+    body in one): the interrupt ends it, and unless taken here Python prints "Task exception was never retrieved"."""
+    for task in [t for t in _TASKS.get(loop, ()) if t.done() and not t.cancelled()]:
+        task.exception()  # marks it retrieved
 
 
 def _settle(loop: asyncio.AbstractEventLoop) -> None:

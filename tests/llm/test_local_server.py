@@ -229,6 +229,7 @@ def _wait_gone(pid: int, timeout_s: float = 15.0) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the embedded LLM's server, timed: not beside another test
 @needs_server
 def test_server_chat_logprobs_json_and_clean_stop() -> None:
     import openai
@@ -301,6 +302,7 @@ _CHILD = textwrap.dedent(
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the embedded LLM's server, timed: not beside another test
 @needs_server
 @pytest.mark.parametrize("how", ["sigterm", "raise", "sigkill", "sigint"])
 def test_dead_parent_leaves_no_server(how: str) -> None:
@@ -332,6 +334,7 @@ def test_dead_parent_leaves_no_server(how: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the embedded LLM's server, timed: not beside another test
 @needs_server
 def test_bad_model_fails_fast_with_log_tail(tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"

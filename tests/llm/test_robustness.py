@@ -68,6 +68,7 @@ def test_faults_on_20_percent_give_identical_results(make_cfg, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # kills the worker halfway through, read by polling: not beside another test
 def test_sigkill_halfway_then_rerun_sends_only_missing(tmp_path):
     n, conc = 200, 4
     cache_dir = str(tmp_path / "cache")
