@@ -16,9 +16,11 @@ For each: wall time, samples/s, HTTP requests per sample, speed-up over the auth
 overhead per request (our wall minus the bare aiohttp loop's wall on the same requests at the same
 concurrency, divided by the requests) and our process's CPU per request. `--e2e` also times the
 acceptance command (`scripts/run.py experiment=crsarena_main llm=openai_compatible ...`) cold and warm.
-`--vs-wire` times only the acceptance command against its floor, both as whole processes (Python's start included),
-alternating in one run: a bare aiohttp loop (scripts/bare_loop.py) sending the same scoring requests with as many in
-flight as our client may reach (256); medians of `--e2e-repeat` runs each, and their ratio (issue 33: goal ≤ 2.0).
+`--vs-wire` times only the acceptance command against two floors, all as whole processes (Python's start
+included), alternating in one run: a bare aiohttp loop (scripts/bare_loop.py) sending the same scoring requests with
+as many in flight as our client may reach (256), and the same loop through the openai SDK (`--sdk`: what any client
+pays that sends every call through the openai client); medians of `--e2e-repeat` runs each, and the ratios (issue
+33: ours / bare loop, goal ≤ 2.0).
 
     .venv/bin/python scripts/bench_live.py [--convs 1] [--e2e] [--e2e-convs 10] [--e2e-repeat 1] [--skip-before]
     .venv/bin/python scripts/bench_live.py --vs-wire --e2e-repeat 5   # ours vs the wire, whole processes
@@ -296,39 +298,45 @@ def wire_bodies(d: Path, n_convs: int, url: str) -> tuple[list[dict], int]:
 
 
 def bench_vs_wire(d: Path, args) -> None:
-    """`--vs-wire`: the acceptance command (cold, a fresh cache each run) against a bare aiohttp loop sending the
-    same scoring requests at the same concurrency (scripts/bare_loop.py), both timed as whole processes, the two
-    alternating in one benchmark run; medians of `--e2e-repeat` runs each and their ratio."""
+    """`--vs-wire`: the acceptance command (cold, a fresh cache each run) against two bare loops sending the same
+    scoring requests at the same concurrency (scripts/bare_loop.py): aiohttp alone (the wire's floor) and the same
+    through the openai SDK (the floor of any client that sends every call through the openai client, as face
+    does). All three timed as whole processes, alternating in one benchmark run; medians of `--e2e-repeat` runs
+    each and the ratios."""
     proc, url = spawn(args.latency)
     try:
         bodies, concurrency = wire_bodies(d, args.e2e_convs, url)
         bodies_file = Path(tempfile.mkdtemp(prefix="bench_live_wire_")) / "bodies.json"
         bodies_file.write_text(json.dumps(bodies))
         bare_cmd = [sys.executable, str(ROOT / "scripts" / "bare_loop.py"), url, str(bodies_file), str(concurrency)]
+        sdk_cmd = [*bare_cmd, "--sdk"]
         timed_process(bare_cmd)  # the server's connections and the OS's file cache warmed, not timed
-        ours_s: list[float] = []
-        bare_s: list[float] = []
-        ours_cpu: list[float] = []
-        bare_cpu: list[float] = []
+        timed_process(sdk_cmd)
+        runs: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in ("ours", "sdk", "bare")}
         for i in range(args.e2e_repeat):
-            ours_s.append(e2e(url, args.e2e_convs, tempfile.mkdtemp(prefix="bench_live_e2e_"), ours_cpu)[0])
-            bare_s.append(timed_process(bare_cmd, bare_cpu))
-            print(f"  run {i + 1}: ours {ours_s[-1]:.2f} s (CPU {ours_cpu[-1]:.2f} s), bare loop {bare_s[-1]:.2f} s "
-                  f"(CPU {bare_cpu[-1]:.2f} s), ratio {ours_s[-1] / bare_s[-1]:.2f}", flush=True)
+            runs["ours"][0].append(e2e(url, args.e2e_convs, tempfile.mkdtemp(prefix="bench_live_e2e_"),
+                                       runs["ours"][1])[0])
+            runs["sdk"][0].append(timed_process(sdk_cmd, runs["sdk"][1]))
+            runs["bare"][0].append(timed_process(bare_cmd, runs["bare"][1]))
+            print(f"  run {i + 1}: " + ", ".join(f"{k} {w[-1]:.2f} s (CPU {c[-1]:.2f} s)" for k, (w, c) in runs.items())
+                  + f"; ours / bare {runs['ours'][0][-1] / runs['bare'][0][-1]:.2f}", flush=True)
     finally:
         proc.terminate()
         proc.wait()
-    ours_m, bare_m = statistics.median(ours_s), statistics.median(bare_s)
+    med = {k: statistics.median(w) for k, (w, _) in runs.items()}
     print(f"\n[ours: scripts/run.py experiment=crsarena_main llm=openai_compatible llm.base_url=URL "
           f"dataset.limit={args.e2e_convs} 'aspects=[{ASPECT}]' method.particles.source=released tracking=none; "
-          f"bare loop: scripts/bare_loop.py, the same {len(bodies)} scoring requests, {concurrency} in flight; "
-          f"{args.latency * 1e3:.0f} ms endpoint, {os.cpu_count()} cores]")
-    print(f"ours      median {ours_m:.2f} s ({min(ours_s):.2f}–{max(ours_s):.2f}, {len(ours_s)} runs); "
-          f"CPU median {statistics.median(ours_cpu):.2f} s")
-    print(f"bare loop median {bare_m:.2f} s ({min(bare_s):.2f}–{max(bare_s):.2f}, {len(bare_s)} runs); "
-          f"CPU median {statistics.median(bare_cpu):.2f} s")
-    print(f"ratio     {ours_m / bare_m:.2f} (medians; per run {min(o / b for o, b in zip(ours_s, bare_s)):.2f}–"
-          f"{max(o / b for o, b in zip(ours_s, bare_s)):.2f}; goal ≤ 2.0)")
+          f"sdk loop: scripts/bare_loop.py --sdk, bare loop: scripts/bare_loop.py, the same {len(bodies)} scoring "
+          f"requests, {concurrency} in flight; {args.latency * 1e3:.0f} ms endpoint, {os.cpu_count()} cores]")
+    names = {"ours": "ours     ", "sdk": "sdk loop ", "bare": "bare loop"}
+    for k, (w, c) in runs.items():
+        print(f"{names[k]} median {med[k]:.2f} s ({min(w):.2f}–{max(w):.2f}, {len(w)} runs); "
+              f"CPU median {statistics.median(c):.2f} s")
+    ours, bare = runs["ours"][0], runs["bare"][0]
+    print(f"ratio     {med['ours'] / med['bare']:.2f} (ours / bare loop, medians; per run "
+          f"{min(o / b for o, b in zip(ours, bare)):.2f}–{max(o / b for o, b in zip(ours, bare)):.2f}; goal ≤ 2.0)")
+    print(f"          {med['sdk'] / med['bare']:.2f} (sdk loop / bare loop: the openai client's own share), "
+          f"{med['ours'] / med['sdk']:.2f} (ours / sdk loop)")
 
 
 def bench_local_order(d: Path, n_instructions: int) -> None:

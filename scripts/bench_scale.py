@@ -180,8 +180,9 @@ def print_rows(rows: list[dict]) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         warm = f"{r['warm_wall_s']:.1f} s" if "warm_wall_s" in r else "–"
-        print(f"| ×{r['repeat']} | {r['wall_s']:.1f} s | {r['http_requests']:,} | {r['samples']:,} | "
-              f"{r['cpu_ms_per_request']:.3f} ms | {r['peak_rss_mb']:.0f} MB | {r['cache_mb']:.0f} MB | {warm} |")
+        cpu = "– (nothing sent)" if r["cpu_ms_per_request"] is None else f"{r['cpu_ms_per_request']:.3f} ms"
+        print(f"| ×{r['repeat']} | {r['wall_s']:.1f} s | {r['http_requests']:,} | {r['samples']:,} | {cpu} | "
+              f"{r['peak_rss_mb']:.0f} MB | {r['cache_mb']:.0f} MB | {warm} |")
     for r in rows[1:]:
         print(f"peak RSS ×{r['repeat']} / ×{rows[0]['repeat']}: {r['peak_rss_mb']:.0f} MB / "
               f"{rows[0]['peak_rss_mb']:.0f} MB = {r['peak_rss_mb'] / rows[0]['peak_rss_mb']:.3f}")
@@ -210,7 +211,7 @@ def main() -> None:
             r = timed(run_cmd(url, cache, out, args, k), work / f"run_{k}.log")
             n_req = http_requests(out)
             r.update(repeat=k, http_requests=n_req, samples=judge_stats(url)["samples"] - before,
-                     cpu_ms_per_request=1000 * r["cpu_s"] / max(n_req, 1), cache_mb=dir_mb(cache))
+                     cpu_ms_per_request=1000 * r["cpu_s"] / n_req if n_req else None, cache_mb=dir_mb(cache))
             print(f"{'given cache' if args.cache else 'cold'} ×{k}: {json.dumps(r)}", flush=True)
             if i == 0 and args.warm:
                 w = timed(run_cmd(url, cache, work / f"warm_{k}", args, k), work / f"warm_{k}.log")
@@ -231,7 +232,7 @@ def main() -> None:
         judge.terminate()
         _, _, jru = os.wait4(judge.pid, 0)
     print_rows(rows)
-    if bare:
+    if bare and rows[0]["cpu_ms_per_request"] is not None:
         ratio = rows[0]["cpu_ms_per_request"] / bare["cpu_ms_per_request"]
         print(f"\nbare AsyncOpenAI loop, {bare['requests']:,} of the run's scoring requests (n = 5) at concurrency "
               f"{args.concurrency}: {bare['cpu_ms_per_request']:.3f} ms CPU / request ({bare['wall_s']:.1f} s wall); "

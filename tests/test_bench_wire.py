@@ -1,6 +1,7 @@
 """The floor of `scripts/bench_live.py --vs-wire`: scripts/bare_loop.py, a whole process that sends a file of HTTP
 bodies with a bounded number in flight. The ratio the benchmark prints is only as good as this floor: it must send
-every body, each once, no more than the given concurrency at a time, and import nothing of face or openai."""
+every body, each once, no more than the given concurrency at a time, and import nothing of face or openai; its
+`--sdk` form does the same through the openai client."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from face.testing.scripted import ScriptedServer
 
@@ -20,14 +23,15 @@ def _bodies(k: int) -> list[dict]:
              "seed": i, "max_tokens": 8} for i in range(k)]
 
 
-def test_bare_loop_sends_each_body_once_within_its_concurrency(tmp_path):
+@pytest.mark.parametrize("through", [[], ["--sdk"]], ids=["aiohttp", "openai-sdk"])
+def test_bare_loop_sends_each_body_once_within_its_concurrency(tmp_path, through):
     bodies = _bodies(40)
     path = tmp_path / "bodies.json"
     path.write_text(json.dumps(bodies))
     srv = ScriptedServer(latency_s=0.05, max_concurrent=8)  # a 9th request in flight would be answered 429
     with srv as info:
-        r = subprocess.run([sys.executable, str(BARE), info.base_url, str(path), "8"], capture_output=True, text=True,
-                           timeout=60, cwd=ROOT)
+        r = subprocess.run([sys.executable, str(BARE), info.base_url, str(path), "8", *through], capture_output=True,
+                           text=True, timeout=60, cwd=ROOT)
     assert r.returncode == 0, r.stderr  # a 429 has no "choices": the loop would have failed
     assert r.stdout.strip() == f"40 requests, {sum(b['n'] for b in bodies)} choices"
     assert sorted(e["seed"] for e in srv.log) == list(range(40))
