@@ -285,8 +285,6 @@ def _same(x: ChatRequest) -> ChatRequest:
 
 # the private loops of the clients, and the thread each runs in (``interrupt`` stops them from another thread)
 _LOOPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = weakref.WeakKeyDictionary()
-
-
 _TASKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet] = weakref.WeakKeyDictionary()
 
 
