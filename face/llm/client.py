@@ -177,14 +177,14 @@ class LLMClient:
         assert self._lm is not None  # start() built it
         return await self._lm.chat(req)
 
-    def cached_stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], chunk: int | None = None
+    def cached_stream(self, items: Iterable[T], request: Callable[[T], ChatRequest]
                       ) -> Iterator[tuple[T, ChatRequest, ChatResult | None]]:
         """``(item, request(item), its cached result)`` for every item, in order (None: not every answer is in the
         cache -- what was found is kept for the request's ``chat``, face/llm/cache.py; with an
         answer type, not all n valid), the cache read one chunk ahead in a thread of its own: SQLite lets go of the GIL
         while it searches, so a paper-size warm rerun (≈ 3.5 M samples) reads the cache while this thread renders
         prompts and scores the chunk before. A request answered here is recorded in the usage like any other."""
-        items, chunk = iter(items), chunk or READ_AHEAD
+        items = iter(items)
         if self._lm is None:
             self.start()
         if self.cache is None or self.cfg.dry_run:
@@ -196,7 +196,7 @@ class LLMClient:
         ahead: deque = deque()
         with ThreadPoolExecutor(1, thread_name_prefix="cache-read") as pool:
             while True:
-                batch = list(itertools.islice(items, chunk))
+                batch = list(itertools.islice(items, READ_AHEAD))
                 if batch:
                     reqs = [request(x) for x in batch]
                     keys = [cache.keys_for(r) for r in reqs]
