@@ -18,29 +18,37 @@ import sys
 import aiohttp
 
 
-async def send_all(url: str, bodies: list, concurrency: int) -> int:
+async def send_all(post, bodies: list, concurrency: int) -> int:
+    """Every body through ``post(body) -> reply bytes``, at most ``concurrency`` in flight: the choices returned."""
     sem = asyncio.Semaphore(concurrency)
+
+    async def one(body: dict) -> int:
+        async with sem:
+            return len(json.loads(await post(body))["choices"])
+
+    return sum(await asyncio.gather(*(one(b) for b in bodies)))
+
+
+async def through_aiohttp(url: str, bodies: list, concurrency: int) -> int:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
-        async def one(body: dict) -> int:
-            async with sem, session.post(url + "/chat/completions", json=body) as r:
-                return len(json.loads(await r.read())["choices"])
+        async def post(body: dict) -> bytes:
+            async with session.post(url + "/chat/completions", json=body) as r:
+                return await r.read()
 
-        return sum(await asyncio.gather(*(one(b) for b in bodies)))
+        return await send_all(post, bodies, concurrency)
 
 
-async def send_all_sdk(url: str, bodies: list, concurrency: int) -> int:
+async def through_sdk(url: str, bodies: list, concurrency: int) -> int:
     import openai
 
-    sem = asyncio.Semaphore(concurrency)
     async with openai.AsyncOpenAI(base_url=url, api_key="bare-loop", max_retries=0,
                                   http_client=openai.DefaultAioHttpClient()) as client:
 
-        async def one(body: dict) -> int:
-            async with sem:
-                return len(json.loads(await client.post("/chat/completions", cast_to=bytes, body=body))["choices"])
+        async def post(body: dict) -> bytes:
+            return await client.post("/chat/completions", cast_to=bytes, body=body)
 
-        return sum(await asyncio.gather(*(one(b) for b in bodies)))
+        return await send_all(post, bodies, concurrency)
 
 
 def main() -> None:
@@ -48,7 +56,7 @@ def main() -> None:
     sdk = sys.argv[4:] == ["--sdk"]
     with open(path, encoding="utf-8") as f:
         bodies = json.load(f)
-    choices = asyncio.run((send_all_sdk if sdk else send_all)(url, bodies, concurrency))
+    choices = asyncio.run((through_sdk if sdk else through_aiohttp)(url, bodies, concurrency))
     print(f"{len(bodies)} requests, {choices} choices")
 
 

@@ -371,8 +371,9 @@ def main() -> None:
     ap.add_argument("--e2e", action="store_true", help="also time the acceptance command (cold and warm)")
     ap.add_argument("--e2e-convs", type=int, default=10)
     ap.add_argument("--e2e-repeat", type=int, default=1, help="cold runs of the acceptance command (median printed)")
-    ap.add_argument("--vs-wire", action="store_true", help="only the acceptance command against the bare loop, "
-                    "whole processes, --e2e-repeat runs each (median, ratio)")
+    ap.add_argument("--vs-wire", action="store_true", help="only the acceptance command against the bare loop "
+                    "and the same loop through the openai SDK, whole processes, --e2e-repeat runs each (medians, "
+                    "ratios)")
     ap.add_argument("--local", action="store_true", help="only the prefix-order benchmark on the embedded LLM")
     ap.add_argument("--local-instructions", type=int, default=4)
     args = ap.parse_args()
