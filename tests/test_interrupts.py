@@ -23,11 +23,11 @@ SCRIPT = textwrap.dedent('''
     import asyncio, os, signal, sqlite3, sys, threading, time
     import face
 
-    logs, out, cache, data, mode, after = sys.argv[1:7]
+    logs, out, cache, data, mode, after, latency, concurrency = sys.argv[1:9]
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a background job (`cmd &`, some CI
     # runners) starts with SIGINT ignored, and Python then installs no KeyboardInterrupt for it
-    settings = {"method.scoring.n": 2, "method.instructions.max": 2, "llm.server.latency_s": 0.2,
-                "llm.concurrency": 4, "paths": {"cache_dir": cache, "data_dir": data}}
+    settings = {"method.scoring.n": 2, "method.instructions.max": 2, "llm.server.latency_s": float(latency),
+                "llm.concurrency": int(concurrency), "paths": {"cache_dir": cache, "data_dir": data}}
 
     def interrupt_once_samples_arrive(n):  # Ctrl-C in the middle of the LLM work, not before or after it
         db = os.path.join(cache, "llm", "llm_cache.sqlite")
@@ -70,18 +70,19 @@ def _chat_logs(path: Path, n: int = 12) -> Path:
     return path
 
 
-def _run(tmp: Path, data_dir: Path, mode: str, after: int) -> subprocess.CompletedProcess:
+def _run(tmp: Path, data_dir: Path, mode: str, after: int, latency_s: float, concurrency: int
+         ) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "FACE_PROGRESS": "0"}
     return subprocess.run([sys.executable, "-c", SCRIPT, str(tmp / "logs.jsonl"), str(tmp / "out"),
-                           str(tmp / "cache"), str(data_dir), mode, str(after)],
+                           str(tmp / "cache"), str(data_dir), mode, str(after), str(latency_s), str(concurrency)],
                           capture_output=True, text=True, env=env, timeout=600, cwd=tmp)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["main", "cell"])
 def test_ctrl_c_during_evaluate_ends_with_one_keyboard_interrupt_and_a_rerun_resumes(tmp_path, data_dir, mode):
-    _chat_logs(tmp_path / "logs.jsonl", 6)  # ≈ 600 requests: the interrupt comes after 30
-    stopped = _run(tmp_path, data_dir, mode, after=30)
+    _chat_logs(tmp_path / "logs.jsonl", 3)  # ≈ 380 requests, ≈ 19 s at this latency: the interrupt comes after 30
+    stopped = _run(tmp_path, data_dir, mode, after=30, latency_s=0.2, concurrency=4)  # requests in flight
     assert stopped.stdout.strip().splitlines()[-1:] == ["INTERRUPTED"], stopped.stdout[-2000:] + stopped.stderr[-3000:]
     for noise in ("Exception ignored", "Event loop is closed", "Task was destroyed", "Traceback"):
         assert noise not in stopped.stderr, stopped.stderr[-3000:]
@@ -90,7 +91,9 @@ def test_ctrl_c_during_evaluate_ends_with_one_keyboard_interrupt_and_a_rerun_res
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         cached = conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
     assert cached > 0  # it had sent something before the interrupt
-    again = _run(tmp_path, data_dir, mode, after=0)
+    # the rerun only has to finish: no latency (a sample's cache key does not depend on the server's latency or the
+    # client's concurrency, so what the first run cached is still found, as the cache_hits check below proves)
+    again = _run(tmp_path, data_dir, mode, after=0, latency_s=0.0, concurrency=16)
     assert again.stdout.strip().splitlines()[-1:] == ["FINISHED"], again.stderr[-3000:]
     usage = json.loads((tmp_path / "out" / "llm_usage.json").read_text())["totals"]
     assert usage["cache_hits"] >= cached and usage["failures"] == 0  # resumed: what was cached was not sent again

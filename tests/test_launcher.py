@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -46,11 +47,13 @@ def _submitit_jobs(sweep: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir):
+def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir, mlflow_store):
     """Two live FACE jobs (scripted LLM) in two processes: each finishes with its run file, tables and LLM usage,
-    both write to one LLM cache and one MLflow store, and each job is its own MLflow run tagged with the sweep."""
+    both write to one LLM cache and one MLflow store, and each job is its own MLflow run tagged with the sweep.
+    The store starts as a copy of an empty one (creating it is not what this checks)."""
     from mlflow.tracking import MlflowClient
 
+    shutil.copyfile(mlflow_store, tmp_path / "ml.db")
     res = _sweep(tmp_path, data_dir, "experiment=crsarena_main", "llm=fake", "dataset.limit=2",
                  "aspects=[dialogue_overall]", "method.particles.source=released", "method.instructions.max=2",
                  "method.scoring.n=1,2")

@@ -226,11 +226,13 @@ def test_a_rerun_of_a_killed_sweep_counts_each_job_once_and_ends_the_parent_fini
 
 
 @pytest.mark.slow
-def test_a_sweep_killed_mid_job_and_run_again_counts_each_job_once(tmp_path, data_dir):
+def test_a_sweep_killed_mid_job_and_run_again_counts_each_job_once(tmp_path, data_dir, mlflow_store):
     """scripts/run.py -m over two live jobs (scripted LLM), killed with SIGKILL while job 1 writes its particle
     scores, then the same command again: two child runs, the parent FINISHED, the report's "2 jobs (2 finished)",
-    no temporary file in any job directory."""
+    no temporary file in any job directory. The MLflow store starts as a copy of an empty one (creating it is not
+    what this checks)."""
     import os
+    import shutil
     import signal
     import subprocess
     import sys
@@ -240,6 +242,7 @@ def test_a_sweep_killed_mid_job_and_run_again_counts_each_job_once(tmp_path, dat
 
     root = Path(__file__).resolve().parents[1]
     sweep = tmp_path / "sweep"
+    shutil.copyfile(mlflow_store, tmp_path / "ml.db")
     cmd = [sys.executable, "scripts/run.py", "-m", "experiment=crsarena_main", "llm=fake", "dataset.limit=3",
            "aspects=[relevance]", "method.particles.source=released", "method.scoring.n=1,2",
            f"hydra.sweep.dir={sweep}", f"paths.results_dir={tmp_path / 'results'}",

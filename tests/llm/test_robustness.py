@@ -38,7 +38,7 @@ class SubprocessServer:
 @pytest.mark.slow
 def test_faults_on_20_percent_give_identical_results(make_cfg, tmp_path):
     rs = [ChatRequest(messages=[{"role": "user", "content": f"fault test {i}"}], n=1 + (i % 5 == 0), tag="f")
-          for i in range(500)]
+          for i in range(250)]
     n_http = sum(r.n for r in rs)  # n_per_request=1
     clean_srv = SubprocessServer(tmp_path / "clean.jsonl")
     faulty_srv = SubprocessServer(tmp_path / "faulty.jsonl", "--fault-rate", "0.2", "--retry-after", "0.01",
