@@ -325,11 +325,15 @@ class _EchoingAuthServer(http.server.ThreadingHTTPServer):
 
 
 @pytest.mark.slow
-def test_canary_key_is_nowhere_in_the_output_tree_or_the_output(tmp_path, data_dir, monkeypatch):
+def test_canary_key_is_nowhere_in_the_output_tree_or_the_output(tmp_path, data_dir, monkeypatch, mlflow_store):
     """The canary through every spelling and both entry points (refused), then as the API key in the
     environment of two real runs -- one answered by the scripted server, one by an endpoint that quotes the key
     back in its 401 -- all in one project root: no file under it (.hydra/, run dirs, run.log, results, cache,
-    mlflow.db, mlruns) and no captured stdout/stderr holds the canary."""
+    mlflow.db, mlruns) and no captured stdout/stderr holds the canary. The runs log into a copy of the session's
+    empty MLflow store (its creation, MLflow's schema migrations, holds nothing of a run; that the runs wrote into
+    it is checked: the model's name is found in it)."""
+    import shutil
+
     from face.testing.scripted import ScriptedServer
 
     inputs, tmp_path = tmp_path / "inputs", tmp_path / "project"  # the scan covers the project root, not inputs
@@ -341,6 +345,7 @@ def test_canary_key_is_nowhere_in_the_output_tree_or_the_output(tmp_path, data_d
         outputs.append(o.out + o.err)
         assert o.code == 2, (entry, name, o.err[-500:])
     monkeypatch.setenv("FACE_CANARY_KEY", CANARY)
+    shutil.copyfile(mlflow_store, tmp_path / "mlflow.db")  # paths.root_dir is tmp_path: the runs' store
     live = ["experiment=ablation_no_particles", "llm=openai_compatible", "llm.model=scripted-model",
             "llm.api_key_env=FACE_CANARY_KEY", "llm.progress=false", "llm.max_retries=0", "dataset.limit=1",
             "aspects=[relevance]", "method.instructions.max=1", "method.scoring.n=1", "metaeval.n_boot=0",
@@ -357,6 +362,6 @@ def test_canary_key_is_nowhere_in_the_output_tree_or_the_output(tmp_path, data_d
     written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*") if p.is_file()}
     assert {"outputs", "mlflow.db", "mlruns", "data"} <= written, written  # the scan covers what the runs wrote
     assert list(tmp_path.glob("outputs/*/*/.hydra/config.yaml")) and list(tmp_path.glob("outputs/*/*/*.log"))
-    assert _hits(tmp_path, "scripted-model")  # a string the runs did write is found by the scan
+    assert "mlflow.db: scripted-model" in _hits(tmp_path, "scripted-model")  # what the runs wrote is found by the scan
     assert _hits(tmp_path, CANARY, RAW) == []
     assert [o for o in outputs if CANARY in o or RAW in o] == []
