@@ -98,24 +98,28 @@ def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(run_
 
 
 def _optimizer_sweep(tmp_path, mirror, mlflow_store, *settings: str):
-    """scripts/run.py -m experiment=optimize_instructions llm=scripted dataset.limit=8 ``settings`` into an empty
-    store in tmp_path; returns its tracking URI."""
+    """scripts/run.py -m experiment=optimize_instructions llm=fake dataset.limit=8 ``settings`` (its cli() in this
+    process, from the repository) into an empty store in tmp_path; returns its tracking URI and stdout."""
+    import os
     import shutil
-    import subprocess
-    import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    from helpers import run_script
+
     shutil.copyfile(mlflow_store, tmp_path / "m.db")  # an empty store: what the sweep registers in it is checked
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=optimize_instructions", "llm=fake",
-                          "dataset.limit=8", *settings, f"tracking.tracking_uri={uri}",
-                          f"tracking.artifact_location={tmp_path / 'mlruns'}", f"paths.cache_dir={tmp_path / 'cache'}",
-                          f"paths.data_dir={tmp_path / 'data'}", f"paths.data_mirror={mirror}",
-                          f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                         cwd=root, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return uri, res.stdout
+    cwd = os.getcwd()
+    os.chdir(Path(__file__).resolve().parents[1])
+    try:
+        code, out, err = run_script(["-m", "experiment=optimize_instructions", "llm=fake", "dataset.limit=8",
+                                     *settings, f"tracking.tracking_uri={uri}",
+                                     f"tracking.artifact_location={tmp_path / 'mlruns'}",
+                                     f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={tmp_path / 'data'}",
+                                     f"paths.data_mirror={mirror}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    finally:
+        os.chdir(cwd)
+    assert code == 0, err[-3000:]
+    return uri, out
 
 
 _QUICK = ["run_size=tiny", "optimizer.pulls=6", "optimizer.pull_minibatch=6", "optimizer.expand_minibatch=6",
