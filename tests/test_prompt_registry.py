@@ -97,52 +97,16 @@ def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(run_
     assert captions and all("limit=3" in c and "llm" not in c and "run_size" not in c for c in captions), captions
 
 
-def _optimizer_sweep(tmp_path, mirror, mlflow_store, *settings: str):
-    """scripts/run.py -m experiment=optimize_instructions llm=fake dataset.limit=8 ``settings`` (its cli() in this
-    process, from the repository) into an empty store in tmp_path; returns its tracking URI and stdout."""
-    import os
-    import shutil
-    from pathlib import Path
-
-    from helpers import run_script
-
-    shutil.copyfile(mlflow_store, tmp_path / "m.db")  # an empty store: what the sweep registers in it is checked
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
-    cwd = os.getcwd()
-    os.chdir(Path(__file__).resolve().parents[1])
-    try:
-        code, out, err = run_script(["-m", "experiment=optimize_instructions", "llm=fake", "dataset.limit=8",
-                                     *settings, f"tracking.tracking_uri={uri}",
-                                     f"tracking.artifact_location={tmp_path / 'mlruns'}",
-                                     f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={tmp_path / 'data'}",
-                                     f"paths.data_mirror={mirror}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    finally:
-        os.chdir(cwd)
-    assert code == 0, err[-3000:]
-    return uri, out
-
-
-_QUICK = ["run_size=tiny", "optimizer.pulls=6", "optimizer.pull_minibatch=6", "optimizer.expand_minibatch=6",
-          "optimizer.top_k=2", "optimizer.rounds=1", "optimizer.beta=1"]
-
-
-@pytest.fixture(scope="module")
-def readme_sweep(tmp_path_factory, mirror, mlflow_store):
-    """The README tour's sweep (dataset.limit=8, alpha=1,2 x beam=1,2; one round and small minibatches here to stay
-    quick, the same split), run once for the two tests that read its store: (tracking URI, stdout)."""
-    return _optimizer_sweep(tmp_path_factory.mktemp("readme_sweep"), mirror, mlflow_store, "aspects=[relevance]",
-                            "optimizer.alpha=1,2", "optimizer.beam=1,2", *_QUICK)
-
-
 @pytest.mark.slow
-def test_a_sweep_files_every_jobs_candidates_under_one_prompt_each_version_naming_its_jobs(readme_sweep):
-    """The four optimizer jobs of one Hydra multirun (alpha=1,2 x beam=1,2): one candidates prompt for the sweep,
-    whose versions' commit messages start with the job's swept values and whose ``jobs`` tags name every job that
-    wrote the text; each job's best candidate is aliased by its values; the sets share one name, each aliased by its
-    job's run."""
+def test_a_sweep_files_every_jobs_candidates_under_one_prompt_each_version_naming_its_jobs(optimizer_sweep):
+    """The four optimizer jobs of one Hydra multirun (alpha=1,2 x beam=1,2: conftest's OPTIMIZER_SWEEP, the README
+    tour's sweep with one round and small minibatches): one candidates prompt for the sweep, whose versions' commit
+    messages start with the job's swept values and whose ``jobs`` tags name every job that wrote the text; each
+    job's best candidate is aliased by its values; the sets share one name, each aliased by its job's run."""
     from mlflow.tracking import MlflowClient
 
-    uri, _ = readme_sweep
+    assert optimizer_sweep.code == 0, optimizer_sweep.err[-3000:]
+    uri = optimizer_sweep.uri
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("optimize_instructions").experiment_id
     runs = [r for r in client.search_runs([exp]) if "prompt.relevance" in r.data.tags]
@@ -172,17 +136,19 @@ def test_a_sweep_files_every_jobs_candidates_under_one_prompt_each_version_namin
 
 
 @pytest.mark.slow
-def test_the_readme_sweep_on_8_conversations_leaves_a_best_set_that_mlflow_loads(readme_sweep):
-    """The README tour's sweep: its per-system dev share rounds to nothing, so the dev fold is drawn from the
-    optimization conversations and said; every set has a dev Spearman and ``@best`` loads through MLflow's own
-    ``load_prompt`` — the set of the job with the highest one."""
+def test_the_readme_sweep_on_8_conversations_leaves_a_best_set_that_mlflow_loads(optimizer_sweep):
+    """The README tour's sweep (dataset.limit=8, alpha=1,2 x beam=1,2; one round and small minibatches here to stay
+    quick, the same split: conftest's OPTIMIZER_SWEEP): its per-system dev share rounds to nothing, so the dev fold
+    is drawn from the optimization conversations and said; every set has a dev Spearman and ``@best`` loads through
+    MLflow's own ``load_prompt`` — the set of the job with the highest one."""
     import math
 
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    uri, out = readme_sweep
-    assert "dev = 1 of them drawn at random" in out
+    assert optimizer_sweep.code == 0, optimizer_sweep.err[-3000:]
+    uri = optimizer_sweep.uri
+    assert "dev = 1 of them drawn at random" in optimizer_sweep.out
     mlflow.set_tracking_uri(uri)
     best = mlflow.genai.load_prompt("prompts:/face-opt-relevance-set@best")
     client = MlflowClient(tracking_uri=uri)
