@@ -67,12 +67,17 @@ def test_a_priced_run_stops_at_the_cap_or_its_first_misreport_and_its_stop_line_
 def clean(tmp_path_factory, data_dir):
     """The LIVE run against a scripted server without faults -- what the runs with faults on the probe must send
     and predict besides their retries -- run once for the two tests that compare with it: (run file, usage)."""
-    from conftest import make_cfg
+    from helpers import ROOT, run_paths
+    from hydra import compose, initialize_config_dir
 
     tmp = tmp_path_factory.mktemp("clean")
+
+    def make_cfg(*overrides: str, tracking: bool = False):  # as conftest's cfg_factory composes
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return compose(config_name="config", overrides=run_paths(tmp, data_dir, tracking) + list(overrides))
+
     with ScriptedServer() as info:
-        return run_live(lambda *o, tracking=False: make_cfg(tmp, data_dir, list(o), tracking), tmp / "clean",
-                        [*LIVE, f"llm.base_url={info.base_url}"])
+        return run_live(make_cfg, tmp / "clean", [*LIVE, f"llm.base_url={info.base_url}"])
 
 
 def _records(run_dir: Path) -> list[dict]:
