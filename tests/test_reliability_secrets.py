@@ -65,9 +65,9 @@ RUN_ONLY = {  # scripts/run.py only: Hydra's own settings and flags, sweeps
 TABLE = [("run.py", n) for n in [*CASES, *RUN_ONLY]] + [("face", n) for n in CASES]
 
 
-def _argv(entry: str, name: str, tmp: Path, inputs: Path | None = None) -> list[str]:
-    """The case's command line; its input files (logs, a config dir) go to ``inputs`` (default: tmp)."""
-    inputs = inputs or tmp
+def _argv(entry: str, name: str, tmp: Path) -> list[str]:
+    """The case's command line; its input files (logs, a config dir) go to tmp."""
+    inputs = tmp
     overrides, _ = {**CASES, **RUN_ONLY}[name]
     filled = [o.format(canary=CANARY, raw=RAW, conf=_conf_dir(inputs)) for o in overrides]
     if entry == "run.py":
@@ -326,24 +326,20 @@ class _EchoingAuthServer(http.server.ThreadingHTTPServer):
 
 @pytest.mark.slow
 def test_canary_key_is_nowhere_in_the_output_tree_or_the_output(tmp_path, data_dir, monkeypatch, mlflow_store):
-    """The canary through every spelling and both entry points (refused), then as the API key in the
-    environment of two real runs -- one answered by the scripted server, one by an endpoint that quotes the key
-    back in its 401 -- all in one project root: no file under it (.hydra/, run dirs, run.log, results, cache,
-    mlflow.db, mlruns) and no captured stdout/stderr holds the canary. The runs log into a copy of the session's
-    empty MLflow store (its creation, MLflow's schema migrations, holds nothing of a run; that the runs wrote into
-    it is checked: the model's name is found in it)."""
+    """The canary as the API key in the environment of two real runs -- one answered by the scripted server, one by
+    an endpoint that quotes the key back in its 401 -- in one project root: no file under it (.hydra/, run dirs,
+    run.log, results, cache, mlflow.db, mlruns) and no captured stdout/stderr holds the canary. (The canary through
+    every spelling and both entry points is test_a_credential_is_refused_naming_the_setting_not_the_value's: each
+    case refused with exit 2, the value in none of its output, nothing written at all.) The runs log into a copy of
+    the session's empty MLflow store (its creation, MLflow's schema migrations, holds nothing of a run; that the
+    runs wrote into it is checked: the model's name is found in it)."""
     import shutil
 
     from face.testing.scripted import ScriptedServer
 
-    inputs, tmp_path = tmp_path / "inputs", tmp_path / "project"  # the scan covers the project root, not inputs
-    inputs.mkdir()
+    tmp_path = tmp_path / "project"
     tmp_path.mkdir()
     outputs = []
-    for entry, name in TABLE:
-        o = run(entry, _argv(entry, name, tmp_path, inputs), tmp_path, monkeypatch)
-        outputs.append(o.out + o.err)
-        assert o.code == 2, (entry, name, o.err[-500:])
     monkeypatch.setenv("FACE_CANARY_KEY", CANARY)
     shutil.copyfile(mlflow_store, tmp_path / "mlflow.db")  # paths.root_dir is tmp_path: the runs' store
     live = ["experiment=ablation_no_particles", "llm=openai_compatible", "llm.model=scripted-model",
