@@ -132,6 +132,54 @@ def evaluated_chat_logs(tmp_path_factory) -> Path:
     return tmp / "out"
 
 
+# the README tour's optimizer sweep, small: 8 conversations, one aspect, alpha=1,2 x beam=1,2 (4 jobs), one round
+OPTIMIZER_SWEEP = ["experiment=optimize_instructions", "aspects=[relevance]", "dataset.limit=8", "run_size=tiny",
+                   "llm=fake", "optimizer.pulls=12", "optimizer.pull_minibatch=6", "optimizer.expand_minibatch=6",
+                   "optimizer.top_k=4", "optimizer.alpha=1,2", "optimizer.beta=1", "optimizer.beam=1,2",
+                   "optimizer.rounds=1"]
+
+
+@pytest.fixture(scope="session")
+def optimizer_sweep(tmp_path_factory, mirror, mlflow_store):
+    """``scripts/run.py -m`` OPTIMIZER_SWEEP from the repository (its cli() in this process: ``helpers.run_script``)
+    into a copy of the empty MLflow store, run once per session -- by the first xdist worker that asks, the other
+    waits on a lock and reads the same directory -- for the tests that read what it left (test_optimize: the runs
+    and the sweep report; test_prompt_registry: the prompts). ``.uri`` its store, ``.sweep`` its sweep dir,
+    ``.code`` / ``.out`` / ``.err`` the exit code and output, ``.git_before`` / ``.git_after`` ``git status
+    --porcelain`` of the repository around it."""
+    import fcntl
+    import json
+    import subprocess
+    from types import SimpleNamespace
+
+    from helpers import run_script
+
+    def git_status() -> str:
+        return subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+
+    shared = shared_dir(tmp_path_factory)
+    tmp = shared / "optimizer_sweep"
+    with open(shared / "optimizer_sweep.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (tmp / "finished.json").exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            shutil.copyfile(mlflow_store, tmp / "m.db")  # an empty store: what the sweep makes of it is checked
+            before, cwd = git_status(), os.getcwd()
+            os.chdir(ROOT)
+            try:
+                code, out, err = run_script(["-m", *OPTIMIZER_SWEEP, f"tracking.tracking_uri=sqlite:///{tmp / 'm.db'}",
+                                             f"tracking.artifact_location={tmp / 'mlruns'}",
+                                             f"paths.cache_dir={tmp / 'cache'}", f"paths.data_dir={tmp / 'data'}",
+                                             f"paths.data_mirror={mirror}", f"hydra.sweep.dir={tmp / 'sweep'}"])
+            finally:
+                os.chdir(cwd)
+            done = {"code": code, "out": out, "err": err, "git_before": before, "git_after": git_status()}
+            (tmp / "finished.json").write_text(json.dumps(done))
+    return SimpleNamespace(uri=f"sqlite:///{tmp / 'm.db'}", sweep=tmp / "sweep",
+                           **json.loads((tmp / "finished.json").read_text()))
+
+
 @pytest.fixture
 def plotted(monkeypatch) -> dict[str, dict]:
     """What every figure saved during the test shows, read back from its matplotlib objects, by file name:

@@ -63,14 +63,30 @@ def test_a_priced_run_stops_at_the_cap_or_its_first_misreport_and_its_stop_line_
         assert doc["misreport"] in line and "max_tokens 1 × n 3" in doc["misreport"] + line
 
 
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory, data_dir):
+    """The LIVE run against a scripted server without faults -- what the runs with faults on the probe must send
+    and predict besides their retries -- run once for the two tests that compare with it: (run file, usage)."""
+    from helpers import ROOT, run_paths
+    from hydra import compose, initialize_config_dir
+
+    tmp = tmp_path_factory.mktemp("clean")
+
+    def make_cfg(*overrides: str, tracking: bool = False):  # as conftest's cfg_factory composes
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return compose(config_name="config", overrides=run_paths(tmp, data_dir, tracking) + list(overrides))
+
+    with ScriptedServer() as info:
+        return run_live(make_cfg, tmp / "clean", [*LIVE, f"llm.base_url={info.base_url}"])
+
+
 def _records(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "particle_scores.jsonl").read_text().splitlines() if x.strip()]
 
 
 @pytest.mark.slow
-def test_a_429_on_the_probe_and_20_percent_429s_change_nothing_but_the_retries(cfg_factory, tmp_path):
-    with ScriptedServer() as info:
-        clean, clean_usage = _live(cfg_factory, tmp_path, "clean", info.base_url)
+def test_a_429_on_the_probe_and_20_percent_429s_change_nothing_but_the_retries(cfg_factory, tmp_path, clean):
+    clean, clean_usage = clean
     srv = ScriptedServer(fault_rate=0.2, fault_kinds=("429",), retry_after_s=0.01)
     srv.force("429")  # the first request of the run: the probe's
     with srv as info:
@@ -87,9 +103,8 @@ def test_a_429_on_the_probe_and_20_percent_429s_change_nothing_but_the_retries(c
 
 
 @pytest.mark.slow
-def test_mixed_transport_faults_on_the_probe_change_nothing_but_the_retries(cfg_factory, tmp_path):
-    with ScriptedServer() as info:
-        clean, clean_usage = _live(cfg_factory, tmp_path, "clean", info.base_url)
+def test_mixed_transport_faults_on_the_probe_change_nothing_but_the_retries(cfg_factory, tmp_path, clean):
+    clean, clean_usage = clean
     srv = ScriptedServer()
     srv.force("500")  # the probe's first request, whatever the proxy does to it
     with srv as info, FaultProxy(info.base_url, rate=0.2, kinds=TRANSPORT_KINDS, hang_s=1.5) as proxy:

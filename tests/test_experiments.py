@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -235,18 +232,20 @@ def test_cli_main_job_and_clear_error_on_bad_data(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_cli_multirun_sweep(tmp_path, mirror, mlflow_store):
+def test_cli_multirun_sweep(tmp_path, mirror, mlflow_store, monkeypatch):
+    """``scripts/run.py -m`` (its cli() in this process: the process boundary is not what is checked)."""
+    from helpers import run_script
     from mlflow.tracking import MlflowClient
 
-    env = {**os.environ, "FACE_DATA_DIR": str(tmp_path / "data"), "FACE_DATA_MIRROR": str(mirror)}
+    monkeypatch.setenv("FACE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("FACE_DATA_MIRROR", str(mirror))
+    monkeypatch.chdir(ROOT)
     shutil.copyfile(mlflow_store, tmp_path / "ml.db")  # an empty store: what a sweep makes of it is checked
-    res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=reproduce_table2",
-                          "method.particle_agg=mean,max", "dataset.limit=30", "metaeval.n_boot=0",
-                          f"tracking.tracking_uri=sqlite:///{tmp_path / 'ml.db'}",
-                          f"tracking.artifact_location={tmp_path / 'mlruns'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-                          f"paths.results_dir={tmp_path / 'results'}"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
+    code, _, err = run_script(["-m", "experiment=reproduce_table2", "method.particle_agg=mean,max", "dataset.limit=30",
+                               "metaeval.n_boot=0", f"tracking.tracking_uri=sqlite:///{tmp_path / 'ml.db'}",
+                               f"tracking.artifact_location={tmp_path / 'mlruns'}",
+                               f"hydra.sweep.dir={tmp_path / 'sweep'}", f"paths.results_dir={tmp_path / 'results'}"])
+    assert code == 0, err[-2000:]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'ml.db'}")
     every = client.search_runs([client.get_experiment_by_name("reproduce_table2").experiment_id])
     [parent] = [r for r in every if "mlflow.parentRunId" not in r.data.tags]

@@ -431,35 +431,17 @@ def test_optimize_selection_small(run_experiment):
 
 # ------------------------------------------------------------------ sweeps (slow: 4 jobs through Hydra)
 
-def _git_status(root: Path) -> str:
-    import subprocess
-
-    return subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
-
-
 @pytest.mark.slow
-def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_report(tmp_path, mirror, mlflow_store):
-    """The sweep of issue 22 (alpha=1,2 beta=1 beam=1,2): one MLflow parent run named after the swept keys, 4
-    FINISHED children named by alpha, beta and beam, each with the headline summary metric; the report (read
-    back from MLflow) in the sweep directory and on the parent; nothing written into the repository."""
-    import shutil
-    import subprocess
-    import sys
-
+def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_report(optimizer_sweep):
+    """The sweep of issue 22 (alpha=1,2 beta=1 beam=1,2: conftest's OPTIMIZER_SWEEP, through ``scripts/run.py -m``
+    from the repository): one MLflow parent run named after the swept keys, 4 FINISHED children named by alpha,
+    beta and beam, each with the headline summary metric; the report (read back from MLflow) in the sweep directory
+    and on the parent; nothing written into the repository."""
     import pandas as pd
     from mlflow.tracking import MlflowClient
 
-    root = Path(__file__).resolve().parents[1]
-    before = _git_status(root)
-    shutil.copyfile(mlflow_store, tmp_path / "m.db")  # an empty store: what the sweep makes of it is checked
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
-    res = subprocess.run([sys.executable, "scripts/run.py", "-m", *TINY, "llm=fake", "optimizer.alpha=1,2",
-                          "optimizer.beta=1", "optimizer.beam=1,2", "optimizer.rounds=1",
-                          f"tracking.tracking_uri={uri}", f"tracking.artifact_location={tmp_path / 'mlruns'}",
-                          f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={tmp_path / 'data'}",
-                          f"paths.data_mirror={mirror}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                         cwd=root, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert optimizer_sweep.code == 0, optimizer_sweep.err[-3000:]
+    uri = optimizer_sweep.uri
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("optimize_instructions").experiment_id])
     [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
@@ -476,7 +458,7 @@ def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_rep
         assert [d.dataset.name for d in r.inputs.dataset_inputs] == ["CRSArena-Eval"]
     assert not any(k.startswith("llm_score") for k in children[0].data.metrics)  # per stage: in the artifact
     # the report: from the children, in the sweep directory and on the parent
-    sweep = tmp_path / "sweep"
+    sweep = optimizer_sweep.sweep
     jobs = pd.read_csv(sweep / "sweep_jobs.csv")
     by_name = {r.info.run_name: r.data.metrics["summary.final_heldout_spearman"] for r in children}
     assert dict(zip(jobs["run"], jobs["summary.final_heldout_spearman"])) == pytest.approx(by_name)
@@ -489,4 +471,4 @@ def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_rep
     assert client.get_experiment_by_name("optimize_instructions").tags[
         "mlflow.experiment.primaryMetric.name"] == "summary.final_heldout_spearman"
     assert all((sweep / n / "results" / "heldout.csv").exists() for n in "0123")  # each job its own tables
-    assert _git_status(root) == before  # no job wrote results/ (job 0 once did)
+    assert optimizer_sweep.git_after == optimizer_sweep.git_before  # no job wrote results/ (job 0 once did)

@@ -97,60 +97,38 @@ def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(run_
     assert captions and all("limit=3" in c and "llm" not in c and "run_size" not in c for c in captions), captions
 
 
-def _optimizer_sweep(tmp_path, mirror, mlflow_store, *settings: str):
-    """scripts/run.py -m experiment=optimize_instructions llm=scripted dataset.limit=8 ``settings`` into an empty
-    store in tmp_path; returns its tracking URI."""
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    shutil.copyfile(mlflow_store, tmp_path / "m.db")  # an empty store: what the sweep registers in it is checked
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
-    res = subprocess.run([sys.executable, "scripts/run.py", "-m", "experiment=optimize_instructions", "llm=fake",
-                          "dataset.limit=8", *settings, f"tracking.tracking_uri={uri}",
-                          f"tracking.artifact_location={tmp_path / 'mlruns'}", f"paths.cache_dir={tmp_path / 'cache'}",
-                          f"paths.data_dir={tmp_path / 'data'}", f"paths.data_mirror={mirror}",
-                          f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                         cwd=root, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return uri, res.stdout
-
-
-_QUICK = ["run_size=tiny", "optimizer.pulls=6", "optimizer.pull_minibatch=6", "optimizer.expand_minibatch=6",
-          "optimizer.top_k=2", "optimizer.rounds=1", "optimizer.beta=1"]
-
-
 @pytest.mark.slow
-def test_a_sweep_files_every_jobs_candidates_under_one_prompt_each_version_naming_its_jobs(tmp_path, mirror,
-                                                                                          mlflow_store):
-    """Two optimizer jobs of one Hydra multirun (alpha=1,2): one candidates prompt for the sweep, whose versions'
-    commit messages start with the job's swept values and whose ``jobs`` tags name every job that wrote the text;
-    each job's best candidate is aliased by its values; the sets share one name, each aliased by its job's run."""
+def test_a_sweep_files_every_jobs_candidates_under_one_prompt_each_version_naming_its_jobs(optimizer_sweep):
+    """The four optimizer jobs of one Hydra multirun (alpha=1,2 x beam=1,2: conftest's OPTIMIZER_SWEEP, the README
+    tour's sweep with one round and small minibatches): one candidates prompt for the sweep, whose versions' commit
+    messages start with the job's swept values and whose ``jobs`` tags name every job that wrote the text; each
+    job's best candidate is aliased by its values; the sets share one name, each aliased by its job's run."""
     from mlflow.tracking import MlflowClient
 
-    uri, _ = _optimizer_sweep(tmp_path, mirror, mlflow_store, "aspects=[relevance]", "optimizer.alpha=1,2",
-                              "optimizer.beam=1", *_QUICK)
+    assert optimizer_sweep.code == 0, optimizer_sweep.err[-3000:]
+    uri = optimizer_sweep.uri
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("optimize_instructions").experiment_id
     runs = [r for r in client.search_runs([exp]) if "prompt.relevance" in r.data.tags]
     [parent] = [r for r in client.search_runs([exp]) if r.data.tags.get("sweep_role") == "parent"]
-    assert len(runs) == 2
+    assert len(runs) == 4
     name = f"face-opt-relevance-sweep-{parent.info.run_id[:8]}"
     assert {p.name for p in client.search_prompts(max_results=100)} == {"face-opt-relevance-set", name}
     assert client.get_prompt(name).tags["sweep"] == parent.info.run_id
     versions = client.search_prompt_versions(name)
     assert len({v.template for v in versions}) == len(versions)  # one version per distinct text
-    assert client.get_prompt_version(name, "initial").tags["jobs"] == "alpha=1; alpha=2"  # one start text
+    labels = [f"alpha={a} beam={b}" for a in (1, 2) for b in (1, 2)]
+    assert client.get_prompt_version(name, "initial").tags["jobs"] == "; ".join(labels)  # one start text
     for r in runs:
-        label = f"alpha={r.data.params['optimizer.alpha']}"
-        assert r.info.run_name == f"{label} · optimize_instructions"
+        alpha, beam = r.data.params["optimizer.alpha"], r.data.params["optimizer.beam"]
+        label = f"alpha={alpha} beam={beam}"
+        # the run name abbreviates the keys (the full label would not show in the runs table's column)
+        assert label in labels and r.info.run_name == f"a={alpha} b={beam} · optimize_instructions"
         mine = [v for v in versions if label in v.tags["jobs"].split("; ")]
         assert len(mine) == 1 + int(r.data.params["optimizer.alpha"])  # the start and alpha rewrites of it
         # the job that wrote a text first leads its commit message; a later job's is in the jobs tag
         assert all(v.commit_message.startswith(v.tags["jobs"].split("; ")[0] + ": ") for v in mine)
-        best = client.get_prompt_version(name, f"best-{label.replace('=', '')}")
+        best = client.get_prompt_version(name, f"best-{label.replace('=', '').replace(' ', '-')}")
         assert label in best.tags["jobs"]
         job_set = client.get_prompt_version("face-opt-relevance-set", f"run-{r.info.run_id[:8]}")
         assert r.data.tags["prompt.relevance"] == f"face-opt-relevance-set@{job_set.version}"
@@ -158,19 +136,19 @@ def test_a_sweep_files_every_jobs_candidates_under_one_prompt_each_version_namin
 
 
 @pytest.mark.slow
-def test_the_readme_sweep_on_8_conversations_leaves_a_best_set_that_mlflow_loads(tmp_path, mirror, mlflow_store):
+def test_the_readme_sweep_on_8_conversations_leaves_a_best_set_that_mlflow_loads(optimizer_sweep):
     """The README tour's sweep (dataset.limit=8, alpha=1,2 x beam=1,2; one round and small minibatches here to stay
-    quick, the same split): its per-system dev share rounds to nothing, so the dev fold is drawn from the
-    optimization conversations and said; every set has a dev Spearman and ``@best`` loads through MLflow's own
-    ``load_prompt`` — the set of the job with the highest one."""
+    quick, the same split: conftest's OPTIMIZER_SWEEP): its per-system dev share rounds to nothing, so the dev fold
+    is drawn from the optimization conversations and said; every set has a dev Spearman and ``@best`` loads through
+    MLflow's own ``load_prompt`` — the set of the job with the highest one."""
     import math
 
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    uri, out = _optimizer_sweep(tmp_path, mirror, mlflow_store, "aspects=[relevance]", "optimizer.alpha=1,2",
-                                "optimizer.beam=1,2", *_QUICK)
-    assert "dev = 1 of them drawn at random" in out
+    assert optimizer_sweep.code == 0, optimizer_sweep.err[-3000:]
+    uri = optimizer_sweep.uri
+    assert "dev = 1 of them drawn at random" in optimizer_sweep.out
     mlflow.set_tracking_uri(uri)
     best = mlflow.genai.load_prompt("prompts:/face-opt-relevance-set@best")
     client = MlflowClient(tracking_uri=uri)

@@ -65,9 +65,9 @@ RUN_ONLY = {  # scripts/run.py only: Hydra's own settings and flags, sweeps
 TABLE = [("run.py", n) for n in [*CASES, *RUN_ONLY]] + [("face", n) for n in CASES]
 
 
-def _argv(entry: str, name: str, tmp: Path, inputs: Path | None = None) -> list[str]:
-    """The case's command line; its input files (logs, a config dir) go to ``inputs`` (default: tmp)."""
-    inputs = inputs or tmp
+def _argv(entry: str, name: str, tmp: Path) -> list[str]:
+    """The case's command line; its input files (logs, a config dir) go to tmp."""
+    inputs = tmp
     overrides, _ = {**CASES, **RUN_ONLY}[name]
     filled = [o.format(canary=CANARY, raw=RAW, conf=_conf_dir(inputs)) for o in overrides]
     if entry == "run.py":
@@ -142,20 +142,83 @@ def test_real_settings_holding_no_credential_pass_the_guard():
     assert [o for o in LEGIT if secret_in_overrides([o])] == []
 
 
+def _writes(path: Path, package: str) -> set[str]:
+    """The top-level settings a config file sets: its own package's root (an experiment overlay, ``@package
+    _global_``: each of its top-level keys) and each config group its defaults list selects or overrides elsewhere
+    (by the group's name or the package after ``@``). A relative entry of a global file: ``*`` (could be anything)."""
+    import yaml
+
+    text = path.read_text()
+    doc = yaml.safe_load(text) or {}
+    glob = "@package _global_" in text
+    roots = set(doc) - {"defaults"} if glob else {package}
+    for entry in doc.get("defaults") or []:
+        spec = (next(iter(entry)) if isinstance(entry, dict) else str(entry)).removeprefix("override ").strip()
+        group, _, pkg = spec.partition("@")
+        if spec == "_self_":
+            continue
+        if pkg:
+            roots.add(pkg.removeprefix("_global_.").split(".")[0])
+        elif group.startswith("/"):
+            roots.add(group.lstrip("/").split("/")[0])
+        else:
+            roots.add("*" if glob else package)
+    return roots
+
+
+def _reads(path: Path) -> set[str]:
+    """The top-level settings a config file's interpolations may read (every name inside ``${...}`` that does not
+    follow a dot: a root, a resolver, an argument -- more than it reads, never less; ``${..x}`` reads its own node)."""
+    import re
+
+    return {r for body in re.findall(r"\$\{([^{}]*)", path.read_text())
+            for r in re.findall(r"(?<![\w.])([A-Za-z_]\w*)", body)}
+
+
+def _composed_pairs(conf: Path) -> set[tuple[str, str]]:
+    """The (experiment, llm) compositions that show every setting any of the 126 could hold.
+
+    The guard judges a setting by its dotted name, its value as written and its value resolved. In the composition of
+    experiment E with llm file L, what sits under ``llm`` is what L's files write, plus whatever E writes there; what
+    sits elsewhere is what E and the root config write, plus whatever L's defaults write outside ``llm`` (llm=local:
+    ``run_size``); a value resolved through an interpolation can also read across. So (E, L) holds a setting that
+    neither (E, L0) nor (E0, L) holds only where the two meet: E writes ``llm`` (replay_table2: ``override
+    /llm``) or a root an llm file interpolates (``paths``), L writes outside ``llm``, or a config outside conf/llm
+    interpolates ``llm``. Composed: every experiment with an llm writing nothing outside ``llm`` (L0), every llm
+    with the default experiment (E0, which writes no llm setting, or it is paired below), every experiment that
+    meets the llm files with every llm, every llm that reaches outside with every experiment; if any config outside
+    conf/llm read ``llm``, all of them."""
+    import yaml
+
+    exps = sorted(p.stem for p in (conf / "experiment").glob("*.yaml"))
+    llms = sorted(p.stem for p in (conf / "llm").glob("*.yaml"))
+    llm_reads = set().union(*(_reads(p) for p in (conf / "llm").glob("*.yaml")))
+    reads_llm = any("llm" in _reads(p) for p in conf.rglob("*.yaml") if "llm" not in p.relative_to(conf).parts[:1])
+    meets = {e for e in exps if reads_llm or _writes(conf / "experiment" / f"{e}.yaml", "_global_") &
+             {"llm", "*", *llm_reads}}
+    reaches = {m for m in llms if _writes(conf / "llm" / f"{m}.yaml", "llm") - {"llm"}}
+    default_exp = next(d["experiment"] for d in yaml.safe_load((conf / "config.yaml").read_text())["defaults"]
+                       if isinstance(d, dict) and "experiment" in d)
+    plain = next(m for m in llms if m not in reaches)
+    assert "replay_table2" in meets and "local" in reaches  # the two places where they meet, as conf/ is now
+    return ({(e, plain) for e in exps} | {(default_exp, m) for m in llms} | {(e, m) for e in meets for m in llms}
+            | {(e, m) for e in exps for m in reaches})
+
+
 def test_every_shipped_config_passes_the_guard():
-    """Every experiment × LLM backend of conf/ composes clean (no shipped setting is mistaken for a key)."""
+    """Every experiment × LLM backend of conf/ composes clean (no shipped setting is mistaken for a key): composed
+    as the pairs that hold every setting any pair holds (``_composed_pairs``: 46 of the 126)."""
     from hydra import compose, initialize_config_dir
 
-    exps = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
-    llms = sorted(p.stem for p in (ROOT / "conf" / "llm").glob("*.yaml"))
+    conf = ROOT / "conf"
+    pairs = _composed_pairs(conf)
     bad = []
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        for e in exps:
-            for llm in llms:
-                problem = secret_setting(compose(config_name="config", overrides=[f"experiment={e}", f"llm={llm}"]))
-                if problem:
-                    bad.append(f"{e} {llm}: {problem}")
-    assert len(exps) >= 10 and len(llms) >= 5 and bad == []
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        for e, llm in sorted(pairs):
+            problem = secret_setting(compose(config_name="config", overrides=[f"experiment={e}", f"llm={llm}"]))
+            if problem:
+                bad.append(f"{e} {llm}: {problem}")
+    assert len({e for e, _ in pairs}) >= 10 and len({m for _, m in pairs}) >= 5 and bad == []
 
 
 @pytest.mark.parametrize("name,is_secret", [
@@ -262,22 +325,23 @@ class _EchoingAuthServer(http.server.ThreadingHTTPServer):
 
 
 @pytest.mark.slow
-def test_canary_key_is_nowhere_in_the_output_tree_or_the_output(tmp_path, data_dir, monkeypatch):
-    """The canary through every spelling and both entry points (refused), then as the API key in the
-    environment of two real runs -- one answered by the scripted server, one by an endpoint that quotes the key
-    back in its 401 -- all in one project root: no file under it (.hydra/, run dirs, run.log, results, cache,
-    mlflow.db, mlruns) and no captured stdout/stderr holds the canary."""
+def test_canary_key_is_nowhere_in_the_output_tree_or_the_output(tmp_path, data_dir, monkeypatch, mlflow_store):
+    """The canary as the API key in the environment of two real runs -- one answered by the scripted server, one by
+    an endpoint that quotes the key back in its 401 -- in one project root: no file under it (.hydra/, run dirs,
+    run.log, results, cache, mlflow.db, mlruns) and no captured stdout/stderr holds the canary. (The canary through
+    every spelling and both entry points is test_a_credential_is_refused_naming_the_setting_not_the_value's: each
+    case refused with exit 2, the value in none of its output, nothing written at all.) The runs log into a copy of
+    the session's empty MLflow store (its creation, MLflow's schema migrations, holds nothing of a run; that the
+    runs wrote into it is checked: the model's name is found in it)."""
+    import shutil
+
     from face.testing.scripted import ScriptedServer
 
-    inputs, tmp_path = tmp_path / "inputs", tmp_path / "project"  # the scan covers the project root, not inputs
-    inputs.mkdir()
+    tmp_path = tmp_path / "project"
     tmp_path.mkdir()
     outputs = []
-    for entry, name in TABLE:
-        o = run(entry, _argv(entry, name, tmp_path, inputs), tmp_path, monkeypatch)
-        outputs.append(o.out + o.err)
-        assert o.code == 2, (entry, name, o.err[-500:])
     monkeypatch.setenv("FACE_CANARY_KEY", CANARY)
+    shutil.copyfile(mlflow_store, tmp_path / "mlflow.db")  # paths.root_dir is tmp_path: the runs' store
     live = ["experiment=ablation_no_particles", "llm=openai_compatible", "llm.model=scripted-model",
             "llm.api_key_env=FACE_CANARY_KEY", "llm.progress=false", "llm.max_retries=0", "dataset.limit=1",
             "aspects=[relevance]", "method.instructions.max=1", "method.scoring.n=1", "metaeval.n_boot=0",
@@ -294,6 +358,6 @@ def test_canary_key_is_nowhere_in_the_output_tree_or_the_output(tmp_path, data_d
     written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*") if p.is_file()}
     assert {"outputs", "mlflow.db", "mlruns", "data"} <= written, written  # the scan covers what the runs wrote
     assert list(tmp_path.glob("outputs/*/*/.hydra/config.yaml")) and list(tmp_path.glob("outputs/*/*/*.log"))
-    assert _hits(tmp_path, "scripted-model")  # a string the runs did write is found by the scan
+    assert "mlflow.db: scripted-model" in _hits(tmp_path, "scripted-model")  # what the runs wrote is found by the scan
     assert _hits(tmp_path, CANARY, RAW) == []
     assert [o for o in outputs if CANARY in o or RAW in o] == []
