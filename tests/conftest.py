@@ -113,10 +113,13 @@ def forget_probes():
 
 @pytest.fixture(scope="session")
 def evaluated_chat_logs(tmp_path_factory) -> Path:
-    """The output directory of `face evaluate` on test_cli's two chat logs (scripted LLM, tiny run size), run once
-    per session -- by the first xdist worker that asks, the other waits on a lock and reads the same directory --
-    for the tests that only read what it wrote (a test that changes a file works on a copy)."""
+    """The output directory of `face evaluate` on test_cli's two chat logs (scripted LLM, tiny run size, aspects
+    relevance and dialogue_overall), run once per session -- by the first xdist worker that asks, the other waits on
+    a lock and reads the same directory -- for the tests that only read what it wrote (a test that changes a file
+    works on a copy). What the run printed is kept beside it (``evaluated_chat_logs_console``)."""
+    import contextlib
     import fcntl
+    import io
 
     from test_cli import CHAT, _evaluate, _jsonl
 
@@ -127,7 +130,13 @@ def evaluated_chat_logs(tmp_path_factory) -> Path:
         if not (tmp / "finished").exists():
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            assert _evaluate(tmp, _jsonl(tmp, CHAT)) == 0
+            out, err = io.StringIO(), io.StringIO()
+            with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                mp.delenv("FACE_PROGRESS", raising=False)  # captured output: whether bars are drawn is the run's call
+                code = _evaluate(tmp, _jsonl(tmp, CHAT))
+            (tmp / "stdout.txt").write_text(out.getvalue(), encoding="utf-8")
+            (tmp / "stderr.txt").write_text(err.getvalue(), encoding="utf-8")
+            assert code == 0, err.getvalue()[-2000:]
             (tmp / "finished").touch()
     return tmp / "out"
 
@@ -178,6 +187,15 @@ def optimizer_sweep(tmp_path_factory, mirror, mlflow_store):
             (tmp / "finished.json").write_text(json.dumps(done))
     return SimpleNamespace(uri=f"sqlite:///{tmp / 'm.db'}", sweep=tmp / "sweep",
                            **json.loads((tmp / "finished.json").read_text()))
+
+
+@pytest.fixture(scope="session")
+def evaluated_chat_logs_console(evaluated_chat_logs: Path) -> tuple[Path, str, str]:
+    """``evaluated_chat_logs``'s run as its console saw it: (output directory, stdout, stderr), both streams
+    captured (not a terminal) and FACE_PROGRESS unset."""
+    run = evaluated_chat_logs.parent
+    return (evaluated_chat_logs, (run / "stdout.txt").read_text(encoding="utf-8"),
+            (run / "stderr.txt").read_text(encoding="utf-8"))
 
 
 @pytest.fixture

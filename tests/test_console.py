@@ -75,14 +75,11 @@ def test_a_scripted_run_draws_bars_on_a_terminal_and_none_with_llm_progress_fals
     assert "%|" not in terminal.getvalue()
 
 
-def test_face_evaluate_ends_with_one_summary_block_with_the_numbers_of_llm_usage_json(tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv("FACE_PROGRESS", raising=False)
-    assert _evaluate(tmp_path) == 0
-    out, err = capsys.readouterr()
+def test_face_evaluate_ends_with_one_summary_block_with_the_numbers_of_llm_usage_json(evaluated_chat_logs_console):
+    run, out, err = evaluated_chat_logs_console  # `face evaluate` on two chat logs, its output captured
     assert "scoring relevance" not in err and "%|" not in err and "it/s" not in err, err[-1000:]  # captured: no bars
     assert "dry run" not in out.lower() and "nothing sent so far" in out  # the estimate of a run that then sends
     block = _block(out)
-    run = tmp_path / "out"
     totals = json.loads((run / "llm_usage.json").read_text())["totals"]
     got = re.fullmatch(r"(\d+) \((\d+) HTTP requests, (\d+) samples sent, (\d+) samples from cache\)",
                        block["LLM requests"])

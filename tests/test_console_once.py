@@ -25,12 +25,11 @@ def _evaluate(tmp_path, *extra):
                     aspects="relevance,dialogue_overall", cache_dir=tmp_path / "cache")
 
 
-def test_evaluate_prints_the_estimate_once_without_a_dry_run_banner(tmp_path, capsys):
-    assert _evaluate(tmp_path) == 0
-    out = capsys.readouterr().out
+def test_evaluate_prints_the_estimate_once_without_a_dry_run_banner(evaluated_chat_logs_console):
+    run, out, _ = evaluated_chat_logs_console  # `face evaluate` on two chat logs, two aspects, its output captured
     assert out.count("Cost estimate before sending anything") == 1, out
     assert "DRY RUN" not in out and "Dry run" not in out
-    assert (tmp_path / "out" / "run_file.json").exists()  # the run happened
+    assert (run / "run_file.json").exists()  # the run happened
 
 
 def test_evaluate_dry_run_prints_the_estimate_once_and_says_where_it_is(tmp_path, capsys):

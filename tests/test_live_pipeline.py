@@ -430,7 +430,8 @@ def test_crsarena_main_end_to_end_writes_run_file_and_per_particle_file(run_expe
 
 
 def test_ablation_no_particles_scores_whole_turns(run_experiment):
-    ran = run_experiment("experiment=ablation_no_particles", *SMALL_LIVE, tracking=False)
+    # the pooled split only: no per-split figure to draw (what is checked here is what was scored)
+    ran = run_experiment("experiment=ablation_no_particles", *SMALL_LIVE, "metaeval.splits=[all]", tracking=False)
     cfg = ran.cfg
     detail = _detail(cfg)
     # the first 2 conversations have 11 assistant turns: 2 instructions × (11 turns + 2 dialogues) = 26 units

@@ -91,9 +91,16 @@ def test_report_numbers_turns_from_1_with_the_datas_turn_ind_beside(scripted_run
         ("1", "0", "user"), ("2", "1", "assistant"), ("3", "2", "user"), ("4", "3", "assistant")]
 
 
-def test_report_heatmaps_colour_on_the_aspects_fixed_scale(scripted_run, monkeypatch):
+@pytest.fixture(scope="module")
+def rebuilt_without_settings(evaluated_chat_logs, tmp_path_factory) -> tuple[str, list]:
+    """`face report` on a copy of the session's run without its run_settings.json (built once for the module): the
+    page, and (title, colour limits, colour map) of each heatmap the report drew."""
     from face.report import diagnostic_report
 
+    old = tmp_path_factory.mktemp("report") / "old"
+    shutil.copytree(evaluated_chat_logs, old)
+    (old / "run_settings.json").unlink()
+    (old / "report.html").unlink()
     seen = []
     original = diagnostic_report._figure_png
 
@@ -102,19 +109,20 @@ def test_report_heatmaps_colour_on_the_aspects_fixed_scale(scripted_run, monkeyp
         seen.append((fig.axes[0].get_title().split(" (")[0], mesh.get_clim(), mesh.get_cmap().name))
         return original(fig)
 
-    monkeypatch.setattr(diagnostic_report, "_figure_png", spy)
-    assert main(["report", str(scripted_run)]) == 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(diagnostic_report, "_figure_png", spy)
+        assert main(["report", str(old)]) == 0
+    return (old / "report.html").read_text(), seen
+
+
+def test_report_heatmaps_colour_on_the_aspects_fixed_scale(rebuilt_without_settings):
     # relevance is labelled 0–2 and dialogue_overall 0–4 in CRSArena-Eval (face/datasets/crsarena.py)
-    assert seen == [("relevance", (0.0, 2.0), "cividis"), ("dialogue_overall", (0.0, 4.0), "cividis")]
+    assert rebuilt_without_settings[1] == [("relevance", (0.0, 2.0), "cividis"),
+                                           ("dialogue_overall", (0.0, 4.0), "cividis")]
 
 
-def test_a_run_without_its_settings_file_gets_a_report_saying_the_llm_is_unknown(scripted_run, tmp_path):
-    old = tmp_path / "old"
-    shutil.copytree(scripted_run, old)
-    (old / "run_settings.json").unlink()
-    (old / "report.html").unlink()
-    assert main(["report", str(old)]) == 0
-    html = (old / "report.html").read_text()
+def test_a_run_without_its_settings_file_gets_a_report_saying_the_llm_is_unknown(rebuilt_without_settings):
+    html = rebuilt_without_settings[0]
     assert "<b>Scored by:</b> LLM not recorded" in html
     assert "text not recorded" in html
 
@@ -148,10 +156,13 @@ def _hand_made_run():
     return convs, particles, scores
 
 
-def _rendered_lowest(tmp_path):
+@pytest.fixture(scope="module")
+def rendered_lowest(tmp_path_factory) -> str:
+    """The report page of ``_hand_made_run`` (rendered once for the module)."""
     from face.pipeline.aggregate import aggregate
     from face.report.diagnostic_report import write_report
 
+    tmp_path = tmp_path_factory.mktemp("lowest")
     convs, particles, scores = _hand_made_run()
     preds = aggregate(scores, {"efficiency": "turn", "relevance": "turn", "dialogue_overall": "dialogue"})
     settings = {"label": "hand-made scores (test)", "llm": {}, "instructions": {}, "aspects": {}}
@@ -168,8 +179,8 @@ def _table_rows(html: str, table_id: str) -> list[list[str]]:
             for row in re.findall(r"<tr>(.*?)</tr>", table, re.S) if "<td" in row]
 
 
-def test_the_lowest_particles_are_ranked_on_their_aspects_scales_so_they_come_from_several_aspects(tmp_path):
-    html = _rendered_lowest(tmp_path)
+def test_the_lowest_particles_are_ranked_on_their_aspects_scales_so_they_come_from_several_aspects(rendered_lowest):
+    html = rendered_lowest
     rows = _table_rows(html, "lowest-k")
     assert len(rows) == 10  # the lowest 10 of 48 particle × aspect scores
     # by hand (turn 2 is the first assistant turn): c2's two first-turn particles at 0.8/4 = 0.20, c0's first
@@ -188,8 +199,8 @@ def test_the_lowest_particles_are_ranked_on_their_aspects_scales_so_they_come_fr
                      r"0.50 of 0–2</summary>", html, re.S)
 
 
-def test_the_report_names_the_llm_once_shows_one_turn_column_and_no_raw_feedback_token(tmp_path):
-    html = _rendered_lowest(tmp_path)
+def test_the_report_names_the_llm_once_shows_one_turn_column_and_no_raw_feedback_token(rendered_lowest):
+    html = rendered_lowest
     assert html.count("hand-made scores (test)") == 1  # at the top, not under every table
     header = re.search(r'<table id="lowest-k"><tr>(.*?)</tr>', html, re.S).group(1)
     assert re.findall(r"<th>(.*?)</th>", header) == ["fraction of scale", "score", "aspect (scale)", "system",
