@@ -20,12 +20,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade "pip>=24"
 
-# pip compiles every installed module to bytecode one file at a time (≈ 35 s of CPU); compileall does the same
-# on every core (errors ignored, as pip ignores them: some packages ship files for other Python versions)
 $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --no-compile -r requirements.lock
+	$(BIN)/pip install -r requirements.lock
 	$(BIN)/pip install --no-deps -e .
-	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null 2>&1 || true
 	touch $@
 
 $(VENV)/.installed-local: requirements-local.txt $(VENV)/.installed
