@@ -337,3 +337,29 @@ def test_the_position_curve_says_which_aspects_have_more_than_10_percent_in_thei
     texts = plotted["pos.png"]["texts"]
     assert "efficiency (40 % of all: ties)" in texts and "relevance" in texts
     assert "10 % (no ties)" in texts
+
+
+def test_a_figure_has_the_same_bytes_whatever_the_process_drew_before_and_leaves_its_settings_alone(tmp_path):
+    # `face evaluate` drew the report's heatmaps after its other figures had set a theme for the process; a later
+    # `face report` drew them in a fresh process: the same data, two looks (test_cli caught it, depending on order)
+    import matplotlib
+    import seaborn as sns
+
+    from face.aspects import Aspect
+    from face.report.diagnostic_report import act_heatmaps
+
+    by_act = pd.DataFrame([{"system": s, "dialogue_act": "recommendation", "aspect": "relevance", "mean_score": v}
+                           for s, v in [("a", 1.05), ("b", 1.5)]])
+    relevance = Aspect("relevance", "turn", (0, 1, 2), "how relevant")
+
+    def draw() -> tuple[str, bytes]:
+        figures.act_heatmap(by_act, "relevance", (0, 2), "note", tmp_path / "h.png")
+        return act_heatmaps(by_act, [relevance])[0][1], (tmp_path / "h.png").read_bytes()
+
+    with matplotlib.rc_context():  # whatever this test sets stays in it
+        matplotlib.rcdefaults()
+        fresh = draw()
+        sns.set_theme(style="darkgrid", context="poster", font_scale=1.7)  # what any earlier figure might have left
+        before = dict(matplotlib.rcParams)
+        assert draw() == fresh
+        assert dict(matplotlib.rcParams) == before  # drawing changed nothing the process had set

@@ -103,11 +103,15 @@ def llm_named(runs: pd.DataFrame) -> str:
 
 
 def plot(jobs: pd.DataFrame, swept: list[str], metric: str, path: Path, title: str) -> Path:
-    """The headline metric against each swept setting: mean +- sd over the jobs with that value."""
-    import matplotlib
+    """The headline metric against each swept setting: mean +- sd over the jobs with that value, on matplotlib's
+    defaults whatever the process drew before (``face.report.figures.drawn``)."""
+    from face.report.figures import drawn
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    return drawn(None)(_plot)(jobs, swept, metric, path, title)
+
+
+def _plot(jobs: pd.DataFrame, swept: list[str], metric: str, path: Path, title: str) -> Path:
+    from face.report.figures import plt
 
     keys: list[str | None] = [k for k in swept if k in jobs and k.rsplit(".", 1)[-1] != "seed"] or [None]
     done = jobs[jobs["status"] == "FINISHED"]

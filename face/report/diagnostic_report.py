@@ -134,8 +134,14 @@ def _figure_png(fig) -> str:
 
 def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect]) -> list[tuple[str, str]]:
     """(aspect, base64 PNG) of the mean particle score per system × dialogue act, coloured on the aspect's fixed
-    scale (colour-blind-safe cividis; ``face.report.figures.score_heatmap``). No caption in the figure: the page
-    names the LLM once, at its top."""
+    scale (colour-blind-safe cividis; ``face.report.figures.score_heatmap``), in the look of every heatmap
+    (``face.report.figures.drawn``). No caption in the figure: the page names the LLM once, at its top."""
+    from face.report.figures import drawn
+
+    return drawn("white")(_act_heatmaps)(by_act, aspects)
+
+
+def _act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect]) -> list[tuple[str, str]]:
     from face.report.figures import plt, score_heatmap
 
     out = []

@@ -5,8 +5,11 @@ Topical-Chat, PersonaChat)."""
 
 from __future__ import annotations
 
+import functools
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import matplotlib
 import matplotlib.ticker
@@ -21,7 +24,26 @@ from face.files import atomic_path
 from face.report.tables import SPLIT_LABELS, ordered
 
 COEF_LABELS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
+P = ParamSpec("P")
+R = TypeVar("R")
 TIED_ABOVE = 0.12  # an aspect with more than this share of its particles in its "lowest 10 %": ties, said so
+
+
+def drawn(style: str | None = "whitegrid") -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorator for a function that draws and saves a figure: it draws on matplotlib's defaults with seaborn's
+    ``style`` at paper scale (None: matplotlib's defaults alone), whatever the process drew or set before, and leaves
+    the process's settings as it found them. The same data give the same bytes in ``face evaluate`` and in a later
+    ``face report``; a theme set once for the process (seaborn's ``set_theme``) made a figure's look depend on which
+    figure happened to be drawn first."""
+    def wrap(draw: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(draw)
+        def inner(*args: P.args, **kwargs: P.kwargs) -> R:
+            with plt.style.context("default"):  # an rc_context: every setting is restored on the way out
+                if style is not None:
+                    sns.set_theme(style=style, context="paper")
+                return draw(*args, **kwargs)
+        return inner
+    return wrap
 
 
 def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
@@ -80,10 +102,10 @@ def _save(fig: plt.Figure, path: str | Path, note: str | None = None) -> Path:
     return path
 
 
+@drawn()
 def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, coefficient: str,
                       ours_label: str, note: str, path: str | Path, dataset_title: str = "CRSArena-Eval") -> Path:
     """Grouped bars per aspect: every published method, then ours with its bootstrap CI."""
-    sns.set_theme(style="whitegrid", context="paper")
     pub = published[(published["split"] == split) & (published["coefficient"] == coefficient)]
     methods = list(dict.fromkeys(pub["method"]))
     mine = ours[(ours["split"] == split) & (ours["coefficient"] == coefficient)
@@ -120,6 +142,7 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
     return _save(fig, path, note)
 
 
+@drawn()
 def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
                    x_label: str = "FACE mean prediction", y_label: str = "human mean label",
                    label_col: str = "system", stats: str = "") -> Path:
@@ -128,7 +151,6 @@ def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
     is printed in the plot. Labels are placed by adjustText so they do not overlap."""
     from adjustText import adjust_text
 
-    sns.set_theme(style="whitegrid", context="paper")
     fig, ax = plt.subplots(figsize=(5.8, 4.6))
     sns.regplot(data=table, x="pred", y="human", ax=ax, ci=None, scatter=False, line_kws={"color": "grey", "lw": 1})
     hue = "split" if "split" in table.columns and table["split"].nunique() > 1 else None
@@ -150,9 +172,9 @@ def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
     return _save(fig, path, note)
 
 
+@drawn()
 def k_curve(summary: pd.DataFrame, coefficient: str, note: str, path: str | Path) -> Path:
     """Correlation (mean ± sd over seeds) against the number of instructions k, one line per aspect."""
-    sns.set_theme(style="whitegrid", context="paper")
     df = summary[summary["coefficient"] == coefficient]
     splits = list(dict.fromkeys(df["split"]))
     fig, axes = plt.subplots(1, len(splits), figsize=(5 * len(splits), 4), sharey=True, squeeze=False)
@@ -171,12 +193,11 @@ def k_curve(summary: pd.DataFrame, coefficient: str, note: str, path: str | Path
     return _save(fig, path, note)
 
 
+@drawn("white")
 def aggregation_heatmap(df: pd.DataFrame, aspect_col: str, note: str, path: str | Path, title: str) -> Path:
     """Heatmap: rows = aggregator setting, columns = aspect, cells = correlation."""
-    sns.set_theme(style="white", context="paper")
     pivot = df.pivot(index="setting", columns=aspect_col, values="value")
     pivot = pivot[ordered(pivot.columns)]
-    fig, ax = plt.subplots(figsize=(1.2 * pivot.shape[1] + 2, 0.45 * pivot.shape[0] + 1.5))
     annot = pivot.map(lambda v: f"{v:.3f}")
     has_ci = {"ci_low", "ci_high"} <= set(df.columns) and df[["ci_low", "ci_high"]].notna().all().all()
     if has_ci:  # each cell: the value and its 95 % CI beneath
@@ -207,9 +228,9 @@ def score_heatmap(ax: plt.Axes, pivot: pd.DataFrame, scale: tuple[float, float],
                 cbar_kws={"shrink": 0.7, "label": label})
 
 
+@drawn("white")
 def act_heatmap(by_act: pd.DataFrame, aspect: str, scale: tuple[float, float], note: str, path: str | Path) -> Path:
     """Mean particle score per system (rows) × dialogue act (columns) for one aspect, on the aspect's scale."""
-    sns.set_theme(style="white", context="paper")
     pivot = by_act[by_act["aspect"] == aspect].pivot(index="system", columns="dialogue_act", values="mean_score")
     fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.4 * pivot.shape[0] + 1.5))
     score_heatmap(ax, pivot, scale, f"mean particle score ({scale[0]:g}–{scale[1]:g} scale)")
@@ -220,9 +241,9 @@ def act_heatmap(by_act: pd.DataFrame, aspect: str, scale: tuple[float, float], n
     return _save(fig, path, note)
 
 
+@drawn()
 def act_share_bars(act_share: pd.DataFrame, note: str, path: str | Path) -> Path:
     """Stacked bars: the share of each dialogue act among a system's particles."""
-    sns.set_theme(style="whitegrid", context="paper")
     pivot = act_share.pivot(index="system", columns="dialogue_act", values="share").fillna(0.0)
     fig, ax = plt.subplots(figsize=(7, 0.4 * len(pivot) + 1.5))
     pivot.plot(kind="barh", stacked=True, ax=ax, colormap="tab10", width=0.8)
@@ -234,12 +255,12 @@ def act_share_bars(act_share: pd.DataFrame, note: str, path: str | Path) -> Path
     return _save(fig, path, note)
 
 
+@drawn()
 def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Path:
     """Share of an aspect's lowest-scoring particles (at or below its 10th percentile) by assistant-turn position.
     Scores tied at the 10th percentile all count, so an aspect with many equal low scores (efficiency: a third of its
     particles score 0) has more than 10 % in the set: its legend entry says how many, and the grey line marks the
     10 % of an aspect without such ties."""
-    sns.set_theme(style="whitegrid", context="paper")
     fig, ax = plt.subplots(figsize=(6.5, 4))
     overall = ((by_position["low_share"] * by_position["n"]).groupby(by_position["aspect"]).sum()
                / by_position.groupby("aspect")["n"].sum()) if "n" in by_position.columns else pd.Series(dtype=float)
@@ -260,13 +281,13 @@ def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Pa
 
 # ---------------------------------------------------------------- baselines and transfer
 
+@drawn()
 def bars_by_quality(ours: pd.DataFrame, published: pd.DataFrame, coefficient: str, method_col: str,
                     title: str, note: str, path: str | Path) -> Path:
     """One bar per method and quality with its 95 % CI (ours); the published value of the same method, where one
     exists, a black diamond on that bar (one legend entry for all of them) — not a second bar beside it.
     ``ours``: rows with ``method_col``, aspect, coefficient, value, ci_low, ci_high; ``published``: method, aspect,
     coefficient, value (method names as in ``method_col``)."""
-    sns.set_theme(style="whitegrid", context="paper")
     mine = ours[ours["coefficient"] == coefficient]
     pub = published[published["coefficient"] == coefficient]
     methods = list(dict.fromkeys(mine[method_col]))
@@ -301,10 +322,10 @@ def bars_by_quality(ours: pd.DataFrame, published: pd.DataFrame, coefficient: st
     return _save(fig, path, note)
 
 
+@drawn()
 def transfer_figure(rows: pd.DataFrame, coefficient: str, title: str, note: str, path: str | Path) -> Path:
     """``rows``: dataset (in display order), aspect (the FACE aspect), value, ci_low, ci_high, source — one
     line per FACE aspect across the data sets (CRSArena-Eval → Topical-Chat → PersonaChat)."""
-    sns.set_theme(style="whitegrid", context="paper")
     datasets = list(dict.fromkeys(rows["dataset"]))
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for aspect, d in rows.groupby("aspect", sort=False):

@@ -10,7 +10,6 @@ from typing import Any
 import matplotlib.ticker
 import numpy as np
 import pandas as pd
-import seaborn as sns
 
 from face.report import figures
 from face.report.figures import plt
@@ -36,12 +35,12 @@ def _trajectory_panel(ax: plt.Axes, t: pd.DataFrame, aspect: str) -> set[str]:
     return missing
 
 
+@figures.drawn()
 def trajectory(traj: pd.DataFrame, reward: str, title: str, note: str, path: str | Path) -> Path:
     """Per aspect (a grid of panels, at most 4 a row: readable at paper width), the optimizer's rounds: the best
     and mean train reward of the round's candidates and the dev correlation of its beam, on integer round ticks.
     A series with no finite value (e.g. an empty dev fold) is not drawn and the legend says so; the legend lists
     only lines drawn."""
-    sns.set_theme(style="whitegrid", context="paper")
     aspects = list(dict.fromkeys(traj["aspect"])) if len(traj) else []
     cols = max(1, min(4, len(aspects)))
     rows = max(1, -(-len(aspects) // cols))
@@ -80,13 +79,13 @@ def _band(ax: plt.Axes, x, mean, sd, style: str, label: str) -> None:
     ax.fill_between(x, mean - np.nan_to_num(sd), mean + np.nan_to_num(sd), color=line.get_color(), alpha=0.2, lw=0)
 
 
+@figures.drawn()
 def heldout_vs_budget(grid: pd.DataFrame, ucb_c: float, ylabel: str, title: str, note: str,
                       path: str | Path) -> Path:
     """Per aspect (a grid of panels, at most 4 a row): held-out correlation of the chosen set against the pull
     budget, UCB and uniform as mean ± sd over folds × repetitions; random and full evaluation as their mean (a
     dotted / dash-dotted line), the oracle best set solid. ``grid``: aspect, policy, budget, ucb_c, heldout,
     heldout_sd, best, runs (one row per policy × budget × c, means over repetitions)."""
-    sns.set_theme(style="whitegrid", context="paper")
     aspects = ordered(grid["aspect"])
     cols = min(4, len(aspects))
     rows = -(-len(aspects) // cols)
@@ -125,10 +124,10 @@ def heldout_vs_budget(grid: pd.DataFrame, ucb_c: float, ylabel: str, title: str,
     return figures._save(fig, path, note)
 
 
+@figures.drawn()
 def regret_vs_c(grid: pd.DataFrame, pulls: int, title: str, note: str, path: str | Path) -> Path:
     """UCB regret (best set − chosen set, held out) against the exploration constant c at ``pulls`` pulls, one
     line per aspect with ±1 sd whiskers over folds × repetitions; the legend beside the axes, not over the data."""
-    sns.set_theme(style="whitegrid", context="paper")
     u = grid[(grid["policy"] == "ucb") & (grid["budget"] == pulls)]
     fig, ax = plt.subplots(figsize=(6.0, 3.4))
     names = ordered(u["aspect"])
