@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,24 @@ def shared_dir(tmp_path_factory) -> Path:
     """A directory every xdist worker of this pytest session sees (the session's own without xdist)."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """``shared_dir / name``, filled by ``build`` once per session: the first xdist worker that asks builds it, the
+    other waits on a lock and reads the same directory. A build that raises leaves it unfinished (the next asker
+    starts again)."""
+    import fcntl
+
+    shared = shared_dir(tmp_path_factory)
+    d = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (d / ".finished").exists():
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir()
+            build(d)
+            (d / ".finished").touch()
+    return d
 
 
 @pytest.fixture(scope="session")
@@ -56,19 +75,12 @@ def mlflow_store(tmp_path_factory) -> Path:
     """An empty MLflow SQLite store, made once per session: creating one runs MLflow's ~50 schema migrations
     (1-4 s); a copy of this one is the same empty store in a few milliseconds. Tests that do not request it (the
     CLI, sweeps, the reliability suite, every check that a refused run creates no store) still start without one."""
-    import fcntl
-
     from mlflow.tracking import MlflowClient
 
-    shared = shared_dir(tmp_path_factory)  # one for every xdist worker: the first makes it, the other waits
-    db = shared / "mlflow_store" / "mlflow.db"
-    with open(shared / "mlflow_store.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (db.parent / "finished").exists():
-            db.parent.mkdir(exist_ok=True)
-            MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
-            (db.parent / "finished").touch()
-    return db
+    def build(d: Path) -> None:
+        MlflowClient(tracking_uri=f"sqlite:///{d / 'mlflow.db'}").search_experiments()
+
+    return built_once(tmp_path_factory, "mlflow_store", build) / "mlflow.db"
 
 
 @pytest.fixture
@@ -118,27 +130,20 @@ def evaluated_chat_logs(tmp_path_factory) -> Path:
     a lock and reads the same directory -- for the tests that only read what it wrote (a test that changes a file
     works on a copy). What the run printed is kept beside it (``evaluated_chat_logs_console``)."""
     import contextlib
-    import fcntl
     import io
 
     from test_cli import CHAT, _evaluate, _jsonl
 
-    shared = shared_dir(tmp_path_factory)
-    tmp = shared / "chat_logs"
-    with open(shared / "chat_logs.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (tmp / "finished").exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-            out, err = io.StringIO(), io.StringIO()
-            with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                mp.delenv("FACE_PROGRESS", raising=False)  # captured output: whether bars are drawn is the run's call
-                code = _evaluate(tmp, _jsonl(tmp, CHAT))
-            (tmp / "stdout.txt").write_text(out.getvalue(), encoding="utf-8")
-            (tmp / "stderr.txt").write_text(err.getvalue(), encoding="utf-8")
-            assert code == 0, err.getvalue()[-2000:]
-            (tmp / "finished").touch()
-    return tmp / "out"
+    def build(tmp: Path) -> None:
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            mp.delenv("FACE_PROGRESS", raising=False)  # captured output: whether bars are drawn is the run's call
+            code = _evaluate(tmp, _jsonl(tmp, CHAT))
+        (tmp / "stdout.txt").write_text(out.getvalue(), encoding="utf-8")
+        (tmp / "stderr.txt").write_text(err.getvalue(), encoding="utf-8")
+        assert code == 0, err.getvalue()[-2000:]
+
+    return built_once(tmp_path_factory, "chat_logs", build) / "out"
 
 
 # the README tour's optimizer sweep, small: 8 conversations, one aspect, alpha=1,2 x beam=1,2 (4 jobs), one round
@@ -156,7 +161,6 @@ def optimizer_sweep(tmp_path_factory, mirror, mlflow_store):
     and the sweep report; test_prompt_registry: the prompts). ``.uri`` its store, ``.sweep`` its sweep dir,
     ``.code`` / ``.out`` / ``.err`` the exit code and output, ``.git_before`` / ``.git_after`` ``git status
     --porcelain`` of the repository around it."""
-    import fcntl
     import json
     import subprocess
     from types import SimpleNamespace
@@ -166,27 +170,23 @@ def optimizer_sweep(tmp_path_factory, mirror, mlflow_store):
     def git_status() -> str:
         return subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
 
-    shared = shared_dir(tmp_path_factory)
-    tmp = shared / "optimizer_sweep"
-    with open(shared / "optimizer_sweep.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (tmp / "finished.json").exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-            shutil.copyfile(mlflow_store, tmp / "m.db")  # an empty store: what the sweep makes of it is checked
-            before, cwd = git_status(), os.getcwd()
-            os.chdir(ROOT)
-            try:
-                code, out, err = run_script(["-m", *OPTIMIZER_SWEEP, f"tracking.tracking_uri=sqlite:///{tmp / 'm.db'}",
-                                             f"tracking.artifact_location={tmp / 'mlruns'}",
-                                             f"paths.cache_dir={tmp / 'cache'}", f"paths.data_dir={tmp / 'data'}",
-                                             f"paths.data_mirror={mirror}", f"hydra.sweep.dir={tmp / 'sweep'}"])
-            finally:
-                os.chdir(cwd)
-            done = {"code": code, "out": out, "err": err, "git_before": before, "git_after": git_status()}
-            (tmp / "finished.json").write_text(json.dumps(done))
+    def build(tmp: Path) -> None:
+        shutil.copyfile(mlflow_store, tmp / "m.db")  # an empty store: what the sweep makes of it is checked
+        before, cwd = git_status(), os.getcwd()
+        os.chdir(ROOT)
+        try:
+            code, out, err = run_script(["-m", *OPTIMIZER_SWEEP, f"tracking.tracking_uri=sqlite:///{tmp / 'm.db'}",
+                                         f"tracking.artifact_location={tmp / 'mlruns'}",
+                                         f"paths.cache_dir={tmp / 'cache'}", f"paths.data_dir={tmp / 'data'}",
+                                         f"paths.data_mirror={mirror}", f"hydra.sweep.dir={tmp / 'sweep'}"])
+        finally:
+            os.chdir(cwd)
+        done = {"code": code, "out": out, "err": err, "git_before": before, "git_after": git_status()}
+        (tmp / "result.json").write_text(json.dumps(done))
+
+    tmp = built_once(tmp_path_factory, "optimizer_sweep", build)
     return SimpleNamespace(uri=f"sqlite:///{tmp / 'm.db'}", sweep=tmp / "sweep",
-                           **json.loads((tmp / "finished.json").read_text()))
+                           **json.loads((tmp / "result.json").read_text()))
 
 
 @pytest.fixture(scope="session")
