@@ -122,7 +122,7 @@ def test_the_spend_recorded_never_exceeds_the_cap_while_usage_stays_within_the_b
     from face.llm.sizes import bound, cost_usd
     from face.llm.usage import Usage
 
-    class Endpoint:  # below the budget: answers after a random latency with random usage within the bound
+    class Endpoint:  # below the budget: answers after a random latency with usage within the bound, half at it
         def __init__(self, rng: random.Random, max_tokens: int):
             self.rng, self.max_tokens = rng, max_tokens
 
@@ -131,7 +131,10 @@ def test_the_spend_recorded_never_exceeds_the_cap_while_usage_stays_within_the_b
 
             await asyncio.sleep(self.rng.random() * 0.002)
             b = bound(req.messages, self.max_tokens, req.n)
-            tin, tout = self.rng.randint(0, b.input_tokens), self.rng.randint(0, b.output_tokens)
+            if self.rng.random() < 0.5:  # every token it may use: where the cap is tightest
+                tin, tout = b.input_tokens, b.output_tokens
+            else:
+                tin, tout = self.rng.randint(0, b.input_tokens), self.rng.randint(0, b.output_tokens)
             return ChatResult(req, [Completion("x", "stop", sample_index=i) for i in req.indices],
                               input_tokens=tin, output_tokens=tout)
 
