@@ -115,6 +115,60 @@ def test_holm_runs_over_aspects_times_pairs(tmp_path):
     assert sorted(d["p_holm"]) == pytest.approx(sorted([min(1, 2 * lo), min(1, max(2 * lo, hi))]))
 
 
+def test_the_figures_show_each_mean_difference_and_p_beats_of_the_tables_with_its_verdicts_colour(tmp_path,
+                                                                                                    monkeypatch):
+    import matplotlib.colors as mcolors
+
+    import face.comparison as fc
+    import face.comparison.figures as cf
+
+    drawn_figures = []
+    png = cf.png
+    monkeypatch.setattr(cf, "png", lambda fig: drawn_figures.append(fig) or png(fig))
+    rng = np.random.default_rng(2)
+    a = _scores(rng, 40, 0)
+    ta = {c: list(rng.normal(1, 0.4, 3)) for c in a}
+    up = {c: [x + 1 for x in v] for c, v in ta.items()}
+    runs = [_run_dir(tmp_path, "a", a, ta), _run_dir(tmp_path, "up", {c: v + 0.8 for c, v in a.items()}, up),
+            _run_dir(tmp_path, "same", {c: v + rng.normal(0, 0.01) for c, v in a.items()}, ta)]
+    comp = fc.compare(*runs, n_boot=2000)
+    comp.report(tmp_path / "comparison.html")
+    means_fig, diff_fig, *beats_figs = drawn_figures
+
+    def shown(ax) -> dict[str, tuple[float, float, float, str]]:
+        """{y tick label: (point, whisker low, whisker high, colour)} of an axes' error bars."""
+        ticks = {round(y): t.get_text() for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
+        out = {}
+        for c in ax.containers:
+            points, segments = c.lines[0].get_xydata(), c.lines[2][0].get_segments()
+            for (x, y), seg in zip(points, segments):
+                out[ticks[round(y)]] = (x, seg[0][0], seg[1][0], mcolors.to_hex(c.lines[0].get_color()))
+        return out
+
+    assert len(means_fig.axes) == len(comp.scales) == 2
+    for ax, (aspect, scale) in zip(means_fig.axes, comp.scales.items()):
+        assert ax.get_title(loc="left").startswith(aspect) and ax.get_xlim() == tuple(scale)
+        want = comp.means[comp.means["aspect"] == aspect]
+        assert shown(ax) == {r.system: pytest.approx((r.mean, r.ci_low, r.ci_high, "#2166ac"))
+                             for r in want.itertuples()}
+    d = comp.differences
+    assert set(d["verdict"]) == {"better", "worse", "no detectable difference"}  # every colour is drawn
+    assert shown(diff_fig.axes[0]) == {
+        f"{r.aspect}: {r.candidate} − {r.baseline}": pytest.approx((r.diff, r.ci_low, r.ci_high,
+                                                                    cf.VERDICT_COLOURS[r.verdict]))
+        for r in d.itertuples()}
+    assert len(beats_figs) == len(comp.aspects)  # three systems: a P(beats) matrix per aspect
+    for fig, aspect in zip(beats_figs, comp.aspects):
+        ax = fig.axes[0]
+        rows = [t.get_text() for t in ax.get_yticklabels()]
+        cols = [t.get_text() for t in ax.get_xticklabels()]
+        cells = {(rows[int(t.get_position()[1])], cols[int(t.get_position()[0])]): float(t.get_text())
+                 for t in ax.texts}
+        want = comp.beats[comp.beats["aspect"] == aspect]
+        assert cells == {(r.system, r.opponent): pytest.approx(r.p_beats, abs=0.005) for r in want.itertuples()
+                         if r.system != r.opponent}
+
+
 # ---------------------------------------------------------------- refusing what is not comparable
 
 @pytest.mark.parametrize("change,expected", [

@@ -66,9 +66,9 @@ def differences(df: pd.DataFrame, note: str) -> bytes:
     labels = [f"{r.aspect}: {r.candidate} − {r.baseline}" for r in df.itertuples()]
     fig, ax = plt.subplots(figsize=(7, 0.28 * len(df) + 1.2))
     y = np.arange(len(df))[::-1]
-    for yi, r in zip(y, df.itertuples()):
-        ax.errorbar([r.diff], [yi], xerr=[[r.diff - r.ci_low], [r.ci_high - r.diff]], fmt="o", capsize=3,
-                    color=VERDICT_COLOURS.get(r.verdict, "black"))
+    for verdict, rows in df.assign(y=y).groupby("verdict", sort=False, dropna=False):  # an artist a colour
+        ax.errorbar(rows["diff"], rows["y"], xerr=[rows["diff"] - rows["ci_low"], rows["ci_high"] - rows["diff"]],
+                    fmt="o", capsize=3, color=VERDICT_COLOURS.get(str(verdict), "black"))
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(y)
     ax.set_yticklabels(labels, fontsize=7)
