@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from face.files import atomic_path
-from face.report.figures import _caption, drawn
+from face.report.figures import _caption
+from face.report.look import drawn
 
 VERDICT_COLOURS = {"better": "#1b7837", "worse": "#b2182b", "no detectable difference": "#777777"}
 

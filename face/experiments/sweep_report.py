@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from face.files import atomic_path, atomic_write_text
+from face.report.look import drawn
 from face.tracking.names import HEADLINE_PREFIX, headline
 from face.tracking.sweeps import LABEL_TAG, SEP, SWEEP_ROLE, SWEPT_TAG, find_sweep_parent, tails
 
@@ -102,15 +103,10 @@ def llm_named(runs: pd.DataFrame) -> str:
     return "LLM " + ", ".join(sorted({f"{m} ({b})" for m, b in zip(runs["params.llm.model"].fillna("?"), backends)}))
 
 
+@drawn(None)
 def plot(jobs: pd.DataFrame, swept: list[str], metric: str, path: Path, title: str) -> Path:
     """The headline metric against each swept setting: mean +- sd over the jobs with that value, on matplotlib's
-    defaults whatever the process drew before (``face.report.figures.drawn``)."""
-    from face.report.figures import drawn
-
-    return drawn(None)(_plot)(jobs, swept, metric, path, title)
-
-
-def _plot(jobs: pd.DataFrame, swept: list[str], metric: str, path: Path, title: str) -> Path:
+    defaults whatever the process drew before."""
     from face.report.figures import plt
 
     keys: list[str | None] = [k for k in swept if k in jobs and k.rsplit(".", 1)[-1] != "seed"] or [None]

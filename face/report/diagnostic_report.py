@@ -21,6 +21,7 @@ from face.aspects import Aspect
 from face.data.schema import ASSISTANT, NO_FEEDBACK, Conversation, Particle
 from face.files import atomic_write_text
 from face.predictions import Predictions
+from face.report.look import drawn
 
 LOW_QUANTILE = 0.1  # "low-scoring": the lowest 10 % of an aspect's particle scores
 LOWEST_SHOWN = 10  # the report's table of lowest particles: this many, the rest behind "show all"
@@ -132,16 +133,11 @@ def _figure_png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+@drawn("white")
 def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect]) -> list[tuple[str, str]]:
     """(aspect, base64 PNG) of the mean particle score per system × dialogue act, coloured on the aspect's fixed
-    scale (colour-blind-safe cividis; ``face.report.figures.score_heatmap``), in the look of every heatmap
-    (``face.report.figures.drawn``). No caption in the figure: the page names the LLM once, at its top."""
-    from face.report.figures import drawn
-
-    return drawn("white")(_act_heatmaps)(by_act, aspects)
-
-
-def _act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect]) -> list[tuple[str, str]]:
+    scale (colour-blind-safe cividis; ``face.report.figures.score_heatmap``), in the look of every heatmap. No
+    caption in the figure: the page names the LLM once, at its top."""
     from face.report.figures import plt, score_heatmap
 
     out = []

@@ -5,11 +5,8 @@ Topical-Chat, PersonaChat)."""
 
 from __future__ import annotations
 
-import functools
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
-from typing import ParamSpec, TypeVar
 
 import matplotlib
 import matplotlib.ticker
@@ -21,29 +18,11 @@ import pandas as pd
 import seaborn as sns
 
 from face.files import atomic_path
+from face.report.look import drawn
 from face.report.tables import SPLIT_LABELS, ordered
 
 COEF_LABELS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
-P = ParamSpec("P")
-R = TypeVar("R")
 TIED_ABOVE = 0.12  # an aspect with more than this share of its particles in its "lowest 10 %": ties, said so
-
-
-def drawn(style: str | None = "whitegrid") -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Decorator for a function that draws and saves a figure: it draws on matplotlib's defaults with seaborn's
-    ``style`` at paper scale (None: matplotlib's defaults alone), whatever the process drew or set before, and leaves
-    the process's settings as it found them. The same data give the same bytes in ``face evaluate`` and in a later
-    ``face report``; a theme set once for the process (seaborn's ``set_theme``) made a figure's look depend on which
-    figure happened to be drawn first."""
-    def wrap(draw: Callable[P, R]) -> Callable[P, R]:
-        @functools.wraps(draw)
-        def inner(*args: P.args, **kwargs: P.kwargs) -> R:
-            with plt.style.context("default"):  # an rc_context: every setting is restored on the way out
-                if style is not None:
-                    sns.set_theme(style=style, context="paper")
-                return draw(*args, **kwargs)
-        return inner
-    return wrap
 
 
 def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
