@@ -54,7 +54,7 @@ def test_a_claimed_key_is_waited_for_and_read_when_its_owner_answers(tmp_path):
     a.close(), b.close()
 
 
-def test_a_gone_owners_claims_are_taken_over(tmp_path, monkeypatch):
+def test_a_gone_owners_claims_are_taken_over_and_deleted(tmp_path, monkeypatch):
     a, b = SampleCache(tmp_path), SampleCache(tmp_path)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that no longer runs
@@ -63,18 +63,96 @@ def test_a_gone_owners_claims_are_taken_over(tmp_path, monkeypatch):
     async def go():
         await a.claim(["k1"])
         assert (await b.claim(["k1"])).theirs == {"k1"}
-        return await asyncio.wait_for(b.wait({"k1"}), 5)
+        return await asyncio.wait_for(b.wait({"k1"}), 5), await b.claim(["k1"])
 
-    found, free = asyncio.run(go())
+    (found, free), again = asyncio.run(go())
     assert found == {} and free == {"k1"} and b.claims.taken_over == 1
+    assert again.mine == {"k1"}  # the dead owner's claim is gone, not only reported free (else: waited for again)
 
 
-def test_a_stale_claim_is_taken_over_and_a_fresh_one_is_not(tmp_path):
+NO_SUCH_PID = 2 ** 22 + 1  # above Linux's largest pid_max: no process of this host has it
+
+
+def test_a_claim_expires_30_s_after_its_last_beat_and_a_remote_owner_is_judged_by_its_beat_alone():
     now = time.time()
     host = claims_mod.socket.gethostname()
     assert claims_mod.alive(os.getpid(), host, now, now)
-    assert not claims_mod.alive(os.getpid(), host, now - claims_mod.STALE_S - 1, now)  # no heartbeat
-    assert claims_mod.alive(1, "another-host", now, now)  # another host: the heartbeat alone decides
+    assert claims_mod.alive(os.getpid(), host, now - 29.5, now)  # a slow owner: beats every 2 s, stale after 30 s
+    assert not claims_mod.alive(os.getpid(), host, now - 30.5, now)  # no heartbeat for 30 s
+    assert not claims_mod.alive(NO_SUCH_PID, host, now, now)  # a process of this host that no longer runs
+    # another host: its pid means nothing here (here it cannot exist), the heartbeat alone decides
+    assert claims_mod.alive(NO_SUCH_PID, "another-host", now, now)
+    assert not claims_mod.alive(NO_SUCH_PID, "another-host", now - 30.5, now)
+
+
+def _foreign_claim(cache: Path, key: str, pid: int, host: str, beat: float) -> None:
+    """A claim written by another process (it never beats)."""
+    import sqlite3
+
+    with sqlite3.connect(cache / "llm_cache.sqlite") as conn:
+        conn.execute("INSERT INTO claims (key, owner, pid, host, beat) VALUES (?, ?, ?, ?, ?)",
+                     (key, f"{host}:{pid}:x", pid, host, beat))
+
+
+class _Clock:
+    """The waiter's clock: each reading 7 s after the one before (the claims' beats stand still meanwhile)."""
+
+    def __init__(self, start: float):
+        self.readings = [start - 7]
+
+    def time(self) -> float:
+        self.readings.append(self.readings[-1] + 7)
+        return self.readings[-1]
+
+
+def test_a_claim_whose_beat_lies_in_the_future_is_taken_over_once_the_waiter_saw_it_unchanged_for_30_s(
+        tmp_path, monkeypatch):
+    """Issue 41: a live pid of this host (reused) or another host's, with a beat an hour ahead, blocked a run for
+    ever (its age never grew). The waiter's own clock bounds it: the same beat seen for 30 s is no heartbeat."""
+    now = time.time()
+    b = SampleCache(tmp_path)
+    _foreign_claim(tmp_path, "k1", os.getpid(), claims_mod.socket.gethostname(), now + 3600)  # alive here
+    _foreign_claim(tmp_path, "k2", NO_SUCH_PID, "another-host", now + 3600)
+    clock = _Clock(now)
+    monkeypatch.setattr(claims_mod, "time", clock)
+    monkeypatch.setattr(claims_mod, "POLL_S", 0.01)
+
+    async def go():
+        assert (await b.claim(["k1", "k2"])).theirs == {"k1", "k2"}
+        first = len(clock.readings)
+        got = await asyncio.wait_for(b.wait({"k1", "k2"}), 5)
+        waited = clock.readings[-1] - clock.readings[first]  # from the first look to the one that took them over
+        return got, waited, await b.claim(["k1", "k2"])
+
+    (found, free), waited, again = asyncio.run(go())
+    assert found == {} and free == {"k1", "k2"} and b.claims.taken_over == 2
+    assert 30 < waited <= 37  # not before 30 s of the waiter's clock, at the first look after
+    assert again.mine == {"k1", "k2"}
+    b.close()
+
+
+def test_an_owner_beats_while_it_holds_claims_and_stops_when_it_holds_none(tmp_path, monkeypatch):
+    monkeypatch.setattr(claims_mod, "BEAT_S", 0.05)
+    a = SampleCache(tmp_path)
+
+    def beat() -> float:
+        return a._conn.execute("SELECT beat FROM claims WHERE key = 'k1'").fetchone()[0]
+
+    async def go():
+        await a.claim(["k1"])
+        first = beat()
+        await asyncio.sleep(0.4)  # nothing else happens: the heartbeat alone commits
+        second = beat()
+        a.put_many([("k1", "m", "t", 0, {"text": "one", "finish_reason": "stop"})], release=["k1"])
+        await asyncio.sleep(0.01)
+        commits = a.commits
+        await asyncio.sleep(0.3)
+        return first, second, commits
+
+    first, second, commits = asyncio.run(go())
+    assert second - first >= 0.2  # refreshed (every 0.05 s here, every 2 s by default)
+    assert a.commits == commits and a._conn.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
+    a.close()
 
 
 def test_one_process_sends_each_sample_once_and_keeps_no_claim(tmp_path):

@@ -10,8 +10,10 @@ round trip per request on the single-process path.
 
 The owner keeps its claims alive: ``beat`` is refreshed every ``BEAT_S`` seconds while it holds any. A waiter
 takes a claim over when its owner is gone -- a process on this host that no longer runs (``kill -9``: at once), or
-a claim not refreshed for ``STALE_S`` seconds (another host, a hung process, a reused pid) -- or when the owner
-gave it back without an answer (its request failed or was cancelled): it claims the key itself and sends it.
+a claim not refreshed for ``STALE_S`` seconds (another host, a hung process, a reused pid): its beat older than
+that, or the same beat seen by the waiter for that long on its own clock (a beat in the future -- another host's
+clock ahead, a bogus value -- never ages) -- or when the owner gave it back without an answer (its request failed
+or was cancelled): it claims the key itself and sends it.
 """
 from __future__ import annotations
 
@@ -127,12 +129,9 @@ class Claims:
         self._asked.clear()
         if self._beat_ran or not self.held:  # refreshed now, or every claim about to be held is fresh
             self._beat_at = time.time()
-        for fut, claimed in outcome:
+        for fut, claimed in outcome:  # (none is done: run() left out the cancelled, and nothing ran since)
             self.held.update(claimed.mine)
-            if not fut.done():
-                fut.set_result(claimed)
-            else:  # its request was cancelled meanwhile: nobody will send these
-                self._released.update(claimed.mine)
+            fut.set_result(claimed)
         if self.held:
             self._tick()
 
@@ -188,18 +187,21 @@ class Claims:
         found: dict[str, str] = {}
         free: set[str] = set()
         left = set(keys)
+        seen: dict[str, tuple[tuple[str, float], float]] = {}  # key -> (its owner and beat, first seen then)
         pause = POLL_S
         while left:
             await asyncio.sleep(pause)
             pause = min(1.0, pause * 1.5)
-            got, gone = self._look(conn, sorted(left))
+            got, gone = self._look(conn, sorted(left), seen)
             found.update(got)
             free |= gone
             left -= got.keys() | gone
         return found, free
 
-    def _look(self, conn: sqlite3.Connection, keys: list[str]) -> tuple[dict[str, str], set[str]]:
-        """One look at waited keys: (answered: payloads, free: no claim left or its owner gone -- taken over)."""
+    def _look(self, conn: sqlite3.Connection, keys: list[str], seen: dict[str, tuple[tuple[str, float], float]]
+              ) -> tuple[dict[str, str], set[str]]:
+        """One look at waited keys: (answered: payloads, free: no claim left or its owner gone -- taken over).
+        ``seen``: when this waiter first saw each claim's owner and beat (a beat unchanged for ``STALE_S``: gone)."""
         found: dict[str, str] = {}
         free: set[str] = set()
         now = time.time()
@@ -211,7 +213,11 @@ class Claims:
             owners = {k: (o, pid, host, beat) for k, o, pid, host, beat in conn.execute(
                 f"SELECT key, owner, pid, host, beat FROM claims WHERE {_where(rest)}", rest)}
             free.update(k for k in rest if k not in owners)
-            dead = [(k, o) for k, (o, pid, host, beat) in owners.items() if not alive(pid, host, beat, now)]
+            for k, (o, _, _, beat) in owners.items():
+                if seen.get(k, (None,))[0] != (o, beat):
+                    seen[k] = ((o, beat), now)
+            dead = [(k, o) for k, (o, pid, host, beat) in owners.items()
+                    if not alive(pid, host, beat, now) or now - seen[k][1] > STALE_S]
             if dead:
                 with conn:  # drop a gone owner's claims (only if still its own): the caller claims them anew
                     conn.executemany("DELETE FROM claims WHERE key = ? AND owner = ?", dead)
