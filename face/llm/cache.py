@@ -147,8 +147,12 @@ class CachingLM:
         keys, got = self._cached(req)
         missing = [i for i in req.indices if i not in got]
         parts: list[ChatResult] = []
-        while missing:  # more than once only when another process let go of samples this one waited for
-            missing = await self._get(req, keys, missing, got, parts)
+        try:
+            while missing:  # more than once only when another process let go of samples this one waited for
+                missing = await self._get(req, keys, missing, got, parts)
+        except BaseException:  # failed or cancelled -- even between its claim and its send: its claims given back
+            self.store.release(keys.values())
+            raise
         return merge(req, parts, got)
 
     async def _get(self, req: ChatRequest, keys: dict[int, str], missing: list[int], got: dict[int, Completion],
@@ -179,11 +183,7 @@ class CachingLM:
         return [i for i in missing if keys[i] in free]
 
     async def _fetch(self, req: ChatRequest, keys: dict[int, str]) -> ChatResult:
-        try:
-            res = await self.inner.chat(req)
-        except BaseException:
-            self.store.release(keys[i] for i in req.indices)
-            raise
+        res = await self.inner.chat(req)
         for s in res.samples:
             validate(s, req.adapter)
         self.store.put_many(((keys[s.sample_index], self.model, req.tag, s.sample_index, _payload(s))

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from money_lm import MSGS, Answer, Scripted, cfg, run, usage
 
-from face.llm.base import ChatRequest, Completion, Draws
+from face.llm.base import ChatRequest, Completion, Draws, LLMCallError
 from face.llm.cache import CachingLM, SampleCache
 from face.llm.validating import ValidatingLM
 
@@ -170,3 +171,56 @@ def test_a_sample_another_process_is_sending_is_waited_for_not_sent_again(tmp_pa
     res = run(main())
     assert inner.asked == [(0, 1)]
     assert [s.text for s in res.samples] == ["ok", "theirs"] and res.cached_samples == 1
+
+
+def test_a_sample_another_process_answered_since_the_read_ahead_is_read_when_claimed_not_sent(tmp_path):
+    inner = Scripted()
+    lm = _caching(tmp_path, inner)
+    req = ChatRequest(MSGS, n=2)
+    keys = lm.keys_for(req)
+    assert lm.results([req], [keys], {}) == [None]  # the read-ahead found neither sample
+    SampleCache(tmp_path).put_many([(keys[1], "m", "", 1, {"text": "theirs", "finish_reason": "stop"})])  # then
+    res = run(lm.chat(req))
+    assert inner.asked == [(0, 1)]
+    assert [s.text for s in res.samples] == ["ok", "theirs"] and res.cached_samples == 1
+
+
+class _Stuck(Scripted):
+    """An inner layer that fails (``fail``) or never answers."""
+
+    def __init__(self, fail: bool):
+        super().__init__()
+        self.fail = fail
+
+    async def chat(self, req: ChatRequest):
+        self.asked.append((req.first_sample, req.n))
+        if self.fail:
+            raise LLMCallError("the endpoint failed")
+        await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize("how", ["failed", "cancelled while sent", "cancelled once claimed, before it was sent"])
+def test_a_failed_or_cancelled_request_gives_its_claims_back_at_once(tmp_path, how):
+    inner = _Stuck(fail=how == "failed")
+    lm = _caching(tmp_path, inner)
+    req = ChatRequest(MSGS, n=3)  # n_per_request 2: two sub-requests
+    keys = set(lm.keys_for(req).values())
+
+    async def main():
+        task = asyncio.create_task(lm.chat(req))
+        if how == "cancelled once claimed, before it was sent":
+            while not lm.store.claims.held:  # the claims settled; the request has not run since
+                await asyncio.sleep(0)
+        else:
+            while len(inner.asked) < 2:
+                await asyncio.sleep(0.001)
+        if how != "failed":
+            task.cancel()
+        with pytest.raises((LLMCallError, asyncio.CancelledError)):
+            await task
+        await asyncio.sleep(0)  # the next transaction of this cache
+        return await SampleCache(tmp_path).claim(list(keys))  # another process
+
+    other = run(main())
+    assert other.mine == keys and not lm.store.claims.held
+    assert inner.asked == ([] if how.endswith("before it was sent") else [(0, 2), (2, 1)])
