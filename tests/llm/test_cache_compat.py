@@ -24,6 +24,7 @@ def test_key_function_reproduces_the_recorded_keys(case, tmp_path):
     lm = CachingLM(inner=None, store=None, cfg=cfg, model=cfg.model)
     req = case_request(case)
     assert [lm.key_for(req, i) for i in req.indices] == case["keys"]
+    assert list(lm.keys_for(req).values()) == case["keys"]  # the read-ahead's keys too (seed 7, None: cases)
 
 
 def test_score_adapter_request_has_the_recorded_key(tmp_path):
