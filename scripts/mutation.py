@@ -48,7 +48,7 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "pipeline/estimators": (("score_value", "reasoned_value", "reasoned_expectation", "_mean", "SamplingEstimator",
                              "LogprobsEstimator"), ("tests/test_money_records.py", "tests/test_live_pipeline.py",
                                                     "tests/test_fidelity.py")),
-    "pipeline/scoring": (("record_from_samples",), ("tests/test_live_pipeline.py", "tests/test_fidelity.py")),
+    "pipeline/scoring": (None, ("tests/test_live_pipeline.py", "tests/test_fidelity.py", "tests/test_streaming.py")),
     # the money and bookkeeping paths (+ hand-written semantic mutants: scripts/mutants_semantic.py)
     "llm/sizes": (None, ("tests/test_money_estimate.py", "tests/llm/test_budget.py")),
     "pipeline/estimate": (None, ("tests/test_money_estimate.py",)),
@@ -60,6 +60,8 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "llm/cache": (("sample_keys", "CachingLM.keys_for", "CachingLM._cached", "CachingLM._sample", "CachingLM.results",
                    "CachingLM.chat", "CachingLM._fetch", "_payload"),
                   ("tests/llm/test_money_draws.py", "tests/llm/test_cache_compat.py")),
+    "llm/claims": (None, ("tests/test_shared_cache.py", "tests/llm/test_money_draws.py")),
+    "llm/stream": (None, ("tests/test_streaming.py",)),
     "llm/validating": (None, ("tests/llm/test_money_draws.py",)),
     "llm/base": (("Draws.room",), ("tests/llm/test_money_draws.py",)),
     "pipeline/records": (("ScoreSink.add", "ScoreSink.frame", "ScoreTally", "AspectScores", "per_conversation",

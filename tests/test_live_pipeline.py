@@ -282,6 +282,37 @@ def test_logprobs_missing_decides_a_parsed_answer_only_and_invalid_fallback_an_u
     assert r.fallback.startswith("no valid answer") or r.fallback == "no_valid_answer"
 
 
+@pytest.mark.parametrize("estimator,wanted", [("sampling", 2), ("logprobs", 1)])
+def test_redraws_are_the_draws_beyond_the_answers_the_estimator_wants(estimator, wanted):
+    """n_retried: every draw after the first ``wanted`` (sampling: n = 2 here; logprobs: 1 answer, whatever n)."""
+    unit = Unit(ASPECTS["relevance"], "c", 1, 0, P("recommendation", "Heat", ""))
+    spec = ScoringSpec(estimator, 2, reasoning=False)
+    for draws, retried in ((1, 0), (wanted, 0), (wanted + 3, 3)):
+        r = record_from_samples(Planned(unit, INSTR[0], None), [Completion("?", "stop")] * draws, spec)
+        assert r.n_retried == retried
+
+
+def test_answer_counts_go_to_the_usage_of_the_records_tag():
+    """count_answers: a record's samples scored as the lowest, an answer scored without its logprobs, under the
+    request's tag; a dry run counts nothing, a client without usage is left alone."""
+    from face.llm.usage import Usage
+    from face.pipeline.scoring import ScoreRecord, count_answers
+
+    def rec(fallback, defaulted):
+        return ScoreRecord("relevance", "c", 1, 0, "a", 0.0, "sampling", 5, 5 - defaulted, fallback=fallback,
+                           n_defaulted=defaulted)
+
+    usage = Usage()
+    client = type("Client", (), {"usage": usage})()
+    for r in (rec("2 invalid sample(s) scored 0", 2), rec("no logprobs: scored 0", 1),
+              rec("parsed_value_without_logprobs", 0), rec(None, 0), rec("dry_run", 3)):
+        count_answers(client, "score:relevance", r)
+    count_answers(type("Client", (), {"usage": None})(), "score:relevance", rec("no logprobs: scored 0", 1))
+    count_answers(type("Client", (), {"usage": object()})(), "score:relevance", rec("no logprobs: scored 0", 1))
+    t = usage.summary()["by_tag"]["score:relevance"]
+    assert (t["defaulted_answers"], t["logprob_fallbacks"]) == (2 + 1, 2)
+
+
 def test_each_estimator_asks_for_what_it_reads():
     from face.pipeline.scoring import LogprobsEstimator, SamplingEstimator
 

@@ -51,6 +51,7 @@ def test_bound_reserves_max_tokens_for_every_sample_of_the_request():
     b = sizes.bound([("user", "hi")], 10, 5)
     assert (b.input_tokens, b.output_tokens) == (4 + 2 + 16 + 16, 50)
     assert "max_tokens 10 × n 5" in b.explain(10, 5)
+    assert sizes.bound([("user", "hi")], 10, 5, {"a": 1}).input_tokens == 4 + 2 + 16 + 16 + 8  # the format's bytes
     with pytest.raises(ValueError, match="max_tokens"):
         sizes.bound([("user", "hi")], None, 5)
 

@@ -157,6 +157,25 @@ def test_logprobs_answer_has_the_released_value_as_its_expectation(replay_data, 
     assert "".join(t["token"] for t in tokens) == out["choices"][0]["message"]["content"]
 
 
+def test_a_request_from_sample_k_is_answered_with_the_samples_from_k_on(replay_data, data_dir):
+    """The request's seed is the index of its first sample (face/llm/transport.py: seed + first_sample): a request
+    of the samples k.. is answered with what a request from 0 answers at k.. (a redraw, a split request)."""
+    first_instruction = load_instructions(data_dir / "face_released/top16_instructions/relevance.json")[0]
+    table = replay_data.scores["relevance"][CONVS[0]]
+    turn, particle = next((t, i) for t, ps in table.items() for i, vs in ps.items()
+                          if vs[first_instruction.instruction_id] % 1)  # not an integer: its samples differ
+    msgs, instr = _prompt(data_dir, "relevance", CONVS[0], turn, particle, reasoning=False)
+    judge = Judge(replay_data)
+
+    def scores(seed: int, n: int) -> list[int]:
+        out = judge.answer({"messages": msgs, "n": n, "seed": seed})
+        return [json.loads(c["message"]["content"])["score"] for c in out["choices"]]
+
+    first = scores(0, 10)
+    assert len(set(first)) > 1 and sum(first[:5]) / 5 == pytest.approx(table[turn][particle][instr])
+    assert [scores(k, 1)[0] for k in range(10)] == first and scores(3, 4) == first[3:7]
+
+
 @pytest.mark.parametrize("what,code", [
     ("another method", "unknown_prompt"), ("whole turn", "whole_unit"), ("instruction", "unknown_instruction"),
     ("particle", "unknown_particle"), ("scale", "wrong_scale"), ("history", "history_mismatch")])

@@ -131,28 +131,31 @@ def test_a_claim_whose_beat_lies_in_the_future_is_taken_over_once_the_waiter_saw
     b.close()
 
 
-def test_an_owner_beats_while_it_holds_claims_and_stops_when_it_holds_none(tmp_path, monkeypatch):
-    monkeypatch.setattr(claims_mod, "BEAT_S", 0.05)
-    a = SampleCache(tmp_path)
-
-    def beat() -> float:
-        return a._conn.execute("SELECT beat FROM claims WHERE key = 'k1'").fetchone()[0]
+def test_an_owner_that_keeps_beating_keeps_its_claims_however_long_it_is_waited_for(tmp_path, monkeypatch):
+    """The waiter's clock runs 7 s a reading, far past 30 s; the owner beats at each of its commits (every 0.01 s
+    here, 2 s by default), so its claim is never stale; once it answers, it stops committing."""
+    monkeypatch.setattr(claims_mod, "BEAT_S", 0.01)
+    monkeypatch.setattr(claims_mod, "POLL_S", 0.01)
+    clock = _Clock(time.time())
+    monkeypatch.setattr(claims_mod, "time", clock)
+    a, b = SampleCache(tmp_path), SampleCache(tmp_path)
 
     async def go():
         await a.claim(["k1"])
-        first = beat()
-        await asyncio.sleep(0.4)  # nothing else happens: the heartbeat alone commits
-        second = beat()
+        start = clock.readings[-1]
+        waiting = asyncio.ensure_future(b.wait({"k1"}))
+        await asyncio.sleep(0.3)  # nothing else happens: the heartbeat alone commits
+        assert not waiting.done() and clock.readings[-1] - start > 60
         a.put_many([("k1", "m", "t", 0, {"text": "one", "finish_reason": "stop"})], release=["k1"])
-        await asyncio.sleep(0.01)
+        found, free = await asyncio.wait_for(waiting, 5)
         commits = a.commits
-        await asyncio.sleep(0.3)
-        return first, second, commits
+        await asyncio.sleep(0.05)
+        return found, free, commits
 
-    first, second, commits = asyncio.run(go())
-    assert second - first >= 0.2  # refreshed (every 0.05 s here, every 2 s by default)
-    assert a.commits == commits and a._conn.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0
-    a.close()
+    found, free, commits = asyncio.run(go())
+    assert json.loads(found["k1"])["text"] == "one" and free == set() and b.claims.taken_over == 0
+    assert a.commits == commits  # no claim held: no more beats
+    a.close(), b.close()
 
 
 def test_one_process_sends_each_sample_once_and_keeps_no_claim(tmp_path):

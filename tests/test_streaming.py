@@ -3,14 +3,20 @@ identical request is sent once, a warm rerun sends nothing, and the score record
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+from types import SimpleNamespace
 
+import pytest
 from helpers import llm_config
 
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction, Particle, Turn
 from face.llm import LLMConfig, make_client
+from face.llm.base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused
+from face.llm.stream import drive
+from face.llm.usage import BudgetExceeded
 from face.pipeline.records import ScoreSink
 from face.pipeline.scoring import ScoreRecord, ScoringSpec, plan_iter, score_stream, units_for
 from face.testing.scripted import InProcessServer
@@ -136,3 +142,175 @@ def test_identical_requests_share_their_draws_and_their_answer_counts_go_in_once
     assert usage["requests"] == distinct and usage["samples"] == distinct * 7
     assert (usage["rejected_answers"], usage["answer_retries"], usage["invalid_answers"]) == (2 * distinct,
                                                                                                2 * distinct, 0)
+
+
+def test_identical_requests_count_their_samples_scored_as_the_lowest_once(tmp_path):
+    """Seeds 0 and 1 answer nothing valid and there is no redraw: each distinct prompt's record scores 2 of its 5
+    samples as 0 (score 6/5); the two identical particles of a turn share that request and its 2 defaulted
+    samples, counted once in the usage."""
+    units, by_id = _plan(2)
+    spec = ScoringSpec("sampling", 5, reasoning=False, draws={"rounds": 1})
+
+    def responder(body: dict) -> str:
+        return "?" if (body.get("seed") or 0) in (0, 1) else json.dumps({"score": 2})
+
+    srv = InProcessServer(responder=responder)
+    with srv, make_client(_cfg(srv, tmp_path)) as client:
+        got: list[ScoreRecord] = []
+        score_stream(client, plan_iter(units, INSTRUCTIONS, by_id, spec, json_schema=False), spec, got.append)
+        usage = client.usage.summary()
+    distinct = 2 * 3 * 3
+    assert len(got) == 2 * 3 * 4 and all(r.n_defaulted == 2 and math.isclose(r.score, 1.2) for r in got)
+    assert usage["defaulted_answers"] == 2 * distinct and usage["invalid_answers"] == 2 * distinct
+
+# ---------------------------------------------------------------- the batch driver alone (face/llm/stream.py)
+
+
+class _Client:
+    """What the batch driver needs of a client: question ``i`` answered at once, unless ``outcome[i]`` is an
+    exception (raised after ``delay`` s), "hang" (never answered) or "hit" (found by the cache's read-ahead)."""
+
+    def __init__(self, outcome: dict | None = None, concurrency: int = 1, delay: float = 0.0):
+        self.cfg = SimpleNamespace(concurrency=concurrency, progress=False)
+        self.usage = None
+        self.outcome, self.delay = outcome or {}, delay
+        self.sent: list[int] = []
+        self.cancelled: list[int] = []
+
+    def cached_stream(self, items, request):
+        for x in items:
+            req = request(x)
+            yield x, req, (ChatResult(req, [], cached_samples=3) if self.outcome.get(x) == "hit" else None)
+
+    async def chat(self, req: ChatRequest) -> ChatResult:
+        i = int(req.messages[0][1][1:])
+        self.sent.append(i)
+        what = self.outcome.get(i)
+        if isinstance(what, BaseException):
+            await asyncio.sleep(self.delay)
+            raise what
+        if what == "hang":
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.append(i)
+                raise
+        return ChatResult(req, [], cached_samples=1 if i % 2 else 0)
+
+
+def _question(i: int) -> ChatRequest:
+    return ChatRequest(messages=(("user", f"q{i % 1000}"),))  # question 1000 + i is question i again
+
+
+def _drive(client: _Client, items, total: int | None = None, on_error: str = "raise", upto: int | None = None,
+           seen=None) -> list:
+    async def go():
+        out = []
+        async for item, res in drive(client, items, _question, desc="judge", total=total, on_error=on_error):
+            out.append((item, res))
+            if seen is not None:
+                seen(item)
+            if upto is not None and len(out) == upto:
+                break
+        return out
+
+    return asyncio.run(go())
+
+
+class _Bar:
+    """The progress the driver reports: its total, then (hits, failed) per request."""
+
+    made: list[_Bar] = []
+
+    def __init__(self, total, desc, enabled, usage):
+        self.total, self.updates = total, []
+        _Bar.made.append(self)
+
+    def update(self, hits: int, failed: bool) -> None:
+        self.updates.append((hits, failed))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("concurrency,pulled_at", [(1, [64] * 32 + [96] * 32 + [100] * 36),
+                                                   (20, [80] * 40 + [100] * 60)])
+def test_the_driver_plans_max_64_or_4x_concurrency_items_ahead_and_tops_up_at_half(concurrency, pulled_at):
+    pulled = [0]
+
+    def items():
+        for i in range(100):
+            pulled[0] += 1
+            yield i
+
+    seen: list[int] = []
+    out = _drive(_Client(concurrency=concurrency), items(), seen=lambda _: seen.append(pulled[0]))
+    assert [x for x, _ in out] == list(range(100)) and seen == pulled_at
+
+
+def test_a_cached_item_is_not_sent_and_an_identical_request_shares_one_send_only_while_in_flight():
+    # 0 and 1000 are one question, sent together; 0 done, its twin 2000 comes 100 items later: sent again (the
+    # cache would answer it); item 5 was found by the read-ahead
+    items = [0, 1000, *range(1, 100), 2000]
+    client = _Client({5: "hit"})
+    out = _drive(client, items)
+    assert [x for x, _ in out] == items and out[0][1] is out[1][1]
+    assert sorted(client.sent) == sorted([0, *(i for i in range(1, 100) if i != 5), 0])
+    assert out[6][1].cached_samples == 3  # item 5: the read-ahead's result
+
+
+def test_progress_counts_each_request_once_with_its_cache_hits_and_failures(monkeypatch):
+    import face.llm.client
+
+    monkeypatch.setattr(face.llm.client, "Progress", _Bar)
+    _Bar.made.clear()
+    _drive(_Client({1: LLMCallError("down"), 2: "hit"}), range(4), total=4, on_error="return")
+    _drive(_Client(), range(2))
+    assert [(b.total, b.updates) for b in _Bar.made] == [
+        (4, [(0, False), (0, True), (3, False), (1, False)]), (0, [(0, False), (1, False)])]
+
+
+def test_a_failure_stops_the_batch_once_the_requests_in_flight_settled_and_counts_what_completed():
+    # 0 done; 1 fails; in flight then: 2 and 4 complete, 3 fails -> 2 of 5 failed, 3 of 5 completed
+    for total, of in ((5, "5"), (None, "?")):
+        client = _Client({1: LLMCallError("one is down", retries=4), 3: LLMCallError("three is down")}, delay=0.01)
+        with pytest.raises(LLMCallError) as e:
+            _drive(client, range(5), total=total)
+        assert str(e.value) == f"2 of {of} requests of 'judge' failed (3 of {of} requests completed); first: " \
+                               "one is down"
+        assert e.value.retries == 4 and sorted(client.sent) == [0, 1, 2, 3, 4]
+
+
+def test_a_budget_stop_among_the_failures_is_the_one_raised_with_its_stage_and_counts():
+    client = _Client({1: LLMCallError("one is down"), 3: BudgetExceeded("budget: $3 spent.")}, delay=0.01)
+    with pytest.raises(BudgetExceeded) as e:
+        _drive(client, range(5), total=5)
+    assert str(e.value) == "budget: $3 spent. Stage 'judge': 3 of 5 requests completed."
+
+
+def test_a_bug_in_a_request_in_flight_is_raised_as_it_is():
+    client = _Client({1: LLMCallError("one is down"), 3: KeyError("a bug")}, delay=0.01)
+    with pytest.raises(KeyError, match="a bug"):
+        _drive(client, range(5), total=5)
+
+
+@pytest.mark.parametrize("on_error", ["raise", "return"])
+def test_a_refused_request_stops_the_batch_at_once_even_when_failures_are_returned(on_error):
+    refused = LLMRequestRefused("the endpoint refused it: bad schema", status=400)
+    client = _Client({1: refused, 2: "hang"})
+    with pytest.raises(LLMRequestRefused) as e:
+        _drive(client, range(4), on_error=on_error)
+    assert e.value is refused and client.cancelled == [2]  # not waited for: cancelled
+
+
+def test_failures_are_returned_as_results_under_on_error_return_and_the_batch_goes_on():
+    out = _drive(_Client({1: LLMCallError("one is down")}), range(4), total=4, on_error="return")
+    assert [(x, r.error) for x, r in out] == [(0, None), (1, "LLMCallError: one is down"), (2, None), (3, None)]
+    with pytest.raises(ValueError, match="on_error must be 'raise' or 'return', got 'ignore'"):
+        _drive(_Client(), range(4), on_error="ignore")
+
+
+def test_a_consumer_that_stops_early_cancels_the_requests_still_in_flight():
+    client = _Client({3: "hang", 4: "hang"})
+    assert [x for x, _ in _drive(client, range(5), upto=2)] == [0, 1]
+    assert sorted(client.cancelled) == [3, 4]
