@@ -51,6 +51,7 @@ def test_a_claimed_key_is_waited_for_and_read_when_its_owner_answers(tmp_path):
     found, free, again = asyncio.run(go())
     assert json.loads(found["k1"])["text"] == "one"  # answered: read, not sent
     assert free == {"k2"} and again.mine == {"k2"}  # given back unanswered: claimed anew by the waiter
+    assert b.claims.waited == 2 and b.claims.taken_over == 0  # (llm_usage.json's claims_waited_samples)
     a.close(), b.close()
 
 
@@ -156,6 +157,51 @@ def test_an_owner_that_keeps_beating_keeps_its_claims_however_long_it_is_waited_
     assert json.loads(found["k1"])["text"] == "one" and free == set() and b.claims.taken_over == 0
     assert a.commits == commits  # no claim held: no more beats
     a.close(), b.close()
+
+
+def test_the_heartbeat_is_one_update_per_beat_s_not_one_per_transaction(tmp_path):
+    a = SampleCache(tmp_path)
+
+    def beat(key: str) -> float:
+        return a._conn.execute("SELECT beat FROM claims WHERE key = ?", (key,)).fetchone()[0]
+
+    async def go():
+        await a.claim(["k1"])
+        first = beat("k1")
+        await a.claim(["k2"])  # another transaction well within 2 s: k1's beat is fresh, left alone
+        return first, beat("k1"), beat("k2")
+
+    first, again, k2 = asyncio.run(go())
+    assert again == first < k2
+    a.close()
+
+
+def test_a_cache_closed_with_claims_held_gives_them_back(tmp_path):
+    a, b = SampleCache(tmp_path), SampleCache(tmp_path)
+
+    async def go():
+        await a.claim(["k1"])  # a run stopped half-way: nothing answered
+        a.close()
+        return await b.claim(["k1"])
+
+    assert asyncio.run(go()).mine == {"k1"}
+    b.close()
+
+
+def test_a_claim_whose_transaction_fails_for_good_raises_in_the_request_that_asked(tmp_path):
+    import sqlite3
+
+    a = SampleCache(tmp_path)
+
+    async def go():
+        a._conn.close()  # every statement now fails (not "database is locked": no retry)
+        asking = a.claim(["k1"])
+        with pytest.raises(sqlite3.ProgrammingError):
+            a.flush()
+        with pytest.raises(sqlite3.ProgrammingError):
+            await asyncio.wait_for(asking, 1)  # told, not left waiting
+
+    asyncio.run(go())
 
 
 def test_one_process_sends_each_sample_once_and_keeps_no_claim(tmp_path):
