@@ -168,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         return evaluate(args)
     if args.command == "compare":  # issue 30
         from face.comparison.cli import main as compare_main
+        from face.runner import guarded
 
-        return compare_main(args)
+        with guarded():  # every stop one line and an exit code, as for `face evaluate`
+            return compare_main(args)
     from face.api.report import build_report
     from face.errors import ConfigError
     from face.files import dir_lock

@@ -9,8 +9,10 @@ time, and a run never writes over another run's results or over its own input.
   same directory stops with one line. Re-entrant within a process (``face evaluate`` holds it across its dry
   pass, its run and its report; the experiment takes it again inside).
 * ``claim_state`` / ``write_marker``: the ownership marker ``.face-run.json`` (a digest of the input files and of
-  the settings that
-  decide the results): the same input and settings resume, anything else needs ``overwrite``.
+  the settings that decide the results): the same input and settings resume, anything else needs ``overwrite``.
+* ``claimed``: a run's (or a comparison's) output directories held for a block: each checked (writable, not the
+  input, not another run's), locked and marked as its own (``face.runner.claim`` names a run's; ``face compare``
+  its ``--out``).
 * ``process_alive`` / ``process_start``: whether the process that owns a run, a lock or a claim is still there
   (a zombie and a reused pid count as gone), for the owners of runs and of in-flight LLM requests alike.
 """
@@ -23,13 +25,22 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from face.errors import ConfigError, require_writable_dir
 
 MARKER = ".face-run.json"
+# what a run may write into its own directory (a name ending in / is a directory): another run's results among them
+# (without an ownership marker) make the directory another run's; an input file with one of these names would be
+# replaced. Hydra's record of the configuration (.hydra/) and the run's log alone are not results: a run refused
+# for a bad setting may leave them.
+OUTPUTS = (".hydra/", "results/", "run_file.json", "particles.jsonl", "particle_scores.jsonl", "cost_estimate.csv",
+           "llm_usage.json", "llm_server.json", "run_settings.json", "conversations.json", "report.html",
+           "report_tables/", "correlations.csv", "correlations.md", "vs_published.csv", "vs_published.md", "figures/")
+NOT_RESULTS = (".hydra/",)
 
 
 def _file_mode() -> int:
@@ -132,7 +143,8 @@ def refuse_input_overwrite(directory: Path, inputs: Iterable[Path], outputs: Ite
     for inp in inputs:
         i = Path(os.path.realpath(inp))
         if i == d:
-            raise ConfigError(f"{setting}: {directory} is the input file itself; choose a directory for the outputs")
+            raise ConfigError(f"{setting}: {directory} is the input {'directory' if i.is_dir() else 'file'} itself; "
+                              "choose a directory for the outputs")
         for name in [*outputs, MARKER]:
             target = d / name.rstrip("/")
             if i == target or (name.endswith("/") and target in i.parents):
@@ -176,8 +188,79 @@ def write_marker(directory: Path, owner: dict) -> None:
     atomic_write_text(marker, text)
 
 
-__all__ = ["MARKER", "atomic_open", "atomic_path", "atomic_write_bytes", "atomic_write_text", "claim_state",
-           "digest_files", "digest_settings", "dir_lock", "refuse_input_overwrite", "write_marker"]
+# ---------------------------------------------------------------- the claim of a run's directories
+@dataclass(frozen=True)
+class Location:
+    """An output directory of the run and the setting that names it (in a refusal)."""
+
+    setting: str
+    path: Path  # absolute, as given (not resolved: a refusal names it as the user wrote it)
+    owned: bool = True  # a run directory (marked); False: the committed results directory (locked only)
+
+
+def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, how: str,
+           outputs: Sequence[str]) -> str:
+    """Can the run have ``loc``? Its state (new, resume, overwrite), or a ConfigError; nothing written."""
+    refuse_input_overwrite(loc.path, inputs, outputs, loc.setting)
+    require_writable_dir(loc.path, loc.setting)
+    if not loc.path.is_dir():
+        return "new"
+    results = [o for o in outputs if o not in NOT_RESULTS] if loc.owned else []
+    return claim_state(loc.path, owner, loc.setting, overwrite, results, how)
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The topmost directory of ``path`` that does not exist yet (what locking it would create)."""
+    missing = None
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def check_locations(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overwrite: bool = False,
+                    how: str = "pass --overwrite to replace them", outputs: Sequence[str] = OUTPUTS) -> list[str]:
+    """Every location checked (writable, not the input, not another run's): their states; nothing written.
+    ``outputs``: what the run writes there (``OUTPUTS``: a run's)."""
+    return [_check(loc, owner, inputs, overwrite, how, outputs) for loc in locs]
+
+
+@contextlib.contextmanager
+def claimed(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overwrite: bool = False,
+            how: str = "pass --overwrite to replace them", outputs: Sequence[str] = OUTPUTS) -> Iterator[list[str]]:
+    """Hold every location for the block: all are checked before any is created, then each is locked (a second run
+    into one stops at once), checked again under its lock and marked as this run's. Yields each one's state. A
+    refusal leaves no directory it created."""
+    check_locations(locs, owner, inputs, overwrite, how, outputs)
+    created = [m for m in (_first_missing(loc.path) for loc in locs) if m is not None]
+    with contextlib.ExitStack() as held:
+        try:
+            states = []
+            for loc in locs:
+                held.enter_context(dir_lock(loc.path, loc.setting))
+                states.append(_check(loc, owner, inputs, overwrite, how, outputs))
+            for loc in locs:
+                if loc.owned:
+                    write_marker(loc.path, owner)
+        except BaseException:
+            held.close()
+            _remove_empty(created)
+            raise
+        yield states
+
+
+def _remove_empty(dirs: Sequence[Path]) -> None:
+    """Remove the directories a refused claim created, if nothing was written into them."""
+    for top in dirs:
+        for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
+            with contextlib.suppress(OSError):
+                os.rmdir(dirpath)
+
+
+__all__ = ["MARKER", "NOT_RESULTS", "OUTPUTS", "Location", "atomic_open", "atomic_path", "atomic_write_bytes",
+           "atomic_write_text", "check_locations", "claim_state", "claimed", "digest_files", "digest_settings",
+           "dir_lock", "refuse_input_overwrite", "write_marker"]
 
 
 def process_start(pid: int) -> str | None:

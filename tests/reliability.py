@@ -98,7 +98,7 @@ def run(entry: str, argv: list[str], tmp: Path, monkeypatch, watch: tuple[Path, 
                 code = _call(_script_module().cli, "scripts/run.py", argv)
             else:
                 raise ValueError(f"unknown entry point {entry!r}")
-        except Exception as e:  # an escaped exception is a traceback to the user
+        except (Exception, KeyboardInterrupt) as e:  # an escaped exception (Ctrl-C too) is a traceback to the user
             import traceback
 
             err.write("Traceback (most recent call last):\n" + "".join(traceback.format_exception(e)))

@@ -42,6 +42,14 @@ def _run_dir(tmp: Path, name: str, dial: dict[str, float], turns: dict[str, list
     return d
 
 
+def _face(*argv: str) -> int | None:
+    """``face ARGV`` in this process: its exit code (a stop exits through face.runner.guarded)."""
+    try:
+        return main(list(argv))
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) or e.code is None else 1
+
+
 def _scores(rng, n: int, shift: float, prefix: str = "c") -> dict[str, float]:
     return {f"{prefix}{i}": float(np.clip(rng.normal(2 + shift, 0.8), 0, 4)) for i in range(n)}
 
@@ -85,8 +93,8 @@ def test_verdicts_better_worse_and_no_detectable_difference_never_equal(tmp_path
 
     rng = np.random.default_rng(2)
     a = _scores(rng, 40, 0)
-    runs = [_run_dir(tmp_path, "a", a), _run_dir(tmp_path, "up", {c: v + 0.8 for c, v in a.items()}),
-            _run_dir(tmp_path, "same", {c: v + rng.normal(0, 0.01) for c, v in a.items()})]
+    runs = [_run_dir(tmp_path, "a", a), _run_dir(tmp_path, "up", {c: 0.8 * v + 0.8 for c, v in a.items()}),
+            _run_dir(tmp_path, "same", {c: float(np.clip(v + rng.normal(0, 0.01), 0, 4)) for c, v in a.items()})]
     comp = fc.compare(*runs, n_boot=4000, target_diff=0.05)
     v = comp.differences.set_index(["baseline", "candidate"])["verdict"]
     assert v[("a", "up")] == "better" and v[("up", "same")] == "worse"
@@ -106,8 +114,8 @@ def test_holm_runs_over_aspects_times_pairs(tmp_path):
 
     rng = np.random.default_rng(3)
     a, b = _scores(rng, 25, 0), _scores(rng, 25, 0.2)
-    ta = {c: list(rng.normal(1, 0.4, 3)) for c in a}
-    tb = {c: list(rng.normal(1.1, 0.4, 3)) for c in a}
+    ta = {c: list(np.clip(rng.normal(1, 0.4, 3), 0, 2)) for c in a}  # relevance: a 0-2 scale
+    tb = {c: list(np.clip(rng.normal(1.1, 0.4, 3), 0, 2)) for c in a}
     comp = fc.compare(_run_dir(tmp_path, "a", a, ta), _run_dir(tmp_path, "b", b, tb), n_boot=2000)
     d = comp.differences
     assert len(d) == 2 and set(d["aspect"]) == {"relevance", "dialogue_overall"}
@@ -127,10 +135,11 @@ def test_the_figures_show_each_mean_difference_and_p_beats_of_the_tables_with_it
     monkeypatch.setattr(cf, "png", lambda fig: drawn_figures.append(fig) or png(fig))
     rng = np.random.default_rng(2)
     a = _scores(rng, 40, 0)
-    ta = {c: list(rng.normal(1, 0.4, 3)) for c in a}
-    up = {c: [x + 1 for x in v] for c, v in ta.items()}
-    runs = [_run_dir(tmp_path, "a", a, ta), _run_dir(tmp_path, "up", {c: v + 0.8 for c, v in a.items()}, up),
-            _run_dir(tmp_path, "same", {c: v + rng.normal(0, 0.01) for c, v in a.items()}, ta)]
+    ta = {c: list(np.clip(rng.normal(0.7, 0.3, 3), 0, 1.2)) for c in a}  # relevance: a 0-2 scale
+    up = {c: [x + 0.8 for x in v] for c, v in ta.items()}
+    runs = [_run_dir(tmp_path, "a", a, ta), _run_dir(tmp_path, "up", {c: 0.8 * v + 0.8 for c, v in a.items()}, up),
+            _run_dir(tmp_path, "same", {c: float(np.clip(v + rng.normal(0, 0.01), 0, 4)) for c, v in a.items()},
+                     ta)]
     comp = fc.compare(*runs, n_boot=2000)
     comp.report(tmp_path / "comparison.html")
     means_fig, diff_fig, *beats_figs = drawn_figures
@@ -184,10 +193,11 @@ def test_incomparable_runs_are_refused_in_one_line_unless_allowed(tmp_path, caps
 
     rng = np.random.default_rng(4)
     a = _run_dir(tmp_path, "a", _scores(rng, 10, 0))
-    b = _run_dir(tmp_path, "b", _scores(rng, 10, 0), settings={**SETTINGS, **change})
+    b_scores = {c: 1 + 0.75 * v for c, v in _scores(rng, 10, 0).items()}  # on both scales, 0-4 and 1-5
+    b = _run_dir(tmp_path, "b", b_scores, settings={**SETTINGS, **change})
     with pytest.raises(IncomparableRuns, match=re.escape(expected)):
         fc.compare(a, b)
-    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "out")]) == 2
+    assert _face("compare", str(a), str(b), "--out", str(tmp_path / "out")) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: not comparable: ") and expected in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
@@ -339,7 +349,7 @@ def test_mlflow_runs_are_read_by_id_and_the_comparison_is_recorded(tmp_path, mlf
     assert run.data.tags["compared_run.1"] == tracked.info.run_id
     assert run.data.metrics["diff.dialogue_overall.tracked_v2_vs_a"] == pytest.approx(0.5)
     assert "comparison" in {f.path for f in mlflow.MlflowClient(uri).list_artifacts(run_id)}
-    assert main(["compare", str(a), "mlflow:" + "0" * 32, "--tracking-uri", uri, "--out", str(tmp_path / "x")]) == 2
+    assert _face("compare", str(a), "mlflow:" + "0" * 32, "--tracking-uri", uri, "--out", str(tmp_path / "x")) == 2
     assert "error: mlflow:00000000000000000000000000000000: no such MLflow run" in capsys.readouterr().err
 
 

@@ -8,11 +8,16 @@ not refused.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
+
+import numpy as np
 
 from face.aspects import Aspect
 from face.comparison.runs import Run
-from face.errors import ConfigError
+from face.errors import ConfigError, DataError
+
+SLACK = 1e-9  # a mean of scores may pass its scale's end by rounding
 
 OVERRIDE = "allow_incomparable=True / --allow-incomparable"
 
@@ -26,6 +31,21 @@ def aspect_of(run: Run, name: str) -> Aspect | None:
     from face.datasets.crsarena import ASPECTS
 
     return run.aspects.get(name) or ASPECTS.get(name)
+
+
+def in_scale(runs: Sequence[Run], aspects: Sequence[str]) -> None:
+    """A DataError naming the run, the conversation and the value of a score outside its aspect's scale (or not a
+    finite number, where the scale is not known): no judge gives it, and it would move every mean and interval."""
+    for r in runs:
+        for a, g in r.scores(aspects).groupby("aspect", sort=False):
+            spec = aspect_of(r, a)
+            low, high = (spec.low, spec.high) if spec is not None else (-math.inf, math.inf)
+            v = g["pred"].astype(float)
+            bad = g[~(np.isfinite(v) & v.between(low - SLACK, high + SLACK))]
+            if len(bad):
+                where = f"its scale {low}–{high}" if spec is not None else "the finite numbers"
+                raise DataError(r.source, f"the {a} score {float(bad['pred'].iloc[0])!r} is outside {where}",
+                                f"conversation {bad['conv_id'].iloc[0]}")
 
 
 def _scale(run: Run, name: str) -> tuple[int, ...] | None:

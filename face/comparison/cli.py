@@ -1,15 +1,14 @@
 """``face compare RUN_A RUN_B [RUN_C …]``: the command-line face of ``face.compare``.
 
-``face.cli`` hooks it in with two lines (``add_parser(sub)`` while building its parser, ``main(args)`` when the
-command is ``compare``). Exit codes as the rest of the command: 0 done, 2 a bad input or setting (one ``error:``
-line; nothing written), 1 an unexpected error.
+``face.cli`` hooks it in (``add_parser(sub)`` while building its parser, ``main(args)`` when the command is
+``compare``, inside ``face.runner.guarded``). Exit codes as the rest of the command: 0 done, 2 a bad input or setting
+(one ``error:`` line; nothing written), 130 interrupted, 1 an unexpected error.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 
 HELP = """\
@@ -29,8 +28,11 @@ refused (their scores are not on one scale); --allow-incomparable compares them 
 every table.
 
 Writes to --out: verdicts, means, differences, systems (ranking, beats with three runs or more) and moved_* as
-.md / .csv / .tex, figures/*.png, report.html. --mlflow also records the comparison as an MLflow run
-(experiment face_compare): the compared runs, every difference as a metric, the outputs as artifacts.
+.md / .csv / .tex, figures/*.png, report.html. --out belongs to one comparison, as a `face evaluate` --out to one
+run: the same comparison again replaces its files, another run's or comparison's results there are refused unless
+--overwrite, a compared run's directory and the project's results/ always. --mlflow also records the comparison
+as an MLflow run (experiment face_compare, its artifacts beside the store): the compared runs, every difference as
+a metric, the outputs as artifacts.
 """
 
 
@@ -56,6 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed of the resampling (default 0)")
     p.add_argument("--top", type=int, default=5, help="rows per aspect in 'what moved' (default 5)")
     p.add_argument("--out", default=None, help="output directory (default: face-runs/compare_<A>_vs_<B>)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace another run's or comparison's results in --out")
     p.add_argument("--allow-incomparable", action="store_true",
                    help="compare runs of different judges, instructions, estimators or scales (warned on every "
                         "table)")
@@ -69,39 +73,35 @@ def _names(text: str | None) -> list[str] | None:
 
 
 def _default_out(runs: list[str]) -> Path:
-    stems = [re.sub(r"[^\w.-]+", "_", Path(r.rstrip("/")).name or r)[:40] for r in runs]
+    from face.secrets import redact
+
+    stems = [re.sub(r"[^\w.-]+", "_", redact(Path(r.rstrip("/")).name or r))[:40] for r in runs]
     return Path("face-runs") / f"compare_{'_vs_'.join(stems)}"[:120]
 
 
-def _error(line: str) -> int:
-    from face.secrets import redact
-
-    print(redact(f"error: {line}"), file=sys.stderr, flush=True)
-    return 2
-
-
 def main(args: argparse.Namespace) -> int:
-    """Run ``face compare``: load, check, compare, write, print; 2 with one ``error:`` line on a bad input."""
+    """Run ``face compare``: load, check, compare, write, print. A bad input or setting is a ConfigError / DataError
+    before anything is written (``face.cli`` makes it one line and exit 2)."""
     from face.comparison.engine import compare
-    from face.errors import ConfigError, DataError, require_writable_dir
+    from face.comparison.report import write_all
+    from face.errors import ConfigError, require_writable_dir
 
+    if args.out is not None and not args.out.strip():
+        raise ConfigError("--out: the path is empty")
     out = Path(args.out) if args.out is not None else _default_out(args.runs)
-    try:
-        if args.out is not None and not args.out.strip():
-            raise ConfigError("--out: the path is empty")
-        require_writable_dir(out, "--out")
-        comp = compare(*args.runs, names=_names(args.names), by_system=args.by_system,
-                       aspects=_names(args.aspects), allow_incomparable=args.allow_incomparable,
-                       tracking_uri=args.tracking_uri, pairing=args.pairing, n_boot=args.n_boot, seed=args.seed,
-                       confidence=args.confidence, alpha=args.alpha, power=args.power,
-                       target_diff=args.target_diff, top=args.top)
-    except (ConfigError, DataError) as e:
-        return _error(str(e))
-    comp.write(out)
+    require_writable_dir(out, "--out")
+    comp = compare(*args.runs, names=_names(args.names), by_system=args.by_system, aspects=_names(args.aspects),
+                   allow_incomparable=args.allow_incomparable, tracking_uri=args.tracking_uri, pairing=args.pairing,
+                   n_boot=args.n_boot, seed=args.seed, confidence=args.confidence, alpha=args.alpha,
+                   power=args.power, target_diff=args.target_diff, top=args.top)
+    if args.mlflow:  # the names as MLflow keys and the store, checked before anything is written
+        from face.comparison.mlflow_io import comparison_metrics, log_comparison, tracking
+
+        comparison_metrics(comp)
+        tracking(args.tracking_uri)
+    write_all(comp, out, args.overwrite, "--out")
     print(comp.summary(), flush=True)
     print(f"\nReport: {(out / 'report.html').resolve()}", flush=True)
     if args.mlflow:
-        from face.comparison.mlflow_io import log_comparison
-
         print(f"MLflow run: {log_comparison(comp, out, args.tracking_uri)}", flush=True)
     return 0

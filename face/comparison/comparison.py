@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from face.errors import ConfigError
 from face.report.tables import to_markdown
 
 SPELLED_OUT = 21  # verdicts the console spells out one line each (three runs × 7 aspects); more: counted
@@ -101,19 +102,29 @@ class Comparison:
         lines += ["", *self.warnings, self.method_note()] if self.warnings else ["", self.method_note()]
         return "\n".join(lines)
 
-    def write(self, out_dir: str | os.PathLike) -> list[Path]:
-        """Every table (``.md`` / ``.csv`` / ``.tex``), the figures and ``report.html`` into ``out_dir``."""
+    def write(self, out_dir: str | os.PathLike, overwrite: bool = False) -> list[Path]:
+        """Every table (``.md`` / ``.csv`` / ``.tex``), the figures and ``report.html`` into ``out_dir``, a directory
+        of its own as a run's is: another run's or comparison's is refused unless ``overwrite``, a compared run's and
+        the project's ``results/`` always (``ConfigError``, nothing written)."""
         from face.comparison.report import write_all
 
-        return write_all(self, Path(out_dir))
+        if not isinstance(overwrite, bool):
+            raise ConfigError(f"overwrite must be True or False, got {overwrite!r}")
+        return write_all(self, _path(out_dir, "out_dir"), overwrite)
 
     def report(self, path: str | os.PathLike) -> Path:
         """The HTML report (figures embedded; drill-down links relative to ``path``)."""
         from face.comparison.report import write_html
 
-        return write_html(self, Path(path))
+        return write_html(self, _path(path, "report"))
 
     def __repr__(self) -> str:
         counts = self.differences["verdict"].value_counts().to_dict()
         return (f"face.Comparison({' vs '.join(self.systems['system'])}; {len(self.aspects)} aspects; "
                 f"{', '.join(f'{v} {k}' for k, v in counts.items())})")
+
+
+def _path(path: object, what: str) -> Path:
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise ConfigError(f"{what} must be a path (a string or a Path), got {path!r}")
+    return Path(path)

@@ -18,7 +18,7 @@ from pydantic import ConfigDict, Field, ValidationError
 from pydantic.dataclasses import dataclass as settings_dataclass
 
 from face.comparison import stats
-from face.comparison.checks import aspect_of, check
+from face.comparison.checks import aspect_of, check, in_scale
 from face.comparison.comparison import Comparison
 from face.comparison.moved import what_moved
 from face.comparison.runs import Run, load
@@ -34,7 +34,7 @@ class Options:
 
     pairing: Literal["auto", "paired", "unpaired"] = "auto"
     n_boot: int | None = Field(default=None, ge=200, le=1_000_000)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
     confidence: float = Field(default=0.95, gt=0.5, lt=1, allow_inf_nan=False)
     alpha: float = Field(default=0.05, gt=0, lt=0.5, allow_inf_nan=False)
     power: float = Field(default=0.8, gt=0.05, lt=1, allow_inf_nan=False)
@@ -55,14 +55,11 @@ def options(**kwargs: Any) -> Options:
 
 def units_of(run: Run, aspects: Sequence[str]) -> stats.Units:
     """The run's scores per conversation (sorted ids) and aspect: sums and counts of its turn / dialogue scores."""
-    p = run.predictions
-    rows = pd.concat([p.turn[["aspect", "conv_id", "pred"]], p.dialogue[["aspect", "conv_id", "pred"]]])
-    rows = rows[rows["aspect"].isin(aspects)].dropna(subset=["pred"])
+    rows = run.scores(aspects)
     ids = np.array(sorted(run.conv_ids()), dtype=object)
     sums, counts = np.zeros((len(ids), len(aspects))), np.zeros((len(ids), len(aspects)))
     if len(rows):
-        g = rows.assign(conv_id=rows["conv_id"].astype(str)).groupby(["conv_id", "aspect"])["pred"].agg(["sum",
-                                                                                                          "count"])
+        g = rows.groupby(["conv_id", "aspect"])["pred"].agg(["sum", "count"])
         r = np.searchsorted(ids, g.index.get_level_values(0).to_numpy(dtype=object))
         k = pd.Index(list(aspects)).get_indexer(g.index.get_level_values(1))
         sums[r, k], counts[r, k] = g["sum"].to_numpy(), g["count"].to_numpy()
@@ -126,9 +123,10 @@ class _Engine:
         rows = []
         for i, j in itertools.combinations(range(len(self.runs)), 2):
             test, mode, shared, var = self.pair(i, j)
-            mde = stats.detectable(test.sd, self.opts.alpha, self.opts.power)
-            need = (stats.needed(var, self.opts.target_diff, self.opts.alpha, self.opts.power)
-                    if self.opts.target_diff else np.full(len(self.aspects), np.nan))
+            few = np.minimum((self.units[i].counts > 0).sum(0), (self.units[j].counts > 0).sum(0)) < 2
+            mde = np.where(few, np.nan, stats.detectable(test.sd, self.opts.alpha, self.opts.power))  # no spread
+            need = np.where(few, np.nan, stats.needed(var, self.opts.target_diff, self.opts.alpha, self.opts.power)
+                            if self.opts.target_diff else np.nan)
             for k, a in enumerate(self.aspects):
                 rows.append((a, self.runs[i].name, self.runs[j].name, mode, len(self.units[i]), len(self.units[j]),
                              shared, self.moments[i].mean[k], self.moments[j].mean[k], test.diff[k], test.ci_low[k],
@@ -191,6 +189,26 @@ def _aspects(runs: Sequence[Run], wanted: Sequence[str] | None) -> list[str]:
     return [a for a in wanted if a in common] if wanted is not None else ordered(sorted(common))
 
 
+def _names(value: Any, what: str) -> list[str] | None:
+    """None or a list of names (a string is one name, not a list of its letters)."""
+    if value is not None and (isinstance(value, str) or not isinstance(value, Sequence)
+                              or not all(isinstance(v, str) for v in value)):
+        raise ConfigError(f"{what} must be a list of names, e.g. ['v1', 'v2'], got {value!r}")
+    return None if value is None else list(value)
+
+
+def _checked(systems: list[Run]) -> list[Run]:
+    """Names that every output can hold: not empty, not a credential (a name reaches every table, figure and
+    MLflow key)."""
+    from face.secrets import contains_secret, redact
+
+    for r in systems:
+        if not r.name.strip() or contains_secret(r.name):
+            what = "a name that looks like a credential (an API key or token)" if r.name.strip() else "an empty name"
+            raise ConfigError(f"names: the system of {redact(r.source)} has {what}; name it with --names / names=")
+    return systems
+
+
 def _systems(sources: Sequence[Any], names: Sequence[str] | None, by_system: bool, tracking_uri: str | None
              ) -> list[Run]:
     if names is not None and len(names) != len(sources):
@@ -201,20 +219,28 @@ def _systems(sources: Sequence[Any], names: Sequence[str] | None, by_system: boo
     if len(systems) < 2:
         raise ConfigError(f"compare needs at least two systems, got {len(systems)}"
                           + ("" if by_system else " (one run with several systems: by_system=True / --by-system)"))
-    return _named(systems)
+    return _checked(_named(systems))
 
 
 def compare(*runs: Any, names: Sequence[str] | None = None, by_system: bool = False,
             aspects: Sequence[str] | None = None, allow_incomparable: bool = False,
             tracking_uri: str | None = None, **settings: Any) -> Comparison:
     """Compare two or more runs (paths, MLflow run ids, ``face.Result`` objects): see the module doc. ``settings``:
-    ``Options``' fields (pairing, n_boot, seed, confidence, alpha, power, target_diff, top)."""
+    ``Options``' fields (pairing, n_boot, seed, confidence, alpha, power, target_diff, top). A wrong type or value
+    of any argument is a ConfigError, a score outside its aspect's scale a DataError."""
     opts = options(**settings)
-    systems = _systems(runs, names, by_system, tracking_uri)
-    chosen = _aspects(systems, aspects)
-    warnings = check(systems, chosen, allow_incomparable, aspects)
+    for flag, value in (("by_system", by_system), ("allow_incomparable", allow_incomparable)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{flag} must be True or False, got {value!r}")
+    if tracking_uri is not None and not isinstance(tracking_uri, str):
+        raise ConfigError(f"tracking_uri must be a string or None, got {tracking_uri!r}")
+    wanted = _names(aspects, "aspects")
+    systems = _systems(runs, _names(names, "names"), by_system, tracking_uri)
+    chosen = _aspects(systems, wanted)
+    warnings = check(systems, chosen, allow_incomparable, wanted)
     if not chosen:
-        raise ConfigError("no aspect is scored in every run" + (f" among {', '.join(aspects)}" if aspects else ""))
+        raise ConfigError("no aspect is scored in every run" + (f" among {', '.join(wanted)}" if wanted else ""))
+    in_scale(systems, chosen)
     return build(systems, chosen, opts, warnings)
 
 
@@ -239,6 +265,9 @@ def build(systems: Sequence[Run], aspects: Sequence[str], opts: Options, warning
         warnings = [*warnings, f"WARNING: n_boot={eng.n_boot} is too few for Holm over {n_tests} tests: no "
                                f"difference can be declared (smallest adjusted p {n_tests / (eng.n_boot + 1):.3g}); "
                                f"use at least {stats.boot_size(n_tests, opts.alpha, 0)} or leave n_boot unset"]
+    warnings = [*warnings, *(f"WARNING: {r.system} has {r.conversations} conversation(s) scored on {r.aspect}: "
+                             "its differences cannot be sized (detectable_diff, n_needed left blank)"
+                             for r in means[means["conversations"] < 2].itertuples(index=False))]
     moved = what_moved(systems[0], systems[1:], aspects, opts.top)
     return Comparison(table, means, differences, ranking, beats, moved, scales, levels, list(warnings), settings,
                       {r.name: r.report for r in systems})

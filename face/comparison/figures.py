@@ -35,7 +35,7 @@ def save(data: bytes, path: Path) -> Path:
     return path
 
 
-@drawn(None)
+@drawn(None, math=False)
 def means(df: pd.DataFrame, scales: dict[str, tuple[int, int] | None], note: str) -> bytes:
     """One panel per aspect: each system's mean and interval, the x axis the aspect's whole scale."""
     aspects = list(scales)
@@ -61,7 +61,7 @@ def means(df: pd.DataFrame, scales: dict[str, tuple[int, int] | None], note: str
     return png(fig)
 
 
-@drawn(None)
+@drawn(None, math=False)
 def differences(df: pd.DataFrame, note: str) -> bytes:
     """Every pair × aspect: candidate − baseline with its interval, coloured by the verdict, a zero line."""
     labels = [f"{r.aspect}: {r.candidate} − {r.baseline}" for r in df.itertuples()]
@@ -80,7 +80,7 @@ def differences(df: pd.DataFrame, note: str) -> bytes:
     return png(fig)
 
 
-@drawn(None)
+@drawn(None, math=False)
 def beats(df: pd.DataFrame, aspect: str, note: str) -> bytes:
     """P(row system's mean > column system's) for one aspect, rows and columns ordered by rank."""
     import seaborn as sns
@@ -100,7 +100,7 @@ def beats(df: pd.DataFrame, aspect: str, note: str) -> bytes:
     return png(fig)
 
 
-@drawn(None)
+@drawn(None, math=False)
 def power_curve(df: pd.DataFrame, note: str) -> bytes:
     """Share of pairs whose human ordering FACE recovers against conversations per system, one line per aspect:
     (left) all pairs, (right) the pairs the human labels themselves separate."""

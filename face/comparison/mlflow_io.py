@@ -8,29 +8,28 @@ difference as metrics and the report directory as artifacts.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from face.errors import DataError
+from face.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
     from face.comparison.engine import Comparison
     from face.comparison.runs import Run
 
 EXPERIMENT = "face_compare"
 
 
-def _root() -> Path:
-    return Path(os.environ.get("FACE_PROJECT_ROOT", Path(__file__).resolve().parents[2])).resolve()
-
-
 def default_tracking_uri() -> str:
     """The project's store, as every other command uses it (``conf/tracking/mlflow.yaml``)."""
-    return f"sqlite:///{_root() / 'mlflow.db'}"
+    from face.comparison.runs import project_root
+
+    return f"sqlite:///{project_root() / 'mlflow.db'}"
 
 
 def load_mlflow_run(run_id: str, name: str | None, tracking_uri: str | None) -> Run:
@@ -65,21 +64,49 @@ def load_mlflow_run(run_id: str, name: str | None, tracking_uri: str | None) -> 
     return run
 
 
+MAX_KEY = 250  # characters of an MLflow metric name (mlflow.utils.validation.MAX_ENTITY_KEY_LENGTH)
+
+
 def _metric_key(*parts: str) -> str:
-    """An MLflow metric name: letters, digits, ``_ - . /`` only."""
-    return ".".join(re.sub(r"[^\w\-/]", "_", p) for p in parts)
+    """An MLflow metric name: letters, digits, ``_ -`` between the dots (a ``/`` would make it a path)."""
+    return ".".join(re.sub(r"[^\w\-]", "_", p) for p in parts)
 
 
 def comparison_metrics(comp: Comparison) -> dict[str, float]:
     """``diff.<aspect>.<candidate>_vs_<baseline>`` with ``.ci_low``, ``.ci_high``, ``.p_holm``, and
-    ``mean.<aspect>.<system>``."""
+    ``mean.<aspect>.<system>``; a ConfigError (before anything is written) for system names that would share metric
+    names or make one longer than MLflow takes."""
+    names = list(comp.systems["system"])
+    same = next(((a, b) for i, a in enumerate(names) for b in names[i + 1:] if _metric_key(a) == _metric_key(b)), None)
+    if same:
+        raise ConfigError(f"names: {same[0]!r} and {same[1]!r} would be logged to MLflow under the same metric names "
+                          f"({_metric_key(same[0])}); rename them (--names / names=)")
     out = {}
     for r in comp.differences.itertuples(index=False):
         key = _metric_key("diff", r.aspect, f"{r.candidate}_vs_{r.baseline}")
         out.update({key: r.diff, f"{key}.ci_low": r.ci_low, f"{key}.ci_high": r.ci_high, f"{key}.p_holm": r.p_holm})
     for r in comp.means.itertuples(index=False):
         out[_metric_key("mean", r.aspect, r.system)] = r.mean
+    longest = max(out, key=len)
+    if len(longest) > MAX_KEY:
+        raise ConfigError(f"names: the MLflow metric name {longest[:60]}... would be {len(longest)} characters, "
+                          f"MLflow takes {MAX_KEY}: shorten the system names (--names / names=)")
     return {k: float(v) for k, v in out.items() if v == v}
+
+
+def tracking(tracking_uri: str | None) -> DictConfig:
+    """The store a comparison is recorded in (``tracking.*`` as the other runs name it), checked: a ConfigError
+    before anything is written. Its artifacts go beside it (``face.tracking.store``), as every run's do."""
+    from omegaconf import OmegaConf
+
+    from face.tracking import check_tracking_store
+
+    t = OmegaConf.create({"tracking_uri": tracking_uri or default_tracking_uri(), "experiment_name": EXPERIMENT})
+    try:
+        check_tracking_store(OmegaConf.create({"tracking": t}))
+    except ValueError as e:
+        raise ConfigError(str(e).replace("tracking.tracking_uri", "--tracking-uri")) from None
+    return t
 
 
 def log_comparison(comp: Comparison, out_dir: Path, tracking_uri: str | None = None) -> str:
@@ -87,13 +114,10 @@ def log_comparison(comp: Comparison, out_dir: Path, tracking_uri: str | None = N
     import mlflow
 
     from face.secrets import redact
+    from face.tracking import use_experiment
 
-    uri = tracking_uri or default_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    if mlflow.get_experiment_by_name(EXPERIMENT) is None:  # the project's store keeps artifacts in <root>/mlruns
-        location = None if tracking_uri else (_root() / "mlruns").as_uri()
-        mlflow.create_experiment(EXPERIMENT, artifact_location=location)
-    mlflow.set_experiment(EXPERIMENT)
+    metrics = comparison_metrics(comp)
+    use_experiment(tracking(tracking_uri))
     names = " vs ".join(comp.systems["system"])
     with mlflow.start_run(run_name=redact(f"compare {names}")[:250]) as run:
         for i, r in enumerate(comp.systems.itertuples(index=False)):
@@ -103,6 +127,6 @@ def log_comparison(comp: Comparison, out_dir: Path, tracking_uri: str | None = N
         mlflow.log_params({"pairing": comp.settings["pairing"], "n_boot": comp.settings["n_boot"],
                            "alpha": comp.settings["alpha"], "seed": comp.settings["seed"]})
         mlflow.set_tag("mlflow.note.content", redact(comp.to_markdown())[:5000])
-        mlflow.log_metrics(comparison_metrics(comp))
+        mlflow.log_metrics(metrics)
         mlflow.log_artifacts(str(out_dir), artifact_path="comparison")
         return run.info.run_id

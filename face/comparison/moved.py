@@ -46,11 +46,7 @@ def _kind(p: pd.DataFrame) -> pd.DataFrame:
 
 def conversation_scores(run: Run, aspects: Sequence[str]) -> pd.DataFrame:
     """conv_id, aspect, score: the dialogue score, or the mean of the conversation's turn scores."""
-    p = run.predictions
-    rows = pd.concat([p.turn[["aspect", "conv_id", "pred"]], p.dialogue[["aspect", "conv_id", "pred"]]])
-    rows = rows[rows["aspect"].isin(aspects)].dropna(subset=["pred"])
-    return (rows.assign(conv_id=rows["conv_id"].astype(str)).groupby(["conv_id", "aspect"])["pred"].mean()
-            .rename("score").reset_index())
+    return run.scores(aspects).groupby(["conv_id", "aspect"])["pred"].mean().rename("score").reset_index()
 
 
 def worse_conversations(base: Run, cand: Run, aspects: Sequence[str], top: int) -> pd.DataFrame:

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from face.comparison import figures
-from face.files import atomic_write_text
+from face.errors import ConfigError, require_writable_dir
+from face.files import Location, atomic_write_text, check_locations, claimed, digest_settings
 
 if TYPE_CHECKING:
     from face.comparison.comparison import Comparison
@@ -57,9 +58,8 @@ def write_html(comp: Comparison, path: Path, data: dict | None = None) -> Path:
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     if path.is_dir():
-        from face.errors import ConfigError
-
         raise ConfigError(f"report: {path} is a directory; name the HTML file to write")
+    require_writable_dir(path.parent, "report")
     env = Environment(loader=PackageLoader("face.comparison", "templates"), autoescape=select_autoescape(["html"]))
     env.filters["fmt"] = lambda v, digits=2: "–" if v is None or (isinstance(v, float) and np.isnan(v)) \
         else f"{v:.{digits}f}"
@@ -76,8 +76,26 @@ def write_html(comp: Comparison, path: Path, data: dict | None = None) -> Path:
     return path
 
 
-def write_all(comp: Comparison, out_dir: Path) -> list[Path]:
-    """``<name>.md|csv|tex`` per table, ``figures/*.png`` and ``report.html`` into ``out_dir``."""
+def _claim(comp: Comparison, out_dir: Path, setting: str) -> tuple[Location, dict, list[Path]]:
+    """The comparison's directory (never inside the project's results, which only an experiment's default run
+    writes), its owner (what was compared: systems, sources, aspects) and its inputs (the compared runs'
+    directories: never written into)."""
+    from face.comparison.runs import project_root
+
+    results, real = project_root() / "results", Path(os.path.realpath(out_dir))
+    if real == results or results in real.parents:
+        raise ConfigError(f"{setting}: {out_dir} is inside the project's results directory {results}, which only an "
+                          "experiment's default run writes; choose another directory")
+    owner = {"comparison": digest_settings({"systems": comp.systems[["system", "source"]].values.tolist(),
+                                            "aspects": comp.aspects})}
+    read = [Path(s) for s in comp.systems["source"] if os.path.exists(s)] + [r for r in comp.reports.values() if r]
+    return Location(setting, Path(os.path.abspath(out_dir))), owner, [p if p.is_dir() else p.parent for p in read]
+
+
+def write_all(comp: Comparison, out_dir: Path, overwrite: bool = False, setting: str = "out_dir") -> list[Path]:
+    """``<name>.md|csv|tex`` per table, ``figures/*.png`` and ``report.html`` into ``out_dir``, claimed as a run's
+    directory is (``face.files.claimed``): not another run's or comparison's unless ``overwrite``, never a compared
+    run's. The figures are drawn before anything is written."""
     from face.report.tables import write_table
 
     titles = {"verdicts": "Verdicts per aspect and pair", "means": "Mean score per aspect and system",
@@ -85,13 +103,17 @@ def write_all(comp: Comparison, out_dir: Path) -> list[Path]:
               "ranking": "Ranking with rank intervals", "beats": "P(system beats opponent)",
               "moved_acts": "What moved: dialogue acts", "moved_particles": "What moved: particles",
               "moved_conversations": "What moved: conversations"}
+    loc, owner, inputs = _claim(comp, out_dir, setting)
+    how = f"pass {'--overwrite' if setting.startswith('--') else 'overwrite=True'} to replace them"
+    check_locations([loc], owner, inputs, overwrite, how)  # refused before anything is drawn
+    data, shown = figure_data(comp, " ".join([f"Scored by: {comp.judge}.", *comp.warnings])), figure_data(comp)
     paths: list[Path] = []
-    for name, df in comp.tables().items():
-        if isinstance(df, pd.DataFrame):
-            paths += write_table(df, out_dir, name, comp.caption(titles.get(name, name)))
-    data = figure_data(comp, " ".join([f"Scored by: {comp.judge}.", *comp.warnings]))
-    paths.append(figures.save(data["means"], out_dir / "figures" / "means.png"))
-    paths.append(figures.save(data["differences"], out_dir / "figures" / "differences.png"))
-    paths += [figures.save(v, out_dir / "figures" / f"beats_{a}.png") for a, v in data["beats"]]
-    paths.append(write_html(comp, out_dir / "report.html"))
+    with claimed([loc], owner, inputs, overwrite, how):
+        for name, df in comp.tables().items():
+            if isinstance(df, pd.DataFrame):
+                paths += write_table(df, out_dir, name, comp.caption(titles.get(name, name)))
+        paths.append(figures.save(data["means"], out_dir / "figures" / "means.png"))
+        paths.append(figures.save(data["differences"], out_dir / "figures" / "differences.png"))
+        paths += [figures.save(v, out_dir / "figures" / f"beats_{a}.png") for a, v in data["beats"]]
+        paths.append(write_html(comp, out_dir / "report.html", shown))
     return paths

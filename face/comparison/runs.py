@@ -15,12 +15,12 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
 from face.aspects import Aspect
-from face.errors import DataError
+from face.errors import ConfigError, DataError
 from face.predictions import Predictions
 
 NOT_RECORDED = "not recorded"
@@ -52,6 +52,13 @@ class Run:
         ids = [*self.predictions.dialogue["conv_id"], *self.predictions.turn["conv_id"]]
         return list(dict.fromkeys(str(i) for i in ids))
 
+    def scores(self, aspects: Sequence[str]) -> pd.DataFrame:
+        """aspect, conv_id (a string), pred: the turn and dialogue scores of ``aspects`` (unscored rows left out)."""
+        p = self.predictions
+        rows = pd.concat([p.turn[["aspect", "conv_id", "pred"]], p.dialogue[["aspect", "conv_id", "pred"]]])
+        rows = rows[rows["aspect"].isin(aspects)].dropna(subset=["pred"])
+        return rows.assign(conv_id=rows["conv_id"].astype(str))
+
     def aspect_names(self) -> list[str]:
         return list(dict.fromkeys([*self.predictions.turn["aspect"], *self.predictions.dialogue["aspect"]]))
 
@@ -71,6 +78,11 @@ class Run:
         ids = set(self.conv_ids())
         names = sorted({s for c, s in self.systems.items() if c in ids})
         return [self.subset(s, {c for c, v in self.systems.items() if v == s and c in ids}) for s in names]
+
+
+def project_root() -> Path:
+    """The project's root (``FACE_PROJECT_ROOT``, else the checkout's): its results directory, data, MLflow store."""
+    return Path(os.environ.get("FACE_PROJECT_ROOT", Path(__file__).resolve().parents[2])).resolve()
 
 
 def digest(instructions: dict[str, str]) -> str:
@@ -143,8 +155,7 @@ def _systems_from_dataset(cfg_path: Path) -> dict[str, str]:
     if not str(target).endswith("CRSArenaEval") or OmegaConf.select(cfg, "dataset.file", default=None,
                                                                         throw_on_resolution_failure=False):
         return {}
-    root = Path(os.environ.get("FACE_PROJECT_ROOT", Path(__file__).resolve().parents[2]))
-    data_dir = Path(os.environ.get("FACE_DATA_DIR", root / "data" / "raw"))
+    data_dir = Path(os.environ.get("FACE_DATA_DIR", project_root() / "data" / "raw"))
     ensure_data(data_dir, [CRSARENA_EVAL], os.environ.get("FACE_DATA_MIRROR"))
     return {c.conv_id: c.system for c in load_conversations(data_dir / CRSARENA_EVAL)}
 
@@ -201,6 +212,8 @@ def load(source: Any, name: str | None = None, tracking_uri: str | None = None) 
     name, or the MLflow run's name)."""
     if hasattr(source, "predictions"):
         return from_result(source, name or "run")
+    if not isinstance(source, (str, os.PathLike)):
+        raise ConfigError(f"runs: a run must be a path, an MLflow run id or a face.Result, got {source!r}")
     text = os.fspath(source)
     path = Path(text)
     if path.is_dir():

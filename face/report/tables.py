@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -74,11 +75,34 @@ def display_rows(df: pd.DataFrame, digits: int = 3) -> list[list[str]]:
     return [[f(v, digits) for f, v in zip(fmts, row)] for row in df.itertuples(index=False)]
 
 
+# one escape per format a name (a system's, an aspect's, a method's) reaches: each cell and caption goes through it
+_LATEX = {**{c: "\\" + c for c in "&%$#_{}"}, "\\": "\\textbackslash{}", "~": "\\textasciitilde{}",
+          "^": "\\textasciicircum{}", "\n": " ", "\r": " "}
+_LATEX_SPECIAL = re.compile(r"[&%$#_{}\\~^\n\r]")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet reads such a CSV cell as a formula
+
+
+def latex_text(s: str) -> str:
+    """``s`` as LaTeX text: its special characters printed, not obeyed."""
+    return _LATEX_SPECIAL.sub(lambda m: _LATEX[m.group()], s)
+
+
+def markdown_cell(s: str) -> str:
+    """``s`` inside one cell of a Markdown table: its ``|`` escaped, its line breaks spaces."""
+    return " ".join(s.replace("|", "\\|").splitlines())
+
+
+def csv_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every text cell that a spreadsheet would run as a formula quoted by a leading ``'``."""
+    return df.apply(lambda col: col if pd.api.types.is_numeric_dtype(col) else col.map(
+        lambda v: f"'{v}" if isinstance(v, str) and v.startswith(FORMULA_STARTS) else v))
+
+
 def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
-    cols = [str(c) for c in df.columns]
+    cols = [markdown_cell(str(c)) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for row in display_rows(df, digits):
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append("| " + " | ".join(map(markdown_cell, row)) + " |")
     return "\n".join(lines)
 
 
@@ -87,16 +111,13 @@ def print_table(title: str, df: pd.DataFrame, digits: int = 3) -> None:
 
 
 def to_latex(df: pd.DataFrame, caption: str, digits: int = 3) -> str:
-    def esc(s: str) -> str:
-        return s.replace("\\", "\\textbackslash{}").replace("_", "\\_").replace("%", "\\%").replace("&", "\\&")
-
-    cols = [esc(str(c)) for c in df.columns]
-    body = [" & ".join(esc(v).replace("< ", "$<$ ") for v in row) + " \\\\" for row in display_rows(df, digits)]
+    cols = [latex_text(str(c)) for c in df.columns]
+    body = [" & ".join(latex_text(v).replace("< ", "$<$ ") for v in row) + " \\\\" for row in display_rows(df, digits)]
     return "\n".join([
         "\\begin{table}[t]", "\\centering", "\\small",
         "\\begin{tabular}{" + "l" * 1 + "r" * (len(cols) - 1) + "}", "\\toprule",
         " & ".join(cols) + " \\\\", "\\midrule", *body, "\\bottomrule", "\\end{tabular}",
-        f"\\caption{{{esc(caption)}}}", "\\end{table}", ""])
+        f"\\caption{{{latex_text(caption)}}}", "\\end{table}", ""])
 
 
 def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str, digits: int = 3) -> list[Path]:
@@ -107,7 +128,7 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str, caption: str, 
     md, csv, tex = out_dir / f"{name}.md", out_dir / f"{name}.csv", out_dir / f"{name}.tex"
     atomic_write_text(md, f"{caption}\n\n{to_markdown(df, digits)}\n")
     with atomic_path(csv) as tmp:
-        df.to_csv(tmp, index=False, float_format="%.6g")
+        csv_cells(df).to_csv(tmp, index=False, float_format="%.6g")
     atomic_write_text(tex, to_latex(df, caption, digits))
     return [md, csv, tex]
 
