@@ -109,6 +109,9 @@ ARGS = {  # name -> (entry point: face / chat / file, argv after the file, words
     "aspects_trailing_comma": ("face", ["--aspects", "relevance,"], ["--aspects 'relevance,'", "empty name"]),
     "aspects_unknown": ("face", ["--aspects", "relevance,humour"],
                         ["no aspect 'humour'", "task_completion", "dialogue_overall"]),
+    # every misspelled name, and the valid ones closest first, as a misspelled config name lists them
+    "aspects_misspelled": ("face", ["--aspects", "relevanse,efficency"],
+                           ["no aspect 'relevanse', 'efficency'; its aspects, closest first: efficiency, relevance, "]),
     "aspects_twice": ("face", ["--aspects", "relevance,relevance"], ["relevance named twice"]),
     "aspects_alias_twice": ("face", ["--aspects", "dialog_overall,dialogue_overall"], ["dialogue_overall named twice"]),
     "run_aspects_empty_list": ("chat", ["aspects=[]"], ["aspects=[] names no aspect", "relevance"]),
