@@ -347,6 +347,22 @@ def test_a_file_with_three_bad_conversations_reports_all_three_counting_position
         "  [line 5 (conv5), message 3] unknown role 'bot' (expected user, assistant or system)"]
 
 
+def test_a_line_that_is_not_json_hides_no_other_bad_conversation_of_the_file(tmp_path):
+    """A JSON syntax error on one line used to be the only problem reported: every bad line is, in file order."""
+    rows = [json.dumps(CHAT)[:-2], json.dumps(_with(CHAT, ["id"], "c2", ["messages", 3, "content"], " ")[0]),
+            json.dumps(CHAT), "{oops", json.dumps(_with(CHAT, ["id"], "c5", ["messages", 2, "role"], "bot")[0])]
+    path = tmp_path / "logs.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(DataError) as e:
+        load_logs(path)
+    assert str(e.value).splitlines() == [
+        f"{path}: 4 conversations are malformed (fix them all, then rerun):",
+        "  [line 1] neither JSON nor JSON Lines: Expecting ',' delimiter",
+        "  [line 2 (c2), message 4] empty message",
+        "  [line 4] neither JSON nor JSON Lines: Expecting property name enclosed in double quotes",
+        "  [line 5 (c5), message 3] unknown role 'bot' (expected user, assistant or system)"]
+
+
 def test_more_bad_conversations_than_the_cap_are_counted_not_listed(tmp_path, monkeypatch):
     from face.data import io
 
