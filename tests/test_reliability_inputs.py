@@ -174,6 +174,27 @@ def test_a_bad_aspect_list_is_refused_before_anything_is_written(tmp_path, monke
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
 
 
+# a setting that cannot work, through `face evaluate --set`: refused before its output directory is claimed
+SETTINGS = {
+    "llm_removed": (["--set", "~llm"], ["llm: the method calls an LLM and the configuration has none"]),
+    "model_empty": (["--set", "llm.model=''"], ["llm.model must be a non-empty string, got ''"]),
+    "server_option_misspelled": (["--set", "+llm.server.latncy_s=1"],
+                                 ["llm.server.latncy_s: not an option of InProcessServer; its options, closest first: "
+                                  "latency_s, "]),
+}
+
+
+@pytest.mark.parametrize("name", SETTINGS)
+def test_a_setting_that_cannot_work_is_one_line_before_anything_is_written(tmp_path, monkeypatch, data_dir, name):
+    """`--set ~llm` used to end with "unexpected ConfigKeyError" after writing --out's .face-run.json, an unknown
+    server option with "unexpected TypeError" after the cost estimate, and an empty model name was accepted."""
+    extra, words = SETTINGS[name]
+    tool, argv = _argv("face", _write(tmp_path, [CHAT]), tmp_path, data_dir, extra)
+    outcome = run(tool, argv, tmp_path, monkeypatch)
+    assert refused(outcome, *words) == [], outcome.err[-1500:]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
 def test_the_case_table_covers_both_entry_points_and_every_format():
     entries = [e for _, e in FILE_CASES] + [ARGS[n][0] for n in ARGS]
     assert len(entries) >= 25 and {"face", "chat", "file"} <= set(entries)

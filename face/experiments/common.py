@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import logging
 import sys
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from face.aspects import Aspect
 from face.data import ensure_data
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
-from face.errors import ConfigError, DataError, import_class, require_writable_dir
+from face.errors import ConfigError, DataError, closest_first, import_class, require_writable_dir
 from face.experiments.naming import data_source, non_default_settings, run_name, settings_text, without_llm_settings
 from face.experiments.result import ExperimentResult
 from face.experiments.settings import MAX_UTTERANCE_CHARS, RunSettings
@@ -211,6 +212,9 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
         methods = {name: build(node) for name, node in (parts.method_cfgs or {cfg.method.name: cfg.method}).items()}
         aspects = dataset.resolve_aspects(cfg.get("aspects"))
         uses_llm = any(_uses_llm(m) for m in methods.values())
+        if uses_llm and llm is None:
+            raise ConfigError("llm: the method calls an LLM and the configuration has none (removed with ~llm?); "
+                              "choose one with llm=NAME")
         files = list(dict.fromkeys([*dataset.files(), *[f for m in methods.values()
                                                         for f in m.required_files(dataset, aspects)],
                                     *parts.extra_files, *(llm_server_files(cfg) if uses_llm else [])]))
@@ -311,11 +315,18 @@ def check_settings(cfg: DictConfig) -> LLMConfig | None:
 
 def llm_server_files(cfg: DictConfig) -> list[str]:
     """Data files the configured LLM server reads (its class's ``data_files``; the replay judge's released
-    judgements), fetched with the experiment's own before anything runs."""
+    judgements), fetched with the experiment's own before anything runs. Its options are checked first: one its class
+    does not take is refused, named with the valid ones closest first."""
     target = _setting(cfg, "llm.server._target_")
     if not target:
         return []
-    return list(getattr(import_class(target, "llm.server._target_"), "data_files", ()))
+    server = import_class(target, "llm.server._target_")
+    takes = inspect.signature(server).parameters
+    unknown = [k for k in cfg.llm.server if k != "_target_" and k not in takes]
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in takes.values()):
+        raise ConfigError(f"{', '.join('llm.server.' + k for k in unknown)}: not an option of {server.__name__}; its "
+                          f"options, closest first: {', '.join(closest_first(unknown, list(takes)))}")
+    return list(getattr(server, "data_files", ()))
 
 
 def _uses_llm(method) -> bool:
