@@ -191,6 +191,7 @@ class Plan:
     out_dir: Path  # tables and figures
     run_dir: Path  # run files (paths.output_dir)
     uses_llm: bool
+    loaded: tuple[list[Conversation], list[Conversation]] | None = field(default=None, repr=False)  # ``load()``
 
     def is_for(self, cfg: DictConfig, parts: Parts) -> bool:
         """Was this plan made for ``cfg`` (the same settings, Hydra's own aside) and ``parts``?"""
@@ -201,6 +202,22 @@ class Plan:
         same_parts = (parts.extra_files == self.parts.extra_files
                       and list(parts.method_cfgs or ()) == list(self.parts.method_cfgs or ()))
         return same_parts and mine(cfg) == mine(self.cfg)
+
+    def load(self) -> tuple[list[Conversation], list[Conversation]]:
+        """The run's input, checked, as (every conversation, the selected ones): every data file fetched and
+        verified, the conversations loaded and checked, a selection (``limit``, ``systems``, ``splits``) that is not
+        empty. Loaded once: the runner loads it before it claims or writes anything, so that data that is bad, or
+        cannot be fetched offline, leaves no run behind."""
+        if self.loaded is None:
+            data = Path(self.cfg.paths.data_dir)
+            ensure_data(data, self.files, self.cfg.paths.get("data_mirror"), self.dataset.download)
+            every = self.dataset.load_all(data)
+            chosen = self.dataset.select(every)
+            if not chosen:
+                raise ConfigError(f"the dataset selection (limit={self.dataset.limit}, systems={self.dataset.systems}, "
+                                  f"splits={self.dataset.splits}) matches no conversation of {self.dataset.title}")
+            self.loaded = (every, chosen)
+        return self.loaded
 
 
 def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
@@ -267,16 +284,12 @@ def experiment(cfg: DictConfig, parts: Parts = Parts()) -> Iterator[Context]:
 
 
 def _load(plan: Plan, tracker: Tracker, summary: console.RunSummary) -> Context:
-    """Fetch and load the data (logged to the tracker); the experiment's Context."""
+    """The data loaded (``Plan.load``: the runner loaded it already) and logged to the tracker; the experiment's
+    Context."""
     cfg, dataset, data_dir = plan.cfg, plan.dataset, Path(plan.cfg.paths.data_dir)
     tracker.log_config()
-    ensure_data(data_dir, plan.files, cfg.paths.get("data_mirror"), dataset.download)
+    all_convs, convs = plan.load()
     tracker.log_checksums(data_checksums(plan.files))
-    all_convs = dataset.load_all(data_dir)
-    convs = dataset.select(all_convs)
-    if not convs:
-        raise ConfigError(f"the dataset selection (limit={dataset.limit}, systems={dataset.systems}, "
-                          f"splits={dataset.splits}) matches no conversation of {dataset.title}")
     check_utterances(convs, cfg)
     tracker.log_dataset(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
                                          "evaluated_turns": len(c.evaluated_turns())} for c in convs],

@@ -1,10 +1,11 @@
 """``run(request) -> RunResult``: the one way a run goes, whichever entry point asked for it.
 
-    compose (once) -> check every setting and the credentials -> claim the output directories -> [estimate ->
-    confirm] -> run the experiment (as a Hydra job for scripts/run.py) -> the entry point's last outputs -> summary
+    compose (once) -> check every setting and the credentials -> fetch and check the input -> claim the output
+    directories -> [estimate -> confirm] -> run the experiment (as a Hydra job for scripts/run.py) -> the entry
+    point's last outputs -> summary
 
-Nothing is fetched, written or sent before the checks and the claim passed; every stop is an exception
-(``face.runner.exits.guarded`` turns them into exit codes on the command line)."""
+Nothing is fetched before the settings are checked, nothing written or sent before the input is checked and the claim
+passed; every stop is an exception (``face.runner.exits.guarded`` turns them into exit codes on the command line)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ def _run(request: RunRequest, cfg: DictConfig, hydra: Any) -> RunResult:
         plan = prepare(task, experiment_parts(task))
         if not request.estimate_only:  # an estimate sends nothing: it needs no key
             check_credentials(plan)
+        plan.load()  # the input: data that is bad or cannot be fetched stops the run before anything of it exists
         locs = _locations(task, own_dir, request, plan.out_dir)
         with claimed(locs, owner, inputs, request.overwrite, _how(request)) as states:
             state = _say(locs, states, request)
