@@ -151,3 +151,23 @@ def test_ctrl_c_inside_a_task_nobody_awaits_leaves_no_task_exception_never_retri
         assert _batch_interrupted_in_a_writer_task(srv.spec(), tmp_path / "cache") == (True, True)
         gc.collect()
     assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []
+
+
+def test_ctrl_c_during_face_report_is_one_line_and_exit_130_and_claims_no_mlflow_run(tmp_path, monkeypatch, capsys):
+    """`face report` has no MLflow run: its interrupt line must not say one was marked. It used to end with Python's
+    traceback of the KeyboardInterrupt (exit -2)."""
+    import face.api.report
+    from face.cli import main
+
+    def interrupted(run_dir):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(face.api.report, "build_report", interrupted)
+    try:
+        with pytest.raises(SystemExit) as e:
+            main(["report", str(tmp_path)])
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt reached the command line's caller: Python prints its traceback")
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and err.splitlines() == ["interrupted: the run was stopped."], err
+
