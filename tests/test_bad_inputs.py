@@ -306,3 +306,17 @@ def test_cli_live_run_writes_the_key_nowhere_including_hydra(tmp_path, data_dir)
     assert any(b"scripted-model" in p.read_bytes() for p in written)  # the scan finds what the run wrote
     assert [p for p in written if secret.encode() in p.read_bytes()] == []
     assert secret not in r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_data_cannot_be_fetched_stops_before_hydra_writes_its_directory(tmp_path, monkeypatch):
+    """The README tour's sweep offline without FACE_DATA_MIRROR (here: downloads off, no data): one line, exit 2,
+    before the sweep directory, its first job's directory and the MLflow parent run exist (the parent was left
+    RUNNING, the sweep directory with its job 0)."""
+    argv = ["-m", "experiment=reproduce_table2", "metaeval.n_boot=0,1", f"paths.data_dir={tmp_path / 'no_data'}",
+            "paths.data_mirror=null", "dataset.download=false", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            f"tracking.artifact_location={tmp_path / 'mlruns'}"]
+    r = run_in_process("run.py", argv, tmp_path, monkeypatch)
+    assert r.code == 2 and r.lines[-1].startswith("error: ") and "missing: no data mirror set" in r.lines[-1], r.err
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "mlflow.db").exists() and r.changed == []
