@@ -49,10 +49,14 @@ def git_commit(root: str | Path) -> str:
 
 
 def rerun_name(client, experiment_id: str, name: str) -> str:
-    """``name``, or ``name #k`` when the experiment holds k - 1 runs of that name already (plain reruns)."""
+    """``name``, or ``name #k`` when the experiment holds k - 1 runs of that name already (plain reruns; runs a rerun
+    replaced count too: a number is never given twice)."""
+    from mlflow.entities import ViewType
+
     if "'" in name or "%" in name:  # not expressible in a filter string: leave it
         return name
-    runs = client.search_runs([experiment_id], filter_string=f"attributes.run_name LIKE '{name}%'", max_results=5000)
+    runs = client.search_runs([experiment_id], filter_string=f"attributes.run_name LIKE '{name}%'", max_results=5000,
+                              run_view_type=ViewType.ALL)
     names = {r.info.run_name for r in runs}
     if name not in names:
         return name
