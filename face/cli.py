@@ -175,17 +175,18 @@ def main(argv: list[str] | None = None) -> int:
     from face.api.report import build_report
     from face.errors import ConfigError
     from face.files import dir_lock
-    from face.runner import EXIT_CONFIG, fail
+    from face.runner import guarded
 
-    try:
-        if not args.run_dir.is_dir():
-            raise ValueError("not a directory")
-        with dir_lock(args.run_dir, "RUN_DIR"):  # not while a run is writing there
-            print(f"Report: {build_report(args.run_dir.resolve())}")
-    except ConfigError as e:
-        fail(EXIT_CONFIG, f"error: {e}")
-    except (OSError, ValueError, KeyError) as e:  # DataError (a ValueError) names the file and the line
-        fail(EXIT_CONFIG, f"error: cannot rebuild the report from {args.run_dir}: {e}")
+    with guarded():  # every stop one line and an exit code, Ctrl-C too
+        try:
+            if not args.run_dir.is_dir():
+                raise ValueError("not a directory")
+            with dir_lock(args.run_dir, "RUN_DIR"):  # not while a run is writing there
+                print(f"Report: {build_report(args.run_dir.resolve())}")
+        except ConfigError:
+            raise
+        except (OSError, ValueError, KeyError) as e:  # DataError (a ValueError) names the file and the line
+            raise ConfigError(f"cannot rebuild the report from {args.run_dir}: {e}") from None
     return 0
 
 

@@ -74,6 +74,9 @@ def _stage(iterable, total: int | None, desc: str, unit: str, leave: bool):
         for x in iterable:
             yield x
             reporter.update()
+    except BaseException:  # interrupted, or left early: its last line must not say done
+        reporter.stopped = True
+        raise
     finally:
         reporter.close()
 
@@ -157,7 +160,9 @@ class Progress:
                  leave: bool | None = None, info=None, stage: bool = False):
         self.total, self.desc, self.unit, self.info, self.stage = total, desc, unit, info, stage
         self.n = 0
+        self.planned = 0  # a whole run (``alive``): the LLM requests its jobs' estimates plan (``plan``)
         self.logged = False
+        self.stopped = False  # ended by an exception: its last line says "stopped after", not "done in"
         self.bar = None
         self.mode = progress_mode(enabled) if total != 0 else None
         self.started = LOG.clock()
@@ -178,6 +183,8 @@ class Progress:
 
     def update(self, n: int = 1) -> None:
         self.n += n
+        if _RUN and self.unit == "requests":  # an LLM stage of the run: the run's progress too
+            _RUN[-1].n += n
         if self.bar is not None:
             self.bar.update(n)
             done = self.bar.n == self.bar.total
@@ -189,16 +196,20 @@ class Progress:
     def status(self, now: float, done: bool = False) -> str:
         """``desc: 40/120 requests (33 %), 2.1/s, ETA 38 s, <info>`` (``done``: the stage's last line)."""
         elapsed = max(now - self.started, 1e-9)
-        if self.total is None and not self.unit:  # a whole run (``alive``): how long it has been running
-            return f"{self.desc}: done in {_duration(elapsed)}" if done else \
-                f"{self.desc}: running for {_duration(elapsed)}"
+        ended = f"stopped after {_duration(elapsed)}" if self.stopped else f"done in {_duration(elapsed)}"
+        if self.total is None and not self.unit:  # a whole run (``alive``): its time, and its ETA once planned
+            if done:
+                return f"{self.desc}: {ended}"
+            left = elapsed * (self.planned - self.n) / self.n if 0 < self.n < self.planned else None
+            eta = f", {self.n:,}/{self.planned:,} LLM requests, ETA {_duration(left)}" if left is not None else ""
+            return f"{self.desc}: running for {_duration(elapsed)}{eta}"
         rate = self.n / elapsed
         of = f"/{self.total}" if self.total else ""
         pct = f" ({100 * self.n / self.total:.0f} %)" if self.total else ""
         text = f"{self.desc}: {self.n}{of} {self.unit}{pct}, {rate:,.0f}/s" if rate >= 10 else \
             f"{self.desc}: {self.n}{of} {self.unit}{pct}, {rate:.3g}/s"
         if done:
-            text += f", done in {_duration(elapsed)}"
+            text += f", {ended}"
         elif self.total and rate > 0:
             text += f", ETA {_duration((self.total - self.n) / rate)}"
         if self.info is not None:
@@ -222,16 +233,32 @@ class Progress:
 @contextmanager
 def alive(desc: str) -> Iterator[None]:
     """A whole run in a log (stderr not a terminal): its name and running time lead every progress line, written
-    every 30 s also between its stages (loading, aggregating, meta-evaluating: no stage reports there), and a last
-    line says when it ended. Nothing on a terminal (its stages draw bars) or with ``FACE_PROGRESS=0``."""
+    every 30 s also between its stages (loading, aggregating, meta-evaluating: no stage reports there), with the
+    whole run's ETA once its LLM requests are planned (``plan``); a last line says when it ended, or that it stopped.
+    Nothing on a terminal (its stages draw bars) or with ``FACE_PROGRESS=0``."""
     if progress_mode() != "log":
         yield
         return
     run = Progress(None, desc, unit="")
+    _RUN.append(run)
     try:
         yield
+    except BaseException:
+        run.stopped = True
+        raise
     finally:
+        _RUN.remove(run)
         run.close()
+
+
+_RUN: list[Progress] = []  # the whole runs being reported (``alive``), the innermost last
+
+
+def plan(requests: float) -> None:
+    """LLM requests the run will send, as an LLM job's estimate counts them (``LLMJob.gate``; a restated estimate
+    adds the difference): with them the run's line in a log has the whole run's ETA, from its rate so far."""
+    if _RUN:
+        _RUN[-1].planned += int(round(requests))
 
 
 def _redirect_logging() -> None:

@@ -3,7 +3,9 @@ input file, always named with the record; ``ConfigError``: a setting that cannot
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -24,6 +26,13 @@ class DataError(ValueError):
 
 class ConfigError(ValueError):
     """A setting with a value that cannot work: the message names the setting and the allowed values."""
+
+
+def closest_first(names: str | Sequence[str], options: Sequence[str]) -> list[str]:
+    """``options``, those closest to one of the misspelled ``names`` first: how every refusal of a name lists the valid
+    ones (config group options, datasets, aspects, a server's options)."""
+    wrong = [names] if isinstance(names, str) else list(names)
+    return sorted(options, key=lambda o: -max(difflib.SequenceMatcher(None, n, o).ratio() for n in wrong))
 
 
 def import_class(path: str, setting: str) -> type:
@@ -74,4 +83,4 @@ def _short(path: Path | str) -> str:
     return s if len(s) <= 200 else f"{s[:100]}...{s[-60:]} ({len(s)} characters)"
 
 
-__all__ = ["ConfigError", "DataError", "import_class", "require_writable_dir"]
+__all__ = ["ConfigError", "DataError", "closest_first", "import_class", "require_writable_dir"]

@@ -3,11 +3,13 @@ time, and a run never writes over another run's results or over its own input.
 
 * ``atomic_path`` / ``atomic_open`` / ``atomic_write_text`` / ``atomic_write_bytes``: the bytes go to a temporary
   name in the same directory, which is renamed onto the file (``os.replace``) only when everything was written; a
-  crash or an exception half-way leaves the old file as it was and no temporary file behind.
+  crash or an exception half-way leaves the old file as it was and no temporary file behind (a ``kill -9`` leaves
+  one, removed by the next run that takes the directory: ``dir_lock``).
 * ``dir_lock``: an exclusive ``fcntl.flock`` on the directory itself (no lock file, so ``results/`` stays exactly
   as committed); the operating system releases it when the process ends, however it ends. A second run into the
-  same directory stops with one line. Re-entrant within a process (``face evaluate`` holds it across its dry
-  pass, its run and its report; the experiment takes it again inside).
+  same directory stops with one line; the one that takes it removes the temporary files a killed run left there.
+  Re-entrant within a process (``face evaluate`` holds it across its dry pass, its run and its report; the
+  experiment takes it again inside).
 * ``claim_state`` / ``write_marker``: the ownership marker ``.face-run.json`` (a digest of the input files and of
   the settings that decide the results): the same input and settings resume, anything else needs ``overwrite``.
 * ``claimed``: a run's (or a comparison's) output directories held for a block: each checked (writable, not the
@@ -24,6 +26,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -112,6 +115,7 @@ def dir_lock(path: str | os.PathLike, setting: str) -> Iterator[Path]:
             raise ConfigError(f"{setting}: {path} is in use by another run (locked); wait for it to finish or "
                               "choose another directory") from None
         _held[key] = [fd, 1]
+        _remove_partial_files(key)
     try:
         yield Path(path)
     finally:
@@ -119,6 +123,19 @@ def dir_lock(path: str | os.PathLike, setting: str) -> Iterator[Path]:
         if not _held[key][1]:
             fd = _held.pop(key)[0]
             os.close(fd)  # closing the last descriptor releases the flock
+
+
+# atomic_path's temporary names: mkstemp's ``.<stem>.<8 characters>.tmp<suffix>``
+_PARTIAL = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp(\.[^.]+)?")
+
+
+def _remove_partial_files(directory: str) -> None:
+    """The temporary files ``atomic_path`` left in ``directory`` when a process was killed while writing (``kill -9``:
+    no ``finally`` ran). Called once a process holds the directory's lock: no one else writes there."""
+    for p in Path(directory).glob(".*.tmp*"):
+        if _PARTIAL.fullmatch(p.name) and p.is_file():
+            with contextlib.suppress(OSError):
+                p.unlink()
 
 
 def digest_files(paths: Iterable[str | os.PathLike]) -> str:

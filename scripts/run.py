@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -68,7 +67,6 @@ def cli() -> None:
     bad = secret_in_overrides(argv)  # with --cfg too: it would print the key
     if bad:
         fail(EXIT_CONFIG, f"error: {bad}")
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops cleanly, like Ctrl-C
     if not any(a.startswith("-") for a in argv):  # one run: the runner composes, checks, claims and runs it
         quiet_loggers()
         with guarded():
@@ -81,7 +79,8 @@ def cli() -> None:
             fail(EXIT_CONFIG, f"error: {bad}")
     sys.argv = [sys.argv[0], *argv, *(unique_run_dirs(argv) if multirun else [])]
     try:
-        main()  # Hydra's own: --help, --cfg, --info, a multirun sweep
+        with guarded():  # Ctrl-C while a launcher waits for its jobs: one line, exit 130
+            main()  # Hydra's own: --help, --cfg, --info, a multirun sweep
     except SystemExit as e:
         if e.code == 1 and not _started and not launched_job_failed(e):  # Hydra could not compose the config
             sys.exit(EXIT_CONFIG)

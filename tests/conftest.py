@@ -14,6 +14,22 @@ from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))
+PROJECT_CACHE = ROOT / "data" / "cache"  # the LLM cache of the project's own runs (the README's tour fills it)
+
+
+def _files(d: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in d.rglob("*") if p.is_file()} if d.is_dir() else {}
+
+
+@pytest.fixture(autouse=True)
+def _the_projects_own_llm_cache_is_left_alone():
+    """No test opens the project's own LLM cache: every run of a test caches in its temp dir (``paths.cache_dir``,
+    ``FACE_CACHE_DIR``). Opening that SQLite database, even to check it, changes its -shm file, which a reliability
+    case running beside it, watching the project tree, reports as a write."""
+    before = _files(PROJECT_CACHE)
+    yield
+    assert _files(PROJECT_CACHE) == before, (f"{PROJECT_CACHE} changed during this test (or one running beside it): "
+                                             "point its runs' paths.cache_dir or FACE_CACHE_DIR into its tmp_path")
 
 
 def _mirror() -> Path:

@@ -151,8 +151,11 @@ def test_the_result_s_methods_refuse_wrong_arguments(result, tmp_path):
     assert len(result.lowest_particles("c1", "relevance", k=1)) == 1
 
 
-def test_the_mlflow_scorers_refuse_wrong_arguments():
+def test_the_mlflow_scorers_refuse_wrong_arguments(tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
+    # scorers() checks the settings: the cache directory too (the project's own data/cache/llm database, were it
+    # not pointed here: opening it changes its -shm file while the reliability cases watch the project tree)
+    monkeypatch.setenv("FACE_CACHE_DIR", str(tmp_path / "cache"))
     from face.integrations.mlflow import FaceSessionScorer, scorers
     from face.integrations.traces import conversation
 

@@ -1,5 +1,5 @@
 """Issue 9, acceptance: every malformed or hostile input gives one clear line naming the file and record (or
-the setting), exit code 2, no traceback, nothing in results/ and no FINISHED MLflow run.
+the setting), exit code 2, no traceback, nothing in results/, no run directory and no MLflow run.
 
 The loaders are checked in-process (fast), every bad file; a file of each kind (CLI_FILES) and every bad setting
 go through the real CLI's entry point, ``scripts/run.py``'s ``cli()``, in this process (tests/reliability.py: its
@@ -197,6 +197,16 @@ def _cli_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "unknown_config_group": (["dataset=imdb"], "dataset=imdb: no such dataset (conf/dataset/imdb.yaml); valid, "
                                                    "closest first: "),
         "unknown_key": (["no_such_setting=1"], "Could not override 'no_such_setting'"),
+        "llm_removed": (["experiment=crsarena_main", "~llm", "dataset.limit=1"],
+                        "llm: the method calls an LLM and the configuration has none"),
+        "model_empty": (["experiment=crsarena_main", "llm=fake", "llm.model=''", "dataset.limit=1", "run_size=tiny"],
+                        "llm.model must be a non-empty string, got ''"),
+        "server_option_misspelled": (["experiment=crsarena_main", "llm=scripted", "+llm.server.fault_rat=0.1"],
+                                     "llm.server.fault_rat: not an option of ScriptedServer; its options, closest "
+                                     "first: fault_rate, "),
+        # the README's tour offline without FACE_DATA_MIRROR: the data cannot be fetched (here: downloads off)
+        "data_not_fetchable": ([f"paths.data_dir={tmp / 'no_data'}", "dataset.download=false"],
+                               "missing: no data mirror set (FACE_DATA_MIRROR), and downloading is disabled"),
     })
     return cases
 
@@ -205,9 +215,8 @@ def _argv(tmp: Path, data_dir: Path, name: str, overrides: list[str]) -> list[st
     base = [f"paths.data_dir={data_dir}", f"paths.results_dir={tmp / 'results'}", f"paths.cache_dir={tmp / 'cache'}",
             "paths.data_mirror=null", f"hydra.run.dir={tmp / 'runs' / name}",
             f"tracking.tracking_uri=sqlite:///{tmp / 'mlflow.db'}", f"tracking.artifact_location={tmp / 'mlruns'}"]
-    if any(o.startswith("tracking.tracking_uri") for o in overrides):
-        base = [b for b in base if not b.startswith("tracking.tracking_uri")]
-    return [*base, *overrides]
+    mine = {o.partition("=")[0] for o in overrides}  # a case's own value of a base setting replaces it
+    return [*(b for b in base if b.partition("=")[0] not in mine), *overrides]
 
 
 def _run_cli(tmp: Path, data_dir: Path, name: str, overrides: list[str]) -> subprocess.CompletedProcess:
@@ -248,13 +257,14 @@ def test_every_bad_input_through_the_cli(cli_results):
             problems.append(f"{name}: the line names no record: {last!r}")
         if r.changed:
             problems.append(f"{name}: changed outside its temp dir: {r.changed[:5]}")
+        if (tmp / "runs" / name).exists():  # refused before Hydra's run directory was made
+            problems.append(f"{name}: wrote its run directory: {sorted(os.listdir(tmp / 'runs' / name))}")
     assert not problems, "\n".join(problems)
-    assert len(cases) >= 27
+    assert len(cases) >= 31
     assert not (tmp / "results").exists()  # nothing written to results/
-    if (tmp / "mlflow.db").exists():
+    if (tmp / "mlflow.db").exists():  # no MLflow run at all: a refusal starts none (not even a FAILED one)
         with sqlite3.connect(tmp / "mlflow.db") as db:
-            statuses = [s for (s,) in db.execute("SELECT status FROM runs")]
-        assert "FINISHED" not in statuses and "RUNNING" not in statuses, statuses
+            assert [s for (s,) in db.execute("SELECT status FROM runs")] == []
     # the key-looking api_key_env was refused before Hydra wrote .hydra/ or MLflow saw it
     leaked = [p for p in tmp.rglob("*") if p.is_file() and b"sk-proj-AbCdEf0123456789xyzXYZ" in p.read_bytes()]
     assert leaked == []
@@ -296,3 +306,17 @@ def test_cli_live_run_writes_the_key_nowhere_including_hydra(tmp_path, data_dir)
     assert any(b"scripted-model" in p.read_bytes() for p in written)  # the scan finds what the run wrote
     assert [p for p in written if secret.encode() in p.read_bytes()] == []
     assert secret not in r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_data_cannot_be_fetched_stops_before_hydra_writes_its_directory(tmp_path, monkeypatch):
+    """The README tour's sweep offline without FACE_DATA_MIRROR (here: downloads off, no data): one line, exit 2,
+    before the sweep directory, its first job's directory and the MLflow parent run exist (the parent was left
+    RUNNING, the sweep directory with its job 0)."""
+    argv = ["-m", "experiment=reproduce_table2", "metaeval.n_boot=0,1", f"paths.data_dir={tmp_path / 'no_data'}",
+            "paths.data_mirror=null", "dataset.download=false", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            f"tracking.artifact_location={tmp_path / 'mlruns'}"]
+    r = run_in_process("run.py", argv, tmp_path, monkeypatch)
+    assert r.code == 2 and r.lines[-1].startswith("error: ") and "missing: no data mirror set" in r.lines[-1], r.err
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "mlflow.db").exists() and r.changed == []

@@ -356,3 +356,48 @@ def test_a_fast_stage_reads_its_rate_in_plain_digits(log_lines):
     p.update(245100)  # 8,170 requests a second, not 8.17e+03
     p.close()
     assert "scoring efficiency: 245100/300000 requests (82 %), 8,170/s, ETA 6.7 s" in lines()[0]
+
+
+def test_an_interrupted_run_and_its_stage_end_their_log_saying_stopped_after_never_done(log_lines):
+    """Ctrl-C 50 s into a run, in its stage's fifth step: the last lines say how long each ran, not that it is done
+    (an interrupted replay_table2's log used to end with "replay_table2: done in 3m 07s")."""
+    from face import console
+
+    clock, lines = log_lines
+    with pytest.raises(KeyboardInterrupt), console.alive("replay_table2"):
+        for i in console.progress(range(10), "bootstrap CIs", unit="aspect"):
+            clock.t += 10.0
+            if i == 4:
+                raise KeyboardInterrupt
+    assert [line.split(" progress: ")[1] for line in lines()] == [
+        "replay_table2: running for 30.0 s › bootstrap CIs: 3/10 aspect (30 %), 0.1/s, ETA 1m 10s",
+        "bootstrap CIs: 4/10 aspect (40 %), 0.08/s, stopped after 50.0 s",  # 4 steps done in 50 s
+        "replay_table2: stopped after 50.0 s"]
+
+
+def test_a_whole_run_in_a_log_has_its_eta_once_its_jobs_plan_their_llm_requests(log_lines):
+    """The estimates plan 100 LLM requests (40 decomposing, 60 scoring; 1 s each here): 30 done at 30 s leaves 70 s
+    for the run while its stage has 10 s left; 60 done at 60 s leaves 40 s."""
+    from face import console
+
+    clock, lines = log_lines
+    with console.alive("evaluate"):
+        console.plan(40)  # each LLM job's estimate (LLMJob.gate)
+        console.plan(60)
+        decomposing = console.Progress(40, "decomposing", unit="requests")
+        for _ in range(40):
+            clock.t += 1.0
+            decomposing.update()
+        decomposing.close()
+        scoring = console.Progress(60, "scoring relevance", unit="requests")
+        for _ in range(20):
+            clock.t += 1.0
+            scoring.update()
+        scoring.close()
+    assert [line.split(" progress: ")[1] for line in lines()] == [
+        "evaluate: running for 30.0 s, 30/100 LLM requests, ETA 1m 10s › decomposing: 30/40 requests (75 %), 1/s, "
+        "ETA 10.0 s",
+        "decomposing: 40/40 requests (100 %), 1/s, done in 40.0 s",
+        "evaluate: running for 1m 00s, 60/100 LLM requests, ETA 40.0 s › scoring relevance: 20/60 requests (33 %), "
+        "1/s, ETA 40.0 s",
+        "evaluate: done in 1m 00s"]

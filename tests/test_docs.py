@@ -46,7 +46,7 @@ def _overrides(cmd: str) -> list[str]:
 
         args = _parser().parse_args(words[1:])
         aspects = _aspect_names(args.aspects)  # its form (the names: the dataset's, with its aspects file)
-        return ["experiment=crsarena_main", "dataset=chat_logs", "dataset.path=x.jsonl", f"llm={args.llm}",
+        return ["experiment=evaluate", "dataset.path=x.jsonl", f"llm={args.llm}",
                 f"aspects=[{','.join(aspects)}]", *args.overrides]
     args = [w for w in words[2:] if w not in ("-m", "--multirun") and not w.startswith("hydra.")]
     parsed = OverridesParser.create().parse_overrides(args)
@@ -104,9 +104,34 @@ def _ignored(path: str) -> bool:
     return res.returncode == 0
 
 
+def test_the_tour_starts_in_the_projects_environment_and_names_only_configs_and_targets_that_exist():
+    """Pasted line by line into a new shell after `make run`: its first line activates .venv (without it `python`
+    has no hydra and `face` is "command not found"), which the set-up section says too; every config group option
+    (`experiment=`, `llm=`, `--llm`, ...) is a file of conf/, every `make` target one of the Makefile's."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    tour = _tour()
+    assert tour[0] == ". .venv/bin/activate", tour[0]
+    assert ". .venv/bin/activate" in text[:text.index("## What the main job")]  # the set-up section
+    groups = {p.name for p in (ROOT / "conf").iterdir() if p.is_dir()}
+    targets = set(re.findall(r"(?m)^([\w-]+):", (ROOT / "Makefile").read_text()))
+    named = []
+    for cmd in tour[1:]:
+        words = shlex.split(cmd)
+        if words[0] == "make":
+            assert words[1] in targets, cmd
+        options = [w.split("=", 1) for w in words if "=" in w and w.split("=", 1)[0] in groups]
+        if words[:2] == ["face", "evaluate"]:
+            options.append(["llm", words[words.index("--llm") + 1]])
+        missing = [f"{g}={v}" for g, values in options for v in values.split(",")
+                   if not (ROOT / "conf" / g / f"{v}.yaml").is_file()]  # a sweep: each of its values
+        assert missing == [], cmd
+        named += [tuple(o) for o in options]
+    assert ("experiment", "optimize_instructions") in named and ("llm", "scripted") in named  # it looked
+
+
 def test_every_tour_command_names_files_that_exist_and_writes_where_git_does_not_look():
     tour = _tour()
-    assert len(tour) == 8 and sum(c.startswith("python scripts/run.py") for c in tour) == 4, tour
+    assert len(tour) == 9 and sum(c.startswith("python scripts/run.py") for c in tour) == 4, tour
     for cmd in tour:
         words = shlex.split(cmd)
         if words[:2] == ["face", "evaluate"]:

@@ -151,3 +151,82 @@ def test_ctrl_c_inside_a_task_nobody_awaits_leaves_no_task_exception_never_retri
         assert _batch_interrupted_in_a_writer_task(srv.spec(), tmp_path / "cache") == (True, True)
         gc.collect()
     assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []
+
+
+def test_ctrl_c_during_face_report_is_one_line_and_exit_130_and_claims_no_mlflow_run(tmp_path, monkeypatch, capsys):
+    """`face report` has no MLflow run: its interrupt line must not say one was marked. It used to end with Python's
+    traceback of the KeyboardInterrupt (exit -2)."""
+    import face.api.report
+    from face.cli import main
+    from face.runner.exits import CACHE_DIR
+
+    def interrupted(run_dir):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(face.api.report, "build_report", interrupted)
+    token = CACHE_DIR.set(None)  # as in a `face report` process (a run earlier in this one set its cache dir)
+    try:
+        with pytest.raises(SystemExit) as e:
+            main(["report", str(tmp_path)])
+    except KeyboardInterrupt:
+        pytest.fail("the interrupt reached the command line's caller: Python prints its traceback")
+    finally:
+        CACHE_DIR.reset(token)
+    err = capsys.readouterr().err
+    assert e.value.code == 130 and err.splitlines() == ["interrupted: the run was stopped."], err
+
+
+@pytest.mark.slow  # three small `face evaluate --mlflow` runs in this process: ≈ 20 s
+def test_mlflow_runs_of_one_out_tell_the_truth_and_a_finished_rerun_is_the_one_left(tmp_path, data_dir, monkeypatch,
+                                                                                   capsys, mlflow_store):
+    """A run interrupted in its last step (the report, after every LLM call and the run file) is KILLED in the store,
+    and its line says so with the run's id; a run is FINISHED only once everything is written. The rerun that
+    finishes replaces the earlier runs of the same --out (deleted, tagged face.replaced_by), so one --out has one
+    run, and it removes the temporary file a killed run left there. The command's runs are named ``evaluate``."""
+    import importlib
+    import shutil
+
+    from helpers import evaluate_argv
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    from face.cli import main
+
+    shutil.copyfile(mlflow_store, tmp_path / "m.db")
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    logs, out = _chat_logs(tmp_path / "logs.jsonl", 2), tmp_path / "out"
+    argv = evaluate_argv(logs, out, "--mlflow", "--set", f"tracking.tracking_uri={uri}", "--set",
+                         f"tracking.artifact_location={tmp_path / 'mlruns'}", "--set", f"paths.data_dir={data_dir}",
+                         cache_dir=tmp_path / "cache")
+    client = MlflowClient(tracking_uri=uri)
+
+    def runs(view=ViewType.ACTIVE_ONLY) -> dict[str, str]:
+        exp = client.get_experiment_by_name("evaluate")
+        return {r.info.run_id: r.info.status for r in client.search_runs([exp.experiment_id], run_view_type=view)}
+
+    api = importlib.import_module("face.api.evaluate")  # the module (face.api.evaluate is also the function)
+    assert main(argv) == 0
+    [first] = runs()
+    report = api.build_report
+
+    def killed_at_the_report(target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "build_report", killed_at_the_report)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    [stopped] = set(runs()) - {first}
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 130 and runs()[stopped] == "KILLED", runs()
+    assert line.startswith(f"interrupted: the run was stopped (MLflow run {stopped} marked KILLED). "), line
+    monkeypatch.setattr(api, "build_report", report)
+    (out / ".particle_scores.k1113d00.tmp.jsonl").write_text("what a kill -9 left half written")
+    assert main(argv) == 0
+    [(last, status)] = runs().items()
+    assert status == "FINISHED" and last not in (first, stopped)
+    every = {r.info.run_id: r for r in client.search_runs([client.get_experiment_by_name("evaluate").experiment_id],
+                                                           run_view_type=ViewType.ALL)}
+    assert {every[old].data.tags["face.replaced_by"] for old in (first, stopped)} == {last}
+    assert every[last].info.run_name.startswith("evaluate ") and (out / "report.html").exists()
+    assert list(out.glob(".*.tmp*")) == []

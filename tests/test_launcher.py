@@ -96,3 +96,39 @@ def test_submitit_local_sweep_reports_a_failed_job(tmp_path, data_dir):
     assert (tmp_path / "sweep" / "1" / "run_file.json").exists()
     assert (tmp_path / "sweep" / "1" / "results" / "correlations.csv").exists()
     assert not (tmp_path / "sweep" / "0" / "run_file.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # interrupts the sweep once its jobs are sending, found by polling
+def test_ctrl_c_while_submitit_local_jobs_run_is_one_line_and_exit_130(tmp_path, data_dir):
+    """Ctrl-C in a terminal reaches the sweep and its job processes (one process group): the sweep, waiting for its
+    jobs in the launcher, stops with the one interrupted line and exit 130 (each job with its own, in its log). It
+    printed the KeyboardInterrupt's traceback through Hydra and submitit's wait (exit -2)."""
+    import signal
+    import time
+
+    out = [f"hydra.sweep.dir={tmp_path / 'sweep'}", f"paths.results_dir={tmp_path / 'results'}",
+           f"paths.cache_dir={tmp_path / 'cache'}", f"paths.data_dir={data_dir}", "paths.data_mirror=null",
+           "dataset.download=false", "tracking=none"]
+    jobs = ["experiment=crsarena_main", "llm=fake", "llm.server.latency_s=0.2", "dataset.limit=2",
+            "aspects=[dialogue_overall]", "method.particles.source=released", "method.scoring.n=1,2"]
+    proc = subprocess.Popen([sys.executable, "scripts/run.py", "-m", "hydra/launcher=submitit_local", *jobs, *out],
+                            cwd=ROOT, env={**os.environ, "FACE_DATA_MIRROR": ""}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while not (tmp_path / "cache" / "llm" / "llm_cache.sqlite").exists() and time.time() < deadline:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        time.sleep(1.0)  # the jobs are sending their requests, the sweep waits for them
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted: the run was stopped." in err.splitlines(), err[-3000:]
+    # submitit's own controller of each job (a process of its local executor, absent on a cluster) is interrupted too
+    # and prints its KeyboardInterrupt; no traceback comes from the sweep itself
+    tracebacks = err.split("Traceback (most recent call last):")[1:]
+    assert all("submitit/local/_local.py" in t and "scripts/run.py" not in t for t in tracebacks), err[-3000:]

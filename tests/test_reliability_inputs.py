@@ -109,6 +109,9 @@ ARGS = {  # name -> (entry point: face / chat / file, argv after the file, words
     "aspects_trailing_comma": ("face", ["--aspects", "relevance,"], ["--aspects 'relevance,'", "empty name"]),
     "aspects_unknown": ("face", ["--aspects", "relevance,humour"],
                         ["no aspect 'humour'", "task_completion", "dialogue_overall"]),
+    # every misspelled name, and the valid ones closest first, as a misspelled config name lists them
+    "aspects_misspelled": ("face", ["--aspects", "relevanse,efficency"],
+                           ["no aspect 'relevanse', 'efficency'; its aspects, closest first: efficiency, relevance, "]),
     "aspects_twice": ("face", ["--aspects", "relevance,relevance"], ["relevance named twice"]),
     "aspects_alias_twice": ("face", ["--aspects", "dialog_overall,dialogue_overall"], ["dialogue_overall named twice"]),
     "run_aspects_empty_list": ("chat", ["aspects=[]"], ["aspects=[] names no aspect", "relevance"]),
@@ -166,6 +169,27 @@ def test_a_bad_aspect_list_is_refused_before_anything_is_written(tmp_path, monke
     entry, extra, words = ARGS[name]
     path = _write(tmp_path, [CHAT] if entry != "file" else [ARENA])
     tool, argv = _argv(entry, path, tmp_path, data_dir, extra)
+    outcome = run(tool, argv, tmp_path, monkeypatch)
+    assert refused(outcome, *words) == [], outcome.err[-1500:]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+# a setting that cannot work, through `face evaluate --set`: refused before its output directory is claimed
+SETTINGS = {
+    "llm_removed": (["--set", "~llm"], ["llm: the method calls an LLM and the configuration has none"]),
+    "model_empty": (["--set", "llm.model=''"], ["llm.model must be a non-empty string, got ''"]),
+    "server_option_misspelled": (["--set", "+llm.server.latncy_s=1"],
+                                 ["llm.server.latncy_s: not an option of InProcessServer; its options, closest first: "
+                                  "latency_s, "]),
+}
+
+
+@pytest.mark.parametrize("name", SETTINGS)
+def test_a_setting_that_cannot_work_is_one_line_before_anything_is_written(tmp_path, monkeypatch, data_dir, name):
+    """`--set ~llm` used to end with "unexpected ConfigKeyError" after writing --out's .face-run.json, an unknown
+    server option with "unexpected TypeError" after the cost estimate, and an empty model name was accepted."""
+    extra, words = SETTINGS[name]
+    tool, argv = _argv("face", _write(tmp_path, [CHAT]), tmp_path, data_dir, extra)
     outcome = run(tool, argv, tmp_path, monkeypatch)
     assert refused(outcome, *words) == [], outcome.err[-1500:]
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
@@ -342,6 +366,22 @@ def test_a_file_with_three_bad_conversations_reports_all_three_counting_position
         "  [line 2 (c2), message 4] empty message",
         "  [line 4 (c4), message 2] two consecutive user messages (merge them, or insert the missing turn)",
         "  [line 5 (conv5), message 3] unknown role 'bot' (expected user, assistant or system)"]
+
+
+def test_a_line_that_is_not_json_hides_no_other_bad_conversation_of_the_file(tmp_path):
+    """A JSON syntax error on one line used to be the only problem reported: every bad line is, in file order."""
+    rows = [json.dumps(CHAT)[:-2], json.dumps(_with(CHAT, ["id"], "c2", ["messages", 3, "content"], " ")[0]),
+            json.dumps(CHAT), "{oops", json.dumps(_with(CHAT, ["id"], "c5", ["messages", 2, "role"], "bot")[0])]
+    path = tmp_path / "logs.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(DataError) as e:
+        load_logs(path)
+    assert str(e.value).splitlines() == [
+        f"{path}: 4 conversations are malformed (fix them all, then rerun):",
+        "  [line 1] neither JSON nor JSON Lines: Expecting ',' delimiter",
+        "  [line 2 (c2), message 4] empty message",
+        "  [line 4] neither JSON nor JSON Lines: Expecting property name enclosed in double quotes",
+        "  [line 5 (c5), message 3] unknown role 'bot' (expected user, assistant or system)"]
 
 
 def test_more_bad_conversations_than_the_cap_are_counted_not_listed(tmp_path, monkeypatch):

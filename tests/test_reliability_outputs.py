@@ -345,6 +345,32 @@ def test_a_write_that_fails_half_way_leaves_the_old_bytes_and_no_temporary_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["table.csv"]
 
 
+def test_the_next_run_into_a_directory_removes_the_temporary_file_a_killed_run_left_there(tmp_path):
+    """kill -9 while particle_scores.jsonl is being written leaves its temporary name (no ``finally`` runs); the next
+    run to take the directory (its lock: no one else writes there) removes it, and only it. A killed run's
+    ``.particle_scores.*.tmp.jsonl`` used to survive a successful rerun."""
+    import signal
+    import subprocess
+
+    out = tmp_path / "out"
+    out.mkdir()
+    killed = ("import os, signal, sys\nfrom face.files import atomic_path\n"
+              "with atomic_path(sys.argv[1]) as tmp:\n    tmp.write_text('half a file')\n"
+              "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    r = subprocess.run([sys.executable, "-c", killed, str(out / "particle_scores.jsonl")], capture_output=True,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    [left] = out.glob(".particle_scores.*.tmp.jsonl")
+    assert left.read_text() == "half a file"
+    for name in (".face-run.json", ".notes.tmp.txt", "particle_scores.tmp.jsonl"):  # a run's, or the user's: kept
+        (out / name).write_text("x")
+    from face.files import dir_lock
+
+    with dir_lock(out, "--out"):
+        assert sorted(p.name for p in out.iterdir()) == [".face-run.json", ".notes.tmp.txt",
+                                                         "particle_scores.tmp.jsonl"]
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

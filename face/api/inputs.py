@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from face.errors import ConfigError, DataError
+from face.errors import ConfigError, DataError, closest_first
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -113,11 +113,8 @@ def _file_or_dataset(conversations: str | os.PathLike) -> Source:
     if not path.exists() and name in datasets():  # a file of that name would win
         return Source(None, dataset=name)
     if not path.exists():
-        import difflib
-
-        names = difflib.get_close_matches(path.name, datasets(), n=len(datasets()), cutoff=0.0)
         raise DataError(path, f"file not found (nor is it the name of a dataset; datasets, closest first: "
-                              f"{', '.join(names)})")
+                              f"{', '.join(closest_first(path.name, datasets()))})")
     return Source(path.resolve())
 
 

@@ -150,7 +150,7 @@ def run_overrides(source: Source, aspects: list[str] | None, llm: str, target: P
     """The overrides of FACE on ``source`` into ``target`` (``own``: the caller's settings, already overrides)."""
     data = ([f"dataset={source.dataset}"] if source.dataset else
             ["dataset=chat_logs", f"dataset.path={hydra_value(str(source.path))}"])
-    return ["experiment=crsarena_main", *data, f"llm={llm}", f"paths.output_dir={hydra_value(str(target))}",
+    return ["experiment=evaluate", *data, f"llm={llm}", f"paths.output_dir={hydra_value(str(target))}",
             f"report.out_dir={hydra_value(str(target))}", *([] if mlflow else ["tracking=none"]),
             *([f"dataset.limit={limit}"] if limit else []),
             *([f"aspects={render(aspects, 'aspects')}"] if aspects is not None else []), *own]

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from face.aspects import Aspect
 from face.data.schema import Conversation
+from face.errors import closest_first
 from face.settings import settings
 
 PUBLISHED_COLUMNS = ["method", "split", "aspect", "coefficient", "value"]
@@ -96,10 +97,16 @@ class Dataset:
         return list(self.splits_all) + (["all"] if len(self.splits_all) > 1 else [])
 
     def aspect(self, name: str) -> Aspect:
-        canon = self.aliases.get(name, name)
-        if canon not in self.aspects:
-            raise ValueError(f"dataset {self.name} has no aspect {name!r}; its aspects: {', '.join(self.aspects)}")
-        return self.aspects[canon]
+        return self.aspects[self._known([name])[0]]
+
+    def _known(self, names: Sequence[str]) -> list[str]:
+        """The canonical names of ``names``; a ValueError naming every unknown one, the valid ones closest first."""
+        canon = [self.aliases.get(n, n) for n in names]
+        unknown = [n for n, c in zip(names, canon) if c not in self.aspects]
+        if unknown:
+            raise ValueError(f"dataset {self.name} has no aspect {', '.join(map(repr, unknown))}; its aspects, closest "
+                             f"first: {', '.join(closest_first(unknown, list(self.aspects)))}")
+        return canon
 
     def resolve_aspects(self, names: Sequence[str] | None) -> list[Aspect]:
         """The aspects to evaluate: ``names`` (validated), or the dataset's defaults when ``names`` is null. An
@@ -110,7 +117,7 @@ class Dataset:
             raise ValueError(f"aspects=[] names no aspect: name at least one of {', '.join(self.aspects)} "
                              "(or aspects=null for the dataset's defaults)")
         names = list(names) if names is not None else list(self.default_aspects or self.aspects)
-        out = [self.aspect(n) for n in names]
+        out = [self.aspects[c] for c in self._known(names)]
         dup = sorted({a.name for a in out if out.count(a) > 1})
         if dup:  # relevance twice, or dialogue_overall and its alias: one set of scores under one name
             raise ValueError(f"aspects: {', '.join(dup)} named twice")

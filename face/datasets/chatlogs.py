@@ -40,27 +40,23 @@ from face.settings import settings
 ROLES = {"user": USER, "assistant": ASSISTANT}
 
 
-def _records(path: Path) -> list[tuple[str, object]]:
-    """(record name, raw conversation) from a JSON list or JSON Lines."""
+def _records(path: Path) -> tuple[list[tuple[str, object]], bool]:
+    """(record name, raw conversation) from a JSON list, or (line name, its text) from JSON Lines; whether the
+    records are lines (each parsed with the others' checks, so that one bad line hides no other bad record)."""
     text = read_text(path)
     if not text.strip():
         raise DataError(path, "contains no conversation")
     try:
         raw = json.loads(text)
-    except json.JSONDecodeError:  # not one JSON document: JSON Lines, or an error named by its line below
+    except json.JSONDecodeError:  # not one JSON document: JSON Lines, or an error named by its line
         raw = None
     except (ValueError, RecursionError):  # well-formed up to a value Python cannot hold (4,300+ digits, nesting)
         parse_json(text, path)  # raises the DataError that says what is wrong
     if isinstance(raw, list):
-        return [(f"conversation {i}", r) for i, r in enumerate(raw, start=1)]
+        return [(f"conversation {i}", r) for i, r in enumerate(raw, start=1)], False
     if isinstance(raw, dict):
-        return [("conversation 1", raw)]
-    out, problems = [], Problems(path)
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            out.append((f"line {lineno}", problems.attempt(_json_line, line, path, f"line {lineno}")))
-    problems.raise_any("lines")
-    return out
+        return [("conversation 1", raw)], False
+    return [(f"line {n}", line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()], True
 
 
 def _json_line(line: str, path: Path, where: str) -> object:
@@ -70,6 +66,15 @@ def _json_line(line: str, path: Path, where: str) -> object:
         raise DataError(path, f"neither JSON nor JSON Lines: {e.msg}", where) from None
     except (ValueError, RecursionError):
         return parse_json(line, path, where)  # raises the DataError that says what is wrong
+
+
+def _conversation(raw: object, path: Path, record: str, index: int, line: bool) -> Conversation:
+    """One record (``line``: a JSON Lines line, parsed first): CRSArena-Eval's format or the chat format."""
+    if line:
+        raw = _json_line(str(raw), path, record)
+    if isinstance(raw, dict) and "dialogue" in raw:  # CRSArena-Eval's format
+        return parse_conversation(raw, path, record, require_labels=False, allow_empty_utterances=False)
+    return _chat(raw, path, record, index)
 
 
 def _optional_id(raw: dict, keys: tuple[str, ...], path: Path, where: str, what: str) -> str | None:
@@ -144,17 +149,12 @@ def load_logs(path: str | Path) -> list[Conversation]:
     path = Path(path)
     if not path.exists():  # the user's own file: no "run the fetch step" hint (check_file's, for data files)
         raise DataError(path, "file not found")
-    records = _records(path)
+    records, lines = _records(path)
     if not records:
         raise DataError(path, "contains no conversation")
     problems = Problems(path)
-    convs = []
-    for i, (record, raw) in enumerate(records, start=1):
-        if isinstance(raw, dict) and "dialogue" in raw:  # CRSArena-Eval's format
-            convs.append(problems.attempt(parse_conversation, raw, path, record, require_labels=False,
-                                          allow_empty_utterances=False))
-        else:
-            convs.append(problems.attempt(_chat, raw, path, record, i))
+    convs = [problems.attempt(_conversation, raw, path, record, i, lines)
+             for i, (record, raw) in enumerate(records, start=1)]
     problems.raise_any("conversations")
     return check_unique_ids(convs, path)
 

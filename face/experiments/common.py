@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import logging
 import sys
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from face.aspects import Aspect
 from face.data import ensure_data
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
-from face.errors import ConfigError, DataError, import_class, require_writable_dir
+from face.errors import ConfigError, DataError, closest_first, import_class, require_writable_dir
 from face.experiments.naming import data_source, non_default_settings, run_name, settings_text, without_llm_settings
 from face.experiments.result import ExperimentResult
 from face.experiments.settings import MAX_UTTERANCE_CHARS, RunSettings
@@ -190,6 +191,7 @@ class Plan:
     out_dir: Path  # tables and figures
     run_dir: Path  # run files (paths.output_dir)
     uses_llm: bool
+    loaded: tuple[list[Conversation], list[Conversation]] | None = field(default=None, repr=False)  # ``load()``
 
     def is_for(self, cfg: DictConfig, parts: Parts) -> bool:
         """Was this plan made for ``cfg`` (the same settings, Hydra's own aside) and ``parts``?"""
@@ -201,6 +203,22 @@ class Plan:
                       and list(parts.method_cfgs or ()) == list(self.parts.method_cfgs or ()))
         return same_parts and mine(cfg) == mine(self.cfg)
 
+    def load(self) -> tuple[list[Conversation], list[Conversation]]:
+        """The run's input, checked, as (every conversation, the selected ones): every data file fetched and
+        verified, the conversations loaded and checked, a selection (``limit``, ``systems``, ``splits``) that is not
+        empty. Loaded once: the runner loads it before it claims or writes anything, so that data that is bad, or
+        cannot be fetched offline, leaves no run behind."""
+        if self.loaded is None:
+            data = Path(self.cfg.paths.data_dir)
+            ensure_data(data, self.files, self.cfg.paths.get("data_mirror"), self.dataset.download)
+            every = self.dataset.load_all(data)
+            chosen = self.dataset.select(every)
+            if not chosen:
+                raise ConfigError(f"the dataset selection (limit={self.dataset.limit}, systems={self.dataset.systems}, "
+                                  f"splits={self.dataset.splits}) matches no conversation of {self.dataset.title}")
+            self.loaded = (every, chosen)
+        return self.loaded
+
 
 def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
     """Every setting checked and every part built (``ConfigError``: one line naming the setting); nothing fetched,
@@ -211,6 +229,9 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
         methods = {name: build(node) for name, node in (parts.method_cfgs or {cfg.method.name: cfg.method}).items()}
         aspects = dataset.resolve_aspects(cfg.get("aspects"))
         uses_llm = any(_uses_llm(m) for m in methods.values())
+        if uses_llm and llm is None:
+            raise ConfigError("llm: the method calls an LLM and the configuration has none (removed with ~llm?); "
+                              "choose one with llm=NAME")
         files = list(dict.fromkeys([*dataset.files(), *[f for m in methods.values()
                                                         for f in m.required_files(dataset, aspects)],
                                     *parts.extra_files, *(llm_server_files(cfg) if uses_llm else [])]))
@@ -263,16 +284,12 @@ def experiment(cfg: DictConfig, parts: Parts = Parts()) -> Iterator[Context]:
 
 
 def _load(plan: Plan, tracker: Tracker, summary: console.RunSummary) -> Context:
-    """Fetch and load the data (logged to the tracker); the experiment's Context."""
+    """The data loaded (``Plan.load``: the runner loaded it already) and logged to the tracker; the experiment's
+    Context."""
     cfg, dataset, data_dir = plan.cfg, plan.dataset, Path(plan.cfg.paths.data_dir)
     tracker.log_config()
-    ensure_data(data_dir, plan.files, cfg.paths.get("data_mirror"), dataset.download)
+    all_convs, convs = plan.load()
     tracker.log_checksums(data_checksums(plan.files))
-    all_convs = dataset.load_all(data_dir)
-    convs = dataset.select(all_convs)
-    if not convs:
-        raise ConfigError(f"the dataset selection (limit={dataset.limit}, systems={dataset.systems}, "
-                          f"splits={dataset.splits}) matches no conversation of {dataset.title}")
     check_utterances(convs, cfg)
     tracker.log_dataset(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
                                          "evaluated_turns": len(c.evaluated_turns())} for c in convs],
@@ -311,11 +328,18 @@ def check_settings(cfg: DictConfig) -> LLMConfig | None:
 
 def llm_server_files(cfg: DictConfig) -> list[str]:
     """Data files the configured LLM server reads (its class's ``data_files``; the replay judge's released
-    judgements), fetched with the experiment's own before anything runs."""
+    judgements), fetched with the experiment's own before anything runs. Its options are checked first: one its class
+    does not take is refused, named with the valid ones closest first."""
     target = _setting(cfg, "llm.server._target_")
     if not target:
         return []
-    return list(getattr(import_class(target, "llm.server._target_"), "data_files", ()))
+    server = import_class(target, "llm.server._target_")
+    takes = inspect.signature(server).parameters
+    unknown = [k for k in cfg.llm.server if k != "_target_" and k not in takes]
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in takes.values()):
+        raise ConfigError(f"{', '.join('llm.server.' + k for k in unknown)}: not an option of {server.__name__}; its "
+                          f"options, closest first: {', '.join(closest_first(unknown, list(takes)))}")
+    return list(getattr(server, "data_files", ()))
 
 
 def _uses_llm(method) -> bool:

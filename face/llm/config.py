@@ -25,7 +25,7 @@ class LLMConfig:
     # model) spreads the requests over them
     base_url: str | Annotated[list[Url], Field(min_length=1)] | None = None
     api_key_env: str | None = None  # NAME of the env var holding the key, never the key
-    model: str = "smollm2-135m-instruct"
+    model: str = Field(default="smollm2-135m-instruct", min_length=1)
     temperature: Number = Field(default=0.6, ge=0, le=2)
     max_tokens: int = Field(default=256, ge=1)
     top_p: Number | None = Field(default=None, gt=0, le=1)

@@ -127,6 +127,7 @@ class LLMJob:
         if collected is not None:
             collected.append(costs if detail is None else detail)
         self.estimated = estimated_size(costs) if size is None else size
+        console.plan(self.estimated.requests)  # the run's progress line: the whole run's ETA
         estimated = estimated_cost(costs) if estimated_usd is None else estimated_usd
         self.metrics.update({f"{self._prefix}estimate.{k}": float(getattr(self.estimated, k))
                              for k in ("requests", "samples", "http_requests")})
@@ -154,6 +155,7 @@ class LLMJob:
             return
         self.restated = Size(*(getattr(self.estimated, k) - getattr(assumed, k) + getattr(actual, k)
                                for k in COUNTS))
+        console.plan(actual.requests - assumed.requests)
         print(f"{self._prefix}particles: {actual_rate:.3f} per turn (the estimate assumed {assumed_rate:.3f}); "
               f"scoring: {actual.http_requests:,} HTTP requests, {actual.samples:,} samples at the actual rate "
               f"(estimated: {assumed.http_requests:,}, {assumed.samples:,})")

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import difflib
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from face.errors import ConfigError
+from face.errors import ConfigError, closest_first
 from face.secrets import secret_in_overrides, secret_setting
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,9 +67,8 @@ def missing_config(e) -> str:
     if not group or not options:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return f"bad setting: {first}"
-    closest = difflib.get_close_matches(name, options, n=len(options), cutoff=0.0)
     return (f"{group}={name}: no such {group.rsplit('/', 1)[-1]} (conf/{group}/{name}.yaml); valid, closest first: "
-            + ", ".join(closest))
+            + ", ".join(closest_first(name, options)))
 
 
 def job_dir(cfg: DictConfig) -> Path:

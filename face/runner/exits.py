@@ -45,11 +45,12 @@ def stop_line(e: BaseException) -> tuple[int, str]:
         ((BudgetExceeded,), EXIT_BUDGET, "stopped: {e}"),
         ((LLMRequestRefused,), EXIT_LLM, "stopped: {e}. Nothing of that request was cached or scored."),
         ((LLMCallError,), EXIT_LLM, "stopped: an LLM request failed after its retries: {e}. " + resume),
-        ((KeyboardInterrupt,), EXIT_INTERRUPTED,
-         "interrupted: the run was stopped (MLflow run marked KILLED). " + resume),
+        ((KeyboardInterrupt,), EXIT_INTERRUPTED, "interrupted: the run was stopped{mlflow}. " + resume),
         ((BaseException,), EXIT_BUG, "error: unexpected {kind}: {e} (FACE_DEBUG=1 shows the traceback). " + resume),
     )
     code, line = next((code, line) for kinds, code, line in stops if isinstance(e, kinds))
+    marked = [n for n in getattr(e, "__notes__", []) if n.startswith("MLflow run ")]  # what the tracker did
+    line = line.replace("{mlflow}", f" ({'; '.join(marked)})" if marked else "")
     return code, line.replace("{kind}", type(e).__name__).replace("{e}", str(e)).rstrip()
 
 
@@ -71,8 +72,9 @@ GC_THRESHOLDS = (50_000, 20, 20)
 
 
 def run_cli(entry: Callable[[], int | None]) -> NoReturn:
-    """Run a command-line entry point as a whole process: fewer garbage collections, then exit with its code as
-    Python would, minus the interpreter's teardown. For ``__main__`` blocks only, never library code or tests.
+    """Run a command-line entry point as a whole process: SIGTERM stops it as Ctrl-C does (exit 130, its MLflow run
+    marked KILLED), fewer garbage collections, then exit with its code as Python would, minus the interpreter's
+    teardown. For ``__main__`` blocks only, never library code or tests.
 
     * ``GC_THRESHOLDS``: with Python's defaults the cyclic collector runs after every 700 net allocations,
       thousands of times while pandas, scipy, matplotlib and openai are imported and while the scoring stage
@@ -84,8 +86,10 @@ def run_cli(entry: Callable[[], int | None]) -> NoReturn:
       An exception other than SystemExit propagates as usual (traceback, normal exit)."""
     import atexit
     import gc
+    import signal
     import threading
 
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     gc.set_threshold(*GC_THRESHOLDS)
 
     code: object

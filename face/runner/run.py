@@ -1,10 +1,11 @@
 """``run(request) -> RunResult``: the one way a run goes, whichever entry point asked for it.
 
-    compose (once) -> check every setting and the credentials -> claim the output directories -> [estimate ->
-    confirm] -> run the experiment (as a Hydra job for scripts/run.py) -> the entry point's last outputs -> summary
+    compose (once) -> check every setting and the credentials -> fetch and check the input -> claim the output
+    directories -> [estimate -> confirm] -> run the experiment (as a Hydra job for scripts/run.py) -> the entry
+    point's last outputs -> summary (the MLflow run ends FINISHED only here)
 
-Nothing is fetched, written or sent before the checks and the claim passed; every stop is an exception
-(``face.runner.exits.guarded`` turns them into exit codes on the command line)."""
+Nothing is fetched before the settings are checked, nothing written or sent before the input is checked and the claim
+passed; every stop is an exception (``face.runner.exits.guarded`` turns them into exit codes on the command line)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from face.runner.claim import Location, check_locations, claimed, locations
 from face.runner.compose import compose, dry, hydra_session, job_dir, select, task_config
 from face.runner.exits import CACHE_DIR
 from face.runner.request import RunRequest, RunResult
+from face.tracking.tracker import finishing
 
 # how each state of the run's own directory is said on the console
 _SAID = {"resume": "Resuming the run in {dir} (the same input and settings; finished LLM calls come from the cache).",
@@ -57,14 +59,15 @@ def _run(request: RunRequest, cfg: DictConfig, hydra: Any) -> RunResult:
         plan = prepare(task, experiment_parts(task))
         if not request.estimate_only:  # an estimate sends nothing: it needs no key
             check_credentials(plan)
+        plan.load()  # the input: data that is bad or cannot be fetched stops the run before anything of it exists
         locs = _locations(task, own_dir, request, plan.out_dir)
         with claimed(locs, owner, inputs, request.overwrite, _how(request)) as states:
             state = _say(locs, states, request)
-            with _held(request) as summaries:
+            with _held(request) as summaries, finishing():  # its MLflow run ends FINISHED after the last outputs
                 experiment, sent = _execute(request, cfg, plan, hydra)
-            done = RunResult(task, experiment, sent, {loc.setting: loc.path for loc in locs}, state)
-            if request.finish is not None and sent:  # the entry point's last outputs, then the summary block
-                request.finish(done, summaries[0] if summaries else None)
+                done = RunResult(task, experiment, sent, {loc.setting: loc.path for loc in locs}, state)
+                if request.finish is not None and sent:  # the entry point's last outputs, then the summary block
+                    request.finish(done, summaries[0] if summaries else None)
             for summary in summaries:
                 print(summary.text(), flush=True)
             return done

@@ -1,7 +1,8 @@
 """``scripts/run.py -m``: Hydra composes and checks each job after writing its ``.hydra/`` record, so a credential in
 any configuration the sweep would compose, or a bad override, is looked for first (each swept value composed once,
-the other swept settings at their first value: every config group option the sweep selects is checked); each job
-then goes through the runner (``run_guarded``)."""
+the other swept settings at their first value: every config group option the sweep selects is checked), and the
+first job's settings and input are checked as the runner checks them (data that cannot be fetched offline stops the
+sweep before its directory or MLflow parent run exists); each job then goes through the runner (``run_guarded``)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ def sweep_problem(overrides: Sequence[str]) -> str | None:
     for k, job in enumerate(jobs[:100]):
         try:
             with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-                bad = secret_setting(compose(config_name="config", overrides=job))
+                cfg = compose(config_name="config", overrides=job)
+                bad = secret_setting(cfg) or (None if k else _input_problem(cfg))
         except MissingConfigException as e:
             bad = missing_config(e)
         except Exception as e:
@@ -46,6 +48,28 @@ def sweep_problem(overrides: Sequence[str]) -> str | None:
             bad = f"bad setting: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
         if bad:
             return bad
+    return None
+
+
+def _input_problem(cfg) -> str | None:
+    """The first job's input, fetched and loaded as the runner does before it claims a run's directory (``Plan.load``):
+    the line of a DataError, or None. A job's own bad setting is left to the job (the other jobs still run)."""
+    from omegaconf import open_dict
+
+    from face.errors import DataError
+    from face.experiments.common import prepare
+    from face.runner.run import experiment_parts
+
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(CONF.parent / "multirun")  # checked only: nothing is created before the sweep
+    try:
+        plan = prepare(cfg, experiment_parts(cfg))
+    except ValueError:  # ConfigError, DataError: the job's own line
+        return None
+    try:
+        plan.load()
+    except DataError as e:
+        return str(e)
     return None
 
 

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 SWEEP_ROLE = "sweep_role"  # tag: "parent" (one per Hydra multirun) or "job"
 SWEPT_TAG = "sweep_swept"  # tag of the parent: the swept keys, comma-separated
 LABEL_TAG = "sweep_label"  # tag of a job: its swept values, keys in full (``alpha=1 beam=2``)
-REPLACED_TAG = "face.replaced_by"  # tag of a job's earlier child run, deleted when a rerun of the job starts
+REPLACED_TAG = "face.replaced_by"  # tag of a run replaced by a rerun (a sweep job's, or one into the same directory)
 SEP = " · "  # between what differs and the experiment, in run names
 NAME_WIDTH = 11  # characters of a child run's name MLflow's runs table shows at its default column width
 # override keys that say where things go, not what is computed: never part of a job's name or the parent's params
@@ -185,15 +185,15 @@ def _reopen(client, parent) -> None:
     client.set_tag(parent.info.run_id, "stop_reason", "")
 
 
-def replace_earlier_attempts(client, experiment_id: str, parent_id: str, run_id: str, tags: dict[str, str]) -> list:
-    """Delete (MLflow's soft delete, tagged ``face.replaced_by``) the earlier child runs of the same sweep job
-    (same job number and overrides) under ``parent_id``, unless one still runs: the rerun ``run_id`` counts
-    instead. Returns the replaced run ids."""
-    earlier = client.search_runs([experiment_id], max_results=1000, filter_string=(
-        f"tags.mlflow.parentRunId = '{parent_id}' and tags.sweep_job = '{tags['sweep_job']}'"))
+def replace_earlier_attempts(client, experiment_id: str, run_id: str, same: dict[str, str], what: str) -> list:
+    """Delete (MLflow's soft delete, tagged ``face.replaced_by``) the earlier runs of the experiment whose tags are
+    ``same`` (a sweep job: its parent, number and overrides; a run: its output directory), unless one still runs: the
+    rerun ``run_id`` counts instead. Returns the replaced run ids."""
+    quoted = [f"tags.`{k}` = '{v}'" for k, v in same.items() if "'" not in v and "\\" not in v]
+    earlier = client.search_runs([experiment_id], max_results=1000, filter_string=" and ".join(quoted))
     replaced = []
     for r in earlier:
-        if r.info.run_id == run_id or r.data.tags.get("sweep_overrides") != tags["sweep_overrides"]:
+        if r.info.run_id == run_id or any(r.data.tags.get(k) != v for k, v in same.items()):
             continue
         if r.info.status == "RUNNING" and not run_is_gone(r.data.tags):
             continue
@@ -201,5 +201,5 @@ def replace_earlier_attempts(client, experiment_id: str, parent_id: str, run_id:
         client.delete_run(r.info.run_id)
         replaced.append(r.info.run_id)
     if replaced:
-        log.warning("sweep job %s: replaced its earlier MLflow run(s) %s", tags["sweep_job"], ", ".join(replaced))
+        log.warning("%s: replaced its earlier MLflow run(s) %s", what, ", ".join(replaced))
     return replaced

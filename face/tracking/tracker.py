@@ -7,14 +7,16 @@ A run's MLflow metrics are what compares runs (``face.tracking.names``); every o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
 import subprocess
 import warnings
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -47,10 +49,14 @@ def git_commit(root: str | Path) -> str:
 
 
 def rerun_name(client, experiment_id: str, name: str) -> str:
-    """``name``, or ``name #k`` when the experiment holds k - 1 runs of that name already (plain reruns)."""
+    """``name``, or ``name #k`` when the experiment holds k - 1 runs of that name already (plain reruns; runs a rerun
+    replaced count too: a number is never given twice)."""
+    from mlflow.entities import ViewType
+
     if "'" in name or "%" in name:  # not expressible in a filter string: leave it
         return name
-    runs = client.search_runs([experiment_id], filter_string=f"attributes.run_name LIKE '{name}%'", max_results=5000)
+    runs = client.search_runs([experiment_id], filter_string=f"attributes.run_name LIKE '{name}%'", max_results=5000,
+                              run_view_type=ViewType.ALL)
     names = {r.info.run_name for r in runs}
     if name not in names:
         return name
@@ -58,6 +64,30 @@ def rerun_name(client, experiment_id: str, name: str) -> str:
     while f"{name} #{k}" in names:
         k += 1
     return f"{name} #{k}"
+
+
+OUTPUT_DIR_TAG = "face.output_dir"  # the run's own directory: a rerun into it that finishes replaces the earlier runs
+# the trackers whose job ended well inside ``finishing()``: their MLflow runs end with the block
+_FINISHING: ContextVar[list | None] = ContextVar("face_finishing_runs", default=None)
+
+
+@contextlib.contextmanager
+def finishing() -> Iterator[None]:
+    """The MLflow runs of the jobs that end well inside the block stay RUNNING until it ends (the entry point's last
+    files written, e.g. ``face evaluate``'s report): FINISHED then, KILLED or FAILED if the block stops first."""
+    held: list[Tracker] = []
+    token = _FINISHING.set(held)
+    try:
+        yield
+    except BaseException as e:
+        for tracker in held:
+            tracker.end(e)
+        raise
+    else:
+        for tracker in held:
+            tracker.end(None)
+    finally:
+        _FINISHING.reset(token)
 
 
 class Tracker:
@@ -74,6 +104,7 @@ class Tracker:
         self.experiment_id: str | None = None
         self.job_label = ""  # a sweep job's swept values (``alpha=1 beam=2``), else ""
         self.sweep_parent_id: str | None = None
+        self.output_dir: str | None = None  # the run's own directory (OUTPUT_DIR_TAG), outside a sweep
         self._numbers: dict[str, float] = {}
         self._compared: dict[str, float] = {}
         self._primary_set = False
@@ -105,10 +136,15 @@ class Tracker:
         self.set_tags(process_tags())
         self.mlflow.log_params(run_params(self.cfg, self.uses_llm))
         self.set_tags({"git_commit": git_commit(self.cfg.paths.root_dir), "task_name": self.cfg.task_name})
+        out = OmegaConf.select(self.cfg, "paths.output_dir", default=None, throw_on_resolution_failure=False)
+        if out and not sweep:
+            self.output_dir = redact(str(Path(out).resolve()))
+            self.set_tags({OUTPUT_DIR_TAG: self.output_dir})
         if sweep:
             self.set_tags({**sweep, sweeps.SWEEP_ROLE: "job", sweeps.LABEL_TAG: self.job_label})
-            sweeps.replace_earlier_attempts(client, exp_id, str(parent), self.run_id,
-                                            {k: redact(v) for k, v in sweep.items()})
+            job = {k: redact(sweep[k]) for k in ("sweep_job", "sweep_overrides")}
+            sweeps.replace_earlier_attempts(client, exp_id, self.run_id, {"mlflow.parentRunId": str(parent), **job},
+                                            f"sweep job {sweep['sweep_job']}")
         return self
 
     def _job_name(self, exp_id: str, sweep: dict[str, str]) -> tuple[str | None, str]:
@@ -122,13 +158,27 @@ class Tracker:
         return redact(sweeps.job_name(self.cfg.task_name, overrides, parent.swept)), parent.run_id
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self.enabled:
-            self._flush_metrics()
-            status = "FINISHED"
-            if exc_type is not None:
-                status = "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
-                self.set_tags({"stop_reason": f"{exc_type.__name__}: {str(exc)[:500]}"})
-            self.mlflow.end_run(status=status)
+        held = _FINISHING.get()
+        if self.enabled and exc is None and held is not None:
+            held.append(self)  # ended when the entry point's last files are written
+        elif self.enabled:
+            self.end(exc)
+
+    def end(self, exc: BaseException | None) -> None:
+        """End the MLflow run: FINISHED (earlier runs into the same directory replaced), or KILLED (an interrupt) /
+        FAILED, said in a note of ``exc`` (the stop's line on the command line says it: ``face.runner.exits``)."""
+        self._flush_metrics()
+        status = "FINISHED" if exc is None else "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        if exc is not None:
+            self.set_tags({"stop_reason": f"{type(exc).__name__}: {str(exc)[:500]}"})
+        self.mlflow.end_run(status=status)
+        if exc is not None:
+            exc.add_note(f"MLflow run {self.run_id} marked {status}")
+        elif self.output_dir:
+            from mlflow.tracking import MlflowClient
+
+            sweeps.replace_earlier_attempts(MlflowClient(), str(self.experiment_id), str(self.run_id),
+                                            {OUTPUT_DIR_TAG: self.output_dir}, f"the rerun into {self.output_dir}")
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         if self.enabled:
