@@ -163,7 +163,8 @@ def test_the_notebook_example_leaves_one_face_assessment_per_session_per_dialogu
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(db)
     try:
-        exp = mlflow.get_experiment_by_name("face-toy-recommender").experiment_id
+        experiment = mlflow.get_experiment_by_name("face-toy-recommender")
+        exp = experiment.experiment_id
         (run,) = mlflow.search_runs([exp], output_format="list")
         traces = mlflow.search_traces(locations=[exp], run_id=run.info.run_id, return_type="list")
     finally:
@@ -182,6 +183,8 @@ def test_the_notebook_example_leaves_one_face_assessment_per_session_per_dialogu
         assert a.source.source_type == "LLM_JUDGE" and a.source.source_id == "scripted-model"
         assert isinstance(a.value, float) and "Lowest-scoring particles" in a.rationale
     assert os.environ.get("FACE_MLFLOW_URI") == db
+    # the traces' artifacts beside the store, not in notebooks/mlruns (the kernel's working directory)
+    assert experiment.artifact_location == (tmp_path / "mlruns").as_uri()
     assert run.info.run_name.startswith("face-scorers vs conversation_completeness ")  # named, not random
     (table,) = [o["data"]["text/plain"] for c in code if "shown[[" in c.source for o in c.outputs if "data" in o]
     assert "0–4" in table and "0–2" in table and "yes / no" in table  # each value with its scale
