@@ -107,14 +107,7 @@ def dir_lock(path: str | os.PathLike, setting: str) -> Iterator[Path]:
         _held[key][1] += 1
     else:
         os.makedirs(key, exist_ok=True)
-        fd = os.open(key, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise ConfigError(f"{setting}: {path} is in use by another run (locked); wait for it to finish or "
-                              "choose another directory") from None
-        _held[key] = [fd, 1]
+        _held[key] = [_lock(key, path, setting), 1]
         _remove_partial_files(key)
     try:
         yield Path(path)
@@ -123,6 +116,18 @@ def dir_lock(path: str | os.PathLike, setting: str) -> Iterator[Path]:
         if not _held[key][1]:
             fd = _held.pop(key)[0]
             os.close(fd)  # closing the last descriptor releases the flock
+
+
+def _lock(key: str, path: str | os.PathLike, setting: str) -> int:
+    """The descriptor of directory ``key`` holding its exclusive lock; ConfigError if another process holds it."""
+    fd = os.open(key, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ConfigError(f"{setting}: {path} is in use by another run (locked); wait for it to finish or "
+                          "choose another directory") from None
+    return fd
 
 
 # atomic_path's temporary names: mkstemp's ``.<stem>.<8 characters>.tmp<suffix>``
@@ -222,6 +227,8 @@ def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, 
     require_writable_dir(loc.path, loc.setting)
     if not loc.path.is_dir():
         return "new"
+    if os.path.realpath(loc.path) not in _held:  # in use by a running run: said before the input is fetched
+        os.close(_lock(os.path.realpath(loc.path), loc.path, loc.setting))
     results = [o for o in outputs if o not in NOT_RESULTS] if loc.owned else []
     return claim_state(loc.path, owner, loc.setting, overwrite, results, how)
 

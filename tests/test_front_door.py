@@ -73,7 +73,7 @@ def test_each_entry_point_sends_one_run_request_to_face_runner_run(tmp_path, mon
     assert seen[0].hydra_job and "experiment=crsarena_main" in seen[0].overrides
     assert (seen[1].out_name, seen[1].out) == ("--out", tmp_path / "o")
     assert (seen[2].out_name, seen[2].out) == ("out", tmp_path / "p")
-    assert all("experiment=crsarena_main" in r.overrides for r in seen)
+    assert all("experiment=evaluate" in r.overrides for r in seen[1:])  # face evaluate's own experiment, both doors
 
 
 @pytest.mark.parametrize("value", ["false", "False", 0, 1, None, "yes"])

@@ -35,11 +35,11 @@ def sweep_problem(overrides: Sequence[str]) -> str | None:
         return None
     firsts = [c[0] for c in choices]
     jobs = [firsts] + [[*firsts[:i], v, *firsts[i + 1:]] for i, c in enumerate(choices) for v in c[1:]]
-    for k, job in enumerate(jobs[:100]):
+    for k, job in enumerate([*jobs[:100], firsts]):  # every job's credentials, then the first job's input
         try:
             with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
                 cfg = compose(config_name="config", overrides=job)
-                bad = secret_setting(cfg) or (None if k else _input_problem(cfg))
+                bad = secret_setting(cfg) if k < len(jobs[:100]) else _input_problem(cfg)
         except MissingConfigException as e:
             bad = missing_config(e)
         except Exception as e:
