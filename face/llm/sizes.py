@@ -14,7 +14,10 @@ and for a SentencePiece one with byte fallback (every piece covers at least one 
 marker the template may add before a message); a chat template adds a few special and role tokens per message
 (ChatML: 4, Llama 3: 5, Gemma: 5) and the assistant header once (≤ 5). ``MESSAGE_OVERHEAD`` and ``REQUEST_OVERHEAD``
 cover them with room to spare; a JSON-schema ``response_format`` is counted as its bytes too (some endpoints add
-it to the prompt). The output is at most ``max_tokens`` per sample for an endpoint that honours ``max_tokens``.
+it to the prompt). The output is at most ``max_tokens`` per sample for an endpoint that honours ``max_tokens``; answers
+of more than ``MAX_BYTES_PER_TOKEN`` UTF-8 bytes a token of that bound show an endpoint that does not (4 × the
+estimate's rule of thumb: no honest text averages that over a whole answer; the longest token of the embedded model's
+vocabulary, a run of 32 spaces or dashes, is one).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from dataclasses import dataclass, fields
 CHARS_PER_TOKEN = 4  # the estimate's rule of thumb
 MESSAGE_OVERHEAD = 16  # bound: tokens a chat template adds per message (role, start / end markers)
 REQUEST_OVERHEAD = 16  # bound: tokens it adds per request (BOS, the assistant header)
+MAX_BYTES_PER_TOKEN = 16  # answers longer than this a token of their output bound: max_tokens was ignored
 
 Messages = Sequence[tuple[str, str]]
 
