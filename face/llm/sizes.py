@@ -25,6 +25,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 CHARS_PER_TOKEN = 4  # the estimate's rule of thumb
 MESSAGE_OVERHEAD = 16  # bound: tokens a chat template adds per message (role, start / end markers)
@@ -47,6 +48,16 @@ def estimate_tokens(text_chars: int) -> int:
 def estimate_input_tokens(messages: Messages) -> int:
     """The estimated prompt tokens of one HTTP request: ~4 characters a token, + 4 per message, + 3."""
     return sum(estimate_tokens(len(c)) + 4 for _, c in messages) + 3
+
+
+def reported_tokens(usage: Any) -> tuple[int | None, int | None] | str:
+    """The (input, output) tokens a reply's ``usage`` reports, None for a count left out (both for 0 and 0: servers
+    that do not count send them), or a value that is not a count of tokens (an endpoint misreport)."""
+    keys = ("prompt_tokens", "completion_tokens")
+    got = [usage.get(k) if isinstance(usage, dict) else usage for k in keys]
+    got = [int(v) if isinstance(v, float) and v.is_integer() else v for v in got]
+    bad = [f"{k}={v!r}"[:60] for k, v in zip(keys, got) if v is not None and (type(v) is not int or v < 0)]
+    return bad[0] if bad else (None, None) if got == [0, 0] else (got[0], got[1])
 
 
 def input_bound(messages: Messages, response_format: dict | None = None) -> int:

@@ -6,10 +6,9 @@ only HTTP requests cost money. The units and their arithmetic are face/llm/sizes
 (drawn over HTTP), `http_requests`, tokens. `face.llm.budget` fills this in: per HTTP request (caps, cost,
 retries) and per request (records). Before an HTTP request is sent its true upper bound (`sizes.Bound`: the
 prompt's UTF-8 bytes + the chat template's overhead, `max_tokens` × n) is reserved (``reserve``); when it settles
-its cost is the tokens the endpoint reports (``reported_tokens``: finite non-negative integers; a count left out is
-charged at the bound) (``settle``). An endpoint *misreport* -- usage that is not counts of tokens, counts above the
-bound, answers longer than the output bound can hold -- stops a run under llm.max_cost_usd at once and is a warning
-without one (said once; recorded either way). ``note_scores`` adds what the scorer made of the answers.
+its cost is the tokens the endpoint reports (``sizes.reported_tokens``: integers >= 0; else the bound) (``settle``). An
+endpoint *misreport* -- usage not counts of tokens or above the bound, answers longer than the bound can hold --
+stops a run under llm.max_cost_usd at once, else is a warning. ``note_scores`` adds what the scorer made of the answers.
 """
 from __future__ import annotations
 
@@ -24,12 +23,10 @@ from typing import Any
 from face.files import atomic_write_text
 from face.secrets import redact
 
-from .sizes import MAX_BYTES_PER_TOKEN, Bound, cost_usd, estimate_input_tokens, estimate_tokens
+from .sizes import MAX_BYTES_PER_TOKEN, Bound, cost_usd, estimate_input_tokens, estimate_tokens, reported_tokens
 
 __all__ = ["BudgetExceeded", "Piece", "RequestRecord", "Usage", "cost_usd", "estimate_input_tokens",
-           "estimate_tokens", "reported_tokens"]
-
-log = logging.getLogger("face.llm")
+           "estimate_tokens"]
 
 
 class BudgetExceeded(RuntimeError):
@@ -127,25 +124,6 @@ class Latencies:
         return self.n > 0
 
 
-def reported_tokens(usage: Any) -> tuple[int | None, int | None] | str:
-    """The (input, output) tokens a completion's ``usage`` reports -- None for a count it leaves out, both None for 0
-    and 0 (sent by servers that do not count) -- or, where a value is not a count of tokens (negative, NaN, infinite,
-    fractional, a string, a bool), what it is: an endpoint misreport. Every reply's usage is read here."""
-    if usage is None:
-        return None, None
-    if not isinstance(usage, dict):
-        return repr(usage)[:40]
-    counts = []
-    for key in ("prompt_tokens", "completion_tokens"):
-        v = usage.get(key)
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        if v is not None and (type(v) is not int or v < 0):
-            return f"{key}={repr(v)[:40]}"
-        counts.append(v)
-    return (None, None) if counts == [0, 0] else (counts[0], counts[1])
-
-
 _TAG_FIELDS = ("requests", "samples", "http_requests", "cache_hits", "failures", "input_tokens", "output_tokens",
                "cost_usd", "answer_retries", "rejected_answers", "invalid_answers", "defaulted_answers",
                "logprob_fallbacks")
@@ -238,19 +216,13 @@ class Usage:
     def settle(self, piece: Piece, reserved: float, reported: Any, answer_bytes: int, latency_s: float,
                into: Any = None) -> tuple[int, int, float]:
         """A request finished: replace its reservation with its cost, from the tokens the endpoint reports
-        (``reported``: the reply's ``usage`` as it came); a count it leaves out is charged at the request's bound.
-        Returns (input tokens, output tokens, cost) as counted, also set on ``into`` (a result or a record: before
-        a stop, so that it records them). A misreport (``_misreported``): a value that is not
-        a count (charged the bound), a count above the bound (recorded as reported), answers of ``answer_bytes``
-        UTF-8 bytes, more than ``MAX_BYTES_PER_TOKEN`` a token of the output bound (the endpoint ignores
-        max_tokens)."""
+        (``reported``: the reply's ``usage``; a count left out, or not a count, is charged at the request's bound).
+        Returns (input tokens, output tokens, cost), also set on ``into`` (a result or a record) before a stop."""
         self._give_back(reserved)
-        b = piece.bound
-        got = reported_tokens(reported)
+        b, got = piece.bound, reported_tokens(reported)
         tin, tout = (None, None) if isinstance(got, str) else got
-        self.unreported_usage += not isinstance(got, str) and (tin is None or tout is None)
-        tin = b.input_tokens if tin is None else tin
-        tout = b.output_tokens if tout is None else tout
+        self.unreported_usage += tin is None or tout is None
+        tin, tout = b.input_tokens if tin is None else tin, b.output_tokens if tout is None else tout
         c = cost_usd(tin, tout, self.price_input_per_mtok, self.price_output_per_mtok)
         self.spent_usd += c
         self.input_tokens += tin
@@ -270,15 +242,13 @@ class Usage:
         return tin, tout, c
 
     def _misreported(self, piece: Piece, what: str, cost: float) -> None:
-        """Recorded; the first one said once: under llm.max_cost_usd the run stops (BudgetExceeded, and every later
-        request is refused), without it a warning (llm.max_calls counts HTTP requests: no usage report defeats it)."""
+        """Counted; the first said once: under llm.max_cost_usd a stop (every later request refused), else a warning."""
         self.misreports += 1
         if self.misreport is None:
             self.misreport = (f"endpoint misreport: a request was answered with {what} (${cost:.6f}); no cap can "
                               "hold against an endpoint that misreports what its requests use")
             if self.max_cost_usd is None:
-                log.warning("%s -- without llm.max_cost_usd the run goes on; llm_usage.json records it",
-                            self.misreport)
+                logging.getLogger("face.llm").warning("%s -- without llm.max_cost_usd the run goes on", self.misreport)
         if self.max_cost_usd is not None:
             raise self._stop(self.misreport, piece.tag)
 

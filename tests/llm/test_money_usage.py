@@ -10,7 +10,8 @@ from money_lm import MSGS, PRICE_IN, PRICE_OUT, WORST, Scripted, approx, cfg, pi
 
 from face.llm.base import ChatRequest, ChatResult
 from face.llm.budget import AccountingLM, BudgetLM, record_of
-from face.llm.usage import BudgetExceeded, Piece, RequestRecord, reported_tokens
+from face.llm.sizes import reported_tokens
+from face.llm.usage import BudgetExceeded, Piece, RequestRecord
 
 # ---------------------------------------------------------------- usage: bounds, caps, reservations
 
@@ -100,7 +101,7 @@ def test_a_report_of_one_side_alone_is_a_report(tokens):
     (reported(-1_000_000, 5), "prompt_tokens=-1000000"), (reported(5, float("nan")), "completion_tokens=nan"),
     (reported(float("inf"), 5), "prompt_tokens=inf"), (reported("12", 5), "prompt_tokens='12'"),
     (reported(5, 2.5), "completion_tokens=2.5"), (reported(True, 5), "prompt_tokens=True"),
-    (reported(5, [3]), "completion_tokens=[3]"), ("lots", "'lots'")])
+    (reported(5, [3]), "completion_tokens=[3]"), ("lots", "prompt_tokens='lots'")])
 def test_usage_is_read_as_finite_non_negative_integers_or_a_misreport(usage_reported, tokens):
     assert reported_tokens(usage_reported) == tokens
 
