@@ -23,14 +23,19 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field
 
 CHARS_PER_TOKEN = 4  # the estimate's rule of thumb
 MESSAGE_OVERHEAD = 16  # bound: tokens a chat template adds per message (role, start / end markers)
 REQUEST_OVERHEAD = 16  # bound: tokens it adds per request (BOS, the assistant header)
 MAX_BYTES_PER_TOKEN = 16  # answers longer than this a token of their output bound: max_tokens was ignored
+WINDOW = 64  # requests the batch driver plans ahead at least (face/llm/stream.py: max(64, 4 × llm.concurrency))
+SAMPLE_BYTES = 5_000  # memory a sample of a request in flight holds (measured: 2.5-5.2 KB, scripted server in process)
 
 Messages = Sequence[tuple[str, str]]
 
@@ -38,6 +43,20 @@ Messages = Sequence[tuple[str, str]]
 def http_requests(samples: int, n_per_request: int) -> int:
     """HTTP requests for ``samples`` samples of one prompt, ``n_per_request`` at most in each."""
     return -(-int(samples) // max(1, int(n_per_request)))
+
+
+def held_in_memory(n: int) -> int:
+    """``n`` samples a request (a ``Samples`` setting), refused before anything is sent or written where the
+    ``WINDOW`` requests a run keeps in flight would hold more than half this machine's memory."""
+    held, total = WINDOW * n * SAMPLE_BYTES, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if held > total / 2:
+        raise ValueError(f"must fit in memory: {WINDOW} requests in flight of {n:,} samples would hold ≈ "
+                         f"{held / 1e9:,.0f} GB (~{SAMPLE_BYTES // 1000} KB a sample), more than half this machine's "
+                         f"{total / 1e9:.0f} GB (at most {total // 2 // (WINDOW * SAMPLE_BYTES):,} here), got {n}")
+    return n
+
+
+Samples = Annotated[int, Field(ge=1), AfterValidator(held_in_memory)]  # a setting's samples per request
 
 
 def estimate_tokens(text_chars: int) -> int:
