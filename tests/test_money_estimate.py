@@ -131,6 +131,19 @@ def test_scoring_cost_counts_every_sample_of_every_unit_instruction_pair(monkeyp
                                       for u in [SimpleNamespace(conv_id="c1")] * 3]
 
 
+def test_scoring_cost_plans_one_sample_per_pair_for_the_logprobs_estimator_whatever_n(monkeypatch):
+    """Issue 41: the logprobs estimator asks for one greedy answer per unit × instruction (its ``n`` is not used)."""
+    _stub_prompts(monkeypatch)
+    units = [SimpleNamespace(conv_id="c1")] * 3
+    instr = [Instruction("i1", "a" * 8), Instruction("i2", "b" * 12)]
+    s = estimate.scoring_cost("relevance", units, instr, {"c1": CONV}, 4, ScoringSpec("logprobs", 5), 8,
+                              Pricing(2, 1.0, 4.0))
+    # 6 requests of 1 sample, one HTTP request each; their prompts 3 × 17 × 2 + 5 × 3 = 117 tokens, sent once;
+    # 6 answers × 8 tokens -- not 5 samples a request (30 samples, 18 HTTP requests, 351 and 240 tokens)
+    assert (s.requests, s.samples, s.http_requests, s.input_tokens, s.output_tokens) == (6, 6, 6, 117, 48)
+    assert s.cost_usd == approx(117 * 1.0 / 1e6 + 48 * 4.0 / 1e6)
+
+
 def test_decomposition_cost_counts_k_samples_per_evaluated_turn(monkeypatch):
     _stub_prompts(monkeypatch)
     convs = [SimpleNamespace(evaluated_turns=lambda: ["t1", "t2"]), SimpleNamespace(evaluated_turns=lambda: ["t3"])]

@@ -1,6 +1,7 @@
-"""Reliability (issue 21): a budget that cannot be a budget -- a negative, infinite or NaN cap or price -- and an
-unknown ``method.scoring.logprobs_missing`` policy are refused by both entry points: one ``error:`` line naming the
-setting, exit 2, nothing sent and nothing written outside the case's temp dir."""
+"""Reliability (issue 21): a budget that cannot be a budget -- a negative, infinite or NaN cap or price -- an
+unknown ``method.scoring.logprobs_missing`` policy, and (issue 41) requests of more samples than the requests in flight
+could hold in memory are refused by both entry points: one ``error:`` line naming the setting, exit 2, nothing sent and
+nothing written outside the case's temp dir."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ CASES = {
     "price_in_inf": ("llm.price_input_per_mtok=-inf", ["llm.price_input_per_mtok"]),
     "logprobs_missing_bad": ("method.scoring.logprobs_missing=guess",
                              ["method.scoring.logprobs_missing", "parsed", "redraw", "min"]),
+    "samples_beyond_memory": ("method.scoring.n=100000000",
+                              ["method.scoring.n must fit in memory", "100,000,000 samples would hold", "GB"]),
 }
 
 

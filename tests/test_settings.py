@@ -24,6 +24,8 @@ from face.experiments.optimize_selection import SelectionSettings
 from face.experiments.settings import ChecksSettings, MetaevalSettings, ReportSettings, RunSettings
 from face.llm import LLMConfig
 from face.optimize.config import OptimizerConfig, SplitConfig, WriterConfig
+from face.pipeline.particles import ParticlesSpec
+from face.pipeline.scoring import ScoringSpec
 from face.settings import _members
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,6 +151,27 @@ def test_a_bad_value_is_one_line_naming_the_key_and_what_it_takes(cls, settings,
     with pytest.raises(ConfigError) as e:
         cls(**settings)
     assert str(e.value) == line
+
+
+@pytest.mark.parametrize("cls, key", [(ScoringSpec, "n"), (ParticlesSpec, "k"), (LLMDirect, "n"),
+                                      (GEval, "n_fallback"), (OptimizerConfig, "alpha"), (OptimizerConfig, "beta")])
+def test_samples_a_request_that_the_requests_in_flight_could_not_hold_are_refused_with_the_estimate(cls, key,
+                                                                                                  monkeypatch):
+    """Issue 41: method.scoring.n=100000000 grew to 21 GB until the OOM killer ended the run. On a machine of
+    4,000,000 pages of 4,096 bytes (16.384 GB; half: 8.192 GB), with 64 requests in flight at ~5,000 bytes a sample,
+    a request may ask for 8.192e9 / (64 × 5,000) = 25,600 samples; 10^8 would hold 64 × 10^8 × 5,000 = 32,000 GB."""
+    import os
+
+    monkeypatch.setattr(os, "sysconf", {"SC_PHYS_PAGES": 4_000_000, "SC_PAGE_SIZE": 4096}.__getitem__)
+    prefix = {ScoringSpec: "method.scoring", ParticlesSpec: "method.particles", OptimizerConfig: "optimizer"}
+    with pytest.raises(ConfigError) as e:
+        cls(**{key: 10**8})
+    assert str(e.value) == (f"{prefix.get(cls, 'method')}.{key} must fit in memory: 64 requests in flight of "
+                            "100,000,000 samples would hold ≈ 32,000 GB (~5 KB a sample), more than half this "
+                            "machine's 16 GB (at most 25,600 here), got 100000000")
+    assert getattr(cls(**{key: 25_600}), key) == 25_600
+    with pytest.raises(ConfigError, match="must fit in memory"):
+        cls(**{key: 25_601})
 
 
 def test_a_dataset_and_a_baseline_refuse_their_settings_when_built():

@@ -34,7 +34,7 @@ from face.data.split import split_conversations
 from face.files import atomic_path, atomic_write_text
 from face.llm.base import Draws
 from face.llm.config import LLMConfig
-from face.llm.sizes import Size, planned_request
+from face.llm.sizes import Samples, Size, planned_request
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
 from face.pipeline.estimate import Pricing
@@ -114,7 +114,7 @@ class _LLMBaseline:
 
     name: str = ""
     uses_llm = True  # the LLM cache and settings are checked before anything runs
-    n: int = Field(default=1, ge=1)  # samples per unit (the mean of the valid ones)
+    n: Samples = 1  # samples per unit (the mean of the valid ones)
     temperature: Number = Field(default=0.0, ge=0)
     max_tokens: int | None = Field(default=None, ge=1)  # null: the baseline's own (16, or 768 with reasoning)
     output_tokens: int = Field(default=8, ge=1)  # assumed reply length for the cost estimate
@@ -296,7 +296,7 @@ class GEval(_LLMBaseline):
     title: str = "G-Eval (LLM-written evaluation steps, probability-weighted score)"
     templates: tuple[str, ...] = ("geval_steps.txt", "geval_score.txt")
     top_logprobs: int = Field(default=10, ge=0)  # alternatives per token position asked for (the score tokens)
-    n_fallback: int = Field(default=20, ge=1)  # samples where the endpoint gives no log-probabilities
+    n_fallback: Samples = 20  # samples where the endpoint gives no log-probabilities
     steps_max_tokens: int = Field(default=300, ge=1)
 
     def __post_init__(self) -> None:

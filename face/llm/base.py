@@ -174,6 +174,7 @@ class ChatResult:
     output_tokens: int = 0
     cost_usd: float = 0.0
     latency_s: float = 0.0
+    usage: Any = None  # the endpoint's ``usage`` as it came (read by the budget: face.llm.usage.reported_tokens)
     error: str | None = None  # set (and samples empty) only with run_batch(on_error="return")
     answer_retries: int = 0  # extra draws made to replace invalid answers (requests with an adapter)
     rejected_answers: int = 0  # draws that failed the adapter's validation (incl. ones later replaced)

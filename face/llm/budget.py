@@ -5,8 +5,8 @@
 the caps (`llm.max_calls`, `llm.max_cost_usd`) right before each one is sent, reserving its true
 upper bound (face/llm/sizes.py: the prompt's UTF-8 bytes + the chat template's overhead, max_tokens × n)
 -- so concurrent tasks cannot jointly overshoot -- or, with `llm.dry_run`, counts and prices it instead
-of sending it. A request's cost is the endpoint's reported tokens (the estimate where it reports none);
-a report above the bound stops the run (an endpoint misreport). `AccountingLM` is the outermost layer:
+of sending it. A request's cost is the endpoint's reported tokens (its bound where it reports none); an
+endpoint misreport (face/llm/usage.py) stops a run under llm.max_cost_usd. `AccountingLM` is the outermost layer:
 one record per request (tag, cache hits, samples, HTTP requests, tokens, cost, latency, error) in `Usage`.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .base import (
 )
 from .limiter import Limiter
 from .sizes import cost_usd
-from .usage import BudgetExceeded, Piece, RequestRecord, Usage, estimate_tokens
+from .usage import BudgetExceeded, Piece, RequestRecord, Usage
 
 
 class BudgetLM:
@@ -103,10 +103,9 @@ class BudgetLM:
             lim.release(latency)
         self.usage.note_retries(res.retries)
         res.http_samples = req.n
-        out_est = sum(estimate_tokens(len(s.text)) for s in res.samples)
         try:
-            res.input_tokens, res.output_tokens, res.cost_usd = self.usage.settle(
-                piece, reserved, res.input_tokens, res.output_tokens, res.latency_s, out_est)
+            self.usage.settle(piece, reserved, res.usage, sum(len(s.text.encode()) for s in res.samples),
+                              res.latency_s, into=res)
         finally:
             self._notify()
         return res

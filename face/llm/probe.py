@@ -207,7 +207,7 @@ def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str, loop: as
     try:
         return loop.run_until_complete(ask())
     except BudgetExceeded as e:  # no room for the probe: trust the config, for this run only
-        if usage.misreport:
+        if usage.misreport and usage.max_cost_usd is not None:  # an endpoint misreport under a cap: the stop
             raise
         log.warning("the endpoint probe does not fit the LLM budget (%s); trusting llm.n_per_request=%d "
                     "as configured", str(e).split(" (tag=")[0], cfg.n_per_request)
@@ -232,7 +232,7 @@ def _report(cfg: LLMConfig, caps: Capabilities, base_url: str, model: str) -> No
 async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> dict:
     """One probe request, as every request: within the budget (its bound reserved), retried by the transport, its
     tokens, cost and retries counted under the tag ``probe``."""
-    from .usage import BudgetExceeded, Piece, RequestRecord, cost_usd, estimate_tokens
+    from .usage import BudgetExceeded, Piece, RequestRecord
 
     n = body.get("n", 1)
     msgs = tuple((m["role"], m["content"]) for m in body["messages"])
@@ -248,17 +248,12 @@ async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> di
         raise
     latency = time.perf_counter() - t0
     usage.note_retries(retries)
-    reported = data.get("usage") or {}
-    out_est = sum(estimate_tokens(len((c.get("message") or {}).get("content") or ""))
-                  for c in data.get("choices") or [])
-    tin, tout = int(reported.get("prompt_tokens") or 0), int(reported.get("completion_tokens") or 0)
+    answers = sum(len(((c.get("message") or {}).get("content") or "").encode()) for c in data.get("choices") or [])
     record = RequestRecord(tag="probe", n=n, samples=n, http_requests=1, retries=retries, latency_s=latency)
     try:
-        record.input_tokens, record.output_tokens, record.cost_usd = usage.settle(piece, reserved, tin, tout,
-                                                                                  latency, out_est)
-    except BudgetExceeded as e:  # a misreport: recorded as reported, then the run stops
-        record.input_tokens, record.output_tokens, record.error = tin, tout, f"budget: BudgetExceeded: {e}"
-        record.cost_usd = cost_usd(tin, tout, usage.price_input_per_mtok, usage.price_output_per_mtok)
+        usage.settle(piece, reserved, data.get("usage"), answers, latency, into=record)
+    except BudgetExceeded as e:  # a misreport under a cap: recorded (usage.settle), then the run stops
+        record.error = f"budget: BudgetExceeded: {e}"
         raise
     finally:
         usage.add(record)

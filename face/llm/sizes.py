@@ -14,18 +14,28 @@ and for a SentencePiece one with byte fallback (every piece covers at least one 
 marker the template may add before a message); a chat template adds a few special and role tokens per message
 (ChatML: 4, Llama 3: 5, Gemma: 5) and the assistant header once (≤ 5). ``MESSAGE_OVERHEAD`` and ``REQUEST_OVERHEAD``
 cover them with room to spare; a JSON-schema ``response_format`` is counted as its bytes too (some endpoints add
-it to the prompt). The output is at most ``max_tokens`` per sample for an endpoint that honours ``max_tokens``.
+it to the prompt). The output is at most ``max_tokens`` per sample for an endpoint that honours ``max_tokens``; answers
+of more than ``MAX_BYTES_PER_TOKEN`` UTF-8 bytes a token of that bound show an endpoint that does not (4 × the
+estimate's rule of thumb: no honest text averages that over a whole answer; the longest token of the embedded model's
+vocabulary, a run of 32 spaces or dashes, is one).
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field
 
 CHARS_PER_TOKEN = 4  # the estimate's rule of thumb
 MESSAGE_OVERHEAD = 16  # bound: tokens a chat template adds per message (role, start / end markers)
 REQUEST_OVERHEAD = 16  # bound: tokens it adds per request (BOS, the assistant header)
+MAX_BYTES_PER_TOKEN = 16  # answers longer than this a token of their output bound: max_tokens was ignored
+WINDOW = 64  # requests the batch driver plans ahead at least (face/llm/stream.py: max(64, 4 × llm.concurrency))
+SAMPLE_BYTES = 5_000  # memory a sample of a request in flight holds (measured: 2.5-5.2 KB, scripted server in process)
 
 Messages = Sequence[tuple[str, str]]
 
@@ -33,6 +43,20 @@ Messages = Sequence[tuple[str, str]]
 def http_requests(samples: int, n_per_request: int) -> int:
     """HTTP requests for ``samples`` samples of one prompt, ``n_per_request`` at most in each."""
     return -(-int(samples) // max(1, int(n_per_request)))
+
+
+def held_in_memory(n: int) -> int:
+    """``n`` samples a request (a ``Samples`` setting), refused before anything is sent or written where the
+    ``WINDOW`` requests a run keeps in flight would hold more than half this machine's memory."""
+    held, total = WINDOW * n * SAMPLE_BYTES, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if held > total / 2:
+        raise ValueError(f"must fit in memory: {WINDOW} requests in flight of {n:,} samples would hold ≈ "
+                         f"{held / 1e9:,.0f} GB (~{SAMPLE_BYTES // 1000} KB a sample), more than half this machine's "
+                         f"{total / 1e9:.0f} GB (at most {total // 2 // (WINDOW * SAMPLE_BYTES):,} here), got {n}")
+    return n
+
+
+Samples = Annotated[int, Field(ge=1), AfterValidator(held_in_memory)]  # a setting's samples per request
 
 
 def estimate_tokens(text_chars: int) -> int:
@@ -43,6 +67,16 @@ def estimate_tokens(text_chars: int) -> int:
 def estimate_input_tokens(messages: Messages) -> int:
     """The estimated prompt tokens of one HTTP request: ~4 characters a token, + 4 per message, + 3."""
     return sum(estimate_tokens(len(c)) + 4 for _, c in messages) + 3
+
+
+def reported_tokens(usage: Any) -> tuple[int | None, int | None] | str:
+    """The (input, output) tokens a reply's ``usage`` reports, None for a count left out (both for 0 and 0: servers
+    that do not count send them), or a value that is not a count of tokens (an endpoint misreport)."""
+    keys = ("prompt_tokens", "completion_tokens")
+    got = [usage.get(k) if isinstance(usage, dict) else usage for k in keys]
+    got = [int(v) if isinstance(v, float) and v.is_integer() else v for v in got]
+    bad = [f"{k}={v!r}"[:60] for k, v in zip(keys, got) if v is not None and (type(v) is not int or v < 0)]
+    return bad[0] if bad else (None, None) if got == [0, 0] else (got[0], got[1])
 
 
 def input_bound(messages: Messages, response_format: dict | None = None) -> int:

@@ -24,6 +24,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from typing import Any
 
 from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused
+from .sizes import WINDOW
 from .usage import BudgetExceeded
 
 LLM_FAILURES = (LLMCallError, BudgetExceeded)
@@ -36,7 +37,7 @@ class _Driver:
         if on_error not in ("raise", "return"):
             raise ValueError(f"on_error must be 'raise' or 'return', got {on_error!r}")
         self.client, self.desc, self.total, self.on_error = client, desc, total, on_error
-        self.window = max(64, 4 * int(client.cfg.concurrency))
+        self.window = max(WINDOW, 4 * int(client.cfg.concurrency))
         self.queue: deque = deque()  # (item, request, its result or the future drawing it), in order
         self.shared: dict[ChatRequest, asyncio.Future] = {}  # request -> its future while in flight
         self.bar = Progress(total or 0, desc, enabled=client.cfg.progress, usage=client.usage)

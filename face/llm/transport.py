@@ -251,11 +251,9 @@ def completion_result(req: ChatRequest, data: dict, retries: int = 0, latency_s:
     if len(choices) != req.n:
         raise LLMCallError(f"endpoint returned {len(choices)} choices for n={req.n}; "
                            "set llm.n_per_request=1 for this backend", retries=retries)
-    usage = data.get("usage") or {}
     samples = [Completion(text=(ch.get("message") or {}).get("content") or "",
                           finish_reason=ch.get("finish_reason") or "",
                           logprobs=parse_logprobs(ch.get("logprobs")), sample_index=i)
                for i, ch in zip(req.indices, choices)]
-    return ChatResult(request=req, samples=samples, http_requests=1, retries=retries,
-                      input_tokens=int(usage.get("prompt_tokens") or 0),
-                      output_tokens=int(usage.get("completion_tokens") or 0), latency_s=latency_s)
+    return ChatResult(request=req, samples=samples, http_requests=1, retries=retries, usage=data.get("usage"),
+                      latency_s=latency_s)

@@ -6,12 +6,14 @@ only HTTP requests cost money. The units and their arithmetic are face/llm/sizes
 (drawn over HTTP), `http_requests`, tokens. `face.llm.budget` fills this in: per HTTP request (caps, cost,
 retries) and per request (records). Before an HTTP request is sent its true upper bound (`sizes.Bound`: the
 prompt's UTF-8 bytes + the chat template's overhead, `max_tokens` × n) is reserved (``reserve``); when it settles
-its cost is the tokens the endpoint reports (the estimate where it reports none) (``settle``). A report above the
-bound is an endpoint misreport: the run stops at once. ``note_scores`` adds what the scorer made of the answers.
+its cost is the tokens the endpoint reports (``sizes.reported_tokens``: integers >= 0; else the bound) (``settle``). An
+endpoint *misreport* -- usage not counts of tokens or above the bound, answers longer than the bound can hold --
+stops a run under llm.max_cost_usd at once, else is a warning. ``note_scores`` adds what the scorer made of the answers.
 """
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -21,15 +23,15 @@ from typing import Any
 from face.files import atomic_write_text
 from face.secrets import redact
 
-from .sizes import Bound, cost_usd, estimate_input_tokens, estimate_tokens
+from .sizes import MAX_BYTES_PER_TOKEN, Bound, cost_usd, estimate_input_tokens, estimate_tokens, reported_tokens
 
 __all__ = ["BudgetExceeded", "Piece", "RequestRecord", "Usage", "cost_usd", "estimate_input_tokens",
            "estimate_tokens"]
 
 
 class BudgetExceeded(RuntimeError):
-    """Raised before a request that would exceed llm.max_calls or llm.max_cost_usd, or after an endpoint reported
-    more tokens than a request can use (the cap could not hold against it).
+    """Raised before a request that would exceed llm.max_calls or llm.max_cost_usd, or after an endpoint misreport
+    under llm.max_cost_usd (the cap could not hold against it).
 
     ``render`` (optional) writes the message when it is read rather than when the stop happened: requests
     still in flight then settle first, so the spend it states is the one ``llm_usage.json`` records."""
@@ -160,9 +162,9 @@ class Usage:
     est_input_tokens: int = 0
     est_output_tokens: int = 0
     est_cost_usd: float = 0.0
-    unreported_usage: int = 0  # HTTP requests answered without token counts (their cost is the estimate)
-    misreports: int = 0  # HTTP requests whose reported tokens were above their bound
-    misreport: str | None = None  # the first of them, said once: every later request is refused
+    unreported_usage: int = 0  # HTTP requests answered without token counts (charged at their bound)
+    misreports: int = 0  # HTTP requests the endpoint misreported (usage not counts, above the bound, overlong text)
+    misreport: str | None = None  # the first of them, said once (under llm.max_cost_usd: every later one refused)
     http_latencies: Latencies = field(default_factory=Latencies)
     # () -> {"concurrency_limit", "concurrency_limit_reached", "max_in_flight", ...} (set by BudgetLM)
     concurrency: Any = field(default=None, repr=False, compare=False)
@@ -192,7 +194,7 @@ class Usage:
         if self.dry_run:
             self.dry_run_requests += 1
         else:
-            if self.misreport is not None:
+            if self.misreport is not None and self.max_cost_usd is not None:
                 raise self._stop(self.misreport, piece.tag)
             worst = self.worst_case(piece)
             if self.max_calls is not None and self.http_requests + 1 > self.max_calls:
@@ -211,35 +213,44 @@ class Usage:
                                       self.price_output_per_mtok)
         return worst
 
-    def settle(self, piece: Piece, reserved: float, input_tokens: int, output_tokens: int, latency_s: float,
-               output_estimate: int = 0) -> tuple[int, int, float]:
-        """A request finished: replace its reservation with its cost, from the tokens the endpoint reports; where
-        it reports none, the estimate (the input's; ``output_estimate`` for the output, ~4 characters a token of
-        the answers; neither above the bound). Returns (input tokens, output tokens, cost) as counted. A report
-        above the request's bound is recorded as reported, then stops the run (BudgetExceeded)."""
+    def settle(self, piece: Piece, reserved: float, reported: Any, answer_bytes: int, latency_s: float,
+               into: Any = None) -> tuple[int, int, float]:
+        """A request finished: replace its reservation with its cost, from the tokens the endpoint reports
+        (``reported``: the reply's ``usage``; a count left out, or not a count, is charged at the request's bound).
+        Returns (input tokens, output tokens, cost), also set on ``into`` (a result or a record) before a stop."""
         self._give_back(reserved)
-        b = piece.bound
-        if input_tokens <= 0 and output_tokens <= 0:
-            self.unreported_usage += 1
-            input_tokens = min(piece.est_input_tokens, b.input_tokens)
-            output_tokens = min(output_estimate, b.output_tokens)
-        c = cost_usd(input_tokens, output_tokens, self.price_input_per_mtok, self.price_output_per_mtok)
+        b, got = piece.bound, reported_tokens(reported)
+        tin, tout = (None, None) if isinstance(got, str) else got
+        self.unreported_usage += tin is None or tout is None
+        tin, tout = b.input_tokens if tin is None else tin, b.output_tokens if tout is None else tout
+        c = cost_usd(tin, tout, self.price_input_per_mtok, self.price_output_per_mtok)
         self.spent_usd += c
-        self.input_tokens += input_tokens
-        self.output_tokens += output_tokens
+        self.input_tokens += tin
+        self.output_tokens += tout
         self.http_latencies.append(latency_s)
-        if input_tokens > b.input_tokens or output_tokens > b.output_tokens:
-            self._misreported(piece, input_tokens, output_tokens, c)
-        return input_tokens, output_tokens, c
+        if into is not None:
+            into.input_tokens, into.output_tokens, into.cost_usd = tin, tout, c
+        bound = b.explain(piece.max_tokens, piece.n)
+        if isinstance(got, str):
+            self._misreported(piece, f"usage {got}, not a count of tokens (charged its bound of {bound})", c)
+        elif tin > b.input_tokens or tout > b.output_tokens:
+            self._misreported(piece, f"{tin} input and {tout} output tokens, above its bound of {bound} "
+                                     "(recorded as reported)", c)
+        elif answer_bytes > MAX_BYTES_PER_TOKEN * b.output_tokens:
+            self._misreported(piece, f"{answer_bytes} bytes of answers, more than {MAX_BYTES_PER_TOKEN} bytes a "
+                                     f"token of its bound of {bound}: the endpoint ignores max_tokens", c)
+        return tin, tout, c
 
-    def _misreported(self, piece: Piece, input_tokens: int, output_tokens: int, cost: float) -> None:
+    def _misreported(self, piece: Piece, what: str, cost: float) -> None:
+        """Counted; the first said once: under llm.max_cost_usd a stop (every later request refused), else a warning."""
         self.misreports += 1
         if self.misreport is None:
-            self.misreport = (f"endpoint misreport: a request was answered with {input_tokens} input and "
-                              f"{output_tokens} output tokens (${cost:.6f}), above its bound of "
-                              f"{piece.bound.explain(piece.max_tokens, piece.n)}; no cap can hold against an "
-                              "endpoint that reports more tokens than a request can use (recorded as reported)")
-        raise self._stop(self.misreport, piece.tag)
+            self.misreport = (f"endpoint misreport: a request was answered with {what} (${cost:.6f}); no cap can "
+                              "hold against an endpoint that misreports what its requests use")
+            if self.max_cost_usd is None:
+                logging.getLogger("face.llm").warning("%s -- without llm.max_cost_usd the run goes on", self.misreport)
+        if self.max_cost_usd is not None:
+            raise self._stop(self.misreport, piece.tag)
 
     def release(self, reserved: float) -> None:
         """A request failed for good: drop its reservation."""

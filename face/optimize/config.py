@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import Field, model_validator
 
+from face.llm.sizes import Samples
 from face.settings import Number, nested, settings
 
 Reward = Literal["spearman", "pearson", "kendall"]  # the names of face.coefficients (tests hold them equal)
@@ -43,8 +44,8 @@ class OptimizerConfig:
     """The loop of the paper (their values as defaults): beam b, α gradients, β rewrites per gradient, UCB c."""
 
     name: str = "paper"
-    alpha: int = Field(default=4, ge=1)  # textual gradients per beam instruction
-    beta: int = Field(default=4, ge=1)  # rewrites per gradient
+    alpha: Samples = 4  # textual gradients per beam instruction
+    beta: Samples = 4  # rewrites per gradient
     beam: int = Field(default=4, ge=1)  # instructions kept per round
     ucb_c: Number = Field(default=1.0, ge=0)  # UCB exploration constant
     rounds: int = Field(default=3, ge=1)

@@ -24,6 +24,7 @@ from pydantic import Field, field_validator
 
 from face.data.schema import DIALOGUE_ACTS, NO_FEEDBACK, USER, Conversation, Particle, Turn, TurnParticles
 from face.llm.base import Draws
+from face.llm.sizes import Samples
 from face.prompts import render
 from face.settings import Number, nested, settings
 
@@ -49,7 +50,7 @@ class ParticlesSpec:
     """How particles are obtained: decomposed by the LLM (k samples, plurality vote) or the released ones."""
 
     source: str = "llm"  # llm (our decomposition) | released (the authors' particles, CRSArena only) | module.Class
-    k: int = Field(default=20, ge=1)  # decomposition samples per turn (plurality vote)
+    k: Samples = 20  # decomposition samples per turn (plurality vote)
     reasoning: bool = True  # four reasoning steps before the JSON list (the authors) | JSON only (ours)
     draws: Annotated[ParticleDraws, nested(ParticleDraws)] = Field(default_factory=ParticleDraws)
     temperature: Number | None = Field(default=0.6, ge=0, le=2)  # the authors: 0.6

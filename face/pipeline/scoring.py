@@ -29,6 +29,7 @@ from pydantic import Field, field_validator, model_validator
 
 from face.data.schema import Conversation, Instruction
 from face.llm.base import Draws
+from face.llm.sizes import Samples
 from face.pipeline.estimators import (
     ESTIMATORS,
     Estimator,
@@ -77,7 +78,7 @@ class ScoringSpec:
     """How a unit is scored under one instruction (``method.scoring``)."""
 
     estimator: str = "sampling"  # sampling (n samples, mean) | logprobs (one call, probability-weighted) | module.Class
-    n: int = Field(default=5, ge=1)  # samples per unit × instruction (sampling; the authors: 5)
+    n: Samples = 5  # samples per unit × instruction (sampling; the authors: 5)
     temperature: Number | None = Field(default=0.6, ge=0, le=2)  # the authors: 0.6
     max_tokens: int | None = Field(default=None, ge=1)  # None: 768 with reasoning (the authors), 16 without
     top_logprobs: int = Field(default=5, ge=0, le=20)

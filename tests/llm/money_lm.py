@@ -24,6 +24,11 @@ def piece(n: int = 5) -> Piece:
     return Piece.of("t", MSGS, 10, n, None)
 
 
+def reported(tin, tout) -> dict:
+    """A reply's ``usage`` reporting these tokens."""
+    return {"prompt_tokens": tin, "completion_tokens": tout, "total_tokens": 0}
+
+
 def usage(**kw) -> Usage:
     return Usage(price_input_per_mtok=PRICE_IN, price_output_per_mtok=PRICE_OUT, **kw)
 
@@ -35,9 +40,11 @@ def cfg(**kw) -> SimpleNamespace:
 
 
 class Scripted:
-    """An inner layer answering sample i with ``texts[i]`` ("ok" by default); it remembers what it was asked."""
+    """An inner layer answering sample i with ``texts[i]`` ("ok" by default), reporting ``tokens`` (None: no usage);
+    it remembers what it was asked."""
 
-    def __init__(self, texts: dict[int, str] | None = None, tokens: tuple[int, int] = (0, 0), dry_run: bool = False):
+    def __init__(self, texts: dict[int, str] | None = None, tokens: tuple[int, int] | None = None,
+                 dry_run: bool = False):
         self.texts, self.tokens, self.dry_run = texts or {}, tokens, dry_run
         self.asked: list[tuple[int, int]] = []
 
@@ -45,8 +52,8 @@ class Scripted:
         self.asked.append((req.first_sample, req.n))
         samples = [Completion(self.texts.get(i, "ok"), "stop", sample_index=i, dry_run=self.dry_run)
                    for i in req.indices]
-        return ChatResult(request=req, samples=samples, http_requests=1, input_tokens=self.tokens[0],
-                          output_tokens=self.tokens[1])
+        return ChatResult(request=req, samples=samples, http_requests=1,
+                          usage=None if self.tokens is None else reported(*self.tokens))
 
 
 class Answer:

@@ -142,7 +142,7 @@ def test_usage_holds_a_bounded_part_of_the_requests_and_exact_totals(tmp_path):
                             input_tokens=10, output_tokens=2, error="boom" if failed else None))
     piece = Piece("t", 1, 1, 0, Bound(0, 0))
     for i in range(LATENCY_SAMPLE * 3):
-        u.settle(piece, 0.0, 0, 0, latency_s=(i % 100) / 100)
+        u.settle(piece, 0.0, None, 0, latency_s=(i % 100) / 100)
     s = u.summary()
     assert s["requests"] == n and s["by_tag"]["score"]["requests"] == n // 2
     assert s["by_tag"]["decompose"]["requests"] == n // 2

@@ -6,10 +6,11 @@ million tokens (tests/llm/money_lm.py)."""
 from __future__ import annotations
 
 import pytest
-from money_lm import MSGS, PRICE_IN, PRICE_OUT, WORST, Scripted, approx, cfg, piece, run, usage
+from money_lm import MSGS, PRICE_IN, PRICE_OUT, WORST, Scripted, approx, cfg, piece, reported, run, usage
 
 from face.llm.base import ChatRequest, ChatResult
 from face.llm.budget import AccountingLM, BudgetLM, record_of
+from face.llm.sizes import reported_tokens
 from face.llm.usage import BudgetExceeded, Piece, RequestRecord
 
 # ---------------------------------------------------------------- usage: bounds, caps, reservations
@@ -62,20 +63,27 @@ def test_dry_run_counts_the_estimate_for_every_sample_and_sends_nothing():
 def test_settle_charges_the_reported_tokens_not_the_reservation():
     u = usage()
     r = u.reserve(piece())
-    assert u.settle(piece(), r, 30, 40, 0.1) == (30, 40, approx(30e-6 + 160e-6))
+    assert u.settle(piece(), r, reported(30, 40), 2, 0.1) == (30, 40, approx(30e-6 + 160e-6))
     assert u.spent_usd == approx(30e-6 + 160e-6)
     assert (u.input_tokens, u.output_tokens, u.reserved_usd, u.requests_in_flight) == (30, 40, 0.0, 0)
     assert u.unreported_usage == 0
 
 
-def test_settle_without_a_report_charges_the_estimate_capped_by_the_bound():
+@pytest.mark.parametrize("report", [None, {}, reported(0, 0), {"prompt_tokens": None, "completion_tokens": None}],
+                         ids=["no_usage", "empty", "zeros", "nulls"])
+def test_settle_without_a_report_charges_the_bound(report):
+    u = usage(max_cost_usd=1.0)
+    r = u.reserve(piece())
+    # the bound: 38 input tokens, max_tokens 10 × n 5 output tokens -- not the ~4-characters estimate (8 and 1)
+    assert u.settle(piece(), r, report, 2, 0.1) == (38, 50, approx(WORST))
+    assert (u.unreported_usage, u.misreports) == (1, 0)
+
+
+def test_a_count_left_out_is_charged_at_its_side_of_the_bound():
     u = usage()
-    r = u.reserve(piece())
-    # input: the estimate 8 (below the bound 38); output: the estimate 70 capped by the bound 50
-    assert u.settle(piece(), r, 0, 0, 0.1, output_estimate=70) == (8, 50, approx(8e-6 + 200e-6))
-    assert u.unreported_usage == 1
-    r = u.reserve(piece())
-    assert u.settle(piece(), r, 0, 0, 0.1) == (8, 0, approx(8e-6))  # no answer text given: no output tokens
+    assert u.settle(piece(), u.reserve(piece()), {"prompt_tokens": 30}, 2, 0.1) == (30, 50, approx(30e-6 + 200e-6))
+    assert u.settle(piece(), u.reserve(piece()), {"completion_tokens": 7}, 2, 0.1) == (38, 7, approx(38e-6 + 28e-6))
+    assert u.unreported_usage == 2
 
 
 @pytest.mark.parametrize("tokens", [(0, 40), (0, 1), (1, 0)])
@@ -83,21 +91,78 @@ def test_a_report_of_one_side_alone_is_a_report(tokens):
     u = usage()
     r = u.reserve(piece())
     cost = tokens[0] * PRICE_IN / 1e6 + tokens[1] * PRICE_OUT / 1e6
-    assert u.settle(piece(), r, *tokens, 0.1, output_estimate=3) == (*tokens, approx(cost))
+    assert u.settle(piece(), r, reported(*tokens), 3, 0.1) == (*tokens, approx(cost))
     assert u.unreported_usage == 0
 
 
-@pytest.mark.parametrize("tokens", [(38, 51), (39, 50)], ids=["output", "input"])
-def test_a_report_above_the_bound_stops_the_run(tokens):
-    u = usage()
+@pytest.mark.parametrize("usage_reported, tokens", [
+    (reported(30, 40), (30, 40)), (reported(30.0, 40.0), (30, 40)), (reported(0, 5), (0, 5)),
+    (None, (None, None)), (reported(0, 0), (None, None)), ({"completion_tokens": 3}, (None, 3)),
+    (reported(-1_000_000, 5), "prompt_tokens=-1000000"), (reported(5, float("nan")), "completion_tokens=nan"),
+    (reported(float("inf"), 5), "prompt_tokens=inf"), (reported("12", 5), "prompt_tokens='12'"),
+    (reported(5, 2.5), "completion_tokens=2.5"), (reported(True, 5), "prompt_tokens=True"),
+    (reported(5, [3]), "completion_tokens=[3]"), ("lots", "prompt_tokens='lots'")])
+def test_usage_is_read_as_finite_non_negative_integers_or_a_misreport(usage_reported, tokens):
+    assert reported_tokens(usage_reported) == tokens
+
+
+BAD_USAGE = {"negative": reported(-1_000_000, 5), "nan": reported(5, float("nan")), "inf": reported(float("inf"), 5),
+             "string": reported("12", "3"), "fraction": reported(5, 2.5), "bool": reported(True, 5)}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_USAGE))
+def test_usage_that_is_not_a_count_stops_a_capped_run_and_is_charged_the_bound(case):
+    u = usage(max_cost_usd=1.0)
     r = u.reserve(piece())
-    assert u.settle(piece(), r, 38, 50, 0.1) == (38, 50, approx(WORST))  # at the bound: fine
-    r = u.reserve(piece())
+    with pytest.raises(BudgetExceeded, match=r"endpoint misreport: a request was answered with usage .* not a count"):
+        u.settle(piece(), r, BAD_USAGE[case], 2, 0.1)
+    # neither taken as spend (a negative one gave money back) nor a crash (NaN): its bound
+    assert (u.input_tokens, u.output_tokens, u.spent_usd, u.misreports) == (38, 50, approx(WORST), 1)
     with pytest.raises(BudgetExceeded, match="endpoint misreport"):
-        u.settle(piece(), r, *tokens, 0.1)
+        u.reserve(piece())  # nothing more is sent
+
+
+@pytest.mark.parametrize("tokens", [(38, 51), (39, 50)], ids=["output", "input"])
+def test_a_report_above_the_bound_stops_a_capped_run_charged_as_reported(tokens):
+    u = usage(max_cost_usd=1.0)
+    r = u.reserve(piece())
+    assert u.settle(piece(), r, reported(38, 50), 2, 0.1) == (38, 50, approx(WORST))  # at the bound: fine
+    r = u.reserve(piece())
+    with pytest.raises(BudgetExceeded, match=r"endpoint misreport: .* above its bound .*\(recorded as reported\)"):
+        u.settle(piece(), r, reported(*tokens), 2, 0.1)
+    # what was reported, not the bound (38 and 50): the docs say "recorded as reported"
+    assert (u.input_tokens, u.output_tokens) == (38 + tokens[0], 50 + tokens[1])
+    assert u.spent_usd == approx(WORST + tokens[0] * PRICE_IN / 1e6 + tokens[1] * PRICE_OUT / 1e6)
     assert u.misreports == 1
     with pytest.raises(BudgetExceeded, match=r"^LLM budget exceeded: endpoint misreport: .*\(tag='t'\)"):
         u.reserve(piece())
+
+
+def test_answers_longer_than_the_output_bound_can_hold_are_a_misreport():
+    # the output bound: 50 tokens; 16 bytes a token of it: 800 bytes ("é" is 2 bytes)
+    u = usage(max_cost_usd=1.0)
+    assert u.settle(piece(), u.reserve(piece()), None, 800, 0.1) == (38, 50, approx(WORST))
+    assert u.settle(piece(), u.reserve(piece()), reported(3, 4), 800, 0.1) == (3, 4, approx(3e-6 + 16e-6))
+    with pytest.raises(BudgetExceeded, match=r"801 bytes of answers, more than 16 bytes a token .* ignores max_tokens"):
+        u.settle(piece(), u.reserve(piece()), reported(3, 4), 801, 0.1)
+    inner = Scripted({0: "é" * 400, 1: "x"}, tokens=(3, 4))  # 801 bytes, for 2 × 10 = 20 tokens: 320 bytes at most
+    with pytest.raises(BudgetExceeded, match="801 bytes of answers"):
+        run(BudgetLM(inner, cfg(n_per_request=2), usage(max_cost_usd=1.0)).chat(ChatRequest(MSGS, n=2, max_tokens=10)))
+
+
+@pytest.mark.parametrize("caps", [{}, {"max_calls": 100}], ids=["no_cap", "max_calls_only"])
+def test_without_a_cost_cap_a_misreport_is_a_warning_said_once_and_recorded(caps, caplog, tmp_path):
+    import json
+
+    u = usage(**caps)
+    with caplog.at_level("WARNING", "face.llm"):
+        for bad in (reported(-5, 1), reported(5, float("nan")), reported(99, 99)):
+            assert u.settle(piece(), u.reserve(piece()), bad, 2, 0.1)  # no stop
+        u.reserve(piece())  # nor later: there is no spend cap to protect
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "endpoint misreport" in line and "prompt_tokens=-5" in line and "without llm.max_cost_usd" in line
+    doc = json.loads(u.write_artifact(tmp_path / "llm_usage.json").read_text())
+    assert doc["totals"]["misreported_requests"] == 3 and "prompt_tokens=-5" in doc["misreport"]
 
 
 def test_reservations_given_back_leave_exactly_nothing_reserved():
@@ -132,7 +197,7 @@ def test_records_add_up_per_tag_and_budget_stops_apart_from_failures():
 def test_summary_reports_the_running_totals():
     u = usage()
     r = u.reserve(piece())
-    u.settle(piece(), r, 30, 40, 2.0)
+    u.settle(piece(), r, reported(30, 40), 0, 2.0)
     u.note_scores("s", defaulted=3, logprob_fallbacks=1)
     s = u.summary()
     assert (s["requests"], s["samples"], s["http_requests"], s["input_tokens"], s["output_tokens"]) == (0, 5, 1, 30, 40)
@@ -202,7 +267,7 @@ def test_request_records_are_kept_up_to_the_limit_and_every_failed_one(monkeypat
 def test_latency_summary_is_mean_quantiles_and_max_of_the_http_requests():
     u = usage()
     for latency in (1.0, 3.0):
-        u.settle(piece(), u.reserve(piece()), 1, 1, latency)
+        u.settle(piece(), u.reserve(piece()), reported(1, 1), 0, latency)
     s = u.summary()
     assert u.unreported_usage == 0  # 1 input and 1 output token: reported
     # p95 of [1, 3]: 1 + (3 - 1) × 0.95
@@ -215,11 +280,11 @@ def test_a_usage_without_requests_has_zero_latencies():
     assert (s["latency_mean_s"], s["latency_p50_s"], s["latency_p95_s"], s["latency_max_s"]) == (0.0, 0.0, 0.0, 0.0)
 
 
-def test_an_unreported_answer_is_charged_at_four_characters_a_token_of_its_text():
-    inner, u = Scripted({0: "abcdefgh", 1: "abcd"}), usage()  # 2 + 1 output tokens; the prompt's estimate: 8
+def test_an_unreported_answer_is_charged_its_bound_whatever_its_text():
+    inner, u = Scripted({0: "abcdefgh", 1: "abcd"}), usage()  # ~3 output tokens by the ~4-characters estimate
     res = run(BudgetLM(inner, cfg(), u).chat(ChatRequest(MSGS, n=2, max_tokens=10)))
-    assert (res.input_tokens, res.output_tokens, u.unreported_usage) == (8, 3, 1)
-    assert res.cost_usd == approx(8 * PRICE_IN / 1e6 + 3 * PRICE_OUT / 1e6)
+    assert (res.input_tokens, res.output_tokens, u.unreported_usage) == (38, 20, 1)  # 38 bytes + overheads; 10 × 2
+    assert res.cost_usd == approx(38 * PRICE_IN / 1e6 + 20 * PRICE_OUT / 1e6)
 
 
 def test_a_failed_request_gives_its_reservation_back_and_counts_its_retries():
