@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))
+pytest_plugins = ["scripted_face"]  # the fixtures of the pipeline's parts against the scripted server
 PROJECT_CACHE = ROOT / "data" / "cache"  # the LLM cache of the project's own runs (the README's tour fills it)
 
 
@@ -173,7 +174,7 @@ OPTIMIZER_SWEEP = ["experiment=optimize_instructions", "aspects=[relevance]", "d
 def optimizer_sweep(tmp_path_factory, mirror, mlflow_store):
     """``scripts/run.py -m`` OPTIMIZER_SWEEP from the repository (its cli() in this process: ``helpers.run_script``)
     into a copy of the empty MLflow store, run once per session -- by the first xdist worker that asks, the other
-    waits on a lock and reads the same directory -- for the tests that read what it left (test_optimize: the runs
+    waits on a lock and reads the same directory -- for the tests that read what it left (test_optimize_runs: the runs
     and the sweep report; test_prompt_registry: the prompts). ``.uri`` its store, ``.sweep`` its sweep dir,
     ``.code`` / ``.out`` / ``.err`` the exit code and output, ``.git_before`` / ``.git_after`` ``git status
     --porcelain`` of the repository around it."""
