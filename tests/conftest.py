@@ -8,8 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import run_paths
-from hydra import compose, initialize_config_dir
+from helpers import make_cfg, run_paths
 from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,13 +79,6 @@ def data_dir(mirror: Path, tmp_path_factory) -> Path:
     return d
 
 
-def make_cfg(tmp_path: Path, data_dir: Path, overrides: list[str], tracking: bool = True) -> DictConfig:
-    """Compose the real Hydra config with every output redirected into ``tmp_path`` (for a test that reads the
-    configuration; a run goes through ``run_experiment``)."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=run_paths(tmp_path, data_dir, tracking) + overrides)
-
-
 @pytest.fixture(scope="session")
 def mlflow_store(tmp_path_factory) -> Path:
     """An empty MLflow SQLite store, made once per session: creating one runs MLflow's ~50 schema migrations
@@ -149,13 +141,14 @@ def evaluated_chat_logs(tmp_path_factory) -> Path:
     import contextlib
     import io
 
-    from test_cli import CHAT, _evaluate, _jsonl
+    from helpers import evaluate
+    from test_cli import CHAT
 
     def build(tmp: Path) -> None:
         out, err = io.StringIO(), io.StringIO()
         with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             mp.delenv("FACE_PROGRESS", raising=False)  # captured output: whether bars are drawn is the run's call
-            code = _evaluate(tmp, _jsonl(tmp, CHAT))
+            code = evaluate(tmp, CHAT, aspects="relevance,dialogue_overall")
         (tmp / "stdout.txt").write_text(out.getvalue(), encoding="utf-8")
         (tmp / "stderr.txt").write_text(err.getvalue(), encoding="utf-8")
         assert code == 0, err.getvalue()[-2000:]
