@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from helpers import approx  # noqa: F401 (the money tests of this layer import it from here)
+
 from face.llm.base import ChatRequest, ChatResult, Completion, Provisional
 from face.llm.usage import Piece, Usage
 

@@ -6,8 +6,7 @@ million tokens (tests/llm/money_lm.py)."""
 from __future__ import annotations
 
 import pytest
-from helpers import approx
-from money_lm import MSGS, PRICE_IN, PRICE_OUT, WORST, Scripted, cfg, piece, run, usage
+from money_lm import MSGS, PRICE_IN, PRICE_OUT, WORST, Scripted, approx, cfg, piece, run, usage
 
 from face.llm.base import ChatRequest, ChatResult
 from face.llm.budget import AccountingLM, BudgetLM, record_of
