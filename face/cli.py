@@ -162,7 +162,8 @@ def _confirm(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))
+    if (ROOT / "conf").is_dir():  # a checkout; installed from a wheel: the working directory (conf/paths)
+        os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))
     args = _parser().parse_args(argv)
     if args.command == "evaluate":
         return evaluate(args)

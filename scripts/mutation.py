@@ -40,15 +40,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 # module -> (the functions mutated, or None for all; the test files that are its own)
+LIVE_PIPELINE = ("tests/test_decomposition.py", "tests/test_scoring.py", "tests/test_scoring_plan.py",
+                 "tests/test_live_experiments.py")  # the parts of the live pipeline and its experiments
 TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "pipeline/aggregate": (None, ("tests/test_aggregate.py",)),
     "metaeval": (None, ("tests/test_metaeval.py",)),
     "significance": (None, ("tests/test_significance.py",)),
     "runfile": (None, ("tests/test_runfile.py",)),
     "pipeline/estimators": (("score_value", "reasoned_value", "reasoned_expectation", "_mean", "SamplingEstimator",
-                             "LogprobsEstimator"), ("tests/test_money_records.py", "tests/test_live_pipeline.py",
+                             "LogprobsEstimator"), ("tests/test_money_records.py", *LIVE_PIPELINE,
                                                     "tests/test_fidelity.py")),
-    "pipeline/scoring": (None, ("tests/test_live_pipeline.py", "tests/test_fidelity.py", "tests/test_streaming.py")),
+    "pipeline/scoring": (None, (*LIVE_PIPELINE, "tests/test_fidelity.py", "tests/test_streaming.py")),
     # the money and bookkeeping paths (+ hand-written semantic mutants: scripts/mutants_semantic.py)
     "llm/sizes": (None, ("tests/test_money_estimate.py", "tests/llm/test_budget.py")),
     "pipeline/estimate": (None, ("tests/test_money_estimate.py",)),

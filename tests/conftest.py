@@ -8,12 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import run_paths
-from hydra import compose, initialize_config_dir
+from helpers import make_cfg, run_paths
 from omegaconf import DictConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))
+pytest_plugins = ["scripted_face"]  # the fixtures of the pipeline's parts against the scripted server
 PROJECT_CACHE = ROOT / "data" / "cache"  # the LLM cache of the project's own runs (the README's tour fills it)
 
 
@@ -79,13 +79,6 @@ def data_dir(mirror: Path, tmp_path_factory) -> Path:
     return d
 
 
-def make_cfg(tmp_path: Path, data_dir: Path, overrides: list[str], tracking: bool = True) -> DictConfig:
-    """Compose the real Hydra config with every output redirected into ``tmp_path`` (for a test that reads the
-    configuration; a run goes through ``run_experiment``)."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=run_paths(tmp_path, data_dir, tracking) + overrides)
-
-
 @pytest.fixture(scope="session")
 def mlflow_store(tmp_path_factory) -> Path:
     """An empty MLflow SQLite store, made once per session: creating one runs MLflow's ~50 schema migrations
@@ -148,13 +141,14 @@ def evaluated_chat_logs(tmp_path_factory) -> Path:
     import contextlib
     import io
 
-    from test_cli import CHAT, _evaluate, _jsonl
+    from helpers import evaluate
+    from test_cli import CHAT
 
     def build(tmp: Path) -> None:
         out, err = io.StringIO(), io.StringIO()
         with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             mp.delenv("FACE_PROGRESS", raising=False)  # captured output: whether bars are drawn is the run's call
-            code = _evaluate(tmp, _jsonl(tmp, CHAT))
+            code = evaluate(tmp, CHAT, aspects="relevance,dialogue_overall")
         (tmp / "stdout.txt").write_text(out.getvalue(), encoding="utf-8")
         (tmp / "stderr.txt").write_text(err.getvalue(), encoding="utf-8")
         assert code == 0, err.getvalue()[-2000:]
@@ -173,7 +167,7 @@ OPTIMIZER_SWEEP = ["experiment=optimize_instructions", "aspects=[relevance]", "d
 def optimizer_sweep(tmp_path_factory, mirror, mlflow_store):
     """``scripts/run.py -m`` OPTIMIZER_SWEEP from the repository (its cli() in this process: ``helpers.run_script``)
     into a copy of the empty MLflow store, run once per session -- by the first xdist worker that asks, the other
-    waits on a lock and reads the same directory -- for the tests that read what it left (test_optimize: the runs
+    waits on a lock and reads the same directory -- for the tests that read what it left (test_optimize_runs: the runs
     and the sweep report; test_prompt_registry: the prompts). ``.uri`` its store, ``.sweep`` its sweep dir,
     ``.code`` / ``.out`` / ``.err`` the exit code and output, ``.git_before`` / ``.git_after`` ``git status
     --porcelain`` of the repository around it."""

@@ -1,7 +1,7 @@
 """What the test files share, defined once (the fixtures built on it are in ``conftest.py``): chat logs written for
-``face evaluate``, its command line, hand-built LLM configurations and chat requests, and a run through the one
-front door (``face.runner.run``: composed, every setting and the credentials checked, outputs claimed, logs
-redacted -- as every entry point runs)."""
+``face evaluate``, its command line and a run of it, money compared to the 9th digit, a composed configuration,
+hand-built LLM configurations and chat requests, and a run through the one front door (``face.runner.run``:
+composed, every setting and the credentials checked, outputs claimed, logs redacted -- as every entry point runs)."""
 
 from __future__ import annotations
 
@@ -48,11 +48,30 @@ def evaluate_argv(logs: Path, out: Path | str | None, *extra: str, aspects: str 
             *(["--set", "run_size=tiny"] if tiny else []), *extra]
 
 
-def evaluate(logs: Path, out: Path | None, *extra: str, **kw: Any) -> int:
-    """``face evaluate`` in this process: its exit code."""
+def evaluate(tmp: Path, logs: Path | list[dict], *extra: str, **kw: Any) -> int:
+    """``face evaluate`` in this process on ``logs`` (a file, or conversations written to ``tmp/logs.jsonl``), its
+    output in ``tmp/out`` and its LLM cache in ``tmp/cache``: its exit code."""
     from face.cli import main
 
-    return main(evaluate_argv(logs, out, *extra, **kw))
+    if not isinstance(logs, Path):
+        logs = write_logs(tmp / "logs.jsonl", logs)
+    return main(evaluate_argv(logs, tmp / "out", *extra, cache_dir=tmp / "cache", **kw))
+
+
+def approx(x: float):
+    """Money to the 9th significant digit (pytest's default 1e-6 would let a price per 1,000,001 tokens pass)."""
+    import pytest
+
+    return pytest.approx(x, rel=1e-9, abs=0)
+
+
+def make_cfg(tmp_path: Path, data_dir: Path, overrides: list[str], tracking: bool = True):
+    """Compose the real Hydra config with every output redirected into ``tmp_path`` (for a test that reads the
+    configuration; a run goes through ``run_experiment``)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=run_paths(tmp_path, data_dir, tracking) + overrides)
 
 
 def llm_config(tmp_path: Path | None = None, *, server: Any = None, base_url: str | None = None, **kw: Any):

@@ -109,6 +109,16 @@ def run(entry: str, argv: list[str], tmp: Path, monkeypatch, watch: tuple[Path, 
                    [p for p in changed(before, snapshot(*roots)) if not p.startswith(str(tmp))])
 
 
+def entry_argv(entry: str, tmp: Path, *settings: str, logs: Path | None = None, llm: str = "fake") -> list[str]:
+    """A case's command line for ``run``: ``face evaluate LOGS`` with the LLM ``llm``, its output in ``tmp/out``,
+    nobody asked, each setting a ``--set``; or ``scripts/run.py``'s crsarena_main with ``llm=LLM`` and the settings
+    as its overrides."""
+    if entry == "face":
+        return ["evaluate", str(logs), "--llm", llm, "--out", str(tmp / "out"), "--yes",
+                *(x for s in settings for x in ("--set", s))]
+    return ["experiment=crsarena_main", f"llm={llm}", *settings]
+
+
 # capabilities that let root read, write and chmod past a file's mode bits (linux/capability.h)
 _DAC_CAPS = {"CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3}
 _PR_CAPBSET_DROP = 24

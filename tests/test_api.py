@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import write_logs
 from scipy import stats
 from test_cli import CHAT as CLI_CHAT
 
@@ -32,8 +33,7 @@ def _paths(tmp: Path, data_dir: Path) -> dict:
 
 
 def _jsonl(path: Path, convs=CHAT) -> Path:
-    path.write_text("\n".join(json.dumps(c) for c in convs) + "\n", encoding="utf-8")
-    return path
+    return write_logs(path, convs)
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ def _jsonl(tmp_path: Path, convs, name="logs.jsonl") -> Path:
 
 
 def _evaluate(tmp_path, logs, *extra):
-    return evaluate(logs, tmp_path / "out", *extra, aspects="relevance,dialogue_overall", cache_dir=tmp_path / "cache")
+    return evaluate(tmp_path, logs, *extra, aspects="relevance,dialogue_overall")
 
 
 def test_evaluate_chat_logs_writes_the_run_file_and_a_report_with_every_conversation_and_particle(

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import evaluate, write_logs
+from helpers import evaluate
 
 from face.console import progress_on
 
@@ -33,7 +33,7 @@ class FakeTerminal(io.StringIO):
 
 
 def _evaluate(tmp_path: Path, *extra: str) -> int:
-    return evaluate(write_logs(tmp_path / "logs.jsonl", TWO), tmp_path / "out", *extra, cache_dir=tmp_path / "cache")
+    return evaluate(tmp_path, TWO, *extra)
 
 
 def _block(out: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pandas as pd
-from helpers import evaluate, write_logs
+from helpers import evaluate
 
 from face.data.schema import Conversation, Turn
 from face.datasets.crsarena import ASPECTS
@@ -21,8 +21,7 @@ THREE = [{"id": f"c{i}", "system": f"crs-{i}", "messages": [
 
 
 def _evaluate(tmp_path, *extra):
-    return evaluate(write_logs(tmp_path / "logs.jsonl", THREE), tmp_path / "out", *extra,
-                    aspects="relevance,dialogue_overall", cache_dir=tmp_path / "cache")
+    return evaluate(tmp_path, THREE, *extra, aspects="relevance,dialogue_overall")
 
 
 def test_evaluate_prints_the_estimate_once_without_a_dry_run_banner(evaluated_chat_logs_console):

@@ -51,7 +51,7 @@ def test_live_run_through_20_percent_faults_gives_the_same_run_file(cfg_factory,
 _KILLED_RUN = """
 import importlib, sys
 sys.path[:0] = [{root!r}, {root!r} + "/tests"]  # the conftest imports helpers as the test session does
-from tests.conftest import make_cfg
+from helpers import make_cfg
 from pathlib import Path
 cfg = make_cfg(Path({tmp!r}), Path({data!r}), {overrides!r})
 importlib.import_module(cfg.runner).run(cfg)
@@ -78,7 +78,7 @@ def test_kill_9_mid_run_then_rerun_resends_at_most_the_requests_in_flight(data_d
         first = {e["hash"] for e in srv.log}
         assert proc.returncode == -signal.SIGKILL and len(first) >= 30, proc.stderr.read().decode()[-2000:]
         srv.reset_log()
-        from tests.conftest import make_cfg
+        from helpers import make_cfg
 
         cfg = make_cfg(tmp_path, data_dir, overrides)
         importlib.import_module(cfg.runner).run(cfg)

@@ -17,6 +17,7 @@ from face.testing.scripted import ScriptedServer
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from helpers import write_logs
 from reliability import refused, run
 
 CHAT = [{"id": "c1", "system": "crs-a", "messages": [
@@ -26,9 +27,7 @@ TINY = {"run_size": "tiny", "dataset.limit": 1, "metaeval.n_boot": 0}
 
 
 def _jsonl(path: Path, convs=CHAT) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(c) + "\n" for c in convs), encoding="utf-8")
-    return path
+    return write_logs(path, convs)
 
 
 def _victim(d: Path) -> dict[Path, bytes]:

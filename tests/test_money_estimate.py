@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from helpers import approx
 
 from face.data.schema import Instruction
 from face.llm import sizes
@@ -19,11 +20,6 @@ from face.pipeline.estimate import Pricing, StageCost
 from face.pipeline.scoring import ScoringSpec
 
 # ---------------------------------------------------------------- sizes
-
-
-def approx(x: float):
-    """Money to the 9th significant digit (pytest's default 1e-6 would let a price per 1,000,001 tokens pass)."""
-    return pytest.approx(x, rel=1e-9, abs=0)
 
 
 def test_http_requests_round_up_to_whole_requests():

@@ -11,16 +11,12 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import approx
 
 from face.pipeline.estimators import SamplingEstimator, _mean
 from face.pipeline.records import AspectScores, ScoreSink, ScoreTally, per_conversation, read_score_file
 from face.pipeline.scoring import ScoreRecord, ScoringSpec
 from face.predictions import Predictions
-
-
-def approx(x: float):
-    """Money to the 9th significant digit (pytest's default 1e-6 would let a price per 1,000,001 tokens pass)."""
-    return pytest.approx(x, rel=1e-9, abs=0)
 
 
 def _rec(turn: int, particle: int, score: float, conv: str = "c1", instr: str = "i1", **kw) -> ScoreRecord:

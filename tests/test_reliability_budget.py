@@ -5,14 +5,14 @@ nothing written outside the case's temp dir."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from reliability import refused, run
+from helpers import write_logs
+from reliability import entry_argv, refused, run
 
 # the reliability suite (issue 21): in-process, but ~150 cases; run with the slow tests, one at a time, so that
 # no other test writes into the project tree while a case checks that nothing outside its temp dir changed
@@ -41,13 +41,11 @@ CASES = {
 
 def _argv(entry: str, setting: str, tmp: Path) -> list[str]:
     if entry == "face":
-        logs = tmp / "logs.jsonl"
-        logs.write_text(json.dumps(CONV) + "\n", encoding="utf-8")
-        return ["evaluate", str(logs), "--llm", "fake", "--out", str(tmp / "out"), "--yes",
-                "--set", f"paths.cache_dir={tmp / 'cache'}", "--set", "run_size=tiny", "--set", setting]
-    return ["experiment=crsarena_main", "llm=fake", "run_size=tiny", "dataset.limit=1", "tracking=none",
-            f"paths.results_dir={tmp / 'results'}", f"paths.cache_dir={tmp / 'cache'}",
-            f"hydra.run.dir={tmp / 'run'}", setting]
+        return entry_argv(entry, tmp, f"paths.cache_dir={tmp / 'cache'}", "run_size=tiny", setting,
+                          logs=write_logs(tmp / "logs.jsonl", [CONV]))
+    return entry_argv(entry, tmp, "run_size=tiny", "dataset.limit=1", "tracking=none",
+                      f"paths.results_dir={tmp / 'results'}", f"paths.cache_dir={tmp / 'cache'}",
+                      f"hydra.run.dir={tmp / 'run'}", setting)
 
 
 @pytest.mark.parametrize("entry", ["face", "run.py"])

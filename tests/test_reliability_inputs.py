@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from reliability import refused, run
+from reliability import entry_argv, refused, run
 
 from face.datasets.chatlogs import load_logs
 from face.datasets.crsarena import load_conversations
@@ -132,13 +132,12 @@ def _write(tmp: Path, content) -> Path:
 
 def _argv(entry: str, path: Path, tmp: Path, data_dir: Path, extra: list[str] = ()) -> tuple[str, list[str]]:
     if entry == "face":
-        return "face", ["evaluate", str(path), "--llm", "fake", "--out", str(tmp / "out"), "--yes",
-                        "--set", f"paths.data_dir={data_dir}", "--set", f"paths.cache_dir={tmp / 'cache'}", *extra]
-    base = ["experiment=crsarena_main", "llm=fake", f"paths.data_dir={data_dir}", "paths.data_mirror=null",
-            f"paths.cache_dir={tmp / 'cache'}", "tracking=none"]
+        return "face", [*entry_argv("face", tmp, f"paths.data_dir={data_dir}", f"paths.cache_dir={tmp / 'cache'}",
+                                    logs=path), *extra]
     source = ["dataset=chat_logs", f"dataset.path={path}"] if entry == "chat" else [f"dataset.file={path}",
                                                                                    "dataset.download=false"]
-    return "run.py", [*base, *source, *extra]
+    return "run.py", entry_argv("run.py", tmp, f"paths.data_dir={data_dir}", "paths.data_mirror=null",
+                                f"paths.cache_dir={tmp / 'cache'}", "tracking=none", *source, *extra)
 
 
 FILE_CASES = [(name, entry) for name, (_, entries, _) in FILES.items() for entry in entries.split()]

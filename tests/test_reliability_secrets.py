@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from reliability import refused, run
+from helpers import write_logs
+from reliability import entry_argv, refused, run
 
 import face.secrets
 from face.secrets import redact, register, secret_in_overrides, secret_name, secret_setting
@@ -71,12 +72,10 @@ def _argv(entry: str, name: str, tmp: Path) -> list[str]:
     overrides, _ = {**CASES, **RUN_ONLY}[name]
     filled = [o.format(canary=CANARY, raw=RAW, conf=_conf_dir(inputs)) for o in overrides]
     if entry == "run.py":
-        return ["experiment=crsarena_main", "llm=fake", *filled]
-    logs = inputs / "logs.jsonl"
-    logs.write_text("\n".join(json.dumps(c) for c in LOGS) + "\n")
+        return entry_argv(entry, tmp, *filled)
     llm = [o.partition("=")[2] for o in filled if o.startswith("llm=")]
-    sets = [x for o in filled if not o.startswith("llm=") for x in ("--set", o)]
-    return ["evaluate", str(logs), "--llm", llm[0] if llm else "fake", "--out", str(tmp / "out"), "--yes", *sets]
+    return entry_argv(entry, tmp, *(o for o in filled if not o.startswith("llm=")),
+                      logs=write_logs(inputs / "logs.jsonl", LOGS), llm=llm[0] if llm else "fake")
 
 
 def _hits(root: Path, *needles: str) -> list[str]:

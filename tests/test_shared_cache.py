@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import evaluate_argv
 
 from face.llm import ChatRequest, LLMConfig, make_client
 from face.llm import claims as claims_mod
@@ -231,11 +232,10 @@ def _chat_logs(path: Path, k: int) -> Path:
 
 
 def _evaluate(logs: Path, out: Path, url: str, cache: Path, concurrency: int = 8) -> list[str]:
-    return [sys.executable, "-m", "face.cli", "evaluate", str(logs), "--aspects", "relevance,dialogue_overall",
-            "--llm", "openai_compatible", "--out", str(out), "--yes", "--set", f"llm.base_url={url}",
-            "--set", "llm.model=scripted-model", "--set", f"paths.cache_dir={cache}", "--set", "run_size=tiny",
-            "--set", f"llm.concurrency={concurrency}", "--set", "llm.adaptive_concurrency=false",
-            "--set", "llm.progress=false"]
+    return [sys.executable, "-m", "face.cli", *evaluate_argv(
+        logs, out, "--set", f"llm.base_url={url}", "--set", "llm.model=scripted-model",
+        "--set", f"llm.concurrency={concurrency}", "--set", "llm.adaptive_concurrency=false",
+        "--set", "llm.progress=false", aspects="relevance,dialogue_overall", llm="openai_compatible", cache_dir=cache)]
 
 
 def _env() -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Sweeps in MLflow (issue 22): a multirun is one parent run with a child per job, named by the sweep's settings;
 the sweep report is read back from the children (mean +- sd over repetitions, the LLM named); every experiment's
 headline metric is its experiment's primary metric; the data a run read is its MLflow dataset input. In process,
-with Hydra's job config stood in for (the real sweeps through Hydra are the slow tests in test_optimize.py,
+with Hydra's job config stood in for (the real sweeps through Hydra are the slow tests in test_optimize_runs.py,
 test_experiments.py and test_launcher.py)."""
 
 from __future__ import annotations

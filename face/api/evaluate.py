@@ -150,7 +150,8 @@ def check_settings(aspects: Sequence[str] | str | None = None, llm: str = "local
 
 
 def _project_root() -> None:
-    os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))  # paths.root_dir: the cache, data and mlflow.db
+    if (ROOT / "conf").is_dir():  # a checkout; installed from a wheel: the working directory (conf/paths)
+        os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))  # paths.root_dir: the cache, data and mlflow.db
 
 
 def _locked(quiet: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -16,7 +16,7 @@ from face.errors import ConfigError, DataError, closest_first
 if TYPE_CHECKING:
     import pandas as pd
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 IN_MEMORY = "conversations (in memory)"
 
 # conversations: a JSON / JSONL file (chat format or CRSArena-Eval's), chat-format dicts, bare message lists,

@@ -81,8 +81,10 @@ class Run:
 
 
 def project_root() -> Path:
-    """The project's root (``FACE_PROJECT_ROOT``, else the checkout's): its results directory, data, MLflow store."""
-    return Path(os.environ.get("FACE_PROJECT_ROOT", Path(__file__).resolve().parents[2])).resolve()
+    """The project's root (``FACE_PROJECT_ROOT``, else the checkout's, else -- installed from a wheel -- the working
+    directory): its results directory, data, MLflow store."""
+    checkout = Path(__file__).resolve().parents[2]
+    return Path(os.environ.get("FACE_PROJECT_ROOT", checkout if (checkout / "conf").is_dir() else ".")).resolve()
 
 
 def digest(instructions: dict[str, str]) -> str:

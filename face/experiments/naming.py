@@ -76,7 +76,7 @@ def _default_config(overrides: list[str]) -> dict:
     if hydra.is_initialized() and hydra.hydra is not None:
         dirs = [s.path for s in hydra.hydra.config_loader.get_sources() if s.scheme() == "file"]
     else:
-        dirs = [str(Path(__file__).resolve().parents[2] / "conf")]
+        dirs = [str(Path(__file__).resolve().parents[1] / "conf")]
     key = (tuple(dirs), _state(dirs), tuple(overrides))
     if key not in _DEFAULTS:
         if hydra.is_initialized():

@@ -14,8 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from face.errors import ConfigError, closest_first
 from face.secrets import secret_in_overrides, secret_setting
 
-ROOT = Path(__file__).resolve().parents[2]
-CONF = ROOT / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"  # the project's conf/: face/conf links to it, a wheel copies it
 NOT_CHOICES = {"llm": {"base"}}  # configs of a group that only others extend (llm/base.yaml: the shared defaults)
 
 

@@ -3,6 +3,7 @@ HTTP one; tests of HTTP itself start a ``ScriptedServer`` and pass its ``base_ur
 from __future__ import annotations
 
 import pytest
+from helpers import llm_config
 
 from face.llm import LLMConfig
 from face.testing.scripted import InProcessServer
@@ -22,13 +23,7 @@ def make_cfg(server, tmp_path):
     def make(**kw) -> LLMConfig:
         if not hasattr(server, "spec"):  # the HTTP server
             kw = {"base_url": server.info.base_url, **kw}
-        base = {"backend": "scripted", "server": server.spec() if hasattr(server, "spec") else None,
-                "model": "scripted-model",
-                "cache_dir": str(tmp_path / "cache"), "progress": False, "concurrency": 4, "timeout_s": 5.0,
-                "max_retries": 4, "backoff_base_s": 0.01, "backoff_max_s": 0.05,
-                "probe": False}  # tests that count requests; test_performance.py probes
-        if "base_url" in kw:
-            base.update(backend="openai_compatible", server=None)
-        base.update(kw)
-        return LLMConfig(**base)
+        if "base_url" not in kw:
+            kw = {"server": server, **kw}
+        return llm_config(tmp_path, **kw)
     return make

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-import pytest
+from helpers import approx  # noqa: F401 (the money tests of this layer import it from here)
 
 from face.llm.base import ChatRequest, ChatResult, Completion, Provisional
 from face.llm.usage import Piece, Usage
@@ -13,11 +13,6 @@ from face.llm.usage import Piece, Usage
 MSGS = (("user", "hi"),)  # bound: 4 + 2 + 16 + 16 = 38 input tokens; estimate: ceil(2/4) + 4 + 3 = 8
 PRICE_IN, PRICE_OUT = 1.0, 4.0
 WORST = 38 * PRICE_IN / 1e6 + 50 * PRICE_OUT / 1e6  # the bound of 5 samples of max_tokens 10, priced by hand
-
-
-def approx(x: float):
-    """Money to the 9th significant digit (pytest's default 1e-6 would let a price per 1,000,001 tokens pass)."""
-    return pytest.approx(x, rel=1e-9, abs=0)
 
 
 def piece(n: int = 5) -> Piece:
