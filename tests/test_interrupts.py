@@ -158,20 +158,16 @@ def test_ctrl_c_during_face_report_is_one_line_and_exit_130_and_claims_no_mlflow
     traceback of the KeyboardInterrupt (exit -2)."""
     import face.api.report
     from face.cli import main
-    from face.runner.exits import CACHE_DIR
 
     def interrupted(run_dir):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(face.api.report, "build_report", interrupted)
-    token = CACHE_DIR.set(None)  # as in a `face report` process (a run earlier in this one set its cache dir)
     try:
         with pytest.raises(SystemExit) as e:
             main(["report", str(tmp_path)])
     except KeyboardInterrupt:
         pytest.fail("the interrupt reached the command line's caller: Python prints its traceback")
-    finally:
-        CACHE_DIR.reset(token)
     err = capsys.readouterr().err
     assert e.value.code == 130 and err.splitlines() == ["interrupted: the run was stopped."], err
 

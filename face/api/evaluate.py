@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from face.api.inputs import Conversations, Source, check_conversations, source_of
-from face.api.overrides import check_arguments, raw_overrides, run_overrides, settings_overrides
+from face.api.overrides import check_arguments, raw_overrides, run_settings, split_settings
 from face.api.report import build_report
 from face.api.result import Result, result_of
 
@@ -41,18 +41,21 @@ def evaluation(conversations: Conversations, aspects: Any, llm: Any, out: Any, *
     Result once the run sent its requests (with ``out``: its conversations and report written there too).
     ``request``: the RunRequest's ``estimate_only`` / ``confirm``."""
     from face.runner import RunRequest, run
+    from face.runner.compose import composed
 
     names = check_arguments(aspects, llm, out, limit, overwrite=overwrite, mlflow=mlflow)
-    own = [*settings_overrides(settings or {}), *raw_overrides(overrides, entry)]
+    choices, keys = split_settings(settings or {})
+    own = raw_overrides(overrides, entry)
     tmp = Path(tempfile.mkdtemp(prefix="face-"))
     try:
         source = source_of(conversations, tmp)
         check_conversations(source)  # bad conversations: one DataError, before anything is written
         target = Path(os.path.abspath(os.fspath(out))) if out is not None else tmp / "run"
         kept: list[Result] = []
-        done = run(RunRequest(tuple(run_overrides(source, names, llm, target, limit, mlflow, own)), out=target,
-                              out_name="--out" if entry == "cli" else "out", overwrite=overwrite,
-                              finish=_finish(source, target, out is not None, kept), **request))
+        run_choices, run_keys = run_settings(source, names, llm, target, limit, mlflow)
+        with composed([*run_choices, *choices, *own], {**run_keys, **keys}) as cfg:
+            done = run(cfg, RunRequest(out=target, out_name="--out" if entry == "cli" else "out", overwrite=overwrite,
+                                       finish=_finish(source, target, out is not None, kept), **request))
         return done, (kept[0] if kept else None)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -138,15 +141,17 @@ def check_settings(aspects: Sequence[str] | str | None = None, llm: str = "local
     """The aspects (``face.aspects.Aspect``) that ``face.evaluate(..., aspects, llm, **settings)`` would evaluate,
     after the checks it makes before anything runs (settings, LLM settings, credentials); ``ConfigError`` if one
     fails. Sends nothing, writes nothing: for a caller that builds now and evaluates later (the MLflow scorers)."""
-    from face.runner import RunRequest, check
+    from face.runner import check
+    from face.runner.compose import composed
 
     names = check_arguments(aspects, llm, None, None)
-    own = settings_overrides(settings)
+    choices, keys = split_settings(settings)
     _project_root()
     with _RUN_LOCK, tempfile.TemporaryDirectory(prefix="face-") as tmp:
-        source = Source(Path(tmp) / "conversations.json")
-        overrides = run_overrides(source, names, llm, Path(tmp) / "run", None, False, own)
-        return check(RunRequest(tuple(overrides))).aspects
+        run_choices, run_keys = run_settings(Source(Path(tmp) / "conversations.json"), names, llm, Path(tmp) / "run",
+                                             None, False)
+        with composed([*run_choices, *choices], {**run_keys, **keys}) as cfg:
+            return check(cfg, load=False).aspects
 
 
 def _project_root() -> None:
