@@ -168,11 +168,8 @@ class Progress:
                             leave=(not nested()) if leave is None else leave)
         elif self.mode == "log":
             LOG.start(self)
-        self._enter_stage()
-
-    def _enter_stage(self) -> None:
-        global _outer
         if self.stage and self.mode is not None:
+            global _outer
             _outer += 1
 
     def update(self, n: int = 1) -> None:

@@ -26,7 +26,7 @@ from face.api.evaluate import check_settings, estimate, evaluate, evaluation
 from face.api.inputs import Conversations, Source
 from face.api.meta import LEVELS, meta_evaluate
 from face.api.result import Result
-from face.runner.claim import OUTPUTS
+from face.files import OUTPUTS
 
 __all__ = ["Conversations", "LEVELS", "OUTPUTS", "Result", "Source", "check_settings", "estimate", "evaluate",
            "evaluation", "meta_evaluate"]

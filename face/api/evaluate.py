@@ -14,7 +14,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from face.api.inputs import Conversations, Source, check_conversations, source_of
 from face.api.overrides import check_arguments, raw_overrides, run_settings, split_settings
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
     from face.runner import RunResult
 
-ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 # one run at a time per process: Hydra's composition is process-wide state (GlobalHydra), and so are the log redaction
 # and the standard streams `quiet` redirects; a run itself sends its LLM requests concurrently
 _RUN_LOCK = threading.RLock()
@@ -115,11 +113,8 @@ def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None =
     Returns: a ``Result``. Raises ``ConfigError`` / ``DataError`` before anything is sent or written (a missing API
     key among them), and ``BudgetExceeded``, ``LLMCallError``, ``LLMRequestRefused`` when the run stops. Calls from
     several threads run one at a time."""
-    check_arguments(aspects, llm, out, limit, quiet=quiet)
-    _project_root()
-    done, result = _off_loop(_locked, quiet, evaluation, conversations, aspects, llm, out, overwrite=overwrite,
-                             limit=limit, mlflow=mlflow, settings=settings)
-    return result
+    return _api(quiet, conversations, aspects, llm, out, overwrite=overwrite, limit=limit, mlflow=mlflow,
+                settings=settings)[1]
 
 
 def estimate(conversations: Conversations, aspects: Sequence[str] | str | None = None, llm: str = "local", *,
@@ -130,10 +125,7 @@ def estimate(conversations: Conversations, aspects: Sequence[str] | str | None =
     for a scoring stage whose particles are not known yet, the ``particles_per_turn`` it assumed; None for a method
     that calls no LLM (``method="face_released"``). Sends nothing, starts no server, needs no API key; answers already
     cached are still counted. The table is printed as the command prints it, unless ``quiet``."""
-    check_arguments(aspects, llm, None, limit, quiet=quiet)
-    _project_root()
-    done, _ = _off_loop(_locked, quiet, evaluation, conversations, aspects, llm, None, limit=limit,
-                        settings=settings, estimate_only=True)
+    done, _ = _api(quiet, conversations, aspects, llm, None, limit=limit, settings=settings, estimate_only=True)
     return done.estimate
 
 
@@ -146,7 +138,6 @@ def check_settings(aspects: Sequence[str] | str | None = None, llm: str = "local
 
     names = check_arguments(aspects, llm, None, None)
     choices, keys = split_settings(settings)
-    _project_root()
     with _RUN_LOCK, tempfile.TemporaryDirectory(prefix="face-") as tmp:
         run_choices, run_keys = run_settings(Source(Path(tmp) / "conversations.json"), names, llm, Path(tmp) / "run",
                                              None, False)
@@ -154,21 +145,19 @@ def check_settings(aspects: Sequence[str] | str | None = None, llm: str = "local
             return check(cfg, load=False).aspects
 
 
-def _project_root() -> None:
-    os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))  # paths.root_dir: the cache, data and mlflow.db
-
-
-def _locked(quiet: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    with _RUN_LOCK, (contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
-        return fn(*args, **kwargs)
-
-
-def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn(...)`` here, or in a worker thread when this thread runs an event loop (Jupyter, an async app); Ctrl-C stops
-    the worker's LLM client too (face.llm.client.run_off_loop)."""
+def _api(quiet: Any, *args: Any, **kwargs: Any) -> tuple[RunResult, Result | None]:
+    """``evaluation`` as the API calls it: one run at a time per process, printing nothing when ``quiet``; here, or in
+    a worker thread when this thread runs an event loop (Jupyter, an async app: Ctrl-C stops the worker's LLM client
+    too, face.llm.client.run_off_loop)."""
     from face.llm.client import run_off_loop
 
-    return run_off_loop(fn, *args, **kwargs)
+    check_arguments(None, "local", None, None, quiet=quiet)
+    return run_off_loop(_locked, quiet, *args, **kwargs)
+
+
+def _locked(quiet: bool, *args: Any, **kwargs: Any) -> tuple[RunResult, Result | None]:
+    with _RUN_LOCK, (contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
+        return evaluation(*args, **kwargs)
 
 
 __all__ = ["check_settings", "estimate", "evaluate", "evaluation"]

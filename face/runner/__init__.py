@@ -6,8 +6,8 @@ output directories (whatever override names them), runs the experiment and retur
 
     request.py   RunRequest, RunResult
     compose.py   the configuration of a run that is no Hydra job (a misspelled config name lists the valid ones)
-    claim.py     the output directories: checked, locked, marked (OUTPUTS: what a run writes into its directory)
-    run.py       run(): check -> claim -> [estimate -> confirm] -> run -> finish; check(): the checks only
+    run.py       run(): check -> claim the output directories (face.files: checked, locked, marked; OUTPUTS: what
+                 a run writes into its directory) -> [estimate -> confirm] -> run -> finish; check(): the checks only
     checks.py    scripts/run.py's Hydra callback: a run, or a sweep, checked before Hydra writes anything
     exits.py     every stop as one line and an exit code (0 done, 2 bad setting or input, 3 budget, 4 LLM failure,
                  130 interrupted, 1 unexpected); run_cli for the command lines
@@ -15,7 +15,7 @@ output directories (whatever override names them), runs the experiment and retur
 
 from __future__ import annotations
 
-from face.runner.claim import OUTPUTS
+from face.files import OUTPUTS
 from face.runner.exits import (
     EXIT_BUDGET,
     EXIT_BUG,

@@ -35,6 +35,7 @@ def composed(overrides: Sequence[str] = (), settings: Mapping[str, Any] | None =
     bad = secret_in_overrides(overrides)
     if bad:
         raise ConfigError(bad)
+    os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))  # paths.root_dir: the cache, data and mlflow.db
     if GlobalHydra.instance().is_initialized():
         raise ConfigError("a FACE run cannot start inside a Hydra application (Hydra is already initialized); "
                           "call the experiment's runner instead")

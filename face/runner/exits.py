@@ -22,10 +22,6 @@ EXIT_CONFIG, EXIT_BUDGET, EXIT_LLM, EXIT_INTERRUPTED, EXIT_BUG = 2, 3, 4, 130, 1
 RESUME = "Finished LLM calls are cached in {cache}: rerun the same command to resume."
 
 
-def _debug() -> bool:
-    return os.environ.get("FACE_DEBUG", "") not in ("", "0", "false")
-
-
 def fail(code: int, line: str) -> NoReturn:
     """Print the one line (redacted: an error message may quote a key, e.g. a server's "incorrect API key
     sk-...") and exit with ``code``."""
@@ -69,7 +65,7 @@ def guarded() -> Iterator[None]:
     except SystemExit:
         raise
     except (Exception, KeyboardInterrupt) as e:
-        if _debug():
+        if os.environ.get("FACE_DEBUG", "") not in ("", "0", "false"):
             raise
         fail(*stop_line(e))
 

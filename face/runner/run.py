@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from face.errors import ConfigError
-from face.runner.claim import Location, check_locations, claimed, locations
+from face.files import Location, check_locations, claimed
 from face.runner.compose import dry, select
 from face.runner.exits import RESUME
 from face.runner.request import RunRequest, RunResult
@@ -112,13 +112,27 @@ def _inputs(cfg: DictConfig) -> list[Path]:
 
 
 def _locations(cfg: DictConfig, request: RunRequest, out_dir: Path | None = None) -> list[Location]:
-    """Every output directory the configuration names, resolved (``out_dir``: where the experiment writes its tables,
-    once it is known: the results directory of a default run)."""
+    """The run's distinct output directories, whatever override spelled them (``key=``, ``+key=``, an interpolation),
+    in order: the Hydra job's, ``paths.output_dir``, ``report.out_dir`` and ``out_dir`` (where the experiment writes
+    its tables, once it is known: the results directory of a default run). A directory inside an earlier one is that
+    one's (the run's ``results/`` inside its run directory); one equal to the entry point's ``out`` is named as the
+    entry point names it; one inside the results directory is the committed results' (locked, not marked)."""
     report = select(cfg, "report.out_dir")
     named = [("hydra.run.dir", request.job_dir), ("paths.output_dir", select(cfg, "paths.output_dir")),
              ("report.out_dir", report), ("report.out_dir" if report else "paths.results_dir", out_dir)]
-    return locations([(k, v if v is None or isinstance(v, Path) else str(v)) for k, v in named],
-                     Path(str(select(cfg, "paths.results_dir"))), request.out, request.out_name)
+    results = Path(os.path.realpath(str(select(cfg, "paths.results_dir"))))
+    mine = Path(os.path.realpath(os.path.abspath(request.out))) if request.out is not None else None
+    found: list[tuple[Location, Path]] = []
+    for setting, path in named:
+        if path is None:
+            continue
+        if not str(path).strip():
+            raise ConfigError(f"{setting}: the path is empty")
+        real = Path(os.path.realpath(os.path.abspath(str(path))))
+        if not any(real == r or r in real.parents for _, r in found):
+            found.append((Location(request.out_name if real == mine else setting, Path(os.path.abspath(str(path))),
+                                   owned=not (real == results or results in real.parents)), real))
+    return [loc for loc, _ in found]
 
 
 def _overwrite(request: RunRequest) -> str:
