@@ -172,6 +172,22 @@ def test_ctrl_c_during_face_report_is_one_line_and_exit_130_and_claims_no_mlflow
     assert e.value.code == 130 and err.splitlines() == ["interrupted: the run was stopped."], err
 
 
+def test_the_resume_hint_of_a_stop_names_its_own_run_s_cache_and_no_earlier_run_s(tmp_path, data_dir):
+    """A run that stops carries where its finished LLM calls are cached (the stop line's resume hint); a later stop in
+    the same process (`face report`'s Ctrl-C, another run's) is not told an earlier run's cache: the runner set a
+    process-wide variable and never reset it."""
+    from helpers import run_overrides, run_paths
+
+    from face.errors import ConfigError
+    from face.runner import stop_line
+
+    with pytest.raises(ConfigError) as refused:
+        run_overrides([*run_paths(tmp_path, data_dir, False), "experiment=crsarena_main", "llm=fake",
+                       "dataset.limit=0"])
+    assert stop_line(KeyboardInterrupt()) == (130, "interrupted: the run was stopped.")
+    assert f"Finished LLM calls are cached in {tmp_path / 'cache'}" in " ".join(getattr(refused.value, "__notes__", []))
+
+
 @pytest.mark.slow  # three small `face evaluate --mlflow` runs in this process: ≈ 20 s
 def test_mlflow_runs_of_one_out_tell_the_truth_and_a_finished_rerun_is_the_one_left(tmp_path, data_dir, monkeypatch,
                                                                                    capsys, mlflow_store):
