@@ -164,19 +164,10 @@ class LLMJob:
         self.metrics.update(client.usage.mlflow_metrics(prefix=f"{self.name}.llm_" if self.name else "llm_"))
         print(f"{self.name + ': ' if self.name else ''}{client.usage.counts_line()}")  # llm_usage.json's numbers
         print(self.sent_line(client.usage.summary()))
-        server = write_server_report(client, self._file("llm_server", "json"), self.metrics)
-        if server is not None:
-            self.artifacts.append(server)
-
-
-def write_server_report(client, path: Path, metrics: dict) -> Path | None:
-    """What the LLM server the client started says of the run (the replay judge: requests it answered, identical
-    prompts, refusals), as ``path`` and ``llm_server.*`` metrics; None for servers that say nothing."""
-    report = getattr(client.server, "report", None)
-    got = report() if callable(report) else None
-    if not got:
-        return None
-    atomic_write_text(path, json.dumps(got, indent=1, ensure_ascii=False) + "\n")
-    metrics.update({f"llm_server.{k}": float(v) for k, v in got.items()
-                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    return path
+        report = getattr(client.server, "report", None)  # what the server says of the run (the replay judge's)
+        got = report() if callable(report) else None
+        if got:
+            self.artifacts.append(atomic_write_text(self._file("llm_server", "json"),
+                                                    json.dumps(got, indent=1, ensure_ascii=False) + "\n"))
+            self.metrics.update({f"llm_server.{k}": float(v) for k, v in got.items()
+                                 if isinstance(v, (int, float)) and not isinstance(v, bool)})
