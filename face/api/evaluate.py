@@ -113,8 +113,10 @@ def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None =
     Returns: a ``Result``. Raises ``ConfigError`` / ``DataError`` before anything is sent or written (a missing API
     key among them), and ``BudgetExceeded``, ``LLMCallError``, ``LLMRequestRefused`` when the run stops. Calls from
     several threads run one at a time."""
-    return _api(quiet, conversations, aspects, llm, out, overwrite=overwrite, limit=limit, mlflow=mlflow,
-                settings=settings)[1]
+    _, result = _api(quiet, conversations, aspects, llm, out, overwrite=overwrite, limit=limit, mlflow=mlflow,
+                     settings=settings)
+    assert result is not None  # a run with neither confirmation nor estimate_only sends: its Result is kept
+    return result
 
 
 def estimate(conversations: Conversations, aspects: Sequence[str] | str | None = None, llm: str = "local", *,
