@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
 
 EVALUATE_HELP = """\
 Evaluate your conversations with FACE: decompose every assistant turn into particles, score each particle
@@ -162,8 +159,6 @@ def _confirm(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
-    if (ROOT / "conf").is_dir():  # a checkout; installed from a wheel: the working directory (conf/paths)
-        os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))
     args = _parser().parse_args(argv)
     if args.command == "evaluate":
         return evaluate(args)

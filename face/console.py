@@ -9,8 +9,8 @@ progress off, ``FACE_PROGRESS=1`` draws bars also into a log file, ``FACE_PROGRE
 terminal; ``llm.progress=false`` switches off the LLM stages' progress only. While a bar is drawn, logging warnings
 are written above it (``tqdm.write``), not over it.
 
-The summary's LLM numbers are the totals of the run's ``llm_usage*.json`` files: each LLM job notes its usage
-here (``note_usage``) when it writes that file, inside the ``collect()`` of the run.
+The summary's LLM numbers are the totals of the run's ``llm_usage*.json`` files: each LLM job adds its usage to the
+run's ``RunSummary`` (passed to it: ``face.methods.Inputs.summary``) when it writes that file.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -49,11 +48,6 @@ def progress_mode(enabled: bool = True, stream=None) -> str | None:
         return "bar" if isatty and isatty() else "log"
     except ValueError:  # a closed stream
         return None
-
-
-def progress_on(enabled: bool = True, stream=None) -> bool:
-    """Whether to draw a progress bar (``progress_mode`` is ``"bar"``)."""
-    return progress_mode(enabled, stream) == "bar"
 
 
 def progress(iterable, desc: str, total: int | None = None, unit: str = "it", leave: bool = True):
@@ -174,11 +168,8 @@ class Progress:
                             leave=(not nested()) if leave is None else leave)
         elif self.mode == "log":
             LOG.start(self)
-        self._enter_stage()
-
-    def _enter_stage(self) -> None:
-        global _outer
         if self.stage and self.mode is not None:
+            global _outer
             _outer += 1
 
     def update(self, n: int = 1) -> None:
@@ -280,16 +271,6 @@ def _release_logging() -> None:
         _redirect.pop().close()
 
 
-def write(text: str) -> None:
-    """A line for the user on stderr that does not overwrite a progress bar being drawn."""
-    if _redirect:
-        from tqdm import tqdm
-
-        tqdm.write(text, file=sys.stderr)
-    else:
-        print(text, file=sys.stderr, flush=True)
-
-
 @dataclass
 class RunSummary:
     """What the summary block shows; ``usage``: one ``llm_usage.json`` ``totals`` per LLM job of the run."""
@@ -304,6 +285,11 @@ class RunSummary:
     wall_s: float | None = None
     usage: list[dict] = field(default_factory=list)
     extra: list[tuple[str, str]] = field(default_factory=list)  # (label, value) lines at the end (face evaluate)
+    estimates: list = field(default_factory=list)  # each LLM job's cost estimate table (the run's typed result)
+    held: bool = False  # printed by the runner after the entry point's last outputs (face evaluate's report)
+    # face evaluate's estimate step: "dry" (the dry run printing the estimate, without a dry-run banner), "shown"
+    # (the run after it: the estimate is not printed again)
+    estimate: str = ""
 
     def stop(self) -> None:
         self.wall_s = time.monotonic() - self.started
@@ -350,51 +336,9 @@ def _duration(s: float) -> str:
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
 
 
-_CURRENT: ContextVar[RunSummary | None] = ContextVar("face_run_summary", default=None)
-_HELD: ContextVar[list | None] = ContextVar("face_summary_held", default=None)
-
-
-@contextmanager
-def collect(summary: RunSummary) -> Iterator[RunSummary]:
-    """The run's summary, filled by the LLM jobs that finish inside (``note_usage``)."""
-    token = _CURRENT.set(summary)
-    try:
-        yield summary
-    finally:
-        _CURRENT.reset(token)
-
-
-def note_usage(totals: dict) -> None:
-    """An LLM job's totals (``llm_usage.json``'s ``totals``), for the summary of the run it belongs to."""
-    current = _CURRENT.get()
-    if current is not None:
-        current.usage.append(dict(totals))
-
-
 def finish(summary: RunSummary) -> None:
-    """The run ended well: print its summary block, or hand it to the caller that holds it (``held()``)."""
+    """The run ended well: print its summary block, unless the entry point prints it after its own last outputs
+    (``held``)."""
     summary.stop()
-    held = _HELD.get()
-    if held is not None:
-        held.append(summary)
-        return
-    print(summary.text(), flush=True)
-
-
-@contextmanager
-def held() -> Iterator[list[RunSummary]]:
-    """Summaries of the runs inside are not printed but collected, for a caller that adds its own lines and prints
-    the block last (``face evaluate``: its report)."""
-    got: list[RunSummary] = []
-    token = _HELD.set(got)
-    try:
-        yield got
-    finally:
-        _HELD.reset(token)
-
-
-@contextmanager
-def silenced() -> Iterator[None]:
-    """No summary for the runs inside (``face evaluate``'s estimate step: a dry run, not the run)."""
-    with held():
-        yield
+    if not summary.held:
+        print(summary.text(), flush=True)

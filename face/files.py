@@ -13,7 +13,7 @@ time, and a run never writes over another run's results or over its own input.
 * ``claim_state`` / ``write_marker``: the ownership marker ``.face-run.json`` (a digest of the input files and of
   the settings that decide the results): the same input and settings resume, anything else needs ``overwrite``.
 * ``claimed``: a run's (or a comparison's) output directories held for a block: each checked (writable, not the
-  input, not another run's), locked and marked as its own (``face.runner.claim`` names a run's; ``face compare``
+  input, not another run's), locked and marked as its own (``face.runner.run`` names a run's; ``face compare``
   its ``--out``).
 * ``process_alive`` / ``process_start``: whether the process that owns a run, a lock or a claim is still there
   (a zombie and a reused pid count as gone), for the owners of runs and of in-flight LLM requests alike.

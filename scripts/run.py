@@ -1,9 +1,10 @@
 """Entry point for every experiment: ``python scripts/run.py experiment=NAME [overrides]`` (Hydra).
 
-A run is one request to the runner (``face.runner.run``): it composes the configuration once, checks every setting
-and the credentials, claims the output directories (whatever override names them) and runs the experiment as a Hydra
-job (its ``.hydra/`` record, ``run.log``). Hydra's own options (``--help``, ``--cfg``, ``--info``) and multirun
-sweeps (``-m``, launchers, the sweep callback) go through Hydra, each job of a sweep through the same runner.
+Hydra composes the configuration (``@hydra.main``: a single run and each job of a multirun sweep alike, its
+``.hydra/`` record and ``run.log``); its callback ``face.runner.checks.Checks`` checks the run (or the sweep) before
+Hydra writes anything; each job goes to the runner (``face.runner.run``), which checks its settings, claims its
+output directories and runs the experiment. Hydra's own options (``--help``, ``--cfg``, ``--info``), launchers and
+the sweep callback work as in any Hydra application.
 
 Exit codes: 0 done; 2 a bad setting or input file, or a missing API key (one line naming it; nothing sent, no
 results written); 3 stopped by an LLM budget cap; 4 an LLM request failed after its retries; 130 interrupted (Ctrl-C
@@ -27,18 +28,17 @@ sys.path.insert(0, str(ROOT))
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from face.runner import EXIT_CONFIG, RunRequest, fail, guarded, run, run_cli, run_guarded  # noqa: E402
-
-_started = False  # Hydra's task function ran (Hydra composed a job's config)
+from face.runner import EXIT_CONFIG, RunRequest, fail, guarded, run, run_cli  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path=str(ROOT / "conf"), config_name="config")
 def main(cfg: DictConfig) -> None:
-    """A job of a multirun sweep (Hydra composed its config, made its directory): through the runner."""
-    global _started
-    _started = True
+    """A job: its configuration and directory are Hydra's; the runner checks, claims and runs it."""
+    from hydra.core.hydra_config import HydraConfig
+
     quiet_loggers()
-    run_guarded(cfg)
+    with guarded():
+        run(cfg, RunRequest(job_dir=Path(HydraConfig.get().runtime.output_dir)))
 
 
 def quiet_loggers() -> None:
@@ -60,39 +60,18 @@ def unique_run_dirs(argv: list[str]) -> list[str]:
 
 
 def cli() -> None:
-    from face.runner.sweep import sweep_problem
     from face.secrets import secret_in_overrides
 
     argv = sys.argv[1:]
     bad = secret_in_overrides(argv)  # with --cfg too: it would print the key
     if bad:
         fail(EXIT_CONFIG, f"error: {bad}")
-    if not any(a.startswith("-") for a in argv):  # one run: the runner composes, checks, claims and runs it
-        quiet_loggers()
-        with guarded():
-            run(RunRequest(tuple([*argv, *unique_run_dirs(argv)]), hydra_job=True))
-        return
-    multirun = bool({"-m", "--multirun"} & set(argv))
-    if multirun and not any(a.startswith("-") and a not in ("-m", "--multirun") for a in argv):
-        bad = sweep_problem([a for a in argv if a not in ("-m", "--multirun")])  # before Hydra writes anything
-        if bad:
-            fail(EXIT_CONFIG, f"error: {bad}")
-    sys.argv = [sys.argv[0], *argv, *(unique_run_dirs(argv) if multirun else [])]
-    try:
-        with guarded():  # Ctrl-C while a launcher waits for its jobs: one line, exit 130
-            main()  # Hydra's own: --help, --cfg, --info, a multirun sweep
-    except SystemExit as e:
-        if e.code == 1 and not _started and not launched_job_failed(e):  # Hydra could not compose the config
-            sys.exit(EXIT_CONFIG)
-        raise
-
-
-def launched_job_failed(e: SystemExit) -> bool:
-    """Hydra exits 1 after a launcher that runs each job in its own process (hydra/launcher=submitit_local,
-    submitit_slurm) reported a job that failed there: that job ran (its error is in the output), so the sweep
-    is not a bad override (exit 1, not 2). Hydra calls sys.exit while handling the launcher's exception."""
-    cause = e.__context__
-    return cause is not None and type(cause).__module__.split(".")[0] == "submitit"
+    quiet_loggers()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra's errors (a bad override) reach guarded(): one line, exit 2
+    multirun = [a for a in argv if a in ("-m", "--multirun")]  # first: Hydra's parser takes no option after overrides
+    sys.argv = [sys.argv[0], *multirun, *(a for a in argv if a not in multirun), *unique_run_dirs(argv)]
+    with guarded():  # Ctrl-C while a launcher waits for its jobs: one line, exit 130
+        main()
 
 
 if __name__ == "__main__":

@@ -105,8 +105,10 @@ def run_overrides(overrides: list[str], **request: Any):
     """A run through the one front door (``face.runner.run``): its ``RunResult`` (``.cfg``: the task's composed
     configuration; ``.experiment``: what the experiment returned)."""
     from face.runner import RunRequest, run
+    from face.runner.compose import composed
 
-    return run(RunRequest(overrides=tuple(overrides), **request))
+    with composed(overrides) as cfg:
+        return run(cfg, RunRequest(**request))
 
 
 def spy_on_figures(monkeypatch) -> dict[str, dict]:

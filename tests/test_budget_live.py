@@ -36,7 +36,7 @@ def test_a_priced_run_stops_at_the_cap_or_its_first_misreport_and_its_stop_line_
     there, naming the misreport. Either way the stop line states llm_usage.json's spend."""
     import re
 
-    from face.runner import EXIT_BUDGET, run_guarded
+    from face.runner import EXIT_BUDGET, guarded, run
 
     price = 500.0 / factor  # ≈ 550 tokens a request by the server's count at 1×: ≈ $0.27 a request
     srv = ScriptedServer(usage_factor=factor)
@@ -44,8 +44,8 @@ def test_a_priced_run_stops_at_the_cap_or_its_first_misreport_and_its_stop_line_
         cfg = cfg_factory(*LIVE, f"llm.base_url={info.base_url}", f"paths.output_dir={tmp_path / 'run'}",
                           f"llm.price_input_per_mtok={price}", f"llm.price_output_per_mtok={price}",
                           "llm.max_cost_usd=3", "llm.force=true", tracking=False)
-        with pytest.raises(SystemExit) as stop:
-            run_guarded(cfg)
+        with pytest.raises(SystemExit) as stop, guarded():
+            run(cfg)
     assert stop.value.code == EXIT_BUDGET
     (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("stopped:")]
     doc = json.loads((tmp_path / "run" / "llm_usage.json").read_text())

@@ -4,7 +4,6 @@ end of every run whose numbers are those of llm_usage.json and of the MLflow sto
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
 import re
@@ -14,7 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import evaluate
 
-from face.console import progress_on
+import face.runner
+from face.console import progress_mode
 
 TWO = [{"id": f"c{i}", "system": f"crs-{i}", "messages": [
     {"role": "user", "content": f"Any good film number {i}?"},
@@ -58,7 +58,7 @@ def test_progress_is_drawn_on_a_terminal_unless_switched_off(monkeypatch, env, s
         monkeypatch.delenv("FACE_PROGRESS", raising=False)
     else:
         monkeypatch.setenv("FACE_PROGRESS", env)
-    assert progress_on(enabled, stream) is drawn
+    assert (progress_mode(enabled, stream) == "bar") is drawn
 
 
 @pytest.mark.slow
@@ -113,7 +113,7 @@ def test_a_run_without_an_llm_ends_with_its_results_path_and_the_mlflow_run_in_t
     from mlflow.tracking import MlflowClient
 
     cfg = cfg_factory("experiment=reproduce_table2", "dataset.limit=3", "metaeval.n_boot=20")
-    importlib.import_module(cfg.runner).run(cfg)
+    face.runner.run(cfg)
     block = _block(capsys.readouterr().out)
     assert "LLM requests" not in block and "Cost" not in block
     assert block["Results"] == str((Path(cfg.paths.output_dir) / "results").resolve())  # a subset: its run dir

@@ -4,7 +4,6 @@ gives."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import statistics
@@ -18,6 +17,8 @@ from helpers import run_paths, with_overrides
 from hydra import compose, initialize_config_dir
 from scipy import stats
 from toy_extension import toy_conversations
+
+import face.runner
 
 TOY_CONF = Path(__file__).parent / "toy_conf"
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +74,7 @@ def test_unknown_aspect_of_a_dataset_is_rejected_before_anything_runs(cfg_factor
     cfg = cfg_factory(f"hydra.searchpath=[file://{TOY_CONF}]", "experiment=toy_eval", "aspects=[relevance]",
                       tracking=False)
     with pytest.raises(ValueError, match="has no aspect 'relevance'; its aspects, closest first: "):
-        importlib.import_module(cfg.runner).run(cfg)
+        face.runner.run(cfg)
     assert not Path(cfg.paths.output_dir).exists()
 
 
@@ -101,7 +102,7 @@ def test_bad_choices_fail_before_anything_is_fetched_written_or_sent(crsarena_fa
                                                                      message):
     cfg = with_overrides(crsarena_fake, *run_paths(tmp_path, data_dir), override)
     with pytest.raises(ValueError, match=message):
-        importlib.import_module(cfg.runner).run(cfg)
+        face.runner.run(cfg)
     assert not Path(cfg.paths.output_dir).exists()
     assert not Path(cfg.tracking.tracking_uri.removeprefix("sqlite:///")).exists()  # no MLflow run either
 
@@ -109,7 +110,7 @@ def test_bad_choices_fail_before_anything_is_fetched_written_or_sent(crsarena_fa
 def test_method_released_refuses_a_dataset_it_has_no_scores_for(cfg_factory):
     cfg = cfg_factory("experiment=reproduce_table2", "dataset=usr_topical_chat", tracking=False)
     with pytest.raises(ValueError, match="released scores, which exist only for CRSArena-Eval"):
-        importlib.import_module(cfg.runner).run(cfg)
+        face.runner.run(cfg)
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ most the requests that were in flight; the stopped MLflow run is then marked KIL
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 from live_run import run_live
 
+import face.runner
 from face.testing.faultproxy import TRANSPORT_KINDS, FaultProxy
 from face.testing.scripted import ScriptedServer
 
@@ -49,12 +49,13 @@ def test_live_run_through_20_percent_faults_gives_the_same_run_file(cfg_factory,
 
 
 _KILLED_RUN = """
-import importlib, sys
+import sys
+import face.runner
 sys.path[:0] = [{root!r}, {root!r} + "/tests"]  # the conftest imports helpers as the test session does
 from helpers import make_cfg
 from pathlib import Path
 cfg = make_cfg(Path({tmp!r}), Path({data!r}), {overrides!r})
-importlib.import_module(cfg.runner).run(cfg)
+face.runner.run(cfg)
 """
 
 
@@ -81,7 +82,7 @@ def test_kill_9_mid_run_then_rerun_resends_at_most_the_requests_in_flight(data_d
         from helpers import make_cfg
 
         cfg = make_cfg(tmp_path, data_dir, overrides)
-        importlib.import_module(cfg.runner).run(cfg)
+        face.runner.run(cfg)
         resent = [e["hash"] for e in srv.log if e["hash"] in first]
     assert len(resent) <= conc  # only requests that were in flight when the process died
     assert len(srv.log) > 0 and json.loads((tmp_path / "run" / "run_file.json").read_text())

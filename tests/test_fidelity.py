@@ -111,15 +111,15 @@ def test_one_logprobs_call_replaces_five_samples_on_the_scripted_server(tmp_path
 ])
 def test_a_budget_below_the_estimate_refuses_to_start_every_llm_job(cfg_factory, job):
     """One gate for live FACE, the LLM baselines and the optimizer: refused before a scoring request is sent."""
-    import importlib
     from pathlib import Path
 
+    import face.runner
     from face.errors import ConfigError
 
     cfg = cfg_factory("llm=fake", "run_size=tiny", "dataset.limit=1", "llm.price_input_per_mtok=1000",
                       "llm.max_cost_usd=0.01", *job, tracking=False)
     with pytest.raises(ConfigError, match=r"llm.max_cost_usd=0.01 is below the cost estimate \$"):
-        importlib.import_module(cfg.runner).run(cfg)
+        face.runner.run(cfg)
     run_dir = Path(cfg.paths.output_dir)
     assert not (run_dir / "run_file.json").exists() and not list(run_dir.glob("scores_*.csv"))
     assert not list(run_dir.glob("llm_usage*.json"))  # no job got as far as its usage report

@@ -54,10 +54,10 @@ def test_each_entry_point_sends_one_run_request_to_face_runner_run(tmp_path, mon
     import face.runner
     from face.runner import RunRequest
 
-    seen: list[RunRequest] = []
+    seen: list[tuple] = []
 
-    def spy(request):
-        seen.append(request)
+    def spy(cfg, request):
+        seen.append((cfg, request))
         raise face.ConfigError("spied: the runner was called")
 
     monkeypatch.setattr(face.runner, "run", spy)
@@ -68,19 +68,15 @@ def test_each_entry_point_sends_one_run_request_to_face_runner_run(tmp_path, mon
     with pytest.raises(face.ConfigError, match="spied"):
         face.evaluate(logs, llm="fake", out=tmp_path / "p")
     assert refused(script, "spied") == [] and refused(cli, "spied") == []
-    assert [type(r) for r in seen] == [RunRequest] * 3
-    assert seen[0].hydra_job and "experiment=crsarena_main" in seen[0].overrides
-    assert (seen[1].out_name, seen[1].out) == ("--out", tmp_path / "o")
-    assert (seen[2].out_name, seen[2].out) == ("out", tmp_path / "p")
-    assert all("experiment=evaluate" in r.overrides for r in seen[1:])  # face evaluate's own experiment, both doors
+    assert [type(r) for _, r in seen] == [RunRequest] * 3
+    assert seen[0][1].job_dir is not None and seen[0][0].task_name == "crsarena_main"  # a Hydra job
+    assert (seen[1][1].out_name, seen[1][1].out) == ("--out", tmp_path / "o")
+    assert (seen[2][1].out_name, seen[2][1].out) == ("out", tmp_path / "p")
+    assert {cfg.runner for cfg, _ in seen} == {"face.experiments.evaluate"}  # one experiment's code, composed
 
 
 @pytest.mark.parametrize("value", ["false", "False", 0, 1, None, "yes"])
 def test_overwrite_that_is_not_a_bool_is_refused_before_anything_is_written(tmp_path, value):
-    from face.runner import RunRequest
-
-    with pytest.raises(face.ConfigError, match="overwrite must be True or False"):
-        RunRequest(("experiment=crsarena_main",), overwrite=value)
     out = tmp_path / "out"
     with pytest.raises(face.ConfigError, match="overwrite must be True or False"):
         face.evaluate(_jsonl(tmp_path / "logs.jsonl"), llm="fake", out=out, overwrite=value)
@@ -128,8 +124,7 @@ def test_hydra_s_own_settings_are_refused_through_the_api_in_every_prefix_form(n
 def test_the_runner_claims_the_locations_the_composed_config_names_not_their_spelling(spelling, tmp_path, data_dir):
     """Below the API's own refusals: a request whose overrides name another run's directory (any spelling, even an
     interpolation) is refused by the claim, with nothing changed."""
-    from face.runner import RunRequest
-    from face.runner import run as run_request
+    from helpers import run_overrides
 
     victim, mine = tmp_path / "victim", tmp_path / "mine"
     before = _victim(victim)
@@ -143,7 +138,7 @@ def test_the_runner_claims_the_locations_the_composed_config_names_not_their_spe
     if spelling == "report as a dict":
         over = [f"paths.output_dir='{mine}'", f"report={{out_dir:{v}}}"]
     with pytest.raises(face.ConfigError, match="another run's results"):
-        run_request(RunRequest(tuple(base + over)))
+        run_overrides(base + over)
     assert _files(victim) == before and not mine.exists()
 
 

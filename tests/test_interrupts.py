@@ -158,22 +158,34 @@ def test_ctrl_c_during_face_report_is_one_line_and_exit_130_and_claims_no_mlflow
     traceback of the KeyboardInterrupt (exit -2)."""
     import face.api.report
     from face.cli import main
-    from face.runner.exits import CACHE_DIR
 
     def interrupted(run_dir):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(face.api.report, "build_report", interrupted)
-    token = CACHE_DIR.set(None)  # as in a `face report` process (a run earlier in this one set its cache dir)
     try:
         with pytest.raises(SystemExit) as e:
             main(["report", str(tmp_path)])
     except KeyboardInterrupt:
         pytest.fail("the interrupt reached the command line's caller: Python prints its traceback")
-    finally:
-        CACHE_DIR.reset(token)
     err = capsys.readouterr().err
     assert e.value.code == 130 and err.splitlines() == ["interrupted: the run was stopped."], err
+
+
+def test_the_resume_hint_of_a_stop_names_its_own_run_s_cache_and_no_earlier_run_s(tmp_path, data_dir):
+    """A run that stops carries where its finished LLM calls are cached (the stop line's resume hint); a later stop in
+    the same process (`face report`'s Ctrl-C, another run's) is not told an earlier run's cache: the runner set a
+    process-wide variable and never reset it."""
+    from helpers import run_overrides, run_paths
+
+    from face.errors import ConfigError
+    from face.runner import stop_line
+
+    with pytest.raises(ConfigError) as refused:
+        run_overrides([*run_paths(tmp_path, data_dir, False), "experiment=crsarena_main", "llm=fake",
+                       "dataset.limit=0"])
+    assert stop_line(KeyboardInterrupt()) == (130, "interrupted: the run was stopped.")
+    assert f"Finished LLM calls are cached in {tmp_path / 'cache'}" in " ".join(getattr(refused.value, "__notes__", []))
 
 
 @pytest.mark.slow  # three small `face evaluate --mlflow` runs in this process: ≈ 20 s

@@ -88,3 +88,26 @@ def test_every_module_of_tracking_has_a_layer():
     named = [name for layer in contract_layers("face.tracking") for name in layer]
     modules = sorted(f"face.tracking.{m.name}" for m in pkgutil.iter_modules(face.tracking.__path__))
     assert sorted(named) == modules, "pyproject.toml: name every module of face/tracking/ once"
+
+
+def test_no_module_of_face_or_scripts_imports_hydra_s_private_api():
+    """Hydra is used as designed (``@hydra.main``, its callbacks, its compose API): nothing imports ``hydra._internal``
+    (the runner re-implemented Hydra's job runner with it), however the import is spelled."""
+    found = {}
+    for path in sorted([*(ROOT / "face").rglob("*.py"), *(ROOT / "scripts").glob("*.py")]):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        hits = sorted(m for m in imports_of(path, module) if m.startswith("hydra._internal"))
+        if hits:
+            found[module] = hits
+    assert found == {}
+
+
+def test_at_most_one_context_variable_in_face():
+    """A run's state is passed explicitly (its summary, its estimates, its cache directory, its checked plan), not
+    held in ambient ``ContextVar``s: at most one is left, where a library boundary needs one."""
+    import ast
+
+    made = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in sorted((ROOT / "face").rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "ContextVar"]
+    assert len(made) <= 1, made

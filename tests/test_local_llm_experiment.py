@@ -4,7 +4,6 @@ The tiny model's numbers carry no signal; this proves the whole pipeline runs fo
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
+import face.runner
 from face.data import CRSARENA_EVAL
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # the embedded LLM on both cores: one at a time
@@ -38,7 +38,7 @@ def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_facto
     # one turn-level and one dialogue-level aspect: the other five are the same prompts with other instructions
     cfg = cfg_factory("experiment=ablation_no_particles", "llm=local", "dataset.limit=2", "metaeval.n_boot=50",
                       "aspects=[relevance,dialogue_overall]")
-    out = importlib.import_module(cfg.runner).run(cfg)
+    out = face.runner.run(cfg).experiment
     run_dir = Path(cfg.paths.output_dir)
     detail = [json.loads(line) for line in (run_dir / "particle_scores.jsonl").read_text().splitlines()]
     # 1 turn aspect × 11 assistant turns + 1 dialogue aspect × 2 dialogues, 1 instruction, 1 sample

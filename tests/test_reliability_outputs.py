@@ -240,16 +240,11 @@ def test_an_interpolation_in_out_is_a_literal_directory_name_never_the_environme
 
 @pytest.mark.parametrize("value", ["/x/a,b", "/x/it's", "/x/${oc.env:HOME}", "/x/a b/ünï", "/x/back\\slash",
                                    "/x/end\\", "/x/\\${x}", "/x/'${a}'\\"])
-def test_a_quoted_override_value_composes_to_exactly_the_string_given(value):
-    from hydra import compose, initialize_config_dir
+def test_a_setting_composes_to_exactly_the_string_given(value):
+    from face.runner.compose import composed
 
-    from face.api import hydra_value
-    from face.cli import ROOT
-
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config",
-                      overrides=["experiment=crsarena_main", f"report.out_dir={hydra_value(value)}"])
-    assert cfg.report.out_dir == value
+    with composed(["experiment=crsarena_main"], {"report.out_dir": value}) as cfg:
+        assert cfg.report.out_dir == value
 
 
 def test_an_input_and_an_out_with_comma_quote_and_interpolation_run_end_to_end(tmp_path, monkeypatch):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 
+import face.runner
 from face.testing.scripted import ScriptedServer
 
 SECRET = "sk-test-SECRET-7f3a9c"
@@ -35,7 +35,7 @@ def test_api_key_value_is_never_written_anywhere(cfg_factory, tmp_path, monkeypa
                           "dataset.limit=1", "metaeval.n_boot=10", "method.instructions.max=1", "method.scoring.n=1",
                           "method.particles.k=1", "aspects=[relevance,efficiency]")
         caplog.set_level("DEBUG")
-        importlib.import_module(cfg.runner).run(cfg)
+        face.runner.run(cfg)
         assert srv.seen_auth(SECRET)  # the key was really used
     written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*") if p.is_file()}
     assert {"mlflow.db", "mlruns", "run", "cache"} <= written  # the scan below covers what the run wrote

@@ -3,12 +3,12 @@ system-level correlations (experiment=system_level)."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import face.runner
 from face.aspects import Aspect
 from face.experiments.system_level import level_means
 
@@ -58,7 +58,7 @@ def test_system_comparison_small(cfg_factory, data_dir):
     cfg = cfg_factory("experiment=system_comparison", "comparison.n_boot=6000", "comparison.calibration_splits=4",
                       "comparison.calibration_boot=1500", "comparison.power_reps=1", "comparison.power_boot=1000",
                       "comparison.power_sizes=[10,null]", "report.out_dir=${paths.output_dir}/res", tracking=False)
-    out = importlib.import_module(cfg.runner).run(cfg)
+    out = face.runner.run(cfg).experiment
     total = out.tables["agreement"].set_index("aspect").loc["all aspects"]
     assert total["pairs"] == 252
     assert total["face_agree_human_means"] <= total["face_separated"] <= 252

@@ -14,7 +14,7 @@ Settings are the configuration's own names, given as keyword arguments: a config
 a nested dict (``method={"scoring": {"n": 3}}`` is ``method.scoring.n=3``). See docs/api.md.
 
     inputs.py     conversations -> the run's input (a file, in-memory conversations, a dataset by name)
-    overrides.py  arguments and settings -> the run's overrides (the API's own keys and hydra.* refused)
+    overrides.py  arguments and settings -> the run's config group choices and settings (own keys, hydra.* refused)
     result.py     Result, built from the run's typed result
     evaluate.py   evaluate, estimate, check_settings: one run request each, through face.runner
     meta.py       meta_evaluate
@@ -25,9 +25,8 @@ from __future__ import annotations
 from face.api.evaluate import check_settings, estimate, evaluate, evaluation
 from face.api.inputs import Conversations, Source
 from face.api.meta import LEVELS, meta_evaluate
-from face.api.overrides import hydra_value, settings_overrides
 from face.api.result import Result
-from face.runner.claim import OUTPUTS
+from face.files import OUTPUTS
 
 __all__ = ["Conversations", "LEVELS", "OUTPUTS", "Result", "Source", "check_settings", "estimate", "evaluate",
-           "evaluation", "hydra_value", "meta_evaluate", "settings_overrides"]
+           "evaluation", "meta_evaluate"]

@@ -14,10 +14,10 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from face.api.inputs import Conversations, Source, check_conversations, source_of
-from face.api.overrides import check_arguments, raw_overrides, run_overrides, settings_overrides
+from face.api.overrides import check_arguments, raw_overrides, run_settings, split_settings
 from face.api.report import build_report
 from face.api.result import Result, result_of
 
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
     from face.runner import RunResult
 
-ROOT = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 # one run at a time per process: Hydra's composition is process-wide state (GlobalHydra), and so are the log redaction
 # and the standard streams `quiet` redirects; a run itself sends its LLM requests concurrently
 _RUN_LOCK = threading.RLock()
@@ -41,18 +39,21 @@ def evaluation(conversations: Conversations, aspects: Any, llm: Any, out: Any, *
     Result once the run sent its requests (with ``out``: its conversations and report written there too).
     ``request``: the RunRequest's ``estimate_only`` / ``confirm``."""
     from face.runner import RunRequest, run
+    from face.runner.compose import composed
 
     names = check_arguments(aspects, llm, out, limit, overwrite=overwrite, mlflow=mlflow)
-    own = [*settings_overrides(settings or {}), *raw_overrides(overrides, entry)]
+    choices, keys = split_settings(settings or {})
+    own = raw_overrides(overrides, entry)
     tmp = Path(tempfile.mkdtemp(prefix="face-"))
     try:
         source = source_of(conversations, tmp)
         check_conversations(source)  # bad conversations: one DataError, before anything is written
         target = Path(os.path.abspath(os.fspath(out))) if out is not None else tmp / "run"
         kept: list[Result] = []
-        done = run(RunRequest(tuple(run_overrides(source, names, llm, target, limit, mlflow, own)), out=target,
-                              out_name="--out" if entry == "cli" else "out", overwrite=overwrite,
-                              finish=_finish(source, target, out is not None, kept), **request))
+        run_choices, run_keys = run_settings(source, names, llm, target, limit, mlflow)
+        with composed([*run_choices, *choices, *own], {**run_keys, **keys}) as cfg:
+            done = run(cfg, RunRequest(out=target, out_name="--out" if entry == "cli" else "out", overwrite=overwrite,
+                                       finish=_finish(source, target, out is not None, kept), **request))
         return done, (kept[0] if kept else None)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -112,10 +113,9 @@ def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None =
     Returns: a ``Result``. Raises ``ConfigError`` / ``DataError`` before anything is sent or written (a missing API
     key among them), and ``BudgetExceeded``, ``LLMCallError``, ``LLMRequestRefused`` when the run stops. Calls from
     several threads run one at a time."""
-    check_arguments(aspects, llm, out, limit, quiet=quiet)
-    _project_root()
-    done, result = _off_loop(_locked, quiet, evaluation, conversations, aspects, llm, out, overwrite=overwrite,
-                             limit=limit, mlflow=mlflow, settings=settings)
+    _, result = _api(quiet, conversations, aspects, llm, out, overwrite=overwrite, limit=limit, mlflow=mlflow,
+                     settings=settings)
+    assert result is not None  # a run with neither confirmation nor estimate_only sends: its Result is kept
     return result
 
 
@@ -127,10 +127,7 @@ def estimate(conversations: Conversations, aspects: Sequence[str] | str | None =
     for a scoring stage whose particles are not known yet, the ``particles_per_turn`` it assumed; None for a method
     that calls no LLM (``method="face_released"``). Sends nothing, starts no server, needs no API key; answers already
     cached are still counted. The table is printed as the command prints it, unless ``quiet``."""
-    check_arguments(aspects, llm, None, limit, quiet=quiet)
-    _project_root()
-    done, _ = _off_loop(_locked, quiet, evaluation, conversations, aspects, llm, None, limit=limit,
-                        settings=settings, estimate_only=True)
+    done, _ = _api(quiet, conversations, aspects, llm, None, limit=limit, settings=settings, estimate_only=True)
     return done.estimate
 
 
@@ -138,33 +135,31 @@ def check_settings(aspects: Sequence[str] | str | None = None, llm: str = "local
     """The aspects (``face.aspects.Aspect``) that ``face.evaluate(..., aspects, llm, **settings)`` would evaluate,
     after the checks it makes before anything runs (settings, LLM settings, credentials); ``ConfigError`` if one
     fails. Sends nothing, writes nothing: for a caller that builds now and evaluates later (the MLflow scorers)."""
-    from face.runner import RunRequest, check
+    from face.runner import check
+    from face.runner.compose import composed
 
     names = check_arguments(aspects, llm, None, None)
-    own = settings_overrides(settings)
-    _project_root()
+    choices, keys = split_settings(settings)
     with _RUN_LOCK, tempfile.TemporaryDirectory(prefix="face-") as tmp:
-        source = Source(Path(tmp) / "conversations.json")
-        overrides = run_overrides(source, names, llm, Path(tmp) / "run", None, False, own)
-        return check(RunRequest(tuple(overrides))).aspects
+        run_choices, run_keys = run_settings(Source(Path(tmp) / "conversations.json"), names, llm, Path(tmp) / "run",
+                                             None, False)
+        with composed([*run_choices, *choices], {**run_keys, **keys}) as cfg:
+            return check(cfg, load=False).aspects
 
 
-def _project_root() -> None:
-    if (ROOT / "conf").is_dir():  # a checkout; installed from a wheel: the working directory (conf/paths)
-        os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))  # paths.root_dir: the cache, data and mlflow.db
-
-
-def _locked(quiet: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    with _RUN_LOCK, (contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
-        return fn(*args, **kwargs)
-
-
-def _off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn(...)`` here, or in a worker thread when this thread runs an event loop (Jupyter, an async app); Ctrl-C stops
-    the worker's LLM client too (face.llm.client.run_off_loop)."""
+def _api(quiet: Any, *args: Any, **kwargs: Any) -> tuple[RunResult, Result | None]:
+    """``evaluation`` as the API calls it: one run at a time per process, printing nothing when ``quiet``; here, or in
+    a worker thread when this thread runs an event loop (Jupyter, an async app: Ctrl-C stops the worker's LLM client
+    too, face.llm.client.run_off_loop)."""
     from face.llm.client import run_off_loop
 
-    return run_off_loop(fn, *args, **kwargs)
+    check_arguments(None, "local", None, None, quiet=quiet)
+    return run_off_loop(_locked, quiet, *args, **kwargs)
+
+
+def _locked(quiet: bool, *args: Any, **kwargs: Any) -> tuple[RunResult, Result | None]:
+    with _RUN_LOCK, (contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
+        return evaluation(*args, **kwargs)
 
 
 __all__ = ["check_settings", "estimate", "evaluate", "evaluation"]

@@ -133,14 +133,4 @@ def check_conversations(source: Source) -> list:
         raise DataError(IN_MEMORY, e.problem, e.record) from None
 
 
-def dataset_conversations(cfg) -> list:
-    """The conversations the run evaluated: the dataset's selection (``limit``, ``systems``, ``splits``) of its
-    conversations (a file's, or those a dataset fetched into the data directory)."""
-    from face.methods import build
-
-    ds = build(cfg.dataset)
-    return ds.select(ds.load_all(Path(cfg.paths.data_dir)))
-
-
-__all__ = ["IN_MEMORY", "Conversations", "Source", "check_conversations", "dataset_conversations", "datasets",
-           "source_of"]
+__all__ = ["IN_MEMORY", "Conversations", "Source", "check_conversations", "datasets", "source_of"]

@@ -1,11 +1,11 @@
-"""The API's arguments and settings as the overrides of one run request: a config group by its config's name, any key
-by its dotted name, a nested dict flattened, every value taken literally. The settings the API sets from its own
-arguments (the input, ``out``, ``aspects``, ``limit``) and Hydra's own (``hydra.*``) are refused in every spelling
-(``key``, ``+key``, ``++key``, ``~key``, ``hydra/group``), naming the argument to use."""
+"""The API's arguments and settings as the configuration of one run: a config group by its config's name (a choice
+Hydra composes), any other key by its dotted name or as a nested dict (merged into the composed configuration, taken
+literally: ``face.runner.compose``). The settings the API sets from its own arguments (the input, ``out``,
+``aspects``, ``limit``) and Hydra's own (``hydra.*``) are refused in every spelling (``key``, ``+key``, ``++key``,
+``~key``, ``hydra/group``), naming the argument to use."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -47,43 +47,6 @@ def _flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def render(value: Any, name: str) -> str:
-    """``value`` in Hydra's override grammar, taken literally (a string is quoted: never a sweep, a
-    ``${...}`` interpolation or another type)."""
-    if hasattr(value, "item") and callable(value.item) and not isinstance(value, (str, bytes)):
-        value = value.item()  # a numpy scalar
-    if value is None or isinstance(value, (bool, int, float)):
-        return _scalar(value)
-    if isinstance(value, (str, os.PathLike)):
-        return hydra_value(os.fspath(value))
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(render(v, name) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{render(v, name)}" for k, v in value.items()) + "}"
-    raise ConfigError(f"setting {name}: a {type(value).__name__} cannot be a setting (use a string, number, bool, "
-                      "None, list or dict)")
-
-
-def _scalar(value: bool | int | float | None) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def hydra_value(value: str) -> str:
-    """``value`` quoted for a Hydra override, taken literally: ``,`` ``'`` spaces and ``${...}`` stay as they are
-    (a path is never a sweep, nor an interpolation that would read, say, an API key from the environment)."""
-    from face.methods import escape_interpolation
-
-    value = escape_interpolation(value)  # OmegaConf: \${ is a literal ${
-    value = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, value)  # Hydra: a backslash before ' or the end
-    return "'" + value.replace("'", "\\'") + "'"
-
-
 def refuse_own(name: str, entry: str = "api") -> None:
     """ConfigError for a setting the API sets itself or Hydra's own, in any spelling (``+``, ``++``, ``~``,
     ``hydra/group``), naming the argument of the entry point (``api`` / ``cli``) to use. The command line keeps
@@ -96,20 +59,20 @@ def refuse_own(name: str, entry: str = "api") -> None:
         raise ConfigError(f"setting {name}: " + (OWN.get(key) or OWN[root]).format(**ARGUMENTS[entry]))
 
 
-def settings_overrides(settings: Mapping[str, Any]) -> list[str]:
-    """Keyword settings as Hydra overrides: a config group by its config's name (``run_size="tiny"``), any other
-    key by its dotted name, a nested dict flattened (``method={"scoring": {"n": 3}}`` is ``method.scoring.n=3``). A
-    setting the API sets itself is refused, naming the argument to use."""
-    groups, out = _groups(), []
+def split_settings(settings: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """Keyword settings as (config group choices, every other key): a config group by its config's name
+    (``run_size="tiny"``), any other key by its dotted name, a nested dict flattened (``method={"scoring": {"n": 3}}``
+    is ``method.scoring.n``). A setting the API sets itself is refused, naming the argument to use."""
+    groups, choices, keys = _groups(), [], {}
     for name, value in _flatten(settings).items():
         refuse_own(name)
-        if name in groups:
-            if not isinstance(value, str) or not re.fullmatch(r"[\w.-]+", value):
-                raise ConfigError(f"setting {name}: name one of the configs in conf/{name}/, got {value!r}")
-            out.append(f"{name}={value}")
+        if name not in groups:
+            keys[name] = value
+        elif not isinstance(value, str) or not re.fullmatch(r"[\w.-]+", value):
+            raise ConfigError(f"setting {name}: name one of the configs in conf/{name}/, got {value!r}")
         else:
-            out.append(f"{name}={render(value, name)}")
-    return out
+            choices.append(f"{name}={value}")
+    return choices, keys
 
 
 def raw_overrides(overrides: Sequence[str], entry: str = "cli") -> list[str]:
@@ -145,16 +108,15 @@ def check_arguments(aspects: Any, llm: Any, out: Any, limit: Any, **flags: Any) 
     return list(names)
 
 
-def run_overrides(source: Source, aspects: list[str] | None, llm: str, target: Path, limit: int | None,
-                  mlflow: bool, own: Sequence[str]) -> list[str]:
-    """The overrides of FACE on ``source`` into ``target`` (``own``: the caller's settings, already overrides)."""
-    data = ([f"dataset={source.dataset}"] if source.dataset else
-            ["dataset=chat_logs", f"dataset.path={hydra_value(str(source.path))}"])
-    return ["experiment=evaluate", *data, f"llm={llm}", f"paths.output_dir={hydra_value(str(target))}",
-            f"report.out_dir={hydra_value(str(target))}", *([] if mlflow else ["tracking=none"]),
-            *([f"dataset.limit={limit}"] if limit else []),
-            *([f"aspects={render(aspects, 'aspects')}"] if aspects is not None else []), *own]
+def run_settings(source: Source, aspects: list[str] | None, llm: str, target: Path, limit: int | None,
+                 mlflow: bool) -> tuple[list[str], dict[str, Any]]:
+    """FACE on ``source`` into ``target``: its config group choices and its settings."""
+    keys: dict[str, Any] = {"paths.output_dir": str(target), "report.out_dir": str(target),
+                            **({"dataset.path": str(source.path)} if source.dataset is None else {}),
+                            **({"dataset.limit": limit} if limit else {}),
+                            **({"aspects": aspects} if aspects is not None else {})}
+    return ["experiment=evaluate", f"dataset={source.dataset or 'chat_logs'}", f"llm={llm}",
+            *([] if mlflow else ["tracking=none"])], keys
 
 
-__all__ = ["ARGUMENTS", "OWN", "check_arguments", "hydra_value", "raw_overrides", "refuse_own", "render",
-           "run_overrides", "settings_overrides"]
+__all__ = ["ARGUMENTS", "OWN", "check_arguments", "raw_overrides", "refuse_own", "run_settings", "split_settings"]

@@ -169,7 +169,7 @@ class _LLMBaseline:
         lcfg = inputs.needs_llm(f"method={self.name}")
         native = lcfg.supports_json_schema
         units = units_of(inputs.aspects, inputs.convs)
-        job = LLMJob(lcfg, inputs.run_dir, self.describe(lcfg), name=self.name)
+        job = LLMJob(lcfg, inputs.run_dir, self.describe(lcfg), name=self.name, summary=inputs.summary)
         self.register(inputs)
         run_dir = inputs.run_dir
         if job.dry_run:  # G-Eval's steps are not drawn: its requests are estimated without them

@@ -7,7 +7,7 @@ import itertools
 import pandas as pd
 from omegaconf import DictConfig
 
-from face.experiments.common import ConfigError, Parts, experiment, released_scores
+from face.experiments.common import ConfigError, Parts, Plan, experiment, released_scores
 from face.experiments.result import ExperimentResult
 from face.metaeval import items, paired_difference
 from face.pipeline.aggregate import AGGREGATORS, aggregate
@@ -25,9 +25,10 @@ def parts(cfg: DictConfig) -> Parts:
     return Parts()
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
+def run(plan: Plan) -> ExperimentResult:
+    cfg = plan.cfg
     a = cfg.ablation
-    with experiment(cfg, parts(cfg)) as ctx:
+    with experiment(plan) as ctx:
         tracker = ctx.tracker
         scores = released_scores(ctx, "re-aggregates the released scores")
         levels = ctx.inputs().levels

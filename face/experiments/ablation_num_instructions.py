@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pandas as pd
-from omegaconf import DictConfig
 
 from face.console import progress
-from face.experiments.common import experiment, released_scores
+from face.experiments.common import Plan, experiment, released_scores
 from face.experiments.result import ExperimentResult
 from face.files import atomic_path
 from face.metaeval import meta_evaluate
@@ -16,9 +15,10 @@ from face.report import figures
 from face.report.tables import order_aspects, print_table, write_table
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
+def run(plan: Plan) -> ExperimentResult:
+    cfg = plan.cfg
     a = cfg.ablation
-    with experiment(cfg) as ctx:
+    with experiment(plan) as ctx:
         tracker = ctx.tracker
         scores = released_scores(ctx, "subsets the released per-instruction scores")
         levels = ctx.inputs().levels

@@ -24,7 +24,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from face.data import PUBLISHED_TABLE
-from face.experiments.common import Parts, experiment
+from face.experiments.common import Parts, Plan, experiment
 from face.experiments.result import ExperimentResult
 from face.files import atomic_path
 from face.report.tables import SPLIT_LABELS, order_aspects, print_table, write_table
@@ -55,9 +55,10 @@ def parts(cfg: DictConfig) -> Parts:
     return Parts(extra_files=(PUBLISHED_TABLE,), method_cfgs=_method_cfgs(cfg))
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
+def run(plan: Plan) -> ExperimentResult:
+    cfg = plan.cfg
     reference = cfg.method.name
-    with experiment(cfg, parts(cfg)) as ctx:
+    with experiment(plan) as ctx:
         tracker, is_usr = ctx.tracker, ctx.dataset.response_level
         preds, labels, rows, dry = {}, {}, [], False
         levels = ("turn", "system") if is_usr else ("turn", "dialogue", "system")

@@ -9,13 +9,11 @@ overwritten by it (``report.out_dir`` overrides both).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import logging
 import sys
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -32,11 +30,9 @@ from face.errors import ConfigError, DataError, closest_first, import_class, req
 from face.experiments.naming import data_source, non_default_settings, run_name, settings_text, without_llm_settings
 from face.experiments.result import ExperimentResult
 from face.experiments.settings import MAX_UTTERANCE_CHARS, RunSettings
-from face.files import dir_lock
 from face.llm import LLMConfig
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
-from face.methods.job import ESTIMATE_CONSOLE, collect_estimates
 from face.runfile import write_run_file
 from face.tracking import Tracker, check_tracking_store
 
@@ -63,15 +59,14 @@ class Context:
     has_labels: bool = True  # False for user conversations without human labels: predict only
     extra: dict = field(default_factory=dict)
     llm: LLMConfig | None = None  # conf/llm as LLMConfig: built and checked once, before anything runs
-    summary: console.RunSummary | None = None  # the run's summary block (each LLM job's usage)
-    estimates: list[pd.DataFrame] = field(default_factory=list)  # each LLM job's cost estimate
+    summary: console.RunSummary = field(default_factory=console.RunSummary)  # the run's console: its summary block
 
     def result(self, **parts: Any) -> ExperimentResult:
         """The experiment's typed result: its ``parts`` (ExperimentResult's fields), with the run's directories and
         its LLM jobs' estimates and usage."""
-        usage = list(self.summary.usage) if self.summary is not None else []
         return ExperimentResult(self.cfg.task_name, self.out_dir, self.run_dir, list(self.convs), list(self.aspects),
-                                dict(self.methods), estimates=list(self.estimates), usage=usage, **parts)
+                                dict(self.methods), estimates=list(self.summary.estimates),
+                                usage=list(self.summary.usage), **parts)
 
     @property
     def method(self) -> Method:
@@ -81,7 +76,8 @@ class Context:
         llm = self.llm
         if llm is not None and not llm.usage_file:  # written even when the run stops early
             llm = dataclasses.replace(llm, usage_file=str(self.run_dir / "llm_usage.json"))
-        return Inputs(self.dataset, self.convs, self.aspects, self.data_dir, self.run_dir, llm, self.tracker)
+        return Inputs(self.dataset, self.convs, self.aspects, self.data_dir, self.run_dir, llm, self.tracker,
+                      self.summary)
 
     def predict(self, method: Method | None = None) -> MethodOutput:
         return (method or self.method).predict(self.inputs())
@@ -91,7 +87,7 @@ class Context:
         out = self.predict()
         self.tracker.log_artifacts(out.artifacts, "run")
         self.tracker.log_metrics(out.metrics)
-        if out.dry_run and ESTIMATE_CONSOLE.get() != "estimate":  # face evaluate's estimate step: no banner
+        if out.dry_run and self.summary.estimate != "dry":  # face evaluate's estimate step: no banner
             print(f"Dry run: nothing was sent. {out.label}", flush=True)
         return out
 
@@ -191,17 +187,8 @@ class Plan:
     out_dir: Path  # tables and figures
     run_dir: Path  # run files (paths.output_dir)
     uses_llm: bool
+    summary: console.RunSummary = field(default_factory=console.RunSummary)  # the run's console (face.console)
     loaded: tuple[list[Conversation], list[Conversation]] | None = field(default=None, repr=False)  # ``load()``
-
-    def is_for(self, cfg: DictConfig, parts: Parts) -> bool:
-        """Was this plan made for ``cfg`` (the same settings, Hydra's own aside) and ``parts``?"""
-        def mine(c: DictConfig) -> dict:
-            tree = OmegaConf.to_container(c, resolve=False)
-            return {k: v for k, v in tree.items() if k != "hydra"} if isinstance(tree, dict) else {}
-
-        same_parts = (parts.extra_files == self.parts.extra_files
-                      and list(parts.method_cfgs or ()) == list(self.parts.method_cfgs or ()))
-        return same_parts and mine(cfg) == mine(self.cfg)
 
     def load(self) -> tuple[list[Conversation], list[Conversation]]:
         """The run's input, checked, as (every conversation, the selected ones): every data file fetched and
@@ -247,40 +234,15 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
     return Plan(cfg, parts, llm, dataset, methods, aspects, files, splits, label, out_dir, run_dir, uses_llm)
 
 
-_PLANNED: ContextVar[Plan | None] = ContextVar("face_planned_run", default=None)
-
-
 @contextmanager
-def planned(plan: Plan) -> Iterator[Plan]:
-    """The runner checked and built the run already: the experiment inside uses ``plan`` (checked once)."""
-    token = _PLANNED.set(plan)
-    try:
-        yield plan
-    finally:
-        _PLANNED.reset(token)
-
-
-@contextmanager
-def experiment(cfg: DictConfig, parts: Parts = Parts()) -> Iterator[Context]:
-    """Validate (``prepare``, unless the runner did), fetch, load, track.
-
-    Every setting is checked (``ConfigError``: one line naming it) before anything is fetched, written or
-    sent; the MLflow run opens only after that. A run that ends well prints one summary block (face.console)."""
-    summary = console.RunSummary()
-    plan = _PLANNED.get()
-    if plan is None or not plan.is_for(cfg, parts):
-        plan = prepare(cfg, parts)
-    with contextlib.ExitStack() as owned:  # the run's directories are this run's until it ends
-        owned.enter_context(dir_lock(plan.run_dir, "paths.output_dir (hydra.run.dir)"))
-        owned.enter_context(dir_lock(plan.out_dir, "report.out_dir" if cfg.report.get("out_dir")
-                                     else "paths.results_dir"))
-        owned.enter_context(console.alive(cfg.task_name))  # in a log: a line every 30 s while the run lasts
-        tracker = owned.enter_context(Tracker(cfg, run_name(cfg.task_name, plan.label), plan.uses_llm))
-        ctx = _load(plan, tracker, summary)
-        with console.collect(summary), collect_estimates() as estimates:
-            ctx.estimates = estimates  # filled as the LLM jobs make them
-            yield ctx
-    console.finish(summary)
+def experiment(plan: Plan) -> Iterator[Context]:
+    """The run the runner checked, claimed and loaded (``plan``; ``face.runner.run``): its MLflow run opens, the
+    experiment gets its ``Context``; a run that ends well prints one summary block (face.console)."""
+    cfg = plan.cfg
+    # in a log: a line every 30 s while the run lasts
+    with console.alive(cfg.task_name), Tracker(cfg, run_name(cfg.task_name, plan.label), plan.uses_llm) as tracker:
+        yield _load(plan, tracker, plan.summary)
+    console.finish(plan.summary)
 
 
 def _load(plan: Plan, tracker: Tracker, summary: console.RunSummary) -> Context:

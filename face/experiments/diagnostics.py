@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from face.data import RELEASED_PARTICLES, released_instructions_file
 from face.datasets.face_released import load_instructions, load_released_particles
-from face.experiments.common import Parts, experiment, released_scores
+from face.experiments.common import Parts, Plan, experiment, released_scores
 from face.experiments.result import ExperimentResult
 from face.pipeline.aggregate import aggregate
 from face.pipeline.released import LABEL
@@ -32,8 +32,9 @@ def parts(cfg: DictConfig) -> Parts:
     return Parts(extra_files=(RELEASED_PARTICLES,))
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
-    with experiment(cfg, parts(cfg)) as ctx:
+def run(plan: Plan) -> ExperimentResult:
+    cfg = plan.cfg
+    with experiment(plan) as ctx:
         scores = released_scores(ctx, "reads the released judgements")
         ids = {c.conv_id for c in ctx.convs}
         particles = {(r.conv_id, r.turn_ind): r.particles

@@ -4,15 +4,14 @@ log everything."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
-from face.experiments.common import experiment
+from face.experiments.common import Plan, experiment
 from face.experiments.result import ExperimentResult
 from face.report.tables import comparison_table, print_table, write_table
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
-    with experiment(cfg) as ctx:
+def run(plan: Plan) -> ExperimentResult:
+    cfg = plan.cfg
+    with experiment(plan) as ctx:
         tracker = ctx.tracker
         out = ctx.predict_logged()
         if out.dry_run:

@@ -20,7 +20,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from face.data.split import Split, split_conversations
-from face.experiments.common import ConfigError, Parts, experiment
+from face.experiments.common import ConfigError, Parts, Plan, experiment
 from face.experiments.result import ExperimentResult
 from face.files import atomic_open, atomic_path, atomic_write_text
 from face.llm import LLMConfig
@@ -93,9 +93,10 @@ def parts(cfg: DictConfig) -> Parts:
     return Parts()
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
+def run(run_plan: Plan) -> ExperimentResult:
+    cfg = run_plan.cfg
     ocfg = optimizer_config(cfg)
-    with experiment(cfg) as ctx:
+    with experiment(run_plan) as ctx:
         method, inputs, lcfg = _face_method(ctx)
         split = dev_split(ctx.convs, ocfg)
         ctx.tracker.set_tags({f"split.{side}": len(getattr(split, side)) for side in ("train", "dev", "test")})
@@ -186,7 +187,8 @@ def _gate(ctx, ocfg: OptimizerConfig, plans: dict, method, inputs) -> tuple[LLMJ
                .groupby(["setting", "stage"], sort=False)[["requests", "samples", "http_requests", "input_tokens",
                                                            "output_tokens", "cost_usd"]]
                .sum().reset_index())
-    job = LLMJob(inputs.llm, ctx.run_dir, f"the optimizer, {len(ctx.aspects)} aspects, {inputs.llm.model}")
+    job = LLMJob(inputs.llm, ctx.run_dir, f"the optimizer, {len(ctx.aspects)} aspects, {inputs.llm.model}",
+                 summary=ctx.summary)
     this_run = summary[summary["setting"] == "this run"]
     job.gate(summary, " (scoring counts are upper bounds, cached pairs are free; paper setting: α=β=b=4, c=1, "
              "minibatch 20)", estimated_usd=estimated_cost(this_run), detail=costs, size=estimated_size(this_run))

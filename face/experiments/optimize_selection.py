@@ -33,6 +33,7 @@ from face.coefficients import rows_correlation
 from face.data.split import split_conversations
 from face.errors import ConfigError
 from face.experiments.common import Parts, experiment
+from face.experiments.common import Plan as RunPlan
 from face.experiments.optimize_instructions import optimizer_config
 from face.experiments.result import ExperimentResult
 from face.files import atomic_path
@@ -156,11 +157,12 @@ def parts(cfg: DictConfig) -> Parts:
     return Parts()
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
+def run(run_plan: RunPlan) -> ExperimentResult:
+    cfg = run_plan.cfg
     ocfg = optimizer_config(cfg)
     plan = Plan.of(cfg, ocfg)
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
-    with experiment(cfg) as ctx:
+    with experiment(run_plan) as ctx:
         runs, inst_rows, timing = [], [], {}
         for a in ctx.aspects:
             t0 = time.perf_counter()

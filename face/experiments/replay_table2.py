@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from face.data import RELEASED_PARTICLES, released_scores_file
 from face.datasets.crsarena import ASPECTS as RELEASED_ASPECTS
-from face.experiments.common import Parts, experiment
+from face.experiments.common import Parts, Plan, experiment
 from face.experiments.result import ExperimentResult
 from face.predictions import PRED_DECIMALS, Predictions
 from face.report.tables import comparison_table, order_aspects, print_table, write_table
@@ -31,8 +31,9 @@ def parts(cfg: DictConfig) -> Parts:
     return Parts(extra_files=(RELEASED_PARTICLES, *(released_scores_file(a) for a in RELEASED_ASPECTS)))
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
-    with experiment(cfg, parts(cfg)) as ctx:
+def run(plan: Plan) -> ExperimentResult:
+    cfg = plan.cfg
+    with experiment(plan) as ctx:
         from face.pipeline.released import FaceReleased
 
         out = ctx.predict_logged()

@@ -25,7 +25,7 @@ from face.data import ARENA_VOTES, RELEASED_PARTICLES
 from face.datasets.arena import load_votes
 from face.datasets.face_released import load_released_particles
 from face.errors import ConfigError
-from face.experiments.common import Parts, experiment
+from face.experiments.common import Parts, Plan, experiment
 from face.experiments.result import ExperimentResult
 from face.metaeval import items
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
@@ -122,9 +122,10 @@ def _power(face_units, human_units, aspects: list[str], table: pd.DataFrame, s: 
     return pd.DataFrame(rows, columns=cols), n_boot, [n for n in s.power_sizes if n not in sizes]
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
+def run(plan: Plan) -> ExperimentResult:
+    cfg = plan.cfg
     s = settings(cfg)
-    with experiment(cfg, parts(cfg)) as ctx:
+    with experiment(plan) as ctx:
         start = time.perf_counter()
         out = ctx.predict()
         face, human = _runs(ctx, out.predictions, _particles(ctx, out.particle_scores), out.label)

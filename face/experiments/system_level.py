@@ -11,7 +11,7 @@ from face import arena_ranking as arena
 from face.data import ARENA_VOTES
 from face.datasets.arena import load_votes
 from face.datasets.crsarena import CRSArenaEval
-from face.experiments.common import ConfigError, Parts, experiment
+from face.experiments.common import ConfigError, Parts, Plan, experiment
 from face.experiments.result import ExperimentResult
 from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, rows_correlation, system_means, system_table
 from face.methods import build
@@ -89,8 +89,9 @@ def parts(cfg: DictConfig) -> Parts:
     return Parts(extra_files=tuple(ARENA_VOTES[s] for s in cfg.arena.vote_sources))
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
-    with experiment(cfg, parts(cfg)) as ctx:
+def run(plan: Plan) -> ExperimentResult:
+    cfg = plan.cfg
+    with experiment(plan) as ctx:
         tracker = ctx.tracker
         out = ctx.predict()
         m = cfg.metaeval

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from face.baselines.reference import LABELS, METRICS, java_available, predict_many
 from face.data import ensure_data
-from face.experiments.common import ConfigError, Parts, experiment
+from face.experiments.common import ConfigError, Parts, Plan, experiment
 from face.experiments.result import ExperimentResult
 from face.metaeval import meta_evaluate
 from face.methods import Inputs, build
@@ -85,9 +85,10 @@ def _metrics(cfg: DictConfig) -> tuple[list[str], dict[str, str]]:
     return metrics, skipped
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
+def run(plan: Plan) -> ExperimentResult:
+    cfg = plan.cfg
     metrics, skipped = _metrics(cfg)
-    with experiment(cfg, parts(cfg)) as ctx:
+    with experiment(plan) as ctx:
         corpora = list(cfg.reference.corpora)
         done = [_corpus(ctx, corpus, metrics) for corpus in corpora]
         results = pd.concat([r for d in done for r in d.results], ignore_index=True)

@@ -12,7 +12,7 @@ from typing import cast
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from face.experiments.common import ConfigError, Parts, experiment
+from face.experiments.common import ConfigError, Parts, Plan, experiment
 from face.experiments.result import ExperimentResult
 from face.report.tables import order_aspects, print_table, write_table
 from face.tracking import summary_metrics
@@ -35,8 +35,9 @@ def parts(cfg: DictConfig) -> Parts:
     return Parts(method_cfgs={v.name: variant_cfg(cfg, v.overrides) for v in cfg.variants})
 
 
-def run(cfg: DictConfig) -> ExperimentResult:
-    with experiment(cfg, parts(cfg)) as ctx:
+def run(plan: Plan) -> ExperimentResult:
+    cfg = plan.cfg
+    with experiment(plan) as ctx:
         tracker = ctx.tracker
         rows, usage_rows, labels = [], [], {}
         for name, method in ctx.methods.items():

@@ -17,6 +17,7 @@ from typing import Any, Protocol, Sequence
 import pandas as pd
 
 from face.aspects import Aspect
+from face.console import RunSummary
 from face.data.schema import Conversation
 from face.errors import ConfigError
 from face.llm.config import LLMConfig
@@ -44,6 +45,7 @@ class Inputs:
     run_dir: Path  # the job's own directory (run files, per-particle files)
     llm: LLMConfig | None = None  # the LLM settings (conf/llm), typed once by the experiment; None: no LLM
     tracker: Any = None  # face.tracking.Tracker or None
+    summary: RunSummary = field(default_factory=RunSummary)  # the run's console: each LLM job's estimate and usage
 
     @property
     def levels(self) -> dict[str, str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -38,35 +37,6 @@ from face.llm.sizes import Size
 from face.methods import MethodOutput
 from face.predictions import Predictions
 from face.report.tables import print_table
-
-# ``face evaluate`` runs a dry run for the estimate (and its confirmation), then the run: the estimate is shown once.
-# "estimate": the dry run prints the estimate without a dry-run banner; "shown": the run does not print it again.
-ESTIMATE_CONSOLE: ContextVar[str] = ContextVar("face_estimate_console", default="")
-
-
-@contextmanager
-def estimate_console(mode: str) -> Iterator[None]:
-    token = ESTIMATE_CONSOLE.set(mode)
-    try:
-        yield
-    finally:
-        ESTIMATE_CONSOLE.reset(token)
-
-
-# the estimates of the LLM jobs of a run, in the order they were made (the experiment's typed result carries them)
-_ESTIMATES: ContextVar[list | None] = ContextVar("face_job_estimates", default=None)
-
-
-@contextmanager
-def collect_estimates() -> Iterator[list[pd.DataFrame]]:
-    """Every cost estimate an LLM job makes inside the block (``LLMJob.gate``), as the table it writes."""
-    got: list[pd.DataFrame] = []
-    token = _ESTIMATES.set(got)
-    try:
-        yield got
-    finally:
-        _ESTIMATES.reset(token)
-
 
 COUNTS = ("requests", "samples", "http_requests", "input_tokens", "output_tokens")
 
@@ -105,6 +75,8 @@ class LLMJob:
     metrics: dict[str, float] = field(default_factory=dict)
     estimated: Size | None = None  # what the gate's estimate said would be sent
     restated: Size | None = None  # the same, restated once the particle count was known
+    # the run's console: the estimate and the usage go to its summary; "shown": the estimate was printed already
+    summary: console.RunSummary = field(default_factory=console.RunSummary, repr=False)
 
     def _file(self, stem: str, ext: str) -> Path:
         return self.run_dir / (f"{stem}_{self.name}.{ext}" if self.name else f"{stem}.{ext}")
@@ -123,9 +95,7 @@ class LLMJob:
         with atomic_path(path) as tmp:
             (costs if detail is None else detail).to_csv(tmp, index=False)
         self.artifacts.append(path)
-        collected = _ESTIMATES.get()
-        if collected is not None:
-            collected.append(costs if detail is None else detail)
+        self.summary.estimates.append(costs if detail is None else detail)
         self.estimated = estimated_size(costs) if size is None else size
         console.plan(self.estimated.requests)  # the run's progress line: the whole run's ETA
         estimated = estimated_cost(costs) if estimated_usd is None else estimated_usd
@@ -135,7 +105,7 @@ class LLMJob:
             note += (f" (OpenAI Batch API price: {self.lcfg.batch_price_factor:g} × list price "
                      f"${estimated / self.lcfg.batch_price_factor:.2f})")
         when = " (an estimate: nothing sent so far)" if self.dry_run else ""
-        if ESTIMATE_CONSOLE.get() != "shown":
+        if self.summary.estimate != "shown":
             print_table(f"Cost estimate before sending anything{when}{note} — {self.label}", costs, 2)
         cap = self.lcfg.max_cost_usd
         if cap is not None and estimated > cap and not (self.lcfg.force or self.dry_run):
@@ -190,23 +160,14 @@ class LLMJob:
     def finish(self, client) -> None:
         """The job's usage: llm_usage[_name].json, what the server says of the run (llm_server.json), metrics."""
         self.artifacts.append(client.usage.write_artifact(self._file("llm_usage", "json")))
-        console.note_usage(client.usage.summary())  # the run's summary block: the same numbers
+        self.summary.usage.append(client.usage.summary())  # the run's summary block: the same numbers
         self.metrics.update(client.usage.mlflow_metrics(prefix=f"{self.name}.llm_" if self.name else "llm_"))
         print(f"{self.name + ': ' if self.name else ''}{client.usage.counts_line()}")  # llm_usage.json's numbers
         print(self.sent_line(client.usage.summary()))
-        server = write_server_report(client, self._file("llm_server", "json"), self.metrics)
-        if server is not None:
-            self.artifacts.append(server)
-
-
-def write_server_report(client, path: Path, metrics: dict) -> Path | None:
-    """What the LLM server the client started says of the run (the replay judge: requests it answered, identical
-    prompts, refusals), as ``path`` and ``llm_server.*`` metrics; None for servers that say nothing."""
-    report = getattr(client.server, "report", None)
-    got = report() if callable(report) else None
-    if not got:
-        return None
-    atomic_write_text(path, json.dumps(got, indent=1, ensure_ascii=False) + "\n")
-    metrics.update({f"llm_server.{k}": float(v) for k, v in got.items()
-                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
-    return path
+        report = getattr(client.server, "report", None)  # what the server says of the run (the replay judge's)
+        got = report() if callable(report) else None
+        if got:
+            self.artifacts.append(atomic_write_text(self._file("llm_server", "json"),
+                                                    json.dumps(got, indent=1, ensure_ascii=False) + "\n"))
+            self.metrics.update({f"llm_server.{k}": float(v) for k, v in got.items()
+                                 if isinstance(v, (int, float)) and not isinstance(v, bool)})

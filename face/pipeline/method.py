@@ -191,7 +191,7 @@ class Face:
         run_dir, convs = inputs.run_dir, inputs.convs
         instructions = {a.name: self.instruction_set(inputs.data_dir, a) for a in inputs.aspects}
         lcfg = inputs.needs_llm("method=face")
-        job = LLMJob(lcfg, run_dir, self.describe(lcfg, instructions))
+        job = LLMJob(lcfg, run_dir, self.describe(lcfg, instructions), summary=inputs.summary)
         proxy = self.proxy(inputs)
         costs = self.estimate(inputs, instructions, proxy)
         job.gate(costs, self.units.proxy_note(inputs.dataset, proxy))

@@ -1,61 +1,95 @@
-"""The configuration of a run, composed once from its overrides: a bad override is one line naming it (a misspelled
-config name lists the valid ones, closest first); a credential in any setting is refused."""
+"""The configuration of a run that is no Hydra job (``face.api``, ``face evaluate``), composed with Hydra's compose API:
+the config group choices and the command line's ``--set`` as overrides, every other setting merged as a dict (taken
+literally: a string is never an interpolation). A bad one is one line naming it (a misspelled config name lists the
+valid ones, closest first); a credential among the overrides is refused before anything is composed."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from face.errors import ConfigError, closest_first
-from face.secrets import secret_in_overrides, secret_setting
 
 CONF = Path(__file__).resolve().parents[1] / "conf"  # the project's conf/: face/conf links to it, a wheel copies it
+ROOT = Path(__file__).resolve().parents[2]  # a checkout's root (installed from a wheel: site-packages)
 NOT_CHOICES = {"llm": {"base"}}  # configs of a group that only others extend (llm/base.yaml: the shared defaults)
 
 
 @contextlib.contextmanager
-def hydra_session() -> Iterator:
-    """Hydra initialized on the project's configuration for the block (its Hydra object): the run composes there,
-    and the experiment composes its default configuration there (captions name the settings that differ)."""
-    from hydra import initialize_config_dir
+def composed(overrides: Sequence[str] = (), settings: Mapping[str, Any] | None = None) -> Iterator[DictConfig]:
+    """The task's configuration of ``overrides``, then ``settings`` (dotted key -> value; ``+key`` / ``++key`` may add
+    a key, ``~key`` removes one). The block runs in the Hydra session it was composed in: the experiment composes its
+    default configuration there (captions name the settings that differ)."""
+    from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():
-        raise ConfigError("a FACE run cannot start inside a Hydra application (Hydra is already initialized); "
-                          "call the experiment's runner instead")
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="run"):
-        yield GlobalHydra.instance().hydra
-
-
-def compose(hydra, overrides: Sequence[str], job: bool) -> DictConfig:
-    """The configuration with its ``hydra`` node (``job``: as ``scripts/run.py`` composes it, logging configured).
-    A credential among the overrides is refused before anything is composed, one in a config file after."""
     from hydra.errors import MissingConfigException
-    from hydra.types import RunMode
+
+    from face.secrets import secret_in_overrides
 
     bad = secret_in_overrides(overrides)
     if bad:
         raise ConfigError(bad)
+    if (ROOT / "conf").is_dir():  # a checkout; installed from a wheel: the working directory (conf/paths)
+        os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))  # paths.root_dir: the cache, data and mlflow.db
+    if GlobalHydra.instance().is_initialized():
+        raise ConfigError("a FACE run cannot start inside a Hydra application (Hydra is already initialized); "
+                          "call the experiment's runner instead")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3", job_name="run"):
+        try:
+            cfg = compose("config", list(overrides))
+        except MissingConfigException as e:
+            raise ConfigError(missing_config(e)) from None
+        except Exception as e:
+            raise ConfigError(f"bad setting: {first_line(e)}") from None
+        for name, value in (settings or {}).items():
+            _set(cfg, name, value)
+        yield cfg
+
+
+def _set(cfg: DictConfig, name: str, value: Any) -> None:
+    """One setting, taken literally, in the composed configuration."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from face.methods import escape_interpolation
+
+    key = name.lstrip("+~")
+    parent, _, leaf = key.rpartition(".")
     try:
-        cfg = hydra.compose_config("config", list(overrides), run_mode=RunMode.RUN, from_shell=job,
-                                   with_log_configuration=job)
-    except MissingConfigException as e:
-        raise ConfigError(missing_config(e)) from None
-    except Exception as e:
-        line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"bad setting: {line}") from None
-    with read_write(cfg.hydra), open_dict(cfg.hydra):
-        if cfg.hydra.mode is None:
-            cfg.hydra.mode = RunMode.RUN
-    bad = secret_setting(cfg)  # a credential in a config file (conf/llm/NAME.yaml) or a nested value (llm.headers)
-    if bad:
-        raise ConfigError(bad)
-    return cfg
+        if name.startswith("~"):
+            with open_dict(cfg):
+                del (OmegaConf.select(cfg, parent) if parent else cfg)[leaf]
+        else:
+            OmegaConf.update(cfg, key, _literal(value, escape_interpolation), merge=True,
+                             force_add=name.startswith("+"))
+    except (OmegaConfBaseException, KeyError, TypeError) as e:
+        raise ConfigError(f"setting {key}: {first_line(e)}") from None
+
+
+def _literal(value: Any, escape) -> Any:
+    """``value`` as a configuration value: a string's ``${`` escaped (never an interpolation, e.g. one that would read
+    an API key from the environment), a path as a string, a numpy scalar as a Python one."""
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, (str, os.PathLike)):
+        return escape(os.fspath(value))
+    if isinstance(value, (list, tuple)):
+        return [_literal(v, escape) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _literal(v, escape) for k, v in value.items()}
+    if value is not None and not isinstance(value, (bool, int, float)):
+        raise TypeError(f"a {type(value).__name__} cannot be a setting (use a string, number, bool, None, list or "
+                        "dict)")
+    return value
+
+
+def first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def missing_config(e) -> str:
@@ -64,8 +98,7 @@ def missing_config(e) -> str:
     group, _, name = missing.rpartition("/")
     options = [o for o in (e.options or []) if o not in NOT_CHOICES.get(group, set())]
     if not group or not options:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"bad setting: {first}"
+        return f"bad setting: {first_line(e)}"
     return (f"{group}={name}: no such {group.rsplit('/', 1)[-1]} (conf/{group}/{name}.yaml); valid, closest first: "
             + ", ".join(closest_first(name, options)))
 
@@ -76,10 +109,7 @@ def job_dir(cfg: DictConfig) -> Path:
     resolves as it will in the job."""
     from hydra.core.hydra_config import HydraConfig
 
-    try:
-        value = str(OmegaConf.select(cfg, "hydra.run.dir", throw_on_missing=True) or "")
-    except Exception as e:
-        raise ConfigError(f"hydra.run.dir: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}") from None
+    value = str(select(cfg, "hydra.run.dir") or "")
     if not value.strip():
         raise ConfigError("hydra.run.dir: the path is empty")
     with read_write(cfg.hydra), open_dict(cfg.hydra):
@@ -91,11 +121,9 @@ def job_dir(cfg: DictConfig) -> Path:
 
 def task_config(cfg: DictConfig) -> DictConfig:
     """The configuration an experiment reads: without Hydra's own node (as Hydra hands it to a job)."""
-    if "hydra" not in cfg:
-        return cfg
     task = copy.deepcopy(cfg)
     with read_write(task), open_dict(task):
-        del task["hydra"]
+        task.pop("hydra", None)
     return task
 
 
@@ -111,7 +139,7 @@ def select(cfg: DictConfig, key: str, setting: str | None = None):
     try:
         return OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
     except Exception as e:
-        raise ConfigError(f"{setting or key}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}") from None
+        raise ConfigError(f"{setting or key}: {first_line(e)}") from None
 
 
-__all__ = ["CONF", "compose", "dry", "hydra_session", "job_dir", "missing_config", "select", "task_config"]
+__all__ = ["CONF", "composed", "dry", "job_dir", "missing_config", "select", "task_config"]

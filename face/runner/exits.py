@@ -11,7 +11,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
 from typing import NoReturn
 
 from face.errors import ConfigError, DataError
@@ -19,12 +18,8 @@ from face.secrets import redact
 
 EXIT_CONFIG, EXIT_BUDGET, EXIT_LLM, EXIT_INTERRUPTED, EXIT_BUG = 2, 3, 4, 130, 1
 
-# where the run's finished LLM calls are cached (set once the configuration is composed): the resume hint
-CACHE_DIR: ContextVar[str | None] = ContextVar("face_run_cache_dir", default=None)
-
-
-def _debug() -> bool:
-    return os.environ.get("FACE_DEBUG", "") not in ("", "0", "false")
+# the resume hint a stopped run notes on its exception (face.runner.run), said by its stop line
+RESUME = "Finished LLM calls are cached in {cache}: rerun the same command to resume."
 
 
 def fail(code: int, line: str) -> NoReturn:
@@ -35,13 +30,19 @@ def fail(code: int, line: str) -> NoReturn:
 
 
 def stop_line(e: BaseException) -> tuple[int, str]:
-    """The exit code and the one line of a run stopped by ``e`` (first match wins)."""
-    from face.llm import BudgetExceeded, LLMCallError, LLMRequestRefused
+    """The exit code and the one line of a run stopped by ``e`` (first match wins). A configuration Hydra could not
+    compose is a bad setting (a misspelled config name lists the valid ones)."""
+    from hydra.errors import HydraException, MissingConfigException
 
-    cache = CACHE_DIR.get()
-    resume = f"Finished LLM calls are cached in {cache}: rerun the same command to resume." if cache else ""
+    from face.llm import BudgetExceeded, LLMCallError, LLMRequestRefused
+    from face.runner.compose import missing_config
+
+    notes = getattr(e, "__notes__", [])
+    resume = next((n for n in notes if n.startswith(RESUME.split("{")[0])), "")
     stops = (  # (what stopped the run, exit code, the line printed)
         ((DataError, ConfigError), EXIT_CONFIG, "error: {e}"),  # bad input or setting: nothing was sent
+        ((MissingConfigException,), EXIT_CONFIG, "error: {missing}"),
+        ((HydraException,), EXIT_CONFIG, "error: bad setting: {first}"),
         ((BudgetExceeded,), EXIT_BUDGET, "stopped: {e}"),
         ((LLMRequestRefused,), EXIT_LLM, "stopped: {e}. Nothing of that request was cached or scored."),
         ((LLMCallError,), EXIT_LLM, "stopped: an LLM request failed after its retries: {e}. " + resume),
@@ -49,9 +50,11 @@ def stop_line(e: BaseException) -> tuple[int, str]:
         ((BaseException,), EXIT_BUG, "error: unexpected {kind}: {e} (FACE_DEBUG=1 shows the traceback). " + resume),
     )
     code, line = next((code, line) for kinds, code, line in stops if isinstance(e, kinds))
-    marked = [n for n in getattr(e, "__notes__", []) if n.startswith("MLflow run ")]  # what the tracker did
+    marked = [n for n in notes if n.startswith("MLflow run ")]  # what the tracker did
     line = line.replace("{mlflow}", f" ({'; '.join(marked)})" if marked else "")
-    return code, line.replace("{kind}", type(e).__name__).replace("{e}", str(e)).rstrip()
+    line = line.replace("{missing}", missing_config(e) if isinstance(e, MissingConfigException) else "")
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return code, line.replace("{kind}", type(e).__name__).replace("{first}", first).replace("{e}", str(e)).rstrip()
 
 
 @contextlib.contextmanager
@@ -62,7 +65,7 @@ def guarded() -> Iterator[None]:
     except SystemExit:
         raise
     except (Exception, KeyboardInterrupt) as e:
-        if _debug():
+        if os.environ.get("FACE_DEBUG", "") not in ("", "0", "false"):
             raise
         fail(*stop_line(e))
 

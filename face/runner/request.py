@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from face.errors import ConfigError
-
 if TYPE_CHECKING:
     import pandas as pd
     from omegaconf import DictConfig
@@ -19,14 +17,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """One run, as ``scripts/run.py``, ``face evaluate`` and ``face.evaluate`` / ``face.estimate`` ask for it.
+    """How ``scripts/run.py``, ``face evaluate`` and ``face.evaluate`` / ``face.estimate`` ask for a run of a composed
+    configuration (``run(cfg, request)``)."""
 
-    The configuration is either ``overrides`` (Hydra overrides, the configuration's own names: composed once by the
-    runner) or ``composed`` (a configuration Hydra composed already: a job of a multirun sweep)."""
-
-    overrides: tuple[str, ...] = ()
-    composed: DictConfig | None = None
-    hydra_job: bool = False  # run as a Hydra job (its .hydra/ record, run.log, hydra.run.dir): scripts/run.py
+    job_dir: Path | None = None  # the Hydra job's directory (scripts/run.py), claimed as ``hydra.run.dir``
     out: Path | None = None  # the entry point's output directory (out= / --out): named ``out_name`` in a refusal
     out_name: str = "out"
     overwrite: bool = False  # replace another run's results in the run's output directories
@@ -37,16 +31,6 @@ class RunRequest:
     # directories are still the run's, once it sent its requests; it may add lines to the summary block, printed
     # after it
     finish: Callable[[RunResult, RunSummary | None], None] | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("hydra_job", "overwrite", "estimate_only"):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise ConfigError(f"{name} must be True or False, got {value!r}")
-        if self.composed is not None and self.overrides:
-            raise ConfigError("a run request takes overrides or a composed configuration, not both")
-        if not all(isinstance(o, str) for o in self.overrides):
-            raise ConfigError(f"overrides are strings (key=value), got {list(self.overrides)!r}")
 
 
 @dataclass
@@ -64,12 +48,6 @@ class RunResult:
     def estimate(self) -> pd.DataFrame | None:
         """The cost estimate printed before anything was sent (None: the run has no LLM job)."""
         return self.experiment.estimate if self.experiment is not None else None
-
-    @property
-    def estimated_usd(self) -> float:
-        from face.methods.job import estimated_cost
-
-        return estimated_cost(self.estimate) if self.estimate is not None else 0.0
 
     def __repr__(self) -> str:
         where = ", ".join(f"{k}={v}" for k, v in self.locations.items())

@@ -1,15 +1,13 @@
-"""``run(request) -> RunResult``: the one way a run goes, whichever entry point asked for it.
+"""``run(cfg, request) -> RunResult``: the one way a run goes, whichever entry point composed its configuration.
 
-    compose (once) -> check every setting and the credentials -> fetch and check the input -> claim the output
-    directories -> [estimate -> confirm] -> run the experiment (as a Hydra job for scripts/run.py) -> the entry
-    point's last outputs -> summary (the MLflow run ends FINISHED only here)
+    check every setting, the credentials and the input -> claim the output directories -> [estimate -> confirm]
+    -> run the experiment -> the entry point's last outputs -> summary (the MLflow run ends FINISHED only here)
 
 Nothing is fetched before the settings are checked, nothing written or sent before the input is checked and the claim
 passed; every stop is an exception (``face.runner.exits.guarded`` turns them into exit codes on the command line)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import os
@@ -19,9 +17,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from face.errors import ConfigError
-from face.runner.claim import Location, check_locations, claimed, locations
-from face.runner.compose import compose, dry, hydra_session, job_dir, select, task_config
-from face.runner.exits import CACHE_DIR
+from face.files import Location, check_locations, claimed
+from face.runner.compose import dry, select
+from face.runner.exits import RESUME
 from face.runner.request import RunRequest, RunResult
 from face.tracking.tracker import finishing
 
@@ -30,64 +28,57 @@ _SAID = {"resume": "Resuming the run in {dir} (the same input and settings; fini
          "overwrite": "Overwriting another run's results in {dir} ({how})."}
 
 
-def run(request: RunRequest) -> RunResult:
-    """Compose, check, claim, run: see the module. ``ConfigError`` / ``DataError`` before anything is written or
-    sent; ``BudgetExceeded``, ``LLMCallError``, ``LLMRequestRefused``, ``KeyboardInterrupt`` when the run stops."""
+_PLAIN = RunRequest()  # a run of the configuration as it is (the tests', the MLflow scorers')
+
+
+def run(cfg: DictConfig, request: RunRequest = _PLAIN) -> RunResult:
+    """Check, claim, run: see the module. ``cfg``: the task's configuration, as Hydra composed it (``scripts/run.py``)
+    or ``face.runner.compose.composed`` did (``face.api``). ``ConfigError`` / ``DataError`` before anything is
+    written or sent; ``BudgetExceeded``, ``LLMCallError``, ``LLMRequestRefused``, ``KeyboardInterrupt`` when the run
+    stops (noted with where its finished LLM calls are cached)."""
     from face.secrets import install_log_redaction
 
     install_log_redaction()  # console and run.log: every log record is redacted (face.secrets)
-    if request.composed is not None:  # a job of a multirun sweep: Hydra composed it and made its directory
-        return _run(request, request.composed, None)
-    with hydra_session() as hydra:
-        return _run(request, compose(hydra, request.overrides, request.hydra_job), hydra)
-
-
-def _run(request: RunRequest, cfg: DictConfig, hydra: Any) -> RunResult:
-    from hydra.core.hydra_config import HydraConfig
-
-    from face.experiments.common import prepare
-    from face.experiments.naming import run_owner
-
-    previous = HydraConfig.instance().cfg
     try:
-        own_dir = job_dir(cfg) if request.hydra_job else None
-        task = task_config(cfg)
-        CACHE_DIR.set(str(select(task, "paths.cache_dir") or ""))
-        owner = run_owner(task)
-        inputs = [Path(p) for p in [select(task, "dataset.path")] if isinstance(p, str) and os.path.isfile(p)]
-        check_locations(_locations(task, own_dir, request), owner, inputs, request.overwrite, _how(request))
-        plan = prepare(task, experiment_parts(task))
-        if not request.estimate_only:  # an estimate sends nothing: it needs no key
-            check_credentials(plan)
-        plan.load()  # the input: data that is bad or cannot be fetched stops the run before anything of it exists
-        locs = _locations(task, own_dir, request, plan.out_dir)
-        with claimed(locs, owner, inputs, request.overwrite, _how(request)) as states:
+        plan = check(cfg, request)
+        locs = _locations(cfg, request, plan.out_dir)
+        with claimed(locs, _owner(cfg), _inputs(cfg), request.overwrite, _how(request)) as states:
             state = _say(locs, states, request)
-            with _held(request) as summaries, finishing():  # its MLflow run ends FINISHED after the last outputs
-                experiment, sent = _execute(request, cfg, plan, hydra)
-                done = RunResult(task, experiment, sent, {loc.setting: loc.path for loc in locs}, state)
+            plan.summary.held = request.finish is not None  # printed after the entry point's last outputs
+            with finishing():  # its MLflow run ends FINISHED after the last outputs
+                experiment, sent = _execute(request, plan)
+                done = RunResult(cfg, experiment, sent, {loc.setting: loc.path for loc in locs}, state)
                 if request.finish is not None and sent:  # the entry point's last outputs, then the summary block
-                    request.finish(done, summaries[0] if summaries else None)
-            for summary in summaries:
-                print(summary.text(), flush=True)
+                    request.finish(done, plan.summary)
+            if plan.summary.held and plan.summary.wall_s is not None:
+                print(plan.summary.text(), flush=True)
             return done
-    finally:
-        if request.hydra_job:
-            HydraConfig.instance().cfg = previous
+    except BaseException as e:
+        cache = select(cfg, "paths.cache_dir")
+        if cache:  # the resume hint of the stop line (face.runner.exits)
+            e.add_note(RESUME.format(cache=cache))
+        raise
 
 
-def check(request: RunRequest):
-    """The checks ``run`` makes before it claims anything (composed, every setting, the credentials unless
-    ``estimate_only``): the run's plan (``face.experiments.common.Plan``: its parts built). Nothing is claimed, run or
-    written: for a caller that builds now and runs later (the MLflow scorers)."""
+def check(cfg: DictConfig, request: RunRequest = _PLAIN, load: bool = True):
+    """The checks ``run`` makes before it claims anything: no credential in a setting, the output directories
+    claimable, every setting, the credentials (unless ``estimate_only``) and, with ``load``, the input (fetched and
+    loaded). The run's plan (``face.experiments.common.Plan``: its parts built); nothing claimed or written.
+    ``scripts/run.py`` checks before Hydra writes its job's directory; ``face.api.check_settings`` without ``load``."""
     from face.experiments.common import prepare
+    from face.secrets import secret_setting
 
-    with hydra_session() as hydra:
-        task = task_config(compose(hydra, request.overrides, job=False))
-        plan = prepare(task, experiment_parts(task))
-        if not request.estimate_only:
-            check_credentials(plan)
-        return plan
+    bad = secret_setting(cfg)  # a credential in a config file (conf/llm/NAME.yaml) or a nested value (llm.headers)
+    if bad:
+        raise ConfigError(bad)
+    if load:
+        check_locations(_locations(cfg, request), _owner(cfg), _inputs(cfg), request.overwrite, _how(request))
+    plan = prepare(cfg, experiment_parts(cfg))
+    if plan.llm is not None and plan.uses_llm and not plan.llm.dry_run and not request.estimate_only:
+        plan.llm.api_key()  # ConfigError naming the variable when it is unset (a keyless server needs none)
+    if load:
+        plan.load()  # the input: data that is bad or cannot be fetched stops the run before anything of it exists
+    return plan
 
 
 def experiment_parts(task: DictConfig):
@@ -110,25 +101,38 @@ def experiment_parts(task: DictConfig):
         raise ConfigError(f"{runner}: {str(e).strip() or type(e).__name__}") from None
 
 
-def check_credentials(plan) -> None:
-    """An LLM that needs a key (``llm.api_key_env`` names its variable) finds it in the environment, before anything
-    is sent or written; a run that sends nothing (``llm.dry_run``, no LLM) and a keyless server need none."""
-    llm = plan.llm
-    if llm is None or not plan.uses_llm or llm.dry_run:
-        return
-    llm.api_key()  # ConfigError naming the variable when it is unset
+def _owner(cfg: DictConfig) -> dict:
+    from face.experiments.naming import run_owner
+
+    return run_owner(cfg)
 
 
-def _locations(task: DictConfig, own_dir: Path | None, request: RunRequest,
-               out_dir: Path | None = None) -> list[Location]:
-    """Every output directory the configuration names, resolved (``out_dir``: where the experiment writes its tables,
-    once it is known: the results directory of a default run)."""
-    report = select(task, "report.out_dir")
-    named = [("hydra.run.dir", own_dir), ("paths.output_dir", select(task, "paths.output_dir")),
-             ("report.out_dir", report),
-             ("report.out_dir" if report else "paths.results_dir", out_dir)]
-    return locations([(k, v if v is None or isinstance(v, Path) else str(v)) for k, v in named],
-                     Path(str(select(task, "paths.results_dir"))), request.out, request.out_name)
+def _inputs(cfg: DictConfig) -> list[Path]:
+    return [Path(p) for p in [select(cfg, "dataset.path")] if isinstance(p, str) and os.path.isfile(p)]
+
+
+def _locations(cfg: DictConfig, request: RunRequest, out_dir: Path | None = None) -> list[Location]:
+    """The run's distinct output directories, whatever override spelled them (``key=``, ``+key=``, an interpolation),
+    in order: the Hydra job's, ``paths.output_dir``, ``report.out_dir`` and ``out_dir`` (where the experiment writes
+    its tables, once it is known: the results directory of a default run). A directory inside an earlier one is that
+    one's (the run's ``results/`` inside its run directory); one equal to the entry point's ``out`` is named as the
+    entry point names it; one inside the results directory is the committed results' (locked, not marked)."""
+    report = select(cfg, "report.out_dir")
+    named = [("hydra.run.dir", request.job_dir), ("paths.output_dir", select(cfg, "paths.output_dir")),
+             ("report.out_dir", report), ("report.out_dir" if report else "paths.results_dir", out_dir)]
+    results = Path(os.path.realpath(str(select(cfg, "paths.results_dir"))))
+    mine = Path(os.path.realpath(os.path.abspath(request.out))) if request.out is not None else None
+    found: list[tuple[Location, Path]] = []
+    for setting, path in named:
+        if path is None:
+            continue
+        if not str(path).strip():
+            raise ConfigError(f"{setting}: the path is empty")
+        real = Path(os.path.realpath(os.path.abspath(str(path))))
+        if not any(real == r or r in real.parents for _, r in found):
+            found.append((Location(request.out_name if real == mine else setting, Path(os.path.abspath(str(path))),
+                                   owned=not (real == results or results in real.parents)), real))
+    return [loc for loc, _ in found]
 
 
 def _overwrite(request: RunRequest) -> str:
@@ -137,7 +141,7 @@ def _overwrite(request: RunRequest) -> str:
 
 
 def _how(request: RunRequest) -> str:
-    if request.hydra_job:  # scripts/run.py has no overwrite
+    if request.job_dir is not None:  # scripts/run.py has no overwrite
         return "remove it first (or rerun it with its own settings to resume it)"
     return f"pass {_overwrite(request)} to replace them"
 
@@ -151,60 +155,26 @@ def _say(locs: list[Location], states: list[str], request: RunRequest) -> str:
     return owned[0][1] if owned else "new"
 
 
-def _held(request: RunRequest):
-    """The run's summary block kept for an entry point that finishes the run itself (printed after it)."""
-    from face import console
-
-    return console.held() if request.finish is not None else contextlib.nullcontext([])
-
-
-def _execute(request: RunRequest, cfg: DictConfig, plan, hydra: Any) -> tuple[Any, bool]:
+def _execute(request: RunRequest, plan) -> tuple[Any, bool]:
     """The estimate (and its confirmation), then the run: (the experiment's result, whether anything was sent)."""
-    from face import console
+    from face.console import RunSummary
     from face.experiments.common import check_settings
-    from face.methods.job import estimate_console, estimated_cost
+    from face.methods.job import estimated_cost
 
-    shown: contextlib.AbstractContextManager = contextlib.nullcontext()
     if request.estimate_only or request.confirm is not None:
-        task = dry(plan.cfg)
-        dry_plan = dataclasses.replace(plan, cfg=task, llm=check_settings(task))
-        with estimate_console("estimate"), console.silenced():
-            estimate = _experiment(task, dry_plan, None)
+        task = dry(plan.cfg)  # the estimate: its summary never printed, its dry run without a banner
+        estimate = _experiment(dataclasses.replace(plan, cfg=task, llm=check_settings(task),
+                                                   summary=RunSummary(held=True, estimate="dry")))
         cost = estimated_cost(estimate.estimate) if estimate.estimate is not None else 0.0
         if request.confirm is None or not request.confirm(cost):
             return estimate, False
-        shown = estimate_console("shown")  # the estimate above is this run's: printed once
-    with shown:
-        return _experiment(plan.cfg, plan, cfg if request.hydra_job else None, hydra), True
+        plan.summary.estimate = "shown"  # the estimate above is this run's: printed once
+    return _experiment(plan), True
 
 
-def _experiment(task: DictConfig, plan, job_cfg: DictConfig | None, hydra: Any = None):
-    """The experiment's ``run`` on ``task`` (the checks done: ``plan``); as a Hydra job on ``job_cfg`` when given."""
-    from face.experiments.common import planned
-
-    module = importlib.import_module(task.runner)
-    with planned(plan):
-        if job_cfg is None:
-            return module.run(task)
-        return hydra_job(hydra, job_cfg, module.run)
+def _experiment(plan):
+    """The experiment's ``run`` on its checked ``plan``."""
+    return importlib.import_module(plan.cfg.runner).run(plan)
 
 
-def hydra_job(hydra, cfg: DictConfig, task_function):
-    """``task_function`` as Hydra runs a job (``hydra.core.utils.run_job``, as ``@hydra.main`` does): its directory
-    and ``.hydra/`` record, ``run.log``, callbacks, ``hydra.job.env_set``. The job's exception is re-raised."""
-    from hydra._internal.callbacks import Callbacks
-    from hydra.core.utils import JobStatus, run_job
-    from hydra.types import HydraContext
-
-    callbacks = Callbacks(cfg)
-    callbacks.on_run_start(config=cfg, config_name="config")
-    ret = run_job(hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
-                  task_function=task_function, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None,
-                  configure_logging=True)
-    callbacks.on_run_end(config=cfg, config_name="config", job_return=ret)
-    if ret.status == JobStatus.FAILED:  # the job's own exception (JobReturn.return_value would print a line first)
-        raise ret._return_value
-    return ret._return_value
-
-
-__all__ = ["check", "check_credentials", "experiment_parts", "hydra_job", "run"]
+__all__ = ["check", "experiment_parts", "run"]
