@@ -33,7 +33,7 @@ def test_crsarena_baselines_on_two_conversations(run_experiment, plotted):
             assert len(preds.turn) == 11 and len(preds.dialogue) == 2
     scores = pd.read_csv(run_dir / "scores_llm_direct.csv")
     assert scores["score"].between(0, 4).all()
-    long = out.tables["long"]
+    long = out.tables["table_long"].frame
     ours = long[long["source"].str.startswith("ours")]
     assert set(ours["method"]) == {"LLM-Direct", "LLM-CoT+ICL", "G-Eval", "FACE"}
     assert ours["source"].str.contains("scripted-model").all()  # every cell says what produced it
@@ -80,7 +80,7 @@ def test_transfer_on_three_items(run_experiment, plotted, corpus):
     for target, src in DEFAULT_MAPPING.items():
         [(x, y)] = [xy for name, xy in lines.items() if name.endswith(f"/{src} → {target}")]
         assert x == [0, 1, 2] and y[2] == pytest.approx(mine[target], nan_ok=True)
-    long = out.tables["long"]
+    long = out.tables["table_long"].frame
     assert (long["source"].str.contains("Mehri & Eskenazi")).any()
 
 

@@ -160,7 +160,7 @@ def test_system_level_reports_ci_and_arena(run_experiment, plotted):
     assert row["value"].iloc[0] == pytest.approx(0.883, abs=0.005) and row["n"].iloc[0] == 9
     assert row["ci_low"].iloc[0] < row["value"].iloc[0] <= row["ci_high"].iloc[0]
     assert set(r.level) == {"system_vs_human_labels", "system_vs_arena_bt"}
-    ranking = out.tables["ranking"]
+    ranking = out.tables["arena_ranking"].frame
     assert len(ranking) == 9 and ranking["votes"].sum() == 2 * 185  # every one of the 185 votes has two sides
     points = plotted["scatter_dialogue_overall.png"]["points"]  # one (mean prediction, mean label) per system
     assert len(points) == 9
@@ -175,7 +175,7 @@ def test_ablation_num_instructions_small(run_experiment, data_dir, plotted):
     ran = run_experiment("experiment=ablation_num_instructions", "dataset.limit=60", "ablation.ks=[1,4,16]",
                          "ablation.n_seeds=2", "aspects=[relevance,dialogue_overall]")
     cfg, out = ran.cfg, ran.experiment
-    s = out.tables["summary"]
+    s = out.tables["k_instructions"].frame
     assert set(s["k"]) == {1, 4, 16}
     assert (s[s.k == 16]["n_subsets"] == 1).all() and (s[s.k == 1]["n_subsets"] == 2).all()
     # k = 16 is all the instructions: the plain FACE mean, recomputed from the raw files
@@ -184,7 +184,7 @@ def test_ablation_num_instructions_small(run_experiment, data_dir, plotted):
         _independent_value(data_dir, 60, "relevance", "turn", "all", "spearman"), abs=1e-12)
     assert k16["dialogue_overall", "redial", "pearson"] == pytest.approx(
         _independent_value(data_dir, 60, "dialogue_overall", "dialogue", "redial", "pearson"), abs=1e-12)
-    raw = out.tables["raw"]  # each k-subset names k distinct instructions of the 16
+    raw = out.tables["k_instructions_raw"].frame  # each k-subset names k distinct instructions of the 16
     assert all(len(set(r.instructions.split(","))) == r.k for r in raw.itertuples(index=False))
     curve = plotted["k_curve_spearman.png"]["lines"]  # one line per split and aspect: mean over seeds against k
     mean = s[s.coefficient == "spearman"].set_index(["split", "aspect", "k"])["mean"]

@@ -70,6 +70,36 @@ def test_own_instruction_source_and_scorer_run_live_face_through_the_cli(tmp_pat
     assert any(statistics.median(r["samples"]) != statistics.mean(r["samples"]) for r in records)  # can tell
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
+def test_an_experiment_that_only_computes_gets_its_run_file_tables_figure_and_mlflow_logs(run_experiment):
+    """docs/extending.md's experiment (tests/toy_experiment.py) returns what it computed and writes nothing itself:
+    the one writer writes its run file, its table three ways, its figure, and logs its correlations and metric."""
+    from mlflow.tracking import MlflowClient
+
+    ran = run_experiment(f"hydra.searchpath=[file://{TOY_CONF}]", "experiment=toy_by_system", "metaeval.n_boot=0")
+    out, cfg = ran.experiment, ran.cfg
+    convs = toy_conversations()
+    by_system = pd.read_csv(out.out_dir / "by_system.csv").set_index("system")
+    for s in ("sys0", "sys1", "sys2"):  # every assistant turn of the system: minus its words, its brevity label
+        turns = [t for c in convs if c.system == s for t in c.assistant_turns()]
+        assert by_system.loc[s, "pred"] == pytest.approx(statistics.mean(-len(t.utterance.split()) for t in turns))
+        assert by_system.loc[s, "human"] == pytest.approx(statistics.mean(t.labels["brevity"] for t in turns))
+    assert (out.out_dir / "by_system.md").read_text().startswith("Mean prediction and mean label per system.")
+    assert (out.out_dir / "by_system.tex").exists() and (out.out_dir / "figures" / "by_system.png").exists()
+    assert (out.run_dir / "run_file.json").exists()
+    client = MlflowClient(cfg.tracking.tracking_uri)
+    [run] = client.search_runs([client.get_experiment_by_name(cfg.task_name).experiment_id])
+    turns = [(-len(t.utterance.split()), t.labels["brevity"]) for c in convs for t in c.assistant_turns()]
+    assert run.data.metrics["vs_human.turn.brevity.all.spearman"] == pytest.approx(stats.spearmanr(*zip(*turns))[0])
+    assert run.data.tags["mlflow.note.content"].startswith("**word count (toy method)**")
+    arts = {f.path for d in ("results", "run") for f in client.list_artifacts(run.info.run_id, d)}
+    assert {"results/by_system.md", "results/by_system.png", "run/run_file.json"} <= arts
+    numbers = json.loads(Path(client.download_artifacts(run.info.run_id, "numbers.json", str(out.run_dir.parent)))
+                         .read_text())
+    assert numbers["systems"] == 3
+
+
 def test_unknown_aspect_of_a_dataset_is_rejected_before_anything_runs(cfg_factory):
     cfg = cfg_factory(f"hydra.searchpath=[file://{TOY_CONF}]", "experiment=toy_eval", "aspects=[relevance]",
                       tracking=False)

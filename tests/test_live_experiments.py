@@ -82,7 +82,7 @@ def test_ablation_scoring_compares_estimators_and_cost(run_experiment, data_dir)
 
     ran = run_experiment("experiment=ablation_scoring", *SMALL_LIVE, tracking=False)
     out = ran.experiment
-    usage = out.tables["usage"].set_index("variant")
+    usage = out.tables["variants_llm_usage"].frame.set_index("variant")
     assert list(usage.index) == ["sampling_n1", "sampling_n5", "sampling_n20", "logprobs"]
     assert set(out.results["variant"]) == set(usage.index)
     # n=5 reuses the cached n=1 sample; n=20 reuses the 5

@@ -40,7 +40,7 @@ def test_two_rounds_register_every_instruction_with_lineage(run_experiment, tmp_
     ran = run_experiment(*TINY, "llm=fake", "optimizer.rounds=2", "optimizer.alpha=2", "optimizer.beta=1",
                          "optimizer.beam=2")
     cfg, out = ran.cfg, ran.experiment
-    assert len(out.tables["trajectory"]) == 2
+    assert len(out.tables["trajectory"].frame) == 2
     sets = json.loads(out.files["instructions"].read_text())
     assert 1 <= len(sets["relevance"]) <= 4 and all({"instruction_id", "text"} <= set(x) for x in sets["relevance"])
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
@@ -77,8 +77,8 @@ def test_two_rounds_register_every_instruction_with_lineage(run_experiment, tmp_
     assert job_set.template == set_template([(x["instruction_id"], x["text"]) for x in final])
     assert job_set.tags["members"] == ",".join(f"{x['instruction_id']}:v{x['prompt_version']}" for x in final)
     assert run.data.tags["prompt.relevance"].startswith("face-opt-relevance-set@")
-    arts = [f.path for f in client.list_artifacts(run.info.run_id, "optimized")]
-    assert "optimized/instructions.json" in arts
+    arts = [f.path for f in client.list_artifacts(run.info.run_id, "results")]
+    assert "results/instructions.json" in arts
     # MLflow metrics: the headline and the aspect's held-out Spearman; every other number in numbers.json
     assert set(run.data.metrics) == {"summary.final_heldout_spearman", "summary.initial_heldout_spearman",
                                      "summary.gain_heldout_spearman", "vs_human.turn.relevance.heldout.spearman"}
@@ -160,7 +160,7 @@ def test_dry_run_prints_the_paper_setting_and_sends_nothing(run_experiment, caps
     assert out.dry_run
     text = capsys.readouterr().out
     assert "paper setting" in text and "per round" in text and "total" in text
-    costs = out.tables["costs"]
+    costs = out.extra["costs"]
     paper = costs[(costs["setting"] == "paper setting")].set_index("stage")
     assert paper.loc["gradients / round", "samples"] == 16 and paper.loc["rewrites / round", "samples"] == 64
 
@@ -170,11 +170,11 @@ def test_optimize_selection_small(run_experiment):
     ran = run_experiment("experiment=optimize_selection", "aspects=[relevance,efficiency]", "selection.repeats=2",
                          "selection.budgets=[8,32]", "selection.ucb_cs=[1.0]", "optimizer.pulls=32", tracking=False,)
     out = ran.experiment
-    head = out.tables["headline"].set_index("aspect")
+    head = out.tables["headline"].frame.set_index("aspect")
     assert set(head.index) == {"relevance", "efficiency"}
     assert (head["best"] >= head["ucb"] - 1e-9).all() and (head["best"] >= head["full"] - 1e-9).all()
     assert (head["ucb_pulls"] == 32).all()
-    runs = out.tables["runs"]
+    runs = out.tables["selection_runs"].frame
     assert (runs["regret"] >= -1e-9).all()
     assert {"ucb", "uniform", "random", "full"} <= set(runs["policy"])
     assert Path(out.out_dir, "headline.csv").exists() and Path(out.out_dir, "figures",

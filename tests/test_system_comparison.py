@@ -59,14 +59,14 @@ def test_system_comparison_small(cfg_factory, data_dir):
                       "comparison.calibration_boot=1500", "comparison.power_reps=1", "comparison.power_boot=1000",
                       "comparison.power_sizes=[10,null]", "report.out_dir=${paths.output_dir}/res", tracking=False)
     out = face.runner.run(cfg).experiment
-    total = out.tables["agreement"].set_index("aspect").loc["all aspects"]
+    total = out.tables["agreement"].frame.set_index("aspect").loc["all aspects"]
     assert total["pairs"] == 252
     assert total["face_agree_human_means"] <= total["face_separated"] <= 252
     assert 0 < total["human_separated"] < 252
-    cal = out.tables["calibration"]
+    cal = out.tables["calibration"].frame
     assert set(cal["mode"]) == {"unpaired", "paired"} and (cal[cal.aspect == "all aspects"]["tests"] == 4 * 63).all()
     assert (cal["fpr"] < 0.2).all()  # halves of one system: few rejections
-    pw = out.tables["power"]
+    pw = out.tables["power"].frame
     assert list(dict.fromkeys(pw["n"])) == [10, "all"]
     small, full = (pw[pw["n"] == n]["recovered_all_pairs"].mean() for n in (10, "all"))
     assert small < full  # more conversations recover more of the human ordering

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import itertools
+from functools import partial
 
 import pandas as pd
 from omegaconf import DictConfig
 
 from face.experiments.common import ConfigError, Parts, Plan, experiment, released_scores
-from face.experiments.result import ExperimentResult
+from face.experiments.result import ExperimentResult, Table
 from face.metaeval import items, paired_difference
 from face.pipeline.aggregate import AGGREGATORS, aggregate
 from face.pipeline.released import LABEL
 from face.report import figures
-from face.report.tables import SPLIT_LABELS, order_aspects, print_table, write_table
+from face.report.tables import SPLIT_LABELS, order_aspects
 
 
 def parts(cfg: DictConfig) -> Parts:
@@ -29,7 +30,6 @@ def run(plan: Plan) -> ExperimentResult:
     cfg = plan.cfg
     a = cfg.ablation
     with experiment(plan) as ctx:
-        tracker = ctx.tracker
         scores = released_scores(ctx, "re-aggregates the released scores")
         levels = ctx.inputs().levels
         rows, preds = [], {}
@@ -40,34 +40,32 @@ def run(plan: Plan) -> ExperimentResult:
             rows.append(res.assign(instruction_agg=inst_agg, particle_agg=part_agg, setting=setting))
         results = order_aspects(pd.concat(rows, ignore_index=True))
         cols = ["setting", "instruction_agg", "particle_agg", "aspect", "level", "split", "coefficient", "value", "n"]
-        n_boot = cfg.metaeval.n_boot
+        n_boot = ctx.settings.metaeval.n_boot
         note = (f"{LABEL}; {ctx.subset}. Setting = aggregator over a particle's instructions / over particles of "
                 "a turn or dialogue.")
-        paths = write_table(results[cols], ctx.out_dir, "aggregation", f"Aggregation ablation. {note}")
         base = next(iter(preds))
         diffs = order_aspects(differences(preds, base, ctx, n_boot))
-        paths += write_table(diffs, ctx.out_dir, "aggregation_differences",
-                             f"Each aggregation minus {base} (Spearman), with paired 95% bootstrap CIs ({n_boot} "
-                             f"resamples of conversations, both settings on the same resamples): a CI that excludes 0 "
-                             f"is a real difference. {note}")
-        for split in ctx.splits:
-            for coef in ("pearson", "spearman"):
-                d = results[(results["split"] == split) & (results["coefficient"] == coef)]
-                paths.append(figures.aggregation_heatmap(
-                    d, "aspect", note, ctx.out_dir / "figures" / f"aggregation_{split}_{coef}.png",
-                    f"{figures.COEF_LABELS[coef]} by aggregation — {SPLIT_LABELS.get(split, split)}"))
+        heatmaps = {f"figures/aggregation_{split}_{coef}.png": partial(
+            figures.aggregation_heatmap, results[(results["split"] == split) & (results["coefficient"] == coef)],
+            "aspect", note, title=f"{figures.COEF_LABELS[coef]} by aggregation — {SPLIT_LABELS.get(split, split)}")
+            for split in ctx.splits for coef in ("pearson", "spearman")}
         d = results[(results["split"] == "all") & (results["coefficient"] == "spearman")]
-        print_table(f"Spearman (pooled splits) by aggregation. {note}",
-                    d.pivot(index="setting", columns="aspect", values="value").reset_index())
         pooled = diffs[diffs["split"] == "all"]
-        tracker.log_metrics({"summary.settings": len(preds), "summary.pooled_differences": len(pooled),
-                             "summary.pooled_differences_excluding_0": int(((pooled["ci_low"] > 0)
-                                                                            | (pooled["ci_high"] < 0)).sum())})
-        tracker.describe(f"**Aggregation ablation** ({note}) — every setting's correlations in "
-                         f"`results/aggregation.csv`, each minus {base} with paired CIs in "
-                         "`results/aggregation_differences.csv`.")
-        tracker.log_artifacts(paths, "results")
-        return ctx.result(results=results, tables={"differences": diffs})
+        return ctx.result(
+            results=results, figures=heatmaps,
+            tables={"aggregation": Table(results[cols], f"Aggregation ablation. {note}"),
+                    "aggregation_differences": Table(
+                        diffs, f"Each aggregation minus {base} (Spearman), with paired 95% bootstrap CIs ({n_boot} "
+                               "resamples of conversations, both settings on the same resamples): a CI that excludes "
+                               f"0 is a real difference. {note}")},
+            shown=[(f"Spearman (pooled splits) by aggregation. {note}",
+                    d.pivot(index="setting", columns="aspect", values="value").reset_index())],
+            metrics={"summary.settings": len(preds), "summary.pooled_differences": len(pooled),
+                     "summary.pooled_differences_excluding_0": int(((pooled["ci_low"] > 0)
+                                                                    | (pooled["ci_high"] < 0)).sum())},
+            description=f"**Aggregation ablation** ({note}) — every setting's correlations in "
+                        f"`results/aggregation.csv`, each minus {base} with paired CIs in "
+                        "`results/aggregation_differences.csv`.")
 
 
 def differences(preds: dict, base: str, ctx, n_boot: int, coefficient: str = "spearman") -> pd.DataFrame:
@@ -83,7 +81,7 @@ def differences(preds: dict, base: str, ctx, n_boot: int, coefficient: str = "sp
             for split in ctx.splits:
                 d = df if split == "all" else df[df["split"] == split]
                 diff, lo, hi = paired_difference(d["pred"], d["pred_base"], d["human"], d["conv_id"], coefficient,
-                                                 n_boot, ctx.cfg.seed, ctx.cfg.metaeval.confidence)
+                                                 n_boot, ctx.settings.seed, ctx.settings.metaeval.confidence)
                 rows.append((setting, aspect.name, aspect.level, split, coefficient, diff, lo, hi, len(d)))
     return pd.DataFrame(rows, columns=["setting", "aspect", "level", "split", "coefficient", "difference",
                                        "ci_low", "ci_high", "n"])

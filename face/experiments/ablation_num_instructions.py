@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pandas as pd
 
 from face.console import progress
 from face.experiments.common import Plan, experiment, released_scores
-from face.experiments.result import ExperimentResult
-from face.files import atomic_path
+from face.experiments.result import ExperimentResult, Table
 from face.metaeval import meta_evaluate
 from face.pipeline.aggregate import aggregate, instruction_ids, random_instruction_subsets
 from face.pipeline.released import LABEL
 from face.report import figures
-from face.report.tables import order_aspects, print_table, write_table
+from face.report.tables import order_aspects
 
 
 def run(plan: Plan) -> ExperimentResult:
     cfg = plan.cfg
     a = cfg.ablation
     with experiment(plan) as ctx:
-        tracker = ctx.tracker
         scores = released_scores(ctx, "subsets the released per-instruction scores")
         levels = ctx.inputs().levels
         splits = ctx.splits
@@ -33,7 +33,7 @@ def run(plan: Plan) -> ExperimentResult:
                 raise ValueError(f"k={k} but {aspect} has only {len(ids)} instructions")
             if k == len(ids) and seed > 0:
                 continue  # only one subset of size 16
-            subset = random_instruction_subsets(ids, k, [cfg.seed * 1000 + seed])[0]
+            subset = random_instruction_subsets(ids, k, [ctx.settings.seed * 1000 + seed])[0]
             res = meta_evaluate(aggregate(s, levels, instructions=subset), ctx.convs, [spec], splits,
                                 ["turn", "dialogue"], n_boot=0)
             rows += [(aspect, r.split, r.coefficient, k, seed, r.value, ",".join(subset))
@@ -44,20 +44,15 @@ def run(plan: Plan) -> ExperimentResult:
         summary = order_aspects(summary)
         note = (f"{LABEL}; {ctx.subset}; k random instructions of 16, {a.n_seeds} seeds per k "
                 f"(one subset at k=16); mean ± sd over subsets.")
-        paths = write_table(summary, ctx.out_dir, "k_instructions", f"Correlation vs number of instructions k. {note}")
-        # 12 significant digits: the last bits of a correlation depend on how BLAS splits its sums (threads, load)
-        with atomic_path(ctx.out_dir / "k_instructions_raw.csv") as tmp:
-            raw.to_csv(tmp, index=False, float_format="%.12g")
-        paths.append(ctx.out_dir / "k_instructions_raw.csv")
-        for coef in ("pearson", "spearman"):
-            paths.append(figures.k_curve(summary[summary["split"] != "all"], coef, note,
-                                         ctx.out_dir / "figures" / f"k_curve_{coef}.png"))
-        wide = summary[(summary["coefficient"] == "spearman") & (summary["split"] == "all")].pivot(
-            index="aspect", columns="k", values="mean").reset_index()
-        print_table(f"Spearman (pooled splits), mean over subsets, by k. {note}", order_aspects(wide))
         pooled = summary[(summary["coefficient"] == "spearman") & (summary["split"] == "all")]
-        tracker.log_metrics({f"summary.k{k}_spearman_mean": float(g["mean"].mean()) for k, g in pooled.groupby("k")})
-        tracker.describe(f"**Correlation vs number of instructions** ({note}) — the table is "
-                         "`results/k_instructions.csv`.")
-        tracker.log_artifacts(paths, "results")
-        return ctx.result(tables={"summary": summary, "raw": raw})
+        return ctx.result(
+            tables={"k_instructions": Table(summary, f"Correlation vs number of instructions k. {note}"),
+                    # 12 significant digits: the last bits of a correlation depend on how BLAS splits its sums
+                    "k_instructions_raw": Table(raw, float_format="%.12g")},
+            figures={f"figures/k_curve_{coef}.png": partial(figures.k_curve, summary[summary["split"] != "all"], coef,
+                                                            note) for coef in ("pearson", "spearman")},
+            shown=[(f"Spearman (pooled splits), mean over subsets, by k. {note}",
+                    order_aspects(pooled.pivot(index="aspect", columns="k", values="mean").reset_index()))],
+            metrics={f"summary.k{k}_spearman_mean": float(g["mean"].mean()) for k, g in pooled.groupby("k")},
+            description=f"**Correlation vs number of instructions** ({note}) — the table is "
+                        "`results/k_instructions.csv`.")

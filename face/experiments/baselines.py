@@ -17,19 +17,18 @@ config. Every method predicts, writes its run file and is meta-evaluated; then:
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
-from typing import cast
+from typing import Callable, cast
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from face.data import PUBLISHED_TABLE
 from face.experiments.common import Parts, Plan, experiment
-from face.experiments.result import ExperimentResult
-from face.files import atomic_path
-from face.report.tables import SPLIT_LABELS, order_aspects, print_table, write_table
+from face.experiments.result import ExperimentResult, Table
+from face.report.tables import SPLIT_LABELS, order_aspects
 from face.significance import comparison_table
-from face.tracking import summary_metrics
 
 log = logging.getLogger(__name__)
 # our method name -> the published row of the same method (FACE paper Table 2)
@@ -42,73 +41,57 @@ NOT_RECOMPUTED = {
 }
 
 
-def _method_cfgs(cfg: DictConfig) -> dict[str, DictConfig]:
-    out = {}
-    for name, node in (cfg.get("baselines") or {}).items():
-        out[name] = cast(DictConfig, OmegaConf.merge(node, {"name": name}))
-    out[cfg.method.name] = cfg.method
-    return out
-
-
 def parts(cfg: DictConfig) -> Parts:
     """The published table, and every baseline beside the method."""
-    return Parts(extra_files=(PUBLISHED_TABLE,), method_cfgs=_method_cfgs(cfg))
+    baselines = {name: cast(DictConfig, OmegaConf.merge(node, {"name": name}))
+                 for name, node in (cfg.get("baselines") or {}).items()}
+    return Parts(extra_files=(PUBLISHED_TABLE,), method_cfgs={**baselines, cfg.method.name: cfg.method})
 
 
 def run(plan: Plan) -> ExperimentResult:
     cfg = plan.cfg
     reference = cfg.method.name
     with experiment(plan) as ctx:
-        tracker, is_usr = ctx.tracker, ctx.dataset.response_level
-        preds, labels, rows, dry = {}, {}, [], False
+        is_usr, m = ctx.dataset.response_level, ctx.settings.metaeval
         levels = ("turn", "system") if is_usr else ("turn", "dialogue", "system")
-        for name, method in ctx.methods.items():
-            out, res = ctx.predict_and_evaluate(name, method, levels)
-            labels[name] = out.label
-            if res is None:
-                dry = True
-                continue
-            ctx.save_run(out.predictions, f"run_file_{name}.json")
-            tracker.log_metrics(summary_metrics(res, "" if name == reference else f"{name}."))  # headline: ours
-            preds[name] = out.predictions
-            rows.append(res.assign(method=name))
-        if dry:
-            print("Dry run: nothing was sent. " + " | ".join(labels.values()), flush=True)
-            return ctx.result(dry_run=True, labels=labels)
-        results = pd.concat(rows, ignore_index=True)
-        published = ctx.published()
-        note = (f"{ctx.subset}; 95% CIs: {cfg.metaeval.n_boot} bootstrap resamples of "
-                f"{'contexts' if is_usr else 'conversations'}. Methods: "
+        outs = {name: ctx.predict(method) for name, method in ctx.methods.items()}
+        labels = {name: out.label for name, out in outs.items()}
+        if any(out.dry_run for out in outs.values()):
+            return ctx.result(dry_run=True, outputs=outs, labels=labels)
+        corr = {name: ctx.evaluate(out.predictions, levels) for name, out in outs.items()}
+        results = pd.concat([res.assign(method=name) for name, res in corr.items()], ignore_index=True)
+        items = "contexts" if is_usr else "conversations"
+        note = (f"{ctx.subset}; 95% CIs: {m.n_boot} bootstrap resamples of {items}. Methods: "
                 + " | ".join(f"{k}: {v}" for k, v in labels.items()))
         if is_usr:
             note += ("; system level: over the response generators (5 on Topical-Chat, 4 on PersonaChat: a "
                      "correlation over so few points says little)")
-        long = long_table(results, published, labels, ctx.splits)
-        paths = write_table(long, ctx.out_dir, "table_long", f"{cfg.task_name}: ours and published. {note}", digits=4)
+        long = long_table(results, ctx.published(), labels, ctx.splits)
+        tables = {"table_long": Table(long, f"{cfg.task_name}: ours and published. {note}", 4)}
+        shown: list = []
         for coef in ("spearman", "pearson"):
             wide = wide_table(long, coef)
-            paths += write_table(wide, ctx.out_dir, f"table_{coef}",
-                                 f"{cfg.task_name} ({coef}, turn / dialogue level): one row per method and source. "
-                                 f"{note}", digits=3)
-            print_table(f"{cfg.task_name} — {coef}", wide)
-        cluster_of = {c.conv_id: c.conv_id.split(":", 1)[0] for c in ctx.convs} if is_usr else None
-        if len(preds) > 1 and reference in preds:
-            sig = comparison_table(preds, reference, ctx.convs, ctx.aspects, ctx.splits, n_boot=cfg.metaeval.n_boot,
-                                   seed=cfg.seed, confidence=cfg.metaeval.confidence, cluster_of=cluster_of)
-            paths += write_table(sig, ctx.out_dir, "significance",
-                                 f"{reference} minus each baseline on the same items: paired bootstrap over "
-                                 f"{'contexts' if is_usr else 'conversations'} (diff, 95% CI, two-sided p) and "
-                                 f"Williams' test (Pearson; assumes independent items). {note}", digits=4)
-            print_table(f"{cfg.task_name}: significance ({reference} − baseline)",
-                        sig.drop(columns=["method_a", "level", "n_clusters"]), 3)
-        short = (f"{ctx.subset}; ours: LLM {cfg.llm.model} ({cfg.llm.backend}); 95% CIs over "
-                 f"{'contexts' if is_usr else 'conversations'}; published values hatched (no CI). Full labels: "
-                 "table_long.md")
-        paths += figures(long, ctx, short)
+            tables[f"table_{coef}"] = Table(wide, f"{cfg.task_name} ({coef}, turn / dialogue level): one row per "
+                                                  f"method and source. {note}")
+            shown.append((f"{cfg.task_name} — {coef}", wide))
+        if len(outs) > 1 and reference in outs:
+            sig = comparison_table({k: o.predictions for k, o in outs.items()}, reference, ctx.convs, ctx.aspects,
+                                   ctx.splits, n_boot=m.n_boot, seed=ctx.settings.seed, confidence=m.confidence,
+                                   cluster_of={c.conv_id: c.conv_id.split(":", 1)[0] for c in ctx.convs}
+                                   if is_usr else None)
+            tables["significance"] = Table(sig, f"{reference} minus each baseline on the same items: paired bootstrap "
+                                                f"over {items} (diff, 95% CI, two-sided p) and Williams' test "
+                                                f"(Pearson; assumes independent items). {note}", 4)
+            shown.append((f"{cfg.task_name}: significance ({reference} − baseline)",
+                          sig.drop(columns=["method_a", "level", "n_clusters"]), 3))
+        llm = f"{ctx.llm.model} ({ctx.llm.backend})" if ctx.llm else "none"
+        short = (f"{ctx.subset}; ours: LLM {llm}; 95% CIs over {items}; published "
+                 "values hatched (no CI). Full labels: table_long.md")
+        drawn = figures(long, ctx, short)
         if is_usr:
-            paths += transfer_outputs(results, ctx, reference, short)
-        tracker.log_artifacts(paths, "results")
-        return ctx.result(results=results, tables={"long": long}, labels=labels)
+            transfer(results, ctx, reference, short, tables, drawn)
+        return ctx.result(outputs=outs, results=results, tables=tables, labels=labels, shown=shown, figures=drawn,
+                          correlations={"" if name == reference else f"{name}.": res for name, res in corr.items()})
 
 
 def long_table(results: pd.DataFrame, published: pd.DataFrame, labels: dict, splits) -> pd.DataFrame:
@@ -133,63 +116,50 @@ def wide_table(long: pd.DataFrame, coefficient: str) -> pd.DataFrame:
     return wide
 
 
-def figures(long: pd.DataFrame, ctx, note: str) -> list[Path]:
+def figures(long: pd.DataFrame, ctx, note: str) -> dict[str, Callable[[Path], Path]]:
     from face.report.figures import bars_by_quality
 
-    out = []
     ours = long[long["source"].str.startswith("ours")]
     pub = long[long["source"].str.startswith("published")]
-    for split in ctx.splits:
-        for coef in ("spearman", "pearson"):
-            o = ours[ours["split"] == split]
-            if o.empty:
-                continue
-            out.append(bars_by_quality(o, pub[pub["split"] == split], coef, "method",
-                                       f"{ctx.dataset.title} {SPLIT_LABELS.get(split, split)} — {coef}",
-                                       note, ctx.out_dir / "figures" / f"bars_{split}_{coef}.png"))
-    return out
+    return {f"figures/bars_{split}_{coef}.png": partial(
+        bars_by_quality, ours[ours["split"] == split], pub[pub["split"] == split], coef, "method",
+        f"{ctx.dataset.title} {SPLIT_LABELS.get(split, split)} — {coef}", note)
+        for split in ctx.splits for coef in ("spearman", "pearson") if not ours[ours["split"] == split].empty}
 
 
-def transfer_outputs(results: pd.DataFrame, ctx, reference: str, note: str) -> list[Path]:
+def transfer(results: pd.DataFrame, ctx, reference: str, note: str, tables: dict, drawn: dict) -> None:
     """Per FACE aspect: published FACE on CRSArena-Eval (ReDial, OpenDialKG) → ours on this USR corpus (and the
-    other corpus when its transfer experiment has written its results), Spearman, turn level."""
+    other corpus when its transfer experiment has written its results), Spearman, turn level: this corpus's values
+    (``transfer_spearman.csv``) into ``tables``, the figure into ``drawn``."""
     from face.datasets.crsarena import CRSArenaEval
     from face.report.figures import transfer_figure
 
-    method = ctx.methods.get(reference)
-    mapping = getattr(method, "mapping", None)
+    mapping = getattr(ctx.methods.get(reference), "mapping", None)
     if not mapping:
-        return []
+        return
     mine = results[(results["method"] == reference) & (results["level"] == "turn")
                    & (results["coefficient"] == "spearman") & (results["split"] == "all")]
     rows = [{"dataset": ctx.dataset.title.replace("USR ", ""), "aspect": f"{mapping[r.aspect]} → {r.aspect}",
              "value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high, "source": "ours"}
             for r in mine.itertuples() if r.aspect in mapping]
-    path = ctx.out_dir / "transfer_spearman.csv"
-    with atomic_path(path) as tmp:
-        pd.DataFrame(rows).to_csv(tmp, index=False)
     other = {"topical_chat": "transfer_persona_chat", "persona_chat": "transfer_topical_chat"}[ctx.dataset.corpus]
     other_csv = Path(ctx.cfg.paths.results_dir) / other / "transfer_spearman.csv"
-    if other_csv.exists():
-        rows += pd.read_csv(other_csv).to_dict("records")
+    others = pd.read_csv(other_csv).to_dict("records") if other_csv.exists() else []
     try:
         crs = CRSArenaEval().published(ctx.data_dir)
     except Exception as e:  # the released published table is not fetched for a USR run
         log.info("no CRSArena published values for the transfer figure: %s", e)
         crs = pd.DataFrame(columns=["method", "split", "aspect", "coefficient", "value"])
     crs = crs[(crs["method"] == "FACE") & (crs["coefficient"] == "spearman")]
-    head = []
-    for target, src in mapping.items():
-        for r in crs[crs["aspect"] == src].itertuples():
-            head.append({"dataset": f"CRSArena {SPLIT_LABELS.get(r.split, r.split)} (published)",
-                         "aspect": f"{src} → {target}", "value": r.value, "ci_low": r.value, "ci_high": r.value,
-                         "source": "published"})
-    df = pd.DataFrame(head + rows)
+    head = [{"dataset": f"CRSArena {SPLIT_LABELS.get(r.split, r.split)} (published)", "aspect": f"{src} → {target}",
+             "value": r.value, "ci_low": r.value, "ci_high": r.value, "source": "published"}
+            for target, src in mapping.items() for r in crs[crs["aspect"] == src].itertuples()]
+    tables["transfer_spearman"] = Table(pd.DataFrame(rows))
+    df = pd.DataFrame(head + rows + others)
     if df.empty:
-        return [path]
+        return
     order = ["CRSArena ReDial (published)", "CRSArena OpenDialKG (published)", "Topical-Chat", "PersonaChat"]
     df = df.assign(_o=df["dataset"].map({d: i for i, d in enumerate(order)})).sort_values("_o", kind="stable")
-    fig = transfer_figure(df.drop(columns="_o"), "spearman",
-                          "FACE's CRSArena instructions: CRSArena-Eval → Topical-Chat → PersonaChat",
-                          note, ctx.out_dir / "figures" / "transfer_spearman.png")
-    return [path, fig]
+    drawn["figures/transfer_spearman.png"] = partial(
+        transfer_figure, df.drop(columns="_o"), "spearman",
+        "FACE's CRSArena instructions: CRSArena-Eval → Topical-Chat → PersonaChat", note)

@@ -1,6 +1,7 @@
 """The skeleton every experiment shares: validate and build (dataset, methods, aspects, output paths)
 before anything is fetched, written or sent; then fetch + load the data, open tracking, and hand the
-experiment a ``Context`` with the few calls it needs (predict, evaluate, published, save_run).
+experiment a ``Context`` with the few calls it needs (predict, evaluate, published; ``result``: what it
+computed, written by the one reporting stage, ``face.experiments.result.write``).
 
 Only an experiment's full-data run writes to ``results/<task_name>``; a subset (``dataset.limit``,
 ``systems``, ``splits``, ``file``) writes to ``<run dir>/results`` so committed results are never
@@ -28,12 +29,11 @@ from face.data.fetch import data_checksums
 from face.data.schema import Conversation
 from face.errors import ConfigError, DataError, closest_first, import_class, require_writable_dir
 from face.experiments.naming import data_source, non_default_settings, run_name, settings_text, without_llm_settings
-from face.experiments.result import ExperimentResult
+from face.experiments.result import ExperimentResult, write
 from face.experiments.settings import MAX_UTTERANCE_CHARS, RunSettings
 from face.llm import LLMConfig
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
-from face.runfile import write_run_file
 from face.tracking import Tracker, check_tracking_store
 
 if TYPE_CHECKING:
@@ -60,13 +60,19 @@ class Context:
     extra: dict = field(default_factory=dict)
     llm: LLMConfig | None = None  # conf/llm as LLMConfig: built and checked once, before anything runs
     summary: console.RunSummary = field(default_factory=console.RunSummary)  # the run's console: its summary block
+    settings: RunSettings = field(init=False)  # the run's own settings, typed: seed, metaeval, checks, report
+
+    def __post_init__(self) -> None:
+        self.settings = RunSettings.of(self.cfg)
 
     def result(self, **parts: Any) -> ExperimentResult:
-        """The experiment's typed result: its ``parts`` (ExperimentResult's fields), with the run's directories and
-        its LLM jobs' estimates and usage."""
-        return ExperimentResult(self.cfg.task_name, self.out_dir, self.run_dir, list(self.convs), list(self.aspects),
-                                dict(self.methods), estimates=list(self.summary.estimates),
-                                usage=list(self.summary.usage), **parts)
+        """The experiment's typed result — its ``parts`` (ExperimentResult's fields), with the run's directories and
+        its LLM jobs' estimates and usage — reported by the one writer (``face.experiments.result.write``); face
+        evaluate's estimate step prints no dry-run banner."""
+        result = ExperimentResult(self.cfg.task_name, self.out_dir, self.run_dir, list(self.convs), list(self.aspects),
+                                  dict(self.methods), estimates=list(self.summary.estimates),
+                                  usage=list(self.summary.usage), **parts)
+        return write(result, self.tracker, self.subset, banner=self.summary.estimate != "dry")
 
     @property
     def method(self) -> Method:
@@ -82,52 +88,14 @@ class Context:
     def predict(self, method: Method | None = None) -> MethodOutput:
         return (method or self.method).predict(self.inputs())
 
-    def predict_logged(self) -> MethodOutput:
-        """The method's predictions, its artifacts and metrics logged; after a dry run it says nothing was sent."""
-        out = self.predict()
-        self.tracker.log_artifacts(out.artifacts, "run")
-        self.tracker.log_metrics(out.metrics)
-        if out.dry_run and self.summary.estimate != "dry":  # face evaluate's estimate step: no banner
-            print(f"Dry run: nothing was sent. {out.label}", flush=True)
-        return out
-
     def evaluate(self, preds, levels: Sequence[str] = LEVELS, n_boot: int | None = None,
                  splits: Sequence[str] | None = None) -> pd.DataFrame:
-        m = self.cfg.metaeval
+        m = self.settings.metaeval
         return meta_evaluate(preds, self.convs, self.aspects, list(splits or self.splits), levels,
-                             m.n_boot if n_boot is None else n_boot, self.cfg.seed, m.confidence)
-
-    def predict_and_evaluate(self, name: str, method: Method, levels: Sequence[str] = LEVELS,
-                             ) -> tuple[MethodOutput, pd.DataFrame | None]:
-        """One of several methods: predictions, their metrics and artifacts logged under ``name``, and their
-        correlations (None after a dry run), logged as ``<name>.<metric>``."""
-        from face.tracking import correlation_metrics
-
-        out = self.predict(method)
-        self.tracker.log_metrics({f"{name}.{k}": v for k, v in out.metrics.items()})
-        self.tracker.log_artifacts(out.artifacts, f"run/{name}")
-        if out.dry_run:
-            return out, None
-        res = self.evaluate(out.predictions, levels=levels)
-        self.tracker.log_metrics(correlation_metrics(res, prefix=f"{name}."))
-        return out, res
+                             m.n_boot if n_boot is None else n_boot, self.settings.seed, m.confidence)
 
     def published(self) -> pd.DataFrame:
         return self.dataset.published(self.data_dir)
-
-    def log_results(self, results: pd.DataFrame, label: str, prefix: str = "") -> None:
-        """Correlations as MLflow metrics, a few summary metrics for the runs table, and the run's description."""
-        from face.tracking import correlation_metrics, description, summary_metrics
-
-        self.tracker.log_metrics(correlation_metrics(results, prefix))
-        if not prefix:
-            self.tracker.log_metrics(summary_metrics(results))
-            self.tracker.describe(description(results, label, self.subset))
-
-    def save_run(self, preds, name: str = "run_file.json") -> Path:
-        path = write_run_file(preds, self.run_dir / name)
-        self.tracker.log_artifacts([path], "run")
-        return path
 
 
 def released_scores(ctx: Context, why: str) -> pd.DataFrame:

@@ -4,17 +4,20 @@ particles of each CRS with their text, and the HTML report of every conversation
 
 from __future__ import annotations
 
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
 from omegaconf import DictConfig
 
 from face.data import RELEASED_PARTICLES, released_instructions_file
 from face.datasets.face_released import load_instructions, load_released_particles
 from face.experiments.common import Parts, Plan, experiment, released_scores
-from face.experiments.result import ExperimentResult
+from face.experiments.result import ExperimentResult, Table
 from face.pipeline.aggregate import aggregate
 from face.pipeline.released import LABEL
 from face.report import diagnostic_report as diagnostics
 from face.report import figures
-from face.report.tables import print_table, write_table
 
 
 def released_instruction_texts(data_dir, aspects) -> dict[str, dict[str, str]]:
@@ -43,25 +46,20 @@ def run(plan: Plan) -> ExperimentResult:
         what = (f"{ctx.subset}; particles: the authors' released decomposition; a particle's score is its mean over "
                 "the 16 instructions.")
         note = f"{LABEL}; {what}"  # the report.html names LABEL once, at its top
-        paths = []
-        for name, table in d.tables().items():
-            if name == "particles":
-                continue  # every particle × aspect: in the HTML report and the MLflow artifacts only
-            paths += write_table(table, ctx.out_dir, name, f"Diagnostics, {name.replace('_', ' ')}. {note}")
-        for aspect in ctx.aspects:
-            paths.append(figures.act_heatmap(d.by_act, aspect.name, (aspect.low, aspect.high), note,
-                                             ctx.out_dir / "figures" / f"by_act_{aspect.name}.png"))
-        paths.append(figures.act_share_bars(d.act_share, note, ctx.out_dir / "figures" / "act_share.png"))
-        paths.append(figures.position_curve(d.by_position, note, ctx.out_dir / "figures" / "low_by_position.png"))
-        preds = aggregate(scores, ctx.inputs().levels)
-        report = diagnostics.write_html(ctx.run_dir / "report.html" if cfg.diagnostics.html_in_run_dir
-                                        else ctx.out_dir / "report.html", f"FACE diagnostics — {ctx.subset}", what,
-                                        d, scores, preds, ctx.convs, ctx.aspects, LABEL,
-                                        released_instruction_texts(ctx.data_dir, ctx.aspects))
+        tables = {name: Table(table, f"Diagnostics, {name.replace('_', ' ')}. {note}")
+                  for name, table in d.tables().items() if name != "particles"}  # particles: in the HTML report
+        drawn: dict[str, Callable[[Path], Path]] = {
+            f"figures/by_act_{a.name}.png": partial(figures.act_heatmap, d.by_act, a.name, (a.low, a.high), note)
+            for a in ctx.aspects}
+        drawn["figures/act_share.png"] = partial(figures.act_share_bars, d.act_share, note)
+        drawn["figures/low_by_position.png"] = partial(figures.position_curve, d.by_position, note)
+        report = ctx.run_dir / "report.html" if cfg.diagnostics.html_in_run_dir else ctx.out_dir / "report.html"
+        drawn[str(report)] = partial(diagnostics.write_html, title=f"FACE diagnostics — {ctx.subset}", note=what, d=d,
+                                     scores=scores, preds=aggregate(scores, ctx.inputs().levels), convs=ctx.convs,
+                                     aspects=ctx.aspects, llm=LABEL,
+                                     instructions=released_instruction_texts(ctx.data_dir, ctx.aspects))
         share = d.act_share.pivot(index="system", columns="dialogue_act", values="share").reset_index()
-        print_table(f"Share of each dialogue act per CRS. {note}", share)
-        print(f"HTML report: {report}", flush=True)
-        ctx.tracker.log_artifacts([*paths, report], "results")
-        ctx.tracker.log_metrics({"summary.conversations": len(ctx.convs),
-                                 "summary.dialogue_acts": len(share.columns) - 1})
-        return ctx.result(tables=d.tables(), files={"report": report}, extra={"diagnostics": d})
+        return ctx.result(tables=tables, figures=drawn, extra={"diagnostics": d},
+                          shown=[(f"Share of each dialogue act per CRS. {note}", share), f"HTML report: {report}"],
+                          metrics={"summary.conversations": len(ctx.convs),
+                                   "summary.dialogue_acts": len(share.columns) - 1})

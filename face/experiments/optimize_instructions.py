@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,8 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from face.data.split import Split, split_conversations
 from face.experiments.common import ConfigError, Parts, Plan, experiment
-from face.experiments.result import ExperimentResult
-from face.files import atomic_open, atomic_path, atomic_write_text
+from face.experiments.result import ExperimentResult, Table
 from face.llm import LLMConfig
 from face.llm.usage import estimate_input_tokens
 from face.methods.job import LLMJob, estimated_cost, estimated_size
@@ -37,9 +37,7 @@ from face.optimize.scorers import LiveScorer
 from face.pipeline.estimate import Pricing
 from face.pipeline.scoring import score_messages, units_for
 from face.prompts import generic_instruction, initial_instruction
-from face.report.tables import print_table
 from face.tracking.names import metric_name
-from face.tracking.prompts import SET_ARTIFACT
 
 
 def optimizer_config(cfg: DictConfig) -> OptimizerConfig:
@@ -70,8 +68,7 @@ def cost_inputs(ctx, aspect, items, idx, decomps, method, text: str) -> CostInpu
     reasoning = method.scoring.reasoning
     tin = (np.mean([estimate_input_tokens(score_messages(u, convs[u.conv_id], text, ctx.dataset.judged, reasoning))
                     for u in sample]) if sample else 0.0)
-    n_units = len(units) if aspect.level == "turn" else len(units)
-    ppi = n_units / max(len(items), 1) if aspect.level == "turn" else n_units / max(len(ctx.convs), 1)
+    ppi = len(units) / max(len(items) if aspect.level == "turn" else len(ctx.convs), 1)
     return CostInputs(len(idx["train"]), len(idx["dev"]) + len(idx["test"]), ppi, method.scoring.samples, float(tin),
                       method.cost.score_tokens(method.scoring.reasoning))
 
@@ -103,8 +100,7 @@ def run(run_plan: Plan) -> ExperimentResult:
         plans = plan_aspects(ctx, split)
         job, costs = _gate(ctx, ocfg, plans, method, inputs)
         if job.dry_run:
-            print("Dry run: nothing was sent.", flush=True)
-            return ctx.result(dry_run=True, tables={"costs": costs})
+            return ctx.result(dry_run=True, extra={"costs": costs})
         ckpt_dir = _checkpoint_dir(ctx, ocfg)
         try:
             with job.client() as client:
@@ -114,7 +110,6 @@ def run(run_plan: Plan) -> ExperimentResult:
                 for plan in plans.values():
                     _optimize(ctx, ocfg, plan, env, outcome)
                 job.finish(client)
-                ctx.tracker.log_metrics(job.metrics)
         except StopOptimization as stop:
             msg = (f"{stop}: checkpoint in {ckpt_dir}; continue with optimizer.resume={ckpt_dir} "
                    "(and the same settings)")
@@ -125,7 +120,7 @@ def run(run_plan: Plan) -> ExperimentResult:
             print(f"The optimization stopped; its checkpoint (after the last completed round) is in {ckpt_dir}: "
                   f"continue with optimizer.resume={ckpt_dir}", file=sys.stderr, flush=True)
             raise
-        return _report(ctx, ocfg, outcome, cfg)
+        return _report(ctx, ocfg, outcome, lcfg, job.metrics)
 
 
 def _face_method(ctx) -> tuple[Any, Any, LLMConfig]:
@@ -273,39 +268,32 @@ def _evaluate(a, idx: dict, state, final: list, scorer, gold) -> dict:
     return row
 
 
-def _report(ctx, ocfg, outcome: Outcome, cfg) -> ExperimentResult:
-    from face.report.tables import to_markdown, write_table
+def _report(ctx, ocfg, outcome: Outcome, llm: LLMConfig, job_metrics: dict) -> ExperimentResult:
+    """The held-out table, the final sets (``instructions.json``: what ``method.instructions.source=file`` and a
+    ``runs:/<run id>`` reference read), the trajectory and the gradients."""
+    from face.report.optimizer_figures import trajectory
+    from face.report.tables import to_markdown
 
-    out_dir, tracker = ctx.out_dir, ctx.tracker
-    inst_path = atomic_write_text(out_dir / "instructions.json", json.dumps(outcome.sets, indent=1))
-    res = pd.DataFrame(outcome.rows)
-    traj = pd.DataFrame(outcome.trajectories)
-    with atomic_path(out_dir / "trajectory.csv") as tmp:
-        traj.to_csv(tmp, index=False)
-    grad_path = out_dir / "gradients.jsonl"
-    with atomic_open(grad_path) as f:
-        for g in outcome.gradients:
-            f.write(json.dumps(g, default=str) + "\n")
-    note = (f"LLM {cfg.llm.model} ({cfg.llm.backend}); {ctx.subset}; optimized on the train fold(s), "
+    res, traj = pd.DataFrame(outcome.rows), pd.DataFrame(outcome.trajectories)
+    note = (f"LLM {llm.model} ({llm.backend}); {ctx.subset}; optimized on the train fold(s), "
             f"'test' = held-out fold {ocfg.split.fold} of {ocfg.split.folds} (conversation level, stratified by "
             f"system, seed {ocfg.split.seed}); α={ocfg.alpha} β={ocfg.beta} b={ocfg.beam} c={ocfg.ucb_c} "
             f"rounds={ocfg.rounds} pulls/round={ocfg.pulls}")
     shown = res[["aspect", "level", "test_items", "candidates", "test_initial_spearman", "test_final_spearman",
                  "test_best_spearman", "dev_final_spearman", "pulls", "llm_calls"]]
-    paths = write_table(res, out_dir, "heldout", f"Held-out correlation, final set vs initial instruction. {note}",
-                        digits=4)
-    print_table(f"Held-out correlation: final set vs initial instruction. {note}", shown, 3)
-    paths += [inst_path, out_dir / "trajectory.csv", grad_path, _figure(traj, out_dir / "figures" / "trajectory.png",
-                                                                        note, ocfg.reward)]
-    tracker.log_artifacts([inst_path], str(Path(SET_ARTIFACT).parent))
-    tracker.log_artifacts(paths, "results")
     metrics = report_metrics(outcome.rows)
-    tracker.log_metrics(metrics)
-    tracker.describe(f"**Instruction optimizer**: held-out Spearman of the final set vs the initial instruction "
-                     f"(mean over aspects: {metrics['summary.final_heldout_spearman']:.3f} vs "
-                     f"{metrics['summary.initial_heldout_spearman']:.3f}).\n\n{note}\n\n"
-                     + to_markdown(shown, 3))
-    return ctx.result(results=res, tables={"trajectory": traj}, files={"instructions": inst_path})
+    return ctx.result(
+        results=res, metrics={**job_metrics, **metrics},
+        tables={"heldout": Table(res, f"Held-out correlation, final set vs initial instruction. {note}", 4),
+                "trajectory": Table(traj)},
+        texts={"instructions.json": json.dumps(outcome.sets, indent=1),
+               "gradients.jsonl": "".join(json.dumps(g, default=str) + "\n" for g in outcome.gradients)},
+        figures={"figures/trajectory.png": partial(trajectory, traj, ocfg.reward,
+                                                   "Instruction optimizer: reward by round", note)},
+        shown=[(f"Held-out correlation: final set vs initial instruction. {note}", shown, 3)],
+        description=f"**Instruction optimizer**: held-out Spearman of the final set vs the initial instruction (mean "
+                    f"over aspects: {metrics['summary.final_heldout_spearman']:.3f} vs "
+                    f"{metrics['summary.initial_heldout_spearman']:.3f}).\n\n{note}\n\n{to_markdown(shown, 3)}")
 
 
 def report_metrics(rows: list[dict]) -> dict[str, float]:
@@ -324,9 +312,3 @@ def report_metrics(rows: list[dict]) -> dict[str, float]:
                     "optimizer.cost_usd": float(res["cost_usd"].sum()),
                     "optimizer.llm_calls": float(res["llm_calls"].sum())})
     return metrics
-
-
-def _figure(traj: pd.DataFrame, path: Path, note: str, reward: str) -> Path:
-    from face.report.optimizer_figures import trajectory
-
-    return trajectory(traj, reward, "Instruction optimizer: reward by round", note, path)

@@ -19,10 +19,12 @@ Writes ``results/optimize_selection/`` (full data): ``headline`` (the default bu
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -35,15 +37,14 @@ from face.errors import ConfigError
 from face.experiments.common import Parts, experiment
 from face.experiments.common import Plan as RunPlan
 from face.experiments.optimize_instructions import optimizer_config
-from face.experiments.result import ExperimentResult
-from face.files import atomic_path
+from face.experiments.result import ExperimentResult, Table
 from face.optimize.bandit import Bandit, random_choice
 from face.optimize.config import OptimizerConfig
 from face.optimize.items import correlation, indices_of, items_for, reward
 from face.optimize.scorers import ReplayScorer
 from face.pipeline.released import load_scores
 from face.predictions import PRED_DECIMALS
-from face.report.tables import order_aspects, print_table, write_table
+from face.report.tables import order_aspects
 from face.settings import Number, settings
 
 MAX_COMBINATIONS = 50_000
@@ -93,7 +94,7 @@ def best_set(matrix: np.ndarray, test: np.ndarray, gold: np.ndarray, b: int, kin
     """The set of ``b`` rows whose mean has the highest correlation on ``test`` (exhaustive; greedy if too many)."""
     n = matrix.shape[0]
     sub = matrix[:, test]
-    combos = list(itertools.combinations(range(n), b)) if _n_comb(n, b) <= MAX_COMBINATIONS else None
+    combos = list(itertools.combinations(range(n), b)) if math.comb(n, b) <= MAX_COMBINATIONS else None
     if combos is not None:
         preds = np.stack([sub[list(c)].mean(0) for c in combos])
         r = row_correlations(preds, gold[test], kind)
@@ -105,12 +106,6 @@ def best_set(matrix: np.ndarray, test: np.ndarray, gold: np.ndarray, b: int, kin
         r = row_correlations(np.stack([sub[chosen + [i]].mean(0) for i in rest]), gold[test], kind)
         chosen.append(rest[int(np.nanargmax(r))])
     return correlation(sub[chosen].mean(0), gold[test], kind), tuple(sorted(chosen))
-
-
-def _n_comb(n: int, k: int) -> int:
-    from math import comb
-
-    return comb(n, k)
 
 
 def _set_score(matrix, chosen, test, gold, kind) -> float:
@@ -173,26 +168,31 @@ def run(run_plan: RunPlan) -> ExperimentResult:
         df = pd.DataFrame(runs)
         df["regret"] = df["best"] - df["heldout"]
         df["set"] = df["set"].map(lambda s: ",".join(map(str, s)))
-        raw = ctx.run_dir / "selection_runs.csv"
-        with atomic_path(raw) as tmp:
-            df.to_csv(tmp, index=False)
         grid = order_aspects(df.groupby(["aspect", "policy", "budget", "ucb_c"], dropna=False).agg(
             heldout=("heldout", "mean"), heldout_sd=("heldout", "std"), regret=("regret", "mean"),
             regret_sd=("regret", "std"), best=("best", "mean"), pulls=("pulls", "mean"),
             item_evaluations=("item_evaluations", "mean"), runs=("heldout", "size")).reset_index())
         headline = _headline(grid, ocfg, kind)
+        inst = order_aspects(pd.DataFrame(inst_rows).groupby(["aspect", "instruction_id"])[["train", "heldout"]]
+                             .mean().reset_index())
         note = (f"Replay of the authors' released judgements (no LLM; 16 released instructions per aspect as the "
                 f"candidate pool); {ctx.subset}; {len(plan.folds)} held-out folds × {plan.repeats} repetitions "
                 f"(conversation level, stratified by CRS); set size b={b}, minibatch {m} items per pull, reward = "
                 f"{kind} (also the held-out metric). 'best' is an oracle chosen on the held-out fold. The released "
                 f"instructions were themselves selected by the authors on all 467 conversations.")
-        paths = _write_tables(ctx, ocfg, headline, grid, inst_rows, timing, note)
-        paths += _figures(grid, ocfg, ctx.out_dir / "figures", note)
-        print_table(f"Bandit selection at the default budget. {note}", headline)
-        ctx.tracker.log_artifacts(paths, "results")
-        ctx.tracker.log_artifacts([raw], "runs")
-        ctx.tracker.log_metrics(_metrics(headline, timing))
-        return ctx.result(tables={"headline": headline, "grid": grid, "runs": df}, extra={"timing": timing})
+        tables = {"headline": Table(headline, f"Bandit selection at the default budget ({ocfg.pulls} pulls, "
+                                              f"c={ocfg.ucb_c}). {note}"),
+                  "grid": Table(grid, f"Every budget × c (means over folds and repetitions). {note}"),
+                  "instructions": Table(inst, f"Train / held-out {ocfg.reward} of each released instruction (mean "
+                                              f"over folds). {note}"),
+                  # wall times differ from run to run: the job's own directory, not the committed results
+                  "timing": Table(pd.DataFrame([{"aspect": k, "seconds": v} for k, v in timing.items()]),
+                                  "Wall time of the replay simulation per aspect (every policy, budget, c, fold and "
+                                  "repetition).", in_run_dir=True),
+                  "selection_runs": Table(df, in_run_dir=True)}
+        return ctx.result(tables=tables, figures=_figures(grid, ocfg, note), extra={"timing": timing},
+                          shown=[(f"Bandit selection at the default budget. {note}", headline)],
+                          metrics=_metrics(headline, timing))
 
 
 def _aspect_runs(ctx, a, ocfg: OptimizerConfig, plan: Plan) -> tuple[list[dict], list[dict]]:
@@ -225,22 +225,6 @@ def _aspect_runs(ctx, a, ocfg: OptimizerConfig, plan: Plan) -> tuple[list[dict],
         runs += [{**base, **r} for r in simulate(matrix, gold, train, test, b, plan.budgets, plan.cs, m,
                                                  plan.repeats, seed, kind)]
     return runs, inst_rows
-
-
-def _write_tables(ctx, ocfg: OptimizerConfig, headline: pd.DataFrame, grid: pd.DataFrame, inst_rows: list[dict],
-                  timing: dict[str, float], note: str) -> list[Path]:
-    out_dir = ctx.out_dir
-    paths = write_table(headline, out_dir, "headline",
-                        f"Bandit selection at the default budget ({ocfg.pulls} pulls, c={ocfg.ucb_c}). {note}")
-    paths += write_table(grid, out_dir, "grid", f"Every budget × c (means over folds and repetitions). {note}")
-    inst = order_aspects(pd.DataFrame(inst_rows).groupby(["aspect", "instruction_id"])[["train", "heldout"]]
-                         .mean().reset_index())
-    paths += write_table(inst, out_dir, "instructions", f"Train / held-out {ocfg.reward} of each released "
-                                                         f"instruction (mean over folds). {note}")
-    timing_df = pd.DataFrame([{"aspect": k, "seconds": v} for k, v in timing.items()])
-    # wall times differ from run to run: the job's own directory, not the committed results
-    return paths + write_table(timing_df, ctx.run_dir, "timing", "Wall time of the replay simulation per aspect "
-                                                                 "(every policy, budget, c, fold and repetition).")
 
 
 def _metrics(headline: pd.DataFrame, timing: dict[str, float]) -> dict[str, Any]:
@@ -279,12 +263,11 @@ def _headline(grid: pd.DataFrame, ocfg, kind: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _figures(grid: pd.DataFrame, ocfg, out: Path, note: str) -> list[Path]:
+def _figures(grid: pd.DataFrame, ocfg, note: str) -> dict[str, Callable[[Path], Path]]:
     from face.report import optimizer_figures as figures
 
-    out.mkdir(parents=True, exist_ok=True)
-    return [figures.heldout_vs_budget(grid, ocfg.ucb_c, f"held-out {ocfg.reward} of top-{ocfg.beam}",
-                                      "Bandit selection among the released instructions (replay, no LLM)", note,
-                                      out / "heldout_vs_budget.png"),
-            figures.regret_vs_c(grid, ocfg.pulls, "UCB regret against the exploration constant", note,
-                                out / "regret_vs_c.png")]
+    return {"figures/heldout_vs_budget.png": partial(
+                figures.heldout_vs_budget, grid, ocfg.ucb_c, f"held-out {ocfg.reward} of top-{ocfg.beam}",
+                "Bandit selection among the released instructions (replay, no LLM)", note),
+            "figures/regret_vs_c.png": partial(figures.regret_vs_c, grid, ocfg.pulls,
+                                               "UCB regret against the exploration constant", note)}

@@ -11,6 +11,7 @@ size of its difference, and any other difference flagged."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -19,9 +20,9 @@ from omegaconf import DictConfig
 from face.data import RELEASED_PARTICLES, released_scores_file
 from face.datasets.crsarena import ASPECTS as RELEASED_ASPECTS
 from face.experiments.common import Parts, Plan, experiment
-from face.experiments.result import ExperimentResult
+from face.experiments.result import ExperimentResult, Table
 from face.predictions import PRED_DECIMALS, Predictions
-from face.report.tables import comparison_table, order_aspects, print_table, write_table
+from face.report.tables import comparison_table, order_aspects
 
 TOLERANCE = 10 ** -PRED_DECIMALS
 
@@ -32,14 +33,12 @@ def parts(cfg: DictConfig) -> Parts:
 
 
 def run(plan: Plan) -> ExperimentResult:
-    cfg = plan.cfg
     with experiment(plan) as ctx:
         from face.pipeline.released import FaceReleased
 
-        out = ctx.predict_logged()
+        out = ctx.predict()
         if out.dry_run:
             return ctx.result(dry_run=True, output=out)
-        ctx.save_run(out.predictions)
         results = ctx.evaluate(out.predictions)
         direct = with_copies(FaceReleased().predict(ctx.inputs()).predictions, ctx.convs)  # reproduce_table2's
         report = _server_report(ctx.run_dir / "llm_server.json")
@@ -57,23 +56,33 @@ def run(plan: Plan) -> ExperimentResult:
         caption = (f"FACE live through the replay judge vs the published Table 2: {n_ok}/{len(table)} values within "
                    f"±0.001 (delta = ours rounded to 3 decimals − published); {same}/{len(table)} equal to "
                    f"reproduce_table2 (the same judgements aggregated directly) to three decimals. Run file vs "
-                   f"reproduce_table2's: {counts}. 95% bootstrap CIs ({cfg.metaeval.n_boot} resamples of "
-                   f"conversations, seed {cfg.seed}). Source: {label}.")
-        paths = _write(ctx, table, results, published, diff, findings(groups, ctx, out, diff), caption, counts, label)
-        print_table(caption, table.drop(columns=["ci_low", "ci_high"]))
-        print_table(f"What the replay judge answered in this run (its count; a warm rerun sends nothing): {label}",
-                    judge_counts(report, out.metrics), 0)
-        print_table(f"Run file vs reproduce_table2: {counts}", diff.head(40), 6)
+                   f"reproduce_table2's: {counts}. 95% bootstrap CIs ({ctx.settings.metaeval.n_boot} resamples of "
+                   f"conversations, seed {ctx.settings.seed}). Source: {label}.")
+        diff_caption = (f"Turns and conversations whose prediction differs from reproduce_table2's by more than "
+                        f"{TOLERANCE:g} (or exists on one side only), with the reason: an identical-prompt group (the "
+                        "replay judge answers a prompt that reads as several released particles with the first of "
+                        f"them) or UNEXPLAINED. {counts}. Source: {label}.")
+        tables = {"table2_replay": Table(table, caption),
+                  "correlations": Table(results, f"All correlations. {caption}", 4),
+                  "run_file_diff": Table(diff, diff_caption, 10),
+                  "replay_report": Table(findings(groups, ctx, out, diff), "The identical-prompt groups of the "
+                                         f"released particles and what the run found. Source: {label}.", 0)}
+        note = f"Published bars: Table 2 of the paper. Ours: {label}; error bars: 95% bootstrap CI."
+        bars = {f"figures/bars_{split}_spearman.png": partial(_bars, results, published, split, note)
+                for split in ("redial", "opendialkg")}
+        shown: list = [(caption, table.drop(columns=["ci_low", "ci_high"])),
+                       (f"What the replay judge answered in this run (its count; a warm rerun sends nothing): {label}",
+                        judge_counts(report, out.metrics), 0),
+                       (f"Run file vs reproduce_table2: {counts}", diff.head(40), 6)]
         if len(unexplained):
-            print(f"warning: {len(unexplained)} prediction(s) differ from reproduce_table2 without an identical-prompt "
-                  "group (run_file_diff.md, reason UNEXPLAINED)", flush=True)
-        ctx.log_results(results, out.label)
-        ctx.tracker.log_metrics({"table2.values_within_0_001": n_ok, "table2.values_total": len(table),
-                                 "table2.equal_to_reproduce_table2": same,
-                                 "run_file.differences": len(diff), "run_file.unexplained": len(unexplained),
-                                 "table2.max_abs_delta": float((table["ours"] - table["published"]).abs().max())})
-        ctx.tracker.log_artifacts(paths, "results")
-        return ctx.result(output=out, results=results, tables={"table": table, "diff": diff})
+            shown.append(f"warning: {len(unexplained)} prediction(s) differ from reproduce_table2 without an "
+                         "identical-prompt group (run_file_diff.md, reason UNEXPLAINED)")
+        return ctx.result(output=out, results=results, correlations={"": results}, tables=tables, figures=bars,
+                          shown=shown, metrics={
+                              "table2.values_within_0_001": n_ok, "table2.values_total": len(table),
+                              "table2.equal_to_reproduce_table2": same, "run_file.differences": len(diff),
+                              "run_file.unexplained": len(unexplained),
+                              "table2.max_abs_delta": float((table["ours"] - table["published"]).abs().max())})
 
 
 def _table(results: pd.DataFrame, direct_results: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
@@ -86,27 +95,11 @@ def _table(results: pd.DataFrame, direct_results: pd.DataFrame, published: pd.Da
                   "published", "delta", "within_0_001", "n"]]
 
 
-def _write(ctx, table: pd.DataFrame, results: pd.DataFrame, published: pd.DataFrame, diff: pd.DataFrame,
-           found: pd.DataFrame, caption: str, counts: str, label: str) -> list[Path]:
-    """The experiment's tables and figures in its results directory."""
-    paths = write_table(table, ctx.out_dir, "table2_replay", caption)
-    paths += write_table(results, ctx.out_dir, "correlations", f"All correlations. {caption}", digits=4)
-    diff_caption = (f"Turns and conversations whose prediction differs from reproduce_table2's by more than "
-                    f"{TOLERANCE:g} (or exists on one side only), with the reason: an identical-prompt group (the "
-                    "replay judge answers a prompt that reads as several released particles with the first of "
-                    f"them) or UNEXPLAINED. {counts}. Source: {label}.")
-    paths += write_table(diff, ctx.out_dir, "run_file_diff", diff_caption, digits=10)
-    paths += write_table(found, ctx.out_dir, "replay_report",
-                         f"The identical-prompt groups of the released particles and what the run found. "
-                         f"Source: {label}.", digits=0)
+def _bars(results: pd.DataFrame, published: pd.DataFrame, split: str, note: str, path: Path) -> Path:
     from face.report import figures  # matplotlib only where a figure is drawn
 
-    for split in ("redial", "opendialkg"):
-        paths.append(figures.bars_vs_published(
-            results, published, split, "spearman", "FACE live (ours, replay judge)",
-            f"Published bars: Table 2 of the paper. Ours: {label}; error bars: 95% bootstrap CI.",
-            ctx.out_dir / "figures" / f"bars_{split}_spearman.png"))
-    return paths
+    return figures.bars_vs_published(results, published, split, "spearman", "FACE live (ours, replay judge)", note,
+                                     path)
 
 
 def original(conv_id: str) -> str:

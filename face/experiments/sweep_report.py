@@ -31,23 +31,6 @@ log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- reading a sweep back
-def find_parent(tracking_uri: str, experiment: str, sweep: str = "latest"):
-    """The parent run of a sweep (``sweep`` = its sweep directory, or ``latest``). ValueError when there is none."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        raise ValueError(f"no MLflow experiment {experiment!r} in {tracking_uri}")
-    parents = list(client.search_runs([exp.experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'",
-                                      order_by=["attributes.start_time DESC"], max_results=1000))
-    if sweep != "latest":
-        parents = [r for r in parents if r.data.tags.get("sweep_dir") == str(sweep)]
-    if not parents:
-        raise ValueError(f"no sweep{'' if sweep == 'latest' else f' {sweep!r}'} in MLflow experiment {experiment!r}")
-    return client, exp, parents[0]
-
-
 def child_runs(tracking_uri: str, experiment_id: str, parent_id: str) -> pd.DataFrame:
     """The parent's children (a job's earlier runs, replaced by a rerun, are deleted and not among them)."""
     import mlflow
@@ -218,8 +201,20 @@ def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = 
 
 def report(tracking_uri: str, out: Path | None = None, experiment: str = "optimize_instructions",
            sweep: str = "latest") -> dict:
-    _, _, parent = find_parent(tracking_uri, experiment, sweep)
-    return write_report(tracking_uri, experiment, parent, out)
+    """The report of a sweep of MLflow experiment ``experiment`` (``sweep``: its sweep directory, or ``latest``);
+    ValueError when there is none."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise ValueError(f"no MLflow experiment {experiment!r} in {tracking_uri}")
+    parents = [r for r in client.search_runs([exp.experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'",
+                                             order_by=["attributes.start_time DESC"], max_results=1000)
+               if sweep == "latest" or r.data.tags.get("sweep_dir") == str(sweep)]
+    if not parents:
+        raise ValueError(f"no sweep{'' if sweep == 'latest' else f' {sweep!r}'} in MLflow experiment {experiment!r}")
+    return write_report(tracking_uri, experiment, parents[0], out)
 
 
 # ---------------------------------------------------------------- the Hydra callback

@@ -26,10 +26,9 @@ from face.datasets.arena import load_votes
 from face.datasets.face_released import load_released_particles
 from face.errors import ConfigError
 from face.experiments.common import Parts, Plan, experiment
-from face.experiments.result import ExperimentResult
+from face.experiments.result import ExperimentResult, Table
 from face.metaeval import items
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
-from face.report.tables import print_table, write_table
 from face.settings import settings as typed
 
 HUMAN_LABEL = "human labels of CRSArena-Eval (the annotators' scores, averaged per item as released)"
@@ -71,11 +70,9 @@ def _runs(ctx, preds: Predictions, particles: pd.DataFrame, label: str) -> tuple
     t, d = pd.concat(turn), pd.concat(dial)
     systems = {c.conv_id: c.system for c in ctx.convs}
 
-    def run(name: str, col: str, label: str) -> Run:
-        p = Predictions(t.rename(columns={col: "pred_"})[["aspect", "conv_id", "turn_ind", "pred_"]]
-                        .rename(columns={"pred_": "pred"})[TURN_COLUMNS],
-                        d.rename(columns={col: "pred_"})[["aspect", "conv_id", "pred_"]]
-                        .rename(columns={"pred_": "pred"})[DIALOGUE_COLUMNS])
+    def run(name: str, col: str, label: str) -> Run:  # the column ``col`` (pred or human) as the predictions
+        p = Predictions(t[["aspect", "conv_id", "turn_ind", col]].set_axis(TURN_COLUMNS, axis=1),
+                        d[["aspect", "conv_id", col]].set_axis(DIALOGUE_COLUMNS, axis=1))
         return Run(name, "CRSArena-Eval", p, label, RELEASED_JUDGE if col == "pred" else "human annotators",
                    "released", {a.name: "released" for a in ctx.aspects}, {a.name: a for a in ctx.aspects}, systems)
 
@@ -126,31 +123,30 @@ def run(plan: Plan) -> ExperimentResult:
     cfg = plan.cfg
     s = settings(cfg)
     with experiment(plan) as ctx:
-        start = time.perf_counter()
+        start, seed = time.perf_counter(), ctx.settings.seed
         out = ctx.predict()
         face, human = _runs(ctx, out.predictions, _particles(ctx, out.particle_scores), out.label)
         aspects = [a.name for a in ctx.aspects]
         votes = [v for src in cfg.arena.vote_sources for v in load_votes(ctx.data_dir / ARENA_VOTES[src], src)]
         names = sorted(set(face.systems.values()))
         bt = dict(zip(names, arena.bradley_terry(arena.pair_counts(votes, names), cfg.arena.prior)))
-        table, summary, face_cmp = _agreement(face, human, aspects, bt, s, cfg.seed)
+        table, summary, face_cmp = _agreement(face, human, aspects, bt, s, seed)
         t_agree = time.perf_counter() - start
         face_units = {r.name: engine.units_of(r, aspects) for r in face.by_system()}
         human_units = {r.name: engine.units_of(r, aspects) for r in human.by_system()}
         cal_boot = s.calibration_boot or stats.boot_size(len(face_units) * len(aspects), s.alpha)
-        cal = validation.calibration(face_units, aspects, s.calibration_splits, cal_boot, s.alpha, cfg.seed)
+        cal = validation.calibration(face_units, aspects, s.calibration_splits, cal_boot, s.alpha, seed)
         cal_summary = validation.calibration_summary(cal, s.alpha)
         t_cal = time.perf_counter() - start - t_agree
-        pw, pw_boot, dropped = _power(face_units, human_units, aspects, table, s, cfg.seed)
+        pw, pw_boot, dropped = _power(face_units, human_units, aspects, table, s, seed)
         timing = (t_agree, t_cal, time.perf_counter() - start - t_agree - t_cal)
         info = {"votes": len(votes), "agree_boot": face_cmp.settings["n_boot"], "cal_boot": cal_boot,
                 "pw_boot": pw_boot, "dropped": dropped, "timing": timing}
-        paths = _write(ctx, out.label, s, table, summary, face_cmp, cal_summary, pw, info)
-        ctx.tracker.log_metrics({**_metrics(summary, cal_summary), "runtime_s.agreement": timing[0],
-                                 "runtime_s.calibration": timing[1], "runtime_s.power": timing[2]})
-        ctx.tracker.log_artifacts(paths, "results")
-        return ctx.result(output=out, tables={"agreement": summary, "calibration": cal_summary, "power": pw},
-                          extra={"comparison": face_cmp})
+        face_cmp.write(ctx.run_dir / "nine_systems")  # the whole comparison (report.html, every table) in the run dir
+        return ctx.result(output=out, extra={"comparison": face_cmp},
+                          **_report(ctx, out.label, s, table, summary, face_cmp, cal_summary, pw, info),
+                          metrics={**_metrics(summary, cal_summary), "runtime_s.agreement": timing[0],
+                                   "runtime_s.calibration": timing[1], "runtime_s.power": timing[2]})
 
 
 def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:
@@ -169,38 +165,35 @@ def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def _write(ctx, label: str, s: Settings, table, summary, face_cmp, cal, pw, info: dict) -> list:
+def _report(ctx, label: str, s: Settings, table, summary, face_cmp, cal, pw, info: dict) -> dict:
+    """The experiment's tables, figures and console lines (``ExperimentResult``'s fields)."""
     src = (f"{label}; {ctx.subset}; 9 CRSs; human labels of CRSArena-Eval on the same items; arena: Bradley–Terry "
            f"of {info['votes']} CRSArena-Dial votes.")
     agree = (f"Agreement: the 36 pairs of systems × 7 aspects, each tested as `face compare --by-system` tests it "
              f"(unpaired studentized bootstrap, {info['agree_boot']} resamples of conversations within each system, "
              f"Holm over the 252 tests, α = {s.alpha}), on FACE's scores and on the human labels. face_agree_*: of "
              f"the pairs FACE separates, how many in the direction of the human labels' means / of the arena. {src}")
-    paths = write_table(summary, ctx.out_dir, "agreement", agree)
-    paths += write_table(table, ctx.out_dir, "agreement_pairs", f"Every pair × aspect. {agree}", digits=4)
     calib = (f"Calibration: each system's conversations split at random into two halves ({s.calibration_splits} "
              f"splits, {info['cal_boot']} resamples per test), halves compared unpaired and paired (the i-th "
              "conversations of the halves paired). fpr: rejections per test at α before correction, with its Monte "
              "Carlo error (sd of the per-split rates / √splits); familywise_holm: splits with any rejection after "
              f"Holm over the split's 63 tests (9 systems × 7 aspects), binomial error. {src}")
-    paths += write_table(cal, ctx.out_dir, "calibration", calib, digits=4)
     dropped = f" (n = {', '.join(map(str, info['dropped']))}: not below every system's count, i.e. all)" \
         if info["dropped"] else ""
     power = (f"Power: n conversations per system drawn without replacement (a system with fewer keeps all), "
              f"{s.power_reps} draws per n{dropped}; each pair tested over its 7 aspects (Holm over 7, "
              f"{info['pw_boot']} resamples); recovered: separated in the direction of the full-data human means. "
              f"{src}")
-    paths += write_table(pw, ctx.out_dir, "power", power)
-    paths.append(figures.save(figures.power_curve(pw, power), ctx.out_dir / "figures" / "power.png"))
-    rank_note = f"FACE's ranking of the nine CRSs with rank intervals (face compare). {src}"
-    paths += write_table(face_cmp.ranking, ctx.out_dir, "ranking", rank_note)
-    paths.append(figures.save(figures.beats(face_cmp.beats, "dialogue_overall", f"Scored by: {label}"),
-                              ctx.out_dir / "figures" / "beats_dialogue_overall.png"))
-    face_cmp.write(ctx.run_dir / "nine_systems")  # the whole comparison (report.html, every table) in the run dir
-    print_table(f"Agreement. {agree}", summary)
-    print_table(f"Calibration. {calib}", cal[cal["aspect"] == "all aspects"])
-    print_table(f"Power. {power}", pw.groupby("n", sort=False)[["recovered_all_pairs", "wrong_direction"]].mean()
-                .reset_index())
     t = info["timing"]
-    print(f"Runtime (wall): agreement {t[0]:.0f} s, calibration {t[1]:.0f} s, power {t[2]:.0f} s", flush=True)
-    return paths
+    return {"tables": {"agreement": Table(summary, agree), "agreement_pairs": Table(table, f"Every pair × aspect. "
+                                                                                   f"{agree}", 4),
+                       "calibration": Table(cal, calib, 4), "power": Table(pw, power),
+                       "ranking": Table(face_cmp.ranking, "FACE's ranking of the nine CRSs with rank intervals (face "
+                                                          f"compare). {src}")},
+            "figures": {"figures/power.png": lambda p: figures.save(figures.power_curve(pw, power), p),
+                        "figures/beats_dialogue_overall.png": lambda p: figures.save(figures.beats(
+                            face_cmp.beats, "dialogue_overall", f"Scored by: {label}"), p)},
+            "shown": [(f"Agreement. {agree}", summary), (f"Calibration. {calib}", cal[cal["aspect"] == "all aspects"]),
+                      (f"Power. {power}", pw.groupby("n", sort=False)[["recovered_all_pairs", "wrong_direction"]]
+                       .mean().reset_index()),
+                      f"Runtime (wall): agreement {t[0]:.0f} s, calibration {t[1]:.0f} s, power {t[2]:.0f} s"]}

@@ -3,6 +3,8 @@ CRSArena-Eval and (b) a human ranking from the CRSArena-Dial arena votes (Bradle
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
@@ -12,11 +14,11 @@ from face.data import ARENA_VOTES
 from face.datasets.arena import load_votes
 from face.datasets.crsarena import CRSArenaEval
 from face.experiments.common import ConfigError, Parts, Plan, experiment
-from face.experiments.result import ExperimentResult
+from face.experiments.result import ExperimentResult, Table
 from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, rows_correlation, system_means, system_table
 from face.methods import build
 from face.report import figures
-from face.report.tables import order_aspects, print_table, write_table
+from face.report.tables import order_aspects
 from face.tracking import correlation_metrics
 
 
@@ -92,16 +94,15 @@ def parts(cfg: DictConfig) -> Parts:
 def run(plan: Plan) -> ExperimentResult:
     cfg = plan.cfg
     with experiment(plan) as ctx:
-        tracker = ctx.tracker
         out = ctx.predict()
-        m = cfg.metaeval
+        seed, m = ctx.settings.seed, ctx.settings.metaeval
         human = ctx.evaluate(out.predictions, ["system"], splits=["all"])
         votes = [v for s in cfg.arena.vote_sources for v in load_votes(ctx.data_dir / ARENA_VOTES[s], s)]
         ranking = arena.ranking_table(votes, cfg.arena.prior)
         arena_rows = []
         for aspect in ctx.aspects:
-            arena_rows += _vs_arena(out.predictions, ctx, aspect, votes, cfg.arena.n_boot, cfg.seed,
-                                    cfg.arena.prior, m.confidence)
+            arena_rows += _vs_arena(out.predictions, ctx, aspect, votes, cfg.arena.n_boot, seed, cfg.arena.prior,
+                                    m.confidence)
         vs_arena = pd.DataFrame(arena_rows, columns=human.columns)
         # the two human rankings against each other (labels of CRSArena-Eval vs arena votes)
         sys_tab = {a.name: system_table(out.predictions, ctx.convs, a) for a in ctx.aspects}
@@ -115,27 +116,24 @@ def run(plan: Plan) -> ExperimentResult:
                 f"Bradley–Terry with {cfg.arena.prior} virtual ties per pair; 95% CIs: {m.n_boot} resamples of "
                 f"conversations within each CRS, the 9 systems held fixed (and {cfg.arena.n_boot} resamples of "
                 "votes for the arena).")
-        paths = write_table(results, ctx.out_dir, "system_level", f"System-level correlations over the CRSs. {note}")
         means = level_means(results, ctx.aspects)
-        paths += write_table(means, ctx.out_dir, "system_level_means", f"{MEANS_CAPTION} {note}")
-        paths += write_table(ranking, ctx.out_dir, "arena_ranking",
-                             f"Human system ranking from {len(votes)} CRSArena-Dial votes (Bradley–Terry).")
-        paths += write_table(overall, ctx.out_dir, "system_means_dialogue_overall",
-                             f"Per-CRS means, dialogue_overall. Human labels vs arena rating: Spearman "
-                             f"{h_vs_a['spearman'][0]:.3f}, Kendall {h_vs_a['kendall'][0]:.3f}. {note}")
-        for a, tab in sys_tab.items():
-            paths.append(figures.system_scatter(
-                tab, f"{a}: FACE vs human, one point per CRS", note,
-                ctx.out_dir / "figures" / f"scatter_{a}.png", stats=_stats(human, a)))
-        paths.append(figures.system_scatter(
-            overall.assign(human=overall["bt_rating"]), "dialogue_overall: FACE vs arena (Bradley–Terry)", note,
-            ctx.out_dir / "figures" / "scatter_dialogue_overall_vs_arena.png", y_label="arena BT rating (log-strength)",
-            label_col="crs", stats=_stats(vs_arena, "dialogue_overall")))
+        tables = {"system_level": Table(results, f"System-level correlations over the CRSs. {note}"),
+                  "system_level_means": Table(means, f"{MEANS_CAPTION} {note}"),
+                  "arena_ranking": Table(ranking, f"Human system ranking from {len(votes)} CRSArena-Dial votes "
+                                                  "(Bradley–Terry)."),
+                  "system_means_dialogue_overall": Table(
+                      overall, f"Per-CRS means, dialogue_overall. Human labels vs arena rating: Spearman "
+                               f"{h_vs_a['spearman'][0]:.3f}, Kendall {h_vs_a['kendall'][0]:.3f}. {note}")}
+        drawn = {f"figures/scatter_{a}.png": partial(figures.system_scatter, tab, f"{a}: FACE vs human, one point per "
+                                                     "CRS", note, stats=_stats(human, a)) for a, tab in sys_tab.items()}
+        drawn["figures/scatter_dialogue_overall_vs_arena.png"] = partial(
+            figures.system_scatter, overall.assign(human=overall["bt_rating"]),
+            "dialogue_overall: FACE vs arena (Bradley–Terry)", note, y_label="arena BT rating (log-strength)",
+            label_col="crs", stats=_stats(vs_arena, "dialogue_overall"))
         headline = results[(results["aspect"] == "dialogue_overall")]
-        print_table(f"System level, dialogue_overall. {note}", headline.drop(columns=["n_missing"]))
-        print_table("Arena ranking (Bradley–Terry)", ranking)
-        ctx.log_results(human, out.label)
-        tracker.log_metrics(correlation_metrics(vs_arena.assign(level="system"), against="arena"))
-        tracker.log_metrics({f"human_labels_vs_arena.{c}": h_vs_a[c][0] for c in COEFFICIENTS})
-        tracker.log_artifacts(paths, "results")
-        return ctx.result(output=out, results=results, tables={"ranking": ranking, "level_means": means})
+        return ctx.result(
+            output=out, results=results, correlations={"": human}, tables=tables, figures=drawn,
+            shown=[(f"System level, dialogue_overall. {note}", headline.drop(columns=["n_missing"])),
+                   ("Arena ranking (Bradley–Terry)", ranking)],
+            metrics={**correlation_metrics(vs_arena.assign(level="system"), against="arena"),
+                     **{f"human_labels_vs_arena.{c}": h_vs_a[c][0] for c in COEFFICIENTS}})

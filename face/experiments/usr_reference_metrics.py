@@ -12,6 +12,8 @@ other (paired bootstrap over contexts, Williams' test for Pearson).
 from __future__ import annotations
 
 import logging
+from functools import partial
+from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
@@ -20,12 +22,11 @@ from omegaconf import DictConfig, OmegaConf
 from face.baselines.reference import LABELS, METRICS, java_available, predict_many
 from face.data import ensure_data
 from face.experiments.common import ConfigError, Parts, Plan, experiment
-from face.experiments.result import ExperimentResult
+from face.experiments.result import ExperimentResult, Table
 from face.metaeval import meta_evaluate
 from face.methods import Inputs, build
-from face.report.tables import order_aspects, print_table, write_table
+from face.report.tables import order_aspects
 from face.significance import comparison_table
-from face.tracking import correlation_metrics, summary_metrics
 
 log = logging.getLogger(__name__)
 CORPUS_LABELS = {"topical_chat": "Topical-Chat", "persona_chat": "PersonaChat"}
@@ -91,49 +92,51 @@ def run(plan: Plan) -> ExperimentResult:
     with experiment(plan) as ctx:
         corpora = list(cfg.reference.corpora)
         done = [_corpus(ctx, corpus, metrics) for corpus in corpora]
-        results = pd.concat([r for d in done for r in d.results], ignore_index=True)
+        results = pd.concat([r for d in done for r in d.results.values()], ignore_index=True)
         published = pd.concat([d.published for d in done], ignore_index=True)
         sig_tables = [d.significance for d in done if d.significance is not None]
         note = (f"{ctx.subset if len(corpora) == 1 else 'USR Topical-Chat and PersonaChat'}: items "
                 + ", ".join(f"{CORPUS_LABELS[c]} {d.items}" for c, d in zip(corpora, done))
                 + " (original ground truth excluded: it is the reference); references: the original ground-truth "
                 "response; metrics: pycocoevalcap (as USR via nlg-eval), no LLM; labels: mean of 3 annotators; "
-                f"95% CIs: {cfg.metaeval.n_boot} bootstrap resamples of contexts (turn level); system level: "
+                f"95% CIs: {ctx.settings.metaeval.n_boot} bootstrap resamples of contexts (turn level); system level: "
                 "5 (TC) / 4 (PC) response generators, CIs resample contexts within each generator. Skipped: "
                 + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
         long = results.assign(metric=results["method"].map(LABELS), corpus=results["corpus"].map(CORPUS_LABELS))
         cols = ["corpus", "metric", "aspect", "level", "coefficient", "value", "ci_low", "ci_high", "p_value", "n"]
         main = order_aspects(long[long["coefficient"].isin(["pearson", "spearman"])][cols])
-        paths = write_table(main, ctx.out_dir, "correlations", f"Reference-based metrics on USR. {note}", digits=4)
+        tables = {"correlations": Table(main, f"Reference-based metrics on USR. {note}", 4)}
+        shown: list = []
         comp = vs_published(results.assign(corpus=results["corpus"]), published)
         if not comp.empty:
-            paths += write_table(comp, ctx.out_dir, "vs_published",
-                                 f"Ours vs USR's published values ({published['source'].iloc[0]}), turn level, "
-                                 f"every published cell of these metrics. {note}", digits=4)
-            print_table("usr_reference_metrics vs published (USR)", comp.drop(columns=["ci_low", "ci_high"]), 4)
+            tables["vs_published"] = Table(comp, f"Ours vs USR's published values ({published['source'].iloc[0]}), "
+                                                 f"turn level, every published cell of these metrics. {note}", 4)
+            shown.append(("usr_reference_metrics vs published (USR)", comp.drop(columns=["ci_low", "ci_high"]), 4))
         if sig_tables:
             sig = pd.concat(sig_tables, ignore_index=True)
             sig = sig.assign(method_a=sig["method_a"].map(LABELS), method_b=sig["method_b"].map(LABELS))
-            paths += write_table(sig, ctx.out_dir, "significance",
-                                 f"{LABELS[cfg.reference.compare_to]} minus each other metric: paired bootstrap over "
-                                 "contexts (CI of the difference, two-sided p) and Williams' test (Pearson; assumes "
-                                 f"independent items, so optimistic here). {note}", digits=4)
-        paths += _figures(ctx, corpora, long, published, note)
-        shown = main[(main["level"] == "turn") & (main["aspect"] == "overall")]
-        print_table(f"usr_reference_metrics, Overall. {note}", shown, 4)
-        ctx.tracker.log_artifacts(paths, "results")
-        return ctx.result(results=results, comparison=comp)
+            tables["significance"] = Table(sig, f"{LABELS[cfg.reference.compare_to]} minus each other metric: paired "
+                                                "bootstrap over contexts (CI of the difference, two-sided p) and "
+                                                "Williams' test (Pearson; assumes independent items, so optimistic "
+                                                f"here). {note}", 4)
+        shown.append((f"usr_reference_metrics, Overall. {note}",
+                      main[(main["level"] == "turn") & (main["aspect"] == "overall")], 4))
+        return ctx.result(results=results, comparison=comp, tables=tables, shown=shown,
+                          correlations={f"{c}.{m}.": r for c, d in zip(corpora, done) for m, r in d.results.items()},
+                          figures={f"figures/bars_{corpus}_{coef}.png": partial(
+                              _bars, long, published, corpus, coef, note)
+                              for corpus in corpora for coef in ("spearman", "pearson")})
 
 
 class _Corpus(NamedTuple):
-    results: list[pd.DataFrame]  # each metric's correlations
+    results: dict[str, pd.DataFrame]  # each metric's correlations
     published: pd.DataFrame
     significance: pd.DataFrame | None
     items: int
 
 
 def _corpus(ctx, corpus: str, metrics: list[str]) -> _Corpus:
-    """One corpus: every metric's correlations (logged), its published values, the metrics' significance table."""
+    """One corpus: every metric's correlations, its published values, the metrics' significance table."""
     cfg = ctx.cfg
     if corpus == ctx.dataset.corpus:
         dataset, convs = ctx.dataset, ctx.convs
@@ -143,32 +146,22 @@ def _corpus(ctx, corpus: str, metrics: list[str]) -> _Corpus:
         convs = dataset.select(dataset.load_all(ctx.data_dir))
     aspects = dataset.resolve_aspects(cfg.get("aspects"))
     outs = predict_many(metrics, Inputs(dataset, convs, aspects, ctx.data_dir, ctx.run_dir, None, ctx.tracker))
-    results = []
-    for m, out in outs.items():
-        res = meta_evaluate(out.predictions, convs, aspects, ["all"], ("turn", "system"),
-                            cfg.metaeval.n_boot, cfg.seed, cfg.metaeval.confidence)
-        results.append(res.assign(corpus=corpus, method=m))
-        ctx.tracker.log_metrics(correlation_metrics(res, prefix=f"{corpus}.{m}."))
-        ctx.tracker.log_metrics(summary_metrics(res, f"{corpus}.{m}."))
+    me, seed = ctx.settings.metaeval, ctx.settings.seed
+    results = {name: meta_evaluate(out.predictions, convs, aspects, ["all"], ("turn", "system"), me.n_boot, seed,
+                                   me.confidence).assign(corpus=corpus, method=name) for name, out in outs.items()}
     sig = None
     if cfg.reference.compare_to in outs and len(outs) > 1:
         sig = comparison_table({m: o.predictions for m, o in outs.items()}, cfg.reference.compare_to, convs, aspects,
-                               n_boot=cfg.metaeval.n_boot, seed=cfg.seed, confidence=cfg.metaeval.confidence,
+                               n_boot=me.n_boot, seed=seed, confidence=me.confidence,
                                cluster_of={c.conv_id: context_of(c.conv_id) for c in convs})
         sig = sig.assign(corpus=CORPUS_LABELS[corpus])
     return _Corpus(results, dataset.published(ctx.data_dir).assign(corpus=corpus), sig,
                    sum(len(c.evaluated_turns()) for c in convs))
 
 
-def _figures(ctx, corpora: list[str], long: pd.DataFrame, published: pd.DataFrame, note: str) -> list:
+def _bars(long: pd.DataFrame, published: pd.DataFrame, corpus: str, coef: str, note: str, path: Path) -> Path:
     from face.report.figures import bars_by_quality
 
-    paths = []
-    for corpus in corpora:
-        for coef in ("spearman", "pearson"):
-            title = f"USR {CORPUS_LABELS[corpus]}: reference-based metrics, {coef}"
-            paths.append(bars_by_quality(
-                long[(long["corpus"] == CORPUS_LABELS[corpus]) & (long["level"] == "turn")],
-                published[published["corpus"] == corpus], coef, "metric", title, note,
-                ctx.out_dir / "figures" / f"bars_{corpus}_{coef}.png"))
-    return paths
+    return bars_by_quality(long[(long["corpus"] == CORPUS_LABELS[corpus]) & (long["level"] == "turn")],
+                           published[published["corpus"] == corpus], coef, "metric",
+                           f"USR {CORPUS_LABELS[corpus]}: reference-based metrics, {coef}", note, path)

@@ -13,9 +13,8 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from face.experiments.common import ConfigError, Parts, Plan, experiment
-from face.experiments.result import ExperimentResult
-from face.report.tables import order_aspects, print_table, write_table
-from face.tracking import summary_metrics
+from face.experiments.result import ExperimentResult, Table
+from face.report.tables import order_aspects
 
 USAGE_KEYS = ("llm_requests", "llm_samples", "llm_http_requests", "llm_cache_hits", "llm_input_tokens",
               "llm_output_tokens", "llm_cost_usd")
@@ -38,29 +37,21 @@ def parts(cfg: DictConfig) -> Parts:
 def run(plan: Plan) -> ExperimentResult:
     cfg = plan.cfg
     with experiment(plan) as ctx:
-        tracker = ctx.tracker
-        rows, usage_rows, labels = [], [], {}
-        for name, method in ctx.methods.items():
-            out, res = ctx.predict_and_evaluate(name, method)
-            labels[name] = out.label
-            if res is not None:
-                tracker.log_metrics(summary_metrics(res, f"{name}."))
-                rows.append(res.assign(variant=name))
-                usage_rows.append({"variant": name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}})
-        if not rows:
-            print("Dry run: nothing was sent.", flush=True)
-            return ctx.result(dry_run=True, labels=labels)
-        results = order_aspects(pd.concat(rows, ignore_index=True))
-        usage = pd.DataFrame(usage_rows)
+        outs = {name: ctx.predict(method) for name, method in ctx.methods.items()}
+        labels = {name: out.label for name, out in outs.items()}
+        if any(out.dry_run for out in outs.values()):
+            return ctx.result(dry_run=True, outputs=outs, labels=labels)
+        corr = {name: ctx.evaluate(out.predictions) for name, out in outs.items()}
+        results = order_aspects(pd.concat([res.assign(variant=name) for name, res in corr.items()], ignore_index=True))
+        usage = pd.DataFrame([{"variant": name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}}
+                              for name, out in outs.items()])
         note = f"{ctx.subset}. Variants: " + " | ".join(f"{k}: {lab}" for k, lab in labels.items())
         wide = results[results["split"] == "all"].pivot_table(index=["level", "aspect", "coefficient"],
                                                                 columns="variant", values="value").reset_index()
-        paths = write_table(results, ctx.out_dir, "variants_correlations", f"{cfg.task_name}. {note}", digits=4)
-        paths += write_table(wide, ctx.out_dir, "variants_side_by_side",
-                             f"{cfg.task_name}, pooled splits, side by side. {note}")
-        paths += write_table(usage, ctx.out_dir, "variants_llm_usage", f"LLM calls and tokens per variant. {note} "
-                             "Calls served from the response cache are counted as cache hits.", digits=0)
-        print_table(f"{cfg.task_name}, pooled splits. {note}", wide)
-        print_table("LLM usage per variant", usage, digits=0)
-        tracker.log_artifacts(paths, "results")
-        return ctx.result(results=results, tables={"usage": usage}, labels=labels)
+        return ctx.result(
+            outputs=outs, results=results, labels=labels, correlations={f"{k}.": v for k, v in corr.items()},
+            tables={"variants_correlations": Table(results, f"{cfg.task_name}. {note}", 4),
+                    "variants_side_by_side": Table(wide, f"{cfg.task_name}, pooled splits, side by side. {note}"),
+                    "variants_llm_usage": Table(usage, f"LLM calls and tokens per variant. {note} Calls served from "
+                                                       "the response cache are counted as cache hits.", 0)},
+            shown=[(f"{cfg.task_name}, pooled splits. {note}", wide), ("LLM usage per variant", usage, 0)])

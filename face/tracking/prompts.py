@@ -9,7 +9,7 @@ References (``method.instructions.source=mlflow method.instructions.ref=…``, `
 - ``NAME@VERSION`` (or ``NAME@ALIAS`` / ``NAME@latest``): a registered prompt; ``{aspect}`` in NAME is
   replaced by the aspect (``face-opt-{aspect}-set@best``);
 - ``prompts:/NAME/VERSION``: the same, as an MLflow URI;
-- ``runs:/<run id>``: the ``optimized/instructions.json`` artifact of an optimize_instructions run.
+- ``runs:/<run id>``: the ``results/instructions.json`` artifact of an optimize_instructions run.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from face.tracking.store import store_lock
 
 log = logging.getLogger(__name__)
 
-SET_ARTIFACT = "optimized/instructions.json"
+SET_ARTIFACT = "results/instructions.json"  # an optimize_instructions run's final sets
 _BLOCK = re.compile(r"^### (\S+)\s*$", re.MULTILINE)
 _PAGE = 200  # prompt versions per registry query
 # tags that hold for every version of a prompt: MLflow copies a new version's tags to the prompt's own, so only
@@ -177,9 +177,12 @@ def _from_run(ref: str, aspect: str) -> list[Instruction]:
     run_id = ref[len("runs:/"):].strip("/").split("/")[0]
     try:
         local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=SET_ARTIFACT)
-    except Exception as e:
-        raise DataError(Path(ref), f"no {SET_ARTIFACT} in MLflow run {run_id} "
-                                   f"(tracking URI {mlflow.get_tracking_uri()}): {e}") from None
+    except Exception:
+        try:  # a run logged before the set was one of its results
+            local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="optimized/instructions.json")
+        except Exception as e:
+            raise DataError(Path(ref), f"no {SET_ARTIFACT} in MLflow run {run_id} "
+                                       f"(tracking URI {mlflow.get_tracking_uri()}): {e}") from None
     raw = json.loads(Path(local).read_text(encoding="utf-8"))
     items = raw.get(aspect) or []
     if not items:

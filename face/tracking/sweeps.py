@@ -39,8 +39,7 @@ def hydra_job():
 
 def is_multirun() -> bool:
     """True inside a job of a Hydra multirun (``-m``): its outputs stay in its own job directory."""
-    hc = hydra_job()
-    return hc is not None and str(hc.mode) == "RunMode.MULTIRUN"
+    return bool(sweep_tags())
 
 
 def sweep_tags() -> dict[str, str]:

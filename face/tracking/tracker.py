@@ -236,10 +236,6 @@ class Tracker:
                     continue
                 self.mlflow.log_artifact(str(p), artifact_path=subdir)
 
-    def log_dict(self, obj: Any, name: str) -> None:
-        if self.enabled:
-            self.mlflow.log_dict(obj, name)
-
     def log_config(self) -> None:
         if self.enabled:
             self.mlflow.log_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)), "config.yaml")
@@ -269,10 +265,6 @@ class Tracker:
                 self.mlflow.log_input(ds, context="evaluation")
         except Exception as e:  # an MLflow without the dataset API: the data_sha256 tag still names the data
             log.warning("could not log the dataset to MLflow: %s", e)
-
-    def describe(self, text: str) -> None:
-        """The run page's description (Markdown)."""
-        self.set_tags({"mlflow.note.content": text})
 
     def register_instructions(self, aspect: str, instructions: Sequence[Any], source: str,
                               wording: str = "") -> str | None:
