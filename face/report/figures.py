@@ -130,6 +130,9 @@ def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
     is printed in the plot. Labels are placed by adjustText so they do not overlap."""
     from adjustText import adjust_text
 
+    # rounded far below a pixel: labels placed from the last bits of a mean (which differ with the CPU's SIMD
+    # kernels) would land on other pixels on another CPU
+    table = table.assign(pred=table["pred"].round(9), human=table["human"].round(9))
     fig, ax = plt.subplots(figsize=(5.8, 4.6))
     sns.regplot(data=table, x="pred", y="human", ax=ax, ci=None, scatter=False, line_kws={"color": "grey", "lw": 1})
     hue = "split" if "split" in table.columns and table["split"].nunique() > 1 else None
