@@ -85,16 +85,26 @@ def _check_sqlite(db: Path) -> None:
         raise ValueError(f"tracking.tracking_uri: {db} is not an SQLite database ({e})") from None
 
 
+# MLflow 3's UI opens an experiment by its kind: without this tag on the GenAI traces overview (empty for FACE's
+# runs), with it on the runs table
+KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
+
+
 def use_experiment(t: DictConfig) -> str:
     """Point MLflow at ``tracking.tracking_uri`` and its experiment ``tracking.experiment_name`` (created when
-    missing, its artifacts at ``artifact_root``); returns the experiment id."""
+    missing, its artifacts at ``artifact_root``; of the kind that opens on its runs, unless it has a kind already);
+    returns the experiment id."""
     import mlflow
 
     mlflow.set_tracking_uri(t.tracking_uri)
     with store_lock(str(t.tracking_uri)):  # two jobs starting on a new store: one creates the tables
-        if mlflow.get_experiment_by_name(t.experiment_name) is None:
+        exp = mlflow.get_experiment_by_name(t.experiment_name)
+        if exp is None:
             root = artifact_root(t)
-            mlflow.create_experiment(t.experiment_name, artifact_location=root.resolve().as_uri() if root else None)
+            mlflow.create_experiment(t.experiment_name, artifact_location=root.resolve().as_uri() if root else None,
+                                     tags={KIND_TAG: KIND})
+        elif KIND_TAG not in exp.tags:
+            mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, KIND_TAG, KIND)
         return mlflow.set_experiment(t.experiment_name).experiment_id
 
 
