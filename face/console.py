@@ -309,8 +309,9 @@ class RunSummary:
         if self.run_dir is not None and self.run_dir != self.results:
             lines.append(("Run dir", str(self.run_dir)))
         if self.run_id:
-            hint = (f" ({self.ui}, then {MLFLOW_UI}/#/experiments/{self.experiment_id}/runs/{self.run_id})"
-                    if self.experiment_id else "")
+            # workflowType: MLflow 3's UI shows a fresh browser its GenAI view, where FACE's runs are not listed
+            hint = (f" ({self.ui}, then {MLFLOW_UI}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+                    "?workflowType=machine_learning)" if self.experiment_id else "")
             lines.append(("MLflow run", self.run_id + hint))
         else:
             lines.append(("MLflow run", "none (tracking off)" if not self.tracking else "none"))
