@@ -121,7 +121,8 @@ def test_a_run_without_an_llm_ends_with_its_results_path_and_the_mlflow_run_in_t
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     run = client.get_run(run_id)  # raises if the store has no such run
     assert run.info.status == "FINISHED" and run.data.tags["task_name"] == "reproduce_table2"
-    assert f"/#/experiments/{run.info.experiment_id}/runs/{run_id}?workflowType=machine_learning)" in block["MLflow run"]
+    link = f"/#/experiments/{run.info.experiment_id}/runs/{run_id}?workflowType=machine_learning)"
+    assert link in block["MLflow run"]
     assert f"mlflow ui --backend-store-uri {cfg.tracking.tracking_uri}" in block["MLflow run"]
     assert re.fullmatch(r"\d+\.\d s", block["Wall time"]), block
 
