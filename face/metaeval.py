@@ -22,7 +22,7 @@ from face.aspects import Aspect
 from face.coefficients import NAMES, REGISTRY, rows_correlation
 from face.console import progress
 from face.data.schema import Conversation
-from face.predictions import PRED_DECIMALS, Predictions
+from face.predictions import Predictions, round_preds
 from face.resample import draw_counts, percentile_interval
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def system_means(values: np.ndarray, systems: np.ndarray, w: np.ndarray | None =
     if w is None:
         w = np.ones((1, len(values)))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return names, np.round((w @ (onehot * np.asarray(values, float)[:, None])) / (w @ onehot), PRED_DECIMALS)
+        return names, round_preds((w @ (onehot * np.asarray(values, float)[:, None])) / (w @ onehot))
 
 
 # ---------------------------------------------------------------- items: predictions joined with labels

@@ -50,7 +50,7 @@ class ReplayScorer:
         self.level = level
         self.ids = sorted(scores["instruction_id"].astype(str).unique())
         levels = dict.fromkeys(scores["aspect"].unique(), level)
-        self.matrix = np.vstack([_item_preds(aggregate(scores, levels, instructions=[k], decimals=None), self.items)
+        self.matrix = np.vstack([_item_preds(aggregate(scores, levels, instructions=[k], rounded=False), self.items)
                                  for k in self.ids]) if self.ids else np.empty((0, len(self.items)))
         self.row = {k: i for i, k in enumerate(self.ids)}
         self.gold = np.array([it.gold for it in self.items])
