@@ -22,7 +22,8 @@ from face.aspects import Aspect
 from face.coefficients import NAMES, REGISTRY, rows_correlation
 from face.console import progress
 from face.data.schema import Conversation
-from face.predictions import PRED_DECIMALS, Predictions
+from face.predictions import Predictions, round_preds
+from face.resample import draw_counts, percentile_interval
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -79,10 +80,7 @@ def cluster_counts(clusters: np.ndarray, n_boot: int, rng: np.random.Generator,
         cluster_stratum[inv] = strata
         groups = [np.flatnonzero(cluster_stratum == s) for s in pd.unique(cluster_stratum)]
     for members in groups:
-        m = len(members)
-        draws = rng.integers(0, m, size=(n_boot, m))
-        flat = (draws + np.arange(n_boot)[:, None] * m).ravel()
-        counts[:, members] = np.bincount(flat, minlength=n_boot * m).reshape(n_boot, m)
+        counts[:, members] = draw_counts(len(members), n_boot, rng)
     return counts, inv
 
 
@@ -103,22 +101,13 @@ def bootstrap_ci(pred: np.ndarray, human: np.ndarray, clusters: np.ndarray, n_bo
     rng = np.random.default_rng(seed)
     counts, inv = cluster_counts(np.asarray(clusters), n_boot, rng)
     x, y = np.asarray(pred, float), np.asarray(human, float)
-    lo_q, hi_q = 50 * (1 - confidence), 50 * (1 + confidence)
     # the replicates a block of ROWS at a time, spread over the items only then: memory ~ ROWS × items
     blocks: dict[str, list[np.ndarray]] = {c: [] for c in coefficients}
     for i in range(0, n_boot, ROWS):
         w = counts[i:i + ROWS][:, inv]
         for c in coefficients:
             blocks[c].append(REGISTRY[c].weighted(x, y, w))
-    out = {}
-    for c in coefficients:
-        vals = np.concatenate(blocks[c])
-        if np.all(np.isnan(vals)):
-            out[c] = (float("nan"), float("nan"))
-        else:
-            lo, hi = np.nanpercentile(vals, [lo_q, hi_q])
-            out[c] = (float(lo), float(hi))
-    return out
+    return {c: percentile_interval(np.concatenate(blocks[c]), confidence) for c in coefficients}
 
 
 def paired_difference(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray, clusters: np.ndarray,
@@ -141,10 +130,7 @@ def paired_replicates(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray,
     w = cluster_weights(np.asarray(clusters), n_boot, np.random.default_rng(seed))
     weighted = REGISTRY[coefficient].weighted
     vals = weighted(a, y, w) - weighted(b, y, w)
-    if np.all(np.isnan(vals)):
-        return diff, float("nan"), float("nan"), vals
-    lo, hi = np.nanpercentile(vals, [50 * (1 - confidence), 50 * (1 + confidence)])
-    return diff, float(lo), float(hi), vals
+    return diff, *percentile_interval(vals, confidence), vals
 
 
 # ---------------------------------------------------------------- system level
@@ -158,7 +144,7 @@ def system_means(values: np.ndarray, systems: np.ndarray, w: np.ndarray | None =
     if w is None:
         w = np.ones((1, len(values)))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return names, np.round((w @ (onehot * np.asarray(values, float)[:, None])) / (w @ onehot), PRED_DECIMALS)
+        return names, round_preds((w @ (onehot * np.asarray(values, float)[:, None])) / (w @ onehot))
 
 
 # ---------------------------------------------------------------- items: predictions joined with labels
@@ -241,13 +227,10 @@ def system_correlations(items_df: pd.DataFrame, n_boot: int = 1000, seed: int = 
         w = cluster_weights(convs, n_boot, rng, strata=systems)
         _, bp = system_means(pred, systems, w)
         _, bh = system_means(human, systems, w)
-        lo_q, hi_q = 50 * (1 - confidence), 50 * (1 + confidence)
     for c in COEFFICIENTS:
         lo = hi = float("nan")
         if n_boot > 0 and len(names) >= 3:
-            vals = rows_correlation(bp, bh, c)
-            if not np.all(np.isnan(vals)):
-                lo, hi = (float(v) for v in np.nanpercentile(vals, [lo_q, hi_q]))
+            lo, hi = percentile_interval(rows_correlation(bp, bh, c), confidence)
         out[c] = (point[c][0], point[c][1], lo, hi, len(names))
     return out
 

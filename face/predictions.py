@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 PRED_DECIMALS = 10
@@ -26,3 +27,8 @@ class Predictions:
     @staticmethod
     def empty() -> Predictions:
         return Predictions(pd.DataFrame(columns=TURN_COLUMNS), pd.DataFrame(columns=DIALOGUE_COLUMNS))
+
+
+def round_preds(values) -> np.ndarray:
+    """``values`` (predictions, or means of them) rounded to ``PRED_DECIMALS`` decimals, so equal ones tie."""
+    return np.round(np.asarray(values, float), PRED_DECIMALS)

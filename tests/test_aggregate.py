@@ -73,6 +73,10 @@ def test_predictions_are_rounded_to_ten_decimals_and_empty_ones_have_their_colum
     rows = [("relevance", "c", 1, j, "i0", v) for j, v in enumerate([0.0, 0.0, 1.0])]
     p = aggregate(pd.DataFrame(rows, columns=SCORES.columns), LEVELS)
     assert _turn(p, 1) == 0.3333333333  # 1/3 to PRED_DECIMALS = 10
+    dial = [("understanding", "c", 1, j, "i0", v) for j, v in enumerate([0.0, 2.0, 2.0])]
+    assert aggregate(pd.DataFrame(dial, columns=SCORES.columns), LEVELS).dialogue["pred"].tolist() == [1.3333333333]
+    # unrounded, for means averaged again (the optimizer's replay): 1/3 to the last bit
+    assert _turn(aggregate(pd.DataFrame(rows, columns=SCORES.columns), LEVELS, rounded=False), 1) == 1 / 3
     e = Predictions.empty()
     assert list(e.turn.columns) == TURN_COLUMNS and list(e.dialogue.columns) == DIALOGUE_COLUMNS
 

@@ -10,6 +10,7 @@ import pytest
 from scipy import stats as sps
 
 from face.comparison import stats
+from face.resample import draw_counts, percentile_interval
 
 
 def _units(per_conv: list[list[float]]) -> stats.Units:
@@ -60,8 +61,8 @@ def test_the_studentized_p_value_and_interval_by_hand():
 def test_a_p_value_is_never_zero_its_resolution_is_one_over_b_plus_one():
     a, b = _dialogue([1, 1.1, 0.9, 1.05]), _dialogue([3, 3.1, 2.9, 3.05])
     rng = np.random.default_rng(0)
-    res = stats.unpaired(stats.moments(a, stats.draw_counts(4, 999, rng)),
-                         stats.moments(b, stats.draw_counts(4, 999, rng)), 0.95)
+    res = stats.unpaired(stats.moments(a, draw_counts(4, 999, rng)),
+                         stats.moments(b, draw_counts(4, 999, rng)), 0.95)
     assert res.p_value[0] == pytest.approx(1 / 1000)
 
 
@@ -117,8 +118,8 @@ def test_the_statistics_are_welch_and_paired_t_exactly():
 def test_bootstrap_p_values_and_intervals_match_the_t_tests_on_large_normal_samples():
     rng = np.random.default_rng(2)
     x, y = rng.normal(0.0, 1.0, 300), rng.normal(0.17, 1.0, 300)
-    mx = stats.moments(_dialogue(x), stats.draw_counts(300, 20_000, rng))
-    my = stats.moments(_dialogue(y), stats.draw_counts(300, 20_000, rng))
+    mx = stats.moments(_dialogue(x), draw_counts(300, 20_000, rng))
+    my = stats.moments(_dialogue(y), draw_counts(300, 20_000, rng))
     res = stats.unpaired(mx, my, 0.95)
     ref = sps.ttest_ind(y, x, equal_var=False)
     assert 0.01 < ref.pvalue < 0.2
@@ -126,17 +127,17 @@ def test_bootstrap_p_values_and_intervals_match_the_t_tests_on_large_normal_samp
     lo, hi = ref.confidence_interval(0.95)
     assert (res.ci_low[0], res.ci_high[0]) == pytest.approx((lo, hi), abs=0.02)
     y2 = x + rng.normal(0.08, 0.6, 300)
-    res = stats.paired(_dialogue(x), _dialogue(y2), stats.draw_counts(300, 20_000, rng), 0.95)
+    res = stats.paired(_dialogue(x), _dialogue(y2), draw_counts(300, 20_000, rng), 0.95)
     assert res.p_value[0] == pytest.approx(sps.ttest_rel(y2, x).pvalue, abs=0.01)
 
 
 def test_the_mean_interval_matches_scipy_bootstrap_percentile():
     rng = np.random.default_rng(4)
     x = rng.gamma(2.0, 1.0, 80)
-    m = stats.moments(_dialogue(x), stats.draw_counts(80, 20_000, rng))
-    lo, hi = stats.percentile_ci(m.boot_mean, 0.95)
+    m = stats.moments(_dialogue(x), draw_counts(80, 20_000, rng))
+    lo, hi = percentile_interval(m.boot_mean[:, 0], 0.95)
     ref = sps.bootstrap((x,), np.mean, n_resamples=20_000, method="percentile", random_state=5).confidence_interval
-    assert (lo[0], hi[0]) == pytest.approx((ref.low, ref.high), abs=0.02)
+    assert (lo, hi) == pytest.approx((ref.low, ref.high), abs=0.02)
 
 
 # ---------------------------------------------------------------- the resampling unit is the conversation
@@ -150,8 +151,8 @@ def test_duplicating_every_turn_inside_its_conversation_changes_nothing():
     for k in (1, 2):
         a, b = _units([c * k for c in convs_a]), _units([c * k for c in convs_b])
         r = np.random.default_rng(0)
-        ma, mb = stats.moments(a, stats.draw_counts(25, 4000, r)), stats.moments(b, stats.draw_counts(25, 4000, r))
-        res.append((stats.percentile_ci(ma.boot_mean, 0.95), stats.unpaired(ma, mb, 0.95)))
+        ma, mb = stats.moments(a, draw_counts(25, 4000, r)), stats.moments(b, draw_counts(25, 4000, r))
+        res.append((percentile_interval(ma.boot_mean[:, 0], 0.95), stats.unpaired(ma, mb, 0.95)))
     (ci1, t1), (ci2, t2) = res
     assert np.allclose(ci1, ci2) and np.allclose(t1.p_value, t2.p_value) and np.allclose(t1.ci_low, t2.ci_low)
 
@@ -161,7 +162,7 @@ def test_the_interval_is_as_wide_as_the_conversations_not_the_turns_say():
     rng = np.random.default_rng(6)
     conv_scores = rng.normal(1.0, 0.6, 40)
     u = _units([[s] * 10 for s in conv_scores])
-    m = stats.moments(u, stats.draw_counts(40, 20_000, rng))
-    lo, hi = stats.percentile_ci(m.boot_mean, 0.95)
+    m = stats.moments(u, draw_counts(40, 20_000, rng))
+    lo, hi = percentile_interval(m.boot_mean[:, 0], 0.95)
     by_conversation = 2 * 1.96 * np.std(conv_scores, ddof=1) / np.sqrt(40)
-    assert hi[0] - lo[0] == pytest.approx(by_conversation, rel=0.1)  # by turn it would be √10 ≈ 3.2 × narrower
+    assert hi - lo == pytest.approx(by_conversation, rel=0.1)  # by turn it would be √10 ≈ 3.2 × narrower

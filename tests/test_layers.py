@@ -111,3 +111,49 @@ def test_at_most_one_context_variable_in_face():
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "ContextVar"]
     assert len(made) <= 1, made
+
+
+# Import circles not broken yet, each a set of modules importing one another (directly or through the others). The
+# list can only shrink: a new circle fails, and so does one listed here that is gone (take it off).
+KNOWN_CIRCLES = [
+    # face.llm.stream imports client.Progress (inside a function), client imports stream.drive: broken by moving
+    # Progress into stream.py (its only user) and patching face.llm.stream.Progress in tests/test_streaming.py
+    {"face.llm.client", "face.llm.stream"},
+    # runs.load reads an MLflow run through mlflow_io.load_mlflow_run, which takes runs.project_root and
+    # runs.from_dir (all inside functions)
+    {"face.comparison.mlflow_io", "face.comparison.runs"},
+]
+
+
+def import_circles(package: str) -> list[set[str]]:
+    """The import circles among ``package``'s modules: each module's circle is the modules it imports, directly or
+    not, that import it back. Imports inside functions count (they close the circle when they run); imports under
+    ``if TYPE_CHECKING:`` do not (they never run)."""
+    import grimp
+
+    graph = grimp.build_graph(package, exclude_type_checking_imports=True, cache_dir=None)
+    circles: list[set[str]] = []
+    for m in sorted(graph.modules):
+        around = graph.find_downstream_modules(m) & graph.find_upstream_modules(m)
+        if around and m not in set().union(*circles):
+            circles.append({m, *around})
+    return circles
+
+
+def test_no_import_circle_among_the_modules_of_face_beside_the_known_ones():
+    found = import_circles("face")
+    assert [c for c in found if c not in KNOWN_CIRCLES] == [], "a new import circle in face/"
+    assert [c for c in KNOWN_CIRCLES if c not in found] == [], "a known circle is gone: take it off KNOWN_CIRCLES"
+
+
+def test_the_circle_check_finds_a_circle_through_a_function_level_import(tmp_path, monkeypatch):
+    pkg = tmp_path / "circ"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from circ import b\n")
+    (pkg / "b.py").write_text("def f():\n    from circ.c import g\n")
+    (pkg / "c.py").write_text("import circ.a\n\ndef g():\n    pass\n")
+    (pkg / "d.py").write_text("from typing import TYPE_CHECKING\nimport circ.e\nif TYPE_CHECKING:\n    import circ.d\n")
+    (pkg / "e.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from circ import d\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_circles("circ") == [{"circ.a", "circ.b", "circ.c"}]  # d <-> e only for the type checker

@@ -58,3 +58,58 @@ def test_replay_scorer_matches_released_aggregation(data_dir):
         ref = {(r.conv_id, r.turn_ind): r.pred for r in table.itertuples()}
         got = sc.predict_set([Candidate(i, "") for i in sc.ids], cov)
         assert np.allclose(got, [ref[(items[i].conv_id, items[i].turn_ind)] for i in cov])
+
+
+# ------------------------------------------------------------------ live scorer = the pipeline's aggregation
+
+def _live_scorer(aspect_name: str, empty_score: float | None = None):
+    """A live scorer whose every (instruction, particle) score is known already (nothing is sent): conversation c0
+    has turn 1 with two particles and turn 3 with none, c1 has turn 1 with three particles."""
+    from face.data.schema import Particle
+    from face.datasets.crsarena import ASPECTS
+    from face.optimize.items import items_for
+    from face.optimize.scorers import LiveScorer
+    from face.pipeline.particles import Decomposition
+
+    a = ASPECTS[aspect_name]
+    labels = {aspect_name: 1} if a.level == "turn" else {}
+    convs = [Conversation(cid, (Turn(0, "USER", "hi"), Turn(1, "ASST", "a", labels), Turn(2, "USER", "so?"),
+                                Turn(3, "ASST", "b", labels)), {} if a.level == "turn" else {aspect_name: 1})
+             for cid in ("c0", "c1")]
+    counts = {("c0", 1): 2, ("c0", 3): 0, ("c1", 1): 3, ("c1", 3): 1}
+    decomps = {k: Decomposition(*k, tuple(Particle("inform", f"m{i}") for i in range(n)), "llm")
+               for k, n in counts.items()}
+    sc = LiveScorer(None, a, convs, items_for(a, convs), decomps, None, False, empty_score=empty_score)
+    given = {"A": {("c0", 1): [2.0, 1.0], ("c1", 1): [0.0, 1.0, 1.0], ("c1", 3): [np.nan]},
+             "B": {("c0", 1): [1.0, 0.0], ("c1", 1): [2.0, 2.0, 2.0], ("c1", 3): [np.nan]}}
+    for cid, by_turn in given.items():
+        for (conv, turn), values in by_turn.items():
+            for i, v in enumerate(values):
+                sc.memo[(cid, conv, turn, i)] = v
+    return sc
+
+
+def test_live_scorer_averages_over_instructions_and_particles_and_drops_a_turn_without_particles():
+    sc = _live_scorer("relevance")
+    assert [(it.conv_id, it.turn_ind) for it in sc.items] == [("c0", 1), ("c0", 3), ("c1", 1), ("c1", 3)]
+    idx = np.arange(4)
+    a, b = Candidate("A", ""), Candidate("B", "")
+    # by hand: A on c0#1 = (2+1)/2; c0#3 has no particle (the pipeline's default: no prediction); c1#1 = 2/3;
+    # c1#3's only particle has no valid answer (NaN)
+    np.testing.assert_allclose(sc.predict(a, idx), [1.5, np.nan, 2 / 3, np.nan], rtol=0, atol=1e-9)
+    # the set {A, B}: the mean over instructions × particles, (2+1+1+0)/4 and (0+1+1+2+2+2)/6
+    np.testing.assert_allclose(sc.predict_set([a, b], idx), [1.0, np.nan, 8 / 6, np.nan], rtol=0, atol=1e-9)
+    assert sc.covered().tolist() == [0, 2, 3]  # the turn without particles is not an item to score
+    assert [e["pred"] for e in sc.explain(a, np.array([0]))] == [1.5]
+    low = _live_scorer("relevance", empty_score=0.0)  # method.empty_turn=min: the scale's lowest
+    np.testing.assert_allclose(low.predict(a, idx), [1.5, 0.0, 2 / 3, np.nan], rtol=0, atol=1e-9)
+    assert low.covered().tolist() == [0, 1, 2, 3]
+
+
+def test_live_scorer_predicts_a_dialogue_from_the_particles_of_all_its_turns():
+    sc = _live_scorer("efficiency")
+    assert [(it.conv_id, it.turn_ind) for it in sc.items] == [("c0", -1), ("c1", -1)]
+    a, b = Candidate("A", ""), Candidate("B", "")
+    # c0: A's particles 2, 1 -> 1.5; c1: 0, 1, 1 and a NaN (dropped) -> 2/3; {A, B} on c1: (0+1+1+2+2+2)/6
+    np.testing.assert_allclose(sc.predict(a, np.arange(2)), [1.5, 2 / 3], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(sc.predict_set([a, b], np.arange(2)), [1.0, 8 / 6], rtol=0, atol=1e-9)

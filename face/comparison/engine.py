@@ -23,6 +23,7 @@ from face.comparison.comparison import Comparison
 from face.comparison.moved import what_moved
 from face.comparison.runs import Run, load
 from face.errors import ConfigError
+from face.resample import draw_counts, percentile_interval
 
 VERDICTS = ("better", "worse", "no detectable difference")
 MIN_SHARED = 0.5  # pairing="auto": paired when the shared conversations are at least this share of each run's
@@ -89,18 +90,18 @@ class _Engine:
         same = all(len(u) == len(self.units[0]) and np.array_equal(u.ids, self.units[0].ids) for u in self.units)
         self.joint = opts.pairing != "unpaired" and same and len(self.units[0]) >= 2
         if self.joint:  # every system on the same conversations: one draw for all (paired tests, joint ranks)
-            counts = stats.draw_counts(len(self.units[0]), self.n_boot, self.rng)
+            counts = draw_counts(len(self.units[0]), self.n_boot, self.rng)
             self.draws = [counts] * len(runs)
         else:
-            self.draws = [stats.draw_counts(len(u), self.n_boot, self.rng) for u in self.units]
+            self.draws = [draw_counts(len(u), self.n_boot, self.rng) for u in self.units]
         self.moments = [stats.moments(u, c) for u, c in zip(self.units, self.draws)]
 
     def means(self) -> pd.DataFrame:
         rows = []
         for k, a in enumerate(self.aspects):
             for run, u, m in zip(self.runs, self.units, self.moments):
-                lo, hi = stats.percentile_ci(m.boot_mean[:, [k]], self.opts.confidence)
-                rows.append((a, run.name, m.mean[k], lo[0], hi[0], int((u.counts[:, k] > 0).sum()),
+                lo, hi = percentile_interval(m.boot_mean[:, k], self.opts.confidence)
+                rows.append((a, run.name, m.mean[k], lo, hi, int((u.counts[:, k] > 0).sum()),
                              int(u.counts[:, k].sum())))
         return pd.DataFrame(rows, columns=["aspect", "system", "mean", "ci_low", "ci_high", "conversations",
                                            "scores"])
@@ -114,7 +115,7 @@ class _Engine:
             ma, mb = self.moments[i], self.moments[j]
             var = np.var(ma.boot_mean, axis=0, ddof=1) * len(a) + np.var(mb.boot_mean, axis=0, ddof=1) * len(b)
             return stats.unpaired(ma, mb, self.opts.confidence), mode, len(shared), var
-        counts = self.draws[i] if self.joint else stats.draw_counts(len(shared), self.n_boot, self.rng)
+        counts = self.draws[i] if self.joint else draw_counts(len(shared), self.n_boot, self.rng)
         test = stats.paired(a.take(np.searchsorted(a.ids, shared)), b.take(np.searchsorted(b.ids, shared)), counts,
                             self.opts.confidence)
         return test, mode, len(shared), test.sd ** 2 * len(shared)

@@ -29,7 +29,6 @@ from statistics import NormalDist
 
 import numpy as np
 
-CHUNK = 10_000  # replicates drawn at a time (memory ~ CHUNK × conversations)
 ZERO = 1e-9  # a standard error below this × the size of the differences is zero (float noise)
 
 
@@ -80,16 +79,6 @@ class PairTest:
     p_value: np.ndarray
     sd: np.ndarray
     t: np.ndarray
-
-
-def draw_counts(n_units: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """B × n: how often each of n units is drawn in each of B resamples of size n with replacement."""
-    out = np.empty((n_boot, n_units))
-    for start in range(0, n_boot, CHUNK):
-        b = min(CHUNK, n_boot - start)
-        draws = rng.integers(0, n_units, size=(b, n_units)) + np.arange(b)[:, None] * n_units
-        out[start:start + b] = np.bincount(draws.ravel(), minlength=b * n_units).reshape(b, n_units)
-    return out
 
 
 def _ratio(w: np.ndarray, s: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -184,16 +173,6 @@ def paired(a: Units, b: Units, counts: np.ndarray, confidence: float) -> PairTes
     d, v = _paired_var(np.ones((1, len(a))), a, b)
     bd, bv = _paired_var(counts, a, b)
     return studentized(d[0], v[0], bd, bv, confidence)
-
-
-def percentile_ci(boot: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per column of ``boot`` (B × K), the percentile interval (NaN replicates left out; all NaN: NaN)."""
-    lo, hi = np.full(boot.shape[1], np.nan), np.full(boot.shape[1], np.nan)
-    for k in range(boot.shape[1]):
-        col = boot[:, k][~np.isnan(boot[:, k])]
-        if len(col):
-            lo[k], hi[k] = np.quantile(col, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return lo, hi
 
 
 def holm(p: np.ndarray) -> np.ndarray:

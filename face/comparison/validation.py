@@ -22,12 +22,13 @@ import numpy as np
 import pandas as pd
 
 from face.comparison import stats
+from face.resample import draw_counts
 
 Systems = Mapping[str, stats.Units]
 
 
 def _moments(units: Systems, n_boot: int, rng: np.random.Generator) -> dict[str, stats.Moments]:
-    return {name: stats.moments(u, stats.draw_counts(len(u), n_boot, rng)) for name, u in units.items()}
+    return {name: stats.moments(u, draw_counts(len(u), n_boot, rng)) for name, u in units.items()}
 
 
 def _pair_tests(mom: dict[str, stats.Moments], pairs: Sequence[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
@@ -79,10 +80,10 @@ def _split_tests(units: Systems, n_boot: int, rng: np.random.Generator) -> dict[
     out: dict[str, list] = {"unpaired": [], "paired": []}
     for u in units.values():
         a, b = _halves(u, rng)
-        ma = stats.moments(a, stats.draw_counts(len(a), n_boot, rng))
-        mb = stats.moments(b, stats.draw_counts(len(b), n_boot, rng))
+        ma = stats.moments(a, draw_counts(len(a), n_boot, rng))
+        mb = stats.moments(b, draw_counts(len(b), n_boot, rng))
         out["unpaired"].append(stats.unpaired(ma, mb, 0.95).p_value)
-        out["paired"].append(stats.paired(a, b, stats.draw_counts(len(a), n_boot, rng), 0.95).p_value)
+        out["paired"].append(stats.paired(a, b, draw_counts(len(a), n_boot, rng), 0.95).p_value)
     return {k: np.array(v) for k, v in out.items()}
 
 

@@ -220,8 +220,10 @@ def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, env: Optimizing, outcome:
     """One aspect: the beam search from its start (or its checkpoint), then the final set on dev and test."""
     a, items, idx = plan
     lcfg, judged = env.lcfg, ctx.dataset.judged
+    empty = float(a.low) if env.method.empty_turn == "min" else None  # the pipeline's rule for particle-less items
     scorer = LiveScorer(env.client, a, ctx.convs, items, env.decomps, env.method.scoring, lcfg.supports_json_schema,
-                        judged, example_chars=ocfg.writer.example_chars)
+                        judged, empty_score=empty, example_chars=ocfg.writer.example_chars)
+    idx = {side: np.intersect1d(ix, scorer.covered()) for side, ix in idx.items()}  # an item without one: not scored
     state = checkpoint.load(env.ckpt_dir, a.name) if ocfg.resume else None
     prompts = PromptLog(ctx.tracker, a.name, state.prompt_name if state is not None else None)
     loop = BeamSearch(ocfg, a, scorer, idx["train"], idx["dev"],

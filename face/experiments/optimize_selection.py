@@ -43,7 +43,7 @@ from face.optimize.config import OptimizerConfig
 from face.optimize.items import correlation, indices_of, items_for, reward
 from face.optimize.scorers import ReplayScorer
 from face.pipeline.released import load_scores
-from face.predictions import PRED_DECIMALS
+from face.predictions import round_preds
 from face.report.tables import order_aspects
 from face.settings import Number, settings
 
@@ -87,7 +87,7 @@ class Plan:
 
 def row_correlations(preds: np.ndarray, gold: np.ndarray, kind: str) -> np.ndarray:
     """The correlation ``kind`` of every row of ``preds`` (rounded like every prediction) with ``gold``."""
-    return rows_correlation(np.round(preds, PRED_DECIMALS), np.asarray(gold, float)[None, :], kind)
+    return rows_correlation(round_preds(preds), np.asarray(gold, float)[None, :], kind)
 
 
 def best_set(matrix: np.ndarray, test: np.ndarray, gold: np.ndarray, b: int, kind: str) -> tuple[float, tuple]:

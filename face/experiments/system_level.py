@@ -19,6 +19,7 @@ from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, rows_
 from face.methods import build
 from face.report import figures
 from face.report.tables import order_aspects
+from face.resample import percentile_interval
 from face.tracking import correlation_metrics
 
 
@@ -35,7 +36,7 @@ def _vs_arena(preds, ctx, spec, votes, n_boot: int, seed: int, prior: float, con
     rows = []
     for c in COEFFICIENTS:
         vals = rows_correlation(bmeans, bratings, c)
-        lo, hi = np.nanpercentile(vals, [50 * (1 - conf), 50 * (1 + conf)])
+        lo, hi = percentile_interval(vals, conf)
         rows.append(("arena_bt", spec.name, "all", c, point[c][0], point[c][1], lo, hi, len(names), 0))
     return rows
 

@@ -11,7 +11,7 @@ from scipy import stats
 from face.aspects import Aspect
 from face.coefficients import coefficient, ranks
 from face.data.schema import Conversation
-from face.predictions import PRED_DECIMALS
+from face.predictions import round_preds
 
 __all__ = ["Item", "correlation", "errors", "indices_of", "items_for", "ranks", "reward", "worst"]
 
@@ -47,7 +47,7 @@ def correlation(pred: np.ndarray, gold: np.ndarray, kind: str = "spearman") -> f
     """The correlation ``kind`` (face.coefficients) of predictions (rounded like the project's, so equal predictions
     tie) with the gold labels; NaN where undefined (fewer than 3 items, a constant side)."""
     value = coefficient(kind).value
-    pred = np.round(np.asarray(pred, float), PRED_DECIMALS)
+    pred = round_preds(pred)
     gold = np.asarray(gold, float)
     ok = ~(np.isnan(pred) | np.isnan(gold))
     pred, gold = pred[ok], gold[ok]

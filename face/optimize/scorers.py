@@ -2,11 +2,12 @@
 
 Protocol: ``predict(candidate, idx) -> array`` (one prediction per item index, NaN = none),
 ``predict_set(candidates, idx)`` (the FACE prediction of an instruction set: mean over instructions ×
-particles) and ``explain(candidate, idx)`` (what the gradient prompt shows: the item's text, its
-particles with their scores, prediction and gold).
+particles, face.pipeline.aggregate) and ``explain(candidate, idx)`` (what the gradient prompt shows: the item's
+text, its particles with their scores, prediction and gold).
 
 - ``LiveScorer``: FACE scoring through face/llm (any backend); every (instruction, particle) score is
-  computed once per process and cached on disk by the LLM layer.
+  computed once per process and cached on disk by the LLM layer; an item without particles gets no prediction (the
+  pipeline's default, ``method.empty_turn=drop``) unless given an ``empty_score``.
 - ``ReplayScorer``: the authors' released per-particle scores; a candidate is a released instruction.
 """
 
@@ -19,10 +20,13 @@ import pandas as pd
 
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
+from face.datasets.face_released import SCORE_COLUMNS
 from face.optimize.checkpoint import Candidate
 from face.optimize.items import Item
+from face.pipeline.aggregate import aggregate
 from face.pipeline.particles import Decomposition
 from face.pipeline.scoring import ScoringSpec, Unit, one_line, plan, score, units_for
+from face.predictions import Predictions
 
 
 class Scorer(Protocol):
@@ -35,26 +39,19 @@ class Scorer(Protocol):
     def explain(self, cand: Candidate, idx: np.ndarray) -> list[dict]: ...
 
 
-def _mean_over(preds: list[np.ndarray]) -> np.ndarray:
-    stack = np.vstack(preds)
-    with np.errstate(all="ignore"):
-        return np.where(np.isnan(stack).all(0), np.nan, np.nanmean(np.where(np.isnan(stack), np.nan, stack), 0))
-
-
 class ReplayScorer:
-    """The released judgements as an oracle: ``matrix[k, i]`` = mean score of item i's particles under
-    instruction k (the mean over particles of the turn, or of the whole conversation)."""
+    """The released judgements as an oracle: ``matrix[k, i]`` = item i's FACE prediction under instruction k alone
+    (face.pipeline.aggregate: the mean over the particles of the turn, or of the whole conversation). Every particle
+    has a score under every instruction, so the mean of rows is the prediction of their set (unrounded here: the
+    means of rows are rounded where they are correlated)."""
 
     def __init__(self, scores: pd.DataFrame, items: Sequence[Item], level: str):
         self.items = list(items)
         self.level = level
         self.ids = sorted(scores["instruction_id"].astype(str).unique())
-        key = (scores["conv_id"].astype(str) + "#" + (scores["turn_ind"].astype(str) if level == "turn" else "-1"))
-        grouped = (scores.assign(key=key.values, instruction_id=scores["instruction_id"].astype(str))
-                   .groupby(["instruction_id", "key"], observed=True)["score"].mean())
-        table = grouped.unstack("key")
-        cols = [f"{it.conv_id}#{it.turn_ind}" for it in self.items]
-        self.matrix = table.reindex(index=self.ids, columns=cols).to_numpy(float)
+        levels = dict.fromkeys(scores["aspect"].unique(), level)
+        self.matrix = np.vstack([_item_preds(aggregate(scores, levels, instructions=[k], rounded=False), self.items)
+                                 for k in self.ids]) if self.ids else np.empty((0, len(self.items)))
         self.row = {k: i for i, k in enumerate(self.ids)}
         self.gold = np.array([it.gold for it in self.items])
 
@@ -84,7 +81,7 @@ class LiveScorer:
         self.convs = {c.conv_id: c for c in convs}
         self.items = list(items)
         self.gold = np.array([it.gold for it in self.items])
-        self.empty = float(aspect.low) if empty_score is None else empty_score
+        self.empty = np.nan if empty_score is None else empty_score
         self.example_chars = example_chars
         self.units: list[list[Unit]] = []
         by_conv = {c.conv_id: units_for(aspect, [c], decomps, "particle") for c in convs}
@@ -115,28 +112,30 @@ class LiveScorer:
             self.memo[self._key(by_cid[p.instruction.instruction_id], p.unit)] = rec.score
         self.scored_units += len(planned)
 
-    def _item_pred(self, cand: Candidate, i: int) -> float:
-        vals = [self.memo[self._key(cand, u)] for u in self.units[i]]
-        vals = [v for v in vals if v == v]  # NaN: no valid answer (fallback=drop)
-        if not self.units[i]:
-            return self.empty  # no particle: the scale's lowest (the authors' rule)
-        return float(np.mean(vals)) if vals else np.nan
+    def covered(self) -> np.ndarray:
+        """Indices of items with a prediction whatever the scores: those with particles, or all given an
+        ``empty_score``."""
+        return np.array([i for i, us in enumerate(self.units) if us or not np.isnan(self.empty)], dtype=int)
 
     def predict(self, cand: Candidate, idx: np.ndarray) -> np.ndarray:
-        idx = np.asarray(idx, dtype=int)
-        self._ensure([cand], idx)
-        return np.array([self._item_pred(cand, i) for i in idx], float)
+        return self.predict_set([cand], idx)
 
     def predict_set(self, cands: Sequence[Candidate], idx: np.ndarray) -> np.ndarray:
+        """The pipeline's prediction (face.pipeline.aggregate) of items ``idx`` under the set ``cands``; NaN where a
+        particle-less item has no ``empty_score`` or no particle has a valid answer (fallback=drop)."""
         idx = np.asarray(idx, dtype=int)
         self._ensure(cands, idx)
-        return _mean_over([np.array([self._item_pred(c, i) for i in idx], float) for c in cands])
+        rows = [(self.aspect.name, u.conv_id, u.turn_ind, u.particle_ind, c.cid, self.memo[self._key(c, u)])
+                for c in cands for i in idx for u in self.units[i]]
+        preds = aggregate(pd.DataFrame(rows, columns=SCORE_COLUMNS), {self.aspect.name: self.aspect.level})
+        items = [self.items[i] for i in idx]
+        return np.where([bool(self.units[i]) for i in idx], _item_preds(preds, items), self.empty)
 
     def explain(self, cand: Candidate, idx: np.ndarray) -> list[dict]:
         idx = np.asarray(idx, dtype=int)
-        self._ensure([cand], idx)
+        preds = self.predict(cand, idx)
         out = []
-        for i in idx:
+        for i, pred in zip(idx, preds):
             it = self.items[i]
             conv = self.convs[it.conv_id]
             cut = self.example_chars
@@ -152,5 +151,13 @@ class LiveScorer:
                           "user_feedback": u.particle.user_feedback if u.particle else "",
                           "score": self.memo[self._key(cand, u)]} for u in self.units[i]]
             out.append({"conv_id": it.conv_id, "turn_ind": it.turn_ind, "context": context, "particles": particles,
-                        "pred": self._item_pred(cand, i), "gold": it.gold})
+                        "pred": float(pred), "gold": it.gold})
         return out
+
+
+def _item_preds(preds: Predictions, items: Sequence[Item]) -> np.ndarray:
+    """The prediction of each item (a turn, or a dialogue: ``turn_ind`` -1) from ``preds``; NaN where it has none."""
+    turn = {(c, t): p for c, t, p in zip(preds.turn["conv_id"].astype(str), preds.turn["turn_ind"], preds.turn["pred"])}
+    dial = {c: p for c, p in zip(preds.dialogue["conv_id"].astype(str), preds.dialogue["pred"])}
+    return np.array([dial.get(it.conv_id, np.nan) if it.turn_ind < 0 else turn.get((it.conv_id, it.turn_ind), np.nan)
+                     for it in items], float)

@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from face.predictions import DIALOGUE_COLUMNS, PRED_DECIMALS, TURN_COLUMNS, Predictions
+from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions, round_preds
 
 AGGREGATORS = ("mean", "median", "max", "min")
 
@@ -50,10 +50,12 @@ def particle_scores(scores: pd.DataFrame, instruction_agg: str = "mean",
 
 
 def aggregate(scores: pd.DataFrame, levels: Mapping[str, str], instruction_agg: str = "mean",
-              particle_agg: str = "mean", instructions: Sequence[str] | None = None) -> Predictions:
+              particle_agg: str = "mean", instructions: Sequence[str] | None = None,
+              rounded: bool = True) -> Predictions:
     """Turn and dialogue predictions from per-particle × instruction scores.
 
-    ``levels`` maps each aspect to ``turn`` or ``dialogue``."""
+    ``levels`` maps each aspect to ``turn`` or ``dialogue``; ``rounded=False``: unrounded, for predictions that are
+    averaged again (the optimizer's replay of instruction sets), rounded once at the end."""
     _check_agg(particle_agg)
     missing = sorted(set(scores["aspect"].unique()) - set(levels))
     if missing:
@@ -65,8 +67,9 @@ def aggregate(scores: pd.DataFrame, levels: Mapping[str, str], instruction_agg: 
             .reset_index().rename(columns={"score": "pred"}))
     dialogue = (dial_part.groupby(["aspect", "conv_id"], sort=False)["score"].agg(particle_agg)
                 .reset_index().rename(columns={"score": "pred"}))
-    turn["pred"] = turn["pred"].round(PRED_DECIMALS)
-    dialogue["pred"] = dialogue["pred"].round(PRED_DECIMALS)
+    if rounded:
+        turn["pred"] = round_preds(turn["pred"])
+        dialogue["pred"] = round_preds(dialogue["pred"])
     return Predictions(turn[TURN_COLUMNS], dialogue[DIALOGUE_COLUMNS])
 
 
