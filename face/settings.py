@@ -57,18 +57,21 @@ def settings(prefix: str, *, frozen: bool = False, kw_only: bool = False) -> Cal
                 raise ConfigError(error_line(e, built, prefix)) from None
 
         built.__init__ = __init__
+        built.__checked_init__ = init  # pydantic's own: a nested class's errors come with the outer key's path
         return built
 
     return make
 
 
-def nested(cls: type) -> Any:
-    """The validator of a field holding another settings class: a mapping (a config node) is built into it, so its
-    own errors (one line, its own prefix) are the ones raised."""
+def nested(cls: Any) -> Any:
+    """The validator of a field holding another settings class: a mapping (a config node) is built into it; its errors
+    are pydantic's, at the path of the outer field (the key named is where the value stands)."""
 
     def build(value: Any) -> Any:
         if isinstance(value, dict):
-            return cls(**value)
+            obj = cls.__new__(cls)
+            cls.__checked_init__(obj, **value)
+            return obj
         return value
 
     return BeforeValidator(build)
@@ -80,8 +83,6 @@ def error_line(e: ValidationError, cls: type, prefix: str) -> str:
     """The first error of ``e`` as one line: ``<key> must be <what the field takes>, got <value>``."""
     err = e.errors()[0]
     inner = (err.get("ctx") or {}).get("error")
-    if isinstance(inner, ConfigError):  # a nested settings class refused its own key
-        return str(inner)
     path, field = _field_path(cls, err["loc"])
     key = ".".join(p for p in (prefix, *path) if p)
     kind = err["type"]
@@ -92,7 +93,8 @@ def error_line(e: ValidationError, cls: type, prefix: str) -> str:
                                            if names else "")
     if kind == "value_error":
         text = str(inner) if inner is not None else err["msg"]
-        return f"{key} {text}" if path else text  # a field's rule follows its key; a class's rule is a sentence
+        sentence = not path or _settings_class(field.annotation) is not None
+        return text if sentence else f"{key} {text}"  # a field's rule follows its key; a class's rule is a sentence
     what = _describe(field.annotation, field.metadata) if field is not None else "valid"
     if kind in ("missing", "missing_argument", "missing_keyword_only_argument"):
         return f"{key} is required: {what}"

@@ -96,18 +96,6 @@ def predictions(units: Sequence[Unit], values: Sequence[float | None]) -> Predic
     return Predictions(pd.DataFrame(turn, columns=TURN_COLUMNS), pd.DataFrame(dial, columns=DIALOGUE_COLUMNS))
 
 
-@settings("method.draws", frozen=True)
-class BaselineDraws:
-    """How many draws a baseline's request may spend on its valid answers (face.llm.Draws)."""
-
-    rounds: int = Field(default=4, ge=1)  # round 1 draws n, each later one the answers still missing
-    max_extra: int | None = Field(default=None, ge=0)  # cap on the draws beyond the n (None: the rounds alone)
-
-    @property
-    def policy(self) -> Draws:
-        return Draws(self.rounds, self.max_extra)
-
-
 @settings("method")
 class _LLMBaseline:
     """Shared mechanics: plan requests, estimate, (dry run), send, parse, aggregate, report."""
@@ -119,7 +107,7 @@ class _LLMBaseline:
     max_tokens: int | None = Field(default=None, ge=1)  # null: the baseline's own (16, or 768 with reasoning)
     output_tokens: int = Field(default=8, ge=1)  # assumed reply length for the cost estimate
     # an invalid answer is redrawn (fresh sample indices): at most `rounds` rounds, `max_extra` extra draws
-    draws: Annotated[BaselineDraws, nested(BaselineDraws)] = Field(default_factory=BaselineDraws)
+    draws: Annotated[Draws, nested(Draws)] = Field(default_factory=lambda: Draws(rounds=4, max_extra=None))
     title: str = ""
     templates: tuple[str, ...] = ()
 
@@ -157,7 +145,7 @@ class _LLMBaseline:
         """``req`` with its answer type and this method's draws (``native``: the adapter's schema too)."""
         if native is not None:
             req = adapter.request(req, native)
-        return replace(req, adapter=adapter, draws=self.draws.policy)
+        return replace(req, adapter=adapter, draws=self.draws)
 
     def describe(self, llm: LLMConfig) -> str:
         out = f"{self.title} — LLM: {llm.model} ({llm.backend}); n={self.n}, T={self.temperature}"

@@ -61,18 +61,6 @@ FALLBACKS = ("min", "drop")
 LOGPROBS_MISSING = ("parsed", "redraw", "min")
 
 
-@settings("method.scoring.draws", frozen=True)
-class ScoringDraws:
-    """How many draws a unit × instruction may spend on its valid answers (face.llm.Draws)."""
-
-    rounds: int = Field(default=10, ge=1)  # round 1 draws n, each later one the answers still missing (the authors: 10)
-    max_extra: int | None = Field(default=None, ge=0)  # cap on the draws beyond the n (None: the rounds alone)
-
-    @property
-    def policy(self) -> Draws:
-        return Draws(self.rounds, self.max_extra)
-
-
 @settings("method.scoring", frozen=True)
 class ScoringSpec:
     """How a unit is scored under one instruction (``method.scoring``)."""
@@ -84,7 +72,7 @@ class ScoringSpec:
     top_logprobs: int = Field(default=5, ge=0, le=20)
     order: Literal["prefix", "naive"] = "prefix"  # prefix (requests sharing a prompt prefix run together) | naive
     reasoning: bool = True  # think step by step before the JSON answer (the paper) | the answer only
-    draws: Annotated[ScoringDraws, nested(ScoringDraws)] = Field(default_factory=ScoringDraws)
+    draws: Annotated[Draws, nested(Draws)] = Field(default_factory=lambda: Draws(rounds=10, max_extra=None))
     fallback: Literal["min", "drop"] = "min"  # a sample still invalid: the scale's lowest (the authors) | left out
     # estimator=logprobs, no draw with logprobs at its score: parsed (its integer) | redraw (invalid: the fallback
     # applies) | min (the scale's lowest)
@@ -225,7 +213,7 @@ def _request_of(p: Planned) -> Any:
 
 
 __all__ = ["ESTIMATORS", "FALLBACKS", "LOGPROBS_MISSING", "ORDERS", "UNITS", "UNLABELLED", "Estimator",
-           "LogprobsEstimator", "Planned", "SamplingEstimator", "ScoreAnswer", "ScoreRecord", "ScoringDraws",
+           "LogprobsEstimator", "Planned", "SamplingEstimator", "ScoreAnswer", "ScoreRecord",
            "ScoringSpec", "Unit", "count_answers", "numbered", "one_line", "ordinal", "particle_text", "plan",
            "plan_iter", "reasoned_expectation", "reasoned_value", "record_from_samples", "score", "score_messages",
            "score_stream", "score_value", "turns_for", "units_for"]
