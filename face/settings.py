@@ -21,18 +21,23 @@ class nested in another is declared ``Annotated[Inner, nested(Inner)]``: a mappi
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
+import os
 import types
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Callable, Literal, TypeVar, Union, dataclass_transform, get_args, get_origin
 
 import pydantic.dataclasses
+from omegaconf import DictConfig, OmegaConf
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 
 from face.errors import ConfigError
 from face.secrets import redact
 
-__all__ = ["STRICT", "Number", "error_line", "nested", "settings"]
+__all__ = ["CONF", "STRICT", "Number", "conf_defaults", "error_line", "nested", "settings"]
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 Number = int | float  # a real number as written (an int stays an int); never a bool, NaN or infinity
@@ -40,27 +45,86 @@ Number = int | float  # a real number as written (an int stays an int); never a 
 T = TypeVar("T")
 
 
-@dataclass_transform(field_specifiers=(dataclasses.field, Field))
-def settings(prefix: str, *, frozen: bool = False, kw_only: bool = False) -> Callable[[type[T]], type[T]]:
+CONF = Path(__file__).resolve().parent / "conf"  # face/conf links to the project's conf/ (a wheel copies it)
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field, Field), kw_only_default=True)
+def settings(prefix: str, *, frozen: bool = False, conf: str | None = None) -> Callable[[type[T]], type[T]]:
     """The class as a strict pydantic dataclass whose constructor raises one-line ``ConfigError``s naming
-    ``prefix.<key>`` (``prefix`` empty: a top-level key)."""
+    ``prefix.<key>`` (``prefix`` empty: a top-level key). ``conf``: the YAML under conf/ that holds its defaults
+    (``file.yaml:node`` for a node of it); a key left out is that file's value, as a run composes it by default."""
 
     def make(cls: type[T]) -> type[T]:
-        built: Any = pydantic.dataclasses.dataclass(cls, config=STRICT, frozen=frozen, kw_only=kw_only)
+        built: Any = pydantic.dataclasses.dataclass(cls, config=STRICT, frozen=frozen, kw_only=True)
         init = built.__init__
+        names = [f.name for f in dataclasses.fields(built)]
+        inner = {n for n in names if _settings_class(built.__pydantic_fields__[n].annotation) is not None}
+
+        def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+            given = {**dict(zip(names, args)), **kwargs}
+            partial = [k for k in inner if isinstance(given.get(k), Mapping)]  # a nested mapping: its keys overlay
+            if conf is not None and (partial or not set(names) <= set(given)):
+                default = conf_defaults(conf, names)
+                given = {**default, **given, **{k: {**default.get(k, {}), **given[k]} for k in partial}}
+            init(self, **given)
 
         @functools.wraps(init)
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             try:
-                init(self, *args, **kwargs)
+                checked(self, *args, **kwargs)
             except ValidationError as e:
                 raise ConfigError(error_line(e, built, prefix)) from None
 
         built.__init__ = __init__
-        built.__checked_init__ = init  # pydantic's own: a nested class's errors come with the outer key's path
+        built.__settings_conf__ = conf
+        built.__checked_init__ = checked  # pydantic's errors: a nested class's come with the outer key's path
         return built
 
     return make
+
+
+def conf_defaults(conf: str, names: Sequence[str]) -> dict[str, Any]:
+    """The values conf/<file> gives the keys ``names`` (``???``, no value, left out), resolved as in a run composed
+    with conf/config.yaml's default choices; the file's ``defaults`` of its own group are merged under it."""
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("FACE_")))  # paths read these
+    return copy.deepcopy(_resolved(conf, tuple(names), env))
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved(conf: str, names: tuple[str, ...], env: tuple) -> dict[str, Any]:
+    file, _, node = conf.partition(":")
+    group = str(Path(file).parent).strip(".")
+    root = _root().copy()
+    if group:
+        root[group] = _load(file)
+    found = OmegaConf.select(root, ".".join(p for p in (group, node) if p))
+    values = {k: found[k] for k in names if k in found and not OmegaConf.is_missing(found, k)}
+    return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for k, v in values.items()}
+
+
+@functools.cache
+def _root() -> DictConfig:
+    """conf/config.yaml with the config group choices of its defaults list (each as its own file)."""
+    root = _load("config.yaml")
+    top = OmegaConf.load(CONF / "config.yaml")
+    assert isinstance(top, DictConfig)
+    for choice in top.get("defaults", []):
+        if isinstance(choice, Mapping) and choice:
+            (group, option), = choice.items()
+            if "/" not in group and " " not in group:
+                root[group] = _load(f"{group}/{option}.yaml")
+    return root
+
+
+@functools.cache
+def _load(file: str) -> DictConfig:
+    own = OmegaConf.load(CONF / file)
+    assert isinstance(own, DictConfig)
+    under = [_load(str(Path(file).parent / f"{d}.yaml")) for d in own.pop("defaults", [])
+             if isinstance(d, str) and d != "_self_" and not d.startswith("/")]
+    merged = OmegaConf.merge(*under, own)
+    assert isinstance(merged, DictConfig)
+    return merged
 
 
 def nested(cls: Any) -> Any:

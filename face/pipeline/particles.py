@@ -33,16 +33,16 @@ MAX_MENTION_WORDS = 12
 PARTICLE_SOURCES = ("llm", "released")
 
 
-@settings("method.particles")
+@settings("method.particles", conf="method/face.yaml:particles")
 class ParticlesSpec:
     """How particles are obtained: decomposed by the LLM (k samples, plurality vote) or the released ones."""
 
-    source: str = "llm"  # llm (our decomposition) | released (the authors' particles, CRSArena only) | module.Class
-    k: Samples = 20  # decomposition samples per turn (plurality vote)
-    reasoning: bool = True  # four reasoning steps before the JSON list (the authors) | JSON only (ours)
-    draws: Annotated[Draws, nested(Draws)] = Field(default_factory=lambda: Draws(rounds=100, max_extra=None))
-    temperature: Number | None = Field(default=0.6, ge=0, le=2)  # the authors: 0.6
-    max_tokens: int = Field(default=2048, ge=1)  # the authors: 2048 (reasoning); 400 is plenty without it
+    source: str  # llm (our decomposition) | released (the authors' particles, CRSArena only) | module.Class
+    k: Samples  # decomposition samples per turn (plurality vote)
+    reasoning: bool  # four reasoning steps before the JSON list (the authors) | JSON only (ours)
+    draws: Annotated[Draws, nested(Draws)]
+    temperature: Number | None = Field(ge=0, le=2)  # the authors: 0.6
+    max_tokens: int = Field(ge=1)  # the authors: 2048 (reasoning); 400 is plenty without it
 
     @field_validator("source")
     @classmethod

@@ -61,22 +61,22 @@ FALLBACKS = ("min", "drop")
 LOGPROBS_MISSING = ("parsed", "redraw", "min")
 
 
-@settings("method.scoring", frozen=True)
+@settings("method.scoring", frozen=True, conf="method/face.yaml:scoring")
 class ScoringSpec:
     """How a unit is scored under one instruction (``method.scoring``)."""
 
-    estimator: str = "sampling"  # sampling (n samples, mean) | logprobs (one call, probability-weighted) | module.Class
-    n: Samples = 5  # samples per unit × instruction (sampling; the authors: 5)
-    temperature: Number | None = Field(default=0.6, ge=0, le=2)  # the authors: 0.6
-    max_tokens: int | None = Field(default=None, ge=1)  # None: 768 with reasoning (the authors), 16 without
-    top_logprobs: int = Field(default=5, ge=0, le=20)
-    order: Literal["prefix", "naive"] = "prefix"  # prefix (requests sharing a prompt prefix run together) | naive
-    reasoning: bool = True  # think step by step before the JSON answer (the paper) | the answer only
-    draws: Annotated[Draws, nested(Draws)] = Field(default_factory=lambda: Draws(rounds=10, max_extra=None))
-    fallback: Literal["min", "drop"] = "min"  # a sample still invalid: the scale's lowest (the authors) | left out
+    estimator: str  # sampling (n samples, mean) | logprobs (one call, probability-weighted) | module.Class
+    n: Samples  # samples per unit × instruction (sampling; the authors: 5)
+    temperature: Number | None = Field(ge=0, le=2)  # the authors: 0.6
+    max_tokens: int | None = Field(ge=1)  # None: 768 with reasoning (the authors), 16 without
+    top_logprobs: int = Field(ge=0, le=20)
+    order: Literal["prefix", "naive"]  # prefix (requests sharing a prompt prefix run together) | naive
+    reasoning: bool  # think step by step before the JSON answer (the paper) | the answer only
+    draws: Annotated[Draws, nested(Draws)]
+    fallback: Literal["min", "drop"]  # a sample still invalid: the scale's lowest (the authors) | left out
     # estimator=logprobs, no draw with logprobs at its score: parsed (its integer) | redraw (invalid: the fallback
     # applies) | min (the scale's lowest)
-    logprobs_missing: Literal["parsed", "redraw", "min"] = "parsed"
+    logprobs_missing: Literal["parsed", "redraw", "min"]
 
     @field_validator("estimator")
     @classmethod
