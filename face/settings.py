@@ -34,7 +34,7 @@ import pydantic.dataclasses
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 
-from face.errors import ConfigError
+from face.errors import TYPE_NAMES, ConfigError
 from face.secrets import redact
 
 __all__ = ["CONF", "STRICT", "Number", "conf_defaults", "error_line", "nested", "settings"]
@@ -232,9 +232,8 @@ def _kind(t: Any, meta: list[Any]) -> str:
     non_empty = any(getattr(m, "min_length", None) for m in meta)
     if t is str:
         return "a non-empty string" if non_empty else "a string"
-    names = {bool: "true or false", int: "an integer", float: "a finite number", dict: "a mapping"}
-    if t in names:
-        return names[t] + _bounds(meta)
+    if t in (bool, int, float, dict):  # a setting's words for three of them
+        return {**TYPE_NAMES, bool: "true or false", float: "a finite number", dict: "a mapping"}[t] + _bounds(meta)
     origin = get_origin(t)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(t))
