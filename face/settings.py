@@ -3,11 +3,16 @@
     from pydantic import Field
     from face.settings import Number, settings
 
-    @settings("llm")                                  # the dotted prefix its errors name
+    @settings("llm", conf="llm/base.yaml")       # the dotted prefix its errors name; the YAML holding its defaults
     class LLMConfig:
-        timeout_s: Number = Field(120.0, gt=0)        # constraints: Field(ge=, gt=, le=, lt=, min_length=)
-        http_client: Literal["aiohttp", "httpx"] = "aiohttp"   # choices: Literal
-        cache_dir: str | None = ".face_cache/llm"     # null allowed: `| None`
+        timeout_s: Number = Field(gt=0)           # constraints: Field(ge=, gt=, le=, lt=, min_length=)
+        http_client: Literal["aiohttp", "httpx"]  # choices: Literal
+        cache_dir: str | None                     # null allowed: `| None`
+        usage_file: str | None = None             # a key conf/ does not hold: its default here
+
+Each default stands once: a key of the class's conf file has no default in the class (tests/test_settings.py holds
+it); built in code, the class takes the file's value of each key it is not given, resolved as a run composes it with
+conf/config.yaml's default choices (``conf_defaults``). A Hydra run passes every key.
 
 A class so declared is a pydantic dataclass, strict (a bool is not a number, ``"false"`` is not a bool, ``"3"`` is
 not an integer, an integer is not a bool), with no key beside its fields and no NaN or infinity in a number. Its
@@ -16,7 +21,9 @@ constructor raises ``ConfigError`` with one line naming the dotted key and the v
 ``@model_validator(mode="after")`` that raises ``ValueError`` with the whole sentence (keys named in full); a rule on
 one field is a ``@field_validator`` whose ``ValueError`` text follows the key (``must be ...``). ``Number`` keeps an
 integer an integer (``temperature=0`` stays 0: a request's parameters enter its cache key as written). A settings
-class nested in another is declared ``Annotated[Inner, nested(Inner)]``: a mapping is built into it.
+class nested in another is declared ``Annotated[Inner, nested(Inner)]``: a mapping is built into it (given in code,
+its keys overlay the file's), and its errors name the key where it stands (one ``Draws`` type serves
+``method.scoring.draws``, ``method.particles.draws`` and ``method.draws``).
 """
 
 from __future__ import annotations

@@ -29,9 +29,6 @@ from face.datasets.crsarena import ASPECTS as CRS_ASPECTS
 from face.pipeline.method import Face
 from face.settings import settings
 
-DEFAULT_MAPPING = {"maintains_context": "relevance", "engaging": "interestingness",
-                   "understandable": "understanding", "overall": "dialogue_overall"}
-
 
 @settings("method", conf="method/face_transfer.yaml")
 class FaceTransfer(Face):

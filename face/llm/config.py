@@ -1,5 +1,5 @@
-"""LLMConfig: every knob of the LLM access layer (keys of conf/llm/*.yaml). The defaults here are conf/llm/base.yaml's
-(tests/llm/test_config_cli.py holds them equal), so a run and a client built in code behave alike."""
+"""LLMConfig: every knob of the LLM access layer (keys of conf/llm/*.yaml), typed. The defaults are conf/llm/base.yaml's
+(face.settings: a client built in code takes them), so a run and a client built in code behave alike."""
 from __future__ import annotations
 
 import dataclasses
