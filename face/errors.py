@@ -24,6 +24,15 @@ class DataError(ValueError):
         super().__init__(f"{where}: {problem}")
 
 
+# how a message names a value's type (a data file's JSON, a request to the replay server, a setting)
+TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
+              dict: "an object", type(None): "null"}
+
+
+def type_name(kind: type) -> str:
+    return TYPE_NAMES.get(kind, kind.__name__)
+
+
 class ConfigError(ValueError):
     """A setting with a value that cannot work: the message names the setting and the allowed values."""
 
@@ -83,4 +92,5 @@ def _short(path: Path | str) -> str:
     return s if len(s) <= 200 else f"{s[:100]}...{s[-60:]} ({len(s)} characters)"
 
 
-__all__ = ["ConfigError", "DataError", "closest_first", "import_class", "require_writable_dir"]
+__all__ = ["TYPE_NAMES", "ConfigError", "DataError", "closest_first", "import_class", "require_writable_dir",
+           "type_name"]

@@ -3,11 +3,16 @@
     from pydantic import Field
     from face.settings import Number, settings
 
-    @settings("llm")                                  # the dotted prefix its errors name
+    @settings("llm", conf="llm/base.yaml")       # the dotted prefix its errors name; the YAML holding its defaults
     class LLMConfig:
-        timeout_s: Number = Field(120.0, gt=0)        # constraints: Field(ge=, gt=, le=, lt=, min_length=)
-        http_client: Literal["aiohttp", "httpx"] = "aiohttp"   # choices: Literal
-        cache_dir: str | None = ".face_cache/llm"     # null allowed: `| None`
+        timeout_s: Number = Field(gt=0)           # constraints: Field(ge=, gt=, le=, lt=, min_length=)
+        http_client: Literal["aiohttp", "httpx"]  # choices: Literal
+        cache_dir: str | None                     # null allowed: `| None`
+        usage_file: str | None = None             # a key conf/ does not hold: its default here
+
+Each default stands once: a key of the class's conf file has no default in the class (tests/test_settings.py holds
+it); built in code, the class takes the file's value of each key it is not given, resolved as a run composes it with
+conf/config.yaml's default choices (``conf_defaults``). A Hydra run passes every key.
 
 A class so declared is a pydantic dataclass, strict (a bool is not a number, ``"false"`` is not a bool, ``"3"`` is
 not an integer, an integer is not a bool), with no key beside its fields and no NaN or infinity in a number. Its
@@ -16,23 +21,30 @@ constructor raises ``ConfigError`` with one line naming the dotted key and the v
 ``@model_validator(mode="after")`` that raises ``ValueError`` with the whole sentence (keys named in full); a rule on
 one field is a ``@field_validator`` whose ``ValueError`` text follows the key (``must be ...``). ``Number`` keeps an
 integer an integer (``temperature=0`` stays 0: a request's parameters enter its cache key as written). A settings
-class nested in another is declared ``Annotated[Inner, nested(Inner)]``: a mapping is built into it.
+class nested in another is declared ``Annotated[Inner, nested(Inner)]``: a mapping is built into it (given in code,
+its keys overlay the file's), and its errors name the key where it stands (one ``Draws`` type serves
+``method.scoring.draws``, ``method.particles.draws`` and ``method.draws``).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
+import os
 import types
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Callable, Literal, TypeVar, Union, dataclass_transform, get_args, get_origin
 
 import pydantic.dataclasses
+from omegaconf import DictConfig, OmegaConf
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 
-from face.errors import ConfigError
+from face.errors import TYPE_NAMES, ConfigError
 from face.secrets import redact
 
-__all__ = ["STRICT", "Number", "error_line", "nested", "settings"]
+__all__ = ["CONF", "STRICT", "Number", "conf_defaults", "error_line", "nested", "settings"]
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 Number = int | float  # a real number as written (an int stays an int); never a bool, NaN or infinity
@@ -40,35 +52,97 @@ Number = int | float  # a real number as written (an int stays an int); never a 
 T = TypeVar("T")
 
 
-@dataclass_transform(field_specifiers=(dataclasses.field, Field))
-def settings(prefix: str, *, frozen: bool = False, kw_only: bool = False) -> Callable[[type[T]], type[T]]:
+CONF = Path(__file__).resolve().parent / "conf"  # face/conf links to the project's conf/ (a wheel copies it)
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field, Field), kw_only_default=True)
+def settings(prefix: str, *, frozen: bool = False, conf: str | None = None) -> Callable[[type[T]], type[T]]:
     """The class as a strict pydantic dataclass whose constructor raises one-line ``ConfigError``s naming
-    ``prefix.<key>`` (``prefix`` empty: a top-level key)."""
+    ``prefix.<key>`` (``prefix`` empty: a top-level key). ``conf``: the YAML under conf/ that holds its defaults
+    (``file.yaml:node`` for a node of it); a key left out is that file's value, as a run composes it by default."""
 
     def make(cls: type[T]) -> type[T]:
-        built: Any = pydantic.dataclasses.dataclass(cls, config=STRICT, frozen=frozen, kw_only=kw_only)
+        built: Any = pydantic.dataclasses.dataclass(cls, config=STRICT, frozen=frozen, kw_only=True)
         init = built.__init__
+        names = [f.name for f in dataclasses.fields(built)]
+        inner = {n for n in names if _settings_class(built.__pydantic_fields__[n].annotation) is not None}
+
+        def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+            given = {**dict(zip(names, args)), **kwargs}
+            partial = [k for k in inner if isinstance(given.get(k), Mapping)]  # a nested mapping: its keys overlay
+            if conf is not None and (partial or not set(names) <= set(given)):
+                default = conf_defaults(conf, names)
+                given = {**default, **given, **{k: {**default.get(k, {}), **given[k]} for k in partial}}
+            init(self, **given)
 
         @functools.wraps(init)
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             try:
-                init(self, *args, **kwargs)
+                checked(self, *args, **kwargs)
             except ValidationError as e:
                 raise ConfigError(error_line(e, built, prefix)) from None
 
         built.__init__ = __init__
+        built.__settings_conf__ = conf
+        built.__checked_init__ = checked  # pydantic's errors: a nested class's come with the outer key's path
         return built
 
     return make
 
 
-def nested(cls: type) -> Any:
-    """The validator of a field holding another settings class: a mapping (a config node) is built into it, so its
-    own errors (one line, its own prefix) are the ones raised."""
+def conf_defaults(conf: str, names: Sequence[str]) -> dict[str, Any]:
+    """The values conf/<file> gives the keys ``names`` (``???``, no value, left out), resolved as in a run composed
+    with conf/config.yaml's default choices; the file's ``defaults`` of its own group are merged under it."""
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("FACE_")))  # paths read these
+    return copy.deepcopy(_resolved(conf, tuple(names), env))
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved(conf: str, names: tuple[str, ...], env: tuple) -> dict[str, Any]:
+    file, _, node = conf.partition(":")
+    group = str(Path(file).parent).strip(".")
+    root = _root().copy()
+    if group:
+        root[group] = _load(file)
+    found = OmegaConf.select(root, ".".join(p for p in (group, node) if p))
+    values = {k: found[k] for k in names if k in found and not OmegaConf.is_missing(found, k)}
+    return {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for k, v in values.items()}
+
+
+@functools.cache
+def _root() -> DictConfig:
+    """conf/config.yaml with the config group choices of its defaults list (each as its own file)."""
+    root = _load("config.yaml")
+    top = OmegaConf.load(CONF / "config.yaml")
+    assert isinstance(top, DictConfig)
+    for choice in top.get("defaults", []):
+        if isinstance(choice, Mapping) and choice:
+            (group, option), = choice.items()
+            if "/" not in group and " " not in group:
+                root[group] = _load(f"{group}/{option}.yaml")
+    return root
+
+
+@functools.cache
+def _load(file: str) -> DictConfig:
+    own = OmegaConf.load(CONF / file)
+    assert isinstance(own, DictConfig)
+    under = [_load(str(Path(file).parent / f"{d}.yaml")) for d in own.pop("defaults", [])
+             if isinstance(d, str) and d != "_self_" and not d.startswith("/")]
+    merged = OmegaConf.merge(*under, own)
+    assert isinstance(merged, DictConfig)
+    return merged
+
+
+def nested(cls: Any) -> Any:
+    """The validator of a field holding another settings class: a mapping (a config node) is built into it; its errors
+    are pydantic's, at the path of the outer field (the key named is where the value stands)."""
 
     def build(value: Any) -> Any:
         if isinstance(value, dict):
-            return cls(**value)
+            obj = cls.__new__(cls)
+            cls.__checked_init__(obj, **value)
+            return obj
         return value
 
     return BeforeValidator(build)
@@ -80,8 +154,6 @@ def error_line(e: ValidationError, cls: type, prefix: str) -> str:
     """The first error of ``e`` as one line: ``<key> must be <what the field takes>, got <value>``."""
     err = e.errors()[0]
     inner = (err.get("ctx") or {}).get("error")
-    if isinstance(inner, ConfigError):  # a nested settings class refused its own key
-        return str(inner)
     path, field = _field_path(cls, err["loc"])
     key = ".".join(p for p in (prefix, *path) if p)
     kind = err["type"]
@@ -92,7 +164,8 @@ def error_line(e: ValidationError, cls: type, prefix: str) -> str:
                                            if names else "")
     if kind == "value_error":
         text = str(inner) if inner is not None else err["msg"]
-        return f"{key} {text}" if path else text  # a field's rule follows its key; a class's rule is a sentence
+        sentence = not path or _settings_class(field.annotation) is not None
+        return text if sentence else f"{key} {text}"  # a field's rule follows its key; a class's rule is a sentence
     what = _describe(field.annotation, field.metadata) if field is not None else "valid"
     if kind in ("missing", "missing_argument", "missing_keyword_only_argument"):
         return f"{key} is required: {what}"
@@ -166,9 +239,8 @@ def _kind(t: Any, meta: list[Any]) -> str:
     non_empty = any(getattr(m, "min_length", None) for m in meta)
     if t is str:
         return "a non-empty string" if non_empty else "a string"
-    names = {bool: "true or false", int: "an integer", float: "a finite number", dict: "a mapping"}
-    if t in names:
-        return names[t] + _bounds(meta)
+    if t in (bool, int, float, dict):  # a setting's words for three of them
+        return {**TYPE_NAMES, bool: "true or false", float: "a finite number", dict: "a mapping"}[t] + _bounds(meta)
     origin = get_origin(t)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(t))

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from face.data.schema import ASSISTANT, Conversation, Turn
 from face.datasets.crsarena import load_conversations
@@ -132,10 +131,10 @@ def test_bad_run_file_is_one_data_error(tmp_path, name):
 
 def test_utterance_far_over_the_context_is_reported_with_its_size(capsys):
     conv = Conversation("c1", (Turn(0, "USER", "hi"), Turn(1, ASSISTANT, "x" * 1_000_000)))
-    lines = check_utterances([conv], OmegaConf.create({}))
+    lines = check_utterances([conv], 20_000)
     err = capsys.readouterr().err
     assert len(lines) == 1 and "'c1', turn_ind 1" in err and "1,000,000 characters" in err
-    assert check_utterances([conv], OmegaConf.create({"checks": {"max_utterance_chars": None}})) == []
+    assert check_utterances([conv], None) == []
 
 
 # ---------------------------------------------------------------- through the CLI

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from face.baselines.llm import GEval, LLMCoTICL, LLMDirect, training_conversations, units_of
-from face.baselines.transfer import DEFAULT_MAPPING, FaceTransfer
+from face.baselines.transfer import FaceTransfer
 from face.runfile import read_run_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +62,11 @@ def test_crsarena_baselines_on_two_conversations(run_experiment, plotted):
     assert set(steps) == {"relevance", "dialogue_overall"} and all(steps.values())  # one set per aspect
 
 
+# conf/method/face_transfer.yaml's mapping: target quality -> CRSArena-Eval aspect
+MAPPING = {"maintains_context": "relevance", "engaging": "interestingness", "understandable": "understanding",
+           "overall": "dialogue_overall"}
+
+
 @pytest.mark.slow  # a whole transfer experiment per corpus: 3-5 s each
 @pytest.mark.parametrize("corpus", ["topical_chat", "persona_chat"])
 def test_transfer_on_three_items(run_experiment, plotted, corpus):
@@ -69,15 +74,15 @@ def test_transfer_on_three_items(run_experiment, plotted, corpus):
     out = ran.experiment
     res = out.results
     assert set(res["method"]) == {"face_transfer", "llm_direct", "llm_cot_icl", "g_eval"}
-    assert set(res["aspect"]) == set(DEFAULT_MAPPING)
+    assert set(res["aspect"]) == set(MAPPING)
     assert set(res["level"]) == {"turn", "system"}
     assert "TRANSFER: CRSArena instructions" in out.labels["face_transfer"]
     assert (res[res["level"] == "turn"]["n"] + res[res["level"] == "turn"]["n_missing"] == 3).all()
     mine = res[(res["method"] == "face_transfer") & (res["level"] == "turn") & (res["coefficient"] == "spearman")
                & (res["split"] == "all")].set_index("aspect")["value"]
     lines = plotted["transfer_spearman.png"]["lines"]  # per aspect: CRSArena ReDial, OpenDialKG (published) → ours
-    assert len(lines) == len(DEFAULT_MAPPING)
-    for target, src in DEFAULT_MAPPING.items():
+    assert len(lines) == len(MAPPING)
+    for target, src in MAPPING.items():
         [(x, y)] = [xy for name, xy in lines.items() if name.endswith(f"/{src} → {target}")]
         assert x == [0, 1, 2] and y[2] == pytest.approx(mine[target], nan_ok=True)
     long = out.tables["table_long"].frame

@@ -43,7 +43,7 @@ def two(tmp_path) -> tuple[Path, Path]:
     ({"names": ["a", 2]}, "names must be a list of names"),
     ({"aspects": "relevance"}, "aspects must be a list of names"),
     ({"tracking_uri": 5}, "tracking_uri must be a string or None, got 5"),
-    ({"seed": -1}, "seed must be greater than or equal to 0, got -1"),
+    ({"seed": -1}, "seed must be an integer >= 0, got -1"),
     ({"names": ["v1", " "]}, "an empty name"),
 ])
 def test_compare_refuses_an_argument_of_the_wrong_type_or_value_with_a_config_error(tmp_path, kwargs, said):

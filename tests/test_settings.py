@@ -1,6 +1,6 @@
 """Typed settings (face.settings): every settings class refuses a value of the wrong type (a bool is not a number,
 "false" is not a bool, an integer is not a bool), NaN and infinity in every float setting, and an unknown key, with
-one line naming the dotted key; defaults equal the shipped YAML; and through ``scripts/run.py`` a bad setting of each
+one line naming the dotted key; each default stands once, in conf/; and through ``scripts/run.py`` a bad setting of each
 family ends with exit 2, one line naming the key, and nothing of a run written."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from omegaconf import OmegaConf
 
 from face.baselines.llm import GEval, LLMCoTICL, LLMDirect
 from face.baselines.reference import ReferenceMetric
-from face.datasets import Selection
 from face.datasets.chatlogs import ChatLogsSettings
 from face.datasets.crsarena import CRSArenaSettings
 from face.datasets.usr import USRSettings
@@ -36,7 +35,7 @@ FAMILIES = [
     (OptimizerConfig, "optimizer", {}), (SplitConfig, "optimizer.split", {}), (WriterConfig, "optimizer.writer", {}),
     (RunSettings, "", {}), (MetaevalSettings, "metaeval", {}), (ChecksSettings, "checks", {}),
     (ReportSettings, "report", {}), (SelectionSettings, "selection", {}),
-    (Selection, "dataset", {"name": "d"}), (CRSArenaSettings, "dataset", {}),
+    (CRSArenaSettings, "dataset", {}),
     (ChatLogsSettings, "dataset", {"path": "x"}), (USRSettings, "dataset", {"corpus": "topical_chat"}),
     (LLMDirect, "method", {}), (LLMCoTICL, "method", {}), (GEval, "method", {}), (ReferenceMetric, "method", {}),
 ]
@@ -133,9 +132,9 @@ BAD = [  # (class, settings, the whole line)
     (SelectionSettings, {"budgets": []}, "selection.budgets must be a non-empty list of integers >= 1, got []"),
     (SelectionSettings, {"ucb_cs": [1, -1]}, "selection.ucb_cs must be a non-empty list of finite numbers >= 0, "
                                              "got -1 (item 1)"),
-    (Selection, {"name": "d", "systems": ["kbrd", 3]}, "dataset.systems must be a list of strings or null, got 3 "
+    (CRSArenaSettings, {"systems": ["kbrd", 3]}, "dataset.systems must be a list of strings or null, got 3 "
                                                        "(item 1)"),
-    (Selection, {"name": "d", "limit": 0}, "dataset.limit must be an integer >= 1 or null, got 0"),
+    (CRSArenaSettings, {"limit": 0}, "dataset.limit must be an integer >= 1 or null, got 0"),
     (CRSArenaSettings, {"repeat": 0}, "dataset.repeat must be an integer >= 1, got 0"),
     (USRSettings, {"corpus": "reddit"}, "dataset.corpus must be one of 'topical_chat', 'persona_chat', got 'reddit'"),
     (ChatLogsSettings, {}, "dataset.path is required: a JSON / JSONL file of conversations"),
@@ -196,48 +195,49 @@ def test_numbers_keep_their_type_and_the_optimizer_fingerprint_its_value():
     assert OptimizerConfig.from_dict({"split": {"folds": 3, "fold": 2}}).split == SplitConfig(folds=3, fold=2)
 
 
-# ---------------------------------------------------------------- defaults are the shipped YAML's
+# ---------------------------------------------------------------- each default once: in conf/
 
-def _yaml(path: str) -> dict:
-    d = OmegaConf.to_container(OmegaConf.load(ROOT / path))
-    d.pop("defaults", None)
-    d.pop("_target_", None)
-    return d
+def _settings_classes() -> list[type]:
+    from face.baselines.transfer import FaceTransfer
+    from face.experiments.system_comparison import Settings as ComparisonSettings
+    from face.pipeline.method import CostSpec, Face, InstructionsSpec
+    from face.pipeline.released import FaceReleased
 
-
-@pytest.mark.parametrize("cls, path, skip", [
-    (OptimizerConfig, "conf/optimizer/paper.yaml", {"seed"}),
-    (LLMDirect, "conf/method/llm_direct.yaml", set()), (LLMCoTICL, "conf/method/llm_cot_icl.yaml", set()),
-    (GEval, "conf/method/g_eval.yaml", set()), (ReferenceMetric, "conf/method/bleu.yaml", {"name"}),
-    (CRSArenaSettings, "conf/dataset/crsarena_eval.yaml", {"name", "download", "limit", "systems", "splits",
-                                                          "instructions"}),
-])
-def test_defaults_equal_the_shipped_yaml(cls, path, skip):
-    shipped = _yaml(path)
-    default = cls()
-    for key, value in shipped.items():
-        if key in skip or str(value).startswith("${"):
-            continue
-        mine = getattr(default, key)
-        mine = dataclasses.asdict(mine) if dataclasses.is_dataclass(mine) else mine
-        if isinstance(value, dict):
-            value = {k: v for k, v in value.items() if not str(v).startswith("${")}
-            mine = {k: mine[k] for k in value}
-        assert mine == value, f"{path}: {key}"
+    return [c for c, _, _ in FAMILIES] + [Face, FaceTransfer, FaceReleased, ScoringSpec, ParticlesSpec,
+                                          InstructionsSpec, CostSpec, ComparisonSettings]
 
 
-def test_the_run_settings_defaults_equal_conf_config_yaml():
-    cfg = _yaml("conf/config.yaml")
-    default = RunSettings()
-    assert (default.seed, default.aspects) == (cfg["seed"], cfg["aspects"])
-    assert dataclasses.asdict(default.metaeval) == cfg["metaeval"]
-    assert dataclasses.asdict(default.report) == cfg["report"]
-    sel = _yaml("conf/experiment/optimize_selection.yaml")["selection"]
-    assert dataclasses.asdict(SelectionSettings()) == sel
-    for name in ("crsarena_eval", "chat_logs", "usr_topical_chat"):
-        d = _yaml(f"conf/dataset/{name}.yaml")
-        assert {k: getattr(Selection(name=name), k) for k in ("limit", "systems", "splits")} == \
-               {k: d[k] for k in ("limit", "systems", "splits")}
+@pytest.mark.parametrize("cls", _settings_classes(), ids=lambda c: c.__name__)
+def test_a_key_conf_gives_a_value_has_no_default_in_its_class(cls):
+    """One place per default: a key of a settings class's conf file (read here with OmegaConf) is a field of the
+    class (a misspelt key would be refused by the run) and has no default of its own there."""
+    if cls.__settings_conf__ is None:
+        return
+    file, _, node = cls.__settings_conf__.partition(":")
+    shipped = OmegaConf.load(ROOT / "conf" / file)
+    for d in shipped.get("defaults", []):  # llm/X.yaml and method/face_transfer.yaml extend a file of their group
+        if isinstance(d, str) and d != "_self_":
+            shipped = OmegaConf.merge(OmegaConf.load(ROOT / "conf" / Path(file).parent / f"{d}.yaml"), shipped)
+    shipped = OmegaConf.select(shipped, node) if node else shipped
+    given = {k for k in shipped if k != "defaults" and not k.startswith("_") and not OmegaConf.is_missing(shipped, k)}
+    fields = cls.__pydantic_fields__
+    assert given - {"hydra", "task_name", "runner"} <= set(fields), f"{file}: keys {cls.__name__} does not know"
+    doubled = [k for k in given & set(fields) if not fields[k].is_required()]
+    assert doubled == [], f"{cls.__name__} repeats defaults of conf/{file}"
+
+
+def test_a_class_built_in_code_takes_the_values_of_its_conf_file():
+    """Read off the YAML by hand: llm/base.yaml (timeout_s: 120, cache_dir: ${paths.cache_dir}/llm), the paper's
+    optimizer (b = α = β = 4), method/face.yaml with run_size/paper.yaml (k = 20, n = 5, 10 rounds of draws)."""
+    llm = LLMConfig()
+    assert (llm.timeout_s, llm.temperature, llm.max_retries) == (120, 0.6, 6)
+    assert llm.cache_dir is not None and llm.cache_dir.endswith("/llm")
+    paper = OptimizerConfig()
+    assert (paper.beam, paper.alpha, paper.beta, paper.ucb_c, paper.split.dev_fraction) == (4, 4, 4, 1.0, 0.25)
+    assert (ParticlesSpec().k, ScoringSpec().n, ScoringSpec().draws.rounds) == (20, 5, 10)
+    assert ScoringSpec(draws={"rounds": 3}).draws.max_extra is None  # a nested mapping overlays the file's
+    assert (RunSettings().metaeval.n_boot, SelectionSettings().repeats) == (1000, 10)
+    assert LLMDirect(n=3).draws.rounds == 4 and GEval().n_fallback == 20
 
 
 # ---------------------------------------------------------------- through the front door

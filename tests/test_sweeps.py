@@ -148,12 +148,13 @@ def test_the_data_a_run_read_is_its_mlflow_dataset_input_with_a_digest_of_the_fi
 
 def test_a_multirun_job_writes_its_tables_under_its_own_job_dir(cfg_factory, monkeypatch):
     from face.experiments.common import out_dir_for
+    from face.experiments.settings import RunSettings
 
     cfg = cfg_factory()
-    full = SimpleNamespace(is_subset=False)
-    assert out_dir_for(cfg, full, {}) == Path(cfg.paths.results_dir) / "reproduce_table2"  # a single run
+    full, run = SimpleNamespace(is_subset=False), RunSettings.of(cfg)
+    assert out_dir_for(cfg, run, full, {}) == Path(cfg.paths.results_dir) / "reproduce_table2"  # a single run
     monkeypatch.setattr(sweeps, "hydra_job", lambda: _hydra_job(Path("/s"), 0, []))
-    assert out_dir_for(cfg, full, {}) == Path(cfg.paths.output_dir) / "results"  # job 0 of a sweep, defaults
+    assert out_dir_for(cfg, run, full, {}) == Path(cfg.paths.output_dir) / "results"  # job 0 of a sweep, defaults
 
 
 # ---------------------------------------------------------------- a sweep rerun after kill -9 (issue 31)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from face.api.result import Result
 from face.errors import ConfigError, DataError
+from face.experiments.settings import RunSettings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,13 +104,8 @@ def _check(result: Any, levels: Any, n_boot: Any, seed: Any, confidence: Any) ->
     bad = sorted(set(levels) - set(LEVELS))
     if bad or not levels:
         raise ConfigError(f"levels: {bad or 'none'} (choose from {', '.join(LEVELS)})")
-    if not isinstance(n_boot, int) or isinstance(n_boot, bool) or n_boot < 0:
-        raise ConfigError(f"n_boot must be an integer >= 0 (0 = no confidence intervals), got {n_boot!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ConfigError(f"seed must be an integer, got {seed!r}")
-    if (not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or not math.isfinite(confidence)
-            or not 0 < confidence < 1):
-        raise ConfigError(f"confidence must be a number in (0, 1), got {confidence!r}")
+    given: dict[str, Any] = {"seed": seed, "metaeval": {"n_boot": n_boot, "confidence": confidence}}
+    RunSettings(**given)  # typed as a run's: one line naming the bad one (the rest: conf/config.yaml's)
     return list(levels)
 
 

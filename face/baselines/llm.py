@@ -96,30 +96,18 @@ def predictions(units: Sequence[Unit], values: Sequence[float | None]) -> Predic
     return Predictions(pd.DataFrame(turn, columns=TURN_COLUMNS), pd.DataFrame(dial, columns=DIALOGUE_COLUMNS))
 
 
-@settings("method.draws", frozen=True)
-class BaselineDraws:
-    """How many draws a baseline's request may spend on its valid answers (face.llm.Draws)."""
-
-    rounds: int = Field(default=4, ge=1)  # round 1 draws n, each later one the answers still missing
-    max_extra: int | None = Field(default=None, ge=0)  # cap on the draws beyond the n (None: the rounds alone)
-
-    @property
-    def policy(self) -> Draws:
-        return Draws(self.rounds, self.max_extra)
-
-
 @settings("method")
 class _LLMBaseline:
     """Shared mechanics: plan requests, estimate, (dry run), send, parse, aggregate, report."""
 
-    name: str = ""
+    name: str
     uses_llm = True  # the LLM cache and settings are checked before anything runs
-    n: Samples = 1  # samples per unit (the mean of the valid ones)
-    temperature: Number = Field(default=0.0, ge=0)
-    max_tokens: int | None = Field(default=None, ge=1)  # null: the baseline's own (16, or 768 with reasoning)
-    output_tokens: int = Field(default=8, ge=1)  # assumed reply length for the cost estimate
+    n: Samples  # samples per unit (the mean of the valid ones)
+    temperature: Number = Field(ge=0)
+    max_tokens: int | None = Field(ge=1)  # null: the baseline's own (16, or 768 with reasoning)
+    output_tokens: int = Field(ge=1)  # assumed reply length for the cost estimate
     # an invalid answer is redrawn (fresh sample indices): at most `rounds` rounds, `max_extra` extra draws
-    draws: Annotated[BaselineDraws, nested(BaselineDraws)] = Field(default_factory=BaselineDraws)
+    draws: Annotated[Draws, nested(Draws)]
     title: str = ""
     templates: tuple[str, ...] = ()
 
@@ -157,7 +145,7 @@ class _LLMBaseline:
         """``req`` with its answer type and this method's draws (``native``: the adapter's schema too)."""
         if native is not None:
             req = adapter.request(req, native)
-        return replace(req, adapter=adapter, draws=self.draws.policy)
+        return replace(req, adapter=adapter, draws=self.draws)
 
     def describe(self, llm: LLMConfig) -> str:
         out = f"{self.title} — LLM: {llm.model} ({llm.backend}); n={self.n}, T={self.temperature}"
@@ -201,9 +189,9 @@ def _mean_valid(result, scale: Sequence[int]) -> tuple[float | None, int]:
     return (float(np.mean(vals)) if vals else None), result.invalid_samples
 
 
-@settings("method")
+@settings("method", conf="method/llm_direct.yaml")
 class LLMDirect(_LLMBaseline):
-    name: str = "llm_direct"
+    name: str
     title: str = "LLM-Direct (one prompt per turn / dialogue, score only)"
     templates: tuple[str, ...] = ("direct.txt",)
 
@@ -230,16 +218,16 @@ def training_conversations(convs: Sequence[Conversation], folds: int, seed: int)
     return [c for c in convs if c.conv_id in train]
 
 
-@settings("method")
+@settings("method", conf="method/llm_cot_icl.yaml")
 class LLMCoTICL(_LLMBaseline):
-    name: str = "llm_cot_icl"
+    name: str
     title: str = "LLM-CoT+ICL (reasoning, then the score; in-context examples from the training fold)"
     templates: tuple[str, ...] = ("cot_icl.txt",)
-    k_examples: int = Field(default=2, ge=0)  # rated examples in the prompt, from the training fold
-    folds: int = Field(default=2, ge=2)  # the optimizer's conversation-level split (fold 0 held out)
-    split_seed: int = 0
-    output_tokens: int = Field(default=250, ge=1)
-    example_chars: int = Field(default=1500, ge=1)  # an example's conversation is cut to its last N characters
+    k_examples: int = Field(ge=0)  # rated examples in the prompt, from the training fold
+    folds: int = Field(ge=2)  # the optimizer's conversation-level split (fold 0 held out)
+    split_seed: int
+    output_tokens: int = Field(ge=1)
+    example_chars: int = Field(ge=1)  # an example's conversation is cut to its last N characters
 
     def examples(self, aspect: Aspect, pool: Sequence[Unit], exclude: Unit, rng: np.random.Generator) -> str:
         cands = [p for p in pool if p.conv.conv_id != exclude.conv.conv_id]
@@ -290,14 +278,14 @@ class _ReasonedScore:
         return v if v is not None else f"no final JSON score in {self.scale}"
 
 
-@settings("method")
+@settings("method", conf="method/g_eval.yaml")
 class GEval(_LLMBaseline):
-    name: str = "g_eval"
+    name: str
     title: str = "G-Eval (LLM-written evaluation steps, probability-weighted score)"
     templates: tuple[str, ...] = ("geval_steps.txt", "geval_score.txt")
-    top_logprobs: int = Field(default=10, ge=0)  # alternatives per token position asked for (the score tokens)
-    n_fallback: Samples = 20  # samples where the endpoint gives no log-probabilities
-    steps_max_tokens: int = Field(default=300, ge=1)
+    top_logprobs: int = Field(ge=0)  # alternatives per token position asked for (the score tokens)
+    n_fallback: Samples  # samples where the endpoint gives no log-probabilities
+    steps_max_tokens: int = Field(ge=1)
 
     def __post_init__(self) -> None:
         self._steps: dict[str, str] = {}

@@ -88,15 +88,15 @@ def score_all(hyps: Sequence[str], refs: Sequence[str], metrics: Sequence[str] =
     return {m: out[m] for m in metrics}
 
 
-@settings("method")
+@settings("method", conf="method/bleu.yaml")
 class ReferenceMetric:
     """One reference-based metric as a method: the same score for every (turn-level) aspect of an item.
 
     Items need ``meta["reference"]`` (USR); an item whose response *is* the reference (the ground truth,
     when ``dataset.exclude_ground_truth=false``) gets no prediction."""
 
-    metric: Literal["bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l"] = "bleu4"  # METRICS
-    name: str = ""
+    metric: Literal["bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l"]  # METRICS
+    name: str
 
     def __post_init__(self) -> None:
         if self.metric == "meteor" and not java_available():

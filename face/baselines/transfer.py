@@ -20,7 +20,6 @@ mapping it used; this one is ours.
 
 from __future__ import annotations
 
-from dataclasses import field
 from pathlib import Path
 from typing import Sequence
 
@@ -30,14 +29,11 @@ from face.datasets.crsarena import ASPECTS as CRS_ASPECTS
 from face.pipeline.method import Face
 from face.settings import settings
 
-DEFAULT_MAPPING = {"maintains_context": "relevance", "engaging": "interestingness",
-                   "understandable": "understanding", "overall": "dialogue_overall"}
 
-
-@settings("method")
+@settings("method", conf="method/face_transfer.yaml")
 class FaceTransfer(Face):
-    name: str = "face_transfer"
-    mapping: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_MAPPING))
+    name: str
+    mapping: dict[str, str]
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -9,13 +9,11 @@ baseline; the verdict says whether the candidate is better, worse, or not detect
 from __future__ import annotations
 
 import itertools
-import re
 from typing import Any, Literal, Sequence
 
 import numpy as np
 import pandas as pd
-from pydantic import ConfigDict, Field, ValidationError
-from pydantic.dataclasses import dataclass as settings_dataclass
+from pydantic import Field
 
 from face.comparison import stats
 from face.comparison.checks import aspect_of, check, in_scale
@@ -24,34 +22,29 @@ from face.comparison.moved import what_moved
 from face.comparison.runs import Run, load
 from face.errors import ConfigError
 from face.resample import draw_counts, percentile_interval
+from face.settings import settings
 
 VERDICTS = ("better", "worse", "no detectable difference")
 MIN_SHARED = 0.5  # pairing="auto": paired when the shared conversations are at least this share of each run's
 
 
-@settings_dataclass(config=ConfigDict(strict=True, extra="forbid"))
+@settings("")
 class Options:
     """How to compare (``face compare``'s options; ``n_boot`` None: enough for Holm over every test, ≥ 10 000)."""
 
     pairing: Literal["auto", "paired", "unpaired"] = "auto"
     n_boot: int | None = Field(default=None, ge=200, le=1_000_000)
     seed: int = Field(default=0, ge=0)
-    confidence: float = Field(default=0.95, gt=0.5, lt=1, allow_inf_nan=False)
-    alpha: float = Field(default=0.05, gt=0, lt=0.5, allow_inf_nan=False)
-    power: float = Field(default=0.8, gt=0.05, lt=1, allow_inf_nan=False)
-    target_diff: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    alpha: float = Field(default=0.05, gt=0, lt=0.5)
+    power: float = Field(default=0.8, gt=0.05, lt=1)
+    target_diff: float | None = Field(default=None, gt=0)
     top: int = Field(default=5, ge=1, le=1000)  # rows per aspect in "what moved"
 
 
 def options(**kwargs: Any) -> Options:
-    """``Options`` or a ConfigError naming the setting (``n_boot must be …, got …``)."""
-    try:
-        return Options(**kwargs)
-    except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(map(str, err["loc"])) or "option"
-        msg = re.sub(r"^Input should", "must", err["msg"])
-        raise ConfigError(f"{key} {msg}, got {err.get('input')!r}") from None
+    """``Options`` or a ConfigError naming the setting (``n_boot must be …, got …``; face.settings)."""
+    return Options(**kwargs)
 
 
 def units_of(run: Run, aspects: Sequence[str]) -> stats.Units:

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from face.errors import DataError
+from face.errors import DataError, type_name
 
 
 def check_file(path: Path) -> None:
@@ -74,10 +74,6 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
                 yield lineno, parse_json(line, path, f"line {lineno}")
 
 
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object",
-               bool: "a boolean", type(None): "null"}
-
-
 def field(obj: Any, key: str, kind: type | tuple[type, ...], path: str | Path, record: str) -> Any:
     """``obj[key]``, checked to exist and to be of ``kind`` (ints count as numbers, bools never do)."""
     if not isinstance(obj, dict):
@@ -93,7 +89,7 @@ def check_type(value: Any, kind: type | tuple[type, ...], path: str | Path, reco
         kinds = kinds + (int,)
     ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
     if not ok:
-        want = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in (kind if isinstance(kind, tuple) else (kind,)))
+        want = " or ".join(type_name(k) for k in (kind if isinstance(kind, tuple) else (kind,)))
         raise DataError(path, f"expected {want}, got {type(value).__name__} {value!r:.60}", record)
     return value
 
@@ -129,7 +125,7 @@ def json_kind(value: Any) -> str:
         if math.isinf(value):
             return "Infinity" if value > 0 else "-Infinity"
         return f"a non-integer number ({value!r})"
-    return f"{_TYPE_NAMES.get(type(value), type(value).__name__)} {value!r:.60}"
+    return f"{type_name(type(value))} {value!r:.60}"
 
 
 def check_text(value: Any, path: str | Path, record: str) -> str:

@@ -8,7 +8,7 @@ published numbers are (``published``); selection (``limit``, ``systems``, ``spli
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 from pydantic import Field
@@ -23,14 +23,15 @@ PUBLISHED_COLUMNS = ["method", "split", "aspect", "coefficient", "value"]
 
 @settings("dataset")
 class Selection:
-    """The settings every dataset has (conf/dataset/*.yaml); a dataset's own are its own settings class."""
+    """The settings every dataset has (conf/dataset/*.yaml); a dataset's settings class extends it with its own
+    and names its conf file (the defaults)."""
 
     name: str
-    limit: int | None = Field(default=None, ge=1)  # the first N conversations (after the filters below)
-    systems: list[str] | None = None  # a system name or a CRS id each
-    splits: list[str] | None = None
-    download: bool = True  # fetch missing files
-    instructions: str = "initial"  # default instruction set of the live method (read by conf/method)
+    limit: int | None = Field(ge=1)  # the first N conversations (after the filters below)
+    systems: list[str] | None  # a system name or a CRS id each
+    splits: list[str] | None
+    download: bool  # fetch missing files
+    instructions: str  # default instruction set of the live method (read by conf/method)
 
 
 class Dataset:
@@ -51,9 +52,11 @@ class Dataset:
         """The FACE authors released particles, instructions and scores for it."""
         return False
 
-    def __init__(self, name: str, limit: int | None = None, systems: list[str] | None = None,
-                 splits: list[str] | None = None, download: bool = True, instructions: str = "initial"):
-        s = Selection(name, limit, systems, splits, download, instructions)  # ConfigError naming dataset.<key>
+    def __init__(self, name: str | Selection, **selection: Any):
+        """The dataset's settings (a Selection, or one extended with the dataset's own keys), or its name and the
+        settings every dataset has (conf/dataset/<name>.yaml states them)."""
+        s = name if isinstance(name, Selection) else Selection(name=name, **selection)
+        name = s.name
         unknown = sorted(set(s.splits or ()) - set(self.splits_all))
         if unknown:
             raise ValueError(f"dataset {name}: unknown split(s) {unknown}; this dataset has {list(self.splits_all)}")

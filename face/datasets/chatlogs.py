@@ -32,7 +32,7 @@ from pydantic import model_validator
 from face.aspects import Aspect, aspect_table
 from face.data.io import Problems, as_id, check_text, check_type, field, json_kind, parse_json, read_text
 from face.data.schema import ASSISTANT, USER, Conversation, Turn
-from face.datasets import Dataset
+from face.datasets import Dataset, Selection
 from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS, check_unique_ids, parse_conversation
 from face.errors import DataError
 from face.settings import settings
@@ -230,10 +230,10 @@ def _renamed_keys(a: dict, path: Path, where: str) -> dict:
     return a
 
 
-@settings("dataset")
-class ChatLogsSettings:
-    path: str | None = None  # the conversations: a JSON / JSONL file (required)
-    aspects_file: str | None = None  # your own aspects beside CRSArena-Eval's (load_aspects)
+@settings("dataset", conf="dataset/chat_logs.yaml")
+class ChatLogsSettings(Selection):
+    path: str | None = None  # the conversations: a JSON / JSONL file (required: ??? in conf/)
+    aspects_file: str | None  # your own aspects beside CRSArena-Eval's (load_aspects)
 
     @model_validator(mode="after")
     def _a_path(self) -> ChatLogsSettings:
@@ -248,10 +248,9 @@ class ChatLogs(Dataset):
     assistant = "conversational recommendation assistant"
     judged = "conversational recommender systems"
 
-    def __init__(self, name: str = "chat_logs", path: str | None = None, aspects_file: str | None = None,
-                 **selection):
-        own = ChatLogsSettings(path, aspects_file)
-        super().__init__(name, **selection)
+    def __init__(self, **settings: Any):
+        own = ChatLogsSettings(**settings)
+        super().__init__(own)
         self.path = Path(str(own.path))
         self.title = self.path.name
         if own.aspects_file:  # CRSArena-Eval's aspects and yours

@@ -21,7 +21,7 @@ from face.aspects import Aspect, aspect_table
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE
 from face.data.io import Problems, as_id, check_label, check_text, check_type, field, read_json
 from face.data.schema import ASSISTANT, USER, Conversation, PublishedScore, Turn
-from face.datasets import Dataset
+from face.datasets import Dataset, Selection
 from face.errors import DataError
 from face.settings import settings
 
@@ -260,10 +260,10 @@ def load_published_table(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame([r.__dict__ for r in rows])
 
 
-@settings("dataset")
-class CRSArenaSettings:
-    file: str | None = None  # your own conversations in CRSArena-Eval's format instead of the released file
-    repeat: int = Field(default=1, ge=1)  # scale benchmarks: every conversation K times
+@settings("dataset", conf="dataset/crsarena_eval.yaml")
+class CRSArenaSettings(Selection):
+    file: str | None  # your own conversations in CRSArena-Eval's format instead of the released file
+    repeat: int = Field(ge=1)  # scale benchmarks: every conversation K times
 
 
 class CRSArenaEval(Dataset):
@@ -274,15 +274,15 @@ class CRSArenaEval(Dataset):
     assistant = "movie-recommendation assistant"
     judged = "conversational recommender systems"
 
-    def __init__(self, name: str = "crsarena_eval", file: str | None = None, repeat: int = 1, **selection):
-        own = CRSArenaSettings(file, repeat)
-        super().__init__(name, **selection)
+    def __init__(self, **settings: Any):
+        own = CRSArenaSettings(**settings)
+        super().__init__(own)
         self.file = Path(own.file) if own.file else None
         self.repeat = own.repeat
         if self.file is not None:
             self.title = self.file.name
-        if repeat > 1:
-            self.title = f"{self.title} ×{repeat}"
+        if own.repeat > 1:
+            self.title = f"{self.title} ×{own.repeat}"
 
     @property
     def released_artifacts(self) -> bool:

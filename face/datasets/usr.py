@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -21,7 +21,7 @@ from face.aspects import Aspect, aspect_table
 from face.data import USR_FILES
 from face.data.io import check_label, check_type, field, read_json
 from face.data.schema import ASSISTANT, USER, Conversation, Turn, USRContext, USRResponse
-from face.datasets import Dataset
+from face.datasets import Dataset, Selection
 from face.errors import DataError
 from face.settings import settings
 
@@ -109,10 +109,10 @@ TITLES = {"topical_chat": "USR Topical-Chat", "persona_chat": "USR PersonaChat"}
 Corpus = Literal["topical_chat", "persona_chat"]  # the keys of USR_FILES (tests hold them equal)
 
 
-@settings("dataset")
-class USRSettings:
+@settings("dataset", conf="dataset/usr_topical_chat.yaml")
+class USRSettings(Selection):
     corpus: Corpus
-    exclude_ground_truth: bool = True  # USR's protocol: the original response is the reference, not a scored item
+    exclude_ground_truth: bool  # USR's protocol: the original response is the reference, not a scored item
 
 
 class USR(Dataset):
@@ -121,9 +121,9 @@ class USR(Dataset):
     assistant = "open-domain chit-chat assistant"
     judged = "open-domain dialogue systems"
 
-    def __init__(self, name: str, corpus: Corpus, exclude_ground_truth: bool = True, **selection):
-        own = USRSettings(corpus, exclude_ground_truth)
-        super().__init__(name, **selection)
+    def __init__(self, name: str, corpus: Corpus, **settings: Any):
+        own = USRSettings(name=name, corpus=corpus, **settings)
+        super().__init__(own)
         self.corpus = own.corpus
         self.title = TITLES[own.corpus]
         self.exclude_ground_truth = own.exclude_ground_truth

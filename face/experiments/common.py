@@ -30,7 +30,7 @@ from face.data.schema import Conversation
 from face.errors import ConfigError, DataError, closest_first, import_class, require_writable_dir
 from face.experiments.naming import data_source, non_default_settings, run_name, settings_text, without_llm_settings
 from face.experiments.result import ExperimentResult, write
-from face.experiments.settings import MAX_UTTERANCE_CHARS, RunSettings
+from face.experiments.settings import RunSettings
 from face.llm import LLMConfig
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
@@ -60,10 +60,7 @@ class Context:
     extra: dict = field(default_factory=dict)
     llm: LLMConfig | None = None  # conf/llm as LLMConfig: built and checked once, before anything runs
     summary: console.RunSummary = field(default_factory=console.RunSummary)  # the run's console: its summary block
-    settings: RunSettings = field(init=False)  # the run's own settings, typed: seed, metaeval, checks, report
-
-    def __post_init__(self) -> None:
-        self.settings = RunSettings.of(self.cfg)
+    settings: RunSettings = field(kw_only=True)  # the run's own, typed: seed, aspects, metaeval, checks, report
 
     def result(self, **parts: Any) -> ExperimentResult:
         """The experiment's typed result — its ``parts`` (ExperimentResult's fields), with the run's directories and
@@ -107,20 +104,20 @@ def released_scores(ctx: Context, why: str) -> pd.DataFrame:
     return ctx.method.load(ctx.inputs())
 
 
-def out_dir_for(cfg: DictConfig, dataset, settings: dict[str, str] | None = None) -> Path:
+def out_dir_for(cfg: DictConfig, run: RunSettings, dataset, settings: dict[str, str] | None = None) -> Path:
     """``results/<task_name>`` for the experiment's default configuration on the full data only, outside a
     multirun; anything else writes into its own run directory (``report.out_dir`` overrides both)."""
     from face.tracking import is_multirun
 
-    if cfg.report.get("out_dir"):
-        return Path(cfg.report.out_dir)
+    if run.report.out_dir:
+        return Path(run.report.out_dir)
     if dataset.is_subset or settings or is_multirun():  # a sweep job (even the default one) keeps to its job dir
         return Path(cfg.paths.output_dir) / "results"
     return Path(cfg.paths.results_dir) / cfg.task_name
 
 
-def _splits(cfg: DictConfig, dataset) -> list[str]:
-    wanted = cfg.metaeval.get("splits")
+def _splits(run: RunSettings, dataset) -> list[str]:
+    wanted = run.metaeval.splits
     if not wanted:
         return dataset.eval_splits()
     unknown = sorted(set(wanted) - set(dataset.eval_splits()) - {"all"})
@@ -155,6 +152,7 @@ class Plan:
     out_dir: Path  # tables and figures
     run_dir: Path  # run files (paths.output_dir)
     uses_llm: bool
+    settings: RunSettings  # the run's own settings, typed (seed, aspects, metaeval, checks, report)
     summary: console.RunSummary = field(default_factory=console.RunSummary)  # the run's console (face.console)
     loaded: tuple[list[Conversation], list[Conversation]] | None = field(default=None, repr=False)  # ``load()``
 
@@ -179,10 +177,11 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
     """Every setting checked and every part built (``ConfigError``: one line naming the setting); nothing fetched,
     written or sent."""
     try:
+        run = RunSettings.of(cfg)
         llm = check_settings(cfg)
         dataset = build(cfg.dataset)
         methods = {name: build(node) for name, node in (parts.method_cfgs or {cfg.method.name: cfg.method}).items()}
-        aspects = dataset.resolve_aspects(cfg.get("aspects"))
+        aspects = dataset.resolve_aspects(run.aspects)
         uses_llm = any(_uses_llm(m) for m in methods.values())
         if uses_llm and llm is None:
             raise ConfigError("llm: the method calls an LLM and the configuration has none (removed with ~llm?); "
@@ -190,16 +189,16 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
         files = list(dict.fromkeys([*dataset.files(), *[f for m in methods.values()
                                                         for f in m.required_files(dataset, aspects)],
                                     *parts.extra_files, *(llm_server_files(cfg) if uses_llm else [])]))
-        splits = _splits(cfg, dataset)
+        splits = _splits(run, dataset)
         settings = non_default_settings(cfg)
-        out_dir, run_dir = out_dir_for(cfg, dataset, settings), Path(cfg.paths.output_dir)
+        out_dir, run_dir = out_dir_for(cfg, run, dataset, settings), Path(cfg.paths.output_dir)
         label = settings if uses_llm else without_llm_settings(settings)  # run name and captions
-        check_paths(cfg, out_dir, run_dir, uses_llm)
+        check_paths(cfg, out_dir, run_dir, uses_llm, "report.out_dir" if run.report.out_dir else "paths.results_dir")
     except (ConfigError, DataError):
         raise
     except (ValueError, TypeError, KeyError) as e:
         raise ConfigError(str(e).strip("'\"") if isinstance(e, KeyError) else str(e)) from e  # KeyError: its repr
-    return Plan(cfg, parts, llm, dataset, methods, aspects, files, splits, label, out_dir, run_dir, uses_llm)
+    return Plan(cfg, parts, llm, dataset, methods, aspects, files, splits, label, out_dir, run_dir, uses_llm, run)
 
 
 @contextmanager
@@ -220,7 +219,7 @@ def _load(plan: Plan, tracker: Tracker, summary: console.RunSummary) -> Context:
     tracker.log_config()
     all_convs, convs = plan.load()
     tracker.log_checksums(data_checksums(plan.files))
-    check_utterances(convs, cfg)
+    check_utterances(convs, plan.settings.checks.max_utterance_chars)
     tracker.log_dataset(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
                                          "evaluated_turns": len(c.evaluated_turns())} for c in convs],
                         data_checksums(plan.files), data_source(dataset.files()))
@@ -233,7 +232,7 @@ def _load(plan: Plan, tracker: Tracker, summary: console.RunSummary) -> Context:
     summary.run_id, summary.experiment_id = tracker.run_id, getattr(tracker, "experiment_id", None)
     summary.ui = mlflow_ui_command(cfg)
     return Context(cfg, dataset, plan.methods, convs, plan.aspects, plan.splits, data_dir, plan.out_dir, plan.run_dir,
-                   subset, tracker, has_labels, llm=plan.llm, summary=summary)
+                   subset, tracker, has_labels, llm=plan.llm, summary=summary, settings=plan.settings)
 
 
 def mlflow_ui_command(cfg: DictConfig) -> str:
@@ -249,10 +248,9 @@ def _setting(cfg: DictConfig, key: str, default=None):
 
 
 def check_settings(cfg: DictConfig) -> LLMConfig | None:
-    """The run's own settings (``RunSettings``: seed, aspects, metaeval, checks, report) and the LLM's, typed before
-    anything runs (``ConfigError``: one line naming the key); the dataset and the methods check their own when built.
-    Returns the LLM settings (``LLMConfig``), or None for a configuration without ``llm``."""
-    RunSettings.of(cfg)
+    """The LLM's settings (``LLMConfig``) typed before anything runs (``ConfigError``: one line naming the key), or
+    None for a configuration without ``llm``; the run's own are ``RunSettings``, the dataset and the methods check
+    their own when built."""
     return LLMConfig.from_dict(cfg.llm) if "llm" in cfg else None
 
 
@@ -277,9 +275,10 @@ def _uses_llm(method) -> bool:
     return bool(getattr(method, "uses_llm", False))
 
 
-def check_paths(cfg: DictConfig, out_dir: Path, run_dir: Path, uses_llm: bool) -> None:
-    """Output directories, the LLM cache and the MLflow store, before anything is fetched, written or sent."""
-    require_writable_dir(out_dir, "report.out_dir" if cfg.report.get("out_dir") else "paths.results_dir")
+def check_paths(cfg: DictConfig, out_dir: Path, run_dir: Path, uses_llm: bool, out_key: str) -> None:
+    """Output directories (``out_dir`` named by ``out_key``), the LLM cache and the MLflow store, before anything is
+    fetched, written or sent."""
+    require_writable_dir(out_dir, out_key)
     require_writable_dir(run_dir, "paths.output_dir (hydra.run.dir)")
     require_writable_dir(Path(cfg.paths.data_dir), "paths.data_dir")
     if uses_llm and _setting(cfg, "llm.cache", False) and _setting(cfg, "llm.cache_dir"):
@@ -296,11 +295,10 @@ def check_paths(cfg: DictConfig, out_dir: Path, run_dir: Path, uses_llm: bool) -
             raise ConfigError(str(e)) from None
 
 
-def check_utterances(convs: Sequence[Conversation], cfg: DictConfig) -> list[str]:
+def check_utterances(convs: Sequence[Conversation], limit: int | None) -> list[str]:
     """Utterances far over a model's context are reported before anything is sent (one line each, the
-    first 5): the rule is a plain size limit, ``checks.max_utterance_chars`` (default 20,000 characters,
-    ~5,000 tokens); nothing is truncated."""
-    limit = _setting(cfg, "checks.max_utterance_chars", MAX_UTTERANCE_CHARS)
+    first 5): the rule is a plain size limit, ``checks.max_utterance_chars`` (``limit``; None: no check);
+    nothing is truncated."""
     if limit is None:
         return []
     long = [(c.conv_id, t.turn_ind, len(t.utterance)) for c in convs for t in c.turns if len(t.utterance) > limit]

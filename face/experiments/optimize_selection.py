@@ -50,16 +50,14 @@ from face.settings import Number, settings
 MAX_COMBINATIONS = 50_000
 
 
-@settings("selection")
+@settings("selection", conf="experiment/optimize_selection.yaml:selection")
 class SelectionSettings:
     """The experiment's own settings (conf/experiment/optimize_selection.yaml)."""
 
-    budgets: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)] = \
-        Field(default_factory=lambda: [8, 16, 32, 64, 128, 256, 512])  # pulls, each on a fresh minibatch
-    ucb_cs: Annotated[list[Annotated[Number, Field(ge=0)]], Field(min_length=1)] = \
-        Field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0, 4.0])
-    repeats: int = Field(default=10, ge=1)  # seeds per fold
-    all_folds: bool = True  # every fold of optimizer.split.folds held out in turn (false: optimizer.split.fold)
+    budgets: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)]  # pulls, each on a fresh minibatch
+    ucb_cs: Annotated[list[Annotated[Number, Field(ge=0)]], Field(min_length=1)]
+    repeats: int = Field(ge=1)  # seeds per fold
+    all_folds: bool  # every fold of optimizer.split.folds held out in turn (false: optimizer.split.fold)
 
 
 @dataclass(frozen=True)

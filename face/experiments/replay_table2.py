@@ -40,7 +40,8 @@ def run(plan: Plan) -> ExperimentResult:
         if out.dry_run:
             return ctx.result(dry_run=True, output=out)
         results = ctx.evaluate(out.predictions)
-        direct = with_copies(FaceReleased().predict(ctx.inputs()).predictions, ctx.convs)  # reproduce_table2's
+        released = FaceReleased(**{})  # reproduce_table2's: conf/method/face_released.yaml
+        direct = with_copies(released.predict(ctx.inputs()).predictions, ctx.convs)
         report = _server_report(ctx.run_dir / "llm_server.json")
         groups = identical_groups(ctx.data_dir)
         explained = {k for conv_id, turn_ind, _ in groups for a in ctx.aspects

@@ -17,11 +17,11 @@ from face.settings import Number, nested, settings
 MAX_UTTERANCE_CHARS = 20_000
 
 
-@settings("metaeval")
+@settings("metaeval", conf="config.yaml:metaeval")
 class MetaevalSettings:
-    splits: list[str] | None = None  # null: each of the dataset's splits, then all (pooled)
-    n_boot: int = Field(default=1000, ge=0)  # bootstrap resamples of conversations (0: no intervals)
-    confidence: Number = Field(default=0.95, gt=0, lt=1)
+    splits: list[str] | None  # null: each of the dataset's splits, then all (pooled)
+    n_boot: int = Field(ge=0)  # bootstrap resamples of conversations (0: no intervals)
+    confidence: Number = Field(gt=0, lt=1)
 
 
 @settings("checks")
@@ -29,19 +29,18 @@ class ChecksSettings:
     max_utterance_chars: int | None = Field(default=MAX_UTTERANCE_CHARS, ge=1)  # null: no check
 
 
-@settings("report")
+@settings("report", conf="config.yaml:report")
 class ReportSettings:
-    out_dir: str | None = None  # null: results/<task_name> on the full data, <run dir>/results otherwise
+    out_dir: str | None  # null: results/<task_name> on the full data, <run dir>/results otherwise
 
 
-@settings("")
+@settings("", conf="config.yaml")
 class RunSettings:
-    seed: int = 0
-    aspects: str | list[str] | None = None  # null: the dataset's; a name or a list of names
-    metaeval: Annotated[MetaevalSettings, nested(MetaevalSettings)] = dataclasses.field(
-        default_factory=MetaevalSettings)
+    seed: int
+    aspects: str | list[str] | None  # null: the dataset's; a name or a list of names
+    metaeval: Annotated[MetaevalSettings, nested(MetaevalSettings)]
     checks: Annotated[ChecksSettings, nested(ChecksSettings)] = dataclasses.field(default_factory=ChecksSettings)
-    report: Annotated[ReportSettings, nested(ReportSettings)] = dataclasses.field(default_factory=ReportSettings)
+    report: Annotated[ReportSettings, nested(ReportSettings)]
 
     @classmethod
     def of(cls, cfg: DictConfig) -> RunSettings:

@@ -34,17 +34,17 @@ from face.settings import settings as typed
 HUMAN_LABEL = "human labels of CRSArena-Eval (the annotators' scores, averaged per item as released)"
 
 
-@typed("comparison")
+@typed("comparison", conf="experiment/system_comparison.yaml:comparison")
 class Settings:
     """``comparison:`` of conf/experiment/system_comparison.yaml (None: enough resamples for Holm's family)."""
 
-    alpha: float = Field(default=0.05, gt=0, lt=0.5)
-    n_boot: int | None = Field(default=None, ge=200)
-    calibration_splits: int = Field(default=200, ge=1)
-    calibration_boot: int | None = Field(default=None, ge=200)
-    power_sizes: list[int | None] = Field(default_factory=lambda: [10, 20, 50, 100, None])
-    power_reps: int = Field(default=50, ge=1)
-    power_boot: int | None = Field(default=None, ge=200)
+    alpha: float = Field(gt=0, lt=0.5)
+    n_boot: int | None = Field(ge=200)
+    calibration_splits: int = Field(ge=1)
+    calibration_boot: int | None = Field(ge=200)
+    power_sizes: list[int | None]
+    power_reps: int = Field(ge=1)
+    power_boot: int | None = Field(ge=200)
 
 
 def settings(cfg: DictConfig) -> Settings:

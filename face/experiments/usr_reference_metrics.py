@@ -144,7 +144,7 @@ def _corpus(ctx, corpus: str, metrics: list[str]) -> _Corpus:
         dataset = build(OmegaConf.merge(cfg.dataset, {"name": f"usr_{corpus}", "corpus": corpus}))
         ensure_data(ctx.data_dir, dataset.files(), cfg.paths.get("data_mirror"), dataset.download)
         convs = dataset.select(dataset.load_all(ctx.data_dir))
-    aspects = dataset.resolve_aspects(cfg.get("aspects"))
+    aspects = dataset.resolve_aspects(ctx.settings.aspects)
     outs = predict_many(metrics, Inputs(dataset, convs, aspects, ctx.data_dir, ctx.run_dir, None, ctx.tracker))
     me, seed = ctx.settings.metaeval, ctx.settings.seed
     results = {name: meta_evaluate(out.predictions, convs, aspects, ["all"], ("turn", "system"), me.n_boot, seed,

@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self, runtime_checkable
 
+from pydantic import Field
+
 from face.secrets import redact
+from face.settings import settings
 
 Messages = tuple[tuple[str, str], ...]
 
@@ -35,28 +38,23 @@ class LLMRequestRefused(LLMCallError):
         self.status, self.code = status, code
 
 
-@dataclass(frozen=True)
+@settings("draws", frozen=True)
 class Draws:
     """How many draws a request with an answer type may spend on its n valid answers: round 1 draws samples
     first_sample .. first_sample + n - 1, each later round the next fresh indices, one per answer still missing,
-    for at most ``rounds`` rounds and ``max_extra`` draws beyond the first n (None: no cap but the rounds)."""
+    for at most ``rounds`` rounds and ``max_extra`` draws beyond the first n (None: no cap but the rounds). The one
+    draw policy: ``method.scoring.draws``, ``method.particles.draws`` and a baseline's ``method.draws`` are this."""
 
-    rounds: int = 4
-    max_extra: int | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
-            raise ValueError(f"draws.rounds must be an integer >= 1, got {self.rounds!r}")
-        if self.max_extra is not None and (isinstance(self.max_extra, bool) or not isinstance(self.max_extra, int)
-                                           or self.max_extra < 0):
-            raise ValueError(f"draws.max_extra must be an integer >= 0 or null, got {self.max_extra!r}")
+    rounds: int = Field(ge=1)
+    max_extra: int | None = Field(ge=0)
 
     def room(self, missing: int, extra: int) -> int:
         """Draws the next round may make: one per missing answer, within ``max_extra`` (``extra`` spent so far)."""
         return missing if self.max_extra is None else min(missing, self.max_extra - extra)
 
 
-DEFAULT_DRAWS = Draws()  # a request with an answer type and no policy of its own: 4 draws per answer at most
+# a request with an answer type and no policy of its own: 4 draws per answer at most
+DEFAULT_DRAWS = Draws(rounds=4, max_extra=None)
 
 
 @dataclass(frozen=True)

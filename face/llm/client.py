@@ -8,7 +8,7 @@ Validated answers: give a request an answer type (face.llm.adapters) and a draw 
 valid answers (or fewer, when the draws ran out), every draw parsed, nothing invalid cached as valid::
 
     scores = score_adapter([0, 1, 2])
-    req = scores.request(ChatRequest(messages=msgs, n=5, tag="score", draws=Draws(rounds=4)),
+    req = scores.request(ChatRequest(messages=msgs, n=5, tag="score", draws=Draws(rounds=4, max_extra=None)),
                          native=cfg.supports_json_schema, validate=True)   # + replace(req, adapter=scores)
     [res] = client.run_batch([req], desc="scoring")
     for s in res.answers:        # the valid ones (s.value is ScoreAnswer(score=2), s.text the raw answer)

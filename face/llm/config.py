@@ -1,5 +1,5 @@
-"""LLMConfig: every knob of the LLM access layer (keys of conf/llm/*.yaml). The defaults here are conf/llm/base.yaml's
-(tests/llm/test_config_cli.py holds them equal), so a run and a client built in code behave alike."""
+"""LLMConfig: every knob of the LLM access layer (keys of conf/llm/*.yaml), typed. The defaults are conf/llm/base.yaml's
+(face.settings: a client built in code takes them), so a run and a client built in code behave alike."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,59 +18,59 @@ __all__ = ["LLMConfig", "is_env_var_name", "looks_like_secret"]
 Url = Annotated[str, Field(min_length=1)]
 
 
-@settings("llm")
+@settings("llm", conf="llm/base.yaml")
 class LLMConfig:
     backend: str = "openai_compatible"  # a label for run descriptions (local | openai | ...); nothing depends on it
     # e.g. https://api.openai.com/v1 (ignored when a server is configured); a list of URLs (replicas of one
     # model) spreads the requests over them
-    base_url: str | Annotated[list[Url], Field(min_length=1)] | None = None
-    api_key_env: str | None = None  # NAME of the env var holding the key, never the key
+    base_url: str | Annotated[list[Url], Field(min_length=1)] | None
+    api_key_env: str | None  # NAME of the env var holding the key, never the key
     model: str = Field(default="smollm2-135m-instruct", min_length=1)
-    temperature: Number = Field(default=0.6, ge=0, le=2)
-    max_tokens: int = Field(default=256, ge=1)
-    top_p: Number | None = Field(default=None, gt=0, le=1)
-    seed: int | None = 0  # sample i of a request uses seed + i
-    n_per_request: int = Field(default=1, ge=1)  # max samples one HTTP request may return (1 for llama.cpp)
+    temperature: Number = Field(ge=0, le=2)
+    max_tokens: int = Field(ge=1)
+    top_p: Number | None = Field(gt=0, le=1)
+    seed: int | None  # sample i of a request uses seed + i
+    n_per_request: int = Field(ge=1)  # max samples one HTTP request may return (1 for llama.cpp)
     # probe the endpoint once (per base URL and model; remembered in cache_dir/endpoints.json): n_per_request
     # > 1 is used only if it honours n, else n is split into one request per sample
-    probe: bool = True
-    supports_json_schema: bool = True
-    supports_logprobs: bool = True
+    probe: bool
+    supports_json_schema: bool
+    supports_logprobs: bool
     # wire format of a json_schema response_format: "openai" ({"type": "json_schema", "json_schema":
     # {"name", "schema"}}) or "json_object_schema" ({"type": "json_object", "schema": ...}; llama-cpp-python)
-    json_schema_format: Literal["openai", "json_object_schema"] = "openai"
-    concurrency: int = Field(default=8, ge=1)  # requests in flight at most (the cap of the adaptive limit)
-    adaptive_concurrency: bool = False  # AIMD between 1 and `concurrency` (face/llm/limiter.py)
-    concurrency_start: int | None = Field(default=None, ge=1)  # the adaptive limit's first value (None: `concurrency`)
+    json_schema_format: Literal["openai", "json_object_schema"]
+    concurrency: int = Field(ge=1)  # requests in flight at most (the cap of the adaptive limit)
+    adaptive_concurrency: bool  # AIMD between 1 and `concurrency` (face/llm/limiter.py)
+    concurrency_start: int | None = Field(ge=1)  # the adaptive limit's first value (None: `concurrency`)
     # adaptive: back off when latency exceeds this × its unloaded value
-    latency_tolerance: Number = Field(default=2.0, gt=1)
+    latency_tolerance: Number = Field(gt=1)
     # the openai SDK's HTTP transport: aiohttp (its DefaultAioHttpClient) | httpx
-    http_client: Literal["aiohttp", "httpx"] = "aiohttp"
-    timeout_s: Number = Field(default=120.0, gt=0)
-    max_retries: int = Field(default=6, ge=0)
-    backoff_base_s: Number = Field(default=0.5, ge=0)
-    backoff_max_s: Number = Field(default=30.0, ge=0)
-    price_input_per_mtok: Number = Field(default=0.0, ge=0)  # USD per million input tokens
-    price_output_per_mtok: Number = Field(default=0.0, ge=0)  # USD per million output tokens
-    max_calls: int | None = Field(default=None, ge=0)  # cap on HTTP requests sent (cache hits are free)
-    max_cost_usd: Number | None = Field(default=None, ge=0)  # null: no cap
-    dry_run: bool = False
-    force: bool = False  # start even when the cost estimate exceeds max_cost_usd (the budget still stops the run)
-    cache_dir: str | None = ".face_cache/llm"
-    cache: bool = True
-    progress: bool = True
+    http_client: Literal["aiohttp", "httpx"]
+    timeout_s: Number = Field(gt=0)
+    max_retries: int = Field(ge=0)
+    backoff_base_s: Number = Field(ge=0)
+    backoff_max_s: Number = Field(ge=0)
+    price_input_per_mtok: Number = Field(ge=0)  # USD per million input tokens
+    price_output_per_mtok: Number = Field(ge=0)  # USD per million output tokens
+    max_calls: int | None = Field(ge=0)  # cap on HTTP requests sent (cache hits are free)
+    max_cost_usd: Number | None = Field(ge=0)  # null: no cap
+    dry_run: bool
+    force: bool  # start even when the cost estimate exceeds max_cost_usd (the budget still stops the run)
+    cache_dir: str | None
+    cache: bool
+    progress: bool
     usage_file: str | None = None  # llm_usage.json written here when the client closes (also after a stop)
     # a server started beside the client, which then uses its base_url and model:
     # {"_target_": "module.Class", **constructor options} (e.g. face.llm.local.LocalServer), or None
-    server: dict[str, Any] | None = None
+    server: dict[str, Any] | None
     # the OpenAI Batch API (face/llm/batch.py): requests go as lines of batch jobs, polled until done
-    batch: bool = False
-    batch_window: str = "24h"  # completion_window of each job
-    batch_poll_s: Number = Field(default=30.0, gt=0)  # seconds between two polls of a job
-    batch_collect_s: Number = Field(default=0.5, gt=0)  # a job is sent once no new line arrived for this long
-    batch_max_requests: int = Field(default=50_000, ge=1)  # lines per job at most (OpenAI's limit)
+    batch: bool
+    batch_window: str  # completion_window of each job
+    batch_poll_s: Number = Field(gt=0)  # seconds between two polls of a job
+    batch_collect_s: Number = Field(gt=0)  # a job is sent once no new line arrived for this long
+    batch_max_requests: int = Field(ge=1)  # lines per job at most (OpenAI's limit)
     # batch price / list price (estimates, dry runs, budgets)
-    batch_price_factor: Number = Field(default=0.5, gt=0, le=1)
+    batch_price_factor: Number = Field(gt=0, le=1)
 
     @field_validator("base_url", mode="before")
     @classmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, field
+from dataclasses import asdict
 from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import Field, model_validator
@@ -15,12 +15,12 @@ from face.settings import Number, nested, settings
 Reward = Literal["spearman", "pearson", "kendall"]  # the names of face.coefficients (tests hold them equal)
 
 
-@settings("optimizer.split", frozen=True)
+@settings("optimizer.split", frozen=True, conf="optimizer/paper.yaml:split")
 class SplitConfig:
-    folds: int = Field(default=2, ge=2)  # conversation-level folds, stratified by system
-    fold: int = Field(default=0, ge=0)  # the held-out (test) fold; the others are for optimization
-    dev_fraction: Number = Field(default=0.25, ge=0, lt=1)  # share of the optimization conversations kept aside as dev
-    seed: int = 0
+    folds: int = Field(ge=2)  # conversation-level folds, stratified by system
+    fold: int = Field(ge=0)  # the held-out (test) fold; the others are for optimization
+    dev_fraction: Number = Field(ge=0, lt=1)  # share of the optimization conversations kept aside as dev
+    seed: int
 
     @model_validator(mode="after")
     def _fold_of_folds(self) -> SplitConfig:
@@ -29,40 +29,40 @@ class SplitConfig:
         return self
 
 
-@settings("optimizer.writer", frozen=True)
+@settings("optimizer.writer", frozen=True, conf="optimizer/paper.yaml:writer")
 class WriterConfig:
     """Sampling of the gradient and rewrite calls."""
 
-    temperature: Number = Field(default=1.0, ge=0)
-    max_tokens: int = Field(default=700, ge=1)
-    examples: int = Field(default=4, ge=1)  # worst-predicted items shown to the gradient prompt
-    example_chars: int = Field(default=400, ge=20)  # an utterance is cut to this many characters in the gradient prompt
+    temperature: Number = Field(ge=0)
+    max_tokens: int = Field(ge=1)
+    examples: int = Field(ge=1)  # worst-predicted items shown to the gradient prompt
+    example_chars: int = Field(ge=20)  # an utterance is cut to this many characters in the gradient prompt
 
 
-@settings("optimizer", frozen=True)
+@settings("optimizer", frozen=True, conf="optimizer/paper.yaml")
 class OptimizerConfig:
     """The loop of the paper (their values as defaults): beam b, α gradients, β rewrites per gradient, UCB c."""
 
-    name: str = "paper"
-    alpha: Samples = 4  # textual gradients per beam instruction
-    beta: Samples = 4  # rewrites per gradient
-    beam: int = Field(default=4, ge=1)  # instructions kept per round
-    ucb_c: Number = Field(default=1.0, ge=0)  # UCB exploration constant
-    rounds: int = Field(default=3, ge=1)
-    expand_minibatch: int = Field(default=20, ge=1)  # training items scored to find the worst-predicted ones
-    error: Literal["rank", "abs"] = "rank"  # rank: |rank(pred) - rank(gold)| | abs: |pred - gold|
-    pulls: int = Field(default=128, ge=1)  # bandit pulls per round (one pull = reward on a fresh minibatch)
-    pull_minibatch: int = Field(default=20, ge=1)  # items per pull
-    reward: Reward = "spearman"  # correlation used as reward and as held-out metric
-    top_k: int = Field(default=16, ge=1)  # size of the final ranked instruction set (the authors: 16 of 96)
+    name: str
+    alpha: Samples  # textual gradients per beam instruction
+    beta: Samples  # rewrites per gradient
+    beam: int = Field(ge=1)  # instructions kept per round
+    ucb_c: Number = Field(ge=0)  # UCB exploration constant
+    rounds: int = Field(ge=1)
+    expand_minibatch: int = Field(ge=1)  # training items scored to find the worst-predicted ones
+    error: Literal["rank", "abs"]  # rank: |rank(pred) - rank(gold)| | abs: |pred - gold|
+    pulls: int = Field(ge=1)  # bandit pulls per round (one pull = reward on a fresh minibatch)
+    pull_minibatch: int = Field(ge=1)  # items per pull
+    reward: Reward  # correlation used as reward and as held-out metric
+    top_k: int = Field(ge=1)  # size of the final ranked instruction set (the authors: 16 of 96)
     # initial: the paper's generic initial instruction | initial_aspect: ours per aspect
-    start: Literal["initial", "initial_aspect"] = "initial"
-    scorer: Literal["live", "replay"] = "live"  # live (LLM) | replay (released scores; no gradients / rewrites)
-    seed: int = 0
-    split: Annotated[SplitConfig, nested(SplitConfig)] = field(default_factory=SplitConfig)
-    writer: Annotated[WriterConfig, nested(WriterConfig)] = field(default_factory=WriterConfig)
-    resume: str | None = None  # a checkpoint directory of an earlier run to continue
-    stop_after_round: int | None = Field(default=None, ge=1)  # stop cleanly after this round (checkpoint intact)
+    start: Literal["initial", "initial_aspect"]
+    scorer: Literal["live", "replay"]  # live (LLM) | replay (released scores; no gradients / rewrites)
+    seed: int
+    split: Annotated[SplitConfig, nested(SplitConfig)]
+    writer: Annotated[WriterConfig, nested(WriterConfig)]
+    resume: str | None  # a checkpoint directory of an earlier run to continue
+    stop_after_round: int | None = Field(ge=1)  # stop cleanly after this round (checkpoint intact)
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> OptimizerConfig:

@@ -6,15 +6,15 @@ free afterwards (in-process memo and the LLM cache), which the loop exploits hea
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import pandas as pd
 
 from face.llm.sizes import planned
 from face.optimize.config import OptimizerConfig
 from face.pipeline.estimate import Pricing
+from face.settings import conf_defaults
 
-PAPER: dict[str, Any] = dict(alpha=4, beta=4, beam=4, ucb_c=1.0, expand_minibatch=20, pull_minibatch=20)
+PAPER = ("alpha", "beta", "beam", "ucb_c", "expand_minibatch", "pull_minibatch")  # the loop's sizes the paper states
 
 
 @dataclass(frozen=True)
@@ -71,4 +71,5 @@ def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.Data
 
 
 def paper_setting(ocfg: OptimizerConfig) -> OptimizerConfig:
-    return replace(ocfg, **PAPER)
+    """``ocfg`` with the paper's loop sizes: conf/optimizer/paper.yaml's values of ``PAPER``."""
+    return replace(ocfg, **conf_defaults("optimizer/paper.yaml", PAPER))

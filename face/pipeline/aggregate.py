@@ -18,14 +18,15 @@ correlations. Rounding makes mathematically equal predictions tie exactly, whate
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence, get_args
 
 import numpy as np
 import pandas as pd
 
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions, round_preds
 
-AGGREGATORS = ("mean", "median", "max", "min")
+Aggregator = Literal["mean", "median", "max", "min"]
+AGGREGATORS = get_args(Aggregator)
 
 
 def _check_agg(name: str) -> str:

@@ -277,7 +277,7 @@ class ScoreAnswer:
 
         if json_schema and not self.spec.reasoning:  # a schema would rule the reasoning out
             req = score_adapter(self.scale).request(req, native=True)
-        return replace(req, adapter=self, draws=self.spec.draws.policy)
+        return replace(req, adapter=self, draws=self.spec.draws)
 
 
 @functools.lru_cache(maxsize=256)

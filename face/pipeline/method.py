@@ -25,7 +25,7 @@ from face.files import atomic_open
 from face.llm.config import LLMConfig
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
-from face.pipeline.aggregate import aggregate
+from face.pipeline.aggregate import Aggregator, aggregate
 from face.pipeline.estimate import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost, totals
 from face.pipeline.particles import Decomposition, ParticlesSpec
 from face.pipeline.parts import (
@@ -43,32 +43,31 @@ from face.settings import nested, settings
 
 log = logging.getLogger(__name__)
 EMPTY_TURN_RULES = ("drop", "min")
-Aggregator = Literal["mean", "median", "max", "min"]  # face.pipeline.aggregate.AGGREGATORS
 
 
-@settings("method.instructions")
+@settings("method.instructions", conf="method/face.yaml:instructions")
 class InstructionsSpec:
     # released: the authors' top-16 per aspect | initial: the paper's generic initial instruction ("FACE w/o
     # train") | initial_aspect: our aspect-specific initial instructions | file: a JSON file (e.g. an optimizer's)
     # | mlflow: an optimized set in MLflow | module.Class: a class of your own (face/pipeline/parts.py)
-    source: str = "released"
-    file: str | None = None  # JSON {aspect: [{instruction_id, text}]} for source=file
-    max: int | None = Field(default=None, ge=1)  # use the first N (by rank); None = all
-    ref: str | None = None  # source=mlflow: NAME@VERSION ({aspect} allowed in NAME), prompts:/NAME/V or runs:/RUN_ID
+    source: str
+    file: str | None  # JSON {aspect: [{instruction_id, text}]} for source=file
+    max: int | None = Field(ge=1)  # use the first N (by rank); None = all
+    ref: str | None  # source=mlflow: NAME@VERSION ({aspect} allowed in NAME), prompts:/NAME/V or runs:/RUN_ID
 
     def build(self) -> InstructionSource:
         return build(INSTRUCTION_SOURCES, self.source, "instruction source", {"file": self.file, "ref": self.ref})
 
 
-@settings("method.cost")
+@settings("method.cost", conf="method/face.yaml:cost")
 class CostSpec:
     """Typical answer sizes for the estimate printed before a live run."""
 
-    score_output_tokens: int = Field(default=8, ge=0)  # {"score": k} alone
+    score_output_tokens: int = Field(ge=0)  # {"score": k} alone
     # assumed length of a reasoned scoring reply (max_tokens bounds it)
-    score_reasoning_tokens: int = Field(default=300, ge=0)
-    decompose_output_tokens: int = Field(default=120, ge=0)  # the JSON list alone
-    decompose_reasoning_tokens: int = Field(default=600, ge=0)  # assumed length of a reasoned decomposition reply
+    score_reasoning_tokens: int = Field(ge=0)
+    decompose_output_tokens: int = Field(ge=0)  # the JSON list alone
+    decompose_reasoning_tokens: int = Field(ge=0)  # assumed length of a reasoned decomposition reply
 
     def score_tokens(self, reasoning: bool) -> int:
         return self.score_reasoning_tokens if reasoning else self.score_output_tokens
@@ -98,23 +97,23 @@ def write_run_settings(path: Path, label: str, llm: LLMConfig, method: Face,
     return path
 
 
-@settings("method")
+@settings("method", conf="method/face.yaml")
 class Face:
     """FACE live. Config: ``conf/method/face.yaml``; every key is a field here."""
 
     uses_llm: ClassVar[bool] = True  # the LLM settings, cache and server are checked before anything runs
-    name: str = "face"
-    unit: Literal["particle", "whole"] = "particle"  # whole: score whole turns / dialogues (ablation_no_particles)
-    particles: Annotated[ParticlesSpec, nested(ParticlesSpec)] = Field(default_factory=ParticlesSpec)
-    instructions: Annotated[InstructionsSpec, nested(InstructionsSpec)] = Field(default_factory=InstructionsSpec)
-    scoring: Annotated[ScoringSpec, nested(ScoringSpec)] = Field(default_factory=ScoringSpec)
+    name: str
+    unit: Literal["particle", "whole"]  # whole: score whole turns / dialogues (ablation_no_particles)
+    particles: Annotated[ParticlesSpec, nested(ParticlesSpec)]
+    instructions: Annotated[InstructionsSpec, nested(InstructionsSpec)]
+    scoring: Annotated[ScoringSpec, nested(ScoringSpec)]
     # a turn without particles: drop (the authors: no prediction for it; a conversation without any particle gets
     # no dialogue prediction either) | min (it scores the scale's lowest)
-    empty_turn: Literal["drop", "min"] = "drop"
-    unlabelled_turns: Literal["skip", "score"] = "skip"  # skip (the authors) | score: turns without their label
-    instruction_agg: Aggregator = "mean"
-    particle_agg: Aggregator = "mean"
-    cost: Annotated[CostSpec, nested(CostSpec)] = Field(default_factory=CostSpec)
+    empty_turn: Literal["drop", "min"]
+    unlabelled_turns: Literal["skip", "score"]  # skip (the authors) | score: turns without their label
+    instruction_agg: Aggregator
+    particle_agg: Aggregator
+    cost: Annotated[CostSpec, nested(CostSpec)]
 
     def __post_init__(self) -> None:
         # the parts, built from the settings above (face/pipeline/parts.py)

@@ -33,28 +33,16 @@ MAX_MENTION_WORDS = 12
 PARTICLE_SOURCES = ("llm", "released")
 
 
-@settings("method.particles.draws", frozen=True)
-class ParticleDraws:
-    """How many draws a turn may spend on its k valid decompositions (face.llm.Draws)."""
-
-    rounds: int = Field(default=100, ge=1)  # rounds of redrawing invalid samples (the authors: 100)
-    max_extra: int | None = Field(default=None, ge=0)  # cap on extra draws per turn (None: none beyond the rounds)
-
-    @property
-    def policy(self) -> Draws:
-        return Draws(self.rounds, self.max_extra)
-
-
-@settings("method.particles")
+@settings("method.particles", conf="method/face.yaml:particles")
 class ParticlesSpec:
     """How particles are obtained: decomposed by the LLM (k samples, plurality vote) or the released ones."""
 
-    source: str = "llm"  # llm (our decomposition) | released (the authors' particles, CRSArena only) | module.Class
-    k: Samples = 20  # decomposition samples per turn (plurality vote)
-    reasoning: bool = True  # four reasoning steps before the JSON list (the authors) | JSON only (ours)
-    draws: Annotated[ParticleDraws, nested(ParticleDraws)] = Field(default_factory=ParticleDraws)
-    temperature: Number | None = Field(default=0.6, ge=0, le=2)  # the authors: 0.6
-    max_tokens: int = Field(default=2048, ge=1)  # the authors: 2048 (reasoning); 400 is plenty without it
+    source: str  # llm (our decomposition) | released (the authors' particles, CRSArena only) | module.Class
+    k: Samples  # decomposition samples per turn (plurality vote)
+    reasoning: bool  # four reasoning steps before the JSON list (the authors) | JSON only (ours)
+    draws: Annotated[Draws, nested(Draws)]
+    temperature: Number | None = Field(ge=0, le=2)  # the authors: 0.6
+    max_tokens: int = Field(ge=1)  # the authors: 2048 (reasoning); 400 is plenty without it
 
     @field_validator("source")
     @classmethod
@@ -188,7 +176,7 @@ def decompose(client: Any, convs: Sequence[Conversation], spec: ParticlesSpec, j
         c, t = turn
         return answer.request(ChatRequest(messages=decompose_messages(c, t, assistant, spec.reasoning), n=spec.k,
                                           temperature=spec.temperature, max_tokens=spec.max_tokens, tag="decompose"),
-                              json_schema, spec.draws.policy)
+                              json_schema, spec.draws)
 
     out: dict[tuple[str, int], Decomposition] = {}
 

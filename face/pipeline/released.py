@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -12,7 +11,8 @@ from face.aspects import Aspect
 from face.data import released_instructions_file, released_scores_file
 from face.datasets.face_released import load_instructions, load_particle_scores
 from face.methods import Inputs, MethodOutput
-from face.pipeline.aggregate import AGGREGATORS, aggregate
+from face.pipeline.aggregate import Aggregator, aggregate
+from face.settings import settings
 
 LABEL = ("FACE (ours, released scores): the authors' per-particle scores — their LLM, 5 samples per "
          "particle × instruction, 16 instructions — aggregated and meta-evaluated by this project")
@@ -26,17 +26,12 @@ def load_scores(data_dir: str | Path, aspects: Sequence[str], conv_ids: set[str]
     return scores
 
 
-@dataclass
+@settings("method", conf="method/face_released.yaml")
 class FaceReleased:
-    name: str = "face_released"
-    instruction_agg: str = "mean"  # over a particle's instructions
-    particle_agg: str = "mean"  # over the particles of a turn / of a dialogue
-    instructions: list[str] | None = None  # subset of instruction ids; None = all 16
-
-    def __post_init__(self) -> None:
-        for key in ("instruction_agg", "particle_agg"):
-            if getattr(self, key) not in AGGREGATORS:
-                raise ValueError(f"method.{key} must be one of {AGGREGATORS}, got {getattr(self, key)!r}")
+    name: str
+    instruction_agg: Aggregator  # over a particle's instructions
+    particle_agg: Aggregator  # over the particles of a turn / of a dialogue
+    instructions: list[str] | None  # subset of instruction ids; None = all 16
 
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
         if not dataset.released_artifacts:

@@ -61,34 +61,22 @@ FALLBACKS = ("min", "drop")
 LOGPROBS_MISSING = ("parsed", "redraw", "min")
 
 
-@settings("method.scoring.draws", frozen=True)
-class ScoringDraws:
-    """How many draws a unit × instruction may spend on its valid answers (face.llm.Draws)."""
-
-    rounds: int = Field(default=10, ge=1)  # round 1 draws n, each later one the answers still missing (the authors: 10)
-    max_extra: int | None = Field(default=None, ge=0)  # cap on the draws beyond the n (None: the rounds alone)
-
-    @property
-    def policy(self) -> Draws:
-        return Draws(self.rounds, self.max_extra)
-
-
-@settings("method.scoring", frozen=True)
+@settings("method.scoring", frozen=True, conf="method/face.yaml:scoring")
 class ScoringSpec:
     """How a unit is scored under one instruction (``method.scoring``)."""
 
-    estimator: str = "sampling"  # sampling (n samples, mean) | logprobs (one call, probability-weighted) | module.Class
-    n: Samples = 5  # samples per unit × instruction (sampling; the authors: 5)
-    temperature: Number | None = Field(default=0.6, ge=0, le=2)  # the authors: 0.6
-    max_tokens: int | None = Field(default=None, ge=1)  # None: 768 with reasoning (the authors), 16 without
-    top_logprobs: int = Field(default=5, ge=0, le=20)
-    order: Literal["prefix", "naive"] = "prefix"  # prefix (requests sharing a prompt prefix run together) | naive
-    reasoning: bool = True  # think step by step before the JSON answer (the paper) | the answer only
-    draws: Annotated[ScoringDraws, nested(ScoringDraws)] = Field(default_factory=ScoringDraws)
-    fallback: Literal["min", "drop"] = "min"  # a sample still invalid: the scale's lowest (the authors) | left out
+    estimator: str  # sampling (n samples, mean) | logprobs (one call, probability-weighted) | module.Class
+    n: Samples  # samples per unit × instruction (sampling; the authors: 5)
+    temperature: Number | None = Field(ge=0, le=2)  # the authors: 0.6
+    max_tokens: int | None = Field(ge=1)  # None: 768 with reasoning (the authors), 16 without
+    top_logprobs: int = Field(ge=0, le=20)
+    order: Literal["prefix", "naive"]  # prefix (requests sharing a prompt prefix run together) | naive
+    reasoning: bool  # think step by step before the JSON answer (the paper) | the answer only
+    draws: Annotated[Draws, nested(Draws)]
+    fallback: Literal["min", "drop"]  # a sample still invalid: the scale's lowest (the authors) | left out
     # estimator=logprobs, no draw with logprobs at its score: parsed (its integer) | redraw (invalid: the fallback
     # applies) | min (the scale's lowest)
-    logprobs_missing: Literal["parsed", "redraw", "min"] = "parsed"
+    logprobs_missing: Literal["parsed", "redraw", "min"]
 
     @field_validator("estimator")
     @classmethod
@@ -225,7 +213,7 @@ def _request_of(p: Planned) -> Any:
 
 
 __all__ = ["ESTIMATORS", "FALLBACKS", "LOGPROBS_MISSING", "ORDERS", "UNITS", "UNLABELLED", "Estimator",
-           "LogprobsEstimator", "Planned", "SamplingEstimator", "ScoreAnswer", "ScoreRecord", "ScoringDraws",
+           "LogprobsEstimator", "Planned", "SamplingEstimator", "ScoreAnswer", "ScoreRecord",
            "ScoringSpec", "Unit", "count_answers", "numbered", "one_line", "ordinal", "particle_text", "plan",
            "plan_iter", "reasoned_expectation", "reasoned_value", "record_from_samples", "score", "score_messages",
            "score_stream", "score_value", "turns_for", "units_for"]

@@ -172,7 +172,7 @@ def test_scripted_schema_instances_validate(seed):
 
 # ---------------------------------------------------------------- redraws through the client (the one loop)
 def ask(c, adapter, messages="rate this", n=1, rounds=3, tag="score"):
-    req = ChatRequest(messages=messages, n=n, tag=tag, draws=Draws(rounds=rounds))
+    req = ChatRequest(messages=messages, n=n, tag=tag, draws=Draws(rounds=rounds, max_extra=None))
     return c.run_batch([adapter.request(req, native=c.cfg.supports_json_schema, validate=True)])[0]
 
 

@@ -23,21 +23,22 @@ def _validated(texts, n, draws, inner=None):
 
 
 def test_every_invalid_answer_is_redrawn_at_fresh_indices_until_n_are_valid():
-    res, inner, _ = _validated({0: "ok0", 1: "bad", 2: "bad", 3: "ok3", 4: "bad", 5: "ok5"}, 3, Draws(rounds=4))
+    texts = {0: "ok0", 1: "bad", 2: "bad", 3: "ok3", 4: "bad", 5: "ok5"}
+    res, inner, _ = _validated(texts, 3, Draws(rounds=4, max_extra=None))
     assert inner.asked == [(0, 3), (3, 2), (5, 1)]  # one fresh index per answer still missing
     assert res.values == [("ok0",), ("ok3",), ("ok5",)]
     assert (res.answer_retries, res.rejected_answers, res.invalid_samples) == (3, 3, 0)
 
 
 def test_one_invalid_answer_of_n_is_redrawn():
-    res, inner, _ = _validated({2: "bad"}, 3, Draws(rounds=2))
+    res, inner, _ = _validated({2: "bad"}, 3, Draws(rounds=2, max_extra=None))
     assert inner.asked == [(0, 3), (3, 1)]
     assert res.values == [("ok",)] * 3 and res.invalid_samples == 0
 
 
 def test_draws_stop_after_exactly_the_policys_rounds():
     texts = dict.fromkeys(range(20), "bad")
-    res, inner, u = _validated(texts, 3, Draws(rounds=2))
+    res, inner, u = _validated(texts, 3, Draws(rounds=2, max_extra=None))
     assert inner.asked == [(0, 3), (3, 3)]
     assert (res.answer_retries, res.rejected_answers, res.invalid_samples) == (3, 6, 3)
     assert u.invalid_samples == 3 and "no valid answer in 6 draws" in u.invalid_events[0]["reason"]
@@ -50,18 +51,18 @@ def test_max_extra_caps_the_redraws_over_the_whole_request():
 
 
 def test_draws_room_is_one_per_missing_answer_within_max_extra():
-    assert Draws(rounds=3).room(4, 10) == 4
+    assert Draws(rounds=3, max_extra=None).room(4, 10) == 4
     assert Draws(rounds=3, max_extra=5).room(4, 3) == 2
     assert Draws(rounds=3, max_extra=5).room(1, 3) == 1
 
 
 def test_the_earliest_provisional_draw_stands_in_for_a_missing_answer():
-    res, _, _ = _validated({0: "prov:first", 1: "prov:second"}, 1, Draws(rounds=2))
+    res, _, _ = _validated({0: "prov:first", 1: "prov:second"}, 1, Draws(rounds=2, max_extra=None))
     assert res.values == [("first",)] and res.invalid_samples == 0
 
 
 def test_a_dry_run_is_drawn_once():
-    res, inner, _ = _validated({}, 2, Draws(rounds=4), inner=Scripted(dry_run=True))
+    res, inner, _ = _validated({}, 2, Draws(rounds=4, max_extra=None), inner=Scripted(dry_run=True))
     assert inner.asked == [(0, 2)] and res.answer_retries == 0
 
 
@@ -89,7 +90,7 @@ def test_dry_run_placeholders_are_never_stored(tmp_path):
 
 def test_an_invalid_draw_is_stored_marked_invalid_and_served_as_invalid(tmp_path):
     first = _caching(tmp_path, Scripted({0: "bad"}))
-    run(first.chat(ChatRequest(MSGS, n=2, adapter=Answer(), draws=Draws(rounds=1))))
+    run(first.chat(ChatRequest(MSGS, n=2, adapter=Answer(), draws=Draws(rounds=1, max_extra=None))))
     first.store.flush(force=True)
     asked = Scripted()
     again = CachingLM(asked, first.store, cfg(), "m")
@@ -109,14 +110,14 @@ def test_the_read_ahead_counts_its_samples_as_cache_hits(tmp_path):
 
 
 def test_a_provisional_draw_is_not_kept_when_a_valid_answer_came():
-    res, _, _ = _validated({0: "prov:x", 1: "ok"}, 1, Draws(rounds=2))
+    res, _, _ = _validated({0: "prov:x", 1: "ok"}, 1, Draws(rounds=2, max_extra=None))
     assert res.values == [("ok",)] and res.samples[0].error is not None
 
 
 def test_the_invalid_answer_note_counts_its_draws():
-    _, _, u = _validated({0: "bad"}, 1, Draws(rounds=1))
+    _, _, u = _validated({0: "bad"}, 1, Draws(rounds=1, max_extra=None))
     assert "no valid answer in 1 draw;" in u.invalid_events[0]["reason"]
-    _, _, u = _validated({0: "bad", 1: "bad"}, 1, Draws(rounds=2))
+    _, _, u = _validated({0: "bad", 1: "bad"}, 1, Draws(rounds=2, max_extra=None))
     assert "no valid answer in 2 draws; last: not ok" in u.invalid_events[0]["reason"]
 
 
@@ -134,7 +135,7 @@ def test_a_dry_run_is_not_redrawn_even_where_a_cached_draw_was_invalid():
                            Completion("", "dry_run", sample_index=i, dry_run=True) for i in req.indices]
             return res
 
-    res, inner, _ = _validated({}, 2, Draws(rounds=4), inner=Mixed())
+    res, inner, _ = _validated({}, 2, Draws(rounds=4, max_extra=None), inner=Mixed())
     assert inner.asked == [(0, 2)] and len(res.samples) == 2
 
 

@@ -16,7 +16,8 @@ SCORES = score_adapter([1, 2, 3])
 
 
 def scored(msg: str, n: int = 1, tag: str = "score", rounds: int = 4) -> ChatRequest:
-    return SCORES.request(ChatRequest(messages=msg, n=n, tag=tag, draws=Draws(rounds)), native=True, validate=True)
+    return SCORES.request(ChatRequest(messages=msg, n=n, tag=tag, draws=Draws(rounds=rounds, max_extra=None)),
+                          native=True, validate=True)
 
 
 def payloads(cache_dir) -> list[dict]:

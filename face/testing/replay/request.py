@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from face.errors import type_name
+
 from .reader import Refusal
 
 MAX_N = 128  # choices per request (OpenAI's limit; the client's llm.n_per_request for the replay)
@@ -14,12 +16,8 @@ MAX_TOP_LOGPROBS = 20
 MAX_SEED = 2 ** 63  # |seed| below this (a 64-bit integer)
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")
 
-_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
-               float: "a number", type(None): "null"}
-
-
 def json_type(value: Any) -> str:
-    return _JSON_TYPES.get(type(value), type(value).__name__)
+    return type_name(type(value))
 
 
 def _shown(value: Any) -> str:
