@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from face.llm import local
+from face.llm import local, local_process
 from face.llm.local import LocalServer, LocalServerError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -166,7 +166,7 @@ def test_child_env_drops_server_settings(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("port", "1")
     monkeypatch.setenv("CONFIG_FILE", "/x.yaml")
     monkeypatch.setenv("FACE_KEEP_ME", "1")
-    env = local._child_env()
+    env = local_process.child_env()
     assert "API_KEY" not in env and "port" not in env and "CONFIG_FILE" not in env
     assert env["FACE_KEEP_ME"] == "1"
 
