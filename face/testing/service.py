@@ -7,7 +7,7 @@
 * The request body as one JSON value (``read_json``): a body that is not JSON, or nests deeper than the parser
   follows, is a 400 ``bad_json``.
 * An aiohttp app served by an event loop in a daemon thread of this process (``AppThread``), and a process that
-  serves until SIGTERM / SIGINT or the end of its standard input (``wait_for_stop``).
+  serves until SIGTERM / SIGINT or the end of its standard input (``wait_for_stop``), started by ``spawn``.
 * The request log of a server: in memory and, if asked, appended to a JSON-lines file as requests come
   (``RequestLog``).
 """
@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import IO, Any
 
 from aiohttp import web
@@ -151,6 +155,24 @@ def wait_for_stop(until_stdin_closes: bool = False) -> None:
         threading.Thread(target=watch, name="parent-watch", daemon=True).start()
     while not stop.wait(0.2):
         pass
+
+
+def spawn(module: str, *args: str) -> tuple[subprocess.Popen, str]:
+    """``python -m <module> *args --until-stdin-closes`` (a server that prints ``READY <base_url>`` once it serves) in
+    a process of its own: (the Popen, its base URL). Its standard input is a pipe from this process: when this process
+    ends, however it ends (kill -9 included), the pipe closes and the server stops."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - the child's (a pipe nobody reads could fill and block it)
+    p = subprocess.Popen([sys.executable, "-m", module, *args, "--until-stdin-closes"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+    line = p.stdout.readline() if p.stdout else ""
+    if not line.startswith("READY "):
+        p.wait(timeout=30)
+        stderr.seek(0)
+        err = stderr.read().strip().splitlines()
+        raise RuntimeError(f"{module} did not start: {(err or [line.strip()])[-1]}")
+    return p, line.split()[1]
 
 
 class RequestLog(list):

@@ -30,7 +30,7 @@ class ServerInfo:
     port: int
 
 
-class ScriptedServer:
+class ScriptedServer(Completer):
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0, fault_rate: float = 0.0,
                  fault_kinds: Sequence[str] = TRANSPORT_FAULTS, faults_per_request: int = 1,
                  retry_after_s: float | None = 0.05, hang_s: float = 5.0, log_file: str | None = None,
@@ -41,8 +41,7 @@ class ScriptedServer:
         self.latency_s = latency_s
         self.retry_after_s = retry_after_s
         self.hang_s = hang_s  # how long a "timeout" fault keeps the request unanswered
-        self.completer = Completer(responder or default_responder, model, usage_factor, report_usage,
-                                   logprobs_missing)
+        super().__init__(responder or default_responder, model, usage_factor, report_usage, logprobs_missing)
         self.max_concurrent = max_concurrent  # a rate limit: 429 (+ Retry-After) beyond this many in flight
         self.rate_limited = 0
         self.log = RequestLog(log_file)
@@ -53,24 +52,6 @@ class ScriptedServer:
         self.max_active = 0
         self._server = AppThread("scripted-llm-server", self._app, host, port)
         self.info: ServerInfo | None = None
-
-    @property
-    def model(self) -> str:
-        """The model it names when a request names none."""
-        return self.completer.model
-
-    @model.setter
-    def model(self, name: str) -> None:
-        self.completer.model = name
-
-    @property
-    def responder(self) -> Callable[[dict], str]:
-        """Text of one choice as a function of its request body (``n=1``, the choice's seed)."""
-        return self.completer.responder
-
-    @responder.setter
-    def responder(self, fn: Callable[[dict], str]) -> None:
-        self.completer.responder = fn
 
     # ---- control ------------------------------------------------------
     def force(self, *kinds: str) -> None:
@@ -145,11 +126,6 @@ class ScriptedServer:
                 web.json_response(completion)
         finally:
             self._leave()
-
-    def _completion(self, body: dict, fault: str | None) -> dict:
-        """The chat completion of a request body (a subclass may change what is answered: tests/test_performance.py's
-        endpoint that ignores n)."""
-        return self.completer(body, fault)
 
     # ---- lifecycle ------------------------------------------------------
     @property
