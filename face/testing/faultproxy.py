@@ -17,15 +17,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import ClientSession, ClientTimeout, web
 
-from .faults import ANSWER_KINDS, KINDS, TRANSPORT_KINDS, FaultInjector, cut_json, half, salted, spoil, transport_fault
+from .faults import ANSWER_KINDS, TRANSPORT_KINDS, FaultInjector, cut_json, half, salted, spoil, transport_fault
 from .service import AppThread, RequestLog, make_app, wait_for_stop
 
-ALL_KINDS = KINDS
-__all__ = ["ALL_KINDS", "ANSWER_KINDS", "TRANSPORT_KINDS", "FaultProxy", "main"]
+__all__ = ["ANSWER_KINDS", "TRANSPORT_KINDS", "FaultProxy", "main"]
 
 
 class FaultProxy:
@@ -46,16 +45,12 @@ class FaultProxy:
     def _app(self) -> web.Application:
         app = make_app(64 * 1024 * 1024, "fault proxy: ")
         app.router.add_post("/v1/chat/completions", self._chat)
-        app.on_startup.append(self._open_session)
-        app.on_cleanup.append(self._close_session)
+        app.cleanup_ctx.append(self._session_ctx)
         return app
 
-    async def _open_session(self, app: web.Application) -> None:
-        self._session = ClientSession(timeout=ClientTimeout(total=600))
-
-    async def _close_session(self, app: web.Application) -> None:
-        if self._session is not None:
-            await self._session.close()
+    async def _session_ctx(self, app: web.Application) -> AsyncIterator[None]:
+        async with ClientSession(timeout=ClientTimeout(total=600)) as self._session:
+            yield
 
     async def _forward(self, raw: bytes, headers: dict[str, str]) -> tuple[int, bytes, str]:
         assert self._session is not None

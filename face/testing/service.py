@@ -86,19 +86,15 @@ def json_errors(prefix: str = "") -> Callable[..., Awaitable[web.StreamResponse]
     return middleware
 
 
-def parse_json(raw: bytes) -> Any:
-    """The JSON value of a request body, or RequestError ``bad_json``."""
+async def read_json(request: web.Request) -> Any:
+    """The request body as one JSON value, or RequestError ``bad_json`` (a body over the app's size limit: 413,
+    raised by aiohttp)."""
     try:
-        return json.loads(raw)
+        return json.loads(await request.read())
     except RecursionError:
         raise RequestError("bad_json", "the request body nests deeper than the JSON parser follows") from None
     except ValueError as e:  # UnicodeDecodeError included
         raise RequestError("bad_json", f"the request body is not JSON ({e})") from None
-
-
-async def read_json(request: web.Request) -> Any:
-    """The request body as one JSON value (a body over the app's size limit: 413, raised by aiohttp)."""
-    return parse_json(await request.read())
 
 
 def make_app(max_body_bytes: int, prefix: str = "") -> web.Application:

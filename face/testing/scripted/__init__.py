@@ -30,8 +30,8 @@ from __future__ import annotations
 from .answers import _h, default_responder, schema_instance
 from .cli import main, read_log, spawn
 from .completion import tokenize
-from .server import FAULT_KINDS, TRANSPORT_FAULTS, ScriptedServer, ServerInfo
+from .server import TRANSPORT_FAULTS, ScriptedServer, ServerInfo
 from .wire import InProcessServer
 
-__all__ = ["FAULT_KINDS", "TRANSPORT_FAULTS", "InProcessServer", "ScriptedServer", "ServerInfo", "_h",
+__all__ = ["TRANSPORT_FAULTS", "InProcessServer", "ScriptedServer", "ServerInfo", "_h",
            "default_responder", "main", "read_log", "schema_instance", "spawn", "tokenize"]

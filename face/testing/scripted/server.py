@@ -13,13 +13,12 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from ..faults import KINDS, STATUS, FaultInjector, cut_json, transport_fault
+from ..faults import STATUS, FaultInjector, cut_json, transport_fault
 from ..service import AppThread, RequestError, RequestLog, make_app, read_json
 from .answers import _h, default_responder
 from .batches import BatchAPI
 from .completion import Completer
 
-FAULT_KINDS = KINDS
 TRANSPORT_FAULTS = ("429", "500", "timeout")
 
 
@@ -27,7 +26,6 @@ TRANSPORT_FAULTS = ("429", "500", "timeout")
 class ServerInfo:
     base_url: str
     model: str
-    port: int
 
 
 class ScriptedServer(Completer):
@@ -140,7 +138,7 @@ class ScriptedServer(Completer):
         """Serve in a background thread; returns once the port is bound."""
         self.log.open()
         port = self._server.start()
-        self.info = ServerInfo(base_url=f"http://{self._server.host}:{port}/v1", model=self.model, port=port)
+        self.info = ServerInfo(base_url=f"http://{self._server.host}:{port}/v1", model=self.model)
         return self.info
 
     def stop(self) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx2
 
-from ..faults import cut_json_bytes, fault_reply, timeout_reply
+from ..faults import fault_reply, half, timeout_reply
 from ..service import error_body
 from .server import ScriptedServer, ServerInfo
 
@@ -43,7 +43,7 @@ class InProcessServer(ScriptedServer):
     def start(self) -> ServerInfo:
         self.log.open()
         url = self.info.base_url if self.info else f"http://scripted-{next(_NUMBER)}.in-process/v1"
-        self.info = ServerInfo(base_url=url, model=self.model, port=0)
+        self.info = ServerInfo(base_url=url, model=self.model)
         return self.info
 
     def stop(self) -> None:
@@ -93,7 +93,7 @@ class InProcessServer(ScriptedServer):
             raise httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request)
         raw = json.dumps(self._completion(body, fault)).encode()
         if fault == "cut_json":
-            raw = cut_json_bytes(raw)
+            raw = half(raw)
         return httpx2.Response(200, content=raw, headers={"Content-Type": "application/json"})
 
 
