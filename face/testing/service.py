@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -26,8 +27,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from aiohttp import web
-
-from face.llm.background import BackgroundLoop
 
 log = logging.getLogger(__name__)
 
@@ -103,38 +102,56 @@ def make_app(max_body_bytes: int, prefix: str = "") -> web.Application:
 
 
 class AppThread:
-    """An aiohttp app (built by ``factory`` on the serving loop) served on ``host:port`` by an event loop in a daemon
-    thread of this process: ``start()`` returns the port once bound, ``stop()`` ends it (the app's on_cleanup runs)."""
+    """An aiohttp app (built by ``factory`` on the serving loop) served on ``host:port`` by an event loop of its own in
+    a daemon thread of this process (``thread``, None once stopped): ``start()`` returns the port once bound (raising
+    what binding raised), ``stop()`` cancels what is left, runs the app's cleanup and closes the loop."""
 
     def __init__(self, name: str, factory: Callable[[], web.Application], host: str = "127.0.0.1", port: int = 0):
         self.name, self.factory, self.host, self.port = name, factory, host, port
-        self._bg: BackgroundLoop | None = None
-        self._runner: web.AppRunner | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
 
-    async def _up(self) -> None:
-        self._runner = web.AppRunner(self.factory(), access_log=None, shutdown_timeout=0.2)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-        self.port = self._runner.addresses[0][1]
-
-    async def _down(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+    async def _up(self) -> web.AppRunner:
+        runner = web.AppRunner(self.factory(), access_log=None, shutdown_timeout=0.2)
+        await runner.setup()
+        await web.TCPSite(runner, self.host, self.port).start()
+        self.port = runner.addresses[0][1]
+        return runner
 
     def start(self, timeout_s: float = 30.0) -> int:
-        self._bg = BackgroundLoop(self.name)
-        self._bg.start(self._up, self._down, timeout_s)
+        ready, err = threading.Event(), []
+
+        def run() -> None:
+            loop = self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            try:
+                runner = loop.run_until_complete(self._up())
+            except BaseException as e:  # handed to the starting thread
+                err.append(e)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in pending:
+                t.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self.thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self.thread.start()
+        if not ready.wait(timeout_s):
+            raise TimeoutError(f"{self.name} did not start within {timeout_s:g} s")
+        if err:
+            raise err[0]
         return self.port
 
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The serving thread while it runs (None once stopped)."""
-        return None if self._bg is None else self._bg._thread
-
-    def stop(self) -> None:
-        if self._bg is not None:
-            self._bg.stop()
-            self._bg = None
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.loop is not None and self.thread is not None and self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout_s)
+        self.thread = None
 
 
 def wait_for_stop(until_stdin_closes: bool = False) -> None:
