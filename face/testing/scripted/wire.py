@@ -97,28 +97,13 @@ class InProcessServer(ScriptedServer):
         return httpx2.Response(200, content=raw, headers={"Content-Type": "application/json"})
 
 
-def attached(key: str) -> _Attached:
-    """The live server a ``spec()`` names (the client's start and stop leave it serving: it has no socket)."""
+def attached(key: str) -> InProcessServer:
+    """The live server a ``spec()`` names (the client's stop only closes its log file, which its next start opens
+    again: the server has no socket)."""
     try:
-        return _Attached(_LIVE[key])
+        return _LIVE[key]
     except KeyError:
         raise ValueError(f"no live in-process scripted server {key!r} (its owner has let it go)") from None
-
-
-class _Attached:
-    """A server seen by a client that does not own it: ``stop`` leaves it to its owner."""
-
-    def __init__(self, server: InProcessServer):
-        self.server = server
-
-    def __getattr__(self, name: str) -> Any:  # model, base_url, http_client, log, ... are the server's
-        return getattr(self.server, name)
-
-    def start(self) -> ServerInfo:
-        return self.server.info or self.server.start()
-
-    def stop(self) -> None:
-        pass
 
 
 async def _wait(seconds: float, read_timeout: float | None, request: httpx2.Request) -> None:
