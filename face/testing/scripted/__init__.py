@@ -28,10 +28,8 @@ As the configured server of a client: llm.server = {_target_: face.testing.scrip
 from __future__ import annotations
 
 from .answers import _h, default_responder, schema_instance
-from .cli import main, read_log, spawn
-from .completion import tokenize
-from .server import TRANSPORT_FAULTS, ScriptedServer, ServerInfo
+from .cli import read_log, spawn
+from .server import ScriptedServer
 from .wire import InProcessServer
 
-__all__ = ["TRANSPORT_FAULTS", "InProcessServer", "ScriptedServer", "ServerInfo", "_h",
-           "default_responder", "main", "read_log", "schema_instance", "spawn", "tokenize"]
+__all__ = ["InProcessServer", "ScriptedServer", "_h", "default_responder", "read_log", "schema_instance", "spawn"]
