@@ -28,6 +28,8 @@ from typing import IO, Any
 
 from aiohttp import web
 
+from face.llm.client import settle
+
 log = logging.getLogger(__name__)
 
 _TYPES = {429: "rate_limit", 500: "server_error", 502: "server_error", 504: "server_error"}
@@ -132,10 +134,7 @@ class AppThread:
                 return
             ready.set()
             loop.run_forever()
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for t in pending:
-                t.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            settle(loop)
             loop.run_until_complete(runner.cleanup())
             loop.close()
 
