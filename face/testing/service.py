@@ -9,7 +9,7 @@
 * An aiohttp app served by an event loop in a daemon thread of this process (``AppThread``), and a process that
   serves until SIGTERM / SIGINT or the end of its standard input (``wait_for_stop``), started by ``spawn``.
 * The request log of a server: in memory and, if asked, appended to a JSON-lines file as requests come
-  (``RequestLog``).
+  (``RequestLog``); a server's start and stop (``Served``).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import tempfile
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 from aiohttp import web
 
@@ -214,3 +214,28 @@ class RequestLog(list):
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
+
+
+class Served:
+    """A test server whose app an ``AppThread`` (``_server``) serves, its request log (``log``) open while it serves;
+    ``base_url`` once started; a context manager."""
+
+    _server: AppThread
+    log: RequestLog
+    base_url: str | None = None
+
+    def start(self) -> Self:
+        """Serve in a background thread; returns once the port is bound."""
+        self.log.open()
+        self.base_url = f"http://{self._server.host}:{self._server.start()}/v1"
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+        self.log.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

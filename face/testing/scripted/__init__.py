@@ -22,7 +22,7 @@
   this process answers; the fast tests use it wherever HTTP itself is not what they test).
 * ``cli`` — ``python -m face.testing.scripted --port P --log FILE [--latency 0.1 --fault-rate 0.2]``, ``spawn``.
 
-In-process:  with ScriptedServer(latency_s=0.1) as info: info.base_url
+In-process:  with ScriptedServer(latency_s=0.1) as srv: srv.base_url
 As the configured server of a client: llm.server = {_target_: face.testing.scripted.ScriptedServer, ...}
 """
 from __future__ import annotations

@@ -41,6 +41,6 @@ def main(argv: list[str] | None = None) -> None:
                             fault_kinds=tuple(k for k in a.fault_kinds.split(",") if k),
                             faults_per_request=a.faults_per_request, retry_after_s=a.retry_after, hang_s=a.hang,
                             log_file=a.log, model=a.model, max_concurrent=a.max_concurrent)
-    with server as info:
-        print(f"READY {info.base_url}", flush=True)
+    with server:
+        print(f"READY {server.base_url}", flush=True)
         service.wait_for_stop(a.until_stdin_closes)

@@ -9,12 +9,11 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from aiohttp import web
 
 from ..faults import STATUS, FaultInjector, cut_json, transport_fault
-from ..service import AppThread, RequestError, RequestLog, make_app, read_json
+from ..service import AppThread, RequestError, RequestLog, Served, make_app, read_json
 from .answers import _h, default_responder
 from .batches import BatchAPI
 from .completion import Completer
@@ -22,13 +21,7 @@ from .completion import Completer
 TRANSPORT_FAULTS = ("429", "500", "timeout")
 
 
-@dataclass
-class ServerInfo:
-    base_url: str
-    model: str
-
-
-class ScriptedServer(Completer):
+class ScriptedServer(Served, Completer):
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0, fault_rate: float = 0.0,
                  fault_kinds: Sequence[str] = TRANSPORT_FAULTS, faults_per_request: int = 1,
                  retry_after_s: float | None = 0.05, hang_s: float = 5.0, log_file: str | None = None,
@@ -49,7 +42,6 @@ class ScriptedServer(Completer):
         self._active = 0
         self.max_active = 0
         self._server = AppThread("scripted-llm-server", self._app, host, port)
-        self.info: ServerInfo | None = None
 
     # ---- control ------------------------------------------------------
     def force(self, *kinds: str) -> None:
@@ -125,28 +117,3 @@ class ScriptedServer(Completer):
         finally:
             self._leave()
 
-    # ---- lifecycle ------------------------------------------------------
-    @property
-    def base_url(self) -> str | None:
-        return None if self.info is None else self.info.base_url
-
-    @property
-    def _thread(self) -> threading.Thread | None:  # the serving thread while it runs (None once stopped)
-        return self._server.thread
-
-    def start(self) -> ServerInfo:
-        """Serve in a background thread; returns once the port is bound."""
-        self.log.open()
-        port = self._server.start()
-        self.info = ServerInfo(base_url=f"http://{self._server.host}:{port}/v1", model=self.model)
-        return self.info
-
-    def stop(self) -> None:
-        self._server.stop()
-        self.log.close()
-
-    def __enter__(self) -> ServerInfo:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -10,7 +10,7 @@ that is shorter), "reset" / "disconnect" as a connection closed without a reply.
 list are served (a batch run needs an endpoint at ``llm.base_url``: ``ScriptedServer`` serves the Batch API).
 
     llm.server._target_=face.testing.scripted.InProcessServer     (the client starts and stops its own)
-    with InProcessServer() as info: ... llm.server = srv.spec() ...  (a test's own: its log, force(), responder)
+    with InProcessServer() as srv: ... llm.server = srv.spec() ...  (a test's own: its log, force(), responder)
 """
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ import asyncio
 import itertools
 import json
 import weakref
-from typing import Any
+from typing import Any, Self
 
 import httpx2
 
 from ..faults import fault_reply, half, timeout_reply
 from ..service import error_body
-from .server import ScriptedServer, ServerInfo
+from .server import ScriptedServer
 
 _NUMBER = itertools.count(1)  # each server its own URL (never resolved: no request leaves the process), so that
 # what is remembered per endpoint (the probe's answer) is remembered per server, as per port over HTTP
@@ -40,11 +40,10 @@ class InProcessServer(ScriptedServer):
         _LIVE[str(id(self))] = self
         return {"_target_": f"{__name__}.attached", "key": str(id(self))}
 
-    def start(self) -> ServerInfo:
+    def start(self) -> Self:
         self.log.open()
-        url = self.info.base_url if self.info else f"http://scripted-{next(_NUMBER)}.in-process/v1"
-        self.info = ServerInfo(base_url=url, model=self.model)
-        return self.info
+        self.base_url = self.base_url or f"http://scripted-{next(_NUMBER)}.in-process/v1"
+        return self
 
     def stop(self) -> None:
         self.log.close()
