@@ -14,22 +14,20 @@ server started beside the client). The test servers (scripted, fault proxy, repl
 from .base import (
     LM,
     ChatRequest,
-    ChatResult,
     Completion,
     Draws,
     LLMCallError,
     LLMRequestRefused,
-    Server,
     TokenLogprob,
 )
 from .cache import SampleCache
 from .client import LLMClient, make_client
 from .config import LLMConfig
-from .usage import BudgetExceeded, Usage
+from .usage import BudgetExceeded
 
 __all__ = [
-    "LM", "BudgetExceeded", "ChatRequest", "ChatResult", "Completion", "Draws", "LLMCallError", "LLMClient",
+    "LM", "BudgetExceeded", "ChatRequest", "Completion", "Draws", "LLMCallError", "LLMClient",
     "LLMConfig",
     "LLMRequestRefused",
-    "SampleCache", "Server", "TokenLogprob", "Usage", "make_client",
+    "SampleCache", "TokenLogprob", "make_client",
 ]

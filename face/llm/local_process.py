@@ -7,7 +7,6 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
 
 # The server's settings are pydantic-settings classes without an env prefix, so environment
 # variables such as HOST, PORT, API_KEY, MODEL or CONFIG_FILE would silently change (or
@@ -54,38 +53,26 @@ def log_tail(path: Path | None, lines: int = 40) -> str:
     return "\n".join(text[-lines:]) or "(empty log)"
 
 
-class _SigtermGuard:
-    """SIGTERM's default action ends Python without running ``finally``/``__exit__``/atexit.
+_OWNERS: set[int] = set()  # the servers that run, started from the main thread
 
-    While at least one server runs, SIGTERM (unless someone else already handles it) raises
-    ``SystemExit`` in the main thread instead, so the normal clean-up path stops the servers.
-    The previous handler is put back when the last server stops.
-    """
 
-    def __init__(self) -> None:
-        self._owners: set[int] = set()
-        self._previous: Any = None
-
-    def acquire(self, owner: object) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if not self._owners and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            self._previous = signal.SIG_DFL
+def guard_sigterm(owner: object) -> None:
+    """SIGTERM's default action ends Python without running ``finally``/``__exit__``/atexit. While at least one server
+    runs, SIGTERM (unless someone else already handles it) raises ``SystemExit`` in the main thread instead, so the
+    normal clean-up path stops the servers."""
+    if threading.current_thread() is threading.main_thread():
+        if not _OWNERS and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _raise_system_exit)
-        self._owners.add(id(owner))
+        _OWNERS.add(id(owner))
 
-    def release(self, owner: object) -> None:
-        self._owners.discard(id(owner))
-        if self._owners or self._previous is None:
-            return
-        if threading.current_thread() is threading.main_thread():
-            if signal.getsignal(signal.SIGTERM) is _raise_system_exit:
-                signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
+
+def unguard_sigterm(owner: object) -> None:
+    """SIGTERM's default action back when the last server stops."""
+    _OWNERS.discard(id(owner))
+    main = threading.current_thread() is threading.main_thread()
+    if not _OWNERS and main and signal.getsignal(signal.SIGTERM) is _raise_system_exit:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _raise_system_exit(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
-
-
-sigterm_guard = _SigtermGuard()

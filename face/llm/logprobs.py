@@ -27,19 +27,11 @@ class ExpectedScore:
 
 def token_value(token: str, valid: Sequence[int | float]) -> int | float | None:
     """The valid value a token spells ("1", " 1", "1.0"), else None."""
-    s = token.strip()
-    if not s:
-        return None
     try:
-        x = float(s)
+        x = float(token)  # surrounding whitespace is ignored; "", "nan", "inf" match no valid value
     except ValueError:
         return None
-    if not math.isfinite(x):
-        return None
-    for v in valid:
-        if float(v) == x:
-            return v
-    return None
+    return next((v for v in valid if float(v) == x), None)
 
 
 def expected_from_top_logprobs(top: Sequence[tuple[str, float]], valid: Sequence[int | float]) -> ExpectedScore:

@@ -49,11 +49,6 @@ class Capabilities:
     json_schema: bool | None
     probed_at: float = 0.0
 
-    @classmethod
-    def from_dict(cls, d: dict) -> Capabilities:
-        kwargs: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
-        return cls(**kwargs)
-
 
 def endpoint_key(base_url: str, model: str) -> str:
     return f"{base_url.rstrip('/')} {model}"
@@ -109,7 +104,7 @@ def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capa
     with contextlib.suppress(OSError, ValueError, TypeError):
         d = json.loads(p.read_text()).get(key)
         if d:
-            _MEMORY[key] = Capabilities.from_dict(d)
+            _MEMORY[key] = Capabilities(**{k: d.get(k) for k in Capabilities.__dataclass_fields__})
             return _MEMORY[key]
     return None
 

@@ -126,9 +126,7 @@ class OpenAITransport:
                  http_client: Callable[[Any], Any] | None = None):
         self.cfg = cfg
         self.http_client = http_client or _http_client
-        self.base_urls = [base_url] if isinstance(base_url, str) else list(base_url)
-        if not self.base_urls:
-            raise ValueError("no base URL")
+        self.base_urls = [base_url] if isinstance(base_url, str) else list(base_url)  # (the client checks: not none)
         self.base_url = self.base_urls[0]
         self.model = model
         self._apis: dict[tuple[int, str], Any] = {}  # openai.AsyncOpenAI per (event loop, URL): bound to one loop

@@ -17,18 +17,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import ClientSession, ClientTimeout, web
 
-from .faults import ANSWER_KINDS, KINDS, TRANSPORT_KINDS, FaultInjector, cut_json, half, salted, spoil, transport_fault
-from .service import AppThread, RequestLog, make_app, wait_for_stop
+from .faults import ANSWER_KINDS, TRANSPORT_KINDS, FaultInjector, cut_json, half, salted, spoil, transport_fault
+from .service import AppThread, RequestLog, Served, make_app, wait_for_stop
 
-ALL_KINDS = KINDS
-__all__ = ["ALL_KINDS", "ANSWER_KINDS", "TRANSPORT_KINDS", "FaultProxy", "main"]
+__all__ = ["ANSWER_KINDS", "TRANSPORT_KINDS", "FaultProxy", "main"]
 
 
-class FaultProxy:
+class FaultProxy(Served):
     def __init__(self, upstream: str, rate: float = 0.2, kinds: Sequence[str] = TRANSPORT_KINDS,
                  hang_s: float = 2.0, retry_after_s: float = 0.01, host: str = "127.0.0.1", port: int = 0,
                  salt: str = "", log_file: str | None = None):
@@ -38,7 +37,6 @@ class FaultProxy:
         self.log = RequestLog(log_file)
         self._server = AppThread("fault-proxy", self._app, host, port)
         self._session: ClientSession | None = None
-        self.base_url: str | None = None
 
     def faults(self) -> list[str]:
         return [e["fault"] for e in self.log if e["fault"]]
@@ -46,16 +44,12 @@ class FaultProxy:
     def _app(self) -> web.Application:
         app = make_app(64 * 1024 * 1024, "fault proxy: ")
         app.router.add_post("/v1/chat/completions", self._chat)
-        app.on_startup.append(self._open_session)
-        app.on_cleanup.append(self._close_session)
+        app.cleanup_ctx.append(self._session_ctx)
         return app
 
-    async def _open_session(self, app: web.Application) -> None:
-        self._session = ClientSession(timeout=ClientTimeout(total=600))
-
-    async def _close_session(self, app: web.Application) -> None:
-        if self._session is not None:
-            await self._session.close()
+    async def _session_ctx(self, app: web.Application) -> AsyncIterator[None]:
+        async with ClientSession(timeout=ClientTimeout(total=600)) as self._session:
+            yield
 
     async def _forward(self, raw: bytes, headers: dict[str, str]) -> tuple[int, bytes, str]:
         assert self._session is not None
@@ -78,23 +72,6 @@ class FaultProxy:
         if fault in ("truncated", "garbled", "malformed") and status == 200:
             body = _spoil_answers(fault, body)
         return web.Response(body=body, status=status, content_type=ctype.split(";")[0])
-
-    # ---- lifecycle --------------------------------------------------------
-    def start(self) -> FaultProxy:
-        self.log.open()
-        port = self._server.start()
-        self.base_url = f"http://{self._server.host}:{port}/v1"
-        return self
-
-    def stop(self) -> None:
-        self._server.stop()
-        self.log.close()
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _spoil_answers(fault: str, body: bytes) -> bytes:

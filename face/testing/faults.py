@@ -139,14 +139,9 @@ def half(seq: S) -> S:
     return seq[: max(1, len(seq) // 2)]
 
 
-def cut_json_bytes(body: bytes) -> bytes:
-    """A JSON body cut in half (sent with HTTP 200)."""
-    return half(body)
-
-
 def cut_json(body: bytes) -> web.Response:
     """HTTP 200 with the first half of a JSON body."""
-    return web.Response(body=cut_json_bytes(body), status=200, content_type="application/json")
+    return web.Response(body=half(body), status=200, content_type="application/json")
 
 
 def spoil(kind: str | None, text: str) -> str:

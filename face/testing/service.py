@@ -7,23 +7,28 @@
 * The request body as one JSON value (``read_json``): a body that is not JSON, or nests deeper than the parser
   follows, is a 400 ``bad_json``.
 * An aiohttp app served by an event loop in a daemon thread of this process (``AppThread``), and a process that
-  serves until SIGTERM / SIGINT or the end of its standard input (``wait_for_stop``).
+  serves until SIGTERM / SIGINT or the end of its standard input (``wait_for_stop``), started by ``spawn``.
 * The request log of a server: in memory and, if asked, appended to a JSON-lines file as requests come
-  (``RequestLog``).
+  (``RequestLog``); a server's start and stop (``Served``).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, Any, Self
 
 from aiohttp import web
 
-from face.llm.background import BackgroundLoop
+from face.llm.client import settle
 
 log = logging.getLogger(__name__)
 
@@ -82,19 +87,15 @@ def json_errors(prefix: str = "") -> Callable[..., Awaitable[web.StreamResponse]
     return middleware
 
 
-def parse_json(raw: bytes) -> Any:
-    """The JSON value of a request body, or RequestError ``bad_json``."""
+async def read_json(request: web.Request) -> Any:
+    """The request body as one JSON value, or RequestError ``bad_json`` (a body over the app's size limit: 413,
+    raised by aiohttp)."""
     try:
-        return json.loads(raw)
+        return json.loads(await request.read())
     except RecursionError:
         raise RequestError("bad_json", "the request body nests deeper than the JSON parser follows") from None
     except ValueError as e:  # UnicodeDecodeError included
         raise RequestError("bad_json", f"the request body is not JSON ({e})") from None
-
-
-async def read_json(request: web.Request) -> Any:
-    """The request body as one JSON value (a body over the app's size limit: 413, raised by aiohttp)."""
-    return parse_json(await request.read())
 
 
 def make_app(max_body_bytes: int, prefix: str = "") -> web.Application:
@@ -103,38 +104,53 @@ def make_app(max_body_bytes: int, prefix: str = "") -> web.Application:
 
 
 class AppThread:
-    """An aiohttp app (built by ``factory`` on the serving loop) served on ``host:port`` by an event loop in a daemon
-    thread of this process: ``start()`` returns the port once bound, ``stop()`` ends it (the app's on_cleanup runs)."""
+    """An aiohttp app (built by ``factory`` on the serving loop) served on ``host:port`` by an event loop of its own in
+    a daemon thread of this process (``thread``, None once stopped): ``start()`` returns the port once bound (raising
+    what binding raised), ``stop()`` cancels what is left, runs the app's cleanup and closes the loop."""
 
     def __init__(self, name: str, factory: Callable[[], web.Application], host: str = "127.0.0.1", port: int = 0):
         self.name, self.factory, self.host, self.port = name, factory, host, port
-        self._bg: BackgroundLoop | None = None
-        self._runner: web.AppRunner | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
 
-    async def _up(self) -> None:
-        self._runner = web.AppRunner(self.factory(), access_log=None, shutdown_timeout=0.2)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-        self.port = self._runner.addresses[0][1]
-
-    async def _down(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+    async def _up(self) -> web.AppRunner:
+        runner = web.AppRunner(self.factory(), access_log=None, shutdown_timeout=0.2)
+        await runner.setup()
+        await web.TCPSite(runner, self.host, self.port).start()
+        self.port = runner.addresses[0][1]
+        return runner
 
     def start(self, timeout_s: float = 30.0) -> int:
-        self._bg = BackgroundLoop(self.name)
-        self._bg.start(self._up, self._down, timeout_s)
+        ready, err = threading.Event(), []
+
+        def run() -> None:
+            loop = self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            try:
+                runner = loop.run_until_complete(self._up())
+            except BaseException as e:  # handed to the starting thread
+                err.append(e)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            settle(loop)
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self.thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self.thread.start()
+        if not ready.wait(timeout_s):
+            raise TimeoutError(f"{self.name} did not start within {timeout_s:g} s")
+        if err:
+            raise err[0]
         return self.port
 
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The serving thread while it runs (None once stopped)."""
-        return None if self._bg is None else self._bg._thread
-
-    def stop(self) -> None:
-        if self._bg is not None:
-            self._bg.stop()
-            self._bg = None
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.loop is not None and self.thread is not None and self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout_s)
+        self.thread = None
 
 
 def wait_for_stop(until_stdin_closes: bool = False) -> None:
@@ -151,6 +167,24 @@ def wait_for_stop(until_stdin_closes: bool = False) -> None:
         threading.Thread(target=watch, name="parent-watch", daemon=True).start()
     while not stop.wait(0.2):
         pass
+
+
+def spawn(module: str, *args: str) -> tuple[subprocess.Popen, str]:
+    """``python -m <module> *args --until-stdin-closes`` (a server that prints ``READY <base_url>`` once it serves) in
+    a process of its own: (the Popen, its base URL). Its standard input is a pipe from this process: when this process
+    ends, however it ends (kill -9 included), the pipe closes and the server stops."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - the child's (a pipe nobody reads could fill and block it)
+    p = subprocess.Popen([sys.executable, "-m", module, *args, "--until-stdin-closes"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+    line = p.stdout.readline() if p.stdout else ""
+    if not line.startswith("READY "):
+        p.wait(timeout=30)
+        stderr.seek(0)
+        err = stderr.read().strip().splitlines()
+        raise RuntimeError(f"{module} did not start: {(err or [line.strip()])[-1]}")
+    return p, line.split()[1]
 
 
 class RequestLog(list):
@@ -180,3 +214,28 @@ class RequestLog(list):
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
+
+
+class Served:
+    """A test server whose app an ``AppThread`` (``_server``) serves, its request log (``log``) open while it serves;
+    ``base_url`` once started; a context manager."""
+
+    _server: AppThread
+    log: RequestLog
+    base_url: str | None = None
+
+    def start(self) -> Self:
+        """Serve in a background thread; returns once the port is bound."""
+        self.log.open()
+        self.base_url = f"http://{self._server.host}:{self._server.start()}/v1"
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+        self.log.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

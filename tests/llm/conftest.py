@@ -22,7 +22,7 @@ def make_cfg(server, tmp_path):
     ``base_url=...``). A test module about HTTP overrides ``server`` with a ``ScriptedServer`` (test_batch.py)."""
     def make(**kw) -> LLMConfig:
         if not hasattr(server, "spec"):  # the HTTP server
-            kw = {"base_url": server.info.base_url, **kw}
+            kw = {"base_url": server.base_url, **kw}
         if "base_url" not in kw:
             kw = {"server": server, **kw}
         return llm_config(tmp_path, **kw)

@@ -70,7 +70,7 @@ def jumping(srv: InProcessServer, after: int, factor: float):
     def respond(body: dict) -> str:
         seen[0] += 1
         if seen[0] > after:
-            srv.completer.usage_factor = factor
+            srv.usage_factor = factor
         return default_responder(body)
 
     return respond

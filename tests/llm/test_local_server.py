@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from face.llm import local
+from face.llm import local, local_process
 from face.llm.local import LocalServer, LocalServerError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -74,9 +74,8 @@ def test_a_port_taken_between_its_choice_and_the_bind_is_given_up_for_another(tm
     monkeypatch.setattr(local, "find_free_port", find_free_port)
     monkeypatch.setattr(local, "check_server_installed", lambda: None)
     monkeypatch.setattr(local, "find_gguf", lambda *a: tmp_path / "model.gguf")
-    monkeypatch.setattr(local, "build_command", lambda model, **kw: [
-        sys.executable, str(stand_in), "--host", kw["host"], "--port", str(kw["port"]),
-        "--model_alias", kw["model_alias"]])
+    monkeypatch.setattr(local, "build_command", lambda model, opts, port: [
+        sys.executable, str(stand_in), "--host", opts.host, "--port", str(port), "--model_alias", opts.model_alias])
     try:
         with LocalServer({"auto_install": False, "startup_timeout_s": 30}) as srv:
             port = int(srv.base_url.rsplit(":", 1)[1].split("/")[0])
@@ -133,10 +132,8 @@ def test_gguf_discovery_in_package_dir(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_build_command() -> None:
-    cmd = local.build_command(
-        "/m/model.gguf", host="127.0.0.1", port=8123, n_ctx=4096, n_threads=2,
-        model_alias="smol", extra_args=["--seed", 7], python="/py",
-    )
+    opts = local.LocalOptions(host="127.0.0.1", n_ctx=4096, n_threads=2, model_alias="smol", extra_args=["--seed", 7])
+    cmd = local.build_command("/m/model.gguf", opts, 8123, python="/py")
     assert cmd[:3] == ["/py", "-m", "llama_cpp.server"]
     flags = dict(zip(cmd[3::2], cmd[4::2]))
     assert flags == {
@@ -166,7 +163,7 @@ def test_child_env_drops_server_settings(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("port", "1")
     monkeypatch.setenv("CONFIG_FILE", "/x.yaml")
     monkeypatch.setenv("FACE_KEEP_ME", "1")
-    env = local._child_env()
+    env = local_process.child_env()
     assert "API_KEY" not in env and "port" not in env and "CONFIG_FILE" not in env
     assert env["FACE_KEEP_ME"] == "1"
 

@@ -38,10 +38,9 @@ As the configured server of a client (``llm=replay``): ``ReplayServer`` starts i
 """
 from __future__ import annotations
 
-from .answers import MODEL, Judge, sample_values
-from .data import ASPECTS, DATA_FILES, SCALES, ReplayData
-from .reader import Refusal, View, norm, read_prompt
-from .server import ReplayServer, main
+from .answers import Judge, sample_values
+from .data import ReplayData
+from .reader import Refusal, read_prompt
+from .server import ReplayServer
 
-__all__ = ["ASPECTS", "DATA_FILES", "MODEL", "SCALES", "Judge", "Refusal", "ReplayData", "ReplayServer", "View",
-           "main", "norm", "read_prompt", "sample_values"]
+__all__ = ["Judge", "Refusal", "ReplayData", "ReplayServer", "read_prompt", "sample_values"]

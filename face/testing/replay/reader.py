@@ -26,9 +26,6 @@ class Refusal(RequestError):
     """A request the replay cannot answer: HTTP 400 with ``code`` and a message that says why (``param``: the field
     of the request body at fault, where one is)."""
 
-    def __init__(self, code: str, message: str, param: str | None = None):
-        super().__init__(code, message, status=400, param=param)
-
 
 # ------------------------------------------------------------------ what a prompt shows
 @dataclass

@@ -8,12 +8,11 @@ import json
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 from aiohttp import web
 
 from .. import service
-from ..service import AppThread, read_json, wait_for_stop
+from ..service import AppThread, read_json, spawn, wait_for_stop
 from .answers import MODEL, Judge
 from .data import DATA_FILES, ReplayData, load
 
@@ -76,24 +75,9 @@ class ReplayServer:
         return self
 
     def _spawn(self) -> None:
-        import os
-
-        root = str(Path(__file__).resolve().parents[3])
-        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        cmd = [sys.executable, "-m", "face.testing.replay", "--data-dir", self.data_dir, "--host", self.host,
-               "--port", str(self.port), "--latency", str(self.latency_s), "--model", self.model,
-               "--until-stdin-closes"]
-        # its stdin is a pipe from this process: when this process ends, however it ends (kill -9 included), the
-        # pipe closes and the server stops
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env)
-        line = self._proc.stdout.readline() if self._proc.stdout else ""
-        if not line.startswith("READY "):
-            self._proc.wait(timeout=30)
-            err = (self._proc.stderr.read() if self._proc.stderr else "").strip().splitlines()
-            self._proc = None
-            raise RuntimeError(f"the replay judge did not start: {(err or [line.strip()])[-1]}")
-        self.base_url = line.split()[1]
+        self._proc, self.base_url = spawn("face.testing.replay", "--data-dir", self.data_dir, "--host", self.host,
+                                          "--port", str(self.port), "--latency", str(self.latency_s),
+                                          "--model", self.model)
 
     def _serve_in_thread(self) -> None:
         judge = self._judge = Judge(load(self.data_dir), self.model)

@@ -22,16 +22,14 @@
   this process answers; the fast tests use it wherever HTTP itself is not what they test).
 * ``cli`` — ``python -m face.testing.scripted --port P --log FILE [--latency 0.1 --fault-rate 0.2]``, ``spawn``.
 
-In-process:  with ScriptedServer(latency_s=0.1) as info: info.base_url
+In-process:  with ScriptedServer(latency_s=0.1) as srv: srv.base_url
 As the configured server of a client: llm.server = {_target_: face.testing.scripted.ScriptedServer, ...}
 """
 from __future__ import annotations
 
 from .answers import _h, default_responder, schema_instance
-from .cli import main, read_log, spawn
-from .completion import tokenize
-from .server import FAULT_KINDS, TRANSPORT_FAULTS, ScriptedServer, ServerInfo
+from .cli import read_log, spawn
+from .server import ScriptedServer
 from .wire import InProcessServer
 
-__all__ = ["FAULT_KINDS", "TRANSPORT_FAULTS", "InProcessServer", "ScriptedServer", "ServerInfo", "_h",
-           "default_responder", "main", "read_log", "schema_instance", "spawn", "tokenize"]
+__all__ = ["InProcessServer", "ScriptedServer", "_h", "default_responder", "read_log", "schema_instance", "spawn"]

@@ -73,10 +73,7 @@ _BY_TYPE: dict[str, Callable[[dict, random.Random], Any]] = {
 # ------------------------------------------------------------ answers to prompts
 def _schema_in_prompt(messages: list[dict]) -> dict | None:
     """A JSON schema embedded in the last user message (prompt-only structured output)."""
-    last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-    if last is None:
-        return None
-    for line in str(last.get("content", "")).splitlines():
+    for line in str(_last_user(messages)).splitlines():
         line = line.strip()
         if line.startswith("{") and '"type"' in line:
             try:

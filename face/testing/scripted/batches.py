@@ -30,7 +30,6 @@ class BatchAPI:
         self.jobs: dict[str, dict] = {}  # id -> the batch object
         self.polls = 0
         self._last_id = 0
-        self._lock = threading.Lock()
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/files", self._upload)
@@ -39,10 +38,9 @@ class BatchAPI:
         app.router.add_get("/v1/batches/{id}", self._get)
         app.router.add_post("/v1/batches/{id}/cancel", self._cancel)
 
-    def _new_id(self, prefix: str) -> str:
-        with self._lock:
-            self._last_id += 1
-            return f"{prefix}-{self._last_id:06d}"
+    def _new_id(self, prefix: str) -> str:  # (called on the serving loop only)
+        self._last_id += 1
+        return f"{prefix}-{self._last_id:06d}"
 
     async def _upload(self, request: web.Request) -> web.Response:
         form = await request.post()

@@ -4,26 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
+from .. import service
 from ..faults import KINDS
-from ..service import wait_for_stop
 from .server import TRANSPORT_FAULTS, ScriptedServer
 
 
 def spawn(latency_s: float = 0.0, *args: str) -> tuple[subprocess.Popen, str]:
     """The server in a process of its own (benchmarks: its CPU is not the client's): (the Popen, its base URL)."""
-    root = str(Path(__file__).resolve().parents[3])
-    p = subprocess.Popen([sys.executable, "-m", "face.testing.scripted", "--latency", str(latency_s), *args],
-                         stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=root))
-    line = p.stdout.readline() if p.stdout is not None else ""
-    if not line.startswith("READY"):
-        p.kill()
-        raise RuntimeError(f"scripted server did not start: {line!r}")
-    return p, line.split()[1]
+    return service.spawn("face.testing.scripted", "--latency", str(latency_s), *args)
 
 
 def read_log(path: str) -> list[dict]:
@@ -44,11 +34,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="scripted-model")
     ap.add_argument("--max-concurrent", type=int, default=None, help="429 beyond this many requests in flight")
     ap.add_argument("--log", default=None, help="append a JSON line per request to this file")
+    ap.add_argument("--until-stdin-closes", action="store_true",
+                    help="stop when standard input reaches its end (a parent that started it has gone)")
     a = ap.parse_args(argv)
     server = ScriptedServer(host=a.host, port=a.port, latency_s=a.latency, fault_rate=a.fault_rate,
                             fault_kinds=tuple(k for k in a.fault_kinds.split(",") if k),
                             faults_per_request=a.faults_per_request, retry_after_s=a.retry_after, hang_s=a.hang,
                             log_file=a.log, model=a.model, max_concurrent=a.max_concurrent)
-    with server as info:
-        print(f"READY {info.base_url}", flush=True)
-        wait_for_stop()
+    with server:
+        print(f"READY {server.base_url}", flush=True)
+        service.wait_for_stop(a.until_stdin_closes)

@@ -47,9 +47,10 @@ def token_logprobs(tokens: list[str], k: int, rng: random.Random) -> list[dict]:
     return out
 
 
-@dataclass
+@dataclass(eq=False)
 class Completer:
-    """Builds the chat completion of a request body: ``responder(body)`` per choice (the body with ``n=1`` and
+    """What ``ScriptedServer`` answers (its base), the chat completion of a request body (``_completion``):
+    ``responder(body)`` per choice (the body with ``n=1`` and
     ``seed = request seed + choice index``), usage tokens × ``usage_factor`` (left out without ``report_usage``),
     a share ``logprobs_missing`` of choices (by hash) without the logprobs asked for."""
 
@@ -59,7 +60,8 @@ class Completer:
     report_usage: bool = True
     logprobs_missing: float = 0.0
 
-    def __call__(self, body: dict, fault: str | None) -> dict:
+    def _completion(self, body: dict, fault: str | None) -> dict:
+        """(A subclass may change what is answered: tests/test_performance.py's endpoint that ignores n.)"""
         n = int(body.get("n") or 1)
         seed = body.get("seed")
         built = [self._choice(j, dict(body, n=1, seed=None if seed is None else seed + j), fault) for j in range(n)]

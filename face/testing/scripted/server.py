@@ -9,28 +9,19 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from aiohttp import web
 
-from ..faults import KINDS, STATUS, FaultInjector, cut_json, transport_fault
-from ..service import AppThread, RequestError, RequestLog, make_app, read_json
+from ..faults import STATUS, FaultInjector, cut_json, transport_fault
+from ..service import AppThread, RequestError, RequestLog, Served, make_app, read_json
 from .answers import _h, default_responder
 from .batches import BatchAPI
 from .completion import Completer
 
-FAULT_KINDS = KINDS
 TRANSPORT_FAULTS = ("429", "500", "timeout")
 
 
-@dataclass
-class ServerInfo:
-    base_url: str
-    model: str
-    port: int
-
-
-class ScriptedServer:
+class ScriptedServer(Served, Completer):
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0, fault_rate: float = 0.0,
                  fault_kinds: Sequence[str] = TRANSPORT_FAULTS, faults_per_request: int = 1,
                  retry_after_s: float | None = 0.05, hang_s: float = 5.0, log_file: str | None = None,
@@ -41,8 +32,7 @@ class ScriptedServer:
         self.latency_s = latency_s
         self.retry_after_s = retry_after_s
         self.hang_s = hang_s  # how long a "timeout" fault keeps the request unanswered
-        self.completer = Completer(responder or default_responder, model, usage_factor, report_usage,
-                                   logprobs_missing)
+        super().__init__(responder or default_responder, model, usage_factor, report_usage, logprobs_missing)
         self.max_concurrent = max_concurrent  # a rate limit: 429 (+ Retry-After) beyond this many in flight
         self.rate_limited = 0
         self.log = RequestLog(log_file)
@@ -52,25 +42,6 @@ class ScriptedServer:
         self._active = 0
         self.max_active = 0
         self._server = AppThread("scripted-llm-server", self._app, host, port)
-        self.info: ServerInfo | None = None
-
-    @property
-    def model(self) -> str:
-        """The model it names when a request names none."""
-        return self.completer.model
-
-    @model.setter
-    def model(self, name: str) -> None:
-        self.completer.model = name
-
-    @property
-    def responder(self) -> Callable[[dict], str]:
-        """Text of one choice as a function of its request body (``n=1``, the choice's seed)."""
-        return self.completer.responder
-
-    @responder.setter
-    def responder(self, fn: Callable[[dict], str]) -> None:
-        self.completer.responder = fn
 
     # ---- control ------------------------------------------------------
     def force(self, *kinds: str) -> None:
@@ -146,33 +117,3 @@ class ScriptedServer:
         finally:
             self._leave()
 
-    def _completion(self, body: dict, fault: str | None) -> dict:
-        """The chat completion of a request body (a subclass may change what is answered: tests/test_performance.py's
-        endpoint that ignores n)."""
-        return self.completer(body, fault)
-
-    # ---- lifecycle ------------------------------------------------------
-    @property
-    def base_url(self) -> str | None:
-        return None if self.info is None else self.info.base_url
-
-    @property
-    def _thread(self) -> threading.Thread | None:  # the serving thread while it runs (None once stopped)
-        return self._server.thread
-
-    def start(self) -> ServerInfo:
-        """Serve in a background thread; returns once the port is bound."""
-        self.log.open()
-        port = self._server.start()
-        self.info = ServerInfo(base_url=f"http://{self._server.host}:{port}/v1", model=self.model, port=port)
-        return self.info
-
-    def stop(self) -> None:
-        self._server.stop()
-        self.log.close()
-
-    def __enter__(self) -> ServerInfo:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

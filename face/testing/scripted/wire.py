@@ -10,7 +10,7 @@ that is shorter), "reset" / "disconnect" as a connection closed without a reply.
 list are served (a batch run needs an endpoint at ``llm.base_url``: ``ScriptedServer`` serves the Batch API).
 
     llm.server._target_=face.testing.scripted.InProcessServer     (the client starts and stops its own)
-    with InProcessServer() as info: ... llm.server = srv.spec() ...  (a test's own: its log, force(), responder)
+    with InProcessServer() as srv: ... llm.server = srv.spec() ...  (a test's own: its log, force(), responder)
 """
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ import asyncio
 import itertools
 import json
 import weakref
-from typing import Any
+from typing import Any, Self
 
 import httpx2
 
-from ..faults import cut_json_bytes, fault_reply, timeout_reply
+from ..faults import fault_reply, half, timeout_reply
 from ..service import error_body
-from .server import ScriptedServer, ServerInfo
+from .server import ScriptedServer
 
 _NUMBER = itertools.count(1)  # each server its own URL (never resolved: no request leaves the process), so that
 # what is remembered per endpoint (the probe's answer) is remembered per server, as per port over HTTP
@@ -40,11 +40,10 @@ class InProcessServer(ScriptedServer):
         _LIVE[str(id(self))] = self
         return {"_target_": f"{__name__}.attached", "key": str(id(self))}
 
-    def start(self) -> ServerInfo:
+    def start(self) -> Self:
         self.log.open()
-        url = self.info.base_url if self.info else f"http://scripted-{next(_NUMBER)}.in-process/v1"
-        self.info = ServerInfo(base_url=url, model=self.model, port=0)
-        return self.info
+        self.base_url = self.base_url or f"http://scripted-{next(_NUMBER)}.in-process/v1"
+        return self
 
     def stop(self) -> None:
         self.log.close()
@@ -93,32 +92,17 @@ class InProcessServer(ScriptedServer):
             raise httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request)
         raw = json.dumps(self._completion(body, fault)).encode()
         if fault == "cut_json":
-            raw = cut_json_bytes(raw)
+            raw = half(raw)
         return httpx2.Response(200, content=raw, headers={"Content-Type": "application/json"})
 
 
-def attached(key: str) -> _Attached:
-    """The live server a ``spec()`` names (the client's start and stop leave it serving: it has no socket)."""
+def attached(key: str) -> InProcessServer:
+    """The live server a ``spec()`` names (the client's stop only closes its log file, which its next start opens
+    again: the server has no socket)."""
     try:
-        return _Attached(_LIVE[key])
+        return _LIVE[key]
     except KeyError:
         raise ValueError(f"no live in-process scripted server {key!r} (its owner has let it go)") from None
-
-
-class _Attached:
-    """A server seen by a client that does not own it: ``stop`` leaves it to its owner."""
-
-    def __init__(self, server: InProcessServer):
-        self.server = server
-
-    def __getattr__(self, name: str) -> Any:  # model, base_url, http_client, log, ... are the server's
-        return getattr(self.server, name)
-
-    def start(self) -> ServerInfo:
-        return self.server.info or self.server.start()
-
-    def stop(self) -> None:
-        pass
 
 
 async def _wait(seconds: float, read_timeout: float | None, request: httpx2.Request) -> None:
