@@ -129,6 +129,7 @@ def test_ctrl_c_while_submitit_local_jobs_run_is_one_line_and_exit_130(tmp_path,
     assert proc.returncode == 130, err[-3000:]
     assert "interrupted: the run was stopped." in err.splitlines(), err[-3000:]
     # submitit's own controller of each job (a process of its local executor, absent on a cluster) is interrupted too
-    # and prints its KeyboardInterrupt; no traceback comes from the sweep itself
+    # and prints its KeyboardInterrupt (two of them may interleave their lines); no traceback comes from the sweep
+    # itself, whose frames would start in scripts/run.py
     tracebacks = err.split("Traceback (most recent call last):")[1:]
-    assert all("submitit/local/_local.py" in t and "scripts/run.py" not in t for t in tracebacks), err[-3000:]
+    assert not any("scripts/run.py" in t for t in tracebacks), err[-3000:]
