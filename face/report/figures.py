@@ -138,7 +138,7 @@ def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
     hue = "split" if "split" in table.columns and table["split"].nunique() > 1 else None
     if hue:
         table = table.assign(split=table["split"].map(lambda s: SPLIT_LABELS.get(s, s)))
-    sns.scatterplot(data=table, x="pred", y="human", hue=hue, ax=ax, s=45, palette="deep", zorder=3)
+    sns.scatterplot(data=table, x="pred", y="human", hue=hue, ax=ax, s=45, palette="deep" if hue else None, zorder=3)
     texts = [ax.text(r.pred, r.human, str(getattr(r, label_col)), fontsize=7)
              for r in table.sort_values(label_col).itertuples(index=False)]
     # a fixed number of iterations, not adjustText's default 1-second time limit: the same figure every run
