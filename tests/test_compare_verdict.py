@@ -20,7 +20,8 @@ def _run(name: str, scores: dict[str, float | list[float]]) -> Run:
     for c, v in scores.items():
         vals = v if isinstance(v, list) else [v]
         rows += [(a, c, float(x)) for a, x in zip(["dialogue_overall", "efficiency"], vals)]
-    return Run(name, name, Predictions(pd.DataFrame(columns=TURN_COLUMNS), pd.DataFrame(rows, columns=DIALOGUE_COLUMNS)))
+    dial = pd.DataFrame(rows, columns=DIALOGUE_COLUMNS)
+    return Run(name, name, Predictions(pd.DataFrame(columns=TURN_COLUMNS), dial))
 
 
 def _compare(*runs: Run, aspects=("dialogue_overall",), **opts) -> engine.Comparison:
