@@ -158,3 +158,37 @@ def test_the_detectable_difference_is_never_below_the_intervals_half_width_at_sm
     se = float(np.std([b[c] - a[c] for c in a], ddof=1) / np.sqrt(5))
     assert half > (2.776445 + 0.940965) * se  # the premise: the studentized quantile beyond t_{.975,4} + t_{.8,4}
     assert row["detectable_diff"] == pytest.approx(half + 0.940965 * se, abs=1e-6)  # the interval's q + t_{.8,4}
+
+
+# ---------------------------------------------------------------- agreement with the humans and the arena
+
+def _diffs(rows: list[tuple[str, float, float]]) -> pd.DataFrame:
+    """differences of one pair (a, b) on aspects named by rows (aspect, diff, p_holm)."""
+    return pd.DataFrame([(asp, "a", "b", d, p, p) for asp, d, p in rows],
+                        columns=["aspect", "baseline", "candidate", "diff", "p_value", "p_holm"])
+
+
+def test_a_separated_cell_is_confirmed_contradicted_or_unconfirmed_by_the_humans_test():
+    face = _diffs([("x", 0.3, 0.001), ("y", 0.3, 0.001), ("z", 0.3, 0.001), ("w", 0.3, 0.001), ("v", 0.3, 0.5)])
+    human = _diffs([("x", 0.2, 0.01), ("y", -0.2, 0.01), ("z", -0.2, 0.3), ("w", 0.0, 1.0), ("v", 0.2, 0.01)])
+    arena = validation.arena_tests(np.array([[0.0, 1.0]] * 99), np.array([0.0, 1.0]), ["a", "b"])
+    t = validation.agreement(face, human, arena, 0.05).set_index("aspect")
+    assert t["face_by_humans"].to_dict() == {"x": "confirmed", "y": "contradicted", "z": "unconfirmed",
+                                             "w": "unconfirmed", "v": ""}
+    # against the humans' mean difference: y and z; a human difference of exactly 0 is no disagreement
+    assert t["face_against_human_means"].to_dict() == {"x": False, "y": True, "z": True, "w": False, "v": False}
+    total = validation.agreement_summary(t.reset_index()).set_index("aspect").loc["all aspects"]
+    assert total[["face_separated", "confirmed_by_humans", "contradicted_by_humans", "unconfirmed_by_humans",
+                  "against_human_means", "confirmed_by_arena", "human_separated"]].tolist() == [4, 1, 1, 2, 2, 4, 3]
+
+
+def test_the_arena_test_of_a_pair_by_hand():
+    # b rated above a in 96 of 99 vote resamples, tied in one (a tie is not on b's side); c and a tied in the point
+    boot = np.array([[0.0, 1.0, 0.0]] * 96 + [[0.0, 0.0, 0.0]] + [[0.0, -1.0, 0.0]] * 2)
+    t = validation.arena_tests(boot, np.array([0.0, 0.5, 0.0]), ["a", "b", "c"]).set_index(["baseline", "candidate"])
+    assert t.loc[("a", "b"), "arena_p"] == pytest.approx(2 * 4 / 100)  # (1 + 3 not above 0) · 2 / (B + 1)
+    assert t.loc[("a", "b"), "arena_direction"] == 1 and t.loc[("b", "a"), "arena_direction"] == -1
+    assert t.loc[("a", "c"), "arena_p"] == 1.0 and t.loc[("a", "c"), "arena_direction"] == 0
+    # b − c: the same 3 replicates not below 0 -> 0.08; Holm over the 3 pairs, not the 6 rows: 0.08 · 3
+    assert t.loc[("a", "b"), "arena_p_holm"] == pytest.approx(3 * 0.08)
+    assert t.loc[("b", "a"), "arena_p_holm"] == t.loc[("a", "b"), "arena_p_holm"]
