@@ -183,12 +183,31 @@ def test_a_separated_cell_is_confirmed_contradicted_or_unconfirmed_by_the_humans
 
 
 def test_the_arena_test_of_a_pair_by_hand():
-    # b rated above a in 96 of 99 vote resamples, tied in one (a tie is not on b's side); c and a tied in the point
-    boot = np.array([[0.0, 1.0, 0.0]] * 96 + [[0.0, 0.0, 0.0]] + [[0.0, -1.0, 0.0]] * 2)
-    t = validation.arena_tests(boot, np.array([0.0, 0.5, 0.0]), ["a", "b", "c"]).set_index(["baseline", "candidate"])
+    # point ratings a 0.2, b 0.7, c and e tied with a; resampled: b 1.2 in 96 of 99, 0.2 (a tie) in 1, -0.8 in 2;
+    # c always 0.3, e always 0.1 (a point tie stays p = 1 however the resamples fall)
+    col = np.array([1.2] * 96 + [0.2] + [-0.8] * 2)
+    boot = np.column_stack([np.full(99, 0.2), col, np.full(99, 0.3), np.full(99, 0.1)])
+    t = validation.arena_tests(boot, np.array([0.2, 0.7, 0.2, 0.2]), ["a", "b", "c", "e"])
+    t = t.set_index(["baseline", "candidate"])
     assert t.loc[("a", "b"), "arena_p"] == pytest.approx(2 * 4 / 100)  # (1 + 3 not above 0) · 2 / (B + 1)
     assert t.loc[("a", "b"), "arena_direction"] == 1 and t.loc[("b", "a"), "arena_direction"] == -1
-    assert t.loc[("a", "c"), "arena_p"] == 1.0 and t.loc[("a", "c"), "arena_direction"] == 0
-    # b − c: the same 3 replicates not below 0 -> 0.08; Holm over the 3 pairs, not the 6 rows: 0.08 · 3
-    assert t.loc[("a", "b"), "arena_p_holm"] == pytest.approx(3 * 0.08)
+    for pair in (("a", "c"), ("a", "e"), ("c", "e")):
+        assert (t.loc[pair, "arena_p"], t.loc[pair, "arena_direction"]) == (1.0, 0)
+    # b − c: c − b = -0.9, 0.1, 1.1: 3 not below 0 -> 0.08; b − e: -1.1, -0.1, 0.9: 2 -> 0.06. Holm over the 6
+    # pairs (not the 12 rows both ways): 0.06 · 6 = 0.36, 0.08 · 5 = 0.40, max(0.08 · 4, 0.40) = 0.40
+    assert t.loc[("b", "e"), "arena_p"] == pytest.approx(0.06) and t.loc[("b", "c"), "arena_p"] == pytest.approx(0.08)
+    assert t.loc[("a", "b"), "arena_p_holm"] == pytest.approx(0.40)
     assert t.loc[("b", "a"), "arena_p_holm"] == t.loc[("a", "b"), "arena_p_holm"]
+
+
+def test_a_lower_candidate_is_confirmed_by_a_reference_that_also_puts_it_lower_and_p_alpha_separates_nothing():
+    face = _diffs([("x", -0.3, 0.001), ("y", -0.3, 0.05)])
+    human = _diffs([("x", -0.2, 0.01), ("y", -0.2, 0.01)])
+    arena = validation.arena_tests(np.array([[1.0, 0.0]] * 99), np.array([1.0, 0.0]), ["a", "b"])
+    t = validation.agreement(face, human, arena, 0.05).set_index("aspect")
+    assert t.loc["x", ["face_by_humans", "face_by_arena", "human_by_arena"]].tolist() == ["confirmed"] * 3
+    assert t.loc["y", "face_by_humans"] == ""  # p = α is not below α
+    border = validation.agreement(human, face, validation.arena_tests(
+        np.array([[1.0, 0.0]] * 39), np.array([1.0, 0.0]), ["a", "b"]), 0.05).set_index("aspect")
+    assert t["arena_p_holm"].iloc[0] == pytest.approx(0.02) and border["arena_p_holm"].iloc[0] == pytest.approx(0.05)
+    assert border.loc["y", ["human_separates", "arena_separates"]].tolist() == [False, False]
