@@ -184,16 +184,16 @@ def test_a_separated_cell_is_confirmed_contradicted_or_unconfirmed_by_the_humans
 
 def test_the_arena_test_of_a_pair_by_hand():
     # point ratings a 0.2, b 0.7, c and e tied with a; resampled: b 1.2 in 96 of 99, 0.2 (a tie) in 1, -0.8 in 2;
-    # c always 0.3, e always 0.1 (a point tie stays p = 1 however the resamples fall)
+    # c 0.3 but 0.2 where b is 0.2 (b and c tied there), e always 0.1 (a point tie stays p = 1 however they fall)
     col = np.array([1.2] * 96 + [0.2] + [-0.8] * 2)
-    boot = np.column_stack([np.full(99, 0.2), col, np.full(99, 0.3), np.full(99, 0.1)])
+    boot = np.column_stack([np.full(99, 0.2), col, np.where(col == 0.2, 0.2, 0.3), np.full(99, 0.1)])
     t = validation.arena_tests(boot, np.array([0.2, 0.7, 0.2, 0.2]), ["a", "b", "c", "e"])
     t = t.set_index(["baseline", "candidate"])
     assert t.loc[("a", "b"), "arena_p"] == pytest.approx(2 * 4 / 100)  # (1 + 3 not above 0) · 2 / (B + 1)
     assert t.loc[("a", "b"), "arena_direction"] == 1 and t.loc[("b", "a"), "arena_direction"] == -1
     for pair in (("a", "c"), ("a", "e"), ("c", "e")):
         assert (t.loc[pair, "arena_p"], t.loc[pair, "arena_direction"]) == (1.0, 0)
-    # b − c: c − b = -0.9, 0.1, 1.1: 3 not below 0 -> 0.08; b − e: -1.1, -0.1, 0.9: 2 -> 0.06. Holm over the 6
+    # b − c: c − b = -0.9, 0 (a tie), 1.1: 3 not below 0 -> 0.08; b − e: -1.1, -0.1, 0.9: 2 -> 0.06. Holm over the 6
     # pairs (not the 12 rows both ways): 0.06 · 6 = 0.36, 0.08 · 5 = 0.40, max(0.08 · 4, 0.40) = 0.40
     assert t.loc[("b", "e"), "arena_p"] == pytest.approx(0.06) and t.loc[("b", "c"), "arena_p"] == pytest.approx(0.08)
     assert t.loc[("a", "b"), "arena_p_holm"] == pytest.approx(0.40)
