@@ -262,6 +262,28 @@ SEMANTIC: tuple[Semantic, ...] = (
              "have[\"conv_id\"].to_numpy(),",
              "ci = bootstrap_ci(have[\"pred\"].to_numpy(), have[\"human\"].to_numpy(), "
              "have.index.to_numpy(),", "CIs resampling items (turns) instead of conversations"),
+    # ---- face/comparison: face compare's decision layer (issue 43's survivors)
+    Semantic("comparison/engine", "self.joint = opts.pairing != \"unpaired\" and same", "self.joint = same",
+             "pairing=unpaired drawing the systems jointly"),
+    Semantic("comparison/engine", "b.take(np.searchsorted(b.ids, shared))", "b.take(np.searchsorted(a.ids, shared))",
+             "partial overlap: the candidate's rows taken at the baseline's positions"),
+    Semantic("comparison/engine", "stats.holm(df[\"p_value\"].to_numpy())",
+             "df.groupby([\"baseline\", \"candidate\"])[\"p_value\"].transform(lambda s: stats.holm(s.to_numpy()))",
+             "Holm per pair instead of over the family"),
+    Semantic("comparison/engine", "verdicts(df[\"diff\"], df[\"p_holm\"], self.opts.alpha)",
+             "verdicts(df[\"diff\"], df[\"p_holm\"], self.opts.alpha / 2)", "the verdict at α / 2"),
+    Semantic("comparison/engine", "var = ma.var * len(a) + mb.var * len(b)", "var = ma.var + mb.var",
+             "n_needed without its × n factor"),
+    Semantic("comparison/engine", "var = ma.var * len(a) + mb.var * len(b)", "var = 2 * ma.var * len(a)",
+             "n_needed ignoring the candidate's variance"),
+    Semantic("comparison/engine", "self.moments = [stats.moments(u, c) for u, c in zip(self.units, self.draws)]",
+             "self.moments = [stats.moments(u, draw_counts(len(u), self.n_boot, self.rng)) for u in self.units]",
+             "ranks and P(beats) from independent draws of jointly drawn systems"),
+    Semantic("comparison/engine", "np.random.default_rng(opts.seed)", "np.random.default_rng(0)", "seed ignored"),
+    Semantic("comparison/engine", "m = max(1, int(df[\"p_value\"].notna().sum()))", "m = 1",
+             "detectable_diff / n_needed sized for an unadjusted test"),
+    Semantic("comparison/validation", "return u.take(perm[:h]), u.take(perm[h:2 * h])",
+             "return u.take(perm[:h]), u.take(perm[:h])", "the calibration null comparing a half with itself"),
 )
 
 

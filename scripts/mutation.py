@@ -68,6 +68,12 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "llm/base": (("Draws.room",), ("tests/llm/test_money_draws.py",)),
     "pipeline/records": (("ScoreSink.add", "ScoreSink.frame", "ScoreTally", "AspectScores", "per_conversation",
                           "read_score_file"), ("tests/test_money_records.py", "tests/test_records_stream.py")),
+    # face compare's decision layer (issue 43): what it tests, its verdict, its sizing, its checks on real data
+    "comparison/engine": (("_mode", "_Engine", "verdicts"), ("tests/test_compare_verdict.py",
+                                                             "tests/test_compare_stats.py", "tests/test_compare.py")),
+    "comparison/stats": (None, ("tests/test_compare_stats.py", "tests/test_compare_verdict.py")),
+    "comparison/validation": (("arena_tests", "checked_by", "agreement", "agreement_summary", "_halves",
+                               "_split_tests", "calibration"), ("tests/test_compare_verdict.py",)),
 }
 
 _CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,

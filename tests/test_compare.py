@@ -100,9 +100,7 @@ def test_verdicts_better_worse_and_no_detectable_difference_never_equal(tmp_path
     assert v[("a", "up")] == "better" and v[("up", "same")] == "worse"
     assert v[("a", "same")] == "no detectable difference"
     assert set(comp.differences["verdict"]) <= {"better", "worse", "no detectable difference"}
-    d = comp.differences  # paired: n_needed = n · (detectable / target)², at least 2
-    expected = np.maximum(2, np.ceil(d["n_shared"] * (d["detectable_diff"] / 0.05) ** 2))
-    assert d["n_needed"].to_numpy() == pytest.approx(expected.to_numpy(), abs=1)
+    assert (comp.differences["n_needed"] >= 2).all()  # sized for the verdict: tests/test_compare_power.py
     rank = comp.ranking[comp.ranking["aspect"] == "dialogue_overall"].set_index("system")
     assert rank.loc["up", ["rank", "rank_low", "rank_high"]].tolist() == [1, 1, 1]
     beats = comp.beats.set_index(["system", "opponent"])["p_beats"]

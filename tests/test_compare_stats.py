@@ -84,13 +84,26 @@ def test_holm_against_a_loop_reference():
     assert stats.holm(p) == pytest.approx(ref)
 
 
-def test_detectable_difference_and_conversations_needed_agree():
-    # the difference detectable at n conversations, asked for as a target, needs n conversations
-    sd_per_conv = 0.8
-    n = 50
-    mde = stats.detectable(np.array([sd_per_conv / np.sqrt(n)]), 0.05, 0.8)[0]
-    assert mde == pytest.approx((1.959964 + 0.841621) * sd_per_conv / np.sqrt(n), rel=1e-5)
-    assert stats.needed(np.array([sd_per_conv ** 2]), mde, 0.05, 0.8)[0] == pytest.approx(n, abs=1)
+def test_the_sizing_quantiles_are_students_t_at_alpha_over_the_family_by_the_printed_tables():
+    # t_{.975,10} = 2.228139, t_{.8,10} = 0.879058, t_{.995,10} = 3.169273 (m = 5: α / 2m = .005); z: 1.959964
+    assert stats.t_sum(0.05, 0.8, 1, 10) == pytest.approx(2.228139 + 0.879058, abs=1e-5)
+    assert stats.t_sum(0.05, 0.8, 5, 10) == pytest.approx(3.169273 + 0.879058, abs=1e-5)
+    assert stats.t_sum(0.05, 0.8, 1, 1e7) == pytest.approx(1.959964 + 0.841621, abs=1e-5)
+    # the difference detectable at se 0.1 with 11 conversations in a family of 5, and never below the interval's
+    # half-width: a studentized quantile of 4 (heavier than t's 3.17) is used in its place
+    se, df = np.array([0.1, 0.1]), np.array([10.0, 10.0])
+    got = stats.detectable(se, df, 0.05, 0.8, 5, np.array([2.0, 4.0]))
+    assert got == pytest.approx([0.1 * (3.169273 + 0.879058), 0.1 * (4.0 + 0.879058)], abs=1e-6)
+
+
+def test_conversations_needed_by_hand():
+    # σ² = 1, target 1, one test: n ≥ (t_{.975,n-1} + t_{.8,n-1})². n = 10: (2.262157 + 0.883034)² = 9.89 ≤ 10;
+    # n = 9: (2.306004 + 0.888890)² = 10.21 > 9 -> 10 (the normal approximation's 7.85 would say 8)
+    assert stats.needed(np.array([1.0]), 1.0, 0.05, 0.8, 1)[0] == 10
+    # σ² = 4 (twice the sd): n ≥ 4 (t + t)²: n = 34: 4 (2.034515 + 0.852649)² = 33.34 ≤ 34; n = 33: 4 (2.036933 +
+    # 0.852998)² = 33.41 > 33
+    assert stats.needed(np.array([4.0]), 1.0, 0.05, 0.8, 1)[0] == 34
+    assert stats.needed(np.array([0.0, np.nan]), 1.0, 0.05, 0.8, 1) == pytest.approx([2, np.nan], nan_ok=True)
 
 
 def test_ranks_and_beats():

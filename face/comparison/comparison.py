@@ -15,7 +15,7 @@ from face.report.tables import to_markdown
 
 SPELLED_OUT = 21  # verdicts the console spells out one line each (three runs × 7 aspects); more: counted
 VERDICT_COLUMNS = ["aspect", "baseline", "candidate", "baseline_mean", "candidate_mean", "diff", "ci_low", "ci_high",
-                   "p_holm", "verdict", "detectable_diff", "n_needed", "pairing"]
+                   "p_holm", "verdict", "detectable_diff", "n_needed", "pairing", "n_shared"]
 
 
 @dataclass
@@ -62,9 +62,11 @@ class Comparison:
                 f"each system on its own), Holm's correction over {len(self.differences)} tests (aspects × pairs); "
                 f"verdict at α = {s['alpha']:g} on the adjusted p (the intervals are not adjusted); 'no detectable "
                 f"difference' is not 'equal'. "
-                f"detectable_diff: the smallest difference this sample detects with {100 * s['power']:g} % power "
-                f"at α = {s['alpha']:g} (before correction). Means: {pct} percentile intervals, conversations "
-                f"resampled within each system.")
+                f"Paired comparisons use the shared conversations only (n_shared): their means and verdict are "
+                f"on those rows. detectable_diff / n_needed: the difference / conversations per system for which "
+                f"the Holm-adjusted verdict has {100 * s['power']:g} % power (Student's t at α / "
+                f"{len(self.differences)}, never below the interval's half-width). Means: {pct} percentile "
+                f"intervals over all of a system's conversations, resampled within the system.")
 
     def caption(self, title: str) -> str:
         """``title``, what scored, the method, then every warning."""

@@ -99,38 +99,49 @@ class _Engine:
         return pd.DataFrame(rows, columns=["aspect", "system", "mean", "ci_low", "ci_high", "conversations",
                                            "scores"])
 
-    def pair(self, i: int, j: int) -> tuple[stats.PairTest, str, int, np.ndarray]:
-        """(test, pairing, shared conversations, per-conversation variance of the difference) of j − i."""
+    def pair(self, i: int, j: int) -> tuple[stats.PairTest, str, int, np.ndarray, stats.Units, stats.Units]:
+        """(test, pairing, shared conversations, per-conversation variance of the difference, the rows compared of
+        i and of j) of j − i: paired, the shared conversations of both, aligned; unpaired, every conversation."""
         a, b = self.units[i], self.units[j]
         shared = np.intersect1d(a.ids, b.ids)
         mode = _mode(self.opts.pairing, len(shared), len(a), len(b), (self.runs[i].name, self.runs[j].name))
         if mode == "unpaired":
             ma, mb = self.moments[i], self.moments[j]
-            var = np.var(ma.boot_mean, axis=0, ddof=1) * len(a) + np.var(mb.boot_mean, axis=0, ddof=1) * len(b)
-            return stats.unpaired(ma, mb, self.opts.confidence), mode, len(shared), var
+            var = ma.var * len(a) + mb.var * len(b)
+            return stats.unpaired(ma, mb, self.opts.confidence), mode, len(shared), var, a, b
+        a, b = a.take(np.searchsorted(a.ids, shared)), b.take(np.searchsorted(b.ids, shared))
         counts = self.draws[i] if self.joint else draw_counts(len(shared), self.n_boot, self.rng)
-        test = stats.paired(a.take(np.searchsorted(a.ids, shared)), b.take(np.searchsorted(b.ids, shared)), counts,
-                            self.opts.confidence)
-        return test, mode, len(shared), test.sd ** 2 * len(shared)
+        test = stats.paired(a, b, counts, self.opts.confidence)
+        return test, mode, len(shared), test.se ** 2 * len(shared), a, b
 
     def differences(self) -> pd.DataFrame:
-        rows = []
+        """Per pair × aspect: the means of the rows compared (paired: the shared conversations), their difference
+        and test, Holm over the family, the verdict, and the difference / conversations sized for that verdict."""
+        rows, sizing = [], []
         for i, j in itertools.combinations(range(len(self.runs)), 2):
-            test, mode, shared, var = self.pair(i, j)
-            few = np.minimum((self.units[i].counts > 0).sum(0), (self.units[j].counts > 0).sum(0)) < 2
-            mde = np.where(few, np.nan, stats.detectable(test.sd, self.opts.alpha, self.opts.power))  # no spread
-            need = np.where(few, np.nan, stats.needed(var, self.opts.target_diff, self.opts.alpha, self.opts.power)
-                            if self.opts.target_diff else np.nan)
-            for k, a in enumerate(self.aspects):
-                rows.append((a, self.runs[i].name, self.runs[j].name, mode, len(self.units[i]), len(self.units[j]),
-                             shared, self.moments[i].mean[k], self.moments[j].mean[k], test.diff[k], test.ci_low[k],
-                             test.ci_high[k], test.p_value[k], mde[k], need[k]))
+            test, mode, shared, var, a, b = self.pair(i, j)
+            n = np.minimum((a.counts > 0).sum(0), (b.counts > 0).sum(0))  # conversations scored on each aspect
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean_a, mean_b = a.sums.sum(0) / a.counts.sum(0), b.sums.sum(0) / b.counts.sum(0)
+                q = np.where(test.se > 0, (test.ci_high - test.ci_low) / (2 * test.se), np.nan)
+            sizing += [(test.se[k], n[k] - 1, q[k], var[k]) for k in range(len(self.aspects))]
+            for k, asp in enumerate(self.aspects):
+                rows.append((asp, self.runs[i].name, self.runs[j].name, mode, len(self.units[i]),
+                             len(self.units[j]), shared, mean_a[k], mean_b[k], test.diff[k], test.ci_low[k],
+                             test.ci_high[k], test.p_value[k]))
         df = pd.DataFrame(rows, columns=["aspect", "baseline", "candidate", "pairing", "n_baseline", "n_candidate",
                                          "n_shared", "baseline_mean", "candidate_mean", "diff", "ci_low", "ci_high",
-                                         "p_value", "detectable_diff", "n_needed"])
+                                         "p_value"])
         df.insert(df.columns.get_loc("p_value") + 1, "p_holm", stats.holm(df["p_value"].to_numpy()))
         df.insert(df.columns.get_loc("p_holm") + 1, "verdict", verdicts(df["diff"], df["p_holm"], self.opts.alpha))
-        return df if self.opts.target_diff else df.drop(columns=["n_needed"])
+        se, dof, q, var = (np.array(c, float) for c in zip(*sizing))
+        m = max(1, int(df["p_value"].notna().sum()))  # Holm's family: the tests with a p-value
+        few = dof < 1  # fewer than 2 conversations on one side: no spread
+        o = self.opts
+        df["detectable_diff"] = np.where(few, np.nan, stats.detectable(se, dof, o.alpha, o.power, m, q))
+        if o.target_diff:
+            df["n_needed"] = np.where(few, np.nan, stats.needed(var, o.target_diff, o.alpha, o.power, m))
+        return df
 
     def ranking(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Per aspect: each system's rank (1 = best) with its interval, and P(row beats column)."""

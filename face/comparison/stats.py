@@ -15,8 +15,11 @@ over the B × C count matrix, for all aspects at once.
   interval excludes 0 exactly when p < 1 − confidence (up to the resolution). Paired (the same conversation ids in
   both runs): one count matrix over the shared conversations, both sides resampled together, ``z_c`` the difference
   of the two sides' linearised values. Unpaired: each side resampled on its own, ``se² = se_a² + se_b²``.
-* Holm's step-down adjustment of a family of p-values; the smallest detectable difference at a given power from the
-  bootstrap standard deviation of the difference; the conversations per system needed for a target difference.
+* Holm's step-down adjustment of a family of p-values; the smallest difference the verdict detects at a given power,
+  and the conversations per system it needs for a target difference, both sized for the Holm-adjusted verdict of a
+  family of m tests: its first step tests at α / m (Bonferroni's level, which Holm never falls below), so the
+  critical value is Student's t quantile ``t_{1 − α/(2m), n − 1}`` — and never below the interval's own
+  studentized quantile — plus ``t_{power, n − 1}``.
 * Ranks with intervals and P(X beats Y) from the replicate means of several systems.
 """
 
@@ -25,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
@@ -70,8 +72,9 @@ class Moments:
 
 @dataclass(frozen=True)
 class PairTest:
-    """candidate − baseline per aspect (K): difference, its interval, p-value, bootstrap sd of the difference, and
-    the studentized statistic t = diff / plug-in se (Welch's t unpaired, the paired t on paired dialogue scores)."""
+    """candidate − baseline per aspect (K): difference, its interval, p-value, bootstrap sd of the difference, the
+    studentized statistic t = diff / plug-in se (Welch's t unpaired, the paired t on paired dialogue scores) and
+    that plug-in se."""
 
     diff: np.ndarray
     ci_low: np.ndarray
@@ -79,6 +82,7 @@ class PairTest:
     p_value: np.ndarray
     sd: np.ndarray
     t: np.ndarray
+    se: np.ndarray
 
 
 def _ratio(w: np.ndarray, s: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -159,7 +163,9 @@ def studentized(d: np.ndarray, v: np.ndarray, boot_d: np.ndarray, boot_v: np.nda
     with np.errstate(invalid="ignore"):
         half = np.where(v_zero, 0.0, q * np.sqrt(np.where(v_zero, 0.0, v)))
     sd = np.nanstd(boot_d, axis=0, ddof=1) if len(boot_d) > 1 else np.full(len(d), np.nan)
-    return PairTest(d, np.where(ok, d - half, np.nan), np.where(ok, d + half, np.nan), p, sd, np.where(ok, t, np.nan))
+    se = np.where(ok, np.sqrt(np.where(v_zero, 0.0, v)), np.nan)
+    return PairTest(d, np.where(ok, d - half, np.nan), np.where(ok, d + half, np.nan), p, sd, np.where(ok, t, np.nan),
+                    se)
 
 
 def unpaired(a: Moments, b: Moments, confidence: float) -> PairTest:
@@ -191,25 +197,53 @@ def holm(p: np.ndarray) -> np.ndarray:
     return out
 
 
-def z_sum(alpha: float, power: float) -> float:
-    """z_{1 − α/2} + z_{power}: a two-sided test at level α detects a true difference of this many standard errors
-    with probability ``power``."""
-    nd = NormalDist()
-    return nd.inv_cdf(1 - alpha / 2) + nd.inv_cdf(power)
+def _t(q: float, df: np.ndarray | float) -> np.ndarray:
+    """Student's t quantile ``q`` at ``df`` degrees of freedom (NaN below 1)."""
+    from scipy.stats import t as student
+
+    df = np.asarray(df, float)
+    return np.where(df >= 1, student.ppf(q, np.where(df >= 1, df, 1.0)), np.nan)
 
 
-def detectable(sd: np.ndarray, alpha: float, power: float) -> np.ndarray:
-    """The smallest difference detected with probability ``power`` at level α, from the difference's sd."""
-    return z_sum(alpha, power) * np.asarray(sd, float)
+def t_sum(alpha: float, power: float, n_tests: int, df: np.ndarray | float) -> np.ndarray:
+    """``t_{1 − α/(2m), df} + t_{power, df}``: a two-sided test at level α / m (the first step of Holm over m tests)
+    detects a true difference of this many standard errors with probability ``power`` (df = conversations − 1)."""
+    return _t(1 - alpha / (2 * n_tests), df) + _t(power, df)
 
 
-def needed(per_conversation_var: np.ndarray, target: float, alpha: float, power: float) -> np.ndarray:
-    """Conversations per system to detect ``target`` with probability ``power``: n = (z_sum · σ / target)², where
-    σ² is the variance of one conversation's contribution to the difference (paired: of the difference; unpaired:
-    the sum of both systems')."""
-    with np.errstate(invalid="ignore"):
-        n = np.ceil((z_sum(alpha, power) / target) ** 2 * np.asarray(per_conversation_var, float))
-    return np.where(np.isfinite(n), np.maximum(n, 2), np.nan)
+def detectable(se: np.ndarray, df: np.ndarray, alpha: float, power: float, n_tests: int,
+               interval_q: np.ndarray | None = None) -> np.ndarray:
+    """The smallest difference the Holm-adjusted verdict over ``n_tests`` detects with probability ``power``, from
+    the difference's standard error: ``(crit + t_{power, df}) · se``, ``crit`` the larger of t_{1 − α/(2m), df} and
+    the interval's studentized quantile ``interval_q`` (half-width / se): never below the interval's half-width."""
+    crit = _t(1 - alpha / (2 * n_tests), df)
+    if interval_q is not None:
+        crit = np.fmax(crit, np.asarray(interval_q, float))
+    return (crit + _t(power, df)) * np.asarray(se, float)
+
+
+def needed(per_conversation_var: np.ndarray, target: float, alpha: float, power: float, n_tests: int
+           ) -> np.ndarray:
+    """Conversations per system for the Holm-adjusted verdict over ``n_tests`` to detect ``target`` with
+    probability ``power``: the smallest n ≥ 2 with n ≥ (t_sum(n − 1) · σ / target)², where σ² is the variance of
+    one conversation's contribution to the difference (paired: of the difference; unpaired: the sum of both
+    systems'). The right side falls as n grows, so the n that satisfy it are all those from the smallest on."""
+    def enough(n: int, v: float) -> bool:
+        return n >= (float(t_sum(alpha, power, n_tests, n - 1)) / target) ** 2 * v
+
+    var = np.asarray(per_conversation_var, float)
+    out = np.full(var.shape, np.nan)
+    for k, v in np.ndenumerate(var):
+        if not np.isfinite(v):
+            continue
+        lo, hi = 1, 2  # enough(hi), not enough(lo) once the doubling stops
+        while not enough(hi, v):
+            lo, hi = hi, 2 * hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if enough(mid, v) else (mid, hi)
+        out[k] = hi
+    return out
 
 
 def ranks(boot_means: np.ndarray) -> np.ndarray:

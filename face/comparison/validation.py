@@ -4,8 +4,9 @@ Input: per system, ``Units`` of its scores (K aspects); for agreement, two finis
 
 * ``agreement``: every pair of systems as ``face compare`` tests it (``face.comparison.engine``: unpaired, different
   systems having different conversations; Holm over aspects × pairs), once on FACE's scores and once on the human
-  labels: which pairs FACE separates and whether the direction agrees with the human labels' means and with an
-  external ranking (the arena's Bradley–Terry ratings); which pairs the humans' own scores separate.
+  labels, and the arena's own test of each pair (its Bradley–Terry ratings, votes resampled): each cell FACE
+  separates is *confirmed* by a reference that separates it the same way, *contradicted* by one that separates it
+  the other way, *unconfirmed* where the reference does not separate it (not counted as an agreement).
 * ``calibration``: each system's conversations split at random into two halves, the halves compared (unpaired; and
   paired, the i-th conversation of one half given the same id as the i-th of the other, so that the pairs are
   exchangeable and the null holds exactly): the rate of rejections per test, and after Holm over a split's family
@@ -16,6 +17,7 @@ Input: per system, ``Units`` of its scores (K aspects); for agreement, two finis
 
 from __future__ import annotations
 
+import itertools
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -37,36 +39,74 @@ def _pair_tests(mom: dict[str, stats.Moments], pairs: Sequence[tuple[str, str]])
     return np.array([t.diff for t in tests]), np.array([t.p_value for t in tests])
 
 
-def agreement(face: pd.DataFrame, human: pd.DataFrame, reference: Mapping[str, float], alpha: float
-              ) -> pd.DataFrame:
+def arena_tests(boot: np.ndarray, point: np.ndarray, names: Sequence[str]) -> pd.DataFrame:
+    """The arena's own test of every pair of ``names``, both ways round (baseline, candidate): the direction of the
+    point Bradley–Terry ratings ``point`` and a two-sided bootstrap p-value from the ratings of votes resampled
+    (``boot``: B × systems), ``min(1, 2 (1 + #{Δ* on the other side of 0}) / (B + 1))``, Holm over the pairs."""
+    rows = []
+    for i, j in itertools.combinations(range(len(names)), 2):
+        d, bd = point[j] - point[i], boot[:, j] - boot[:, i]
+        other = np.sum(bd <= 0) if d > 0 else np.sum(bd >= 0) if d < 0 else len(bd)
+        rows.append((names[i], names[j], np.sign(d), min(1.0, 2 * (1 + other) / (len(bd) + 1))))
+    df = pd.DataFrame(rows, columns=["baseline", "candidate", "arena_direction", "arena_p"])
+    df = df.assign(arena_p_holm=stats.holm(df["arena_p"].to_numpy()))
+    mirror = df.rename(columns={"baseline": "candidate", "candidate": "baseline"})
+    return pd.concat([df, mirror.assign(arena_direction=-mirror["arena_direction"])], ignore_index=True)
+
+
+def checked_by(separates: pd.Series, sign: pd.Series, ref_separates: pd.Series, ref_sign: pd.Series) -> list[str]:
+    """Per cell a verdict separates: "confirmed" where the reference separates it in the same direction,
+    "contradicted" where the reference separates it in the other, "unconfirmed" where the reference does not
+    separate it (it neither agrees nor disagrees); "" where the verdict does not separate the cell."""
+    return ["" if not s else "unconfirmed" if not r else "confirmed" if d == rd else "contradicted"
+            for s, d, r, rd in zip(separates, sign, ref_separates, ref_sign)]
+
+
+def agreement(face: pd.DataFrame, human: pd.DataFrame, arena: pd.DataFrame, alpha: float) -> pd.DataFrame:
     """One row per pair × aspect from two comparisons of the same systems (``Comparison.differences``: FACE's
-    scores and the human labels, each with Holm over its own aspects × pairs): both differences, p-values and
-    verdicts, the human means' and the reference's direction (candidate − baseline), and who agrees with whom."""
+    scores and the human labels, each with Holm over its own aspects × pairs) and the arena's tests of the pairs
+    (``arena_tests``): differences, p-values, who separates the cell, FACE's separations checked by the humans'
+    and by the arena's (``checked_by``), the humans' by the arena's, and FACE separating a cell against the
+    direction of a non-zero human mean difference."""
     keys = ["aspect", "baseline", "candidate"]
     cols = [*keys, "diff", "p_value", "p_holm"]
     df = face[cols].merge(human[cols], on=keys, suffixes=("_face", "_human"), validate="one_to_one")
     df = df.rename(columns={"diff_face": "face_diff", "p_value_face": "face_p", "p_holm_face": "face_p_holm",
                             "diff_human": "human_diff", "p_value_human": "human_p", "p_holm_human": "human_p_holm"})
-    df["arena_direction"] = [np.sign(reference[c] - reference[b]) for b, c in zip(df["baseline"], df["candidate"])]
+    df = df.merge(arena[["baseline", "candidate", "arena_direction", "arena_p_holm"]], on=["baseline", "candidate"],
+                  how="left", validate="many_to_one")
     df["face_separates"] = df["face_p_holm"] < alpha
     df["human_separates"] = df["human_p_holm"] < alpha
-    df["face_agrees_human"] = np.sign(df["face_diff"]) == np.sign(df["human_diff"])
-    df["face_agrees_arena"] = np.sign(df["face_diff"]) == df["arena_direction"]
-    df["human_agrees_arena"] = np.sign(df["human_diff"]) == df["arena_direction"]
+    df["arena_separates"] = df["arena_p_holm"] < alpha
+    face_sign, human_sign = np.sign(df["face_diff"]), np.sign(df["human_diff"])
+    df["face_by_humans"] = checked_by(df["face_separates"], face_sign, df["human_separates"], human_sign)
+    df["face_by_arena"] = checked_by(df["face_separates"], face_sign, df["arena_separates"], df["arena_direction"])
+    df["human_by_arena"] = checked_by(df["human_separates"], human_sign, df["arena_separates"],
+                                      df["arena_direction"])
+    df["face_against_human_means"] = df["face_separates"] & (human_sign == -face_sign)  # 0: none
     return df
 
 
 def agreement_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per aspect (and all aspects): pairs, how many FACE separates, of those how many agree with the human means
-    and with the arena; how many the human labels separate, of those how many agree with the arena; both."""
+    """Per aspect (and all aspects): pairs; of those FACE separates, how many the humans' own test confirms,
+    contradicts, leaves unconfirmed, and how many lie against the humans' mean difference; the same against the
+    arena's test; of those the humans separate, how many the arena confirms / contradicts; both separated."""
     def row(name: str, g: pd.DataFrame) -> tuple:
-        f, h = g[g["face_separates"]], g[g["human_separates"]]
-        return (name, len(g), len(f), int(f["face_agrees_human"].sum()), int(f["face_agrees_arena"].sum()),
-                len(h), int(h["human_agrees_arena"].sum()), int((g["face_separates"] & g["human_separates"]).sum()))
+        f, h = g["face_by_humans"], g["face_by_arena"]
+        return (name, len(g), int(g["face_separates"].sum()),
+                *(int((f == v).sum()) for v in ("confirmed", "contradicted", "unconfirmed")),
+                int(g["face_against_human_means"].sum()),
+                *(int((h == v).sum()) for v in ("confirmed", "contradicted", "unconfirmed")),
+                int(g["human_separates"].sum()),
+                *(int((g["human_by_arena"] == v).sum()) for v in ("confirmed", "contradicted")),
+                int((g["face_separates"] & g["human_separates"]).sum()))
 
     rows = [row(a, g) for a, g in df.groupby("aspect", sort=False)] + [row("all aspects", df)]
-    return pd.DataFrame(rows, columns=["aspect", "pairs", "face_separated", "face_agree_human_means",
-                                       "face_agree_arena", "human_separated", "human_agree_arena", "both_separated"])
+    return pd.DataFrame(rows, columns=["aspect", "pairs", "face_separated", "confirmed_by_humans",
+                                       "contradicted_by_humans", "unconfirmed_by_humans", "against_human_means",
+                                       "confirmed_by_arena", "contradicted_by_arena", "unconfirmed_by_arena",
+                                       "human_separated", "human_confirmed_by_arena", "human_contradicted_by_arena",
+                                       "both_separated"])
 
 
 def _halves(u: stats.Units, rng: np.random.Generator) -> tuple[stats.Units, stats.Units]:

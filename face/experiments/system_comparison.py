@@ -45,6 +45,7 @@ class Settings:
     power_sizes: list[int | None]
     power_reps: int = Field(ge=1)
     power_boot: int | None = Field(ge=200)
+    arena_boot: int | None = Field(ge=200)
 
 
 def settings(cfg: DictConfig) -> Settings:
@@ -89,11 +90,21 @@ def _particles(ctx, scores: pd.DataFrame) -> pd.DataFrame:
     return particle_means(scores.merge(meta, on=["conv_id", "turn_ind", "particle_ind"], how="inner"))
 
 
-def _agreement(face: Run, human: Run, aspects: list[str], bt: dict[str, float], s: Settings, seed: int):
+def _arena(votes: list, names: list[str], prior: float, s: Settings, seed: int) -> tuple[pd.DataFrame, int]:
+    """The arena's test of every pair: Bradley–Terry on the votes, and on the votes resampled (enough replicates
+    for Holm over the pairs, as ``face compare`` takes)."""
+    n_pairs = len(names) * (len(names) - 1) // 2
+    n_boot = s.arena_boot or stats.boot_size(n_pairs, s.alpha, 0)
+    point = arena.bradley_terry(arena.pair_counts(votes, names), prior)
+    boot = arena.bootstrap_ratings(votes, names, n_boot, seed, prior)
+    return validation.arena_tests(boot, point, names), n_boot
+
+
+def _agreement(face: Run, human: Run, aspects: list[str], arena_tab: pd.DataFrame, s: Settings, seed: int):
     opts = engine.options(n_boot=s.n_boot, seed=seed, alpha=s.alpha)
     face_cmp = engine.build(face.by_system(), aspects, opts)
     human_cmp = engine.build(human.by_system(), aspects, opts)
-    table = validation.agreement(face_cmp.differences, human_cmp.differences, bt, s.alpha)
+    table = validation.agreement(face_cmp.differences, human_cmp.differences, arena_tab, s.alpha)
     return table, validation.agreement_summary(table), face_cmp
 
 
@@ -129,8 +140,8 @@ def run(plan: Plan) -> ExperimentResult:
         aspects = [a.name for a in ctx.aspects]
         votes = [v for src in cfg.arena.vote_sources for v in load_votes(ctx.data_dir / ARENA_VOTES[src], src)]
         names = sorted(set(face.systems.values()))
-        bt = dict(zip(names, arena.bradley_terry(arena.pair_counts(votes, names), cfg.arena.prior)))
-        table, summary, face_cmp = _agreement(face, human, aspects, bt, s, seed)
+        arena_tab, arena_boot = _arena(votes, names, cfg.arena.prior, s, seed)
+        table, summary, face_cmp = _agreement(face, human, aspects, arena_tab, s, seed)
         t_agree = time.perf_counter() - start
         face_units = {r.name: engine.units_of(r, aspects) for r in face.by_system()}
         human_units = {r.name: engine.units_of(r, aspects) for r in human.by_system()}
@@ -140,8 +151,8 @@ def run(plan: Plan) -> ExperimentResult:
         t_cal = time.perf_counter() - start - t_agree
         pw, pw_boot, dropped = _power(face_units, human_units, aspects, table, s, seed)
         timing = (t_agree, t_cal, time.perf_counter() - start - t_agree - t_cal)
-        info = {"votes": len(votes), "agree_boot": face_cmp.settings["n_boot"], "cal_boot": cal_boot,
-                "pw_boot": pw_boot, "dropped": dropped, "timing": timing}
+        info = {"votes": len(votes), "arena_boot": arena_boot, "agree_boot": face_cmp.settings["n_boot"],
+                "cal_boot": cal_boot, "pw_boot": pw_boot, "dropped": dropped, "timing": timing}
         face_cmp.write(ctx.run_dir / "nine_systems")  # the whole comparison (report.html, every table) in the run dir
         return ctx.result(output=out, extra={"comparison": face_cmp},
                           **_report(ctx, out.label, s, table, summary, face_cmp, cal_summary, pw, info),
@@ -157,7 +168,8 @@ def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:
         out[f"calibration.{r.mode}.familywise_holm"] = r.familywise_holm
     # the headline (MLflow metrics; the rest goes to numbers.json): names that differ within 12 characters
     separated = float(total["face_separated"])
-    out["summary.agree_with_humans"] = float(total["face_agree_human_means"]) / separated if separated else float("nan")
+    confirmed = float(total["confirmed_by_humans"])
+    out["summary.confirmed_by_humans"] = confirmed / separated if separated else float("nan")
     out["summary.separated_pairs"] = separated
     unpaired = cal[(cal["aspect"] == "all aspects") & (cal["mode"] == "unpaired")]
     if len(unpaired):
@@ -171,8 +183,13 @@ def _report(ctx, label: str, s: Settings, table, summary, face_cmp, cal, pw, inf
            f"of {info['votes']} CRSArena-Dial votes.")
     agree = (f"Agreement: the 36 pairs of systems × 7 aspects, each tested as `face compare --by-system` tests it "
              f"(unpaired studentized bootstrap, {info['agree_boot']} resamples of conversations within each system, "
-             f"Holm over the 252 tests, α = {s.alpha}), on FACE's scores and on the human labels. face_agree_*: of "
-             f"the pairs FACE separates, how many in the direction of the human labels' means / of the arena. {src}")
+             f"Holm over the 252 tests, α = {s.alpha}), on FACE's scores and on the human labels; the arena's "
+             f"pairs tested on its Bradley–Terry ratings ({info['arena_boot']} resamples of the votes, Holm over the "
+             f"36 pairs; the votes are overall preferences, so one arena test per pair serves every aspect). Of the "
+             f"cells FACE separates: confirmed (the reference separates them in the same direction), contradicted "
+             f"(in the other), unconfirmed (the reference does not separate them: neither agreement nor "
+             f"disagreement); against_human_means: separated against the sign of a non-zero human mean "
+             f"difference. {src}")
     calib = (f"Calibration: each system's conversations split at random into two halves ({s.calibration_splits} "
              f"splits, {info['cal_boot']} resamples per test), halves compared unpaired and paired (the i-th "
              "conversations of the halves paired). fpr: rejections per test at α before correction, with its Monte "

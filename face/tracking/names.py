@@ -25,7 +25,7 @@ NUMBERS_ARTIFACT = "numbers.json"
 
 # the first of these an experiment logs is its headline metric (else its first ``summary.*`` metric by name): the
 # experiment's primary metric, the sweep report's first column
-HEADLINES = ("summary.final_heldout_spearman", "summary.agree_with_humans", "summary.ucb_heldout_mean",
+HEADLINES = ("summary.final_heldout_spearman", "summary.confirmed_by_humans", "summary.ucb_heldout_mean",
              "summary.turn_spearman_mean", "summary.dialogue_spearman_mean", "summary.system_spearman_mean")
 PRIMARY_METRIC_TAG = "mlflow.experiment.primaryMetric.name"  # an experiment tag MLflow's UI reads
 
