@@ -119,9 +119,6 @@ KNOWN_CIRCLES = [
     # face.llm.stream imports client.Progress (inside a function), client imports stream.drive: broken by moving
     # Progress into stream.py (its only user) and patching face.llm.stream.Progress in tests/test_streaming.py
     {"face.llm.client", "face.llm.stream"},
-    # runs.load reads an MLflow run through mlflow_io.load_mlflow_run, which takes runs.project_root and
-    # runs.from_dir (all inside functions)
-    {"face.comparison.mlflow_io", "face.comparison.runs"},
 ]
 
 

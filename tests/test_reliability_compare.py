@@ -52,7 +52,7 @@ CASES = {  # name: (argv after `face compare` given the case's temp dir, words t
         ["--out", "reproduce_table2 holds another run's results"]),
     "out_inside_the_projects_results_directory": (lambda t: [*_runs(t), "--out", str(t / "results" / "mine")],
                                                   ["--out", "inside the project's results directory"]),
-    "negative_seed": (lambda t: [*_runs(t), "--seed", "-1"], ["seed must be greater than or equal to 0, got -1"]),
+    "negative_seed": (lambda t: [*_runs(t), "--seed", "-1"], ["seed must be an integer >= 0, got -1"]),
     "a_300_character_name_with_mlflow": (
         lambda t: [*_runs(t), "--names", "x" * 300 + ",y", "--mlflow", "--tracking-uri", f"sqlite:///{t / 'm.db'}"],
         ["names:", "MLflow takes 250"]),

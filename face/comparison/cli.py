@@ -96,12 +96,14 @@ def main(args: argparse.Namespace) -> int:
                    power=args.power, target_diff=args.target_diff, top=args.top)
     if args.mlflow:  # the names as MLflow keys and the store, checked before anything is written
         from face.comparison.mlflow_io import comparison_metrics, log_comparison, tracking
+        from face.comparison.runs import default_tracking_uri
 
+        uri = args.tracking_uri or default_tracking_uri()
         comparison_metrics(comp)
-        tracking(args.tracking_uri)
+        tracking(uri)
     write_all(comp, out, args.overwrite, "--out")
     print(comp.summary(), flush=True)
     print(f"\nReport: {(out / 'report.html').resolve()}", flush=True)
     if args.mlflow:
-        print(f"MLflow run: {log_comparison(comp, out, args.tracking_uri)}", flush=True)
+        print(f"MLflow run: {log_comparison(comp, out, uri)}", flush=True)
     return 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,48 +19,30 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from face.comparison.engine import Comparison
-    from face.comparison.runs import Run
 
 EXPERIMENT = "face_compare"
 
 
-def default_tracking_uri() -> str:
-    """The project's store, as every other command uses it (``conf/tracking/mlflow.yaml``)."""
-    from face.comparison.runs import project_root
-
-    return f"sqlite:///{project_root() / 'mlflow.db'}"
-
-
-def load_mlflow_run(run_id: str, name: str | None, tracking_uri: str | None) -> Run:
-    """The run's artifacts, downloaded, read as a run directory (named after the MLflow run unless ``name``)."""
+def download_run(run_id: str, uri: str, into: Path) -> str:
+    """The MLflow run's run files and configuration downloaded into ``into``, laid out as a run directory; returns
+    the run's name."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    from face.comparison.runs import from_dir
-
-    uri = tracking_uri or default_tracking_uri()
     client = mlflow.MlflowClient(tracking_uri=uri)
     try:
         info = client.get_run(run_id)
     except MlflowException as e:
         raise DataError(f"mlflow:{run_id}", f"no such MLflow run in {uri} ({str(e).splitlines()[0]})") from None
-    tmp = Path(tempfile.mkdtemp(prefix="face-compare-"))
-    try:
-        names = {a.path for a in client.list_artifacts(run_id)}
-        if "run" in names:
-            shutil.copytree(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="run",
-                                                                tracking_uri=uri), tmp, dirs_exist_ok=True)
-        if "config.yaml" in names:
-            (tmp / ".hydra").mkdir(exist_ok=True)
-            shutil.copy(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="config.yaml",
-                                                            tracking_uri=uri), tmp / ".hydra" / "config.yaml")
-        run = from_dir(tmp, name or info.info.run_name or run_id[:8])
-    except DataError as e:
-        raise DataError(f"mlflow:{run_id}", f"not a FACE run with a run file ({e.problem})") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    run.source, run.report = f"mlflow:{run_id}", None
-    return run
+    names = {a.path for a in client.list_artifacts(run_id)}
+    if "run" in names:
+        shutil.copytree(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="run", tracking_uri=uri),
+                        into, dirs_exist_ok=True)
+    if "config.yaml" in names:
+        (into / ".hydra").mkdir(exist_ok=True)
+        shutil.copy(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="config.yaml",
+                                                        tracking_uri=uri), into / ".hydra" / "config.yaml")
+    return info.info.run_name or run_id[:8]
 
 
 MAX_KEY = 250  # characters of an MLflow metric name (mlflow.utils.validation.MAX_ENTITY_KEY_LENGTH)
@@ -94,14 +75,14 @@ def comparison_metrics(comp: Comparison) -> dict[str, float]:
     return {k: float(v) for k, v in out.items() if v == v}
 
 
-def tracking(tracking_uri: str | None) -> DictConfig:
+def tracking(tracking_uri: str) -> DictConfig:
     """The store a comparison is recorded in (``tracking.*`` as the other runs name it), checked: a ConfigError
     before anything is written. Its artifacts go beside it (``face.tracking.store``), as every run's do."""
     from omegaconf import OmegaConf
 
     from face.tracking import check_tracking_store
 
-    t = OmegaConf.create({"tracking_uri": tracking_uri or default_tracking_uri(), "experiment_name": EXPERIMENT})
+    t = OmegaConf.create({"tracking_uri": tracking_uri, "experiment_name": EXPERIMENT})
     try:
         check_tracking_store(OmegaConf.create({"tracking": t}))
     except ValueError as e:
@@ -109,7 +90,7 @@ def tracking(tracking_uri: str | None) -> DictConfig:
     return t
 
 
-def log_comparison(comp: Comparison, out_dir: Path, tracking_uri: str | None = None) -> str:
+def log_comparison(comp: Comparison, out_dir: Path, tracking_uri: str) -> str:
     """One MLflow run recording the comparison; returns its id."""
     import mlflow
 

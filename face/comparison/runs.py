@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -85,6 +86,11 @@ def project_root() -> Path:
     directory): its results directory, data, MLflow store."""
     checkout = Path(__file__).resolve().parents[2]
     return Path(os.environ.get("FACE_PROJECT_ROOT", checkout if (checkout / "conf").is_dir() else ".")).resolve()
+
+
+def default_tracking_uri() -> str:
+    """The project's MLflow store, as every other command uses it (``conf/tracking/mlflow.yaml``)."""
+    return f"sqlite:///{project_root() / 'mlflow.db'}"
 
 
 def digest(instructions: dict[str, str]) -> str:
@@ -226,8 +232,15 @@ def load(source: Any, name: str | None = None, tracking_uri: str | None = None) 
         return Run(name or path.stem, str(path), read_run_file(path))
     run_id = mlflow_run_id(text)
     if run_id is not None:
-        from face.comparison.mlflow_io import load_mlflow_run
+        from face.comparison.mlflow_io import download_run
 
-        return load_mlflow_run(run_id, name, tracking_uri)
+        with tempfile.TemporaryDirectory(prefix="face-compare-") as tmp:
+            run_name = download_run(run_id, tracking_uri or default_tracking_uri(), Path(tmp))
+            try:
+                run = from_dir(Path(tmp), name or run_name)
+            except DataError as e:
+                raise DataError(f"mlflow:{run_id}", f"not a FACE run with a run file ({e.problem})") from None
+        run.source, run.report = f"mlflow:{run_id}", None
+        return run
     raise DataError(text, "not found: name a `face evaluate` output directory, an experiment run directory, a run "
                           "file or an MLflow run id")
