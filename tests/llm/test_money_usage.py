@@ -138,6 +138,14 @@ def test_a_report_above_the_bound_stops_a_capped_run_charged_as_reported(tokens)
         u.reserve(piece())
 
 
+def test_a_misreport_states_the_bound_it_broke_as_max_tokens_times_n():
+    u = usage(max_cost_usd=1.0)
+    r = u.reserve(piece())  # max_tokens 10, n 5: 50 output tokens at most
+    with pytest.raises(BudgetExceeded, match=r"its bound of 38 input tokens .* and 50 output tokens "
+                                             r"\(max_tokens 10 × n 5\)"):
+        u.settle(piece(), r, reported(38, 51), 2, 0.1)
+
+
 def test_answers_longer_than_the_output_bound_can_hold_are_a_misreport():
     # the output bound: 50 tokens; 16 bytes a token of it: 800 bytes ("é" is 2 bytes)
     u = usage(max_cost_usd=1.0)
