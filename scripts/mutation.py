@@ -52,7 +52,8 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
                                                     "tests/test_fidelity.py")),
     "pipeline/scoring": (None, (*LIVE_PIPELINE, "tests/test_fidelity.py", "tests/test_streaming.py")),
     # the money and bookkeeping paths (+ hand-written semantic mutants: scripts/mutants_semantic.py)
-    "llm/sizes": (None, ("tests/test_money_estimate.py", "tests/llm/test_budget.py")),
+    "llm/sizes": (None, ("tests/test_money_estimate.py", "tests/llm/test_budget.py", "tests/llm/test_money_usage.py",
+                         "tests/test_settings.py")),  # usage read from a reply; the memory bound of a setting
     "pipeline/estimate": (None, ("tests/test_money_estimate.py",)),
     "llm/usage": (("Piece", "Usage.worst_case", "Usage.must_wait", "Usage.reserve", "Usage.settle", "Usage.release",
                    "Usage._give_back", "Usage.add", "Usage.summary"),
