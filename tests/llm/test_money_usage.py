@@ -106,6 +106,11 @@ def test_usage_is_read_as_finite_non_negative_integers_or_a_misreport(usage_repo
     assert reported_tokens(usage_reported) == tokens
 
 
+def test_a_misreported_value_is_quoted_in_at_most_60_characters():
+    # a reply may carry any JSON there: the message quotes 'prompt_tokens=' and the value's repr, cut at 60
+    assert reported_tokens(reported("x" * 1000, 5)) == "prompt_tokens='" + "x" * 45
+
+
 BAD_USAGE = {"negative": reported(-1_000_000, 5), "nan": reported(5, float("nan")), "inf": reported(float("inf"), 5),
              "string": reported("12", "3"), "fraction": reported(5, 2.5), "bool": reported(True, 5)}
 
