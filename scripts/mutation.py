@@ -50,7 +50,8 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "pipeline/estimators": (("score_value", "reasoned_value", "reasoned_expectation", "_mean", "SamplingEstimator",
                              "LogprobsEstimator"), ("tests/test_money_records.py", *LIVE_PIPELINE,
                                                     "tests/test_fidelity.py")),
-    "pipeline/scoring": (None, (*LIVE_PIPELINE, "tests/test_fidelity.py", "tests/test_streaming.py")),
+    "pipeline/scoring": (None, (*LIVE_PIPELINE, "tests/test_fidelity.py", "tests/test_streaming.py",
+                                "tests/test_settings.py")),  # its settings' defaults, bounds and refusals
     # the money and bookkeeping paths (+ hand-written semantic mutants: scripts/mutants_semantic.py)
     "llm/sizes": (None, ("tests/test_money_estimate.py", "tests/llm/test_budget.py", "tests/llm/test_money_usage.py",
                          "tests/test_settings.py")),  # usage read from a reply; the memory bound of a setting

@@ -201,3 +201,17 @@ def test_logprobs_after_reasoning_are_read_at_the_final_score_token():
     cut = Completion(completion.text, "length", lps)  # a reply cut off by max_tokens is not an answer
     r = record_from_samples(Planned(unit, INSTR[0], None), [cut], ScoringSpec("logprobs"))
     assert r.n_valid == 0 and r.score == 0.0 and r.n_defaulted == 1  # the authors' rule: the lowest score
+
+
+@pytest.mark.parametrize("reasoning, max_tokens, tokens", [(True, None, 768), (False, None, 16), (True, 40, 40),
+                                                             (False, 40, 40)])
+def test_an_answer_may_use_the_authors_768_tokens_with_reasoning_16_without_or_max_tokens(reasoning, max_tokens,
+                                                                                          tokens):
+    assert ScoringSpec("sampling", 2, reasoning=reasoning, max_tokens=max_tokens).answer_tokens == tokens
+
+
+def test_an_estimator_named_by_its_dotted_path_is_that_class():
+    from face.pipeline.estimators import LogprobsEstimator
+
+    spec = ScoringSpec("face.pipeline.estimators.LogprobsEstimator", 5)
+    assert type(spec.scorer) is LogprobsEstimator and spec.samples == 1  # one answer, whatever n (its own rule)
