@@ -215,3 +215,9 @@ def test_an_estimator_named_by_its_dotted_path_is_that_class():
 
     spec = ScoringSpec("face.pipeline.estimators.LogprobsEstimator", 5)
     assert type(spec.scorer) is LogprobsEstimator and spec.samples == 1  # one answer, whatever n (its own rule)
+
+
+def test_the_default_spec_is_the_authors_5_samples_at_temperature_0_6_redrawn_for_10_rounds():
+    spec = ScoringSpec()
+    assert (spec.estimator, spec.n, spec.temperature, spec.reasoning, spec.draws.rounds, spec.draws.max_extra,
+            spec.fallback) == ("sampling", 5, 0.6, True, 10, None, "min")
