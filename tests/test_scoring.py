@@ -220,4 +220,23 @@ def test_an_estimator_named_by_its_dotted_path_is_that_class():
 def test_the_default_spec_is_the_authors_5_samples_at_temperature_0_6_redrawn_for_10_rounds():
     spec = ScoringSpec()
     assert (spec.estimator, spec.n, spec.temperature, spec.reasoning, spec.draws.rounds, spec.draws.max_extra,
-            spec.fallback) == ("sampling", 5, 0.6, True, 10, None, "min")
+            spec.fallback, spec.top_logprobs) == ("sampling", 5, 0.6, True, 10, None, "min", 5)
+
+
+@pytest.mark.parametrize("key, edge, past", [("temperature", 2, 2.01), ("temperature", 0, -0.01), ("max_tokens", 1, 0),
+                                             ("top_logprobs", 0, -1), ("top_logprobs", 20, 21),
+                                             ("draws.max_extra", 0, -1)])
+def test_a_setting_at_its_bound_is_taken_and_one_step_past_it_refused(key, edge, past):
+    """Temperature 0-2 (the API's range), max_tokens >= 1, top_logprobs 0-20 (the API's), max_extra >= 0."""
+    from face.errors import ConfigError
+
+    def spec(value):
+        group, _, name = key.rpartition(".")
+        return ScoringSpec(**({group: {name: value}} if group else {name: value}))
+
+    got = spec(edge)
+    for part in key.split("."):
+        got = getattr(got, part)
+    assert got == edge
+    with pytest.raises(ConfigError, match=key.rpartition(".")[2]):
+        spec(past)
