@@ -1,6 +1,7 @@
 """Mutation testing of the modules whose numbers reach the published tables, and of those that guard money and
-bookkeeping (the request arithmetic, the cost estimate, the budget and usage, the cache, the draw-until-valid loop,
-the score records): does each module's own test suite notice when its code is subtly wrong?
+bookkeeping (the request arithmetic, the cost estimate, the budget and usage, the cache and its cross-process
+claims, the batch driver, the draw-until-valid loop, what a score record counts, the score records): does each
+module's own test suite notice when its code is subtly wrong?
 
 Two kinds of mutant, each made in a scratch copy of the package. *Operator* mutants are one small change to one
 line -- a comparison flipped (< to <=, == to !=), an arithmetic operator swapped (+ to -, * to /), a number off by
