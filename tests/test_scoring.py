@@ -240,3 +240,12 @@ def test_a_setting_at_its_bound_is_taken_and_one_step_past_it_refused(key, edge,
     assert got == edge
     with pytest.raises(ConfigError, match=key.rpartition(".")[2]):
         spec(past)
+
+
+def test_an_unknown_estimator_is_refused_in_one_line_naming_the_built_in_ones():
+    from face.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        ScoringSpec("median")
+    assert str(e.value) == ("method.scoring.estimator must be one of 'sampling', 'logprobs' or a class as "
+                            "module.Class, got 'median'")
