@@ -107,9 +107,10 @@ bench-scale: setup
 	$(BIN)/python scripts/bench_scale.py $(ARGS)
 
 # mutation testing of aggregate, metaeval, significance, runfile, scoring's answer reading and the money and
-# bookkeeping modules (llm/sizes, pipeline/estimate, llm/usage, llm/budget, llm/cache, llm/validating, Draws.room,
-# pipeline/records): each module's own tests against small ast mutants and hand-written semantic ones
-# (scripts/mutation.py, scripts/mutants_semantic.py; not part of make test); ARGS e.g. "--only llm/usage --jobs 1"
+# bookkeeping modules (llm/sizes, pipeline/estimate, llm/usage, llm/budget, llm/cache, llm/claims, llm/stream,
+# llm/validating, Draws.room, pipeline/scoring, pipeline/records): each module's own tests against small ast
+# mutants and hand-written semantic ones (scripts/mutation.py, scripts/mutants_semantic.py; not part of make test);
+# ARGS e.g. "--only llm/usage --jobs 1"
 mutation: setup
 	FACE_DATA_MIRROR="$${FACE_DATA_MIRROR:-../shared/data}" $(BIN)/python scripts/mutation.py $(ARGS)
 

@@ -210,14 +210,6 @@ def _select(cfg: Any, path: str) -> Any:
 
 
 # ---------------------------------------------------------------- logs
-class RedactFilter(logging.Filter):
-    """Rewrites a log record so that its message (and its traceback text) is redacted."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        scrub(record)
-        return True
-
-
 def scrub(record: logging.LogRecord) -> logging.LogRecord:
     try:
         message = record.getMessage()

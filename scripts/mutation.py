@@ -1,6 +1,7 @@
 """Mutation testing of the modules whose numbers reach the published tables, and of those that guard money and
-bookkeeping (the request arithmetic, the cost estimate, the budget and usage, the cache, the draw-until-valid loop,
-the score records): does each module's own test suite notice when its code is subtly wrong?
+bookkeeping (the request arithmetic, the cost estimate, the budget and usage, the cache and its cross-process
+claims, the batch driver, the draw-until-valid loop, what a score record counts, the score records): does each
+module's own test suite notice when its code is subtly wrong?
 
 Two kinds of mutant, each made in a scratch copy of the package. *Operator* mutants are one small change to one
 line -- a comparison flipped (< to <=, == to !=), an arithmetic operator swapped (+ to -, * to /), a number off by
@@ -50,9 +51,11 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "pipeline/estimators": (("score_value", "reasoned_value", "reasoned_expectation", "_mean", "SamplingEstimator",
                              "LogprobsEstimator"), ("tests/test_money_records.py", *LIVE_PIPELINE,
                                                     "tests/test_fidelity.py")),
-    "pipeline/scoring": (None, (*LIVE_PIPELINE, "tests/test_fidelity.py", "tests/test_streaming.py")),
+    "pipeline/scoring": (None, (*LIVE_PIPELINE, "tests/test_fidelity.py", "tests/test_streaming.py",
+                                "tests/test_settings.py")),  # its settings' defaults, bounds and refusals
     # the money and bookkeeping paths (+ hand-written semantic mutants: scripts/mutants_semantic.py)
-    "llm/sizes": (None, ("tests/test_money_estimate.py", "tests/llm/test_budget.py")),
+    "llm/sizes": (None, ("tests/test_money_estimate.py", "tests/llm/test_budget.py", "tests/llm/test_money_usage.py",
+                         "tests/test_settings.py")),  # usage read from a reply; the memory bound of a setting
     "pipeline/estimate": (None, ("tests/test_money_estimate.py",)),
     "llm/usage": (("Piece", "Usage.worst_case", "Usage.must_wait", "Usage.reserve", "Usage.settle", "Usage.release",
                    "Usage._give_back", "Usage.add", "Usage.summary"),

@@ -201,3 +201,51 @@ def test_logprobs_after_reasoning_are_read_at_the_final_score_token():
     cut = Completion(completion.text, "length", lps)  # a reply cut off by max_tokens is not an answer
     r = record_from_samples(Planned(unit, INSTR[0], None), [cut], ScoringSpec("logprobs"))
     assert r.n_valid == 0 and r.score == 0.0 and r.n_defaulted == 1  # the authors' rule: the lowest score
+
+
+@pytest.mark.parametrize("reasoning, max_tokens, tokens", [(True, None, 768), (False, None, 16), (True, 40, 40),
+                                                             (False, 40, 40)])
+def test_an_answer_may_use_the_authors_768_tokens_with_reasoning_16_without_or_max_tokens(reasoning, max_tokens,
+                                                                                          tokens):
+    assert ScoringSpec("sampling", 2, reasoning=reasoning, max_tokens=max_tokens).answer_tokens == tokens
+
+
+def test_an_estimator_named_by_its_dotted_path_is_that_class():
+    from face.pipeline.estimators import LogprobsEstimator
+
+    spec = ScoringSpec("face.pipeline.estimators.LogprobsEstimator", 5)
+    assert type(spec.scorer) is LogprobsEstimator and spec.samples == 1  # one answer, whatever n (its own rule)
+
+
+def test_the_default_spec_is_the_authors_5_samples_at_temperature_0_6_redrawn_for_10_rounds():
+    spec = ScoringSpec()
+    assert (spec.estimator, spec.n, spec.temperature, spec.reasoning, spec.draws.rounds, spec.draws.max_extra,
+            spec.fallback, spec.top_logprobs) == ("sampling", 5, 0.6, True, 10, None, "min", 5)
+
+
+@pytest.mark.parametrize("key, edge, past", [("temperature", 2, 2.01), ("temperature", 0, -0.01), ("max_tokens", 1, 0),
+                                             ("top_logprobs", 0, -1), ("top_logprobs", 20, 21),
+                                             ("draws.max_extra", 0, -1)])
+def test_a_setting_at_its_bound_is_taken_and_one_step_past_it_refused(key, edge, past):
+    """Temperature 0-2 (the API's range), max_tokens >= 1, top_logprobs 0-20 (the API's), max_extra >= 0."""
+    from face.errors import ConfigError
+
+    def spec(value):
+        group, _, name = key.rpartition(".")
+        return ScoringSpec(**({group: {name: value}} if group else {name: value}))
+
+    got = spec(edge)
+    for part in key.split("."):
+        got = getattr(got, part)
+    assert got == edge
+    with pytest.raises(ConfigError, match=key.rpartition(".")[2]):
+        spec(past)
+
+
+def test_an_unknown_estimator_is_refused_in_one_line_naming_the_built_in_ones():
+    from face.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        ScoringSpec("median")
+    assert str(e.value) == ("method.scoring.estimator must be one of 'sampling', 'logprobs' or a class as "
+                            "module.Class, got 'median'")

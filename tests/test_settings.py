@@ -173,6 +173,21 @@ def test_samples_a_request_that_the_requests_in_flight_could_not_hold_are_refuse
         cls(**{key: 25_601})
 
 
+def test_the_memory_estimate_is_stated_in_gb_of_10_9_bytes_rounded_to_the_nearest(monkeypatch):
+    """1,650,000,001 pages of 10 bytes: 16.50000001 GB, said "17 GB"; 625,001,563 samples × 64 × 5,000 bytes =
+    200,000.50016 GB, said "200,001 GB"; at most 8,250,000,005 // 320,000 = 25,781 samples a request."""
+    import os
+
+    from face.llm.sizes import held_in_memory
+
+    monkeypatch.setattr(os, "sysconf", {"SC_PHYS_PAGES": 1_650_000_001, "SC_PAGE_SIZE": 10}.__getitem__)
+    with pytest.raises(ValueError) as e:
+        held_in_memory(625_001_563)
+    assert str(e.value) == ("must fit in memory: 64 requests in flight of 625,001,563 samples would hold ≈ 200,001 GB "
+                            "(~5 KB a sample), more than half this machine's 17 GB (at most 25,781 here), "
+                            "got 625001563")
+
+
 def test_a_dataset_and_a_baseline_refuse_their_settings_when_built():
     from face.datasets.crsarena import CRSArenaEval
     from face.datasets.usr import USR

@@ -88,14 +88,6 @@ _KNOWN_DIALOGUE_LABELS = set(DIALOGUE_ASPECTS) | set(UNREPORTED_DIALOGUE_LABELS)
 _KNOWN_TURN_LABELS = set(TURN_ASPECTS)
 
 
-def canonical_aspect(name: str) -> str:
-    """Map a legacy alias to its canonical name and reject unknown aspects."""
-    name = ASPECT_ALIASES.get(name, name)
-    if name not in ASPECTS:
-        raise KeyError(f"unknown aspect {name!r}; known: {', '.join(ASPECTS)} (aliases: {', '.join(ASPECT_ALIASES)})")
-    return name
-
-
 def system_and_split(conv_id: str) -> tuple[str, str]:
     """``kbrd_redial_<uuid>`` -> (``kbrd_redial``, ``redial``); ids of another shape: (first token, ``all``)."""
     parts = conv_id.split("_")

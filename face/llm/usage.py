@@ -91,7 +91,7 @@ def _quantile(xs: list[float], q: float) -> float:
 
 
 KEEP_REQUESTS = 1000  # request records kept for llm_usage.json (the first ones, and every failed one); totals exact
-KEEP_EVENTS = 1000  # fallback / invalid-answer events kept (counts are exact)
+KEEP_EVENTS = 1000  # invalid-answer events kept (the count is exact)
 LATENCY_SAMPLE = 10_000  # HTTP latencies kept for the quantiles (a uniform reservoir beyond that; mean and max exact)
 
 
@@ -142,10 +142,8 @@ class Usage:
     dry_run: bool = False
     cache_dir: str | None = None
     records: list[RequestRecord] = field(default_factory=list)  # the first KEEP_REQUESTS requests and every failed one
-    fallback_events: list[dict[str, Any]] = field(default_factory=list)  # the first KEEP_EVENTS
     invalid_events: list[dict[str, Any]] = field(default_factory=list)  # answers left missing (the first KEEP_EVENTS)
     requests: int = 0  # every request (records keeps a bounded part of them)
-    fallbacks: int = 0
     invalid_samples: int = 0
     by_tag: dict[str, dict[str, float]] = field(default_factory=dict)  # running totals per tag
     # running totals (kept incrementally so budget checks are O(1))
@@ -307,13 +305,6 @@ class Usage:
         """Retries spent on one HTTP request (also when it failed for good)."""
         self.retries += k
 
-    def note_fallback(self, tag: str, reason: str) -> None:
-        self.fallbacks += 1
-        t = self.by_tag.setdefault(tag or "(none)", _tag_totals())
-        t["fallbacks"] = t.get("fallbacks", 0) + 1
-        if len(self.fallback_events) < KEEP_EVENTS:
-            self.fallback_events.append({"tag": tag, "reason": reason})
-
     def note_invalid(self, tag: str, reason: str) -> None:
         """An answer still missing after its request's draws (the request's ``draws`` policy)."""
         self.invalid_samples += 1
@@ -349,7 +340,6 @@ class Usage:
             "retries": self.retries,
             "failures": sum(not e.startswith("budget") for e in errors),
             "budget_stops": sum(e.startswith("budget") for e in errors),
-            "fallbacks": self.fallbacks,
             "answer_retries": sum(t["answer_retries"] for t in tags),
             "rejected_answers": sum(t["rejected_answers"] for t in tags),
             "invalid_answers": sum(t["invalid_answers"] for t in tags),
@@ -383,7 +373,7 @@ class Usage:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         # one line per request record (json's C encoder; `indent` would switch to its pure-Python one)
-        state = (str(p.resolve()), self.requests, self.fallbacks, self.invalid_samples, len(self.records),
+        state = (str(p.resolve()), self.requests, self.invalid_samples, len(self.records),
                  self.misreports)
         if state == self._written and p.exists():
             return p  # already written with these records (the method wrote it, then the client closed)
@@ -393,7 +383,6 @@ class Usage:
             'and by_tag count them all",\n')
         stop = f' "misreport": {json.dumps(self.misreport)},\n' if self.misreport else ""
         text = (f'{{"totals": {json.dumps(self.summary(), indent=1)},\n{kept}{stop} "requests": [\n  {records}\n ],\n'
-                f' "fallbacks": {json.dumps(self.fallback_events)},\n'
                 f' "invalid_answers": {json.dumps(self.invalid_events)}\n}}\n')
         atomic_write_text(p, text)  # a stop while writing never leaves half a file
         self._written = state

@@ -106,6 +106,11 @@ def test_usage_is_read_as_finite_non_negative_integers_or_a_misreport(usage_repo
     assert reported_tokens(usage_reported) == tokens
 
 
+def test_a_misreported_value_is_quoted_in_at_most_60_characters():
+    # a reply may carry any JSON there: the message quotes 'prompt_tokens=' and the value's repr, cut at 60
+    assert reported_tokens(reported("x" * 1000, 5)) == "prompt_tokens='" + "x" * 45
+
+
 BAD_USAGE = {"negative": reported(-1_000_000, 5), "nan": reported(5, float("nan")), "inf": reported(float("inf"), 5),
              "string": reported("12", "3"), "fraction": reported(5, 2.5), "bool": reported(True, 5)}
 
@@ -136,6 +141,14 @@ def test_a_report_above_the_bound_stops_a_capped_run_charged_as_reported(tokens)
     assert u.misreports == 1
     with pytest.raises(BudgetExceeded, match=r"^LLM budget exceeded: endpoint misreport: .*\(tag='t'\)"):
         u.reserve(piece())
+
+
+def test_a_misreport_states_the_bound_it_broke_as_max_tokens_times_n():
+    u = usage(max_cost_usd=1.0)
+    r = u.reserve(piece())  # max_tokens 10, n 5: 50 output tokens at most
+    with pytest.raises(BudgetExceeded, match=r"its bound of 38 input tokens .* and 50 output tokens "
+                                             r"\(max_tokens 10 × n 5\)"):
+        u.settle(piece(), r, reported(38, 51), 2, 0.1)
 
 
 def test_answers_longer_than_the_output_bound_can_hold_are_a_misreport():
