@@ -190,7 +190,7 @@ def _summary(cells: pd.DataFrame, usd: float) -> pd.DataFrame:
 
         def agree(col: str) -> float:
             return float((g[col].fillna(0) * w).sum() / w.sum()) if w.sum() else np.nan
-        return (method, name, len(g), len(sep), sep["share_mean"].mean(), sep["share_median"].median(),
+        return (method, name, len(g), len(sep), sep["share_mean"].mean(), sep["share_median"].mean(),
                 sep["share_p90"].mean(), g["share_mean"].mean(), float(w.mean()), float(g["no_diff"].mean()),
                 float(sep["no_diff"].mean()), float(g["undecided"].mean()), agree("agree_fixed"),
                 agree("agree_human_means"), float(g["conversations_saved"].sum() * usd),
@@ -265,7 +265,8 @@ def _report(label: str, subset: str, s: Settings, usd: float, cells, summary, ca
            f"{s.target_diff} × the scale's range. Methods: {methods}. Reference price ${usd:.4f} per conversation × "
            f"aspect: ${s.reference_usd:g} / {s.reference_conversations} conversations / 7 aspects, the dry-run "
            "estimate of the paper setting at gpt-4o-mini list prices (docs/live_llm.md).")
-    summ = (f"Share of the pair's conversations scored before an aspect stopped (1 if never decided): on the cells "
+    summ = (f"Share of the pair's conversations scored before an aspect stopped (1 if never decided; per cell its "
+            f"mean, median and 90th percentile over the orders, averaged over the cells): on the cells "
             f"the fixed-n verdict separates (face compare's unpaired bootstrap-t on all conversations, Holm over the "
             f"pair's 7 aspects, {s.fixed_boot} resamples) and on all cells; the rates of the decisions over cells × "
             f"orders; agree_*: of the orders that declared a direction, the share in the fixed-n verdict's / the "
