@@ -236,6 +236,10 @@ class SequentialComparison:
         a_batch, b_batch = np.asarray(a_batch, float).reshape(-1, k), np.asarray(b_batch, float).reshape(-1, k)
         if self.paired and len(a_batch) != len(b_batch):
             raise ValueError(f"paired batches differ in length: {len(a_batch)} and {len(b_batch)}")
+        for k, (lo, hi) in enumerate(self.scales):  # a score off its scale would void the sequence's guarantee
+            bad = [float(v) for v in (*a_batch[:, k], *b_batch[:, k]) if not np.isnan(v) and not lo <= v <= hi]
+            if bad:
+                raise ValueError(f"{self.aspects[k]}: score(s) {bad[:3]} outside the scale [{lo}, {hi}]")
         self.a.append(a_batch)
         self.b.append(b_batch)
         return self.status()

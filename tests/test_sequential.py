@@ -174,6 +174,8 @@ def test_paired_comparison_uses_the_differences():
     assert p["decision"].iloc[0] == "better" and u["decision"].iloc[0] == "undecided"
     with pytest.raises(ValueError, match="paired batches"):
         paired.update(base[:2], base[:3])
+    with pytest.raises(ValueError, match=r"x: score\(s\) \[2.5\] outside the scale \[0, 2\]"):
+        paired.update(np.array([[1.0]]), np.array([[2.5]]))
 
 
 def test_peeking_at_a_fixed_n_interval_inflates_the_error_the_sequence_does_not():
