@@ -85,6 +85,7 @@ results: setup
 	$(BIN)/python scripts/run.py experiment=reproduce_table2
 	$(BIN)/python scripts/run.py experiment=system_level
 	$(BIN)/python scripts/run.py experiment=system_comparison
+	$(BIN)/python scripts/run.py experiment=sequential_comparison
 	$(BIN)/python scripts/run.py experiment=ablation_num_instructions
 	$(BIN)/python scripts/run.py experiment=ablation_aggregation
 	$(BIN)/python scripts/run.py experiment=diagnostics

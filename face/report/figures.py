@@ -324,3 +324,26 @@ def transfer_figure(rows: pd.DataFrame, coefficient: str, title: str, note: str,
     ax.set_title(title)
     ax.legend(fontsize=7)
     return _save(fig, path, note)
+
+
+@drawn()
+def saving_bars(summary: pd.DataFrame, note: str, path: str | Path) -> Path:
+    """The sequential comparison's saving per aspect and method: the mean share of conversations not scored on the
+    cells the fixed-n verdict separates (solid) and on all cells (hatched)."""
+    df = summary[summary["aspect"] != "all aspects"]
+    aspects, methods = list(dict.fromkeys(df["aspect"])), list(dict.fromkeys(df["method"]))
+    x, width = np.arange(len(aspects)), 0.8 / (2 * len(methods))
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for i, m in enumerate(methods):
+        g = df[df["method"] == m].set_index("aspect").loc[aspects]
+        colour = sns.color_palette()[i]
+        ax.bar(x - 0.4 + (2 * i + 0.5) * width, 1 - g["share_separated_mean"], width, color=colour,
+               label=f"{m}: cells the fixed-n verdict separates")
+        ax.bar(x - 0.4 + (2 * i + 1.5) * width, 1 - g["share_all_mean"], width, color=colour, alpha=0.45,
+               hatch="//", label=f"{m}: all cells")
+    ax.set_xticks(x)
+    ax.set_xticklabels(aspects, rotation=30, ha="right")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("share of conversations not scored")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return _save(fig, path, note)
