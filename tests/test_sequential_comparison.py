@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,5 @@ def test_sequential_comparison_small(cfg_factory):
     for name in ("summary", "cells", "calibration"):
         assert (res / f"{name}.md").exists() and (res / f"{name}.csv").exists()
     assert (res / "figures" / "saving_per_aspect.png").exists()
+    # MLflow takes metric names of alphanumerics, _ - . space : / only (the run failed on "asymptotic, paired by order")
+    assert out.metrics and all(re.fullmatch(r"[\w\-. :/]+", k) for k in out.metrics), sorted(out.metrics)

@@ -17,6 +17,7 @@ verdict weights conversations by their turns, as face compare does).
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from typing import Literal
 
@@ -240,11 +241,12 @@ def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:
     for method, g in summary[summary["aspect"] == "all aspects"].groupby("method", sort=False):
         total = g.iloc[0]
         family = cal[(cal["method"] == method) & (cal["aspect"] == "any aspect (family)")].iloc[0]
-        out |= {f"summary.{method}.share_separated": float(total["share_separated_mean"]),
-                f"summary.{method}.agree_fixed": float(total["agree_fixed"]),
-                f"summary.{method}.split_half_error": float(family["error"]),
-                f"{method}.usd_saved": float(total["usd_saved"]), f"{method}.share_all": float(total["share_all_mean"]),
-                f"{method}.agree_human_means": float(total["agree_human_means"])}
+        key = re.sub(r"[^\w-]+", "_", method)  # an MLflow metric name: "asymptotic, paired by order" has a comma
+        out |= {f"summary.{key}.share_separated": float(total["share_separated_mean"]),
+                f"summary.{key}.agree_fixed": float(total["agree_fixed"]),
+                f"summary.{key}.split_half_error": float(family["error"]),
+                f"{key}.usd_saved": float(total["usd_saved"]), f"{key}.share_all": float(total["share_all_mean"]),
+                f"{key}.agree_human_means": float(total["agree_human_means"])}
     return out
 
 
