@@ -264,9 +264,9 @@ def test_a_cached_item_is_not_sent_and_an_identical_request_shares_one_send_only
 
 
 def test_progress_counts_each_request_once_with_its_cache_hits_and_failures(monkeypatch):
-    import face.llm.client
+    import face.llm.stream
 
-    monkeypatch.setattr(face.llm.client, "Progress", _Bar)
+    monkeypatch.setattr(face.llm.stream, "Progress", _Bar)
     _Bar.made.clear()
     _drive(_Client({1: LLMCallError("down"), 2: "hit"}), range(4), total=4, on_error="return")
     _drive(_Client(), range(2))

@@ -40,7 +40,6 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequen
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from face.console import Progress as Reporter
 from face.errors import import_class
 
 from . import probe
@@ -368,30 +367,6 @@ def _loop_running() -> bool:
     except RuntimeError:
         return False
     return True
-
-
-class Progress:
-    """An LLM batch's progress (``face.console.Progress``: a bar on a terminal, a line every 30 s in a log):
-    requests done/total, cache hits, failures and the cost so far."""
-
-    def __init__(self, total: int, desc: str, enabled: bool, usage: Usage):
-        self.usage = usage
-        self.hits = 0
-        self.fail = 0
-        self.reporter = Reporter(total, desc, unit="requests", enabled=enabled, info=self._info)
-
-    def _info(self) -> dict[str, str]:
-        cost = self.usage.est_cost_usd if self.usage.dry_run else self.usage.spent_usd
-        return {"hits": str(self.hits), "fail": str(self.fail),
-                "cost": f"${cost:.4f}" + (" (dry-run estimate)" if self.usage.dry_run else "")}
-
-    def update(self, hits: int, failed: bool) -> None:
-        self.hits += hits
-        self.fail += failed
-        self.reporter.update(1)
-
-    def close(self) -> None:
-        self.reporter.close()
 
 
 def make_client(cfg: LLMConfig | dict) -> LLMClient:

@@ -23,17 +23,17 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from typing import Any
 
+from face.console import Progress as Reporter
+
 from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused
 from .sizes import WINDOW
-from .usage import BudgetExceeded
+from .usage import BudgetExceeded, Usage
 
 LLM_FAILURES = (LLMCallError, BudgetExceeded)
 
 
 class _Driver:
     def __init__(self, client: Any, desc: str, total: int | None, on_error: str):
-        from .client import Progress
-
         if on_error not in ("raise", "return"):
             raise ValueError(f"on_error must be 'raise' or 'return', got {on_error!r}")
         self.client, self.desc, self.total, self.on_error = client, desc, total, on_error
@@ -105,3 +105,27 @@ async def drive(client: Any, items: Iterable[Any], request: Callable[[Any], Chat
     finally:
         d.close()
         looked_up.close()
+
+
+class Progress:
+    """An LLM batch's progress (``face.console.Progress``: a bar on a terminal, a line every 30 s in a log):
+    requests done/total, cache hits, failures and the cost so far."""
+
+    def __init__(self, total: int, desc: str, enabled: bool, usage: Usage):
+        self.usage = usage
+        self.hits = 0
+        self.fail = 0
+        self.reporter = Reporter(total, desc, unit="requests", enabled=enabled, info=self._info)
+
+    def _info(self) -> dict[str, str]:
+        cost = self.usage.est_cost_usd if self.usage.dry_run else self.usage.spent_usd
+        return {"hits": str(self.hits), "fail": str(self.fail),
+                "cost": f"${cost:.4f}" + (" (dry-run estimate)" if self.usage.dry_run else "")}
+
+    def update(self, hits: int, failed: bool) -> None:
+        self.hits += hits
+        self.fail += failed
+        self.reporter.update(1)
+
+    def close(self) -> None:
+        self.reporter.close()
