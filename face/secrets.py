@@ -114,10 +114,6 @@ def contains_secret(text: str) -> bool:
     return redact(text) != text
 
 
-def has_userinfo(value: str) -> bool:
-    return bool(_URL_USERINFO.search(value))
-
-
 # ---------------------------------------------------------------- refusing a setting
 def _problem(setting: str, value: Any) -> str | None:
     """What is wrong with ``setting`` holding ``value`` (a scalar), or None."""
@@ -135,7 +131,7 @@ def _problem(setting: str, value: Any) -> str | None:
     if secret_name(setting):
         return (f"{setting} is refused: a credential in a setting would be written to .hydra/, run.log and "
                 "MLflow; put the key in an environment variable and name it in llm.api_key_env")
-    if has_userinfo(text):
+    if _URL_USERINFO.search(text):
         return (f"{setting} is refused: a URL with a user name or password in it (user:pass@host) would be "
                 "written to .hydra/, run.log and MLflow; give the key through llm.api_key_env (MLflow: the "
                 "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD variables)")
@@ -210,14 +206,6 @@ def _select(cfg: Any, path: str) -> Any:
 
 
 # ---------------------------------------------------------------- logs
-class RedactFilter(logging.Filter):
-    """Rewrites a log record so that its message (and its traceback text) is redacted."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        scrub(record)
-        return True
-
-
 def scrub(record: logging.LogRecord) -> logging.LogRecord:
     try:
         message = record.getMessage()

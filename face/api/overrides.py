@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from face.api.inputs import CONF, Source
+from face.api.inputs import Source
 from face.errors import ConfigError
+from face.runner.compose import CONF
 
 # settings the API sets from its own arguments -> what to use instead ({...}: the entry point's names, ARGUMENTS)
 OWN = {"experiment": "{who} runs FACE on your conversations; the paper's experiments run with scripts/run.py "
@@ -26,10 +27,6 @@ ARGUMENTS = {"api": {"who": "face.evaluate", "input": "the first argument", "lim
                      "out": "out=", "estimate": "face.estimate"},
              "cli": {"who": "face evaluate", "input": "LOGS", "limit": "--limit", "aspects": "--aspects",
                      "out": "--out", "estimate": "--dry-run"}}
-
-
-def _groups() -> set[str]:
-    return {p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra"}
 
 
 def _flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -63,7 +60,8 @@ def split_settings(settings: Mapping[str, Any]) -> tuple[list[str], dict[str, An
     """Keyword settings as (config group choices, every other key): a config group by its config's name
     (``run_size="tiny"``), any other key by its dotted name, a nested dict flattened (``method={"scoring": {"n": 3}}``
     is ``method.scoring.n``). A setting the API sets itself is refused, naming the argument to use."""
-    groups, choices, keys = _groups(), [], {}
+    groups = {p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra"}
+    choices, keys = [], {}
     for name, value in _flatten(settings).items():
         refuse_own(name)
         if name not in groups:

@@ -26,7 +26,6 @@ from face.errors import DataError
 from face.settings import settings
 
 SPLITS = ("redial", "opendialkg")
-_NSY = ("does not", "somewhat", "does")  # 0 / 1 / 2 on the three-level scales
 
 ASPECTS: dict[str, Aspect] = aspect_table([
     Aspect("relevance", "turn", (0, 1, 2),
@@ -86,14 +85,6 @@ ASPECT_ALIASES = {"dialog_overall": "dialogue_overall", "overall_impression": "d
 UNREPORTED_SCALE = (0, 2)  # preference_elicitation and explanation: no / somewhat / yes, like the others
 _KNOWN_DIALOGUE_LABELS = set(DIALOGUE_ASPECTS) | set(UNREPORTED_DIALOGUE_LABELS)
 _KNOWN_TURN_LABELS = set(TURN_ASPECTS)
-
-
-def canonical_aspect(name: str) -> str:
-    """Map a legacy alias to its canonical name and reject unknown aspects."""
-    name = ASPECT_ALIASES.get(name, name)
-    if name not in ASPECTS:
-        raise KeyError(f"unknown aspect {name!r}; known: {', '.join(ASPECTS)} (aliases: {', '.join(ASPECT_ALIASES)})")
-    return name
 
 
 def system_and_split(conv_id: str) -> tuple[str, str]:
