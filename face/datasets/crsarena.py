@@ -206,21 +206,6 @@ def check_unique_ids(convs: list[Conversation], path: Path) -> list[Conversation
     return convs
 
 
-def select(convs: list[Conversation], systems: list[str] | None = None, splits: list[str] | None = None,
-           limit: int | None = None) -> list[Conversation]:
-    """A subset: by system (a CRS id ``kbrd_redial`` or its model ``kbrd``), by split, then the first ``limit``."""
-    out = convs
-    if systems:
-        out = [c for c in out if c.system in systems or c.system.split("_")[0] in systems]
-    if splits:
-        out = [c for c in out if c.split in splits]
-    if limit is not None:
-        out = out[:limit]
-    return out
-
-
-
-
 # ---------------------------------------------------------------- the published Table 2 (the FACE paper)
 
 _SPLIT_KEYS = {"CRSArena-Eval_RD": "redial", "CRSArena-Eval_KG": "opendialkg"}
