@@ -82,18 +82,19 @@ def raw_overrides(overrides: Sequence[str], entry: str = "cli") -> list[str]:
     return list(overrides)
 
 
-def check_arguments(aspects: Any, llm: Any, out: Any, limit: Any, **flags: Any) -> list[str] | None:
-    """The API's own arguments, typed: ConfigError naming the one that is not; the aspects as a list (None: the
-    dataset's)."""
+def check_arguments(aspects: Any, llm: Any, out: Any, limit: Any, entry: str = "api", **flags: Any) -> list[str] | None:
+    """The API's own arguments, typed: ConfigError naming the one that is not (as the entry point ``api`` / ``cli``
+    names it); the aspects as a list (None: the dataset's)."""
+    dash = "--" if entry == "cli" else ""
     if not isinstance(llm, str) or not re.fullmatch(r"[\w.-]+", llm):
         raise ConfigError(f"llm must name a config in conf/llm/ (local, openai, openai_compatible, scripted, replay, "
                           f"...), got {llm!r}; its settings go in as **{{'llm.base_url': ...}}")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise ConfigError(f"limit must be a positive number of conversations, got {limit!r}")
+        raise ConfigError(f"{dash}limit must be a positive number of conversations, got {limit!r}")
     if out is not None and not isinstance(out, (str, os.PathLike)):
         raise ConfigError(f"out must be a directory path (a string or a Path) or None, got {type(out).__name__}")
     if out is not None and not str(os.fspath(out)).strip():
-        raise ConfigError("out: the path is empty")
+        raise ConfigError(f"{dash}out: the path is empty")
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise ConfigError(f"{name} must be True or False, got {value!r}")
