@@ -14,12 +14,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from face.errors import ConfigError
 from face.experiments.naming import run_owner
 from face.files import Location, check_locations, claimed
-from face.runner.compose import dry, select
+from face.runner.compose import select
 from face.runner.exits import RESUME
 from face.runner.request import RunRequest, RunResult
 from face.tracking.tracker import finishing
@@ -156,7 +156,10 @@ def _execute(request: RunRequest, plan) -> tuple[Any, bool]:
     from face.methods.job import estimated_cost
 
     if request.estimate_only or request.confirm is not None:
-        task = dry(plan.cfg)  # the estimate: its summary never printed, its dry run without a banner
+        # the estimate: the same run, sending nothing and tracking nothing; its summary never printed, its dry run
+        # without a banner
+        task = OmegaConf.merge(plan.cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
+        assert isinstance(task, DictConfig)
         estimate = _experiment(dataclasses.replace(plan, cfg=task, llm=check_settings(task),
                                                    summary=RunSummary(held=True, estimate="dry")))
         cost = estimated_cost(estimate.estimate) if estimate.estimate is not None else 0.0
