@@ -34,11 +34,8 @@ def mirror_dir(value: str | Path | None) -> Path | None:
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _atomic_copy(write, dest: Path, entry: DataFile) -> None:
