@@ -56,7 +56,7 @@ def looks_like_secret(value: str) -> bool:
     v = value.strip()
     if v.startswith(_KEY_PREFIXES):
         return True
-    if len(v) >= 24 and any(c.isdigit() for c in v) and any(c.islower() for c in v) and any(c.isupper() for c in v):
+    if len(v) >= 24 and _random_looking(v):
         return True  # long, mixed case and digits: an env var name is not like that
     return len(v) >= 32 and not v.isupper()
 
