@@ -158,18 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "evaluate":
         return evaluate(args)
-    if args.command == "compare":  # issue 30
-        from face.comparison.cli import main as compare_main
-        from face.runner import guarded
-
-        with guarded():  # every stop one line and an exit code, as for `face evaluate`
-            return compare_main(args)
     from face.api.report import build_report
+    from face.comparison.cli import main as compare_main
     from face.errors import ConfigError
     from face.files import dir_lock
     from face.runner import guarded
 
-    with guarded():  # every stop one line and an exit code, Ctrl-C too
+    with guarded():  # every stop one line and an exit code, as for `face evaluate`, Ctrl-C too
+        if args.command == "compare":  # issue 30
+            return compare_main(args)
         try:
             if not args.run_dir.is_dir():
                 raise ValueError("not a directory")
