@@ -16,7 +16,14 @@ output directories (whatever override names them), runs the experiment and retur
 from __future__ import annotations
 
 from face.files import OUTPUTS
-from face.runner.exits import EXIT_BUDGET, EXIT_CONFIG, fail, guarded, run_cli, stop_line
+from face.runner.exits import (
+    EXIT_BUDGET,
+    EXIT_CONFIG,
+    fail,
+    guarded,
+    run_cli,
+    stop_line,
+)
 from face.runner.request import RunRequest, RunResult
 from face.runner.run import check, run
 
