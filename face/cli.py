@@ -125,13 +125,9 @@ def evaluate(args: argparse.Namespace) -> int:
 
     if not math.isfinite(args.confirm_above) or args.confirm_above < 0:  # nan would never ask
         fail(EXIT_CONFIG, f"error: --confirm-above must be a number of USD >= 0, got {args.confirm_above}")
-    if args.limit is not None and args.limit < 1:  # 0 would mean all of them
-        fail(EXIT_CONFIG, f"error: --limit must be a positive number of conversations, got {args.limit}")
     aspects = _aspect_names(args.aspects)
-    if args.out is not None and not args.out.strip():
-        fail(EXIT_CONFIG, "error: --out: the path is empty")
-    out = args.out or str(Path("face-runs") / args.logs.stem)
-    with guarded():
+    out = args.out if args.out is not None else str(Path("face-runs") / args.logs.stem)
+    with guarded():  # --limit and --out checked as face.evaluate checks them
         done, _ = evaluation(str(args.logs), aspects, args.llm, out, overwrite=args.overwrite, limit=args.limit,
                              mlflow=args.mlflow, overrides=args.overrides, entry="cli", estimate_only=args.dry_run,
                              confirm=None if args.dry_run else _confirm(args))
@@ -162,18 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "evaluate":
         return evaluate(args)
-    if args.command == "compare":  # issue 30
-        from face.comparison.cli import main as compare_main
-        from face.runner import guarded
-
-        with guarded():  # every stop one line and an exit code, as for `face evaluate`
-            return compare_main(args)
     from face.api.report import build_report
+    from face.comparison.cli import main as compare_main
     from face.errors import ConfigError
     from face.files import dir_lock
     from face.runner import guarded
 
-    with guarded():  # every stop one line and an exit code, Ctrl-C too
+    with guarded():  # every stop one line and an exit code, as for `face evaluate`, Ctrl-C too
+        if args.command == "compare":  # issue 30
+            return compare_main(args)
         try:
             if not args.run_dir.is_dir():
                 raise ValueError("not a directory")

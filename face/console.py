@@ -294,14 +294,6 @@ class RunSummary:
     def stop(self) -> None:
         self.wall_s = time.monotonic() - self.started
 
-    def llm_totals(self) -> dict[str, float] | None:
-        """Requests, samples, HTTP requests, cache hits and cost summed over the run's LLM jobs (llm_usage.json's
-        names); None for a run with none."""
-        if not self.usage:
-            return None
-        keys = ("requests", "samples", "http_requests", "cache_hits", "cost_usd")
-        return {k: sum(u.get(k, 0) for u in self.usage) for k in keys}
-
     def text(self) -> str:
         lines = []
         if self.results is not None:
@@ -317,8 +309,9 @@ class RunSummary:
             lines.append(("MLflow run", "none (tracking off)" if not self.tracking else "none"))
         if self.wall_s is not None:
             lines.append(("Wall time", _duration(self.wall_s)))
-        llm = self.llm_totals()
-        if llm is not None:
+        if self.usage:  # summed over the run's LLM jobs (llm_usage.json's names)
+            keys = ("requests", "samples", "http_requests", "cache_hits", "cost_usd")
+            llm = {k: sum(u.get(k, 0) for u in self.usage) for k in keys}
             lines.append(("LLM requests", f"{int(llm['requests'])} ({int(llm['http_requests'])} HTTP requests, "
                                           f"{int(llm['samples'])} samples sent, {int(llm['cache_hits'])} samples "
                                           "from cache)"))

@@ -1,7 +1,7 @@
 """Writing a run's outputs safely: every file appears whole or not at all, a directory belongs to one run at a
 time, and a run never writes over another run's results or over its own input.
 
-* ``atomic_path`` / ``atomic_open`` / ``atomic_write_text`` / ``atomic_write_bytes``: the bytes go to a temporary
+* ``atomic_path`` / ``atomic_open`` / ``atomic_write_text``: the bytes go to a temporary
   name in the same directory, which is renamed onto the file (``os.replace``) only when everything was written; a
   crash or an exception half-way leaves the old file as it was and no temporary file behind (a ``kill -9`` leaves
   one, removed by the next run that takes the directory: ``dir_lock``).
@@ -84,12 +84,6 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
     with atomic_open(path, "w", encoding=encoding) as f:
         f.write(text)
-    return Path(path)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    with atomic_open(path, "wb") as f:
-        f.write(data)
     return Path(path)
 
 
@@ -282,18 +276,23 @@ def _remove_empty(dirs: Sequence[Path]) -> None:
                 os.rmdir(dirpath)
 
 
-__all__ = ["MARKER", "NOT_RESULTS", "OUTPUTS", "Location", "atomic_open", "atomic_path", "atomic_write_bytes",
-           "atomic_write_text", "check_locations", "claim_state", "claimed", "digest_files", "digest_settings",
-           "dir_lock", "refuse_input_overwrite", "write_marker"]
+__all__ = ["OUTPUTS", "Location", "atomic_open", "atomic_path", "atomic_write_text", "check_locations", "claimed",
+           "digest_files", "digest_settings", "dir_lock", "process_alive", "process_start"]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (Linux); None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def process_start(pid: int) -> str | None:
-    """The start time of a process (Linux /proc), to tell a live process from a reused pid; None where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    """The start time of a process, to tell a live process from a reused pid; None where unknown."""
+    fields = _stat(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def process_alive(pid: int, start: str | None = None) -> bool:
@@ -305,11 +304,7 @@ def process_alive(pid: int, start: str | None = None) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+    fields = _stat(pid)
+    if fields is None:
         return True
-    if fields[0] == "Z":
-        return False
-    return start is None or len(fields) < 20 or fields[19] == start
+    return fields[0] != "Z" and (start is None or len(fields) < 20 or fields[19] == start)

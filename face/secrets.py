@@ -56,7 +56,7 @@ def looks_like_secret(value: str) -> bool:
     v = value.strip()
     if v.startswith(_KEY_PREFIXES):
         return True
-    if len(v) >= 24 and any(c.isdigit() for c in v) and any(c.islower() for c in v) and any(c.isupper() for c in v):
+    if len(v) >= 24 and _random_looking(v):
         return True  # long, mixed case and digits: an env var name is not like that
     return len(v) >= 32 and not v.isupper()
 
@@ -114,10 +114,6 @@ def contains_secret(text: str) -> bool:
     return redact(text) != text
 
 
-def has_userinfo(value: str) -> bool:
-    return bool(_URL_USERINFO.search(value))
-
-
 # ---------------------------------------------------------------- refusing a setting
 def _problem(setting: str, value: Any) -> str | None:
     """What is wrong with ``setting`` holding ``value`` (a scalar), or None."""
@@ -135,7 +131,7 @@ def _problem(setting: str, value: Any) -> str | None:
     if secret_name(setting):
         return (f"{setting} is refused: a credential in a setting would be written to .hydra/, run.log and "
                 "MLflow; put the key in an environment variable and name it in llm.api_key_env")
-    if has_userinfo(text):
+    if _URL_USERINFO.search(text):
         return (f"{setting} is refused: a URL with a user name or password in it (user:pass@host) would be "
                 "written to .hydra/, run.log and MLflow; give the key through llm.api_key_env (MLflow: the "
                 "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD variables)")

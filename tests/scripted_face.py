@@ -15,7 +15,7 @@ from helpers import llm_config
 
 from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
 from face.data.schema import Instruction, Particle
-from face.datasets.crsarena import load_conversations, select
+from face.datasets.crsarena import load_conversations
 from face.datasets.face_released import load_released_particles
 from face.llm import LLMConfig
 from face.pipeline.particles import from_released
@@ -73,7 +73,7 @@ def _client_cfg(server, tmp_path, **kw) -> LLMConfig:
 @pytest.fixture(scope="module")
 def convs(data_dir):
     """The first two conversations of CRSArena-Eval (read once per module; nothing changes them)."""
-    return select(load_conversations(data_dir / CRSARENA_EVAL), limit=2)
+    return load_conversations(data_dir / CRSARENA_EVAL)[:2]
 
 
 @functools.lru_cache(maxsize=1)

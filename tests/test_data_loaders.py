@@ -20,7 +20,7 @@ from face.data import (
 )
 from face.data.schema import ASSISTANT, DIALOGUE_ACTS, USER
 from face.datasets.arena import load_dialogues, load_votes
-from face.datasets.crsarena import ASPECTS, load_conversations, load_published_table, select
+from face.datasets.crsarena import ASPECTS, CRSArenaEval, load_conversations, load_published_table
 from face.datasets.face_released import (
     load_instructions,
     load_particle_scores,
@@ -56,6 +56,10 @@ def test_crsarena_eval_records_equal_the_raw_json(data_dir):
 def test_select_filters_by_system_split_and_limit(data_dir):
     convs = load_conversations(data_dir / CRSARENA_EVAL)
     ids = [c.conv_id for c in convs]
+
+    def select(convs, **selection):
+        return CRSArenaEval(**selection).select(convs)
+
     kbrd = select(convs, systems=["kbrd"])
     # 61 kbrd_redial + 59 kbrd_opendialkg conversations in the file (counted from the conversation ids)
     assert [c.conv_id for c in kbrd] == [i for i in ids if i.startswith("kbrd_")] and len(kbrd) == 61 + 59

@@ -79,14 +79,14 @@ def test_one_logprobs_call_replaces_five_samples_on_the_scripted_server(tmp_path
 
     from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
     from face.data.schema import Instruction
-    from face.datasets.crsarena import load_conversations, select
+    from face.datasets.crsarena import load_conversations
     from face.datasets.face_released import load_released_particles
     from face.llm import make_client
     from face.pipeline.particles import from_released
     from face.pipeline.scoring import ScoringSpec, plan, score, units_for
     from face.testing.scripted import InProcessServer
 
-    convs = select(load_conversations(data_dir / CRSARENA_EVAL), limit=1)
+    convs = load_conversations(data_dir / CRSARENA_EVAL)[:1]
     decomps = from_released([r for r in load_released_particles(data_dir / RELEASED_PARTICLES)
                              if r.conv_id == convs[0].conv_id])
     units = units_for(ASPECTS["relevance"], convs, decomps)[:4]

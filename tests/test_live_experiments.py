@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from face.data import CRSARENA_EVAL
-from face.datasets.crsarena import load_conversations, select
+from face.datasets.crsarena import load_conversations
 from face.runfile import read_run_file
 from face.testing.scripted import ScriptedServer
 
@@ -99,7 +99,7 @@ def test_ablation_scoring_compares_estimators_and_cost(run_experiment, data_dir)
     for d in detail:
         if d["score"] is not None:
             turns.setdefault((d["conv_id"], d["turn_ind"]), []).append(d["score"])
-    convs = {c.conv_id: c for c in select(load_conversations(data_dir / CRSARENA_EVAL), limit=2)}
+    convs = {c.conv_id: c for c in load_conversations(data_dir / CRSARENA_EVAL)[:2]}
     human = {k: next(t.labels["relevance"] for t in convs[k[0]].turns if t.turn_ind == k[1]) for k in turns}
     keys = sorted(turns)
     r = stats.pearsonr([sum(turns[k]) / len(turns[k]) for k in keys], [human[k] for k in keys])[0]

@@ -11,7 +11,7 @@ import pytest
 
 from face.data import CRSARENA_EVAL, RELEASED_PARTICLES
 from face.data.schema import Conversation, Particle, Turn
-from face.datasets.crsarena import ASPECTS, load_conversations, select
+from face.datasets.crsarena import ASPECTS, load_conversations
 from face.datasets.face_released import load_released_particles
 from face.datasets.usr import USR
 from face.pipeline.particles import decompose_messages, from_released
@@ -29,7 +29,7 @@ def test_crsarena_prompts_are_those_of_the_pre_refactor_code(data_dir):
     except the compact prompts of particles for dialogue-level aspects, which since the replay judge (issue 19)
     say which assistant turn the particle came from (the fixture holds their new hashes)."""
     want = json.loads(FIXTURE.read_text())
-    convs = select(load_conversations(data_dir / CRSARENA_EVAL), limit=3)
+    convs = load_conversations(data_dir / CRSARENA_EVAL)[:3]
     ids = {c.conv_id for c in convs}
     decomps = from_released([r for r in load_released_particles(data_dir / RELEASED_PARTICLES) if r.conv_id in ids])
     by_id = {c.conv_id: c for c in convs}

@@ -23,10 +23,7 @@ a nested dict (``method={"scoring": {"n": 3}}`` is ``method.scoring.n=3``). See 
 from __future__ import annotations
 
 from face.api.evaluate import check_settings, estimate, evaluate, evaluation
-from face.api.inputs import Conversations, Source
-from face.api.meta import LEVELS, meta_evaluate
+from face.api.meta import meta_evaluate
 from face.api.result import Result
-from face.files import OUTPUTS
 
-__all__ = ["Conversations", "LEVELS", "OUTPUTS", "Result", "Source", "check_settings", "estimate", "evaluate",
-           "evaluation", "meta_evaluate"]
+__all__ = ["Result", "check_settings", "estimate", "evaluate", "evaluation", "meta_evaluate"]

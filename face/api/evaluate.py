@@ -41,7 +41,7 @@ def evaluation(conversations: Conversations, aspects: Any, llm: Any, out: Any, *
     from face.runner import RunRequest, run
     from face.runner.compose import composed
 
-    names = check_arguments(aspects, llm, out, limit, overwrite=overwrite, mlflow=mlflow)
+    names = check_arguments(aspects, llm, out, limit, entry, overwrite=overwrite, mlflow=mlflow)
     choices, keys = split_settings(settings or {})
     own = raw_overrides(overrides, entry)
     tmp = Path(tempfile.mkdtemp(prefix="face-"))

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from face.errors import ConfigError, DataError, closest_first
+from face.runner.compose import CONF
 
 if TYPE_CHECKING:
     import pandas as pd
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 IN_MEMORY = "conversations (in memory)"
 
 # conversations: a JSON / JSONL file (chat format or CRSArena-Eval's), chat-format dicts, bare message lists,

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 from face.api.result import Result
 from face.errors import ConfigError, DataError
 from face.experiments.settings import RunSettings
+from face.metaeval import LEVELS
 
 if TYPE_CHECKING:
     import pandas as pd
-
-LEVELS = ("turn", "dialogue", "system")
 
 
 def _label_frame(labels: Any) -> pd.DataFrame:
@@ -136,4 +135,4 @@ def meta_evaluate(result: Result, labels: pd.DataFrame | str | os.PathLike | Non
                      confidence)
 
 
-__all__ = ["LEVELS", "meta_evaluate"]
+__all__ = ["meta_evaluate"]

@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from face.api.inputs import CONF, Source
+from face.api.inputs import Source
 from face.errors import ConfigError
+from face.runner.compose import CONF
 
 # settings the API sets from its own arguments -> what to use instead ({...}: the entry point's names, ARGUMENTS)
 OWN = {"experiment": "{who} runs FACE on your conversations; the paper's experiments run with scripts/run.py "
@@ -26,10 +27,6 @@ ARGUMENTS = {"api": {"who": "face.evaluate", "input": "the first argument", "lim
                      "out": "out=", "estimate": "face.estimate"},
              "cli": {"who": "face evaluate", "input": "LOGS", "limit": "--limit", "aspects": "--aspects",
                      "out": "--out", "estimate": "--dry-run"}}
-
-
-def _groups() -> set[str]:
-    return {p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra"}
 
 
 def _flatten(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -63,7 +60,8 @@ def split_settings(settings: Mapping[str, Any]) -> tuple[list[str], dict[str, An
     """Keyword settings as (config group choices, every other key): a config group by its config's name
     (``run_size="tiny"``), any other key by its dotted name, a nested dict flattened (``method={"scoring": {"n": 3}}``
     is ``method.scoring.n``). A setting the API sets itself is refused, naming the argument to use."""
-    groups, choices, keys = _groups(), [], {}
+    groups = {p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra"}
+    choices, keys = [], {}
     for name, value in _flatten(settings).items():
         refuse_own(name)
         if name not in groups:
@@ -84,18 +82,19 @@ def raw_overrides(overrides: Sequence[str], entry: str = "cli") -> list[str]:
     return list(overrides)
 
 
-def check_arguments(aspects: Any, llm: Any, out: Any, limit: Any, **flags: Any) -> list[str] | None:
-    """The API's own arguments, typed: ConfigError naming the one that is not; the aspects as a list (None: the
-    dataset's)."""
+def check_arguments(aspects: Any, llm: Any, out: Any, limit: Any, entry: str = "api", **flags: Any) -> list[str] | None:
+    """The API's own arguments, typed: ConfigError naming the one that is not (as the entry point ``api`` / ``cli``
+    names it); the aspects as a list (None: the dataset's)."""
+    dash = "--" if entry == "cli" else ""
     if not isinstance(llm, str) or not re.fullmatch(r"[\w.-]+", llm):
         raise ConfigError(f"llm must name a config in conf/llm/ (local, openai, openai_compatible, scripted, replay, "
                           f"...), got {llm!r}; its settings go in as **{{'llm.base_url': ...}}")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise ConfigError(f"limit must be a positive number of conversations, got {limit!r}")
+        raise ConfigError(f"{dash}limit must be a positive number of conversations, got {limit!r}")
     if out is not None and not isinstance(out, (str, os.PathLike)):
         raise ConfigError(f"out must be a directory path (a string or a Path) or None, got {type(out).__name__}")
     if out is not None and not str(os.fspath(out)).strip():
-        raise ConfigError("out: the path is empty")
+        raise ConfigError(f"{dash}out: the path is empty")
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise ConfigError(f"{name} must be True or False, got {value!r}")

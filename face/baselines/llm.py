@@ -64,10 +64,6 @@ def units_of(aspects: Sequence[Aspect], convs: Sequence[Conversation]) -> list[U
     return out
 
 
-def grades_text(a: Aspect) -> str:
-    return "\n".join(f"{k}: {v}" for k, v in sorted(a.grades.items())) or ", ".join(map(str, a.scale))
-
-
 def unit_fields(u: Unit) -> dict[str, str]:
     """Placeholders describing the unit: the conversation (up to the turn for turn-level aspects)."""
     if u.turn_ind < 0:
@@ -80,7 +76,8 @@ def unit_fields(u: Unit) -> dict[str, str]:
 
 def aspect_fields(a: Aspect, judged: str) -> dict[str, str]:
     return {"judged": judged, "aspect": a.name.replace("_", " "), "definition": a.definition,
-            "levels": grades_text(a), "scale": ", ".join(map(str, a.scale))}
+            "levels": "\n".join(f"{k}: {v}" for k, v in sorted(a.grades.items())) or ", ".join(map(str, a.scale)),
+            "scale": ", ".join(map(str, a.scale))}
 
 
 def label_of(u: Unit) -> float | None:

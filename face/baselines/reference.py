@@ -36,56 +36,34 @@ def java_available() -> bool:
     return shutil.which("java") is not None
 
 
-def bleu(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, list[float]]:
-    """Per-item BLEU-1..4 (cumulative, uniform weights) of each hypothesis against its one reference."""
+def score_all(hyps: Sequence[str], refs: Sequence[str], metrics: Sequence[str] = METRICS) -> dict[str, list[float]]:
+    """Per-item scores of each hypothesis against its one reference: BLEU-1..4 (cumulative, uniform weights),
+    ROUGE-L, METEOR 1.5 (one Java process for the batch)."""
     from pycocoevalcap.bleu.bleu import Bleu
-
-    if not hyps:
-        return {f"bleu{n}": [] for n in range(1, 5)}
-    gts = {i: [r] for i, r in enumerate(refs)}
-    res = {i: [h] for i, h in enumerate(hyps)}
-    _, per_item = Bleu(4).compute_score(gts, res, verbose=0)
-    return {f"bleu{n + 1}": [float(v) for v in per_item[n]] for n in range(4)}
-
-
-def rouge_l(hyps: Sequence[str], refs: Sequence[str]) -> list[float]:
+    from pycocoevalcap.meteor.meteor import Meteor
     from pycocoevalcap.rouge.rouge import Rouge
 
     if not hyps:
-        return []
-    _, per_item = Rouge().compute_score({i: [r] for i, r in enumerate(refs)}, {i: [h] for i, h in enumerate(hyps)})
-    return [float(v) for v in per_item]
-
-
-def meteor(hyps: Sequence[str], refs: Sequence[str]) -> list[float]:
-    """METEOR 1.5 per item (one Java process for the batch)."""
-    from pycocoevalcap.meteor.meteor import Meteor
-
-    if not hyps:
-        return []
-    scorer = Meteor()
-    try:
-        _, per_item = scorer.compute_score({i: [r] for i, r in enumerate(refs)}, {i: [h] for i, h in enumerate(hyps)})
-    finally:
-        with scorer.lock:
-            scorer.meteor_p.stdin.close()
-            scorer.meteor_p.kill()
-            scorer.meteor_p.wait()
-    return [float(v) for v in per_item]
-
-
-def score_all(hyps: Sequence[str], refs: Sequence[str], metrics: Sequence[str] = METRICS) -> dict[str, list[float]]:
+        return {m: [] for m in metrics}
     # the coco code expects single-line strings; newlines would desynchronise METEOR's stdio protocol
-    hyps = [" ".join(h.split()) for h in hyps]
-    refs = [" ".join(r.split()) for r in refs]
-    out: dict[str, list[float]] = {}
+    gts = {i: [" ".join(r.split())] for i, r in enumerate(refs)}
+    res = {i: [" ".join(h.split())] for i, h in enumerate(hyps)}
+    out: dict[str, Sequence[float]] = {}
     if any(m.startswith("bleu") for m in metrics):
-        out.update(bleu(hyps, refs))
+        per_item = Bleu(4).compute_score(gts, res, verbose=0)[1]
+        out.update({f"bleu{n + 1}": per_item[n] for n in range(4)})
     if "rouge_l" in metrics:
-        out["rouge_l"] = rouge_l(hyps, refs)
+        out["rouge_l"] = Rouge().compute_score(gts, res)[1]
     if "meteor" in metrics:
-        out["meteor"] = meteor(hyps, refs)
-    return {m: out[m] for m in metrics}
+        scorer = Meteor()
+        try:
+            out["meteor"] = scorer.compute_score(gts, res)[1]
+        finally:
+            with scorer.lock:
+                scorer.meteor_p.stdin.close()
+                scorer.meteor_p.kill()
+                scorer.meteor_p.wait()
+    return {m: [float(v) for v in out[m]] for m in metrics}
 
 
 @settings("method", conf="method/bleu.yaml")

@@ -1,9 +1,7 @@
 """Data layer: fetch + verify upstream files, typed records, one loader per file."""
 
-from face.errors import DataError
 from face.data.fetch import ensure_data
-from face.data.manifest import MANIFEST
-from face.data.schema import Conversation, Instruction, Particle, Turn, TurnParticles
+from face.errors import DataError
 
 CRSARENA_EVAL = "crsarena_eval/crs_arena_eval.json"
 RELEASED_RUN = "face_released/face_run.json"
@@ -22,6 +20,5 @@ def released_instructions_file(aspect: str) -> str:
     return f"face_released/top16_instructions/{aspect}.json"
 
 
-__all__ = ["DataError", "ensure_data", "MANIFEST", "Conversation", "Instruction", "Particle", "Turn",
-           "TurnParticles", "CRSARENA_EVAL", "RELEASED_RUN", "RELEASED_PARTICLES", "PUBLISHED_TABLE",
-           "ARENA_VOTES", "ARENA_DIALOGUES", "USR_FILES", "released_scores_file", "released_instructions_file"]
+__all__ = ["ARENA_DIALOGUES", "ARENA_VOTES", "CRSARENA_EVAL", "DataError", "PUBLISHED_TABLE", "RELEASED_PARTICLES",
+           "RELEASED_RUN", "USR_FILES", "ensure_data", "released_instructions_file", "released_scores_file"]

@@ -12,13 +12,13 @@ import hashlib
 import logging
 import os
 import shutil
-import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Iterable
 
 from face.data.manifest import MANIFEST, DataFile
 from face.errors import DataError
+from face.files import atomic_path
 
 log = logging.getLogger(__name__)
 START_DIR = Path.cwd()  # the directory the command was run from: a relative FACE_DATA_MIRROR is read against it
@@ -34,27 +34,18 @@ def mirror_dir(value: str | Path | None) -> Path | None:
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _atomic_copy(write, dest: Path, entry: DataFile) -> None:
-    """Write to a temp file beside ``dest``, verify its sha256, then rename into place."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out:
+    """Write to a temp file beside ``dest``, verify its sha256, then rename into place (``atomic_path``)."""
+    with atomic_path(dest) as tmp:
+        with open(tmp, "wb") as out:
             write(out)
-        got = sha256_of(Path(tmp))
+        got = sha256_of(tmp)
         if got != entry.sha256:
             raise DataError(dest, f"checksum mismatch after fetch: expected sha256 {entry.sha256}, got {got}")
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, download: bool = True,

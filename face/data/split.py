@@ -24,12 +24,6 @@ class Split:
     dev: tuple[str, ...]
     test: tuple[str, ...]
 
-    def side(self, conv_id: str) -> str:
-        for name in ("train", "dev", "test"):
-            if conv_id in getattr(self, name):
-                return name
-        raise KeyError(conv_id)
-
 
 def fold_of(convs: Sequence[Conversation], folds: int, seed: int) -> dict[str, int]:
     """conv_id -> fold, stratified by system (the order of systems and conversations does not matter)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from face.data.io import check_type, field, read_json
+from face.data.io import check_file, check_type, field, read_json
 from face.data.schema import ArenaDialogue, ArenaVote
 from face.errors import DataError
 
@@ -15,8 +15,7 @@ _VOTE_COLUMNS = ("session_id", "user_id", "crs1", "crs2", "vote")
 def load_votes(path: str | Path, source: str) -> list[ArenaVote]:
     """Pairwise votes; ``vote`` is the winning CRS id or ``tie``."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(path, "file not found (run the fetch step, or set FACE_DATA_DIR / FACE_DATA_MIRROR)")
+    check_file(path)
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f)
         missing = [c for c in _VOTE_COLUMNS if c not in (reader.fieldnames or [])]

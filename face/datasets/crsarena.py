@@ -26,7 +26,6 @@ from face.errors import DataError
 from face.settings import settings
 
 SPLITS = ("redial", "opendialkg")
-_NSY = ("does not", "somewhat", "does")  # 0 / 1 / 2 on the three-level scales
 
 ASPECTS: dict[str, Aspect] = aspect_table([
     Aspect("relevance", "turn", (0, 1, 2),
@@ -205,21 +204,6 @@ def check_unique_ids(convs: list[Conversation], path: Path) -> list[Conversation
         seen.add(c.conv_id)
     problems.raise_any("conversation ids")
     return convs
-
-
-def select(convs: list[Conversation], systems: list[str] | None = None, splits: list[str] | None = None,
-           limit: int | None = None) -> list[Conversation]:
-    """A subset: by system (a CRS id ``kbrd_redial`` or its model ``kbrd``), by split, then the first ``limit``."""
-    out = convs
-    if systems:
-        out = [c for c in out if c.system in systems or c.system.split("_")[0] in systems]
-    if splits:
-        out = [c for c in out if c.split in splits]
-    if limit is not None:
-        out = out[:limit]
-    return out
-
-
 
 
 # ---------------------------------------------------------------- the published Table 2 (the FACE paper)

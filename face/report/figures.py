@@ -70,6 +70,13 @@ def _integer_ticks(ax: plt.Axes, values, axis: str = "x") -> None:
         ax.set_yticklabels([str(t) for t in ticks])
 
 
+def _with_ci(d: pd.DataFrame, keys) -> tuple[np.ndarray, np.ndarray]:
+    """``d``'s ``value`` at each of ``keys`` (its index; NaN where missing) and its error bars (below, above) from
+    ``ci_low`` / ``ci_high`` (0 where either is missing)."""
+    v, lo, hi = (d[c].reindex(keys).to_numpy(float) for c in ("value", "ci_low", "ci_high"))
+    return v, np.clip(np.nan_to_num(np.array([v - lo, hi - v])), 0, None)
+
+
 def _save(fig: plt.Figure, path: str | Path, note: str | None = None) -> Path:
     """The figure (with ``note`` as its caption) as a PNG with no version stamp (the same bytes on every run)."""
     if note is not None:
@@ -97,12 +104,9 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
     fig, ax = plt.subplots(figsize=(max(8, 1.5 * len(aspects)), 4.2))
     for i, m in enumerate(series):
         if m == ours_label:
-            vals = [mine["value"].get(a, np.nan) for a in aspects]
-            lo = [mine["ci_low"].get(a, np.nan) for a in aspects]
-            hi = [mine["ci_high"].get(a, np.nan) for a in aspects]
-            err = np.array([np.subtract(vals, lo), np.subtract(hi, vals)])
-            ax.bar(x + i * width, vals, width, label=m, color=colors[i], edgecolor="black", linewidth=0.8,
-                   yerr=np.clip(np.nan_to_num(err), 0, None), capsize=2)
+            value, err = _with_ci(mine, aspects)
+            ax.bar(x + i * width, value, width, label=m, color=colors[i], edgecolor="black", linewidth=0.8,
+                   yerr=err, capsize=2)
         else:
             p = pub[pub["method"] == m].set_index("aspect")["value"]
             vals = [p.get(a, np.nan) for a in aspects]
@@ -279,11 +283,7 @@ def bars_by_quality(ours: pd.DataFrame, published: pd.DataFrame, coefficient: st
     x = np.arange(len(aspects))
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(aspects)), 4.2))
     for i, m in enumerate(methods):
-        d = mine[mine[method_col] == m].set_index("aspect")
-        vals = np.array([d["value"].get(a, np.nan) for a in aspects], float)
-        lo = np.array([d["ci_low"].get(a, np.nan) for a in aspects], float)
-        hi = np.array([d["ci_high"].get(a, np.nan) for a in aspects], float)
-        err = np.clip(np.nan_to_num(np.array([vals - lo, hi - vals])), 0, None)
+        vals, err = _with_ci(mine[mine[method_col] == m].set_index("aspect"), aspects)
         ax.bar(x + i * width, np.nan_to_num(vals), width, yerr=err, capsize=2, color=colors[m], edgecolor="black",
                linewidth=0.6, label=m, error_kw={"elinewidth": 0.8})
         p = pub[pub["method"] == m].set_index("aspect")["value"]
@@ -311,12 +311,8 @@ def transfer_figure(rows: pd.DataFrame, coefficient: str, title: str, note: str,
     datasets = list(dict.fromkeys(rows["dataset"]))
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for aspect, d in rows.groupby("aspect", sort=False):
-        d = d.set_index("dataset").reindex(datasets)
-        x = np.arange(len(datasets))
-        v = d["value"].to_numpy(float)
-        err = np.clip(np.nan_to_num(np.array([v - d["ci_low"].to_numpy(float), d["ci_high"].to_numpy(float) - v])),
-                      0, None)
-        ax.errorbar(x, v, yerr=err, marker="o", capsize=3, label=aspect)
+        v, err = _with_ci(d.set_index("dataset"), datasets)
+        ax.errorbar(np.arange(len(datasets)), v, yerr=err, marker="o", capsize=3, label=aspect)
     ax.set_xticks(np.arange(len(datasets)))
     ax.set_xticklabels(datasets)
     ax.set_ylabel(COEF_LABELS[coefficient])

@@ -18,10 +18,7 @@ from __future__ import annotations
 from face.files import OUTPUTS
 from face.runner.exits import (
     EXIT_BUDGET,
-    EXIT_BUG,
     EXIT_CONFIG,
-    EXIT_INTERRUPTED,
-    EXIT_LLM,
     fail,
     guarded,
     run_cli,
@@ -30,5 +27,5 @@ from face.runner.exits import (
 from face.runner.request import RunRequest, RunResult
 from face.runner.run import check, run
 
-__all__ = ["EXIT_BUDGET", "EXIT_BUG", "EXIT_CONFIG", "EXIT_INTERRUPTED", "EXIT_LLM", "OUTPUTS", "RunRequest",
-           "RunResult", "check", "fail", "guarded", "run", "run_cli", "stop_line"]
+__all__ = ["EXIT_BUDGET", "EXIT_CONFIG", "OUTPUTS", "RunRequest", "RunResult", "check", "fail", "guarded", "run",
+           "run_cli", "stop_line"]

@@ -127,13 +127,6 @@ def task_config(cfg: DictConfig) -> DictConfig:
     return task
 
 
-def dry(cfg: DictConfig) -> DictConfig:
-    """The configuration of the estimate: the same run, sending nothing and tracking nothing."""
-    merged = OmegaConf.merge(cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
-    assert isinstance(merged, DictConfig)
-    return merged
-
-
 def select(cfg: DictConfig, key: str, setting: str | None = None):
     """A setting's value, resolved; ConfigError naming it when it cannot be resolved."""
     try:
@@ -142,4 +135,4 @@ def select(cfg: DictConfig, key: str, setting: str | None = None):
         raise ConfigError(f"{setting or key}: {first_line(e)}") from None
 
 
-__all__ = ["CONF", "composed", "dry", "job_dir", "missing_config", "select", "task_config"]
+__all__ = ["CONF", "composed", "job_dir", "missing_config", "select", "task_config"]

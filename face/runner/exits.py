@@ -35,7 +35,7 @@ def stop_line(e: BaseException) -> tuple[int, str]:
     from hydra.errors import HydraException, MissingConfigException
 
     from face.llm import BudgetExceeded, LLMCallError, LLMRequestRefused
-    from face.runner.compose import missing_config
+    from face.runner.compose import first_line, missing_config
 
     notes = getattr(e, "__notes__", [])
     resume = next((n for n in notes if n.startswith(RESUME.split("{")[0])), "")
@@ -53,8 +53,8 @@ def stop_line(e: BaseException) -> tuple[int, str]:
     marked = [n for n in notes if n.startswith("MLflow run ")]  # what the tracker did
     line = line.replace("{mlflow}", f" ({'; '.join(marked)})" if marked else "")
     line = line.replace("{missing}", missing_config(e) if isinstance(e, MissingConfigException) else "")
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return code, line.replace("{kind}", type(e).__name__).replace("{first}", first).replace("{e}", str(e)).rstrip()
+    line = line.replace("{kind}", type(e).__name__).replace("{first}", first_line(e))
+    return code, line.replace("{e}", str(e)).rstrip()
 
 
 @contextlib.contextmanager

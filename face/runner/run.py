@@ -14,11 +14,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from face.errors import ConfigError
+from face.experiments.naming import run_owner
 from face.files import Location, check_locations, claimed
-from face.runner.compose import dry, select
+from face.runner.compose import select
 from face.runner.exits import RESUME
 from face.runner.request import RunRequest, RunResult
 from face.tracking.tracker import finishing
@@ -42,7 +43,7 @@ def run(cfg: DictConfig, request: RunRequest = _PLAIN) -> RunResult:
     try:
         plan = check(cfg, request)
         locs = _locations(cfg, request, plan.out_dir)
-        with claimed(locs, _owner(cfg), _inputs(cfg), request.overwrite, _how(request)) as states:
+        with claimed(locs, *_claim(cfg, request)) as states:
             state = _say(locs, states, request)
             plan.summary.held = request.finish is not None  # printed after the entry point's last outputs
             with finishing():  # its MLflow run ends FINISHED after the last outputs
@@ -72,7 +73,7 @@ def check(cfg: DictConfig, request: RunRequest = _PLAIN, load: bool = True):
     if bad:
         raise ConfigError(bad)
     if load:
-        check_locations(_locations(cfg, request), _owner(cfg), _inputs(cfg), request.overwrite, _how(request))
+        check_locations(_locations(cfg, request), *_claim(cfg, request))
     plan = prepare(cfg, experiment_parts(cfg))
     if plan.llm is not None and plan.uses_llm and not plan.llm.dry_run and not request.estimate_only:
         plan.llm.api_key()  # ConfigError naming the variable when it is unset (a keyless server needs none)
@@ -101,14 +102,13 @@ def experiment_parts(task: DictConfig):
         raise ConfigError(f"{runner}: {str(e).strip() or type(e).__name__}") from None
 
 
-def _owner(cfg: DictConfig) -> dict:
-    from face.experiments.naming import run_owner
-
-    return run_owner(cfg)
-
-
-def _inputs(cfg: DictConfig) -> list[Path]:
-    return [Path(p) for p in [select(cfg, "dataset.path")] if isinstance(p, str) and os.path.isfile(p)]
+def _claim(cfg: DictConfig, request: RunRequest) -> tuple[dict, list[Path], bool, str]:
+    """Whose the run's directories are, the input they must not overwrite, whether another run's results there are
+    replaced, and how the entry point asks for that."""
+    inputs = [Path(p) for p in [select(cfg, "dataset.path")] if isinstance(p, str) and os.path.isfile(p)]
+    how = (f"pass {_overwrite(request)} to replace them" if request.job_dir is None
+           else "remove it first (or rerun it with its own settings to resume it)")  # scripts/run.py: no overwrite
+    return run_owner(cfg), inputs, request.overwrite, how
 
 
 def _locations(cfg: DictConfig, request: RunRequest, out_dir: Path | None = None) -> list[Location]:
@@ -140,12 +140,6 @@ def _overwrite(request: RunRequest) -> str:
     return "--overwrite" if request.out_name.startswith("--") else "overwrite=True"
 
 
-def _how(request: RunRequest) -> str:
-    if request.job_dir is not None:  # scripts/run.py has no overwrite
-        return "remove it first (or rerun it with its own settings to resume it)"
-    return f"pass {_overwrite(request)} to replace them"
-
-
 def _say(locs: list[Location], states: list[str], request: RunRequest) -> str:
     """Say once that the run resumes (or replaces another's results); the run directory's state."""
     owned = [(loc, state) for loc, state in zip(locs, states) if loc.owned]
@@ -162,7 +156,10 @@ def _execute(request: RunRequest, plan) -> tuple[Any, bool]:
     from face.methods.job import estimated_cost
 
     if request.estimate_only or request.confirm is not None:
-        task = dry(plan.cfg)  # the estimate: its summary never printed, its dry run without a banner
+        # the estimate: the same run, sending nothing and tracking nothing; its summary never printed, its dry run
+        # without a banner
+        task = OmegaConf.merge(plan.cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
+        assert isinstance(task, DictConfig)
         estimate = _experiment(dataclasses.replace(plan, cfg=task, llm=check_settings(task),
                                                    summary=RunSummary(held=True, estimate="dry")))
         cost = estimated_cost(estimate.estimate) if estimate.estimate is not None else 0.0

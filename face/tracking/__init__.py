@@ -7,10 +7,10 @@
 - ``prompts``: the Prompt Registry (one version per distinct text) and references to a registered set.
 """
 
-from face.tracking.names import correlation_metrics, description, flatten, headline, summary_metrics
+from face.tracking.names import correlation_metrics, description, flatten, summary_metrics
 from face.tracking.store import check_tracking_store, use_experiment
 from face.tracking.sweeps import is_multirun
 from face.tracking.tracker import Tracker
 
-__all__ = ["Tracker", "check_tracking_store", "correlation_metrics", "description", "flatten", "headline",
-           "is_multirun", "summary_metrics", "use_experiment"]
+__all__ = ["Tracker", "check_tracking_store", "correlation_metrics", "description", "flatten", "is_multirun",
+           "summary_metrics", "use_experiment"]

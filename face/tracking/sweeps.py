@@ -114,16 +114,6 @@ def job_name(task: str, overrides: Sequence[str], swept: Sequence[str]) -> str:
     return (f"{label}{SEP}{task}" if label else task)[:250]
 
 
-def sweep_name(task: str, swept: Sequence[str]) -> str:
-    """The parent run's name: the experiment and the swept keys."""
-    return f"{task} sweep: {' x '.join(tails(swept)) or 'one job'}"[:250]
-
-
-def sweep_params(overrides: Sequence[str]) -> dict[str, str]:
-    """The parent's params: each setting of the sweep's command line, a swept one with all its values (``1,2``)."""
-    return {k: redact(v)[:6000] for k, v in named_settings(overrides)}
-
-
 @dataclasses.dataclass
 class SweepParent:
     run_id: str
@@ -158,9 +148,10 @@ def sweep_parent(experiment_id: str, sweep_dir: str, task: str, overrides: Seque
                 "sweep_overrides": " ".join(overrides), "task_name": task, **process_tags()}
         if description:
             tags["mlflow.note.content"] = description
-        run = client.create_run(experiment_id, run_name=redact(sweep_name(task, keys)),
-                                tags={k: redact(v) for k, v in tags.items()})
-        _log_params(client, run.info.run_id, sweep_params(overrides))
+        name = f"{task} sweep: {' x '.join(tails(keys)) or 'one job'}"[:250]  # the experiment and the swept keys
+        run = client.create_run(experiment_id, run_name=redact(name), tags={k: redact(v) for k, v in tags.items()})
+        # its params: each setting of the sweep's command line, a swept one with all its values (``1,2``)
+        _log_params(client, run.info.run_id, {k: redact(v)[:6000] for k, v in named_settings(overrides)})
         if swept is None:
             client.set_terminated(run.info.run_id, status="FINISHED")
         return SweepParent(run.info.run_id, keys)
