@@ -318,3 +318,22 @@ def test_a_consumer_that_stops_early_cancels_the_requests_still_in_flight():
     client = _Client({3: "hang", 4: "hang"})
     assert [x for x, _ in _drive(client, range(5), upto=2)] == [0, 1]
     assert sorted(client.cancelled_at_close) == [3, 4]  # at once, not when the event loop ends
+
+
+def test_a_batchs_progress_counts_requests_cache_hits_and_failures_and_shows_the_cost_so_far():
+    """The driver's progress (face.llm.stream.Progress) on the project's reporter: one step per request, the cache
+    hits and failures summed, the cost spent so far (the estimate in a dry run) to 4 decimals."""
+    from types import SimpleNamespace
+
+    from face.llm.stream import Progress
+
+    usage = SimpleNamespace(dry_run=False, spent_usd=0.12345678, est_cost_usd=9.0)
+    p = Progress(7, "scoring relevance", enabled=False, usage=usage)
+    for hits, failed in [(3, False), (0, True), (1, False)]:
+        p.update(hits, failed)
+    r = p.reporter
+    assert (r.total, r.desc, r.unit, r.n) == (7, "scoring relevance", "requests", 3)
+    assert r.info() == {"hits": "4", "fail": "1", "cost": "$0.1235"}
+    usage.dry_run = True
+    assert r.info()["cost"] == "$9.0000 (dry-run estimate)"
+    p.close()
