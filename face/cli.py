@@ -138,6 +138,30 @@ def evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def compare_sequential(args: argparse.Namespace) -> int:
+    """``face compare A B --sequential``: the two logs scored until every aspect is decided (face.api.sequential)."""
+    from face.api.sequential import compare_sequential as run
+    from face.comparison.cli import _default_out, _names
+    from face.errors import ConfigError
+
+    if len(args.runs) != 2:
+        raise ConfigError(f"--sequential compares two sets of logs, got {len(args.runs)}")
+    if not math.isfinite(args.confirm_above) or args.confirm_above < 0:
+        raise ConfigError(f"--confirm-above must be a number of USD >= 0, got {args.confirm_above}")
+    aspects = _aspect_names(args.aspects) if args.aspects is not None else None
+    out = args.out if args.out is not None else str(_default_out(args.runs))
+    res = run(*args.runs, aspects, args.llm, out=out, names=_names(args.names), batch=args.batch,
+              max_conversations=args.max_conversations, seed=args.seed, alpha=args.alpha,
+              target_diff=args.target_diff, method=args.method, overwrite=args.overwrite, overrides=args.overrides,
+              entry="cli", confirm=_confirm(args), echo=lambda line: print(line, flush=True))
+    if res is None:
+        print("Nothing sent.")
+        return 0
+    print(res.summary(), flush=True)
+    print(f"\nReport: {(res.out / 'comparison' / 'report.html').resolve()}", flush=True)
+    return 0
+
+
 def _confirm(args: argparse.Namespace):
     """Asked with the estimate, before anything is sent: above --confirm-above USD (unless --yes), a terminal is asked;
     without one, the run is refused (rerun with --yes)."""
@@ -165,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     from face.runner import guarded
 
     with guarded():  # every stop one line and an exit code, as for `face evaluate`, Ctrl-C too
+        if args.command == "compare" and args.sequential:  # issue 43
+            return compare_sequential(args)
         if args.command == "compare":  # issue 30
             return compare_main(args)
         try:

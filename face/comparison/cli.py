@@ -64,6 +64,22 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="compare runs of different judges, instructions, estimators or scales (warned on every "
                         "table)")
     p.add_argument("--mlflow", action="store_true", help="record the comparison as an MLflow run")
+    q = p.add_argument_group("sequential (--sequential: RUN_A RUN_B are conversation logs, scored until decided)")
+    q.add_argument("--sequential", action="store_true",
+                   help="score the two sets of logs (files as `face evaluate` reads them) with FACE in a seeded "
+                        "random order, a batch of each at a time, until every aspect is decided "
+                        "(docs/comparing_systems.md)")
+    q.add_argument("--llm", default="local", help="the judge's LLM backend config, as for `face evaluate`")
+    q.add_argument("--batch", type=int, default=5, help="conversations of each side per step (default 5)")
+    q.add_argument("--max-conversations", type=int, default=None, metavar="N",
+                   help="score at most N conversations of each side")
+    q.add_argument("--method", default="betting", choices=["betting", "eb", "asymptotic"],
+                   help="the confidence sequence (default betting: exact for bounded scores)")
+    q.add_argument("--yes", action="store_true", help="do not ask for confirmation, whatever the estimate")
+    q.add_argument("--confirm-above", type=float, default=1.0, metavar="USD",
+                   help="ask before sending when the estimate of scoring everything exceeds this (default 1.0)")
+    q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="any setting of the scoring run, as for `face evaluate` (e.g. llm.max_cost_usd=5)")
     p.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite:///<project>/mlflow.db)")
     return p
 

@@ -123,3 +123,27 @@ def power_curve(df: pd.DataFrame, note: str) -> bytes:
     if note:
         _caption(fig, note)
     return png(fig)
+
+
+@drawn(None, math=False)
+def sequence(steps: pd.DataFrame, aspect: str, note: str) -> bytes:
+    """One aspect of a sequential comparison: its confidence sequence's bounds against the conversations scored,
+    a zero line, and where the scoring stopped with the decision there."""
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    x = steps["scored"].to_numpy()
+    ax.fill_between(x, steps["ci_low"], steps["ci_high"], step="post", alpha=0.25, color="#2166ac")
+    ax.step(x, steps["ci_low"], where="post", color="#2166ac", label="lower bound")
+    ax.step(x, steps["ci_high"], where="post", color="#b2182b", label="upper bound")
+    ax.axhline(0, color="black", lw=0.8)
+    last = steps.iloc[-1]
+    ax.axvline(last["scored"], color="grey", ls="--", lw=1)
+    ax.annotate(f"stopped: {last['decision']}", (last["scored"], last["ci_high"]), fontsize=8, ha="right",
+                va="bottom")
+    ax.set_xlabel("conversations scored (both systems)")
+    ax.set_ylabel("candidate − baseline")
+    ax.set_title(f"{aspect}: anytime-valid confidence sequence", fontsize=9, loc="left")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    if note:
+        _caption(fig, note)
+    return png(fig)

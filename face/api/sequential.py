@@ -1,0 +1,267 @@
+"""``face.compare_sequential`` and ``face compare A B --sequential``: score two sets of logged conversations with FACE
+only until every requested aspect is decided.
+
+The conversations of both sides are put in one seeded random order (paired: the same order of the shared ids; else
+one order per side) and scored in steps of ``batch`` conversations per side, both sides each step. A step is a
+``face evaluate`` run (``face.api.evaluation``: the same checks, runner and LLM cache) of each side's conversations
+scored so far into ``OUT/<name>``: what earlier steps scored is answered by the cache, so only the new conversations
+are sent, and a stopped or killed run, started again with the same command, goes through the same steps and sends
+only what it had not scored. After each step ``face.sequential.SequentialComparison`` (anytime-valid confidence
+sequences, each aspect at α / K) is updated with the new conversations' scores (a conversation's score per aspect:
+its dialogue score, or the mean of its turns' scores). The run stops when every aspect is decided, or when the
+conversations, ``max_conversations`` or the cost cap (``llm.max_cost_usd``, summed over the steps) run out.
+``OUT/comparison`` then holds a normal ``face compare`` report of the scored conversations, the sequence's bounds
+per step (``sequential_steps``), the decisions (``sequential``), what was saved (``sequential_saved``) and one
+figure per aspect (``figures/sequential_<aspect>.png``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from face.api.evaluate import evaluation
+from face.api.inputs import check_conversations, source_of
+from face.errors import ConfigError, require_writable_dir
+
+COUNTS = ("http_requests", "input_tokens", "output_tokens", "cost_usd")  # sent (a cache hit is not)
+
+
+@dataclass
+class SequentialResult:
+    """``comparison``: the ``face compare`` of the scored conversations; ``steps``: per step × aspect the
+    conversations scored and the sequence's bounds and decision; ``decisions``: the last step's; ``saved``: scored
+    vs available; ``stop``: why the scoring stopped; ``out``: where everything is."""
+
+    comparison: Any
+    steps: pd.DataFrame
+    decisions: pd.DataFrame
+    saved: pd.DataFrame
+    stop: str
+    out: Path
+
+    def summary(self) -> str:
+        from face.report.tables import to_markdown
+
+        undecided = list(self.decisions.loc[self.decisions["decision"] == "undecided", "aspect"])
+        lines = [self.comparison.summary(), "", f"Sequential: stopped because {self.stop}.",
+                 to_markdown(self.decisions), "", "What was scored vs available:", to_markdown(self.saved)]
+        if undecided:
+            lines.append(f"Undecided: {', '.join(undecided)} (more conversations would be needed)")
+        return "\n".join(lines)
+
+
+def _positive_int(value: Any, name: str, none: bool = False) -> int | None:
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive number of conversations, got {value!r}")
+    return value
+
+
+def check_options(batch: Any, max_conversations: Any, alpha: Any, target_diff: Any, method: Any, seed: Any) -> None:
+    """Every sequential option, before anything is read, sent or written (one ConfigError)."""
+    from face.sequential import METHODS
+
+    _positive_int(batch, "batch")
+    _positive_int(max_conversations, "max_conversations", none=True)
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha < 1:
+        raise ConfigError(f"alpha must be a number between 0 and 1, got {alpha!r}")
+    if target_diff is not None and (isinstance(target_diff, bool) or not isinstance(target_diff, (int, float))
+                                    or not math.isfinite(target_diff) or target_diff <= 0):
+        raise ConfigError(f"target_diff must be a positive number or None, got {target_diff!r}")
+    if method not in METHODS:
+        raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed must be an integer, got {seed!r}")
+
+
+def _orders(a: list, b: list, seed: int, limit: int | None) -> tuple[list, list, bool]:
+    """Each side's conversations in the scoring order: paired (the same ids on both sides) one permutation for
+    both, else one per side; at most ``limit`` of each."""
+    rng = np.random.default_rng(seed)
+    ids_a, ids_b = [c.conv_id for c in a], [c.conv_id for c in b]
+    paired = sorted(ids_a) == sorted(ids_b) and len(set(ids_a)) == len(ids_a)
+    order_a = [a[i] for i in rng.permutation(len(a))]
+    if paired:
+        by_id = {c.conv_id: c for c in b}
+        order_b = [by_id[c.conv_id] for c in order_a]
+    else:
+        order_b = [b[i] for i in rng.permutation(len(b))]
+    return order_a[:limit], order_b[:limit], paired
+
+
+def _conversation_scores(run_dir: Path, aspects: Sequence[str], ids: Sequence[str]) -> np.ndarray:
+    """Rows ``ids``, columns ``aspects``: a conversation's dialogue score, or its turns' mean (NaN: none)."""
+    from face.comparison.runs import from_dir
+
+    s = from_dir(run_dir).scores(aspects).groupby(["conv_id", "aspect"])["pred"].mean().unstack()
+    return s.reindex(index=list(ids), columns=list(aspects)).to_numpy(float)
+
+
+def _step(convs: list, tmp: Path, out: Path, aspects: Sequence[str], llm: Any, run: dict) -> dict:
+    """One side's conversations scored so far, evaluated into ``out`` (a rerun: the cache answers); its usage."""
+    from face.datasets.crsarena import write_conversations
+
+    logs = write_conversations(convs, tmp / f"{out.name}.json")
+    with contextlib.redirect_stdout(io.StringIO()):
+        done, _ = evaluation(str(logs), list(aspects), llm, str(out), overwrite=True, **run)
+    totals = json.loads((out / "llm_usage.json").read_text(encoding="utf-8"))["totals"]
+    cap = done.cfg.llm.get("max_cost_usd")
+    return {**{k: totals.get(k, 0) or 0 for k in COUNTS}, "cap": None if cap is None else float(cap)}
+
+
+def _estimate(convs: list, tmp: Path, aspects: Sequence[str], llm: Any, run: dict) -> pd.Series:
+    from face.datasets.crsarena import write_conversations
+
+    logs = write_conversations(convs, tmp / "estimate.json")
+    with contextlib.redirect_stdout(io.StringIO()):
+        done, _ = evaluation(str(logs), list(aspects), llm, None, estimate_only=True, **run)
+    est = done.estimate
+    total = est[est["stage"] == "total"].iloc[0]
+    return total[["http_requests", "input_tokens", "output_tokens", "cost_usd"]].astype(float)
+
+
+def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | str | None = None, llm: str = "local",
+                       *, out: str | os.PathLike, names: Sequence[str] | None = None, batch: int = 5,
+                       max_conversations: int | None = None, seed: int = 0, alpha: float = 0.05,
+                       target_diff: float | None = None, method: str = "betting", overwrite: bool = False,
+                       overrides: Sequence[str] = (), entry: str = "api", confirm: Callable[[float], bool] | None = None,
+                       echo: Callable[[str], None] = print, **settings: Any) -> SequentialResult | None:
+    """Compare two sets of conversations (files as ``face.evaluate`` reads them), scoring them with FACE only until
+    every aspect is decided (module doc). ``batch``: conversations per side per step; ``max_conversations``: at most
+    this many per side; ``alpha``: the family's error (each aspect at α / K); ``target_diff``: an interval inside
+    ±target_diff decides "no difference larger than target"; ``method``: the confidence sequence (betting, eb,
+    asymptotic); ``confirm``: asked with the estimated $ of scoring everything, before anything is sent (False: None
+    returned, nothing sent). ``settings`` / ``overrides``: as ``face.evaluate``'s. ConfigError / DataError before
+    anything is sent or written."""
+    check_options(batch, max_conversations, alpha, target_diff, method, seed)
+    if out is None or not str(out).strip():
+        raise ConfigError("out: give the directory of the sequential comparison")
+    out = Path(os.path.abspath(os.fspath(out)))
+    names = list(names) if names is not None else [Path(os.fspath(baseline)).stem, Path(os.fspath(candidate)).stem]
+    if len(names) != 2 or len(set(names)) != 2 or not all(str(n).strip() for n in names):
+        raise ConfigError(f"names: two distinct names for the two sides, got {names!r}")
+    with tempfile.TemporaryDirectory(prefix="face-seq-") as tmp_name:
+        tmp = Path(tmp_name)
+        sides = [check_conversations(source_of(s, tmp)) for s in (baseline, candidate)]
+        order_a, order_b, paired = _orders(*sides, seed, max_conversations)
+        aspect_list = [aspects] if isinstance(aspects, str) else aspects
+        run = {"overrides": overrides, "entry": entry, "settings": settings}
+        avail = _estimate(sides[0], tmp, aspect_list, llm, run) + _estimate(sides[1], tmp, aspect_list, llm, run)
+        require_writable_dir(out, "--out" if entry == "cli" else "out")
+        if confirm is not None and not confirm(float(avail["cost_usd"])):
+            return None
+        _claim(out, overwrite, entry)
+        limited = len(order_a) < len(sides[0]) or len(order_b) < len(sides[1])
+        return _loop(order_a, order_b, paired, names, tmp, out, aspect_list, llm, run, batch, alpha, target_diff,
+                     method, avail, sum(map(len, sides)), echo, limited)
+
+
+def _claim(out: Path, overwrite: bool, entry: str) -> None:
+    """The directory of one sequential comparison (marked by ``sequential.json``): another non-empty directory is
+    refused unless ``overwrite``."""
+    mark = out / "sequential.json"
+    if out.is_dir() and any(out.iterdir()) and not mark.exists() and not overwrite:
+        flag = "--overwrite" if entry == "cli" else "overwrite=True"
+        raise ConfigError(f"{'--out' if entry == 'cli' else 'out'}: {out} holds other files, not a sequential "
+                          f"comparison's; pass {flag} to replace them")
+    out.mkdir(parents=True, exist_ok=True)
+    mark.write_text(json.dumps({"face": "sequential comparison"}), encoding="utf-8")
+
+
+def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, alpha, target_diff, method,
+          avail, n_avail, echo, limited) -> SequentialResult:
+    from face.comparison.engine import compare
+    from face.comparison.runs import from_dir
+    from face.llm import BudgetExceeded
+    from face.sequential import SequentialComparison
+
+    dirs = [out / names[0], out / names[1]]
+    used = {k: 0.0 for k in COUNTS}
+    seq, rows = None, []
+    stop = "--max-conversations ran out" if limited else "the conversations ran out"
+    n_steps = -(-max(len(order_a), len(order_b)) // batch)
+    done_a = done_b = 0
+    for step in range(1, n_steps + 1):
+        na, nb = min(step * batch, len(order_a)), min(step * batch, len(order_b))
+        try:
+            for convs, d in ((order_a[:na], dirs[0]), (order_b[:nb], dirs[1])):
+                usage = _step(convs, tmp, d, aspects, llm, run)
+                for k in COUNTS:
+                    used[k] += usage[k]
+        except BudgetExceeded:
+            stop = "the cost cap (llm.max_cost_usd) ran out"
+            break
+        if seq is None:
+            meta = from_dir(dirs[0])
+            scales = [(min(meta.aspects[a].scale), max(meta.aspects[a].scale)) for a in aspects]
+            seq = SequentialComparison(list(aspects), scales, alpha, target_diff, paired, method)
+        new_a = _conversation_scores(dirs[0], aspects, [c.conv_id for c in order_a[done_a:na]])
+        new_b = _conversation_scores(dirs[1], aspects, [c.conv_id for c in order_b[done_b:nb]])
+        status = seq.update(new_a, new_b)
+        done_a, done_b = na, nb
+        rows.append(status.assign(step=step, scored=na + nb))
+        echo(f"step {step}: {na} + {nb} conversations scored; " + "; ".join(
+            f"{r.aspect} [{r.ci_low:+.3f}, {r.ci_high:+.3f}] {r.decision}" for r in status.itertuples()))
+        limit = usage["cap"]
+        if seq.done():
+            stop = "every aspect is decided"
+            break
+        if limit is not None and used["cost_usd"] >= limit:
+            stop = f"the cost cap (llm.max_cost_usd = {limit:g}) ran out"
+            break
+    if seq is None:
+        raise ConfigError(f"nothing was scored: {stop}")
+    comp = compare(str(dirs[0]), str(dirs[1]), names=names, aspects=list(aspects),
+                   pairing="paired" if paired else "unpaired", alpha=alpha, target_diff=target_diff)
+    steps = pd.concat(rows, ignore_index=True)
+    decisions = steps[steps["step"] == steps["step"].max()].drop(columns=["step"]).reset_index(drop=True)
+    scored_est = (_estimate(order_a[:done_a], tmp, aspects, llm, run)
+                  + _estimate(order_b[:done_b], tmp, aspects, llm, run))
+    saved = _saved(done_a + done_b, n_avail, scored_est, avail, used)
+    _write(comp, steps, decisions, saved, stop, out / "comparison")
+    return SequentialResult(comp, steps, decisions, saved, stop, out)
+
+
+def _saved(n_scored: int, n_avail: int, scored: pd.Series, avail: pd.Series, used: dict) -> pd.DataFrame:
+    """Conversations, and the estimate's requests, tokens and $, scored vs available; and what this run sent."""
+    rows = [("conversations", n_scored, n_avail)]
+    rows += [(f"{k} (estimate)", float(scored[k]), float(avail[k])) for k in
+             ("http_requests", "input_tokens", "output_tokens", "cost_usd")]
+    df = pd.DataFrame(rows, columns=["what", "scored", "available"])
+    df["saved"] = df["available"] - df["scored"]
+    df["saved_share"] = np.where(df["available"] > 0, df["saved"] / df["available"].where(df["available"] > 0, 1),
+                                 0.0)
+    sent = pd.DataFrame([(f"{k} sent by this run", used[k], np.nan, np.nan, np.nan) for k in
+                         ("http_requests", "input_tokens", "output_tokens", "cost_usd")], columns=df.columns)
+    return pd.concat([df, sent], ignore_index=True)
+
+
+def _write(comp, steps, decisions, saved, stop, out) -> None:
+    from face.comparison import figures
+    from face.comparison.report import write_all
+    from face.report.tables import write_table
+
+    write_all(comp, out, overwrite=True, setting="--out")
+    note = f"Sequential comparison (stopped: {stop}). Scored by: {comp.judge}."
+    write_table(steps, out, "sequential_steps", f"{note} Per step: each aspect's confidence sequence.")
+    write_table(decisions, out, "sequential", f"{note} The decisions where the scoring stopped.")
+    write_table(saved, out, "sequential_saved", f"{note} What was scored vs available.")
+    for aspect in decisions["aspect"]:
+        figures.save(figures.sequence(steps[steps["aspect"] == aspect], aspect, note),
+                     out / "figures" / f"sequential_{aspect}.png")
+
+
+__all__ = ["SequentialResult", "compare_sequential"]
