@@ -21,10 +21,11 @@ __version__ = "0.1.0"
 _HOMES = {"evaluate": "face.api", "estimate": "face.api", "meta_evaluate": "face.api", "Result": "face.api",
           "ConfigError": "face.errors", "DataError": "face.errors", "BudgetExceeded": "face.llm",
           "LLMCallError": "face.llm", "LLMRequestRefused": "face.llm",
-          "compare": "face.comparison.engine", "Comparison": "face.comparison.comparison"}
+          "compare": "face.comparison.engine", "Comparison": "face.comparison.comparison",
+          "compare_sequential": "face.api.sequential"}
 
 __all__ = ["BudgetExceeded", "Comparison", "ConfigError", "DataError", "LLMCallError", "LLMRequestRefused", "Result",
-           "__version__", "compare", "estimate", "evaluate", "integrations", "meta_evaluate"]
+           "__version__", "compare", "compare_sequential", "estimate", "evaluate", "integrations", "meta_evaluate"]
 
 
 def __getattr__(name: str) -> Any:

@@ -150,7 +150,7 @@ def compare_sequential(args: argparse.Namespace) -> int:
         raise ConfigError(f"--confirm-above must be a number of USD >= 0, got {args.confirm_above}")
     aspects = _aspect_names(args.aspects) if args.aspects is not None else None
     out = args.out if args.out is not None else str(_default_out(args.runs))
-    res = run(*args.runs, aspects, args.llm, out=out, names=_names(args.names), batch=args.batch,
+    res = run(args.runs[0], args.runs[1], aspects, args.llm, out=out, names=_names(args.names), batch=args.batch,
               max_conversations=args.max_conversations, seed=args.seed, alpha=args.alpha,
               target_diff=args.target_diff, method=args.method, overwrite=args.overwrite, overrides=args.overrides,
               entry="cli", confirm=_confirm(args), echo=lambda line: print(line, flush=True))

@@ -61,7 +61,8 @@ def test_a_pair_built_to_differ_stops_early_in_its_direction_and_a_rerun_sends_n
     assert decision["decision"] == "better" and decision["ci_low"] > 0
     assert decision["n_candidate"] < N
     saved = {r["what"]: r for r in _read(tmp_path, "sequential_saved")}
-    assert saved["conversations"]["scored"] == 2 * decision["n_candidate"] and saved["conversations"]["available"] == 2 * N
+    assert saved["conversations"]["scored"] == 2 * decision["n_candidate"]
+    assert saved["conversations"]["available"] == 2 * N
     assert saved["http_requests sent by this run"]["scored"] == 0  # the third run's own count, from llm_usage.json
     assert "stopped because every aspect is decided" in first and "stopped because every aspect is decided" in again
     assert (tmp_path / "seq" / "comparison" / "figures" / "sequential_relevance.png").stat().st_size > 0

@@ -87,6 +87,15 @@ def check_options(batch: Any, max_conversations: Any, alpha: Any, target_diff: A
         raise ConfigError(f"seed must be an integer, got {seed!r}")
 
 
+def _aspects(aspects: Sequence[str] | str | None) -> list[str]:
+    """The aspects asked (None: CRSArena-Eval's seven, as face.evaluate's default)."""
+    from face.datasets.crsarena import ASPECTS
+
+    if aspects is None:
+        return list(ASPECTS)
+    return [a.strip() for a in aspects.split(",")] if isinstance(aspects, str) else list(aspects)
+
+
 def _orders(a: list, b: list, seed: int, limit: int | None) -> tuple[list, list, bool]:
     """Each side's conversations in the scoring order: paired (the same ids on both sides) one permutation for
     both, else one per side; at most ``limit`` of each."""
@@ -129,6 +138,7 @@ def _estimate(convs: list, tmp: Path, aspects: Sequence[str], llm: Any, run: dic
     with contextlib.redirect_stdout(io.StringIO()):
         done, _ = evaluation(str(logs), list(aspects), llm, None, estimate_only=True, **run)
     est = done.estimate
+    assert est is not None  # the live method has an LLM job
     total = est[est["stage"] == "total"].iloc[0]
     return total[["http_requests", "input_tokens", "output_tokens", "cost_usd"]].astype(float)
 
@@ -137,8 +147,9 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
                        *, out: str | os.PathLike, names: Sequence[str] | None = None, batch: int = 5,
                        max_conversations: int | None = None, seed: int = 0, alpha: float = 0.05,
                        target_diff: float | None = None, method: str = "betting", overwrite: bool = False,
-                       overrides: Sequence[str] = (), entry: str = "api", confirm: Callable[[float], bool] | None = None,
-                       echo: Callable[[str], None] = print, **settings: Any) -> SequentialResult | None:
+                       overrides: Sequence[str] = (), entry: str = "api",
+                       confirm: Callable[[float], bool] | None = None, echo: Callable[[str], None] = print,
+                       **settings: Any) -> SequentialResult | None:
     """Compare two sets of conversations (files as ``face.evaluate`` reads them), scoring them with FACE only until
     every aspect is decided (module doc). ``batch``: conversations per side per step; ``max_conversations``: at most
     this many per side; ``alpha``: the family's error (each aspect at α / K); ``target_diff``: an interval inside
@@ -156,8 +167,8 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
     with tempfile.TemporaryDirectory(prefix="face-seq-") as tmp_name:
         tmp = Path(tmp_name)
         sides = [check_conversations(source_of(s, tmp)) for s in (baseline, candidate)]
-        order_a, order_b, paired = _orders(*sides, seed, max_conversations)
-        aspect_list = [aspects] if isinstance(aspects, str) else aspects
+        order_a, order_b, paired = _orders(sides[0], sides[1], seed, max_conversations)
+        aspect_list = _aspects(aspects)
         run = {"overrides": overrides, "entry": entry, "settings": settings}
         avail = _estimate(sides[0], tmp, aspect_list, llm, run) + _estimate(sides[1], tmp, aspect_list, llm, run)
         require_writable_dir(out, "--out" if entry == "cli" else "out")
@@ -237,7 +248,7 @@ def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, a
 
 def _saved(n_scored: int, n_avail: int, scored: pd.Series, avail: pd.Series, used: dict) -> pd.DataFrame:
     """Conversations, and the estimate's requests, tokens and $, scored vs available; and what this run sent."""
-    rows = [("conversations", n_scored, n_avail)]
+    rows: list[tuple[str, float, float]] = [("conversations", n_scored, n_avail)]
     rows += [(f"{k} (estimate)", float(scored[k]), float(avail[k])) for k in
              ("http_requests", "input_tokens", "output_tokens", "cost_usd")]
     df = pd.DataFrame(rows, columns=["what", "scored", "available"])
