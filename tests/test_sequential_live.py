@@ -41,7 +41,7 @@ def _read(tmp_path, name: str) -> list[dict]:
     return pd.read_csv(tmp_path / "seq" / "comparison" / f"{name}.csv").to_dict("records")
 
 
-@pytest.mark.slow  # several face evaluate runs: ≈ 10 s
+@pytest.mark.slow  # several face evaluate runs: ≈ 20 s
 def test_a_pair_built_to_differ_stops_early_in_its_direction_and_a_rerun_sends_nothing_again(tmp_path, capsys):
     write_logs(tmp_path / "v1.jsonl", _convs(N))
     write_logs(tmp_path / "v2.jsonl", _convs(N, " GOOD pick."))
