@@ -138,6 +138,20 @@ def evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+# face compare's options taken by one of its two modes only: (flag, argparse dest, its default); given to the other
+# mode they would be ignored, so they are refused
+Flag = tuple[str, str, object]
+FIXED_ONLY: tuple[Flag, ...] = (
+    ("--by-system", "by_system", False), ("--pairing", "pairing", "auto"), ("--n-boot", "n_boot", None),
+    ("--confidence", "confidence", 0.95), ("--power", "power", 0.8), ("--top", "top", 5),
+    ("--allow-incomparable", "allow_incomparable", False), ("--mlflow", "mlflow", False),
+    ("--tracking-uri", "tracking_uri", None))
+SEQUENTIAL_ONLY: tuple[Flag, ...] = (
+    ("--llm", "llm", "local"), ("--batch", "batch", 5), ("--max-conversations", "max_conversations", None),
+    ("--method", "method", "betting"), ("--yes", "yes", False), ("--confirm-above", "confirm_above", 1.0),
+    ("--set", "overrides", []))
+
+
 def compare_sequential(args: argparse.Namespace) -> int:
     """``face compare A B --sequential``: the two logs scored until every aspect is decided (face.api.sequential)."""
     from face.api.sequential import compare_sequential as run
@@ -189,10 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     from face.runner import guarded
 
     with guarded():  # every stop one line and an exit code, as for `face evaluate`, Ctrl-C too
-        if args.command == "compare" and args.sequential:  # issue 43
-            return compare_sequential(args)
-        if args.command == "compare":  # issue 30
-            return compare_main(args)
+        if args.command == "compare":  # issue 30; --sequential: issue 43
+            unused = [flag for flag, dest, default in (SEQUENTIAL_ONLY if not args.sequential else FIXED_ONLY)
+                      if getattr(args, dest) != default]
+            if unused:
+                raise ConfigError(f"{', '.join(unused)}: not an option of face compare "
+                                  f"{'without' if not args.sequential else 'with'} --sequential")
+            return compare_sequential(args) if args.sequential else compare_main(args)
         try:
             if not args.run_dir.is_dir():
                 raise ValueError("not a directory")

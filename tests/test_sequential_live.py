@@ -88,6 +88,7 @@ def test_two_identical_sets_run_to_the_end_undecided(tmp_path, capsys):
     (["--alpha", "1.5"], "alpha must be a number between 0 and 1, got 1.5"),
     (["--target-diff", "-0.1"], "target_diff must be a positive number or None, got -0.1"),
     (["--confirm-above", "nan"], "--confirm-above must be a number of USD >= 0, got nan"),
+    (["--mlflow", "--pairing", "paired"], "--pairing, --mlflow: not an option of face compare with --sequential"),
 ])
 def test_a_bad_sequential_option_is_one_line_before_anything_is_written(tmp_path, capsys, flags, expected):
     write_logs(tmp_path / "v1.jsonl", _convs(2))
@@ -97,3 +98,11 @@ def test_a_bad_sequential_option_is_one_line_before_anything_is_written(tmp_path
     err = capsys.readouterr().err
     assert stop.value.code == 2 and expected in err and err.count("\n") == 1, err
     assert not (tmp_path / "seq").exists() and not (tmp_path / "cache").exists()
+
+
+def test_a_sequential_option_without_sequential_is_refused_not_ignored(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--batch", "3", "--set", "llm.max_cost_usd=1"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1, err
+    assert "--batch, --set: not an option of face compare without --sequential" in err, err
