@@ -107,7 +107,7 @@ def test_reproduce_table2_full_data_matches_all_28_published_values(run_experime
     assert tags["git_commit"] and len(tags["data_sha256"]) == 64 and not any(k.startswith("data_sha256.") for k in tags)
     assert tags["prompt.relevance"].startswith("prompts:/face-relevance-released/")
     # issue 14: a run you can tell apart — its name, description, params and linked prompts
-    assert run.info.run_name == "reproduce_table2 n_boot=100"
+    assert run.info.run_name == "n_boot=100 · reproduce_table2"  # what differs first
     assert "| dialogue | dialogue_overall | 0.6" in tags["mlflow.note.content"]  # pooled Spearman, CI
     assert not any(str(v).startswith("/") for v in run.data.params.values())
     assert not any(k.startswith(("paths.", "tracking.", "llm.")) for k in run.data.params)  # no LLM in this run
@@ -250,7 +250,7 @@ def test_cli_multirun_sweep(tmp_path, mirror, mlflow_store, monkeypatch):
     every = client.search_runs([client.get_experiment_by_name("reproduce_table2").experiment_id])
     [parent] = [r for r in every if "mlflow.parentRunId" not in r.data.tags]
     runs = [r for r in every if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert parent.info.run_name == "reproduce_table2 sweep: particle_agg" and len(runs) == 2
+    assert parent.info.run_name == "particle_agg · reproduce_table2 sweep" and len(runs) == 2
     assert sorted(r.data.params["method.particle_agg"] for r in runs) == ["max", "mean"]
     assert sorted(r.info.run_name for r in runs) == ["p=max · reproduce_table2", "p=mean · reproduce_table2"]
     assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}

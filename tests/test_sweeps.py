@@ -16,9 +16,10 @@ import pytest
 from omegaconf import OmegaConf
 
 import face.tracking.sweeps as sweeps
+from face.experiments.naming import run_name
 from face.experiments.sweep_report import SweepRuns, report_markdown, summarize
 from face.tracking import Tracker
-from face.tracking.sweeps import job_label, job_name, swept_keys
+from face.tracking.sweeps import job_label, job_name, parent_name, swept_keys
 
 
 def test_swept_keys_are_the_keys_with_several_values():
@@ -41,6 +42,51 @@ def test_a_job_is_named_by_its_swept_values_first_then_the_experiment():
     # swept keys unknown (no callback): every setting that says what is computed; the same last part twice: in full
     assert job_name("t", ["optimizer.seed=1", "optimizer.split.seed=2", "paths.x=/p"], []) == (
         "optimizer.seed=1 optimizer.split.seed=2 · t")
+
+
+# MLflow 3.17.2's runs table at its default Run Name width (190 px), measured in headless Chromium: a child row shows
+# 11 digits, then "…" (98 px for the name); a top-level row (a sweep's parent, a plain run) 17
+CHILD_WIDTH, TOP_WIDTH = 11, 17
+
+
+def test_three_swept_keys_with_two_values_give_eight_children_told_apart_at_the_default_width():
+    jobs = [["experiment=optimize_instructions", "llm=scripted", f"optimizer.alpha={a}", f"optimizer.beta={b}",
+             f"optimizer.beam={m}", "optimizer.rounds=1"] for a in (2, 4) for b in (2, 4) for m in (2, 4)]
+    swept = ["optimizer.alpha", "optimizer.beta", "optimizer.beam"]
+    names = [job_name("optimize_instructions", o, swept, str(i)) for i, o in enumerate(jobs)]
+    # the values in the swept order (the parent's name says which), written out by hand
+    assert names[:3] == ["2·2·2 · optimize_instructions", "2·2·4 · optimize_instructions",
+                         "2·4·2 · optimize_instructions"]
+    assert len({n[:CHILD_WIDTH] for n in names}) == 8
+    # the key order the values follow, at the head of the parent's name
+    assert parent_name("optimize_instructions", swept) == "alpha×beta×beam · optimize_instructions sweep"
+
+
+def test_two_swept_keys_keep_their_abbreviated_keys_and_seven_keys_lead_with_the_job_number():
+    two = ["optimizer.alpha=1", "optimizer.beam=2"]
+    assert job_name("optimize_instructions", two, ["optimizer.alpha", "optimizer.beam"]) == (
+        "a=1 b=2 · optimize_instructions")
+    keys = [f"k{i}" for i in range(7)]
+    jobs = [[f"k{i}={(j >> i) & 1}" for i in range(7)] for j in range(128)]
+    names = [job_name("t", o, keys, str(j)) for j, o in enumerate(jobs)]
+    assert names[5] == "#5 1·0·1·0·0·0·0 · t"  # 13 characters of values: the number first
+    assert len({n[:CHILD_WIDTH] for n in names}) == 128
+    # a swept path shows as its file name
+    assert job_name("t", ["dataset.path=/data/x/v2.jsonl", "seed=1"], ["dataset.path", "seed"]) == "v2.jsonl·1 · t"
+
+
+def test_two_sweeps_parents_differ_at_the_default_width_and_do_not_lead_with_the_experiment():
+    a = parent_name("optimize_instructions", ["optimizer.alpha", "optimizer.beam"])
+    b = parent_name("optimize_instructions", ["optimizer.alpha", "optimizer.beta", "optimizer.beam"])
+    assert a == "alpha×beam · optimize_instructions sweep"
+    assert a[:CHILD_WIDTH] != b[:CHILD_WIDTH] and not a.startswith("optimize")
+
+
+def test_a_plain_run_is_named_by_what_differs_from_the_default_first():
+    assert run_name("reproduce_table2", {"method.particle_agg": "median"}) == "particle_agg=median · reproduce_table2"
+    assert run_name("reproduce_table2", {}) == "reproduce_table2"
+    first, second = (run_name("reproduce_table2", {"method.particle_agg": v}) for v in ("median", "max"))
+    assert first[:TOP_WIDTH] != second[:TOP_WIDTH]
 
 
 def _runs(rows):

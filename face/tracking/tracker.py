@@ -155,7 +155,7 @@ class Tracker:
         self.job_label = redact(sweeps.job_label(overrides, parent.swept))
         if self.cfg.tracking.get("run_name"):
             return self.run_name, parent.run_id
-        return redact(sweeps.job_name(self.cfg.task_name, overrides, parent.swept)), parent.run_id
+        return redact(sweeps.job_name(self.cfg.task_name, overrides, parent.swept, sweep["sweep_job"])), parent.run_id
 
     def __exit__(self, exc_type, exc, tb) -> None:
         held = _FINISHING.get()
