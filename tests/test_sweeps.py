@@ -140,7 +140,7 @@ def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_
     [parent] = [r for r in every if "mlflow.parentRunId" not in r.data.tags]
     children = sorted((r for r in every if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id),
                       key=lambda r: r.data.tags["sweep_job"])
-    assert parent.info.run_name == "reproduce_table2 sweep: particle_agg" and parent.info.status == "FINISHED"
+    assert parent.info.run_name == "particle_agg · reproduce_table2 sweep" and parent.info.status == "FINISHED"
     assert [r.info.run_name for r in children] == ["p=mean · reproduce_table2", "p=max · reproduce_table2"]
     assert parent.data.params == {"dataset.limit": "5", "method.particle_agg": "mean,max"}  # swept and fixed
     assert parent.data.metrics["summary.turn_spearman_mean"] == 0.75  # the best job
@@ -149,7 +149,8 @@ def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_
     assert dict(zip(summary["method.particle_agg"], summary["summary.turn_spearman_mean mean"])) == {
         "max": 0.75, "mean": 0.25}
     text = (sweep / "sweep_report.md").read_text()
-    assert text.startswith("**reproduce_table2 sweep: particle_agg: 2 jobs (2 finished); no LLM**")
+    assert text.startswith(
+        "**particle_agg · reproduce_table2 sweep: 2 jobs (2 finished); the FACE authors' released judgements**")
     assert str(tmp_path) not in text.splitlines()[0]  # no absolute path in the title
     assert {f.path for f in client.list_artifacts(parent.info.run_id, "sweep_report")} == {
         "sweep_report/sweep_jobs.csv", "sweep_report/sweep_summary.csv", "sweep_report/sweep_report.md",
@@ -170,7 +171,7 @@ def test_a_job_without_the_callback_makes_the_parent_itself_once(cfg_factory, tm
     client = MlflowClient(cfg.tracking.tracking_uri)
     every = client.search_runs([client.get_experiment_by_name(cfg.tracking.experiment_name).experiment_id])
     [parent] = [r for r in every if r.data.tags.get("sweep_role") == "parent"]
-    assert parent.info.run_name == "reproduce_table2 sweep: seed" and parent.info.status == "FINISHED"
+    assert parent.info.run_name == "seed · reproduce_table2 sweep" and parent.info.status == "FINISHED"
     assert sorted(r.info.run_name for r in every if r is not parent) == ["seed=0 · reproduce_table2",
                                                                         "seed=1 · reproduce_table2"]
 
@@ -268,7 +269,7 @@ def test_a_rerun_of_a_killed_sweep_counts_each_job_once_and_ends_the_parent_fini
     assert [client.get_run(old).data.tags["face.replaced_by"] for old in first] == second
     assert client.get_run(parent).info.status == "FINISHED"
     assert (sweep / "sweep_report.md").read_text().startswith(
-        "**reproduce_table2 sweep: particle_agg: 2 jobs (2 finished); no LLM**")
+        "**particle_agg · reproduce_table2 sweep: 2 jobs (2 finished); the FACE authors' released judgements**")
     assert not list(job_dir.glob(".*.tmp*"))
 
 
@@ -417,7 +418,7 @@ def test_the_sweep_report_is_narrow_enough_for_mlflows_description_panel():
                          for i, (a, b) in enumerate([(1, 1), (1, 2), (2, 1), (2, 2)])])
     swept = ["optimizer.alpha", "optimizer.beam"]
     jobs, spread, metrics = summarize(runs, swept)
-    text = report_markdown("optimize_instructions sweep: alpha x beam: 4 jobs (4 finished); LLM scripted-model "
+    text = report_markdown("alpha×beam · optimize_instructions sweep: 4 jobs (4 finished); LLM scripted-model "
                            "(scripted)", jobs, spread, swept, metrics)
     tables = text.split("```text\n")[1:]
     assert len(tables) == 2 and max(len(line) for t in tables for line in t.split("```")[0].splitlines()) <= 60, text
@@ -426,3 +427,15 @@ def test_the_sweep_report_is_narrow_enough_for_mlflows_description_panel():
     assert ("Every job (metrics: summary.…_heldout_spearman):\n\n```text\n"
             "job             status    final  gain   initial\n") in text
     assert "alpha=2 beam=1  finished  0.247  0.100  0.050\n" in text  # the job by its swept values
+
+
+def test_a_run_on_the_released_judgements_names_them_as_its_judge_and_a_live_run_its_llm(cfg_factory):
+    from face.tracking.names import judge_tag, run_params
+
+    released = run_params(cfg_factory("experiment=reproduce_table2", tracking=False), uses_llm=False)
+    assert (released["llm.model"], released["llm.backend"]) == ("face-released-judgements", "released")
+    assert not any(k.startswith("llm.") for k in released if k not in ("llm.model", "llm.backend"))
+    assert judge_tag(released) == {"judge": "the FACE authors' released judgements"}
+    live = run_params(cfg_factory("experiment=crsarena_main", "llm=scripted", tracking=False), uses_llm=True)
+    assert judge_tag(live) == {"judge": f"{live['llm.model']} (scripted)"} and live["llm.backend"] == "scripted"
+    assert judge_tag({"method.name": "bleu"}) == {}  # neither called nor read a judge
