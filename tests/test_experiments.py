@@ -64,6 +64,21 @@ def _artifacts(client, run_id, path=""):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("mlflow_store")
+def test_the_diagnostics_run_logs_its_counts_to_numbers_json_and_names_the_released_judge(run_experiment):
+    import mlflow
+
+    ran = run_experiment("experiment=diagnostics", "dataset.limit=2", "aspects=[relevance]",
+                         "report.out_dir=${paths.output_dir}/res")
+    _, run = _mlflow_run(ran.cfg)
+    assert not any(k in ("summary.conversations", "summary.dialogue_acts") for k in run.data.metrics)
+    numbers = json.loads(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/numbers.json"))
+    assert numbers["conversations"] == 2  # dataset.limit: the first 2 conversations
+    assert run.data.params["llm.model"] == "face-released-judgements" and run.data.params["llm.backend"] == "released"
+    assert run.data.tags["judge"] == "the FACE authors' released judgements"
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("mlflow_store")
 def test_reproduce_table2_full_data_matches_all_28_published_values(run_experiment, plotted):
     import mlflow
 
@@ -107,10 +122,14 @@ def test_reproduce_table2_full_data_matches_all_28_published_values(run_experime
     assert tags["git_commit"] and len(tags["data_sha256"]) == 64 and not any(k.startswith("data_sha256.") for k in tags)
     assert tags["prompt.relevance"].startswith("prompts:/face-relevance-released/")
     # issue 14: a run you can tell apart — its name, description, params and linked prompts
-    assert run.info.run_name == "reproduce_table2 n_boot=100"
+    assert run.info.run_name == "n_boot=100 · reproduce_table2"  # what differs first
     assert "| dialogue | dialogue_overall | 0.6" in tags["mlflow.note.content"]  # pooled Spearman, CI
     assert not any(str(v).startswith("/") for v in run.data.params.values())
-    assert not any(k.startswith(("paths.", "tracking.", "llm.")) for k in run.data.params)  # no LLM in this run
+    assert not any(k.startswith(("paths.", "tracking.", "run_size.")) for k in run.data.params)  # no LLM called
+    # the judge whose scores it read, as replay_table2 names the same judgements (llm=replay: its llm.model)
+    assert {k: v for k, v in run.data.params.items() if k.startswith("llm.")} == {
+        "llm.model": "face-released-judgements", "llm.backend": "released"}
+    assert tags["judge"] == "the FACE authors' released judgements"
     linked = json.loads(tags["mlflow.linkedPrompts"])
     assert {p["name"] for p in linked} == {f"face-{a.replace('_', '-')}-released" for a in (
         "relevance", "interestingness", "understanding", "task_completion", "interest_arousal", "efficiency",
@@ -250,7 +269,7 @@ def test_cli_multirun_sweep(tmp_path, mirror, mlflow_store, monkeypatch):
     every = client.search_runs([client.get_experiment_by_name("reproduce_table2").experiment_id])
     [parent] = [r for r in every if "mlflow.parentRunId" not in r.data.tags]
     runs = [r for r in every if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert parent.info.run_name == "reproduce_table2 sweep: particle_agg" and len(runs) == 2
+    assert parent.info.run_name == "particle_agg · reproduce_table2 sweep" and len(runs) == 2
     assert sorted(r.data.params["method.particle_agg"] for r in runs) == ["max", "mean"]
     assert sorted(r.info.run_name for r in runs) == ["p=max · reproduce_table2", "p=mean · reproduce_table2"]
     assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}

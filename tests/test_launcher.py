@@ -76,7 +76,7 @@ def test_submitit_local_sweep_of_live_jobs(tmp_path, data_dir, mlflow_store):
     every = client.search_runs([client.get_experiment_by_name("crsarena_main").experiment_id])
     [parent] = [r for r in every if r.data.tags.get("sweep_role") == "parent"]  # one per sweep, made before the jobs
     runs = [r for r in every if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]  # each job its child
-    assert len(every) == 3 and parent.info.run_name == "crsarena_main sweep: n"
+    assert len(every) == 3 and parent.info.run_name == "n · crsarena_main sweep"
     assert sorted(r.data.params["method.scoring.n"] for r in runs) == ["1", "2"]
     assert all(r.info.status == "FINISHED" for r in every)
     assert {r.data.tags["sweep_job"] for r in runs} == {"0", "1"}

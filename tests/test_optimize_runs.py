@@ -199,7 +199,7 @@ def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_rep
     [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert len(runs) == 5 and len(children) == 4
-    assert parent.info.run_name == "optimize_instructions sweep: alpha x beam"
+    assert parent.info.run_name == "alpha×beam · optimize_instructions sweep"
     assert parent.info.status == "FINISHED" and all(r.info.status == "FINISHED" for r in children)
     names = sorted(r.info.run_name for r in children)
     for (a, b), name in zip([(1, 1), (1, 2), (2, 1), (2, 2)], names):

@@ -16,9 +16,10 @@ import pytest
 from omegaconf import OmegaConf
 
 import face.tracking.sweeps as sweeps
+from face.experiments.naming import run_name
 from face.experiments.sweep_report import SweepRuns, report_markdown, summarize
 from face.tracking import Tracker
-from face.tracking.sweeps import job_label, job_name, swept_keys
+from face.tracking.sweeps import job_label, job_name, parent_name, swept_keys
 
 
 def test_swept_keys_are_the_keys_with_several_values():
@@ -41,6 +42,51 @@ def test_a_job_is_named_by_its_swept_values_first_then_the_experiment():
     # swept keys unknown (no callback): every setting that says what is computed; the same last part twice: in full
     assert job_name("t", ["optimizer.seed=1", "optimizer.split.seed=2", "paths.x=/p"], []) == (
         "optimizer.seed=1 optimizer.split.seed=2 · t")
+
+
+# MLflow 3.17.2's runs table at its default Run Name width (190 px), measured in headless Chromium: a child row shows
+# 11 digits, then "…" (98 px for the name); a top-level row (a sweep's parent, a plain run) 17
+CHILD_WIDTH, TOP_WIDTH = 11, 17
+
+
+def test_three_swept_keys_with_two_values_give_eight_children_told_apart_at_the_default_width():
+    jobs = [["experiment=optimize_instructions", "llm=scripted", f"optimizer.alpha={a}", f"optimizer.beta={b}",
+             f"optimizer.beam={m}", "optimizer.rounds=1"] for a in (2, 4) for b in (2, 4) for m in (2, 4)]
+    swept = ["optimizer.alpha", "optimizer.beta", "optimizer.beam"]
+    names = [job_name("optimize_instructions", o, swept, str(i)) for i, o in enumerate(jobs)]
+    # the values in the swept order (the parent's name says which), written out by hand
+    assert names[:3] == ["2·2·2 · optimize_instructions", "2·2·4 · optimize_instructions",
+                         "2·4·2 · optimize_instructions"]
+    assert len({n[:CHILD_WIDTH] for n in names}) == 8
+    # the key order the values follow, at the head of the parent's name
+    assert parent_name("optimize_instructions", swept) == "alpha×beta×beam · optimize_instructions sweep"
+
+
+def test_two_swept_keys_keep_their_abbreviated_keys_and_seven_keys_lead_with_the_job_number():
+    two = ["optimizer.alpha=1", "optimizer.beam=2"]
+    assert job_name("optimize_instructions", two, ["optimizer.alpha", "optimizer.beam"]) == (
+        "a=1 b=2 · optimize_instructions")
+    keys = [f"k{i}" for i in range(7)]
+    jobs = [[f"k{i}={(j >> i) & 1}" for i in range(7)] for j in range(128)]
+    names = [job_name("t", o, keys, str(j)) for j, o in enumerate(jobs)]
+    assert names[5] == "#5 1·0·1·0·0·0·0 · t"  # 13 characters of values: the number first
+    assert len({n[:CHILD_WIDTH] for n in names}) == 128
+    # a swept path shows as its file name
+    assert job_name("t", ["dataset.path=/data/x/v2.jsonl", "seed=1"], ["dataset.path", "seed"]) == "v2.jsonl·1 · t"
+
+
+def test_two_sweeps_parents_differ_at_the_default_width_and_do_not_lead_with_the_experiment():
+    a = parent_name("optimize_instructions", ["optimizer.alpha", "optimizer.beam"])
+    b = parent_name("optimize_instructions", ["optimizer.alpha", "optimizer.beta", "optimizer.beam"])
+    assert a == "alpha×beam · optimize_instructions sweep"
+    assert a[:CHILD_WIDTH] != b[:CHILD_WIDTH] and not a.startswith("optimize")
+
+
+def test_a_plain_run_is_named_by_what_differs_from_the_default_first():
+    assert run_name("reproduce_table2", {"method.particle_agg": "median"}) == "particle_agg=median · reproduce_table2"
+    assert run_name("reproduce_table2", {}) == "reproduce_table2"
+    first, second = (run_name("reproduce_table2", {"method.particle_agg": v}) for v in ("median", "max"))
+    assert first[:TOP_WIDTH] != second[:TOP_WIDTH]
 
 
 def _runs(rows):
@@ -94,7 +140,7 @@ def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_
     [parent] = [r for r in every if "mlflow.parentRunId" not in r.data.tags]
     children = sorted((r for r in every if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id),
                       key=lambda r: r.data.tags["sweep_job"])
-    assert parent.info.run_name == "reproduce_table2 sweep: particle_agg" and parent.info.status == "FINISHED"
+    assert parent.info.run_name == "particle_agg · reproduce_table2 sweep" and parent.info.status == "FINISHED"
     assert [r.info.run_name for r in children] == ["p=mean · reproduce_table2", "p=max · reproduce_table2"]
     assert parent.data.params == {"dataset.limit": "5", "method.particle_agg": "mean,max"}  # swept and fixed
     assert parent.data.metrics["summary.turn_spearman_mean"] == 0.75  # the best job
@@ -103,7 +149,8 @@ def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_
     assert dict(zip(summary["method.particle_agg"], summary["summary.turn_spearman_mean mean"])) == {
         "max": 0.75, "mean": 0.25}
     text = (sweep / "sweep_report.md").read_text()
-    assert text.startswith("**reproduce_table2 sweep: particle_agg: 2 jobs (2 finished); no LLM**")
+    assert text.startswith(
+        "**particle_agg · reproduce_table2 sweep: 2 jobs (2 finished); the FACE authors' released judgements**")
     assert str(tmp_path) not in text.splitlines()[0]  # no absolute path in the title
     assert {f.path for f in client.list_artifacts(parent.info.run_id, "sweep_report")} == {
         "sweep_report/sweep_jobs.csv", "sweep_report/sweep_summary.csv", "sweep_report/sweep_report.md",
@@ -124,7 +171,7 @@ def test_a_job_without_the_callback_makes_the_parent_itself_once(cfg_factory, tm
     client = MlflowClient(cfg.tracking.tracking_uri)
     every = client.search_runs([client.get_experiment_by_name(cfg.tracking.experiment_name).experiment_id])
     [parent] = [r for r in every if r.data.tags.get("sweep_role") == "parent"]
-    assert parent.info.run_name == "reproduce_table2 sweep: seed" and parent.info.status == "FINISHED"
+    assert parent.info.run_name == "seed · reproduce_table2 sweep" and parent.info.status == "FINISHED"
     assert sorted(r.info.run_name for r in every if r is not parent) == ["seed=0 · reproduce_table2",
                                                                         "seed=1 · reproduce_table2"]
 
@@ -222,7 +269,7 @@ def test_a_rerun_of_a_killed_sweep_counts_each_job_once_and_ends_the_parent_fini
     assert [client.get_run(old).data.tags["face.replaced_by"] for old in first] == second
     assert client.get_run(parent).info.status == "FINISHED"
     assert (sweep / "sweep_report.md").read_text().startswith(
-        "**reproduce_table2 sweep: particle_agg: 2 jobs (2 finished); no LLM**")
+        "**particle_agg · reproduce_table2 sweep: 2 jobs (2 finished); the FACE authors' released judgements**")
     assert not list(job_dir.glob(".*.tmp*"))
 
 
@@ -371,7 +418,7 @@ def test_the_sweep_report_is_narrow_enough_for_mlflows_description_panel():
                          for i, (a, b) in enumerate([(1, 1), (1, 2), (2, 1), (2, 2)])])
     swept = ["optimizer.alpha", "optimizer.beam"]
     jobs, spread, metrics = summarize(runs, swept)
-    text = report_markdown("optimize_instructions sweep: alpha x beam: 4 jobs (4 finished); LLM scripted-model "
+    text = report_markdown("alpha×beam · optimize_instructions sweep: 4 jobs (4 finished); LLM scripted-model "
                            "(scripted)", jobs, spread, swept, metrics)
     tables = text.split("```text\n")[1:]
     assert len(tables) == 2 and max(len(line) for t in tables for line in t.split("```")[0].splitlines()) <= 60, text
@@ -380,3 +427,15 @@ def test_the_sweep_report_is_narrow_enough_for_mlflows_description_panel():
     assert ("Every job (metrics: summary.…_heldout_spearman):\n\n```text\n"
             "job             status    final  gain   initial\n") in text
     assert "alpha=2 beam=1  finished  0.247  0.100  0.050\n" in text  # the job by its swept values
+
+
+def test_a_run_on_the_released_judgements_names_them_as_its_judge_and_a_live_run_its_llm(cfg_factory):
+    from face.tracking.names import judge_tag, run_params
+
+    released = run_params(cfg_factory("experiment=reproduce_table2", tracking=False), uses_llm=False)
+    assert (released["llm.model"], released["llm.backend"]) == ("face-released-judgements", "released")
+    assert not any(k.startswith("llm.") for k in released if k not in ("llm.model", "llm.backend"))
+    assert judge_tag(released) == {"judge": "the FACE authors' released judgements"}
+    live = run_params(cfg_factory("experiment=crsarena_main", "llm=scripted", tracking=False), uses_llm=True)
+    assert judge_tag(live) == {"judge": f"{live['llm.model']} (scripted)"} and live["llm.backend"] == "scripted"
+    assert judge_tag({"method.name": "bleu"}) == {}  # neither called nor read a judge

@@ -23,9 +23,9 @@ import pandas as pd
 from face.aspects import Aspect
 from face.errors import ConfigError, DataError
 from face.predictions import Predictions
+from face.tracking.names import RELEASED_JUDGE
 
 NOT_RECORDED = "not recorded"
-RELEASED_JUDGE = "the FACE authors' released judgements"
 _HEX_ID = re.compile(r"(?:mlflow:|runs:/)?([0-9a-f]{32})/?")
 
 

@@ -61,5 +61,5 @@ def run(plan: Plan) -> ExperimentResult:
         share = d.act_share.pivot(index="system", columns="dialogue_act", values="share").reset_index()
         return ctx.result(tables=tables, figures=drawn, extra={"diagnostics": d},
                           shown=[(f"Share of each dialogue act per CRS. {note}", share), f"HTML report: {report}"],
-                          metrics={"summary.conversations": len(ctx.convs),
-                                   "summary.dialogue_acts": len(share.columns) - 1})
+                          metrics={"conversations": len(ctx.convs),  # counts: numbers.json, not MLflow metrics
+                                   "dialogue_acts": len(share.columns) - 1})

@@ -156,10 +156,13 @@ def settings_text(settings: dict[str, str]) -> str:
 
 
 def run_name(task: str, settings: dict[str, str]) -> str:
-    """``<experiment> key=value ...``: the last part of each key where that is unambiguous."""
-    tails = [k.rsplit(".", 1)[-1] for k in settings]
-    names = [t if tails.count(t) == 1 else k for t, k in zip(tails, settings)]
-    return " ".join([task, *(f"{n}={v}" for n, v in zip(names, settings.values()))])[:250]
+    """What differs from the experiment's default first, then the experiment (the page the run is on says it too):
+    ``particle_agg=median · reproduce_table2``, the last part of each key where that is unambiguous; the
+    experiment alone when nothing differs."""
+    from face.tracking.sweeps import SEP, tails
+
+    label = " ".join(f"{n}={v}" for n, v in zip(tails(list(settings)), settings.values()))
+    return (f"{label}{SEP}{task}" if label else task)[:250]
 
 
 __all__ = ["data_source", "non_default_settings", "run_name", "run_owner", "settings_text", "without_llm_settings"]

@@ -24,7 +24,7 @@ import pandas as pd
 
 from face.files import atomic_path, atomic_write_text
 from face.report.look import drawn
-from face.tracking.names import HEADLINE_PREFIX, headline
+from face.tracking.names import HEADLINE_PREFIX, RELEASED_JUDGE, headline
 from face.tracking.sweeps import LABEL_TAG, SEP, SWEEP_ROLE, SWEPT_TAG, find_sweep_parent, tails
 
 log = logging.getLogger(__name__)
@@ -79,11 +79,13 @@ def summarize(runs: pd.DataFrame, swept: list[str]) -> tuple[pd.DataFrame, pd.Da
 
 
 def llm_named(runs: pd.DataFrame) -> str:
-    """``LLM <model> (<backend>)`` of the jobs, or that they called none."""
+    """``LLM <model> (<backend>)`` of the jobs (the released judgements by name), or that they called none."""
     if "params.llm.model" not in runs or runs["params.llm.model"].isna().all():
         return "no LLM"
     backends = runs.get("params.llm.backend", pd.Series("?", index=runs.index)).fillna("?")
-    return "LLM " + ", ".join(sorted({f"{m} ({b})" for m, b in zip(runs["params.llm.model"].fillna("?"), backends)}))
+    models = runs["params.llm.model"].fillna("?")
+    named = {RELEASED_JUDGE if b == "released" else f"LLM {m} ({b})" for m, b in zip(models, backends)}
+    return ", ".join(sorted(named))
 
 
 @drawn(None)

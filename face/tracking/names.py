@@ -29,6 +29,12 @@ HEADLINES = ("summary.final_heldout_spearman", "summary.confirmed_by_humans", "s
              "summary.turn_spearman_mean", "summary.dialogue_spearman_mean", "summary.system_spearman_mean")
 PRIMARY_METRIC_TAG = "mlflow.experiment.primaryMetric.name"  # an experiment tag MLflow's UI reads
 
+# the judge of a run on the FACE authors' released judgements (method face_released; no LLM called): its ``llm.*``
+# params (the model as the replay judge, llm=replay, serves the same judgements) and its ``judge`` tag
+RELEASED_MODEL = "face-released-judgements"
+RELEASED_JUDGE = "the FACE authors' released judgements"
+JUDGE_TAG = "judge"
+
 # settings that say where things go, not what is computed: never MLflow params
 _NOT_PARAMS = ("paths.", "tracking.", "hydra.", "report.out_dir")
 # settings that only matter when an LLM is called
@@ -57,7 +63,17 @@ def run_params(cfg: DictConfig, uses_llm: bool = True) -> dict[str, str]:
         if isinstance(v, str) and os.path.isabs(v):
             v = Path(v).name
         out[k] = redact("null" if v is None else str(v))[:6000]  # a key never becomes a param (face.secrets)
+    if not uses_llm and OmegaConf.select(cfg, "method.name", default=None) == "face_released":
+        out.update({"llm.model": RELEASED_MODEL, "llm.backend": "released"})  # the judge whose scores it reads
     return out
+
+
+def judge_tag(params: Mapping[str, str]) -> dict[str, str]:
+    """The ``judge`` tag of a run with these params: the released judgements, or ``model (backend)``; {} for a run
+    that neither called nor read a judge."""
+    if params.get("llm.backend") == "released":
+        return {JUDGE_TAG: RELEASED_JUDGE}
+    return {JUDGE_TAG: f"{params['llm.model']} ({params.get('llm.backend', '?')})"} if "llm.model" in params else {}
 
 
 def is_comparison(name: str) -> bool:

@@ -1,6 +1,7 @@
-"""Sweeps in MLflow: a Hydra multirun is one parent run (named by the experiment and its swept keys, the command
-line's settings as its params), each job a child run named by its swept values first
-(``alpha=1 beam=2 · optimize_instructions``).
+"""Sweeps in MLflow: a Hydra multirun is one parent run (named by its swept keys first,
+``alpha×beta×beam · optimize_instructions sweep``, the command line's settings as its params), each job a child
+run named by its swept values first (``alpha=1 beam=2 · optimize_instructions``; ``2·1·2 · optimize_instructions``
+when the keys would not fit: the values in the parent's key order).
 
 A rerun of a sweep into the same sweep directory (after kill -9, or to redo it) reopens the parent and replaces
 each job's earlier child run, so every job is counted once and the parent ends FINISHED when all its jobs have.
@@ -22,7 +23,10 @@ SWEPT_TAG = "sweep_swept"  # tag of the parent: the swept keys, comma-separated
 LABEL_TAG = "sweep_label"  # tag of a job: its swept values, keys in full (``alpha=1 beam=2``)
 REPLACED_TAG = "face.replaced_by"  # tag of a run replaced by a rerun (a sweep job's, or one into the same directory)
 SEP = " · "  # between what differs and the experiment, in run names
-NAME_WIDTH = 11  # characters of a child run's name MLflow's runs table shows at its default column width
+# characters of a child run's name MLflow's runs table shows at its default column width (MLflow 3.17.2, headless
+# Chromium: a child row's name has 98 px of the 190 px Run Name column, 11 digits then "…"; a top-level row 146 px, 17)
+NAME_WIDTH = 11
+VALUE_SEP = "·"  # between a job's values when its name holds the values only
 # override keys that say where things go, not what is computed: never part of a job's name or the parent's params
 _NOT_NAMED = ("paths.", "tracking.", "hydra.", "report.", "experiment")
 
@@ -94,24 +98,45 @@ def job_label(overrides: Sequence[str], swept: Sequence[str], short: bool = Fals
     """What tells a sweep job from its siblings: its swept settings with their values in this job
     (``alpha=1 beam=2``; ``short``: the keys abbreviated, ``a=1 b=2``); every setting of its command line when
     the swept keys are not known."""
-    pairs = named_settings(overrides)
-    if swept:
-        pairs = [(k, v) for k, v in pairs if k in swept]
-        pairs.sort(key=lambda kv: list(swept).index(kv[0]))
+    pairs = _swept_pairs(overrides, swept)
     names = tails([k for k, _ in pairs])
     if short:
         names = abbreviations(names)
     return " ".join(f"{n}={v}" for n, (_, v) in zip(names, pairs))
 
 
-def job_name(task: str, overrides: Sequence[str], swept: Sequence[str]) -> str:
-    """A sweep job's run name, what differs first: ``alpha=1 beam=2 · optimize_instructions``; the keys
-    abbreviated (``a=1 b=2 · optimize_instructions``) when the values would not all show in the runs table's
-    default column width (the parent's name and params spell the keys out)."""
+def _swept_pairs(overrides: Sequence[str], swept: Sequence[str]) -> list[tuple[str, str]]:
+    pairs = named_settings(overrides)
+    if swept:
+        pairs = [(k, v) for k, v in pairs if k in swept]
+        pairs.sort(key=lambda kv: list(swept).index(kv[0]))
+    return pairs
+
+
+def job_name(task: str, overrides: Sequence[str], swept: Sequence[str], job: str = "") -> str:
+    """A sweep job's run name, what differs first, in the first form whose label fits the runs table's default
+    column width (NAME_WIDTH): ``alpha=1 · optimize_instructions``; the keys abbreviated, ``a=1 b=2 · …``; the
+    values only, in the order of the parent's name (``alpha×beta×beam``), ``2·1·2 · …``; else the job's number
+    first, ``#5 2·1·2·1·2·1·2 · …`` (the child's tag ``sweep_label`` and the parent's params spell the keys out)."""
     label = job_label(overrides, swept)
     if swept and len(label) > NAME_WIDTH:
         label = job_label(overrides, swept, short=True)
+    if swept and len(label) > NAME_WIDTH:
+        label = VALUE_SEP.join(_shown(v) for _, v in _swept_pairs(overrides, swept))
+    if swept and len(label) > NAME_WIDTH and job:
+        label = f"#{job} {label}"
     return (f"{label}{SEP}{task}" if label else task)[:250]
+
+
+def _shown(value: str) -> str:
+    """A value as a run name shows it: a path by its file name."""
+    return value.rstrip("/").rsplit("/", 1)[-1] if value.startswith("/") else value
+
+
+def parent_name(task: str, keys: Sequence[str]) -> str:
+    """A sweep parent's run name: its swept keys first, in the order its children's values follow
+    (``alpha×beam · optimize_instructions sweep``); the experiment is the page it is on."""
+    return f"{'×'.join(tails(keys)) or 'one job'}{SEP}{task} sweep"[:250]
 
 
 @dataclasses.dataclass
@@ -148,8 +173,8 @@ def sweep_parent(experiment_id: str, sweep_dir: str, task: str, overrides: Seque
                 "sweep_overrides": " ".join(overrides), "task_name": task, **process_tags()}
         if description:
             tags["mlflow.note.content"] = description
-        name = f"{task} sweep: {' x '.join(tails(keys)) or 'one job'}"[:250]  # the experiment and the swept keys
-        run = client.create_run(experiment_id, run_name=redact(name), tags={k: redact(v) for k, v in tags.items()})
+        run = client.create_run(experiment_id, run_name=redact(parent_name(task, keys)),
+                                tags={k: redact(v) for k, v in tags.items()})
         # its params: each setting of the sweep's command line, a swept one with all its values (``1,2``)
         _log_params(client, run.info.run_id, {k: redact(v)[:6000] for k, v in named_settings(overrides)})
         if swept is None:

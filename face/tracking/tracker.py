@@ -29,6 +29,7 @@ from face.tracking.names import (
     PRIMARY_METRIC_TAG,
     headline,
     is_comparison,
+    judge_tag,
     run_params,
 )
 from face.tracking.store import mark_stale_runs, process_tags, store_lock, use_experiment
@@ -134,7 +135,9 @@ class Tracker:
                 run = self.mlflow.start_run(run_name=name)
         self.run_name, self.run_id, self.experiment_id = name, run.info.run_id, run.info.experiment_id
         self.set_tags(process_tags())
-        self.mlflow.log_params(run_params(self.cfg, self.uses_llm))
+        params = run_params(self.cfg, self.uses_llm)
+        self.mlflow.log_params(params)
+        self.set_tags(judge_tag(params))
         self.set_tags({"git_commit": git_commit(self.cfg.paths.root_dir), "task_name": self.cfg.task_name})
         out = OmegaConf.select(self.cfg, "paths.output_dir", default=None, throw_on_resolution_failure=False)
         if out and not sweep:
@@ -155,7 +158,7 @@ class Tracker:
         self.job_label = redact(sweeps.job_label(overrides, parent.swept))
         if self.cfg.tracking.get("run_name"):
             return self.run_name, parent.run_id
-        return redact(sweeps.job_name(self.cfg.task_name, overrides, parent.swept)), parent.run_id
+        return redact(sweeps.job_name(self.cfg.task_name, overrides, parent.swept, sweep["sweep_job"])), parent.run_id
 
     def __exit__(self, exc_type, exc, tb) -> None:
         held = _FINISHING.get()
