@@ -92,7 +92,7 @@ def test_a_run_without_llm_names_no_llm_setting_in_its_run_name_or_captions(run_
     cfg, out = ran.cfg, ran.experiment
     client = MlflowClient(tracking_uri=cfg.tracking.tracking_uri)
     [run] = client.search_runs([client.get_experiment_by_name("reproduce_table2").experiment_id])
-    assert run.info.run_name == "reproduce_table2 limit=3 n_boot=0"
+    assert run.info.run_name == "limit=3 n_boot=0 · reproduce_table2"
     captions = [p.read_text(encoding="utf-8").split("\n\n")[0] for p in out.out_dir.glob("*.md")]
     assert captions and all("limit=3" in c and "llm" not in c and "run_size" not in c for c in captions), captions
 
