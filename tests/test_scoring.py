@@ -123,11 +123,13 @@ def test_logprobs_missing_decides_a_parsed_answer_only_and_invalid_fallback_an_u
     r = record_from_samples(p, [Completion('{"score": 2}', "stop", logprobs=None)], spec)
     expected = {"parsed": (2.0, 1, 0), "min": (0.0, 0, 1),
                 "redraw": (0.0, 0, 1) if fallback == "min" else (math.nan, 0, 0)}[policy]
-    assert (r.score, r.n_valid, r.n_defaulted) == pytest.approx(expected, nan_ok=True)
+    assert (r.score, r.n_valid, r.n_defaulted) == pytest.approx(expected, nan_ok=True) and r.n_requested == 1
+    if policy == "redraw":  # the record names why, as a phrase with the score given, as a key without one
+        assert r.fallback == ("no logprobs: scored 0" if fallback == "min" else "no_logprobs")
     r = record_from_samples(p, [Completion("no idea", "stop", logprobs=None)], spec)
     unparsed = (0.0, 0, 1) if fallback == "min" else (math.nan, 0, 0)
     assert (r.score, r.n_valid, r.n_defaulted) == pytest.approx(unparsed, nan_ok=True)
-    assert r.fallback.startswith("no valid answer") or r.fallback == "no_valid_answer"
+    assert r.fallback == ("no valid answer: scored 0" if fallback == "min" else "no_valid_answer")
 
 
 @pytest.mark.parametrize("estimator,wanted", [("sampling", 2), ("logprobs", 1)])
@@ -249,3 +251,25 @@ def test_an_unknown_estimator_is_refused_in_one_line_naming_the_built_in_ones():
         ScoringSpec("median")
     assert str(e.value) == ("method.scoring.estimator must be one of 'sampling', 'logprobs' or a class as "
                             "module.Class, got 'median'")
+
+
+@pytest.mark.parametrize("policy", ["parsed", "redraw", "min"])
+def test_the_draw_loop_judges_a_logprobs_answer_by_its_expectation_its_parse_and_logprobs_missing(policy):
+    """What the one draw loop is told of a logprobs answer (LogprobsEstimator.judge): one with an expectation at
+    its score is valid as it is; one that did not parse is invalid; one that parsed without logprobs is provisional
+    (redrawn, kept if nothing better comes) under logprobs_missing=parsed, else invalid."""
+    from types import SimpleNamespace
+
+    from face.llm.base import Provisional
+    from face.pipeline.estimators import LogprobsEstimator
+
+    judge, spec = LogprobsEstimator(), ScoringSpec("logprobs", reasoning=False, logprobs_missing=policy)
+    expected = SimpleNamespace(value=1.4)
+    assert judge.judge((1, expected), spec) == (1, expected)
+    assert judge.judge((None, None), spec) == "not a valid score"
+    assert (judge.n_valid([(1, expected)]), judge.n_valid([(1, None)])) == (1, 0)  # one answer, valid or not
+    parsed_only = judge.judge((2, None), spec)
+    if policy == "parsed":
+        assert parsed_only == Provisional((2, None), "no logprobs at the score") and judge.keeps_provisional(spec)
+    else:
+        assert parsed_only == "no logprobs at the score" and not judge.keeps_provisional(spec)
