@@ -237,6 +237,7 @@ def _by_act(aspect="relevance") -> pd.DataFrame:
                           "mean_score": (s + j) % 3 * 0.6} for s in range(9) for j, act in enumerate(ACTS)])
 
 
+@pytest.mark.slow  # seconds of processes, servers or rendering: the fast suite stays within 45 s
 def test_no_text_overlaps_in_the_reports_heatmaps_and_the_committed_diagnostics_figures(finished_figures, tmp_path):
     from face.datasets.crsarena import ASPECTS
     from face.report.diagnostic_report import act_heatmaps
@@ -308,6 +309,7 @@ def _trajectory(dev=True) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow  # seconds of processes, servers or rendering: the fast suite stays within 45 s
 def test_the_optimizer_trajectory_fits_a_page_with_labelled_axes_integer_rounds_and_only_drawn_lines(
         plotted, finished_figures, tmp_path):
     optimizer_figures.trajectory(_trajectory(dev=False), "spearman", "Instruction optimizer", LONG_NOTE,

@@ -1,6 +1,8 @@
 """The import-layer contract (``[tool.importlinter]`` in pyproject.toml, checked by ``lint-imports`` in
 ``make lint``) places every top-level module and package of ``face/``: a new one must be given a layer."""
 
+import ast
+import functools
 import pkgutil
 import tomllib
 from pathlib import Path
@@ -35,14 +37,18 @@ def test_every_module_of_the_pipeline_has_a_layer():
     assert sorted(named) == modules, "pyproject.toml: name every module of face/pipeline/ once"
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every check of this file that walks face/."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports_of(path: Path, module: str) -> set[str]:
     """Every module ``path`` (the module ``module``) imports, top-level or inside a function, absolute or relative,
     and every module named in an ``importlib.import_module("...")`` call."""
-    import ast
-
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -105,10 +111,8 @@ def test_no_module_of_face_or_scripts_imports_hydra_s_private_api():
 def test_at_most_one_context_variable_in_face():
     """A run's state is passed explicitly (its summary, its estimates, its cache directory, its checked plan), not
     held in ambient ``ContextVar``s: at most one is left, where a library boundary needs one."""
-    import ast
-
     made = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in sorted((ROOT / "face").rglob("*.py"))
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            for node in ast.walk(_tree(path))
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "ContextVar"]
     assert len(made) <= 1, made
 

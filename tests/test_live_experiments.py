@@ -68,6 +68,7 @@ def test_ablation_no_particles_scores_whole_turns(run_experiment):
     assert not (Path(cfg.paths.output_dir) / "particles.jsonl").exists()
 
 
+@pytest.mark.slow  # seconds of processes, servers or rendering: the fast suite stays within 45 s
 def test_ablation_no_optimization_uses_the_initial_instruction(run_experiment):
     ran = run_experiment("experiment=ablation_no_optimization", *SMALL_LIVE, tracking=False)
     cfg, out = ran.cfg, ran.experiment

@@ -91,6 +91,7 @@ def test_cache_filled_with_the_old_defaults_still_hits(tmp_path):
     assert [r.texts for r in before] == [r.texts for r in after]
 
 
+@pytest.mark.slow  # seconds of processes, servers or rendering: the fast suite stays within 45 s
 def test_adaptive_concurrency_backs_off_on_429_and_honours_retry_after(tmp_path):
     srv = ScriptedServer(latency_s=0.05, max_concurrent=8, retry_after_s=0.05)
     with srv as info:

@@ -249,6 +249,7 @@ def test_a_conversation_copy_is_read_as_its_original(replay_data, data_dir):
     assert (j.conv.conv_id, j.turn_ind, j.particle_ind) == (CONVS[0], 3, 1)
 
 
+@pytest.mark.slow  # seconds of processes, servers or rendering: the fast suite stays within 45 s
 def test_the_judge_stops_when_the_process_that_started_it_is_killed(data_dir):
     code = ("import os, sys; from face.testing.replay import ReplayServer; "
             f"s = ReplayServer({str(data_dir)!r}).start(); print(s._proc.pid, flush=True); os._exit(9)")

@@ -126,6 +126,7 @@ def test_answer_faults_through_the_proxy_are_never_used(make_cfg, tmp_path):
     assert s2["http_requests"] == 0 and [r.values for r in again] == [r.values for r in faulty]
 
 
+@pytest.mark.slow  # seconds of processes, servers or rendering: the fast suite stays within 45 s
 def test_every_transport_fault_is_retried_and_results_are_identical(make_cfg, tmp_path):
     """429, 500, HTML 502, timeout, reset, HTTP 200 with a cut JSON body, HTTP 200 with an HTML page."""
     reqs = [ChatRequest(messages=f"fault test {i}", tag="f") for i in range(150)]
