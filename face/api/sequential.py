@@ -119,28 +119,29 @@ def _conversation_scores(run_dir: Path, aspects: Sequence[str], ids: Sequence[st
     return s.reindex(index=list(ids), columns=list(aspects)).to_numpy(float)
 
 
-def _step(convs: list, tmp: Path, out: Path, aspects: Sequence[str], llm: Any, run: dict) -> dict:
-    """One side's conversations scored so far, evaluated into ``out`` (a rerun: the cache answers); its usage."""
+def _evaluated(convs: list, logs: Path, aspects: Sequence[str], llm: Any, run: dict, out: Path | None,
+               **how: Any) -> Any:
+    """``face evaluate`` of ``convs`` (written to ``logs``) without its console output: its finished run."""
     from face.datasets.crsarena import write_conversations
 
-    logs = write_conversations(convs, tmp / f"{out.name}.json")
+    write_conversations(convs, logs)
     with contextlib.redirect_stdout(io.StringIO()):
-        done, _ = evaluation(str(logs), list(aspects), llm, str(out), overwrite=True, **run)
+        done, _ = evaluation(str(logs), list(aspects), llm, None if out is None else str(out), **how, **run)
+    return done
+
+
+def _step(convs: list, tmp: Path, out: Path, aspects: Sequence[str], llm: Any, run: dict) -> dict:
+    """One side's conversations scored so far, evaluated into ``out`` (a rerun: the cache answers); its usage."""
+    done = _evaluated(convs, tmp / f"{out.name}.json", aspects, llm, run, out, overwrite=True)
     totals = json.loads((out / "llm_usage.json").read_text(encoding="utf-8"))["totals"]
     cap = done.cfg.llm.get("max_cost_usd")
     return {**{k: totals.get(k, 0) or 0 for k in COUNTS}, "cap": None if cap is None else float(cap)}
 
 
 def _estimate(convs: list, tmp: Path, aspects: Sequence[str], llm: Any, run: dict) -> pd.Series:
-    from face.datasets.crsarena import write_conversations
-
-    logs = write_conversations(convs, tmp / "estimate.json")
-    with contextlib.redirect_stdout(io.StringIO()):
-        done, _ = evaluation(str(logs), list(aspects), llm, None, estimate_only=True, **run)
-    est = done.estimate
+    est = _evaluated(convs, tmp / "estimate.json", aspects, llm, run, None, estimate_only=True).estimate
     assert est is not None  # the live method has an LLM job
-    total = est[est["stage"] == "total"].iloc[0]
-    return total[["http_requests", "input_tokens", "output_tokens", "cost_usd"]].astype(float)
+    return est[est["stage"] == "total"].iloc[0][list(COUNTS)].astype(float)
 
 
 def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | str | None = None, llm: str = "local",
@@ -249,14 +250,13 @@ def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, a
 def _saved(n_scored: int, n_avail: int, scored: pd.Series, avail: pd.Series, used: dict) -> pd.DataFrame:
     """Conversations, and the estimate's requests, tokens and $, scored vs available; and what this run sent."""
     rows: list[tuple[str, float, float]] = [("conversations", n_scored, n_avail)]
-    rows += [(f"{k} (estimate)", float(scored[k]), float(avail[k])) for k in
-             ("http_requests", "input_tokens", "output_tokens", "cost_usd")]
+    rows += [(f"{k} (estimate)", float(scored[k]), float(avail[k])) for k in COUNTS]
     df = pd.DataFrame(rows, columns=["what", "scored", "available"])
     df["saved"] = df["available"] - df["scored"]
     df["saved_share"] = np.where(df["available"] > 0, df["saved"] / df["available"].where(df["available"] > 0, 1),
                                  0.0)
-    sent = pd.DataFrame([(f"{k} sent by this run", used[k], np.nan, np.nan, np.nan) for k in
-                         ("http_requests", "input_tokens", "output_tokens", "cost_usd")], columns=df.columns)
+    sent = pd.DataFrame([(f"{k} sent by this run", used[k], np.nan, np.nan, np.nan) for k in COUNTS],
+                        columns=df.columns)
     return pd.concat([df, sent], ignore_index=True)
 
 
