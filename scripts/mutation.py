@@ -58,7 +58,7 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
                          "tests/test_settings.py")),  # usage read from a reply; the memory bound of a setting
     "pipeline/estimate": (None, ("tests/test_money_estimate.py",)),
     "llm/usage": (("Piece", "Usage.worst_case", "Usage.must_wait", "Usage.reserve", "Usage.settle", "Usage.release",
-                   "Usage._give_back", "Usage.add", "Usage.summary"),
+                   "Usage.add", "Usage.summary"),
                   ("tests/llm/test_money_usage.py", "tests/llm/test_budget.py")),
     "llm/budget": (("BudgetLM.chat", "BudgetLM._send", "BudgetLM._placeholders", "AccountingLM", "record_of"),
                    ("tests/llm/test_money_usage.py", "tests/llm/test_budget.py")),

@@ -97,11 +97,8 @@ def _normalise_messages(messages: Any) -> Messages:
         return (("user", messages),)
     out = []
     for m in messages:
-        if isinstance(m, dict):
-            out.append((str(m["role"]), str(m["content"])))
-        else:
-            role, content = m
-            out.append((str(role), str(content)))
+        role, content = (m["role"], m["content"]) if isinstance(m, dict) else m
+        out.append((str(role), str(content)))
     return tuple(out)
 
 

@@ -95,13 +95,13 @@ class BudgetLM:
             except BaseException as e:
                 self.usage.release(reserved)
                 self._notify()
-                self.usage.note_retries(e.retries if isinstance(e, LLMCallError) else 0)
+                self.usage.retries += e.retries if isinstance(e, LLMCallError) else 0
                 raise
             if not res.retries:
                 latency = time.perf_counter() - t0
         finally:
             lim.release(latency)
-        self.usage.note_retries(res.retries)
+        self.usage.retries += res.retries
         res.http_samples = req.n
         try:
             self.usage.settle(piece, reserved, res.usage, sum(len(s.text.encode()) for s in res.samples),

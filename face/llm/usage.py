@@ -117,16 +117,17 @@ class Latencies:
             if j < LATENCY_SAMPLE:
                 self.sample[j] = x
 
-    def __len__(self) -> int:
-        return self.n
-
-    def __bool__(self) -> bool:
-        return self.n > 0
-
 
 _TAG_FIELDS = ("requests", "samples", "http_requests", "cache_hits", "failures", "input_tokens", "output_tokens",
                "cost_usd", "answer_retries", "rejected_answers", "invalid_answers", "defaulted_answers",
                "logprob_fallbacks")
+
+
+# the per-tag totals a request record adds to: total -> the record's field
+_FROM_RECORD = {"samples": "samples", "http_requests": "http_requests", "cache_hits": "cached_samples",
+                "input_tokens": "input_tokens", "output_tokens": "output_tokens", "cost_usd": "cost_usd",
+                "answer_retries": "answer_retries", "rejected_answers": "rejected_answers",
+                "invalid_answers": "invalid_answers"}
 
 
 def _tag_totals() -> dict[str, float]:
@@ -216,7 +217,7 @@ class Usage:
         """A request finished: replace its reservation with its cost, from the tokens the endpoint reports
         (``reported``: the reply's ``usage``; a count left out, or not a count, is charged at the request's bound).
         Returns (input tokens, output tokens, cost), also set on ``into`` (a result or a record) before a stop."""
-        self._give_back(reserved)
+        self.release(reserved)
         b, got = piece.bound, reported_tokens(reported)
         tin, tout = (None, None) if isinstance(got, str) else got
         self.unreported_usage += tin is None or tout is None
@@ -251,10 +252,7 @@ class Usage:
             raise self._stop(self.misreport, piece.tag)
 
     def release(self, reserved: float) -> None:
-        """A request failed for good: drop its reservation."""
-        self._give_back(reserved)
-
-    def _give_back(self, reserved: float) -> None:
+        """A request settled or failed for good: drop its reservation."""
         self.requests_in_flight = max(0, self.requests_in_flight - 1)
         # nothing in flight: exactly nothing reserved (no rounding residue left to block a request)
         self.reserved_usd = max(0.0, self.reserved_usd - reserved) if self.requests_in_flight else 0.0
@@ -290,20 +288,9 @@ class Usage:
         if t is None:
             t = self.by_tag[rec.tag or "(none)"] = _tag_totals()
         t["requests"] += 1
-        t["samples"] += rec.samples
-        t["http_requests"] += rec.http_requests
-        t["cache_hits"] += rec.cached_samples
         t["failures"] += rec.error is not None
-        t["input_tokens"] += rec.input_tokens
-        t["output_tokens"] += rec.output_tokens
-        t["cost_usd"] += rec.cost_usd
-        t["answer_retries"] += rec.answer_retries
-        t["rejected_answers"] += rec.rejected_answers
-        t["invalid_answers"] += rec.invalid_answers
-
-    def note_retries(self, k: int) -> None:
-        """Retries spent on one HTTP request (also when it failed for good)."""
-        self.retries += k
+        for total, name in _FROM_RECORD.items():
+            t[total] += getattr(rec, name)
 
     def note_invalid(self, tag: str, reason: str) -> None:
         """An answer still missing after its request's draws (the request's ``draws`` policy)."""
@@ -340,11 +327,8 @@ class Usage:
             "retries": self.retries,
             "failures": sum(not e.startswith("budget") for e in errors),
             "budget_stops": sum(e.startswith("budget") for e in errors),
-            "answer_retries": sum(t["answer_retries"] for t in tags),
-            "rejected_answers": sum(t["rejected_answers"] for t in tags),
-            "invalid_answers": sum(t["invalid_answers"] for t in tags),
-            "defaulted_answers": sum(t.get("defaulted_answers", 0) for t in tags),
-            "logprob_fallbacks": sum(t.get("logprob_fallbacks", 0) for t in tags),
+            **{k: sum(t[k] for t in tags) for k in ("answer_retries", "rejected_answers", "invalid_answers",
+                                                     "defaulted_answers", "logprob_fallbacks")},
             "unreported_usage_requests": self.unreported_usage,
             "misreported_requests": self.misreports,
             "input_tokens": self.input_tokens,
