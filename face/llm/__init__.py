@@ -11,23 +11,11 @@ adapters (typed JSON answers), validating (the one draw-until-valid loop), strea
 request arithmetic: HTTP requests, samples, tokens, bounds), local (the embedded llama.cpp
 server started beside the client). The test servers (scripted, fault proxy, replay) are in ``face.testing``.
 """
-from .base import (
-    LM,
-    ChatRequest,
-    Completion,
-    Draws,
-    LLMCallError,
-    LLMRequestRefused,
-    TokenLogprob,
-)
+from .base import LM, ChatRequest, Completion, Draws, LLMCallError, LLMRequestRefused, TokenLogprob
 from .cache import SampleCache
 from .client import LLMClient, make_client
 from .config import LLMConfig
 from .usage import BudgetExceeded
 
-__all__ = [
-    "LM", "BudgetExceeded", "ChatRequest", "Completion", "Draws", "LLMCallError", "LLMClient",
-    "LLMConfig",
-    "LLMRequestRefused",
-    "SampleCache", "TokenLogprob", "make_client",
-]
+__all__ = ["LM", "BudgetExceeded", "ChatRequest", "Completion", "Draws", "LLMCallError", "LLMClient", "LLMConfig",
+           "LLMRequestRefused", "SampleCache", "TokenLogprob", "make_client"]

@@ -25,15 +25,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from .base import ChatRequest, Completion
 
@@ -81,11 +73,6 @@ def last_json_object(text: str) -> tuple[dict, int] | None:
     return found
 
 
-def schema_prompt(schema: dict) -> str:
-    return ("Respond with only a JSON value that conforms to this JSON schema (no other text):\n"
-            + json.dumps(schema, separators=(",", ":")))
-
-
 class JsonAdapter(Generic[T]):
     """Schema for the request + validation of the reply for one answer type (a pydantic model)."""
 
@@ -108,7 +95,8 @@ class JsonAdapter(Generic[T]):
         msgs = list(req.messages)
         idx = max((i for i, (r, _) in enumerate(msgs) if r == "user"), default=len(msgs) - 1)
         role, content = msgs[idx]
-        msgs[idx] = (role, content.rstrip() + "\n\n" + schema_prompt(self.schema))
+        msgs[idx] = (role, content.rstrip() + "\n\nRespond with only a JSON value that conforms to this JSON schema "
+                     "(no other text):\n" + json.dumps(self.schema, separators=(",", ":")))
         return replace(req, messages=tuple(msgs), response_format=None)
 
     def parse(self, answer: Completion | str) -> T | str:
@@ -202,24 +190,12 @@ def particles_adapter(dialogue_acts: Sequence[str], max_mention_words: int = 12)
         model_config = ConfigDict(extra="ignore")
         particles: list[Particle]
 
-    schema = {
-        "type": "object",
-        "properties": {
-            "particles": {
-                "type": "array", "minItems": 1, "maxItems": 12,
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "dialogue_act": {"type": "string", "enum": list(acts)},
-                        "mention": {"type": "string", "minLength": 1, "maxLength": 120},
-                        "user_feedback": {"type": "string", "maxLength": 400},
-                    },
-                    "required": ["dialogue_act", "mention", "user_feedback"],
-                    "additionalProperties": False,
-                },
-            }
-        },
-        "required": ["particles"],
-        "additionalProperties": False,
-    }
+    particle = {"type": "object",
+                "properties": {"dialogue_act": {"type": "string", "enum": list(acts)},
+                               "mention": {"type": "string", "minLength": 1, "maxLength": 120},
+                               "user_feedback": {"type": "string", "maxLength": 400}},
+                "required": ["dialogue_act", "mention", "user_feedback"], "additionalProperties": False}
+    schema = {"type": "object",
+              "properties": {"particles": {"type": "array", "minItems": 1, "maxItems": 12, "items": particle}},
+              "required": ["particles"], "additionalProperties": False}
     return JsonAdapter(ParticlesAnswer, name="particles", schema=schema)

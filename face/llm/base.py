@@ -16,6 +16,8 @@ from pydantic import Field
 from face.secrets import redact
 from face.settings import settings
 
+from .usage import BudgetExceeded
+
 Messages = tuple[tuple[str, str], ...]
 
 
@@ -130,6 +132,8 @@ class ChatRequest:
     # Neither is part of equality, hash or the cache key.
     adapter: Any = field(default=None, hash=False, compare=False, repr=False)
     draws: Draws | None = field(default=None, hash=False, compare=False, repr=False)  # None: DEFAULT_DRAWS
+    # response_format is a dict (unhashable): compared and hashed through this frozen view of it
+    format_key: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", _normalise_messages(self.messages))
@@ -137,17 +141,7 @@ class ChatRequest:
             raise ValueError("ChatRequest.n must be >= 1")
         if self.top_logprobs and not self.logprobs:
             object.__setattr__(self, "logprobs", True)
-
-    # response_format is a dict (unhashable): compare/hash through a frozen view
-    def _key(self) -> tuple:
-        return (self.messages, self.n, self.temperature, self.max_tokens, self.top_p,
-                _freeze(self.response_format), self.logprobs, self.top_logprobs, self.tag, self.first_sample)
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ChatRequest) and self._key() == other._key()
+        object.__setattr__(self, "format_key", _freeze(self.response_format))
 
     @property
     def indices(self) -> range:
@@ -247,19 +241,6 @@ class LM(Chat, Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-@runtime_checkable
-class Server(Protocol):
-    """A supervised model server started beside the client (built from `llm.server`). A server that answers in
-    this process without a socket also has ``http_client(cfg)``: the SDK's HTTP client that reaches it."""
-
-    base_url: str | None  # set by start()
-    model: str
-
-    def start(self) -> Any: ...
-
-    def stop(self) -> None: ...
-
-
 def validate(sample: Completion, adapter: Any) -> Completion:
     """Parse `sample` with `adapter` once (sets `value`, `error`, or both for a provisional answer); dry-run
     placeholders stay as they are. A sample stored marked invalid (`error` set) stays invalid; it is parsed only
@@ -291,8 +272,6 @@ def runs(indices: Sequence[int], size: int) -> list[list[int]]:
 
 def raise_first(errors: Sequence[BaseException]) -> None:
     """Re-raise a budget stop in preference to other failures (the batch-level message depends on it)."""
-    from .usage import BudgetExceeded
-
     if errors:
         budget = [e for e in errors if isinstance(e, BudgetExceeded)]
         raise budget[0] if budget else errors[0]

@@ -57,11 +57,6 @@ class Job:
     error_file_id: str | None = None
     answers: dict[str, dict] = field(default_factory=dict, repr=False)  # custom_id -> output line (downloaded)
 
-    def record(self) -> dict:
-        return {"id": self.id, "input_file_id": self.input_file_id, "status": self.status, "created": self.created,
-                "output_file_id": self.output_file_id, "error_file_id": self.error_file_id,
-                "custom_ids": self.custom_ids}
-
 
 class Journal:
     """`<cache_dir>/batches/`: one JSON file per submitted batch, plus its downloaded output lines."""
@@ -78,20 +73,19 @@ class Journal:
             except (OSError, ValueError, KeyError, TypeError) as e:
                 log.warning("ignoring unreadable batch journal %s: %s", path, e)
                 continue
-            self._add(job)
+            self.add(job, save=False)
 
-    def _add(self, job: Job) -> None:
+    def add(self, job: Job, save: bool = True) -> None:
         self.jobs[job.id] = job
-        for cid in job.custom_ids:
-            self.owner[cid] = job.id
-
-    def add(self, job: Job) -> None:
-        self._add(job)
-        self.save(job)
+        self.owner.update(dict.fromkeys(job.custom_ids, job.id))
+        if save:
+            self.save(job)
 
     def save(self, job: Job) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.folder / f"{job.id}.json", json.dumps(job.record()))
+        record = {k: getattr(job, k) for k in ("id", "input_file_id", "status", "created", "output_file_id",
+                                               "error_file_id", "custom_ids")}
+        atomic_write_text(self.folder / f"{job.id}.json", json.dumps(record))
 
     def output_path(self, job: Job) -> Path:
         return self.folder / f"{job.id}.output.jsonl"
@@ -137,7 +131,7 @@ class BatchTransport:
     """Same `chat(req)` as OpenAITransport, answered through batch jobs (see the module docstring)."""
 
     def __init__(self, cfg: Any, base_url: str, model: str, folder: str | os.PathLike,
-                 key_for: Callable[[ChatRequest, int], str] | None = None):
+                 key_for: Callable[[ChatRequest, int], str]):
         self.cfg = cfg
         self.http = OpenAITransport(cfg, base_url, model)  # request bodies and the SDK client
         self.base_url, self.model = base_url, model
@@ -150,8 +144,6 @@ class BatchTransport:
 
     # ---- the layer ------------------------------------------------------
     async def chat(self, req: ChatRequest) -> ChatResult:
-        if self.key_for is None:
-            raise RuntimeError("BatchTransport needs the cache's key function (llm.batch requires llm.cache)")
         cid = custom_id(self.key_for(req, req.first_sample), req.n)
         owner = self.journal.jobs.get(self.journal.owner.get(cid, ""))
         if owner is not None and owner.status == "downloaded":

@@ -17,19 +17,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from .base import (
-    Chat,
-    ChatRequest,
-    ChatResult,
-    Completion,
-    LLMCallError,
-    merge,
-    raise_first,
-    request_params,
-    runs,
-)
+from .base import Chat, ChatRequest, ChatResult, Completion, LLMCallError, merge, raise_first, request_params, runs
 from .limiter import Limiter
-from .sizes import cost_usd
 from .usage import BudgetExceeded, Piece, RequestRecord, Usage
 
 
@@ -60,14 +49,6 @@ class BudgetLM:
 
     def _concurrency(self) -> dict[str, float]:
         return {} if self.limiter is None else self.limiter.summary()
-
-    @property
-    def max_in_flight(self) -> int:
-        return 0 if self.limiter is None else self.limiter.max_in_flight
-
-    @property
-    def in_flight(self) -> int:
-        return 0 if self.limiter is None else self.limiter.in_flight
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         if req.n <= self.cfg.n_per_request:  # one piece: the request itself
@@ -116,8 +97,7 @@ class BudgetLM:
         return ChatResult(request=req, samples=[Completion("", "dry_run", sample_index=i, dry_run=True)
                                                 for i in req.indices],
                           input_tokens=tin, output_tokens=tout,
-                          cost_usd=cost_usd(tin, tout, self.usage.price_input_per_mtok,
-                                            self.usage.price_output_per_mtok))
+                          cost_usd=self.usage.cost(tin, tout))
 
     def _changed(self) -> asyncio.Event:
         """Set when a request of this loop settles or fails (its reservation is given back)."""

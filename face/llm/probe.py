@@ -26,13 +26,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from face.files import atomic_write_text
 
-if TYPE_CHECKING:
-    from .config import LLMConfig
-    from .usage import Usage
+from .base import LLMCallError, LLMRequestRefused
+from .config import LLMConfig
+from .transport import OpenAITransport
+from .usage import BudgetExceeded, Piece, RequestRecord, Usage
 
 log = logging.getLogger("face.llm")
 
@@ -58,8 +59,6 @@ def endpoint_key(base_url: str, model: str) -> str:
 async def _ask(send: Any, body: dict) -> dict | None:
     """The reply of one probe request; None when the endpoint refuses it as it is (a 4xx other than 401 / 403 /
     404: this feature is not accepted). ``send`` retries transient faults like any other request."""
-    from .base import LLMRequestRefused
-
     try:
         return await send(body)
     except LLMRequestRefused as exc:
@@ -180,10 +179,6 @@ def _one_prober(cache_dir: str | os.PathLike | None) -> Iterator[None]:
 
 def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str, loop: asyncio.AbstractEventLoop,
                http_client: Callable[[Any], Any] | None = None) -> Capabilities | None:
-    from .base import LLMCallError, LLMRequestRefused
-    from .transport import OpenAITransport
-    from .usage import BudgetExceeded
-
     # the probe's own transport (closed after it): the same retry policy as every request
     transport = OpenAITransport(cfg.replace(timeout_s=min(cfg.timeout_s, 30.0)), base_url, model, http_client)
 
@@ -221,8 +216,6 @@ def _report(cfg: LLMConfig, caps: Capabilities, base_url: str, model: str) -> No
 async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> dict:
     """One probe request, as every request: within the budget (its bound reserved), retried by the transport, its
     tokens, cost and retries counted under the tag ``probe``."""
-    from .usage import BudgetExceeded, Piece, RequestRecord
-
     n = body.get("n", 1)
     msgs = tuple((m["role"], m["content"]) for m in body["messages"])
     piece = Piece.of("probe", msgs, body["max_tokens"], n, body.get("response_format"))

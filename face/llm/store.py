@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .claims import SCHEMA as CLAIMS_SCHEMA
-from .claims import Claims
+from .claims import Claims, _chunks, _where
 
 CACHE_FILE = "llm_cache.sqlite"
 
@@ -67,18 +67,10 @@ class SampleCache:
 
     def get_many(self, keys: Iterable[str]) -> dict[str, dict]:
         keys = list(keys)
-        out: dict[str, dict] = {}
-        if self._pending:
-            for k in keys:
-                row = self._pending.get(k)
-                if row is not None:
-                    out[k] = json.loads(row[5])
-            keys = [k for k in keys if k not in out]
-        for i in range(0, len(keys), 500):
-            chunk = keys[i:i + 500]
-            q = f"SELECT key, payload FROM samples WHERE key IN ({','.join('?' * len(chunk))})"
-            for k, payload in self._conn.execute(q, chunk):
-                out[k] = json.loads(payload)
+        out = {k: json.loads(self._pending[k][5]) for k in keys if k in self._pending}  # queued, not committed yet
+        for part in _chunks([k for k in keys if k not in out]):
+            rows = self._conn.execute(f"SELECT key, payload FROM samples WHERE {_where(part)}", part)
+            out.update((k, json.loads(payload)) for k, payload in rows)
         return out
 
     def read_committed(self, keys: list[str]) -> dict[str, str]:
@@ -89,12 +81,10 @@ class SampleCache:
                                            timeout=30)
             self._reader.execute("PRAGMA cache_size=-65536")
         out: dict[str, str] = {}
-        for i in range(0, len(keys), 500):
-            chunk = keys[i:i + 500]
+        for part in _chunks(keys):
             # one row for all: the whole search runs in one step, without the GIL (JSON escapes \x1e and \x1f)
-            q = ("SELECT group_concat(key || char(31) || payload, char(30)) FROM samples WHERE key IN "
-                 f"({','.join('?' * len(chunk))})")
-            (found,), = self._reader.execute(q, chunk).fetchall()
+            q = f"SELECT group_concat(key || char(31) || payload, char(30)) FROM samples WHERE {_where(part)}"
+            (found,), = self._reader.execute(q, part).fetchall()
             if found:
                 out.update(row.split("\x1f", 1) for row in found.split("\x1e"))
         return out

@@ -76,11 +76,11 @@ class _Driver:
             if not isinstance(x, LLM_FAILURES):
                 raise x  # a bug, not an endpoint failure
         done = self.done + len(settled) - (len(errors) - 1)
-        of = f"{done} of {self.total if self.total is not None else '?'} requests completed"
+        total = self.total if self.total is not None else "?"
+        of = f"{done} of {total} requests completed"
         budget = [x for x in errors if isinstance(x, BudgetExceeded)]
         if budget:
             raise BudgetExceeded(f"{budget[0]} Stage {self.desc!r}: {of}.") from budget[0]
-        total = self.total if self.total is not None else "?"
         raise LLMCallError(f"{len(errors)} of {total} requests of {self.desc!r} failed ({of}); first: {first}",
                            retries=getattr(first, "retries", 0)) from first
 

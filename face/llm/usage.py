@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from face.files import atomic_write_text
 from face.secrets import redact
 
-from .sizes import MAX_BYTES_PER_TOKEN, Bound, cost_usd, estimate_input_tokens, estimate_tokens, reported_tokens
+from .sizes import MAX_BYTES_PER_TOKEN, Bound, bound, cost_usd, estimate_input_tokens, estimate_tokens, reported_tokens
 
 __all__ = ["BudgetExceeded", "Piece", "RequestRecord", "Usage", "cost_usd", "estimate_input_tokens",
            "estimate_tokens"]
@@ -75,8 +76,6 @@ class Piece:
 
     @classmethod
     def of(cls, tag: str, messages: Any, max_tokens: int | None, n: int, response_format: dict | None) -> Piece:
-        from .sizes import bound
-
         return cls(tag, n, int(max_tokens or 0), estimate_input_tokens(messages),
                    bound(messages, max_tokens, n, response_format))
 
@@ -100,8 +99,6 @@ class Latencies:
     ``LATENCY_SAMPLE`` values (exact while there are fewer)."""
 
     def __init__(self) -> None:
-        import random
-
         self.n, self.total, self.max = 0, 0.0, 0.0
         self.sample: list[float] = []
         self._rng = random.Random(0)
@@ -170,10 +167,12 @@ class Usage:
     _written: tuple = field(default=(), repr=False, compare=False)  # (path, counts) of the last write_artifact
 
     # ---- budget -------------------------------------------------------
+    def cost(self, input_tokens: float, output_tokens: float) -> float:
+        return cost_usd(input_tokens, output_tokens, self.price_input_per_mtok, self.price_output_per_mtok)
+
     def worst_case(self, piece: Piece) -> float:
         """What one HTTP request may cost at most: the price of its bound."""
-        b = piece.bound
-        return cost_usd(b.input_tokens, b.output_tokens, self.price_input_per_mtok, self.price_output_per_mtok)
+        return self.cost(piece.bound.input_tokens, piece.bound.output_tokens)
 
     def must_wait(self, piece: Piece) -> bool:
         """Whether the next request fits the cost cap only once the requests in flight have settled (their
@@ -208,8 +207,7 @@ class Usage:
         est_out = piece.bound.output_tokens
         self.est_input_tokens += piece.est_input_tokens
         self.est_output_tokens += est_out
-        self.est_cost_usd += cost_usd(piece.est_input_tokens, est_out, self.price_input_per_mtok,
-                                      self.price_output_per_mtok)
+        self.est_cost_usd += self.cost(piece.est_input_tokens, est_out)
         return worst
 
     def settle(self, piece: Piece, reserved: float, reported: Any, answer_bytes: int, latency_s: float,
@@ -222,7 +220,7 @@ class Usage:
         tin, tout = (None, None) if isinstance(got, str) else got
         self.unreported_usage += tin is None or tout is None
         tin, tout = b.input_tokens if tin is None else tin, b.output_tokens if tout is None else tout
-        c = cost_usd(tin, tout, self.price_input_per_mtok, self.price_output_per_mtok)
+        c = self.cost(tin, tout)
         self.spent_usd += c
         self.input_tokens += tin
         self.output_tokens += tout
