@@ -96,10 +96,8 @@ async def probe(send: Any, base_url: str, model: str) -> Capabilities:
 
 def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capabilities | None:
     key = endpoint_key(base_url, model)
-    if key in _MEMORY:
-        return _MEMORY[key]
-    if cache_dir is None:
-        return None
+    if key in _MEMORY or cache_dir is None:
+        return _MEMORY.get(key)
     p = Path(cache_dir) / ENDPOINTS_FILE
     with contextlib.suppress(OSError, ValueError, TypeError):
         d = json.loads(p.read_text()).get(key)

@@ -96,9 +96,7 @@ class SampleCache:
         data = [(k, m, t, i, now, json.dumps(p, ensure_ascii=False)) for k, m, t, i, p in rows]
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:
+        except RuntimeError:  # no event loop: written at once
             if data:
                 self._write(data)
             return
@@ -179,10 +177,8 @@ class SampleCache:
         }
 
     def clear(self, model: str | None = None) -> int:
-        if model is None:
-            cur = self._retry_locked(lambda: self._conn.execute("DELETE FROM samples"))
-        else:
-            cur = self._retry_locked(lambda: self._conn.execute("DELETE FROM samples WHERE model = ?", (model,)))
+        where, args = ("", ()) if model is None else (" WHERE model = ?", (model,))
+        cur = self._retry_locked(lambda: self._conn.execute("DELETE FROM samples" + where, args))
         n = cur.rowcount
         self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return n

@@ -227,15 +227,15 @@ class Usage:
         self.http_latencies.append(latency_s)
         if into is not None:
             into.input_tokens, into.output_tokens, into.cost_usd = tin, tout, c
-        bound = b.explain(piece.max_tokens, piece.n)
+        explained = b.explain(piece.max_tokens, piece.n)
         if isinstance(got, str):
-            self._misreported(piece, f"usage {got}, not a count of tokens (charged its bound of {bound})", c)
+            self._misreported(piece, f"usage {got}, not a count of tokens (charged its bound of {explained})", c)
         elif tin > b.input_tokens or tout > b.output_tokens:
-            self._misreported(piece, f"{tin} input and {tout} output tokens, above its bound of {bound} "
+            self._misreported(piece, f"{tin} input and {tout} output tokens, above its bound of {explained} "
                                      "(recorded as reported)", c)
         elif answer_bytes > MAX_BYTES_PER_TOKEN * b.output_tokens:
             self._misreported(piece, f"{answer_bytes} bytes of answers, more than {MAX_BYTES_PER_TOKEN} bytes a "
-                                     f"token of its bound of {bound}: the endpoint ignores max_tokens", c)
+                                     f"token of its bound of {explained}: the endpoint ignores max_tokens", c)
         return tin, tout, c
 
     def _misreported(self, piece: Piece, what: str, cost: float) -> None:
