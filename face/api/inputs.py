@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from face.errors import ConfigError, DataError, closest_first
-from face.runner.compose import CONF
+from face.settings import CONF
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -14,11 +14,11 @@ import contextlib
 from hydra.experimental.callback import Callback
 from omegaconf import open_dict
 
-from face.errors import ConfigError
 from face.files import dir_lock
-from face.runner.compose import CONF, job_dir, task_config
+from face.runner.compose import job_dir, task_config
 from face.runner.exits import guarded
 from face.runner.request import RunRequest
+from face.settings import CONF
 
 
 class Checks(Callback):
@@ -49,8 +49,7 @@ def sweep_problem(overrides: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from face.experiments.common import prepare
-    from face.runner.run import experiment_parts
-    from face.secrets import secret_setting
+    from face.runner.run import experiment_parts, refuse_credentials
 
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -61,9 +60,8 @@ def sweep_problem(overrides: list[str]) -> None:
     firsts = [c[0] for c in choices]
     jobs = [firsts] + [[*firsts[:i], v, *firsts[i + 1:]] for i, c in enumerate(choices) for v in c[1:]]
     configs = [compose(config_name="config", overrides=job) for job in jobs[:100]]  # a bad override: raised
-    bad = next(filter(None, map(secret_setting, configs)), None)
-    if bad:
-        raise ConfigError(bad)
+    for config in configs:
+        refuse_credentials(config)
     with open_dict(configs[0]):
         configs[0].paths.output_dir = str(CONF.parent / "multirun")  # checked only: nothing is created
     try:

@@ -67,11 +67,8 @@ def check(cfg: DictConfig, request: RunRequest = _PLAIN, load: bool = True):
     loaded). The run's plan (``face.experiments.common.Plan``: its parts built); nothing claimed or written.
     ``scripts/run.py`` checks before Hydra writes its job's directory; ``face.api.check_settings`` without ``load``."""
     from face.experiments.common import prepare
-    from face.secrets import secret_setting
 
-    bad = secret_setting(cfg)  # a credential in a config file (conf/llm/NAME.yaml) or a nested value (llm.headers)
-    if bad:
-        raise ConfigError(bad)
+    refuse_credentials(cfg)
     if load:
         check_locations(_locations(cfg, request), *_claim(cfg, request))
     plan = prepare(cfg, experiment_parts(cfg))
@@ -80,6 +77,17 @@ def check(cfg: DictConfig, request: RunRequest = _PLAIN, load: bool = True):
     if load:
         plan.load()  # the input: data that is bad or cannot be fetched stops the run before anything of it exists
     return plan
+
+
+def refuse_credentials(cfg: DictConfig) -> None:
+    """The one credential check of a run (and of each job of a sweep: ``face.runner.checks``): ConfigError naming a
+    setting that holds a credential, from an override, a config file (conf/llm/NAME.yaml) or a nested value
+    (llm.headers); never the value."""
+    from face.secrets import secret_setting
+
+    bad = secret_setting(cfg)
+    if bad:
+        raise ConfigError(bad)
 
 
 def experiment_parts(task: DictConfig):
@@ -174,4 +182,4 @@ def _experiment(plan):
     return importlib.import_module(plan.cfg.runner).run(plan)
 
 
-__all__ = ["check", "experiment_parts", "run"]
+__all__ = ["check", "experiment_parts", "refuse_credentials", "run"]
