@@ -173,13 +173,8 @@ class Location:
     owned: bool = True  # a run directory (marked); False: the committed results directory (locked only)
 
 
-def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, how: str) -> str:
-    """Can the run have ``loc``? Its state: ``"new"`` (no run's), ``"resume"`` (its marker names the same ``owner``:
-    the same input and settings) or ``"overwrite"`` (another run's, and ``overwrite``). ConfigError naming the setting
-    when an input file is the directory or one of the files the run writes there, when it cannot be written or a
-    running run holds it, or when it holds another run's results without ``overwrite`` (results without a marker,
-    in a run directory, count as another run's); ``how``: how the entry point asks to replace them. Writes
-    nothing (``write_marker`` does, once the run's settings passed their checks)."""
+def _refuse_input(loc: Location, inputs: Sequence[Path]) -> None:
+    """ConfigError when an input file is the directory itself or one of the files the run writes there."""
     d = Path(os.path.realpath(loc.path))
     for inp in inputs:
         i = Path(os.path.realpath(inp))
@@ -191,6 +186,16 @@ def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, 
             if i == target or (name.endswith("/") and target in i.parents):
                 raise ConfigError(f"{loc.setting}: {loc.path} contains the input {inp}, which the run would "
                                   f"overwrite with its {name}; choose another output directory")
+
+
+def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, how: str) -> str:
+    """Can the run have ``loc``? Its state: ``"new"`` (no run's), ``"resume"`` (its marker names the same ``owner``:
+    the same input and settings) or ``"overwrite"`` (another run's, and ``overwrite``). ConfigError naming the setting
+    when an input file is the directory or one of the files the run writes there, when it cannot be written or a
+    running run holds it, or when it holds another run's results without ``overwrite`` (results without a marker,
+    in a run directory, count as another run's); ``how``: how the entry point asks to replace them. Writes
+    nothing (``write_marker`` does, once the run's settings passed their checks)."""
+    _refuse_input(loc, inputs)
     require_writable_dir(loc.path, loc.setting)
     if not loc.path.is_dir():
         return "new"
