@@ -41,7 +41,7 @@ import pydantic.dataclasses
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 
-from face.errors import TYPE_NAMES, ConfigError
+from face.errors import ConfigError
 from face.secrets import redact
 
 __all__ = ["CONF", "STRICT", "Number", "conf_defaults", "error_line", "nested", "settings"]
@@ -235,12 +235,16 @@ def _without_null_and_int_of_number(parts: list[tuple[Any, list[Any]]]) -> list[
     return kinds
 
 
+_WORDS = {bool: "true or false", int: "an integer", float: "a finite number", dict: "a mapping"}  # a setting's type
+_BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))  # a constraint's attribute and how it is said
+
+
 def _kind(t: Any, meta: list[Any]) -> str:
     non_empty = any(getattr(m, "min_length", None) for m in meta)
     if t is str:
         return "a non-empty string" if non_empty else "a string"
-    if t in (bool, int, float, dict):  # a setting's words for three of them
-        return {**TYPE_NAMES, bool: "true or false", float: "a finite number", dict: "a mapping"}[t] + _bounds(meta)
+    if t in _WORDS:
+        return _WORDS[t] + _bounds(meta)
     origin = get_origin(t)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(t))
@@ -264,19 +268,12 @@ def _plural(text: str) -> str:
 
 
 def _bounds(metadata: list[Any]) -> str:
-    lo = hi = None
-    for m in metadata:
-        for attr, side in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-            v = getattr(m, attr, None)
-            if v is not None:
-                if side.startswith(">"):
-                    lo = (side, _num(v))
-                else:
-                    hi = (side, _num(v))
+    """`` >= 1``, `` in (0, 1]``: the field's bounds as a refusal says them (the last of a side wins)."""
+    found = [(side, _num(v)) for m in metadata for attr, side in _BOUNDS if (v := getattr(m, attr, None)) is not None]
+    lo, hi = [b for b in found if b[0][0] == ">"], [b for b in found if b[0][0] == "<"]
     if lo and hi:
-        return f" in {'[' if lo[0] == '>=' else '('}{lo[1]}, {hi[1]}{']' if hi[0] == '<=' else ')'}"
-    side, v = lo or hi or ("", "")
-    return f" {side} {v}" if side else ""
+        return f" in {'[' if lo[-1][0] == '>=' else '('}{lo[-1][1]}, {hi[-1][1]}{']' if hi[-1][0] == '<=' else ')'}"
+    return f" {found[-1][0]} {found[-1][1]}" if found else ""
 
 
 def _num(v: Any) -> str:
