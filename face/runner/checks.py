@@ -17,7 +17,6 @@ from omegaconf import open_dict
 from face.files import dir_lock
 from face.runner.compose import job_dir, task_config
 from face.runner.exits import guarded
-from face.runner.request import RunRequest
 from face.settings import CONF
 
 
@@ -26,7 +25,7 @@ class Checks(Callback):
         self.held = contextlib.ExitStack()  # the run's directory, locked until the run ends (or the process does)
 
     def on_run_start(self, config, **kwargs) -> None:
-        from face.runner.run import check
+        from face.runner.run import RunRequest, check
 
         with guarded():
             own = job_dir(config)
