@@ -20,9 +20,6 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["NAMES", "REGISTRY", "Coefficient", "coefficient", "ranks", "rows_correlation"]
-
-
 # ---------------------------------------------------------------- one pair of vectors
 
 def ranks(x: np.ndarray) -> np.ndarray:

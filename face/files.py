@@ -266,10 +266,6 @@ def _remove_empty(dirs: Sequence[Path]) -> None:
                 os.rmdir(dirpath)
 
 
-__all__ = ["OUTPUTS", "Location", "atomic_open", "atomic_path", "atomic_write_text", "check_locations", "claimed",
-           "digest_files", "digest_settings", "dir_lock", "process_alive", "process_start"]
-
-
 def _stat(pid: int) -> list[str] | None:
     """The fields of ``/proc/PID/stat`` after the command name (Linux); None where unknown."""
     try:

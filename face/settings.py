@@ -44,8 +44,6 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 from face.errors import ConfigError
 from face.secrets import redact
 
-__all__ = ["CONF", "STRICT", "Number", "conf_defaults", "error_line", "nested", "settings"]
-
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 Number = int | float  # a real number as written (an int stays an int); never a bool, NaN or infinity
 

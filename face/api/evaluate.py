@@ -153,6 +153,3 @@ def _api(quiet: Any, *args: Any, **kwargs: Any) -> tuple[RunResult, Result | Non
 def _locked(quiet: bool, *args: Any, **kwargs: Any) -> tuple[RunResult, Result | None]:
     with _RUN_LOCK, (contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
         return evaluation(*args, **kwargs)
-
-
-__all__ = ["check_settings", "estimate", "evaluate", "evaluation"]

@@ -131,6 +131,3 @@ def check_conversations(source: Source) -> list:
         if source.own:
             raise
         raise DataError(IN_MEMORY, e.problem, e.record) from None
-
-
-__all__ = ["IN_MEMORY", "Conversations", "Source", "check_conversations", "datasets", "source_of"]

@@ -117,6 +117,3 @@ def run_settings(source: Source, aspects: list[str] | None, llm: str, target: Pa
                            **({"aspects": aspects} if aspects is not None else {})}
     return ["experiment=evaluate", f"dataset={source.dataset or 'chat_logs'}", f"llm={llm}",
             *([] if mlflow else ["tracking=none"]), *choices], {**own, **keys}
-
-
-__all__ = ["ARGUMENTS", "OWN", "check_arguments", "refuse_own", "run_settings", "split_settings"]

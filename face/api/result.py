@@ -205,6 +205,3 @@ def result_of(run: RunResult, keep: bool) -> Result:
     return Result(dialogues, turns, _particles(run, exp, output), list(convs), preds, list(aspects), output.label,
                   settings["llm"].get("model", ""), settings, {"totals": totals} if totals else {}, exp.estimate,
                   exp.results, exp.run_dir if keep else None)
-
-
-__all__ = ["Result", "result_of"]

@@ -147,7 +147,3 @@ def _json(text: Any) -> Any:
         return json.loads(text) if isinstance(text, str) else text
     except ValueError:
         return text
-
-
-__all__ = ["ASSISTANT_KEYS", "SESSION_KEY", "SYSTEM_KEY", "USER_KEYS", "assistant_text", "conversation", "is_trace",
-           "user_text"]

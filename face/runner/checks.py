@@ -68,6 +68,3 @@ def sweep_problem(overrides: list[str]) -> None:
     except ValueError:  # ConfigError, DataError: the job's own line, in its own directory
         return
     plan.load()  # DataError: the input cannot be loaded (fetched) for any job
-
-
-__all__ = ["Checks"]

@@ -129,6 +129,3 @@ def select(cfg: DictConfig, key: str, setting: str | None = None):
         return OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
     except Exception as e:
         raise ConfigError(f"{setting or key}: {first_line(e)}") from None
-
-
-__all__ = ["composed", "job_dir", "missing_config", "select", "task_config"]

@@ -226,6 +226,3 @@ def _execute(request: RunRequest, plan) -> tuple[Any, bool]:
 def _experiment(plan):
     """The experiment's ``run`` on its checked ``plan``."""
     return importlib.import_module(plan.cfg.runner).run(plan)
-
-
-__all__ = ["RunRequest", "RunResult", "check", "experiment_parts", "refuse_credentials", "run"]
