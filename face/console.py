@@ -61,7 +61,10 @@ def progress(iterable, desc: str, total: int | None = None, unit: str = "it", le
 
 
 def _stage(iterable, total: int | None, desc: str, unit: str, leave: bool):
-    reporter = Progress(total, desc, unit=unit, leave=leave, stage=True)
+    global _outer
+    reporter = Progress(total, desc, unit=unit, leave=leave)
+    reported = reporter.mode is not None
+    _outer += reported
     try:
         for x in iterable:
             yield x
@@ -70,6 +73,7 @@ def _stage(iterable, total: int | None, desc: str, unit: str, leave: bool):
         reporter.stopped = True
         raise
     finally:
+        _outer -= reported
         reporter.close()
 
 
@@ -149,8 +153,8 @@ class Progress:
     whether the bar stays when done (default: not inside a stage, see ``nested``)."""
 
     def __init__(self, total: int | None, desc: str, unit: str = "it", enabled: bool = True,
-                 leave: bool | None = None, info=None, stage: bool = False):
-        self.total, self.desc, self.unit, self.info, self.stage = total, desc, unit, info, stage
+                 leave: bool | None = None, info=None):
+        self.total, self.desc, self.unit, self.info = total, desc, unit, info
         self.n = 0
         self.planned = 0  # a whole run (``alive``): the LLM requests its jobs' estimates plan (``plan``)
         self.logged = False
@@ -166,9 +170,6 @@ class Progress:
                             leave=(not nested()) if leave is None else leave)
         elif self.mode == "log":
             LOG.start(self)
-        if self.stage and self.mode is not None:
-            global _outer
-            _outer += 1
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -204,10 +205,6 @@ class Progress:
         return text
 
     def close(self) -> None:
-        global _outer
-        if self.stage and self.mode is not None:
-            _outer -= 1
-            self.stage = False
         if self.bar is not None:
             self.bar.close()
             self.bar = None
