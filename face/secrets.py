@@ -54,12 +54,8 @@ _registered: set[str] = set()
 
 def looks_like_secret(value: str) -> bool:
     """A string that looks like an API key rather than the name of an environment variable."""
-    v = value.strip()
-    if v.startswith(_KEY_PREFIXES):
-        return True
-    if len(v) >= 24 and _random_looking(v):
-        return True  # long, mixed case and digits: an env var name is not like that
-    return len(v) >= 32 and not v.isupper()
+    v = value.strip()  # a known key prefix, or long with mixed case and digits: an env var name is not like that
+    return v.startswith(_KEY_PREFIXES) or (len(v) >= 24 and _random_looking(v)) or (len(v) >= 32 and not v.isupper())
 
 
 def is_env_var_name(value: str) -> bool:

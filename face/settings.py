@@ -152,11 +152,10 @@ def error_line(e: ValidationError, cls: type, prefix: str) -> str:
     """The first error of ``e`` as one line: ``<key> must be <what the field takes>, got <value>``."""
     err = e.errors()[0]
     inner = (err.get("ctx") or {}).get("error")
-    path, field = _field_path(cls, err["loc"])
+    path, field, owner = _field_path(cls, err["loc"])
     key = ".".join(p for p in (prefix, *path) if p)
     kind = err["type"]
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
-        owner = _owner(cls, path)
         names = ", ".join(f.name for f in dataclasses.fields(owner)) if dataclasses.is_dataclass(owner) else ""
         return f"unknown setting {key}" + (f"; the settings of {key.rpartition('.')[0] or 'this run'}: {names}"
                                            if names else "")
@@ -171,8 +170,9 @@ def error_line(e: ValidationError, cls: type, prefix: str) -> str:
     return f"{key} must be {what}, got {_shown(err.get('input'))}" + (f" (item {item[-1]})" if item else "")
 
 
-def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any]:
-    """The field names along ``loc`` (union member tags and list indices left out) and the last field's info."""
+def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any, Any]:
+    """The field names along ``loc`` (union member tags and list indices left out), the last field's info and, for
+    an unknown key, the settings class it was given to."""
     path: list[str] = []
     field = None
     owner: Any = cls
@@ -188,14 +188,7 @@ def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any]:
         path.append(part)
         field = fields[part]
         owner = _settings_class(field.annotation)
-    return path, field
-
-
-def _owner(cls: type, path: list[str]) -> Any:
-    owner: Any = cls
-    for part in path[:-1]:
-        owner = _settings_class(owner.__pydantic_fields__[part].annotation)
-    return owner
+    return path, field, owner
 
 
 def _settings_class(annotation: Any) -> Any:
