@@ -53,10 +53,6 @@ class Aspect:
         """The annotation scheme, one ``- value: description`` line per score (empty if the dataset gives none)."""
         return "\n".join(f"- {v}: {self.grades[v]}" for v in self.scale if v in self.grades)
 
-    def level_lines(self) -> str:
-        """Deprecated name of ``grade_lines`` (kept until face/pipeline/scoring.py calls ``grade_lines``)."""
-        return self.grade_lines()
-
 
 def aspect_table(aspects: Iterable[Aspect]) -> dict[str, Aspect]:
     out: dict[str, Aspect] = {}

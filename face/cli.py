@@ -106,31 +106,27 @@ def _aspect_names(text: str) -> list[str]:
     its ``dataset.aspects_file``, before anything runs). An empty list or an empty name between commas is one line
     and exit 2 (an empty list used to mean all seven)."""
     from face.datasets.crsarena import ASPECTS
-    from face.runner import EXIT_CONFIG, fail
+    from face.errors import ConfigError
 
     valid = f"valid: {', '.join(ASPECTS)}"
     names = [n.strip() for n in text.split(",")]
     if not any(names):
-        fail(EXIT_CONFIG, f"error: --aspects {text!r} names no aspect: name at least one ({valid})")
+        raise ConfigError(f"--aspects {text!r} names no aspect: name at least one ({valid})")
     if not all(names):
-        fail(EXIT_CONFIG, f"error: --aspects {text!r}: an empty name between commas ({valid})")
+        raise ConfigError(f"--aspects {text!r}: an empty name between commas ({valid})")
     return names
 
 
 def evaluate(args: argparse.Namespace) -> int:
     """``face evaluate``: its arguments checked, then the API's evaluation (face.api.evaluation: the one run request,
-    through face.runner) with its confirmation; every stop one line and an exit code."""
+    through face.runner) with its confirmation."""
     from face.api import evaluation
-    from face.runner import EXIT_CONFIG, fail, guarded
 
-    if not math.isfinite(args.confirm_above) or args.confirm_above < 0:  # nan would never ask
-        fail(EXIT_CONFIG, f"error: --confirm-above must be a number of USD >= 0, got {args.confirm_above}")
-    aspects = _aspect_names(args.aspects)
+    confirm, aspects = _confirm(args), _aspect_names(args.aspects)
     out = args.out if args.out is not None else str(Path("face-runs") / args.logs.stem)
-    with guarded():  # --limit and --out checked as face.evaluate checks them
-        done, _ = evaluation(str(args.logs), aspects, args.llm, out, overwrite=args.overwrite, limit=args.limit,
-                             mlflow=args.mlflow, overrides=args.overrides, entry="cli", estimate_only=args.dry_run,
-                             confirm=None if args.dry_run else _confirm(args))
+    done, _ = evaluation(str(args.logs), aspects, args.llm, out, overwrite=args.overwrite, limit=args.limit,
+                         mlflow=args.mlflow, overrides=args.overrides, entry="cli", estimate_only=args.dry_run,
+                         confirm=None if args.dry_run else confirm)
     if args.dry_run:
         print(f"Dry run (--dry-run): nothing was sent; the estimate is in {Path(out).resolve() / 'cost_estimate.csv'}")
     elif not done.sent:
@@ -160,14 +156,13 @@ def compare_sequential(args: argparse.Namespace) -> int:
 
     if len(args.runs) != 2:
         raise ConfigError(f"--sequential compares two sets of logs, got {len(args.runs)}")
-    if not math.isfinite(args.confirm_above) or args.confirm_above < 0:
-        raise ConfigError(f"--confirm-above must be a number of USD >= 0, got {args.confirm_above}")
+    confirm = _confirm(args)
     aspects = _aspect_names(args.aspects) if args.aspects is not None else None
     out = args.out if args.out is not None else str(_default_out(args.runs))
     res = run(args.runs[0], args.runs[1], aspects, args.llm, out=out, names=_names(args.names), batch=args.batch,
               max_conversations=args.max_conversations, seed=args.seed, alpha=args.alpha,
               target_diff=args.target_diff, method=args.method, overwrite=args.overwrite, overrides=args.overrides,
-              entry="cli", confirm=_confirm(args), echo=lambda line: print(line, flush=True))
+              entry="cli", confirm=confirm, echo=lambda line: print(line, flush=True))
     if res is None:
         print("Nothing sent.")
         return 0
@@ -180,6 +175,9 @@ def _confirm(args: argparse.Namespace):
     """Asked with the estimate, before anything is sent: above --confirm-above USD (unless --yes), a terminal is asked;
     without one, the run is refused (rerun with --yes)."""
     from face.errors import ConfigError
+
+    if not math.isfinite(args.confirm_above) or args.confirm_above < 0:  # nan would never ask
+        raise ConfigError(f"--confirm-above must be a number of USD >= 0, got {args.confirm_above}")
 
     def ask(cost: float) -> bool:
         if cost <= args.confirm_above or args.yes:
@@ -194,15 +192,15 @@ def _confirm(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "evaluate":
-        return evaluate(args)
     from face.api.report import build_report
     from face.comparison.cli import main as compare_main
     from face.errors import ConfigError
     from face.files import dir_lock
     from face.runner import guarded
 
-    with guarded():  # every stop one line and an exit code, as for `face evaluate`, Ctrl-C too
+    with guarded():  # every stop one line and an exit code, Ctrl-C too
+        if args.command == "evaluate":
+            return evaluate(args)
         if args.command == "compare":  # issue 30; --sequential: issue 43
             unused = [flag for flag, dest, default in (SEQUENTIAL_ONLY if not args.sequential else FIXED_ONLY)
                       if getattr(args, dest) != default]

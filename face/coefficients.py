@@ -20,9 +20,6 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["NAMES", "REGISTRY", "Coefficient", "coefficient", "ranks", "rows_correlation"]
-
-
 # ---------------------------------------------------------------- one pair of vectors
 
 def ranks(x: np.ndarray) -> np.ndarray:
@@ -75,17 +72,14 @@ PAIRS_BLOCK = 1 << 22  # row × item-pair signs built at once by the row-wise Ke
 def _rows_kendall(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     i, j = np.triu_indices(a.shape[1], 1)
     step = max(1, PAIRS_BLOCK // max(len(i), 1))
-    b = np.broadcast_to(b, a.shape) if len(b) == 1 else b
-    return np.concatenate([_kendall_block(a[r:r + step], b[r:r + step], i, j) for r in range(0, len(a), step)]) \
-        if len(a) else np.empty(0)
-
-
-def _kendall_block(a: np.ndarray, b: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-    sa, sb = np.sign(a[:, i] - a[:, j]), np.sign(b[:, i] - b[:, j])
-    n0 = len(i)
-    den = (n0 - (sa == 0).sum(1)) * (n0 - (sb == 0).sum(1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, (sa * sb).sum(1) / np.sqrt(den), np.nan)
+    b = np.broadcast_to(b, a.shape)
+    out = np.empty(len(a))
+    for r in range(0, len(a), step):  # a block of rows at a time: memory ~ PAIRS_BLOCK
+        sa, sb = np.sign(a[r:r + step, i] - a[r:r + step, j]), np.sign(b[r:r + step, i] - b[r:r + step, j])
+        den = (len(i) - (sa == 0).sum(1)) * (len(i) - (sb == 0).sum(1))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[r:r + step] = np.where(den > 0, (sa * sb).sum(1) / np.sqrt(den), np.nan)
+    return out
 
 
 # ---------------------------------------------------------------- weighted (bootstrap replicates)
@@ -105,37 +99,24 @@ def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return r
 
 
-@dataclass(frozen=True)
 class _Ties:
-    """Sorted order of a vector and its groups of equal values (for vectorised ranking)."""
+    """The groups of equal values of a vector (for vectorised ranking): ``groups(w)`` sums each group's weights."""
 
-    order: np.ndarray
-    starts: np.ndarray  # start of each tie group in sorted order
-    group_of_item: np.ndarray  # tie group of each item (original order)
-
-    @staticmethod
-    def of(x: np.ndarray) -> _Ties:
-        order = np.argsort(x, kind="stable")
-        xs = x[order]
+    def __init__(self, x: np.ndarray):
+        self.order = np.argsort(x, kind="stable")
+        xs = x[self.order]
         new = np.r_[True, xs[1:] != xs[:-1]]
-        starts = np.flatnonzero(new)
-        group_sorted = np.cumsum(new) - 1
-        group_of_item = np.empty(len(x), dtype=int)
-        group_of_item[order] = group_sorted
-        return _Ties(order, starts, group_of_item)
+        self.starts = np.flatnonzero(new)  # start of each tie group in sorted order
+        self.group_of_item = np.empty(len(x), dtype=int)  # tie group of each item (original order)
+        self.group_of_item[self.order] = np.cumsum(new) - 1
 
-    def group_weights(self, w: np.ndarray) -> np.ndarray:
+    def groups(self, w: np.ndarray) -> np.ndarray:
         return np.add.reduceat(w[:, self.order], self.starts, axis=1)
 
     def ranks(self, w: np.ndarray) -> np.ndarray:
         """Average ranks (1-based) of each item within each weighted replicate."""
-        wg = self.group_weights(w)
-        below = np.cumsum(wg, axis=1) - wg
-        return (below + (wg + 1) / 2)[:, self.group_of_item]
-
-    def tied_pairs(self, w: np.ndarray) -> np.ndarray:
-        wg = self.group_weights(w)
-        return (wg * (wg - 1) / 2).sum(1)
+        wg = self.groups(w)
+        return (np.cumsum(wg, axis=1) - wg + (wg + 1) / 2)[:, self.group_of_item]
 
 
 ROWS = 100  # weighted replicates ranked at once: memory ~ ROWS × items, not replicates × items
@@ -144,7 +125,7 @@ ROWS = 100  # weighted replicates ranked at once: memory ~ ROWS × items, not re
 def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Spearman rho of each weighted replicate (rows of ``w`` in blocks of ``ROWS``: each row on its own, so the
     values are those of the whole matrix at once)."""
-    tx, ty = _Ties.of(x), _Ties.of(y)
+    tx, ty = _Ties(x), _Ties(y)
     return np.concatenate([_spearman_rows(tx, ty, w[i:i + ROWS]) for i in range(0, len(w), ROWS)]) if len(w) \
         else np.empty(0)
 
@@ -174,7 +155,7 @@ def weighted_kendall(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk: int = 2
     x32, y32 = x.astype(np.float32), y.astype(np.float32)
     n_items = len(x)
     step = max(1, KENDALL_BLOCK // max(n_items, 1))
-    tx, ty = _Ties.of(x), _Ties.of(y)
+    tx, ty = _Ties(x), _Ties(y)
     out = np.empty(len(w))
     for i in range(0, len(w), chunk):
         wc = w[i:i + chunk]
@@ -187,7 +168,8 @@ def weighted_kendall(x: np.ndarray, y: np.ndarray, w: np.ndarray, chunk: int = 2
         cd *= 0.5
         n = wc.sum(1)
         n0 = n * (n - 1) / 2
-        denom = (n0 - tx.tied_pairs(wc)) * (n0 - ty.tied_pairs(wc))
+        gx, gy = tx.groups(wc), ty.groups(wc)
+        denom = (n0 - (gx * (gx - 1) / 2).sum(1)) * (n0 - (gy * (gy - 1) / 2).sum(1))
         with np.errstate(invalid="ignore", divide="ignore"):
             out[i:i + chunk] = np.where(denom > 0, cd / np.sqrt(np.maximum(denom, 0)), np.nan)
     return out

@@ -33,10 +33,8 @@ def progress_mode(enabled: bool = True, stream=None) -> str | None:
     """How a long stage reports progress: ``"bar"`` (a tqdm bar: stderr a terminal, or ``FACE_PROGRESS=1``),
     ``"log"`` (a line every ``LOG.interval`` = 30 s: stderr a file or a pipe, or ``FACE_PROGRESS=log``), or None
     (``enabled`` false, e.g. ``llm.progress=false``, or ``FACE_PROGRESS=0``). Decided when a stage starts."""
-    if not enabled:
-        return None
     env = os.environ.get("FACE_PROGRESS", "").strip().lower()
-    if env in ("0", "false", "no", "off"):
+    if not enabled or env in ("0", "false", "no", "off"):
         return None
     if env in ("1", "true", "yes", "on"):
         return "bar"
@@ -63,7 +61,10 @@ def progress(iterable, desc: str, total: int | None = None, unit: str = "it", le
 
 
 def _stage(iterable, total: int | None, desc: str, unit: str, leave: bool):
-    reporter = Progress(total, desc, unit=unit, leave=leave, stage=True)
+    global _outer
+    reporter = Progress(total, desc, unit=unit, leave=leave)
+    reported = reporter.mode is not None
+    _outer += reported
     try:
         for x in iterable:
             yield x
@@ -72,6 +73,7 @@ def _stage(iterable, total: int | None, desc: str, unit: str, leave: bool):
         reporter.stopped = True
         raise
     finally:
+        _outer -= reported
         reporter.close()
 
 
@@ -141,7 +143,7 @@ class _LogLines:
 
 
 LOG = _LogLines()
-_redirect: list = []  # the ExitStack that routes logging through tqdm.write while a bar is drawn
+_redirect: list = []  # logging_redirect_tqdm (routing logging through tqdm.write), then a None per bar drawn
 
 
 class Progress:
@@ -151,8 +153,8 @@ class Progress:
     whether the bar stays when done (default: not inside a stage, see ``nested``)."""
 
     def __init__(self, total: int | None, desc: str, unit: str = "it", enabled: bool = True,
-                 leave: bool | None = None, info=None, stage: bool = False):
-        self.total, self.desc, self.unit, self.info, self.stage = total, desc, unit, info, stage
+                 leave: bool | None = None, info=None):
+        self.total, self.desc, self.unit, self.info = total, desc, unit, info
         self.n = 0
         self.planned = 0  # a whole run (``alive``): the LLM requests its jobs' estimates plan (``plan``)
         self.logged = False
@@ -168,9 +170,6 @@ class Progress:
                             leave=(not nested()) if leave is None else leave)
         elif self.mode == "log":
             LOG.start(self)
-        if self.stage and self.mode is not None:
-            global _outer
-            _outer += 1
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -195,10 +194,8 @@ class Progress:
             eta = f", {self.n:,}/{self.planned:,} LLM requests, ETA {_duration(left)}" if left is not None else ""
             return f"{self.desc}: running for {_duration(elapsed)}{eta}"
         rate = self.n / elapsed
-        of = f"/{self.total}" if self.total else ""
-        pct = f" ({100 * self.n / self.total:.0f} %)" if self.total else ""
-        text = f"{self.desc}: {self.n}{of} {self.unit}{pct}, {rate:,.0f}/s" if rate >= 10 else \
-            f"{self.desc}: {self.n}{of} {self.unit}{pct}, {rate:.3g}/s"
+        of = f"/{self.total} {self.unit} ({100 * self.n / self.total:.0f} %)" if self.total else f" {self.unit}"
+        text = f"{self.desc}: {self.n}{of}, {rate:,.0f}/s" if rate >= 10 else f"{self.desc}: {self.n}{of}, {rate:.3g}/s"
         if done:
             text += f", {ended}"
         elif self.total and rate > 0:
@@ -208,10 +205,6 @@ class Progress:
         return text
 
     def close(self) -> None:
-        global _outer
-        if self.stage and self.mode is not None:
-            _outer -= 1
-            self.stage = False
         if self.bar is not None:
             self.bar.close()
             self.bar = None
@@ -255,20 +248,17 @@ def plan(requests: float) -> None:
 def _redirect_logging() -> None:
     """While a bar is drawn, warnings of ``logging`` go through ``tqdm.write``: printed above the bar, not over it."""
     if not _redirect:
-        from contextlib import ExitStack
-
         from tqdm.contrib.logging import logging_redirect_tqdm
 
-        stack = ExitStack()
-        stack.enter_context(logging_redirect_tqdm())
-        _redirect.append(stack)
+        _redirect.append(logging_redirect_tqdm())
+        _redirect[0].__enter__()
     _redirect.append(None)
 
 
 def _release_logging() -> None:
     _redirect.pop()
     if len(_redirect) == 1:
-        _redirect.pop().close()
+        _redirect.pop().__exit__(None, None, None)
 
 
 @dataclass

@@ -90,7 +90,3 @@ def _short(path: Path | str) -> str:
     """The path as said in a message: a very long one cut in the middle."""
     s = str(path)
     return s if len(s) <= 200 else f"{s[:100]}...{s[-60:]} ({len(s)} characters)"
-
-
-__all__ = ["TYPE_NAMES", "ConfigError", "DataError", "closest_first", "import_class", "require_writable_dir",
-           "type_name"]

@@ -10,7 +10,7 @@ time, and a run never writes over another run's results or over its own input.
   same directory stops with one line; the one that takes it removes the temporary files a killed run left there.
   Re-entrant within a process (``face evaluate`` holds it across its dry pass, its run and its report; the
   experiment takes it again inside).
-* ``claim_state`` / ``write_marker``: the ownership marker ``.face-run.json`` (a digest of the input files and of
+* ``write_marker``: the ownership marker ``.face-run.json`` (a digest of the input files and of
   the settings that decide the results): the same input and settings resume, anything else needs ``overwrite``.
 * ``claimed``: a run's (or a comparison's) output directories held for a block: each checked (writable, not the
   input, not another run's), locked and marked as its own (``face.runner.run`` names a run's; ``face compare``
@@ -152,49 +152,8 @@ def digest_settings(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def refuse_input_overwrite(directory: Path, inputs: Iterable[Path], outputs: Iterable[str], setting: str) -> None:
-    """ConfigError when an input file is the directory itself or one of the files the run will write there
-    (``outputs``: names relative to the directory; a name ending in ``/`` is a whole subdirectory)."""
-    d = Path(os.path.realpath(directory))
-    for inp in inputs:
-        i = Path(os.path.realpath(inp))
-        if i == d:
-            raise ConfigError(f"{setting}: {directory} is the input {'directory' if i.is_dir() else 'file'} itself; "
-                              "choose a directory for the outputs")
-        for name in [*outputs, MARKER]:
-            target = d / name.rstrip("/")
-            if i == target or (name.endswith("/") and target in i.parents):
-                raise ConfigError(f"{setting}: {directory} contains the input {inp}, which the run would "
-                                  f"overwrite with its {name}; choose another output directory")
-
-
-def claim_state(directory: Path, owner: dict, setting: str, overwrite: bool = False,
-                outputs: Iterable[str] = (), how: str = "pass --overwrite to replace them") -> str:
-    """Whose is ``directory``? ``"new"`` (no run's), ``"resume"`` (its marker names the same ``owner``: the same
-    input and settings) or ``"overwrite"`` (another run's, and ``overwrite``); ConfigError naming ``setting`` for
-    another run's results without ``overwrite`` -- results without a marker (any of ``outputs``) count as
-    another run's. Writes nothing (``write_marker`` does, once the run's settings passed their checks)."""
-    directory = Path(directory)
-    marker = directory / MARKER
-    state = "new"
-    if marker.exists():
-        try:
-            theirs = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            theirs = None
-        state = "resume" if isinstance(theirs, dict) and theirs.get("owner") == owner else "other"
-    elif any((directory / name.rstrip("/")).exists() for name in outputs):
-        state = "other"  # results without a marker: an older run, or something else entirely
-    if state == "other":
-        if not overwrite:
-            raise ConfigError(f"{setting}: {directory} holds another run's results (a different input or different "
-                              f"settings); {how}, or choose another directory")
-        state = "overwrite"
-    return state
-
-
 def write_marker(directory: Path, owner: dict) -> None:
-    """The directory's ownership marker (``claim_state`` reads it), rewritten only when it changes."""
+    """The directory's ownership marker (``_check`` reads it), rewritten only when it changes."""
     text = json.dumps({"owner": owner, "note": "the run that owns this directory: digests of its input and of the "
                        "settings that decide its results"}, indent=1, sort_keys=True) + "\n"
     marker = Path(directory) / MARKER
@@ -214,17 +173,48 @@ class Location:
     owned: bool = True  # a run directory (marked); False: the committed results directory (locked only)
 
 
-def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, how: str,
-           outputs: Sequence[str]) -> str:
-    """Can the run have ``loc``? Its state (new, resume, overwrite), or a ConfigError; nothing written."""
-    refuse_input_overwrite(loc.path, inputs, outputs, loc.setting)
+def _refuse_input(loc: Location, inputs: Sequence[Path]) -> None:
+    """ConfigError when an input file is the directory itself or one of the files the run writes there."""
+    d = Path(os.path.realpath(loc.path))
+    for inp in inputs:
+        i = Path(os.path.realpath(inp))
+        if i == d:
+            raise ConfigError(f"{loc.setting}: {loc.path} is the input {'directory' if i.is_dir() else 'file'} "
+                              "itself; choose a directory for the outputs")
+        for name in [*OUTPUTS, MARKER]:
+            target = d / name.rstrip("/")
+            if i == target or (name.endswith("/") and target in i.parents):
+                raise ConfigError(f"{loc.setting}: {loc.path} contains the input {inp}, which the run would "
+                                  f"overwrite with its {name}; choose another output directory")
+
+
+def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, how: str) -> str:
+    """Can the run have ``loc``? Its state: ``"new"`` (no run's), ``"resume"`` (its marker names the same ``owner``:
+    the same input and settings) or ``"overwrite"`` (another run's, and ``overwrite``). ConfigError naming the setting
+    when an input file is the directory or one of the files the run writes there, when it cannot be written or a
+    running run holds it, or when it holds another run's results without ``overwrite`` (results without a marker,
+    in a run directory, count as another run's); ``how``: how the entry point asks to replace them. Writes
+    nothing (``write_marker`` does, once the run's settings passed their checks)."""
+    _refuse_input(loc, inputs)
     require_writable_dir(loc.path, loc.setting)
     if not loc.path.is_dir():
         return "new"
     if os.path.realpath(loc.path) not in _held:  # in use by a running run: said before the input is fetched
         os.close(_lock(os.path.realpath(loc.path), loc.path, loc.setting))
-    results = [o for o in outputs if o not in NOT_RESULTS] if loc.owned else []
-    return claim_state(loc.path, owner, loc.setting, overwrite, results, how)
+    marker = loc.path / MARKER
+    if marker.exists():
+        try:
+            theirs = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            theirs = None
+        if isinstance(theirs, dict) and theirs.get("owner") == owner:
+            return "resume"
+    elif not loc.owned or not any((loc.path / o.rstrip("/")).exists() for o in OUTPUTS if o not in NOT_RESULTS):
+        return "new"  # results without a marker: an older run, or something else entirely
+    if not overwrite:
+        raise ConfigError(f"{loc.setting}: {loc.path} holds another run's results (a different input or different "
+                          f"settings); {how}, or choose another directory")
+    return "overwrite"
 
 
 def _first_missing(path: Path) -> Path | None:
@@ -237,27 +227,27 @@ def _first_missing(path: Path) -> Path | None:
     return missing
 
 
-def check_locations(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overwrite: bool = False,
-                    how: str = "pass --overwrite to replace them", outputs: Sequence[str] = OUTPUTS) -> list[str]:
-    """Every location checked (writable, not the input, not another run's): their states; nothing written.
-    ``outputs``: what the run writes there (``OUTPUTS``: a run's)."""
-    return [_check(loc, owner, inputs, overwrite, how, outputs) for loc in locs]
+def check_locations(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overwrite: bool, how: str
+                    ) -> list[str]:
+    """Every location checked (``_check``: writable, not the input, not another run's): their states; nothing
+    written."""
+    return [_check(loc, owner, inputs, overwrite, how) for loc in locs]
 
 
 @contextlib.contextmanager
-def claimed(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overwrite: bool = False,
-            how: str = "pass --overwrite to replace them", outputs: Sequence[str] = OUTPUTS) -> Iterator[list[str]]:
+def claimed(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overwrite: bool, how: str
+            ) -> Iterator[list[str]]:
     """Hold every location for the block: all are checked before any is created, then each is locked (a second run
     into one stops at once), checked again under its lock and marked as this run's. Yields each one's state. A
     refusal leaves no directory it created."""
-    check_locations(locs, owner, inputs, overwrite, how, outputs)
+    check_locations(locs, owner, inputs, overwrite, how)
     created = [m for m in (_first_missing(loc.path) for loc in locs) if m is not None]
     with contextlib.ExitStack() as held:
         try:
             states = []
             for loc in locs:
                 held.enter_context(dir_lock(loc.path, loc.setting))
-                states.append(_check(loc, owner, inputs, overwrite, how, outputs))
+                states.append(_check(loc, owner, inputs, overwrite, how))
             for loc in locs:
                 if loc.owned:
                     write_marker(loc.path, owner)
@@ -274,10 +264,6 @@ def _remove_empty(dirs: Sequence[Path]) -> None:
         for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
             with contextlib.suppress(OSError):
                 os.rmdir(dirpath)
-
-
-__all__ = ["OUTPUTS", "Location", "atomic_open", "atomic_path", "atomic_write_text", "check_locations", "claimed",
-           "digest_files", "digest_settings", "dir_lock", "process_alive", "process_start"]
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -16,6 +16,7 @@ The bottom layer (imports nothing of face): every other module may use it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -53,12 +54,8 @@ _registered: set[str] = set()
 
 def looks_like_secret(value: str) -> bool:
     """A string that looks like an API key rather than the name of an environment variable."""
-    v = value.strip()
-    if v.startswith(_KEY_PREFIXES):
-        return True
-    if len(v) >= 24 and _random_looking(v):
-        return True  # long, mixed case and digits: an env var name is not like that
-    return len(v) >= 32 and not v.isupper()
+    v = value.strip()  # a known key prefix, or long with mixed case and digits: an env var name is not like that
+    return v.startswith(_KEY_PREFIXES) or (len(v) >= 24 and _random_looking(v)) or (len(v) >= 32 and not v.isupper())
 
 
 def is_env_var_name(value: str) -> bool:
@@ -178,21 +175,15 @@ def secret_setting(cfg: Any) -> str | None:
     """The refusal line (naming the setting) of the first setting of a composed config (a DictConfig or a dict)
     that carries a credential, or None. Interpolations are checked as written and, where they resolve without a
     running Hydra job, as resolved (``${oc.env:...}``)."""
-    tree = cfg
-    resolved = None
-    if type(cfg).__name__ == "DictConfig":
-        from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
-        tree = OmegaConf.to_container(cfg, resolve=False)
-        resolved = cfg
+    resolved = cfg if isinstance(cfg, DictConfig) else None
+    tree = OmegaConf.to_container(cfg, resolve=False) if resolved is not None else cfg
     for path, value in _leaves(tree, ""):
-        problem = _problem(path, value)
+        interpolated = resolved is not None and isinstance(value, str) and "${" in value and "[" not in path
+        problem = _problem(path, value) or (_problem(path, _select(resolved, path)) if interpolated else None)
         if problem:
             return problem
-        if resolved is not None and isinstance(value, str) and "${" in value and "[" not in path:
-            problem = _problem(path, _select(resolved, path))
-            if problem:
-                return problem
     return None
 
 
@@ -219,21 +210,11 @@ def scrub(record: logging.LogRecord) -> logging.LogRecord:
     return record
 
 
-_installed = False
-
-
+@functools.cache  # installed once per process
 def install_log_redaction() -> None:
     """Every log record made from now on, by any logger, is redacted when it is created (before any handler --
     Hydra's console and ``run.log`` handlers, MLflow's own -- formats it). A record factory rather than a
     filter: a filter on a logger misses records propagated from its children, and one on a handler misses
     handlers added later (Hydra reconfigures logging for every job)."""
-    global _installed
-    if _installed:
-        return
     make = logging.getLogRecordFactory()
-
-    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        return scrub(make(*args, **kwargs))
-
-    logging.setLogRecordFactory(factory)
-    _installed = True
+    logging.setLogRecordFactory(lambda *args, **kwargs: scrub(make(*args, **kwargs)))

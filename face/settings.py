@@ -41,10 +41,8 @@ import pydantic.dataclasses
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 
-from face.errors import TYPE_NAMES, ConfigError
+from face.errors import ConfigError
 from face.secrets import redact
-
-__all__ = ["CONF", "STRICT", "Number", "conf_defaults", "error_line", "nested", "settings"]
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 Number = int | float  # a real number as written (an int stays an int); never a bool, NaN or infinity
@@ -154,11 +152,10 @@ def error_line(e: ValidationError, cls: type, prefix: str) -> str:
     """The first error of ``e`` as one line: ``<key> must be <what the field takes>, got <value>``."""
     err = e.errors()[0]
     inner = (err.get("ctx") or {}).get("error")
-    path, field = _field_path(cls, err["loc"])
+    path, field, owner = _field_path(cls, err["loc"])
     key = ".".join(p for p in (prefix, *path) if p)
     kind = err["type"]
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
-        owner = _owner(cls, path)
         names = ", ".join(f.name for f in dataclasses.fields(owner)) if dataclasses.is_dataclass(owner) else ""
         return f"unknown setting {key}" + (f"; the settings of {key.rpartition('.')[0] or 'this run'}: {names}"
                                            if names else "")
@@ -173,8 +170,9 @@ def error_line(e: ValidationError, cls: type, prefix: str) -> str:
     return f"{key} must be {what}, got {_shown(err.get('input'))}" + (f" (item {item[-1]})" if item else "")
 
 
-def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any]:
-    """The field names along ``loc`` (union member tags and list indices left out) and the last field's info."""
+def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any, Any]:
+    """The field names along ``loc`` (union member tags and list indices left out), the last field's info and, for
+    an unknown key, the settings class it was given to."""
     path: list[str] = []
     field = None
     owner: Any = cls
@@ -190,14 +188,7 @@ def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any]:
         path.append(part)
         field = fields[part]
         owner = _settings_class(field.annotation)
-    return path, field
-
-
-def _owner(cls: type, path: list[str]) -> Any:
-    owner: Any = cls
-    for part in path[:-1]:
-        owner = _settings_class(owner.__pydantic_fields__[part].annotation)
-    return owner
+    return path, field, owner
 
 
 def _settings_class(annotation: Any) -> Any:
@@ -235,12 +226,16 @@ def _without_null_and_int_of_number(parts: list[tuple[Any, list[Any]]]) -> list[
     return kinds
 
 
+_WORDS = {bool: "true or false", int: "an integer", float: "a finite number", dict: "a mapping"}  # a setting's type
+_BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))  # a constraint's attribute and how it is said
+
+
 def _kind(t: Any, meta: list[Any]) -> str:
     non_empty = any(getattr(m, "min_length", None) for m in meta)
     if t is str:
         return "a non-empty string" if non_empty else "a string"
-    if t in (bool, int, float, dict):  # a setting's words for three of them
-        return {**TYPE_NAMES, bool: "true or false", float: "a finite number", dict: "a mapping"}[t] + _bounds(meta)
+    if t in _WORDS:
+        return _WORDS[t] + _bounds(meta)
     origin = get_origin(t)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(t))
@@ -264,19 +259,12 @@ def _plural(text: str) -> str:
 
 
 def _bounds(metadata: list[Any]) -> str:
-    lo = hi = None
-    for m in metadata:
-        for attr, side in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-            v = getattr(m, attr, None)
-            if v is not None:
-                if side.startswith(">"):
-                    lo = (side, _num(v))
-                else:
-                    hi = (side, _num(v))
+    """`` >= 1``, `` in (0, 1]``: the field's bounds as a refusal says them (the last of a side wins)."""
+    found = [(side, _num(v)) for m in metadata for attr, side in _BOUNDS if (v := getattr(m, attr, None)) is not None]
+    lo, hi = [b for b in found if b[0][0] == ">"], [b for b in found if b[0][0] == "<"]
     if lo and hi:
-        return f" in {'[' if lo[0] == '>=' else '('}{lo[1]}, {hi[1]}{']' if hi[0] == '<=' else ')'}"
-    side, v = lo or hi or ("", "")
-    return f" {side} {v}" if side else ""
+        return f" in {'[' if lo[-1][0] == '>=' else '('}{lo[-1][1]}, {hi[-1][1]}{']' if hi[-1][0] == '<=' else ')'}"
+    return f" {found[-1][0]} {found[-1][1]}" if found else ""
 
 
 def _num(v: Any) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from face.api.inputs import Conversations, Source, check_conversations, source_of
-from face.api.overrides import check_arguments, raw_overrides, run_settings, split_settings
+from face.api.overrides import check_arguments, run_settings, split_settings
 from face.api.report import build_report
 from face.api.result import Result, result_of
 
@@ -42,24 +41,19 @@ def evaluation(conversations: Conversations, aspects: Any, llm: Any, out: Any, *
     from face.runner.compose import composed
 
     names = check_arguments(aspects, llm, out, limit, entry, overwrite=overwrite, mlflow=mlflow)
-    choices, keys = split_settings(settings or {})
-    own = raw_overrides(overrides, entry)
-    tmp = Path(tempfile.mkdtemp(prefix="face-"))
-    try:
-        source = source_of(conversations, tmp)
+    choices, keys = split_settings(settings or {}, overrides, entry)
+    with tempfile.TemporaryDirectory(prefix="face-", ignore_cleanup_errors=True) as tmp:
+        source = source_of(conversations, Path(tmp))
         check_conversations(source)  # bad conversations: one DataError, before anything is written
-        target = Path(os.path.abspath(os.fspath(out))) if out is not None else tmp / "run"
+        target = Path(os.path.abspath(os.fspath(out))) if out is not None else Path(tmp) / "run"
         kept: list[Result] = []
-        run_choices, run_keys = run_settings(source, names, llm, target, limit, mlflow)
-        with composed([*run_choices, *choices, *own], {**run_keys, **keys}) as cfg:
+        with composed(*run_settings(source, names, llm, target, limit, mlflow, choices, keys)) as cfg:
             done = run(cfg, RunRequest(out=target, out_name="--out" if entry == "cli" else "out", overwrite=overwrite,
-                                       finish=_finish(source, target, out is not None, kept), **request))
+                                       finish=_finish(target, out is not None, kept), **request))
         return done, (kept[0] if kept else None)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _finish(source: Source, target: Path, keep: bool, kept: list) -> Callable:
+def _finish(target: Path, keep: bool, kept: list) -> Callable:
     """The last step of a run, in its still-claimed directory: the Result; with ``out``, its conversations (``face
     report DIR`` reads them back) and its report, named in the summary block."""
 
@@ -141,9 +135,8 @@ def check_settings(aspects: Sequence[str] | str | None = None, llm: str = "local
     names = check_arguments(aspects, llm, None, None)
     choices, keys = split_settings(settings)
     with _RUN_LOCK, tempfile.TemporaryDirectory(prefix="face-") as tmp:
-        run_choices, run_keys = run_settings(Source(Path(tmp) / "conversations.json"), names, llm, Path(tmp) / "run",
-                                             None, False)
-        with composed([*run_choices, *choices], {**run_keys, **keys}) as cfg:
+        source = Source(Path(tmp) / "conversations.json")
+        with composed(*run_settings(source, names, llm, Path(tmp) / "run", None, False, choices, keys)) as cfg:
             return check(cfg, load=False).aspects
 
 
@@ -160,6 +153,3 @@ def _api(quiet: Any, *args: Any, **kwargs: Any) -> tuple[RunResult, Result | Non
 def _locked(quiet: bool, *args: Any, **kwargs: Any) -> tuple[RunResult, Result | None]:
     with _RUN_LOCK, (contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()):
         return evaluation(*args, **kwargs)
-
-
-__all__ = ["check_settings", "estimate", "evaluate", "evaluation"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from face.errors import ConfigError, DataError, closest_first
-from face.runner.compose import CONF
+from face.settings import CONF
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,19 +61,16 @@ def _frame_records(df: pd.DataFrame) -> list[dict]:
     return list(convs.values())
 
 
-def _records(conversations: Sequence[Any]) -> list[Any]:
+def _record(c: Any) -> Any:
+    """A ``Conversation`` in CRSArena-Eval's format, labels included; anything else as given."""
     from face.data.schema import Conversation
 
-    out = []
-    for c in conversations:
-        if isinstance(c, Conversation):  # CRSArena-Eval's format, labels included
-            out.append({"conv_id": c.conv_id, "system": c.system or None, "dialogue": [
-                {"turn_ind": t.turn_ind, "role": t.role, "utterance": t.utterance,
-                 **({"turn_level_aggregated": t.labels} if t.labels else {})} for t in c.turns],
-                **({"dial_level_aggregated": c.labels} if c.labels else {})})
-        else:
-            out.append(c)
-    return out
+    if not isinstance(c, Conversation):
+        return c
+    return {"conv_id": c.conv_id, "system": c.system or None, "dialogue": [
+        {"turn_ind": t.turn_ind, "role": t.role, "utterance": t.utterance,
+         **({"turn_level_aggregated": t.labels} if t.labels else {})} for t in c.turns],
+        **({"dial_level_aggregated": c.labels} if c.labels else {})}
 
 
 def source_of(conversations: Conversations, tmp: Path) -> Source:
@@ -86,7 +83,7 @@ def source_of(conversations: Conversations, tmp: Path) -> Source:
     if isinstance(conversations, pd.DataFrame):
         records = _frame_records(conversations)
     elif isinstance(conversations, Sequence) and not isinstance(conversations, (bytes, str)):
-        records = _records(conversations)
+        records = [_record(c) for c in conversations]
     else:
         raise ConfigError(f"conversations must be a path, a dataset name, a list of conversations or a DataFrame of "
                           f"messages, got {type(conversations).__name__}")
@@ -131,6 +128,3 @@ def check_conversations(source: Source) -> list:
         if source.own:
             raise
         raise DataError(IN_MEMORY, e.problem, e.record) from None
-
-
-__all__ = ["IN_MEMORY", "Conversations", "Source", "check_conversations", "datasets", "source_of"]

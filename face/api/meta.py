@@ -133,6 +133,3 @@ def meta_evaluate(result: Result, labels: pd.DataFrame | str | os.PathLike | Non
     splits = [*splits, "all"] if len(splits) != 1 else splits
     return correlate(result.predictions, convs, result.aspects, splits or ["all"], list(levels), n_boot, seed,
                      confidence)
-
-
-__all__ = ["meta_evaluate"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from face.api.inputs import Source
 from face.errors import ConfigError
-from face.runner.compose import CONF
+from face.settings import CONF
 
 # settings the API sets from its own arguments -> what to use instead ({...}: the entry point's names, ARGUMENTS)
 OWN = {"experiment": "{who} runs FACE on your conversations; the paper's experiments run with scripts/run.py "
@@ -56,10 +56,15 @@ def refuse_own(name: str, entry: str = "api") -> None:
         raise ConfigError(f"setting {name}: " + (OWN.get(key) or OWN[root]).format(**ARGUMENTS[entry]))
 
 
-def split_settings(settings: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
-    """Keyword settings as (config group choices, every other key): a config group by its config's name
-    (``run_size="tiny"``), any other key by its dotted name, a nested dict flattened (``method={"scoring": {"n": 3}}``
-    is ``method.scoring.n``). A setting the API sets itself is refused, naming the argument to use."""
+def split_settings(settings: Mapping[str, Any], overrides: Sequence[str] = (),
+                   entry: str = "api") -> tuple[list[str], dict[str, Any]]:
+    """Keyword settings and the command line's ``--set KEY=VALUE`` overrides as (overrides Hydra composes: config
+    group choices and ``--set``, every other key): a config group by its config's name (``run_size="tiny"``), any
+    other key by its dotted name, a nested dict flattened (``method={"scoring": {"n": 3}}`` is ``method.scoring.n``).
+    A setting the API sets itself is refused, naming the argument to use.
+
+    Hydra's compose API takes a config group choice only as an override string (``compose(overrides=[...])``: a
+    dict merged after composing cannot select a group's file), so a choice is written ``group=name`` here."""
     groups = {p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra"}
     choices, keys = [], {}
     for name, value in _flatten(settings).items():
@@ -70,16 +75,11 @@ def split_settings(settings: Mapping[str, Any]) -> tuple[list[str], dict[str, An
             raise ConfigError(f"setting {name}: name one of the configs in conf/{name}/, got {value!r}")
         else:
             choices.append(f"{name}={value}")
-    return choices, keys
-
-
-def raw_overrides(overrides: Sequence[str], entry: str = "cli") -> list[str]:
-    """Overrides as the command line gives them (``--set KEY=VALUE``), the API's own keys and Hydra's refused."""
     for o in overrides:
         if not isinstance(o, str) or ("=" not in o and not o.lstrip().startswith("~")):
             raise ConfigError(f"--set {o!r}: give KEY=VALUE")
         refuse_own(o.partition("=")[0], entry)
-    return list(overrides)
+    return [*choices, *overrides], keys
 
 
 def check_arguments(aspects: Any, llm: Any, out: Any, limit: Any, entry: str = "api", **flags: Any) -> list[str] | None:
@@ -108,14 +108,12 @@ def check_arguments(aspects: Any, llm: Any, out: Any, limit: Any, entry: str = "
 
 
 def run_settings(source: Source, aspects: list[str] | None, llm: str, target: Path, limit: int | None,
-                 mlflow: bool) -> tuple[list[str], dict[str, Any]]:
-    """FACE on ``source`` into ``target``: its config group choices and its settings."""
-    keys: dict[str, Any] = {"paths.output_dir": str(target), "report.out_dir": str(target),
-                            **({"dataset.path": str(source.path)} if source.dataset is None else {}),
-                            **({"dataset.limit": limit} if limit else {}),
-                            **({"aspects": aspects} if aspects is not None else {})}
+                 mlflow: bool, choices: Sequence[str], keys: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """FACE on ``source`` into ``target``, with the caller's ``split_settings``: the overrides and the settings of the
+    configuration ``face.runner.compose.composed`` composes."""
+    own: dict[str, Any] = {"paths.output_dir": str(target), "report.out_dir": str(target),
+                           **({"dataset.path": str(source.path)} if source.dataset is None else {}),
+                           **({"dataset.limit": limit} if limit else {}),
+                           **({"aspects": aspects} if aspects is not None else {})}
     return ["experiment=evaluate", f"dataset={source.dataset or 'chat_logs'}", f"llm={llm}",
-            *([] if mlflow else ["tracking=none"])], keys
-
-
-__all__ = ["ARGUMENTS", "OWN", "check_arguments", "raw_overrides", "refuse_own", "run_settings", "split_settings"]
+            *([] if mlflow else ["tracking=none"]), *choices], {**own, **keys}

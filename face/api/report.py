@@ -38,6 +38,3 @@ def build_report(run_dir: Path) -> Path:
     settings = diagnostics.read_run_settings(run_dir / "run_settings.json")
     return diagnostics.write_report(run_dir / "report.html", run_dir / "report_tables", run_dir.name, convs,
                                     scores, particles, preds, settings)
-
-
-__all__ = ["REPORT_INPUTS", "build_report"]

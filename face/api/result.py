@@ -155,14 +155,13 @@ def _finished(run: RunResult) -> tuple[ExperimentResult, MethodOutput]:
     return exp, exp.output
 
 
-def _particles(run: RunResult) -> pd.DataFrame:
+def _particles(run: RunResult, exp: ExperimentResult, output: MethodOutput) -> pd.DataFrame:
     """One row per aspect × particle × instruction: the live method's stream (particle_scores.jsonl, too large to
     hold in memory at paper size), or the scores the method kept (face_released: the authors')."""
     import pandas as pd
 
     from face.pipeline.records import DETAIL_FIELDS, read_score_file
 
-    exp, output = _finished(run)
     columns = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score", *DETAIL_FIELDS]
     scores_file = exp.run_dir / "particle_scores.jsonl"
     if scores_file.exists():
@@ -176,15 +175,13 @@ def _particles(run: RunResult) -> pd.DataFrame:
     return _with_released_particles(particles, Path(run.cfg.paths.data_dir))
 
 
-def _settings(run: RunResult, aspects: Sequence[Any]) -> dict:
+def _settings(cfg: Any, exp: ExperimentResult, label: str) -> dict:
     """What produced the numbers: the label, the LLM (a method that calls one) and each aspect's instructions."""
-    exp, output = _finished(run)
-    cfg, label = run.cfg, output.label
     method: Any = next(iter(exp.methods.values()), None)
     if not getattr(method, "uses_llm", False):
         return {"label": label, "llm": {}, "instructions": {}}
     texts = {a.name: {i.instruction_id: i.text for i in method.instruction_set(Path(cfg.paths.data_dir), a)}
-             for a in aspects} if hasattr(method, "instruction_set") else {}
+             for a in exp.aspects} if hasattr(method, "instruction_set") else {}
     return {"label": label, "llm": {"model": str(cfg.llm.model), "backend": str(cfg.llm.backend)},
             "instructions": texts}
 
@@ -196,19 +193,15 @@ def result_of(run: RunResult, keep: bool) -> Result:
     exp, output = _finished(run)
     convs, aspects = exp.conversations, exp.aspects
     preds = output.predictions
-    turn_aspects = [a for a in aspects if a.level == "turn"]
-    dial_aspects = [a for a in aspects if a.level == "dialogue"]
     meta = pd.DataFrame([(c.conv_id, c.system) for c in convs], columns=["conv_id", "system"])
-    dialogues = meta.merge(_wide(preds.dialogue, ["conv_id"], dial_aspects), on="conv_id", how="left")
+    dialogues = meta.merge(_wide(preds.dialogue, ["conv_id"], [a for a in aspects if a.level == "dialogue"]),
+                           on="conv_id", how="left")
     turn_rows = [(c.conv_id, c.system, t.turn_ind, t.utterance) for c in convs for t in c.evaluated_turns()]
     turns = pd.DataFrame(turn_rows, columns=["conv_id", "system", "turn_ind", "utterance"])
-    turns = turns.merge(_wide(preds.turn, ["conv_id", "turn_ind"], turn_aspects), on=["conv_id", "turn_ind"],
-                        how="left")
-    settings = _settings(run, aspects)
+    turns = turns.merge(_wide(preds.turn, ["conv_id", "turn_ind"], [a for a in aspects if a.level == "turn"]),
+                        on=["conv_id", "turn_ind"], how="left")
+    settings = _settings(run.cfg, exp, output.label)
     totals = exp.usage_totals()
-    return Result(dialogues, turns, _particles(run), list(convs), preds, list(aspects), output.label,
+    return Result(dialogues, turns, _particles(run, exp, output), list(convs), preds, list(aspects), output.label,
                   settings["llm"].get("model", ""), settings, {"totals": totals} if totals else {}, exp.estimate,
                   exp.results, exp.run_dir if keep else None)
-
-
-__all__ = ["Result", "result_of"]

@@ -27,12 +27,8 @@ def _text(content: Any) -> str | None:
 
 
 def _last(messages: Any, role: str) -> str | None:
-    if not isinstance(messages, list):
-        return None
-    for m in reversed(messages):
-        if isinstance(m, dict) and m.get("role") == role:
-            return _text(m.get("content"))
-    return None
+    found = [m for m in messages if isinstance(m, dict) and m.get("role") == role] if isinstance(messages, list) else []
+    return _text(found[-1].get("content")) if found else None
 
 
 def _by_keys(value: dict, keys: Sequence[str]) -> str | None:
@@ -147,13 +143,7 @@ def conversation(traces: Sequence[Any]) -> tuple[dict, dict[str, int]]:
 
 
 def _json(text: Any) -> Any:
-    if not isinstance(text, str):
-        return text
     try:
-        return json.loads(text)
+        return json.loads(text) if isinstance(text, str) else text
     except ValueError:
         return text
-
-
-__all__ = ["ASSISTANT_KEYS", "SESSION_KEY", "SYSTEM_KEY", "USER_KEYS", "assistant_text", "conversation", "is_trace",
-           "user_text"]

@@ -131,7 +131,7 @@ def _reasoning_messages(unit: Unit, conv: Conversation, instruction: str, judged
     whole = unit.particle is None
     common = dict(aspect=spec.name.replace("_", " "), judged=judged, low=spec.low, high=spec.high,
                   instruction=instruction.strip(), definition=spec.definition if whole else spec.of_particle,
-                  grades=spec.level_lines() or f"- an integer from {spec.low} (worst) to {spec.high} (best)")
+                  grades=spec.grade_lines() or f"- an integer from {spec.low} (worst) to {spec.high} (best)")
     if spec.level == "turn":
         history, turn, nxt = _per_conv(conv, ("turn context", unit.turn_ind),
                                        lambda: _turn_context(conv, unit.turn_ind))

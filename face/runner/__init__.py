@@ -4,10 +4,10 @@ configuration to ``run(cfg, request) -> RunResult``, which checks every setting 
 output directories (whatever override names them), runs the experiment and returns its typed result
 (``face.experiments.result.ExperimentResult``).
 
-    request.py   RunRequest, RunResult
     compose.py   the configuration of a run that is no Hydra job (a misspelled config name lists the valid ones)
-    run.py       run(): check -> claim the output directories (face.files: checked, locked, marked; OUTPUTS: what
-                 a run writes into its directory) -> [estimate -> confirm] -> run -> finish; check(): the checks only
+    run.py       RunRequest -> run() -> RunResult: check -> claim the output directories (face.files: checked, locked,
+                 marked; OUTPUTS: what a run writes into its directory) -> [estimate -> confirm] -> run -> finish;
+                 check(): the checks only
     checks.py    scripts/run.py's Hydra callback: a run, or a sweep, checked before Hydra writes anything
     exits.py     every stop as one line and an exit code (0 done, 2 bad setting or input, 3 budget, 4 LLM failure,
                  130 interrupted, 1 unexpected); run_cli for the command lines
@@ -16,16 +16,8 @@ output directories (whatever override names them), runs the experiment and retur
 from __future__ import annotations
 
 from face.files import OUTPUTS
-from face.runner.exits import (
-    EXIT_BUDGET,
-    EXIT_CONFIG,
-    fail,
-    guarded,
-    run_cli,
-    stop_line,
-)
-from face.runner.request import RunRequest, RunResult
-from face.runner.run import check, run
+from face.runner.exits import EXIT_BUDGET, EXIT_CONFIG, fail, guarded, run_cli, stop_line
+from face.runner.run import RunRequest, RunResult, check, run
 
 __all__ = ["EXIT_BUDGET", "EXIT_CONFIG", "OUTPUTS", "RunRequest", "RunResult", "check", "fail", "guarded", "run",
            "run_cli", "stop_line"]

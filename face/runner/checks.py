@@ -14,11 +14,10 @@ import contextlib
 from hydra.experimental.callback import Callback
 from omegaconf import open_dict
 
-from face.errors import ConfigError
 from face.files import dir_lock
-from face.runner.compose import CONF, job_dir, task_config
+from face.runner.compose import job_dir, task_config
 from face.runner.exits import guarded
-from face.runner.request import RunRequest
+from face.settings import CONF
 
 
 class Checks(Callback):
@@ -26,7 +25,7 @@ class Checks(Callback):
         self.held = contextlib.ExitStack()  # the run's directory, locked until the run ends (or the process does)
 
     def on_run_start(self, config, **kwargs) -> None:
-        from face.runner.run import check
+        from face.runner.run import RunRequest, check
 
         with guarded():
             own = job_dir(config)
@@ -49,8 +48,7 @@ def sweep_problem(overrides: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from face.experiments.common import prepare
-    from face.runner.run import experiment_parts
-    from face.secrets import secret_setting
+    from face.runner.run import experiment_parts, refuse_credentials
 
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -61,9 +59,8 @@ def sweep_problem(overrides: list[str]) -> None:
     firsts = [c[0] for c in choices]
     jobs = [firsts] + [[*firsts[:i], v, *firsts[i + 1:]] for i, c in enumerate(choices) for v in c[1:]]
     configs = [compose(config_name="config", overrides=job) for job in jobs[:100]]  # a bad override: raised
-    bad = next(filter(None, map(secret_setting, configs)), None)
-    if bad:
-        raise ConfigError(bad)
+    for config in configs:
+        refuse_credentials(config)
     with open_dict(configs[0]):
         configs[0].paths.output_dir = str(CONF.parent / "multirun")  # checked only: nothing is created
     try:
@@ -71,6 +68,3 @@ def sweep_problem(overrides: list[str]) -> None:
     except ValueError:  # ConfigError, DataError: the job's own line, in its own directory
         return
     plan.load()  # DataError: the input cannot be loaded (fetched) for any job
-
-
-__all__ = ["Checks"]

@@ -1,7 +1,8 @@
 """The configuration of a run that is no Hydra job (``face.api``, ``face evaluate``), composed with Hydra's compose API:
 the config group choices and the command line's ``--set`` as overrides, every other setting merged as a dict (taken
 literally: a string is never an interpolation). A bad one is one line naming it (a misspelled config name lists the
-valid ones, closest first); a credential among the overrides is refused before anything is composed."""
+valid ones, closest first). A credential in any of them is refused by the runner's check (``face.runner.run.check``),
+before anything is written or sent."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from face.errors import ConfigError, closest_first
+from face.settings import CONF
 
-CONF = Path(__file__).resolve().parents[1] / "conf"  # the project's conf/: face/conf links to it, a wheel copies it
 ROOT = Path(__file__).resolve().parents[2]  # a checkout's root (installed from a wheel: site-packages)
 NOT_CHOICES = {"llm": {"base"}}  # configs of a group that only others extend (llm/base.yaml: the shared defaults)
 
@@ -30,11 +31,6 @@ def composed(overrides: Sequence[str] = (), settings: Mapping[str, Any] | None =
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import MissingConfigException
 
-    from face.secrets import secret_in_overrides
-
-    bad = secret_in_overrides(overrides)
-    if bad:
-        raise ConfigError(bad)
     if (ROOT / "conf").is_dir():  # a checkout; installed from a wheel: the working directory (conf/paths)
         os.environ.setdefault("FACE_PROJECT_ROOT", str(ROOT))  # paths.root_dir: the cache, data and mlflow.db
     if GlobalHydra.instance().is_initialized():
@@ -133,6 +129,3 @@ def select(cfg: DictConfig, key: str, setting: str | None = None):
         return OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
     except Exception as e:
         raise ConfigError(f"{setting or key}: {first_line(e)}") from None
-
-
-__all__ = ["CONF", "composed", "job_dir", "missing_config", "select", "task_config"]

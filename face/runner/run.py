@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,8 +23,52 @@ from face.experiments.naming import run_owner
 from face.files import Location, check_locations, claimed
 from face.runner.compose import select
 from face.runner.exits import RESUME
-from face.runner.request import RunRequest, RunResult
 from face.tracking.tracker import finishing
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from face.console import RunSummary
+    from face.experiments.result import ExperimentResult
+
+@dataclass(frozen=True)
+class RunRequest:
+    """How ``scripts/run.py``, ``face evaluate`` and ``face.evaluate`` / ``face.estimate`` ask for a run of a composed
+    configuration (``run(cfg, request)``)."""
+
+    job_dir: Path | None = None  # the Hydra job's directory (scripts/run.py), claimed as ``hydra.run.dir``
+    out: Path | None = None  # the entry point's output directory (out= / --out): named ``out_name`` in a refusal
+    out_name: str = "out"
+    overwrite: bool = False  # replace another run's results in the run's output directories
+    estimate_only: bool = False  # send nothing: the cost estimate only (llm.dry_run, no tracking)
+    # asked with the estimated USD once the estimate is printed, before anything is sent: False stops the run there
+    confirm: Callable[[float], bool] | None = None
+    # the entry point's own last outputs (face evaluate: conversations.json, the report), written while the output
+    # directories are still the run's, once it sent its requests; it may add lines to the summary block, printed
+    # after it
+    finish: Callable[[RunResult, RunSummary | None], None] | None = None
+
+
+@dataclass
+class RunResult:
+    """What the runner did: the configuration it composed, the directories it claimed, and the experiment's result
+    (``experiment``: the run's, or the estimate's when nothing was sent)."""
+
+    cfg: DictConfig
+    experiment: ExperimentResult | None
+    sent: bool  # False: the estimate only (estimate_only, or the confirmation said no)
+    locations: dict[str, Path] = field(default_factory=dict)  # every output directory claimed, by its setting
+    state: str = "new"  # the run directory's: "new", "resume" (the same run again) or "overwrite"
+
+    @property
+    def estimate(self) -> pd.DataFrame | None:
+        """The cost estimate printed before anything was sent (None: the run has no LLM job)."""
+        return self.experiment.estimate if self.experiment is not None else None
+
+    def __repr__(self) -> str:
+        where = ", ".join(f"{k}={v}" for k, v in self.locations.items())
+        return f"RunResult({self.cfg.get('task_name')}, sent={self.sent}, state={self.state}, {where})"
+
 
 # how each state of the run's own directory is said on the console
 _SAID = {"resume": "Resuming the run in {dir} (the same input and settings; finished LLM calls come from the cache).",
@@ -67,11 +113,8 @@ def check(cfg: DictConfig, request: RunRequest = _PLAIN, load: bool = True):
     loaded). The run's plan (``face.experiments.common.Plan``: its parts built); nothing claimed or written.
     ``scripts/run.py`` checks before Hydra writes its job's directory; ``face.api.check_settings`` without ``load``."""
     from face.experiments.common import prepare
-    from face.secrets import secret_setting
 
-    bad = secret_setting(cfg)  # a credential in a config file (conf/llm/NAME.yaml) or a nested value (llm.headers)
-    if bad:
-        raise ConfigError(bad)
+    refuse_credentials(cfg)
     if load:
         check_locations(_locations(cfg, request), *_claim(cfg, request))
     plan = prepare(cfg, experiment_parts(cfg))
@@ -80,6 +123,17 @@ def check(cfg: DictConfig, request: RunRequest = _PLAIN, load: bool = True):
     if load:
         plan.load()  # the input: data that is bad or cannot be fetched stops the run before anything of it exists
     return plan
+
+
+def refuse_credentials(cfg: DictConfig) -> None:
+    """The one credential check of a run (and of each job of a sweep: ``face.runner.checks``): ConfigError naming a
+    setting that holds a credential, from an override, a config file (conf/llm/NAME.yaml) or a nested value
+    (llm.headers); never the value."""
+    from face.secrets import secret_setting
+
+    bad = secret_setting(cfg)
+    if bad:
+        raise ConfigError(bad)
 
 
 def experiment_parts(task: DictConfig):
@@ -172,6 +226,3 @@ def _execute(request: RunRequest, plan) -> tuple[Any, bool]:
 def _experiment(plan):
     """The experiment's ``run`` on its checked ``plan``."""
     return importlib.import_module(plan.cfg.runner).run(plan)
-
-
-__all__ = ["check", "experiment_parts", "run"]
