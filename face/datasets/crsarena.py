@@ -20,8 +20,8 @@ from pydantic import Field
 from face.aspects import Aspect, aspect_table
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE
 from face.data.io import Problems, as_id, check_label, check_text, check_type, field, read_json
-from face.data.schema import ASSISTANT, USER, Conversation, PublishedScore, Turn
-from face.datasets import Dataset, Selection
+from face.data.schema import ASSISTANT, USER, Conversation, Turn
+from face.datasets import PUBLISHED_COLUMNS, Dataset, Selection
 from face.errors import DataError
 from face.settings import settings
 
@@ -231,9 +231,9 @@ def load_published_table(path: str | Path) -> pd.DataFrame:
                         raise DataError(path, f"unknown coefficient {coef_key!r}", rec)
                     if value is not None:
                         check_type(value, float, path, f"{rec}/{coef_key}")
-                    rows.append(PublishedScore(method, _SPLIT_KEYS[split_key], canon, _COEF_KEYS[coef_key],
-                                               None if value is None else float(value)))
-    return pd.DataFrame([r.__dict__ for r in rows])
+                    rows.append((method, _SPLIT_KEYS[split_key], canon, _COEF_KEYS[coef_key],
+                                 None if value is None else float(value)))
+    return pd.DataFrame(rows, columns=PUBLISHED_COLUMNS)
 
 
 @settings("dataset", conf="dataset/crsarena_eval.yaml")
