@@ -180,14 +180,13 @@ def load_aspects(path: str | Path) -> list[Aspect]:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "aspects file not found")
-    raw: Any
-    try:
-        raw = (parse_json(read_text(path), path) if path.suffix.lower() == ".json"
-               else OmegaConf.to_container(OmegaConf.load(path)))
-    except DataError:
-        raise
-    except Exception as e:  # YAML syntax
-        raise DataError(path, f"not a YAML list of aspects: {str(e).splitlines()[0]}") from None
+    if path.suffix.lower() == ".json":
+        raw = parse_json(read_text(path), path)
+    else:
+        try:
+            raw = OmegaConf.to_container(OmegaConf.load(path))
+        except Exception as e:  # YAML syntax
+            raise DataError(path, f"not a YAML list of aspects: {str(e).splitlines()[0]}") from None
     out = []
     for i, a in enumerate(check_type(raw, list, path, "top level"), start=1):
         where = f"aspect {i}"
