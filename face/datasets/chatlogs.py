@@ -59,19 +59,15 @@ def _records(path: Path) -> tuple[list[tuple[str, object]], bool]:
     return [(f"line {n}", line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()], True
 
 
-def _json_line(line: str, path: Path, where: str) -> object:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise DataError(path, f"neither JSON nor JSON Lines: {e.msg}", where) from None
-    except (ValueError, RecursionError):
-        return parse_json(line, path, where)  # raises the DataError that says what is wrong
-
-
 def _conversation(raw: object, path: Path, record: str, index: int, line: bool) -> Conversation:
     """One record (``line``: a JSON Lines line, parsed first): CRSArena-Eval's format or the chat format."""
     if line:
-        raw = _json_line(str(raw), path, record)
+        try:
+            raw = json.loads(str(raw))
+        except json.JSONDecodeError as e:
+            raise DataError(path, f"neither JSON nor JSON Lines: {e.msg}", record) from None
+        except (ValueError, RecursionError):
+            raw = parse_json(str(raw), path, record)  # raises the DataError that says what is wrong
     if isinstance(raw, dict) and "dialogue" in raw:  # CRSArena-Eval's format
         return parse_conversation(raw, path, record, require_labels=False, allow_empty_utterances=False)
     return _chat(raw, path, record, index)
