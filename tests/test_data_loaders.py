@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from face.data import (
-    ARENA_DIALOGUES,
     ARENA_VOTES,
     CRSARENA_EVAL,
     PUBLISHED_TABLE,
@@ -19,7 +18,7 @@ from face.data import (
     released_scores_file,
 )
 from face.data.schema import ASSISTANT, DIALOGUE_ACTS, USER
-from face.datasets.arena import load_dialogues, load_votes
+from face.datasets.arena import load_votes
 from face.datasets.crsarena import ASPECTS, CRSArenaEval, load_conversations, load_published_table
 from face.datasets.face_released import (
     load_instructions,
@@ -101,12 +100,10 @@ def test_published_table_has_six_methods_two_splits(data_dir):
     assert df[df["method"] == "UniEval"]["value"].isna().any()  # not reported values stay missing
 
 
-def test_arena_votes_and_dialogues(data_dir):
+def test_arena_votes(data_dir):
     votes = [v for s, f in ARENA_VOTES.items() for v in load_votes(data_dir / f, s)]
     assert len(votes) == 185
     assert all(v.winner in (None, v.crs1, v.crs2) for v in votes)
-    dialogues = [d for f in ARENA_DIALOGUES.values() for d in load_dialogues(data_dir / f)]
-    assert len(dialogues) == 474
 
 
 @pytest.mark.parametrize("name,n_responses", [("topical_chat", 6), ("persona_chat", 5)])

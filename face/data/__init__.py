@@ -8,7 +8,6 @@ RELEASED_RUN = "face_released/face_run.json"
 RELEASED_PARTICLES = "face_released/particles.jsonl"
 PUBLISHED_TABLE = "face_released/published_table2.json"
 ARENA_VOTES = {"open": "crsarena_dial/votes_open.csv", "closed": "crsarena_dial/votes_closed.csv"}
-ARENA_DIALOGUES = {"open": "crsarena_dial/crs_arena_dial_open.json", "closed": "crsarena_dial/crs_arena_dial_closed.json"}
 USR_FILES = {"topical_chat": "usr/tc_usr_data.json", "persona_chat": "usr/pc_usr_data.json"}
 
 
@@ -20,5 +19,5 @@ def released_instructions_file(aspect: str) -> str:
     return f"face_released/top16_instructions/{aspect}.json"
 
 
-__all__ = ["ARENA_DIALOGUES", "ARENA_VOTES", "CRSARENA_EVAL", "DataError", "PUBLISHED_TABLE", "RELEASED_PARTICLES",
+__all__ = ["ARENA_VOTES", "CRSARENA_EVAL", "DataError", "PUBLISHED_TABLE", "RELEASED_PARTICLES",
            "RELEASED_RUN", "USR_FILES", "ensure_data", "released_instructions_file", "released_scores_file"]

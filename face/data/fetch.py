@@ -14,7 +14,7 @@ import os
 import shutil
 import urllib.request
 from pathlib import Path
-from typing import Iterable
+from typing import BinaryIO, Iterable
 
 from face.data.manifest import MANIFEST, DataFile
 from face.errors import DataError
@@ -38,11 +38,11 @@ def sha256_of(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _atomic_copy(write, dest: Path, entry: DataFile) -> None:
-    """Write to a temp file beside ``dest``, verify its sha256, then rename into place (``atomic_path``)."""
+def _atomic_copy(src: BinaryIO, dest: Path, entry: DataFile) -> None:
+    """Copy ``src`` to a temp file beside ``dest``, verify its sha256, then rename into place (``atomic_path``)."""
     with atomic_path(dest) as tmp:
         with open(tmp, "wb") as out:
-            write(out)
+            shutil.copyfileobj(src, out)
         got = sha256_of(tmp)
         if got != entry.sha256:
             raise DataError(dest, f"checksum mismatch after fetch: expected sha256 {entry.sha256}, got {got}")
@@ -66,7 +66,7 @@ def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, down
         if src.exists():
             log.info("copying %s from mirror %s", entry.local, mirror)
             with open(src, "rb") as f:
-                _atomic_copy(lambda out: shutil.copyfileobj(f, out), dest, entry)
+                _atomic_copy(f, dest, entry)
             return dest
         why = f"the data mirror {mirror} has no {entry.local}"
         log.warning("%s; downloading it", why)
@@ -75,7 +75,7 @@ def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, down
     log.info("downloading %s", entry.url)
     try:
         with urllib.request.urlopen(entry.url, timeout=timeout_s) as resp:
-            _atomic_copy(lambda out: shutil.copyfileobj(resp, out), dest, entry)
+            _atomic_copy(resp, dest, entry)
     except DataError:
         raise
     except OSError as e:  # URLError, timeouts, HTTP errors

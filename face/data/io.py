@@ -85,11 +85,9 @@ def field(obj: Any, key: str, kind: type | tuple[type, ...], path: str | Path, r
 
 def check_type(value: Any, kind: type | tuple[type, ...], path: str | Path, record: str) -> Any:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    if float in kinds:
-        kinds = kinds + (int,)
-    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-    if not ok:
-        want = " or ".join(type_name(k) for k in (kind if isinstance(kind, tuple) else (kind,)))
+    numbers = (int,) if float in kinds else ()  # ints count as numbers
+    if not isinstance(value, kinds + numbers) or (isinstance(value, bool) and bool not in kinds):
+        want = " or ".join(type_name(k) for k in kinds)
         raise DataError(path, f"expected {want}, got {type(value).__name__} {value!r:.60}", record)
     return value
 

@@ -72,14 +72,6 @@ class Instruction:
     source: str = ""  # e.g. "released_top16", "initial", "optimizer"
 
 
-@dataclass(frozen=True)
-class PublishedScore:
-    method: str
-    split: str  # redial | opendialkg
-    aspect: str
-    coefficient: str  # pearson | spearman
-    value: float | None
-
 
 @dataclass(frozen=True)
 class ArenaVote:
@@ -90,13 +82,6 @@ class ArenaVote:
     winner: str | None  # the winning CRS, or None for a tie
     source: str  # "open" | "closed"
 
-
-@dataclass(frozen=True)
-class ArenaDialogue:
-    conv_id: str
-    crs: str
-    utterances: tuple[tuple[str, str], ...]  # (participant, utterance)
-    sentiment: str | None
 
 
 @dataclass(frozen=True)

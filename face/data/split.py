@@ -27,13 +27,9 @@ class Split:
 
 def fold_of(convs: Sequence[Conversation], folds: int, seed: int) -> dict[str, int]:
     """conv_id -> fold, stratified by system (the order of systems and conversations does not matter)."""
-    by_system: dict[str, list[str]] = defaultdict(list)
-    for c in convs:
-        by_system[c.system].append(c.conv_id)
     out: dict[str, int] = {}
     offset = 0
-    for system in sorted(by_system):
-        ids = sorted(by_system[system])
+    for system, ids in _by_system(convs).items():
         rng = np.random.default_rng([seed, _stable(system)])
         for j, i in enumerate(rng.permutation(len(ids))):
             out[ids[i]] = (j + offset) % folds
@@ -50,17 +46,21 @@ def split_conversations(convs: Sequence[Conversation], folds: int = 2, fold: int
     rest = [c for c in convs if assign[c.conv_id] != fold]
     dev: list[str] = []
     if dev_fraction > 0:
-        by_system: dict[str, list[str]] = defaultdict(list)
-        for c in rest:
-            by_system[c.system].append(c.conv_id)
-        for system in sorted(by_system):
-            ids = sorted(by_system[system])
+        for system, ids in _by_system(rest).items():
             rng = np.random.default_rng([seed, _stable(system), 1])
             k = int(round(dev_fraction * len(ids)))
             dev += [ids[i] for i in rng.permutation(len(ids))[:k]]
     dev_set = set(dev)
     train = sorted(c.conv_id for c in rest if c.conv_id not in dev_set)
     return Split(tuple(train), tuple(sorted(dev)), tuple(test))
+
+
+def _by_system(convs: Sequence[Conversation]) -> dict[str, list[str]]:
+    """system -> its conversation ids, both sorted."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for c in convs:
+        out[c.system].append(c.conv_id)
+    return {system: sorted(ids) for system, ids in sorted(out.items())}
 
 
 def _stable(text: str) -> int:

@@ -56,10 +56,9 @@ class Dataset:
         """The dataset's settings (a Selection, or one extended with the dataset's own keys), or its name and the
         settings every dataset has (conf/dataset/<name>.yaml states them)."""
         s = name if isinstance(name, Selection) else Selection(name=name, **selection)
-        name = s.name
         unknown = sorted(set(s.splits or ()) - set(self.splits_all))
         if unknown:
-            raise ValueError(f"dataset {name}: unknown split(s) {unknown}; this dataset has {list(self.splits_all)}")
+            raise ValueError(f"dataset {s.name}: unknown split(s) {unknown}; this dataset has {list(self.splits_all)}")
         self.name = s.name
         self.limit = s.limit
         self.systems = s.systems or None

@@ -1,12 +1,12 @@
-"""CRSArena-Dial: the raw arena conversations and the pairwise human votes between CRSs."""
+"""CRSArena-Dial: the pairwise human votes between CRSs."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
-from face.data.io import check_file, check_type, field, read_json
-from face.data.schema import ArenaDialogue, ArenaVote
+from face.data.io import check_file
+from face.data.schema import ArenaVote
 from face.errors import DataError
 
 _VOTE_COLUMNS = ("session_id", "user_id", "crs1", "crs2", "vote")
@@ -30,19 +30,3 @@ def load_votes(path: str | Path, source: str) -> list[ArenaVote]:
                                  None if vote == "tie" else vote, source))
     return out
 
-
-def load_dialogues(path: str | Path) -> list[ArenaDialogue]:
-    path = Path(path)
-    raw = check_type(read_json(path), list, path, "top level")
-    out = []
-    for i, obj in enumerate(raw):
-        rec = f"index {i}"
-        conv_id = field(obj, "conversation ID", str, path, rec)
-        rec = f"conversation {conv_id!r}"
-        agent = field(obj, "agent", dict, path, rec)
-        utts = tuple((field(u, "participant", str, path, f"{rec}, utterance {j}"),
-                      field(u, "utterance", str, path, f"{rec}, utterance {j}"))
-                     for j, u in enumerate(field(obj, "conversation", list, path, rec)))
-        meta = obj.get("metadata") or {}
-        out.append(ArenaDialogue(conv_id, field(agent, "id", str, path, rec), utts, meta.get("sentiment")))
-    return out

@@ -59,19 +59,15 @@ def _records(path: Path) -> tuple[list[tuple[str, object]], bool]:
     return [(f"line {n}", line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()], True
 
 
-def _json_line(line: str, path: Path, where: str) -> object:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as e:
-        raise DataError(path, f"neither JSON nor JSON Lines: {e.msg}", where) from None
-    except (ValueError, RecursionError):
-        return parse_json(line, path, where)  # raises the DataError that says what is wrong
-
-
 def _conversation(raw: object, path: Path, record: str, index: int, line: bool) -> Conversation:
     """One record (``line``: a JSON Lines line, parsed first): CRSArena-Eval's format or the chat format."""
     if line:
-        raw = _json_line(str(raw), path, record)
+        try:
+            raw = json.loads(str(raw))
+        except json.JSONDecodeError as e:
+            raise DataError(path, f"neither JSON nor JSON Lines: {e.msg}", record) from None
+        except (ValueError, RecursionError):
+            raw = parse_json(str(raw), path, record)  # raises the DataError that says what is wrong
     if isinstance(raw, dict) and "dialogue" in raw:  # CRSArena-Eval's format
         return parse_conversation(raw, path, record, require_labels=False, allow_empty_utterances=False)
     return _chat(raw, path, record, index)
@@ -180,14 +176,13 @@ def load_aspects(path: str | Path) -> list[Aspect]:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, "aspects file not found")
-    raw: Any
-    try:
-        raw = (parse_json(read_text(path), path) if path.suffix.lower() == ".json"
-               else OmegaConf.to_container(OmegaConf.load(path)))
-    except DataError:
-        raise
-    except Exception as e:  # YAML syntax
-        raise DataError(path, f"not a YAML list of aspects: {str(e).splitlines()[0]}") from None
+    if path.suffix.lower() == ".json":
+        raw = parse_json(read_text(path), path)
+    else:
+        try:
+            raw = OmegaConf.to_container(OmegaConf.load(path))
+        except Exception as e:  # YAML syntax
+            raise DataError(path, f"not a YAML list of aspects: {str(e).splitlines()[0]}") from None
     out = []
     for i, a in enumerate(check_type(raw, list, path, "top level"), start=1):
         where = f"aspect {i}"

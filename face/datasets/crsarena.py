@@ -20,8 +20,8 @@ from pydantic import Field
 from face.aspects import Aspect, aspect_table
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE
 from face.data.io import Problems, as_id, check_label, check_text, check_type, field, read_json
-from face.data.schema import ASSISTANT, USER, Conversation, PublishedScore, Turn
-from face.datasets import Dataset, Selection
+from face.data.schema import ASSISTANT, USER, Conversation, Turn
+from face.datasets import PUBLISHED_COLUMNS, Dataset, Selection
 from face.errors import DataError
 from face.settings import settings
 
@@ -106,13 +106,6 @@ def _labels(raw: dict, known: set[str], path: Path, record: str) -> dict[str, fl
     return out
 
 
-def _utterance(turn: dict, path: Path, record: str, allow_empty: bool) -> str:
-    text = check_text(field(turn, "utterance", str, path, record), path, f"{record}, key 'utterance'")
-    if not allow_empty and not text.strip():
-        raise DataError(path, "empty utterance", record)
-    return text
-
-
 def parse_conversation(raw: object, path: Path, record: str, require_labels: bool = True,
                        allow_empty_utterances: bool = True) -> Conversation:
     """One conversation in CRSArena-Eval's format. ``conv_id`` (and the optional ``system``, the CRS's name; by
@@ -134,10 +127,8 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
     for i, t in enumerate(dialogue, start=1):
         turns.append(_turn(t, turns[-1] if turns else None, path, f"{record}, turn {i}", allow_empty_utterances))
     _check_roles(turns, path, record)
-    if require_labels:
-        dial_labels = field(raw, "dial_level_aggregated", dict, path, record)
-    else:
-        dial_labels = check_type(raw.get("dial_level_aggregated") or {}, dict, path, record)
+    dial_labels = (field(raw, "dial_level_aggregated", dict, path, record) if require_labels
+                   else check_type(raw.get("dial_level_aggregated") or {}, dict, path, record))
     system, split = system_and_split(conv_id)
     if raw.get("system") is not None:  # optional: the CRS's name when the id does not say it
         system = as_id(raw["system"], path, f"{record}, key 'system'", "system name")
@@ -160,8 +151,10 @@ def _turn(t: Any, prev: Turn | None, path: Path, rec: str, allow_empty: bool) ->
         raise DataError(path, f"turn_ind {turn_ind} after {prev.turn_ind}: "
                               f"{'duplicate' if turn_ind == prev.turn_ind else 'out of order'} "
                               "(turn_ind must increase)", rec)
-    return Turn(turn_ind=turn_ind, role=role, utterance=_utterance(t, path, rec, allow_empty),
-                labels=_labels(labels, _KNOWN_TURN_LABELS, path, rec))
+    text = check_text(field(t, "utterance", str, path, rec), path, f"{rec}, key 'utterance'")
+    if not allow_empty and not text.strip():
+        raise DataError(path, "empty utterance", rec)
+    return Turn(turn_ind, role, text, _labels(labels, _KNOWN_TURN_LABELS, path, rec))
 
 
 def _check_roles(turns: list[Turn], path: Path, record: str) -> None:
@@ -183,8 +176,7 @@ def load_conversations(path: str | Path, require_labels: bool = True,
     """Load CRSArena-Eval (or any file in its format: a JSON list of conversations); a user's file with
     ``allow_empty_utterances=False`` (see ``parse_conversation``). Every bad conversation is listed in one error."""
     path = Path(path)
-    raw = read_json(path)
-    check_type(raw, list, path, "top level")
+    raw = check_type(read_json(path), list, path, "top level")
     if not raw:
         raise DataError(path, "no conversations (an empty list)", "top level")
     problems = Problems(path)
@@ -231,9 +223,9 @@ def load_published_table(path: str | Path) -> pd.DataFrame:
                         raise DataError(path, f"unknown coefficient {coef_key!r}", rec)
                     if value is not None:
                         check_type(value, float, path, f"{rec}/{coef_key}")
-                    rows.append(PublishedScore(method, _SPLIT_KEYS[split_key], canon, _COEF_KEYS[coef_key],
-                                               None if value is None else float(value)))
-    return pd.DataFrame([r.__dict__ for r in rows])
+                    rows.append((method, _SPLIT_KEYS[split_key], canon, _COEF_KEYS[coef_key],
+                                 None if value is None else float(value)))
+    return pd.DataFrame(rows, columns=PUBLISHED_COLUMNS)
 
 
 @settings("dataset", conf="dataset/crsarena_eval.yaml")

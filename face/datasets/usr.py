@@ -50,7 +50,6 @@ ASPECTS: dict[str, Aspect] = aspect_table([
            "What does the particle say about the overall quality of the response?"),
 ])
 _KEY = {name: key for key, name in zip(USR_ASPECTS, ASPECTS)}  # our aspect name -> the file's key
-_ASPECT_OF = {key: name for name, key in _KEY.items()}  # the file's key -> our aspect name
 
 
 def load_usr(path: str | Path) -> list[USRContext]:
@@ -65,11 +64,11 @@ def load_usr(path: str | Path) -> list[USRContext]:
         for j, r in enumerate(field(obj, "responses", list, path, rec)):
             r_rec = f"{rec}, response {j}"
             ratings = {}
-            for aspect in USR_ASPECTS:
+            for name, aspect in _KEY.items():
                 vals = field(r, aspect, list, path, r_rec)
                 if not vals:
                     raise DataError(path, f"no ratings for {aspect!r}", r_rec)
-                scale = ASPECTS[_ASPECT_OF[aspect]].scale
+                scale = ASPECTS[name].scale
                 ratings[aspect] = tuple(check_label(v, scale, path, f"{r_rec}, {aspect}") for v in vals)
             responses.append(USRResponse(i, field(r, "model", str, path, r_rec),
                                          field(r, "response", str, path, r_rec).strip(), ratings))

@@ -9,33 +9,29 @@ faults (truncated, garbled, malformed) whose content fails the request's adapter
     with FaultProxy(upstream="http://127.0.0.1:8000/v1", rate=0.2) as proxy:
         ... llm.base_url = proxy.base_url ...
     proxy.log  # one entry per request: {"hash", "attempt", "fault"}
-
-CLI: python -m face.testing.faultproxy --upstream URL --rate 0.2 --kinds 429,500,reset --log FILE
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import ClientSession, ClientTimeout, web
 
-from .faults import ANSWER_KINDS, TRANSPORT_KINDS, FaultInjector, cut_json, half, salted, spoil, transport_fault
-from .service import AppThread, RequestLog, Served, make_app, wait_for_stop
+from .faults import ANSWER_KINDS, TRANSPORT_KINDS, FaultInjector, cut_json, half, spoil, transport_fault
+from .service import AppThread, RequestLog, Served, make_app
 
-__all__ = ["ANSWER_KINDS", "TRANSPORT_KINDS", "FaultProxy", "main"]
+__all__ = ["ANSWER_KINDS", "TRANSPORT_KINDS", "FaultProxy"]
 
 
 class FaultProxy(Served):
     def __init__(self, upstream: str, rate: float = 0.2, kinds: Sequence[str] = TRANSPORT_KINDS,
-                 hang_s: float = 2.0, retry_after_s: float = 0.01, host: str = "127.0.0.1", port: int = 0,
-                 salt: str = "", log_file: str | None = None):
-        self.injector = FaultInjector(rate, kinds, per_request=1, mark=salted(salt))
+                 hang_s: float = 2.0, retry_after_s: float = 0.01):
+        self.injector = FaultInjector(rate, kinds)
         self.upstream = upstream.rstrip("/")
         self.hang_s, self.retry_after_s = hang_s, retry_after_s
-        self.log = RequestLog(log_file)
-        self._server = AppThread("fault-proxy", self._app, host, port)
+        self.log = RequestLog()
+        self._server = AppThread("fault-proxy", self._app)
         self._session: ClientSession | None = None
 
     def faults(self) -> list[str]:
@@ -85,21 +81,3 @@ def _spoil_answers(fault: str, body: bytes) -> bytes:
             ch["message"]["content"] = spoil(fault, text)
     return json.dumps(data).encode()
 
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Fault-injecting proxy for an OpenAI-compatible endpoint")
-    ap.add_argument("--upstream", required=True)
-    ap.add_argument("--rate", type=float, default=0.2)
-    ap.add_argument("--kinds", default=",".join(TRANSPORT_KINDS))
-    ap.add_argument("--hang", type=float, default=2.0)
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--log", default=None)
-    a = ap.parse_args(argv)
-    with FaultProxy(a.upstream, a.rate, tuple(k for k in a.kinds.split(",") if k), a.hang, port=a.port,
-                    log_file=a.log) as proxy:
-        print(f"READY {proxy.base_url}", flush=True)
-        wait_for_stop()
-
-
-if __name__ == "__main__":
-    main()

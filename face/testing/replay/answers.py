@@ -26,11 +26,6 @@ def sample_values(value: float, positions: list[int]) -> list[int]:
 
 _TOKEN = re.compile(r"\s*\d|\s*[A-Za-z_]+|\s*[^\sA-Za-z_\d]|\s+")
 
-
-def tokens(text: str) -> list[str]:
-    return _TOKEN.findall(text)
-
-
 _FILLERS = ("\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588", "\u2589", "\u258a")
 
 
@@ -150,7 +145,7 @@ def _completion(body: ChatBody, texts: list[str], values: list[float | None], po
     """The chat completion of these answers: ``max_tokens`` cuts an answer; logprobs where asked for."""
     choices, out_tokens = [], 0
     for c, (text, value) in enumerate(zip(texts, values, strict=True)):
-        toks = tokens(text)
+        toks = _TOKEN.findall(text)
         finish = "stop"
         if body.max_tokens is not None and len(toks) > body.max_tokens:
             toks, finish = toks[: body.max_tokens], "length"

@@ -2,6 +2,7 @@
 released unit it shows — the first of several identical ones — or refused."""
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,21 +40,18 @@ class Judged:
     candidates: int = 1  # released units the prompt reads as (> 1: an identical-prompt group)
 
 
-_LOADED: dict[tuple, ReplayData] = {}
-
-
 def load(data_dir: str | Path) -> ReplayData:
     """The released judgements of ``data_dir``, read once per process and state of their files (each file's size and
     modification time): a judge in a thread of a process that starts several (tests, a notebook) reads the ~60 MB
     once (≈ 0.8 s)."""
     d = Path(data_dir).resolve()
-    state = tuple((f, st.st_size, st.st_mtime_ns) for f in DATA_FILES
-                  for st in [(d / f).stat() if (d / f).is_file() else None] if st is not None)
-    key = (str(d), state)
-    if key not in _LOADED:
-        _LOADED.clear()  # one data directory's at a time: the index is large
-        _LOADED[key] = ReplayData(d)
-    return _LOADED[key]
+    return _load(d, tuple((f, (d / f).stat().st_size, (d / f).stat().st_mtime_ns) for f in DATA_FILES
+                          if (d / f).is_file()))
+
+
+@functools.lru_cache(maxsize=1)  # one data directory's at a time: the index is large
+def _load(data_dir: Path, state: tuple) -> ReplayData:
+    return ReplayData(data_dir)
 
 
 class ReplayData:

@@ -16,9 +16,6 @@ MAX_TOP_LOGPROBS = 20
 MAX_SEED = 2 ** 63  # |seed| below this (a 64-bit integer)
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")
 
-def json_type(value: Any) -> str:
-    return type_name(type(value))
-
 
 def _shown(value: Any) -> str:
     """A short scalar as JSON, anything else by its JSON type."""
@@ -26,7 +23,7 @@ def _shown(value: Any) -> str:
         text = json.dumps(value)
         if len(text) <= 42:
             return text
-    return json_type(value)
+    return type_name(type(value))
 
 
 def _invalid(param: str, wanted: str, value: Any, code: str = "invalid_type") -> Refusal:
@@ -52,28 +49,25 @@ def _flag(body: dict, key: str) -> bool:
     return bool(value)
 
 
-def _message(m: Any, i: int) -> dict:
-    if not isinstance(m, dict):
-        raise _invalid(f"messages[{i}]", "an object with a role and a content", m)
-    if not isinstance(m.get("role"), str):
-        raise _invalid(f"messages[{i}].role", "a string", m.get("role"))
-    content = m.get("content")
-    if isinstance(content, list):
-        for j, part in enumerate(content):
-            if not isinstance(part, dict) or not isinstance(part.get("text", ""), str):
-                raise _invalid(f"messages[{i}].content[{j}]", "an object with a string text", part)
-    elif content is not None and not isinstance(content, str):
-        raise _invalid(f"messages[{i}].content", "a string, an array of parts or null", content)
-    return m
-
-
 def _messages(body: dict) -> list[dict]:
     messages = body.get("messages")
     if messages is None or messages == []:
         raise Refusal("no_prompt", "the request has no messages", param="messages")
     if not isinstance(messages, list):
         raise _invalid("messages", "an array of messages", messages)
-    return [_message(m, i) for i, m in enumerate(messages)]
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise _invalid(f"messages[{i}]", "an object with a role and a content", m)
+        if not isinstance(m.get("role"), str):
+            raise _invalid(f"messages[{i}].role", "a string", m.get("role"))
+        content = m.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                if not isinstance(part, dict) or not isinstance(part.get("text", ""), str):
+                    raise _invalid(f"messages[{i}].content[{j}]", "an object with a string text", part)
+        elif content is not None and not isinstance(content, str):
+            raise _invalid(f"messages[{i}].content", "a string, an array of parts or null", content)
+    return messages
 
 
 def _response_format(body: dict) -> dict | None:
@@ -105,7 +99,7 @@ class ChatBody:
     def of(cls, body: Any) -> ChatBody:
         """The checked body, or Refusal (``invalid_type``, ``invalid_value``, ``no_prompt``, ``unsupported``)."""
         if not isinstance(body, dict):
-            raise Refusal("invalid_type", f"the request body must be a JSON object, got {json_type(body)}")
+            raise Refusal("invalid_type", f"the request body must be a JSON object, got {type_name(type(body))}")
         if _flag(body, "stream"):
             raise Refusal("unsupported", "stream=true is not served: the replay answers whole completions",
                           param="stream")

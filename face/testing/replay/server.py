@@ -58,48 +58,36 @@ class ReplayServer:
     data_files = DATA_FILES  # fetched by the experiment before anything runs
 
     def __init__(self, data_dir: str, model: str = MODEL, host: str = "127.0.0.1", port: int = 0,
-                 latency_s: float = 0.0, process: bool = True, startup_timeout_s: float = 120.0):
+                 latency_s: float = 0.0, process: bool = True):
         self.data_dir, self.model, self.host, self.port = str(data_dir), model, host, port
-        self.latency_s, self.process, self.startup_timeout_s = latency_s, process, startup_timeout_s
+        self.latency_s, self.process = latency_s, process
         self.base_url: str | None = None
         self._proc: subprocess.Popen | None = None
         self._thread: AppThread | None = None
         self._judge: Judge | None = None
-        self.final_report: dict | None = None
 
     def start(self) -> ReplayServer:
         if self.process:
-            self._spawn()
+            self._proc, self.base_url = spawn("face.testing.replay", "--data-dir", self.data_dir, "--host", self.host,
+                                              "--port", str(self.port), "--latency", str(self.latency_s),
+                                              "--model", self.model)
         else:
-            self._serve_in_thread()
+            judge = self._judge = Judge(load(self.data_dir), self.model)
+            self._thread = AppThread("replay-judge", lambda: make_app(judge, self.latency_s), self.host, self.port)
+            self.base_url = f"http://{self.host}:{self._thread.start()}/v1"
         return self
-
-    def _spawn(self) -> None:
-        self._proc, self.base_url = spawn("face.testing.replay", "--data-dir", self.data_dir, "--host", self.host,
-                                          "--port", str(self.port), "--latency", str(self.latency_s),
-                                          "--model", self.model)
-
-    def _serve_in_thread(self) -> None:
-        judge = self._judge = Judge(load(self.data_dir), self.model)
-        self._thread = AppThread("replay-judge", lambda: make_app(judge, self.latency_s), self.host, self.port)
-        port = self._thread.start(self.startup_timeout_s)
-        self.base_url = f"http://{self.host}:{port}/v1"
 
     def report(self) -> dict | None:
         """What the judge answered so far (None when it cannot be asked)."""
         if self._judge is not None:
             return self._judge.report()
-        if self.base_url is None:
-            return self.final_report
         try:
-            with urllib.request.urlopen(self.base_url + "/replay/stats", timeout=30) as r:
+            with urllib.request.urlopen(f"{self.base_url}/replay/stats", timeout=30) as r:
                 return json.loads(r.read())
-        except OSError:
-            return self.final_report
+        except (OSError, ValueError):
+            return None
 
     def stop(self) -> None:
-        if self.base_url is not None:
-            self.final_report = self.report()
         if self._proc is not None:
             if self._proc.stdin is not None:
                 self._proc.stdin.close()
@@ -111,7 +99,7 @@ class ReplayServer:
             self._proc = None
         if self._thread is not None:
             self._thread.stop()
-            self._thread = None
+            self._thread = self._judge = None
         self.base_url = None
 
     def __enter__(self) -> ReplayServer:

@@ -5,11 +5,11 @@
   three n=1 requests with seeds s, s+1, s+2. The default responder returns a deterministic valid instance of a
   json_schema response_format (or of a schema embedded in the prompt, wrapped in prose and a code fence), this
   project's step-by-step answers to its scoring and decomposition prompts, otherwise echo-ish text.
-* ``completion`` — the reply around the answers: simple tokens, ``max_tokens``, logprobs / top_logprobs (numeric
-  tokens get a deterministic distribution over the digits), usage. ``usage_factor`` multiplies the reported
-  ``usage`` tokens (an endpoint whose tokenizer counts more than the client's estimate), ``report_usage=False``
-  leaves ``usage`` out; ``logprobs_missing`` is the share of choices (by hash of messages and seed) answered
-  without logprobs although they were asked for.
+* ``completion`` — simple tokens and their logprobs / top_logprobs (numeric tokens get a deterministic distribution
+  over the digits); ``ScriptedServer._completion`` builds the reply around the answers: ``max_tokens``, usage.
+  ``usage_factor`` multiplies the reported ``usage`` tokens (an endpoint whose tokenizer counts more than the client's
+  estimate), ``report_usage=False`` leaves ``usage`` out; ``logprobs_missing`` is the share of choices (by hash of
+  messages and seed) answered without logprobs although they were asked for.
 * ``server`` — ``ScriptedServer``: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``; latency
   (asyncio.sleep); faults from ``face.testing.faults`` (the fault proxy's, one implementation), chosen from the
   request hash and its attempt count (a request is faulted on its first ``faults_per_request`` arrivals at most),

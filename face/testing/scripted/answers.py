@@ -8,7 +8,6 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable
 from typing import Any
 
 
@@ -28,46 +27,28 @@ def schema_instance(schema: dict, rng: random.Random) -> Any:
     if "const" in schema:
         return schema["const"]
     t = schema.get("type", "object")
-    if isinstance(t, list):
-        t = next(x for x in t if x != "null") if any(x != "null" for x in t) else "null"
-    return _BY_TYPE.get(t, _string)(schema, rng)
-
-
-def _object(schema: dict, rng: random.Random) -> dict:
-    return {k: schema_instance(v, rng) for k, v in schema.get("properties", {}).items()}
-
-
-def _array(schema: dict, rng: random.Random) -> list:
-    lo = int(schema.get("minItems", 1))
-    hi = int(schema.get("maxItems", lo + 2))
-    items = schema.get("items", {"type": "string"})
-    return [schema_instance(items, rng) for _ in range(rng.randint(lo, max(lo, hi)))]
-
-
-def _integer(schema: dict, rng: random.Random) -> int:
-    lo = math.ceil(schema.get("minimum", 0))
-    hi = math.floor(schema.get("maximum", lo + 10))
-    return rng.randint(lo, max(lo, hi))
-
-
-def _number(schema: dict, rng: random.Random) -> float:
-    lo = float(schema.get("minimum", 0.0))
-    hi = float(schema.get("maximum", lo + 1.0))
-    return round(lo + rng.random() * (hi - lo), 3)
-
-
-def _string(schema: dict, rng: random.Random) -> str:
+    if isinstance(t, list):  # the first type that is not null
+        t = next((x for x in t if x != "null"), "null")
+    if t == "object":
+        return {k: schema_instance(v, rng) for k, v in schema.get("properties", {}).items()}
+    if t == "array":
+        lo = int(schema.get("minItems", 1))
+        hi = int(schema.get("maxItems", lo + 2))
+        items = schema.get("items", {"type": "string"})
+        return [schema_instance(items, rng) for _ in range(rng.randint(lo, max(lo, hi)))]
+    if t == "integer":
+        lo = math.ceil(schema.get("minimum", 0))
+        return rng.randint(lo, max(lo, math.floor(schema.get("maximum", lo + 10))))
+    if t == "number":
+        low = float(schema.get("minimum", 0.0))
+        return round(low + rng.random() * (float(schema.get("maximum", low + 1.0)) - low), 3)
+    if t in ("boolean", "null"):
+        return rng.random() < 0.5 if t == "boolean" else None
     lo = int(schema.get("minLength", 1))
-    hi = int(schema.get("maxLength", max(lo, 40)))
     s = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 5)))
     while len(s) < lo:
         s += " " + rng.choice(_WORDS)
-    return s[:hi]
-
-
-_BY_TYPE: dict[str, Callable[[dict, random.Random], Any]] = {
-    "object": _object, "array": _array, "integer": _integer, "number": _number,
-    "boolean": lambda schema, rng: rng.random() < 0.5, "null": lambda schema, rng: None}
+    return s[: int(schema.get("maxLength", max(lo, 40)))]
 
 
 # ------------------------------------------------------------ answers to prompts

@@ -6,22 +6,27 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from ..faults import STATUS, FaultInjector, cut_json, transport_fault
+from ..faults import STATUS, FaultInjector, cut_json, half, spoil, transport_fault, unit
 from ..service import AppThread, RequestError, RequestLog, Served, make_app, read_json
 from .answers import _h, default_responder
 from .batches import BatchAPI
-from .completion import Completer
+from .completion import token_logprobs, tokenize
 
 TRANSPORT_FAULTS = ("429", "500", "timeout")
 
 
-class ScriptedServer(Served, Completer):
+class ScriptedServer(Served):
+    """The chat completion of a request body (``_completion``): ``responder(body)`` per choice (the body with ``n=1``
+    and ``seed = request seed + choice index``), usage tokens × ``usage_factor`` (left out without ``report_usage``),
+    a share ``logprobs_missing`` of choices (by hash) without the logprobs asked for."""
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0, fault_rate: float = 0.0,
                  fault_kinds: Sequence[str] = TRANSPORT_FAULTS, faults_per_request: int = 1,
                  retry_after_s: float | None = 0.05, hang_s: float = 5.0, log_file: str | None = None,
@@ -32,7 +37,8 @@ class ScriptedServer(Served, Completer):
         self.latency_s = latency_s
         self.retry_after_s = retry_after_s
         self.hang_s = hang_s  # how long a "timeout" fault keeps the request unanswered
-        super().__init__(responder or default_responder, model, usage_factor, report_usage, logprobs_missing)
+        self.responder, self.model, self.usage_factor = responder or default_responder, model, usage_factor
+        self.report_usage, self.logprobs_missing = report_usage, logprobs_missing
         self.max_concurrent = max_concurrent  # a rate limit: 429 (+ Retry-After) beyond this many in flight
         self.rate_limited = 0
         self.log = RequestLog(log_file)
@@ -61,6 +67,43 @@ class ScriptedServer(Served, Completer):
 
     def ok_requests(self) -> list[dict]:
         return [r for r in self.log if r["status"] == 200 and r["fault"] is None]
+
+    def _completion(self, body: dict, fault: str | None) -> dict:
+        """(A subclass may change what is answered: tests/test_performance.py's endpoint that ignores n.)"""
+        n = int(body.get("n") or 1)
+        seed = body.get("seed")
+        built = [self._choice(j, dict(body, n=1, seed=None if seed is None else seed + j), fault) for j in range(n)]
+        choices, out_tokens = [c for c, _ in built], sum(t for _, t in built)
+        prompt_tokens = sum(len(tokenize(str(m.get("content", "")))) + 3 for m in body.get("messages", []))
+        prompt_tokens, out_tokens = round(prompt_tokens * self.usage_factor), round(out_tokens * self.usage_factor)
+        reply = {"id": "chatcmpl-" + _h(body)[:12], "object": "chat.completion", "created": int(time.time()),
+                 "model": body.get("model") or self.model, "choices": choices}
+        if self.report_usage:
+            reply["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens,
+                              "total_tokens": prompt_tokens + out_tokens}
+        return reply
+
+    def _choice(self, j: int, sub: dict, fault: str | None) -> tuple[dict, int]:
+        """Choice j (its request body ``sub``) and its number of tokens."""
+        text = self.responder(sub)
+        finish = "stop"
+        toks = tokenize(text)
+        max_tokens = sub.get("max_tokens")
+        if max_tokens is not None and len(toks) > int(max_tokens):
+            toks, finish = toks[: int(max_tokens)], "length"
+        if fault == "truncated":
+            toks, finish = half(toks), "length"
+        text = "".join(toks)
+        if fault in ("malformed", "garbled"):
+            text = spoil(fault, text)
+            toks = tokenize(text)
+        lp = None
+        if sub.get("logprobs") and not (self.logprobs_missing and unit(_h(sub.get("messages"), sub.get("seed"),
+                                                                           "nolp")) < self.logprobs_missing):
+            lp = {"content": token_logprobs(toks, int(sub.get("top_logprobs") or 0),
+                                            random.Random(_h(text, sub.get("seed"))))}
+        return {"index": j, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
+                "logprobs": lp}, len(toks)
 
     # ---- app ------------------------------------------------------------
     def _app(self) -> web.Application:
