@@ -28,13 +28,13 @@ from typing import Annotated, Any, Callable
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pydantic import Field
 
 from face.coefficients import rows_correlation
 from face.data.split import split_conversations
 from face.errors import ConfigError
-from face.experiments.common import Parts, experiment
+from face.experiments.common import Parts, experiment, own_settings
 from face.experiments.common import Plan as RunPlan
 from face.experiments.optimize_instructions import optimizer_config
 from face.experiments.result import ExperimentResult, Table
@@ -71,9 +71,7 @@ class Plan:
 
     @staticmethod
     def of(cfg: DictConfig, ocfg: OptimizerConfig) -> Plan:
-        node = cfg.get("selection")
-        given: Any = OmegaConf.to_container(node, resolve=True) if node is not None else {}
-        sel = SelectionSettings(**given)
+        sel = own_settings(SelectionSettings, cfg, "selection")
         budgets, cs = [int(x) for x in sel.budgets], [float(x) for x in sel.ucb_cs]
         if ocfg.pulls not in budgets:
             budgets = sorted({*budgets, ocfg.pulls})
