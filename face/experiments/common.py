@@ -107,10 +107,10 @@ class Plan:
     summary: console.RunSummary = field(default_factory=console.RunSummary)  # the run's console (face.console)
     loaded: tuple[list[Conversation], list[Conversation]] | None = field(default=None, repr=False)  # ``load()``
     # set when the experiment runs (``experiment``): what it reads
-    convs: list[Conversation] = field(init=False, repr=False)  # the selected conversations
-    subset: str = field(init=False)  # human-readable description of the data used
-    tracker: Tracker = field(init=False, repr=False)
-    has_labels: bool = field(init=False)  # False for user conversations without human labels: predict only
+    convs: list[Conversation] = field(default_factory=list, init=False, repr=False)  # the selected conversations
+    subset: str = field(default="", init=False)  # human-readable description of the data used
+    tracker: Tracker = field(init=False, repr=False, compare=False)
+    has_labels: bool = field(default=True, init=False)  # False for conversations without human labels: predict only
 
     @property
     def data_dir(self) -> Path:
