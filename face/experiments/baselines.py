@@ -105,15 +105,13 @@ def long_table(results: pd.DataFrame, published: pd.DataFrame, labels: dict, spl
                                                               index=pub.index)
     why = pub["method"].map(lambda m: f"; not recomputed: {NOT_RECOMPUTED[m]}" if m in NOT_RECOMPUTED else "")
     pub = pub.assign(source="published: " + src + why, level="", ci_low=float("nan"), ci_high=float("nan"), n=None)
-    out = pd.concat([ours, pub[ours.columns]], ignore_index=True)
-    return order_aspects(out)
+    return order_aspects(pd.concat([ours, pub[ours.columns]], ignore_index=True))
 
 
 def wide_table(long: pd.DataFrame, coefficient: str) -> pd.DataFrame:
     d = long[long["coefficient"] == coefficient]
     d = d.assign(column=d["split"].map(lambda s: SPLIT_LABELS.get(s, s)) + " " + d["aspect"])
-    wide = d.pivot_table(index=["method", "source"], columns="column", values="value", sort=False).reset_index()
-    return wide
+    return d.pivot_table(index=["method", "source"], columns="column", values="value", sort=False).reset_index()
 
 
 def figures(long: pd.DataFrame, ctx, note: str) -> dict[str, Callable[[Path], Path]]:

@@ -1,6 +1,6 @@
 """The skeleton every experiment shares: validate and build (dataset, methods, aspects, output paths)
-before anything is fetched, written or sent; then fetch + load the data, open tracking, and hand the
-experiment a ``Context`` with the few calls it needs (predict, evaluate, published; ``result``: what it
+before anything is fetched, written or sent (``prepare``: a ``Plan``); then fetch + load the data, open tracking,
+and hand the experiment its plan with the few calls it needs (predict, evaluate, published; ``result``: what it
 computed, written by the one reporting stage, ``face.experiments.result.write``).
 
 Only an experiment's full-data run writes to ``results/<task_name>``; a subset (``dataset.limit``,
@@ -17,7 +17,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
@@ -36,72 +36,23 @@ from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
 from face.tracking import Tracker, check_tracking_store
 
-if TYPE_CHECKING:
-    from face.datasets import Dataset
-
 log = logging.getLogger(__name__)
 
 
-
-@dataclass
-class Context:
-    cfg: DictConfig
-    dataset: Dataset
-    methods: dict[str, Method]  # name -> method (one, or the variants of a variants experiment)
-    convs: list[Conversation]
-    aspects: list[Aspect]
-    splits: list[str]  # splits to meta-evaluate (the dataset's, then "all")
-    data_dir: Path
-    out_dir: Path  # tables and figures
-    run_dir: Path  # run files, per-particle files (Hydra output dir)
-    subset: str  # human-readable description of the data used
-    tracker: Tracker
-    has_labels: bool = True  # False for user conversations without human labels: predict only
-    extra: dict = field(default_factory=dict)
-    llm: LLMConfig | None = None  # conf/llm as LLMConfig: built and checked once, before anything runs
-    summary: console.RunSummary = field(default_factory=console.RunSummary)  # the run's console: its summary block
-    settings: RunSettings = field(kw_only=True)  # the run's own, typed: seed, aspects, metaeval, checks, report
-
-    def result(self, **parts: Any) -> ExperimentResult:
-        """The experiment's typed result — its ``parts`` (ExperimentResult's fields), with the run's directories and
-        its LLM jobs' estimates and usage — reported by the one writer (``face.experiments.result.write``); face
-        evaluate's estimate step prints no dry-run banner."""
-        result = ExperimentResult(self.cfg.task_name, self.out_dir, self.run_dir, list(self.convs), list(self.aspects),
-                                  dict(self.methods), estimates=list(self.summary.estimates),
-                                  usage=list(self.summary.usage), **parts)
-        return write(result, self.tracker, self.subset, banner=self.summary.estimate != "dry")
-
-    @property
-    def method(self) -> Method:
-        return next(iter(self.methods.values()))
-
-    def inputs(self) -> Inputs:
-        llm = self.llm
-        if llm is not None and not llm.usage_file:  # written even when the run stops early
-            llm = dataclasses.replace(llm, usage_file=str(self.run_dir / "llm_usage.json"))
-        return Inputs(self.dataset, self.convs, self.aspects, self.data_dir, self.run_dir, llm, self.tracker,
-                      self.summary)
-
-    def predict(self, method: Method | None = None) -> MethodOutput:
-        return (method or self.method).predict(self.inputs())
-
-    def evaluate(self, preds, levels: Sequence[str] = LEVELS, n_boot: int | None = None,
-                 splits: Sequence[str] | None = None) -> pd.DataFrame:
-        m = self.settings.metaeval
-        return meta_evaluate(preds, self.convs, self.aspects, list(splits or self.splits), levels,
-                             m.n_boot if n_boot is None else n_boot, self.settings.seed, m.confidence)
-
-    def published(self) -> pd.DataFrame:
-        return self.dataset.published(self.data_dir)
-
-
-def released_scores(ctx: Context, why: str) -> pd.DataFrame:
+def released_scores(ctx: Plan, why: str) -> pd.DataFrame:
     """The released per-particle scores, for the experiments that re-aggregate them (method face_released)."""
     from face.pipeline.released import FaceReleased
 
     if not isinstance(ctx.method, FaceReleased):
         raise ValueError(f"{ctx.cfg.task_name} {why}: use method=face_released")
     return ctx.method.load(ctx.inputs())
+
+
+def own_settings(cls: Any, cfg: DictConfig, key: str) -> Any:
+    """The experiment's own settings ``cfg.<key>`` typed by their ``@settings`` class (ConfigError naming the key)."""
+    node = cfg.get(key)
+    given: Any = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    return cls(**given)
 
 
 def out_dir_for(cfg: DictConfig, run: RunSettings, dataset, settings: dict[str, str] | None = None) -> Path:
@@ -155,6 +106,47 @@ class Plan:
     settings: RunSettings  # the run's own settings, typed (seed, aspects, metaeval, checks, report)
     summary: console.RunSummary = field(default_factory=console.RunSummary)  # the run's console (face.console)
     loaded: tuple[list[Conversation], list[Conversation]] | None = field(default=None, repr=False)  # ``load()``
+    # set when the experiment runs (``experiment``): what it reads
+    convs: list[Conversation] = field(default_factory=list, init=False, repr=False)  # the selected conversations
+    subset: str = field(default="", init=False)  # human-readable description of the data used
+    tracker: Tracker = field(init=False, repr=False, compare=False)
+    has_labels: bool = field(default=True, init=False)  # False for conversations without human labels: predict only
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.cfg.paths.data_dir)
+
+    @property
+    def method(self) -> Method:
+        return next(iter(self.methods.values()))
+
+    def result(self, **parts: Any) -> ExperimentResult:
+        """The experiment's typed result — its ``parts`` (ExperimentResult's fields), with the run's directories and
+        its LLM jobs' estimates and usage — reported by the one writer (``face.experiments.result.write``); face
+        evaluate's estimate step prints no dry-run banner."""
+        result = ExperimentResult(self.cfg.task_name, self.out_dir, self.run_dir, list(self.convs), list(self.aspects),
+                                  dict(self.methods), estimates=list(self.summary.estimates),
+                                  usage=list(self.summary.usage), **parts)
+        return write(result, self.tracker, self.subset, banner=self.summary.estimate != "dry")
+
+    def inputs(self) -> Inputs:
+        llm = self.llm
+        if llm is not None and not llm.usage_file:  # written even when the run stops early
+            llm = dataclasses.replace(llm, usage_file=str(self.run_dir / "llm_usage.json"))
+        return Inputs(self.dataset, self.convs, self.aspects, self.data_dir, self.run_dir, llm, self.tracker,
+                      self.summary)
+
+    def predict(self, method: Method | None = None) -> MethodOutput:
+        return (method or self.method).predict(self.inputs())
+
+    def evaluate(self, preds, levels: Sequence[str] = LEVELS, n_boot: int | None = None,
+                 splits: Sequence[str] | None = None) -> pd.DataFrame:
+        m = self.settings.metaeval
+        return meta_evaluate(preds, self.convs, self.aspects, list(splits or self.splits), levels,
+                             m.n_boot if n_boot is None else n_boot, self.settings.seed, m.confidence)
+
+    def published(self) -> pd.DataFrame:
+        return self.dataset.published(self.data_dir)
 
     def load(self) -> tuple[list[Conversation], list[Conversation]]:
         """The run's input, checked, as (every conversation, the selected ones): every data file fetched and
@@ -162,9 +154,8 @@ class Plan:
         empty. Loaded once: the runner loads it before it claims or writes anything, so that data that is bad, or
         cannot be fetched offline, leaves no run behind."""
         if self.loaded is None:
-            data = Path(self.cfg.paths.data_dir)
-            ensure_data(data, self.files, self.cfg.paths.get("data_mirror"), self.dataset.download)
-            every = self.dataset.load_all(data)
+            ensure_data(self.data_dir, self.files, self.cfg.paths.get("data_mirror"), self.dataset.download)
+            every = self.dataset.load_all(self.data_dir)
             chosen = self.dataset.select(every)
             if not chosen:
                 raise ConfigError(f"the dataset selection (limit={self.dataset.limit}, systems={self.dataset.systems}, "
@@ -182,7 +173,7 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
         dataset = build(cfg.dataset)
         methods = {name: build(node) for name, node in (parts.method_cfgs or {cfg.method.name: cfg.method}).items()}
         aspects = dataset.resolve_aspects(run.aspects)
-        uses_llm = any(_uses_llm(m) for m in methods.values())
+        uses_llm = any(getattr(m, "uses_llm", False) for m in methods.values())  # a method declares it
         if uses_llm and llm is None:
             raise ConfigError("llm: the method calls an LLM and the configuration has none (removed with ~llm?); "
                               "choose one with llm=NAME")
@@ -202,51 +193,43 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
 
 
 @contextmanager
-def experiment(plan: Plan) -> Iterator[Context]:
-    """The run the runner checked, claimed and loaded (``plan``; ``face.runner.run``): its MLflow run opens, the
-    experiment gets its ``Context``; a run that ends well prints one summary block (face.console)."""
-    cfg = plan.cfg
+def experiment(plan: Plan) -> Iterator[Plan]:
+    """The run the runner checked, claimed and loaded (``plan``; ``face.runner.run``): its MLflow run opens, the data
+    (``Plan.load``: the runner loaded it already) is logged to it, and the experiment gets the plan with what it reads
+    (``convs``, ``subset``, ``tracker``); a run that ends well prints one summary block (face.console)."""
+    cfg, dataset, summary = plan.cfg, plan.dataset, plan.summary
     # in a log: a line every 30 s while the run lasts
     with console.alive(cfg.task_name), Tracker(cfg, run_name(cfg.task_name, plan.label), plan.uses_llm) as tracker:
-        yield _load(plan, tracker, plan.summary)
-    console.finish(plan.summary)
-
-
-def _load(plan: Plan, tracker: Tracker, summary: console.RunSummary) -> Context:
-    """The data loaded (``Plan.load``: the runner loaded it already) and logged to the tracker; the experiment's
-    Context."""
-    cfg, dataset, data_dir = plan.cfg, plan.dataset, Path(plan.cfg.paths.data_dir)
-    tracker.log_config()
-    all_convs, convs = plan.load()
-    tracker.log_checksums(data_checksums(plan.files))
-    check_utterances(convs, plan.settings.checks.max_utterance_chars)
-    tracker.log_dataset(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
-                                         "evaluated_turns": len(c.evaluated_turns())} for c in convs],
-                        data_checksums(plan.files), data_source(dataset.files()))
-    n_turns = sum(len(c.evaluated_turns()) for c in convs)
-    subset = (f"{dataset.title}, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
-              + (" (subset)" if dataset.is_subset else "") + (f"; {settings_text(plan.label)}" if plan.label else ""))
-    has_labels = any(c.labels or any(t.labels for t in c.turns) for c in convs)
-    log.info("%s; results -> %s", subset, plan.out_dir)
-    summary.results, summary.run_dir, summary.tracking = plan.out_dir.resolve(), plan.run_dir.resolve(), tracker.enabled
-    summary.run_id, summary.experiment_id = tracker.run_id, getattr(tracker, "experiment_id", None)
-    summary.ui = mlflow_ui_command(cfg)
-    return Context(cfg, dataset, plan.methods, convs, plan.aspects, plan.splits, data_dir, plan.out_dir, plan.run_dir,
-                   subset, tracker, has_labels, llm=plan.llm, summary=summary, settings=plan.settings)
+        tracker.log_config()
+        all_convs, convs = plan.load()
+        tracker.log_checksums(data_checksums(plan.files))
+        check_utterances(convs, plan.settings.checks.max_utterance_chars)
+        tracker.log_dataset(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
+                                             "evaluated_turns": len(c.evaluated_turns())} for c in convs],
+                            data_checksums(plan.files), data_source(dataset.files()))
+        n_turns = sum(len(c.evaluated_turns()) for c in convs)
+        plan.subset = (f"{dataset.title}, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
+                       + (" (subset)" if dataset.is_subset else "")
+                       + (f"; {settings_text(plan.label)}" if plan.label else ""))
+        plan.convs, plan.tracker = convs, tracker
+        plan.has_labels = any(c.labels or any(t.labels for t in c.turns) for c in convs)
+        log.info("%s; results -> %s", plan.subset, plan.out_dir)
+        summary.results, summary.run_dir, summary.tracking = (plan.out_dir.resolve(), plan.run_dir.resolve(),
+                                                              tracker.enabled)
+        summary.run_id, summary.experiment_id = tracker.run_id, getattr(tracker, "experiment_id", None)
+        summary.ui = mlflow_ui_command(cfg)
+        yield plan
+    console.finish(summary)
 
 
 def mlflow_ui_command(cfg: DictConfig) -> str:
     """How to open the MLflow UI on the run's store: ``make mlflow-ui`` for the project's own ``mlflow.db``."""
-    uri = str(_setting(cfg, "tracking.tracking_uri", "") or "")
+    uri = str(OmegaConf.select(cfg, "tracking.tracking_uri", default="") or "")
     own = f"sqlite:///{Path(cfg.paths.root_dir).resolve() / 'mlflow.db'}"
     return "make mlflow-ui" if uri in ("", own) else f"mlflow ui --backend-store-uri {uri} --port 5000"
 
 
 # ---------------------------------------------------------------- checks before anything runs
-def _setting(cfg: DictConfig, key: str, default=None):
-    return OmegaConf.select(cfg, key, default=default)
-
-
 def check_settings(cfg: DictConfig) -> LLMConfig | None:
     """The LLM's settings (``LLMConfig``) typed before anything runs (``ConfigError``: one line naming the key), or
     None for a configuration without ``llm``; the run's own are ``RunSettings``, the dataset and the methods check
@@ -258,7 +241,7 @@ def llm_server_files(cfg: DictConfig) -> list[str]:
     """Data files the configured LLM server reads (its class's ``data_files``; the replay judge's released
     judgements), fetched with the experiment's own before anything runs. Its options are checked first: one its class
     does not take is refused, named with the valid ones closest first."""
-    target = _setting(cfg, "llm.server._target_")
+    target = OmegaConf.select(cfg, "llm.server._target_")
     if not target:
         return []
     server = import_class(target, "llm.server._target_")
@@ -270,25 +253,20 @@ def llm_server_files(cfg: DictConfig) -> list[str]:
     return list(getattr(server, "data_files", ()))
 
 
-def _uses_llm(method) -> bool:
-    """Does the method call an LLM? Its declared ``uses_llm`` (a method without one does not)."""
-    return bool(getattr(method, "uses_llm", False))
-
-
 def check_paths(cfg: DictConfig, out_dir: Path, run_dir: Path, uses_llm: bool, out_key: str) -> None:
     """Output directories (``out_dir`` named by ``out_key``), the LLM cache and the MLflow store, before anything is
     fetched, written or sent."""
     require_writable_dir(out_dir, out_key)
     require_writable_dir(run_dir, "paths.output_dir (hydra.run.dir)")
     require_writable_dir(Path(cfg.paths.data_dir), "paths.data_dir")
-    if uses_llm and _setting(cfg, "llm.cache", False) and _setting(cfg, "llm.cache_dir"):
+    if uses_llm and OmegaConf.select(cfg, "llm.cache", default=False) and OmegaConf.select(cfg, "llm.cache_dir"):
         from face.llm.cache import check_cache_dir
 
         try:
             check_cache_dir(cfg.llm.cache_dir)
         except ValueError as e:
             raise ConfigError(f"llm.cache_dir: {e}") from None
-    if _setting(cfg, "tracking.enabled", False):
+    if OmegaConf.select(cfg, "tracking.enabled", default=False):
         try:
             check_tracking_store(cfg)
         except ValueError as e:

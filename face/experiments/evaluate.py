@@ -37,15 +37,12 @@ def run(plan: Plan) -> ExperimentResult:
                                              "paper's setting.")
         drawn = [s for s in own_splits  # nothing to draw for a split without a Spearman (a small subset, no labels)
                  if not results[(results["split"] == s) & (results["coefficient"] == "spearman")]["value"].isna().all()]
+        from face.report import figures  # matplotlib and seaborn (~0.4 s) only when there is a figure
+
         ours = f"ours ({ctx.llm.model if ctx.llm else None})"
-        bars = {f"figures/bars_{s}_spearman.png": partial(_bars, results, published, s, ours, note, ctx.dataset.title)
+        bars = {f"figures/bars_{s}_spearman.png": partial(figures.bars_vs_published, results, published, s,
+                                                          "spearman", ours, note, dataset_title=ctx.dataset.title)
                 for s in drawn}
         return ctx.result(output=out, results=results, comparison=comp, tables=tables, figures=bars,
                           correlations={"": results}, shown=[(f"{cfg.task_name} vs published '{compare_to}'. {note}",
                                                               comp.drop(columns=["within_0_001"]))])
-
-
-def _bars(results, published, split: str, label: str, note: str, title: str, path):
-    from face.report import figures  # matplotlib and seaborn (~0.4 s) only when there is a figure
-
-    return figures.bars_vs_published(results, published, split, "spearman", label, note, path, title)

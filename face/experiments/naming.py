@@ -30,10 +30,9 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
     own (e.g. from a searchpath) counts as all-default."""
     from face.tracking import flatten
 
-    default_with = _default_config
     groups = (("dataset", "dataset.name"), ("method", "method.name"), ("llm", "llm.backend"))
     try:
-        default = default_with([f"experiment={cfg.task_name}"])
+        default = _default_config([f"experiment={cfg.task_name}"])
     except Exception:
         log.warning("could not compose the default configuration of %r: every setting counts as default",
                     cfg.task_name)
@@ -42,19 +41,18 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
              if OmegaConf.select(cfg, key, default=None) != _select(default, key)}
     if swaps:
         try:
-            default = default_with([f"experiment={cfg.task_name}", *(f"{g}={v}" for g, v in swaps.items())])
+            default = _default_config([f"experiment={cfg.task_name}", *(f"{g}={v}" for g, v in swaps.items())])
         except Exception:  # a config name that is not a file of its group: compare key by key
             swaps = {}
     mine = flatten(cast(dict, OmegaConf.to_container(cfg, resolve=False)))
     base = flatten(default)
     out = dict(swaps)
-    for k in sorted(set(mine) - set(base)):
-        if not k.startswith(_NOT_SETTINGS):
-            print(f"warning: setting {k} is not part of experiment {cfg.task_name}'s configuration; no code reads it",
-                  file=sys.stderr, flush=True)
     for k in sorted(set(mine) | set(base)):
         if k.startswith(_NOT_SETTINGS) or mine.get(k, "<absent>") == base.get(k, "<absent>"):
             continue
+        if k not in base:
+            print(f"warning: setting {k} is not part of experiment {cfg.task_name}'s configuration; no code reads it",
+                  file=sys.stderr, flush=True)
         v = mine.get(k, "<absent>")
         out[k] = Path(v).name if isinstance(v, str) and os.path.isabs(v) else str(v)
     return _without_default_aspects(cfg, out)

@@ -73,16 +73,6 @@ def cost_inputs(ctx, aspect, items, idx, decomps, method, text: str) -> CostInpu
                       method.cost.score_tokens(method.scoring.reasoning))
 
 
-@dataclass
-class Outcome:
-    """What the optimization of every aspect produced (``_report`` writes it)."""
-
-    rows: list[dict] = field(default_factory=list)  # one per aspect: held-out and dev correlations, counts
-    trajectories: list[dict] = field(default_factory=list)
-    gradients: list[dict] = field(default_factory=list)
-    sets: dict[str, list[dict]] = field(default_factory=dict)  # aspect -> the final ranked set
-
-
 def parts(cfg: DictConfig) -> Parts:
     """Nothing beside the skeleton's parts; the optimizer's settings are checked with the others, before anything is
     written."""
@@ -106,9 +96,9 @@ def run(run_plan: Plan) -> ExperimentResult:
             with job.client() as client:
                 decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, method.proxy(inputs),
                                                       lcfg.supports_json_schema)
-                env, outcome = Optimizing(client, decomps, ckpt_dir, method, lcfg), Outcome()
+                env = Optimizing(client, decomps, ckpt_dir, method, lcfg)
                 for plan in plans.values():
-                    _optimize(ctx, ocfg, plan, env, outcome)
+                    _optimize(ctx, ocfg, plan, env)
                 job.finish(client)
         except StopOptimization as stop:
             msg = (f"{stop}: checkpoint in {ckpt_dir}; continue with optimizer.resume={ckpt_dir} "
@@ -120,7 +110,7 @@ def run(run_plan: Plan) -> ExperimentResult:
             print(f"The optimization stopped; its checkpoint (after the last completed round) is in {ckpt_dir}: "
                   f"continue with optimizer.resume={ckpt_dir}", file=sys.stderr, flush=True)
             raise
-        return _report(ctx, ocfg, outcome, lcfg, job.metrics)
+        return _report(ctx, ocfg, env, job.metrics)
 
 
 def _face_method(ctx) -> tuple[Any, Any, LLMConfig]:
@@ -204,19 +194,21 @@ def _checkpoint_dir(ctx, ocfg: OptimizerConfig) -> Path:
 
 @dataclass
 class Optimizing:
-    """What every aspect's optimization shares: the LLM client, the decompositions, the checkpoint directory."""
+    """What every aspect's optimization shares (the LLM client, the decompositions, the checkpoint directory) and
+    what it produced (``_report`` writes it)."""
 
     client: Any
     decomps: Any
     ckpt_dir: Path
     method: Any
     lcfg: LLMConfig
+    rows: list[dict] = field(default_factory=list)  # one per aspect: held-out and dev correlations, counts
+    trajectories: list[dict] = field(default_factory=list)
+    gradients: list[dict] = field(default_factory=list)
+    sets: dict[str, list[dict]] = field(default_factory=dict)  # aspect -> the final ranked set
 
-    def usage(self) -> tuple[int, float]:
-        return self.client.usage.requests, self.client.usage.spent_usd
 
-
-def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, env: Optimizing, outcome: Outcome) -> None:
+def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, env: Optimizing) -> None:
     """One aspect: the beam search from its start (or its checkpoint), then the final set on dev and test."""
     a, items, idx = plan
     lcfg, judged = env.lcfg, ctx.dataset.judged
@@ -228,7 +220,7 @@ def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, env: Optimizing, outcome:
     prompts = PromptLog(ctx.tracker, a.name, state.prompt_name if state is not None else None)
     loop = BeamSearch(ocfg, a, scorer, idx["train"], idx["dev"],
                       Writer(env.client, a, ocfg, lcfg.supports_json_schema, judged), prompts, str(env.ckpt_dir),
-                      env.usage)
+                      lambda: (env.client.usage.requests, env.client.usage.spent_usd))
     config = run_config(ocfg, a.name, ctx, lcfg, env.method)
     if state is not None:
         try:
@@ -242,10 +234,10 @@ def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, env: Optimizing, outcome:
     state = loop.run(state)
     final = loop.final_set(state)
     row = _evaluate(a, idx, state, final, scorer, loop.gold)
-    outcome.rows.append(row)
-    outcome.trajectories += [{"aspect": a.name, **t} for t in state.trajectory]
-    outcome.gradients += [{"aspect": a.name, **g} for g in state.gradients]
-    outcome.sets[a.name] = [{"instruction_id": c.cid, "text": c.text, "rank": i + 1,
+    env.rows.append(row)
+    env.trajectories += [{"aspect": a.name, **t} for t in state.trajectory]
+    env.gradients += [{"aspect": a.name, **g} for g in state.gradients]
+    env.sets[a.name] = [{"instruction_id": c.cid, "text": c.text, "rank": i + 1,
                              "mean_reward": state.mean_reward(c.cid), "pulls": len(state.rewards[c.cid]),
                              "round": c.round, "parent": c.parent, "prompt_version": c.version}
                             for i, c in enumerate(final)]
@@ -270,26 +262,26 @@ def _evaluate(a, idx: dict, state, final: list, scorer, gold) -> dict:
     return row
 
 
-def _report(ctx, ocfg, outcome: Outcome, llm: LLMConfig, job_metrics: dict) -> ExperimentResult:
+def _report(ctx, ocfg, env: Optimizing, job_metrics: dict) -> ExperimentResult:
     """The held-out table, the final sets (``instructions.json``: what ``method.instructions.source=file`` and a
     ``runs:/<run id>`` reference read), the trajectory and the gradients."""
     from face.report.optimizer_figures import trajectory
     from face.report.tables import to_markdown
 
-    res, traj = pd.DataFrame(outcome.rows), pd.DataFrame(outcome.trajectories)
+    res, traj, llm = pd.DataFrame(env.rows), pd.DataFrame(env.trajectories), env.lcfg
     note = (f"LLM {llm.model} ({llm.backend}); {ctx.subset}; optimized on the train fold(s), "
             f"'test' = held-out fold {ocfg.split.fold} of {ocfg.split.folds} (conversation level, stratified by "
             f"system, seed {ocfg.split.seed}); α={ocfg.alpha} β={ocfg.beta} b={ocfg.beam} c={ocfg.ucb_c} "
             f"rounds={ocfg.rounds} pulls/round={ocfg.pulls}")
     shown = res[["aspect", "level", "test_items", "candidates", "test_initial_spearman", "test_final_spearman",
                  "test_best_spearman", "dev_final_spearman", "pulls", "llm_calls"]]
-    metrics = report_metrics(outcome.rows)
+    metrics = report_metrics(env.rows)
     return ctx.result(
         results=res, metrics={**job_metrics, **metrics},
         tables={"heldout": Table(res, f"Held-out correlation, final set vs initial instruction. {note}", 4),
                 "trajectory": Table(traj)},
-        texts={"instructions.json": json.dumps(outcome.sets, indent=1),
-               "gradients.jsonl": "".join(json.dumps(g, default=str) + "\n" for g in outcome.gradients)},
+        texts={"instructions.json": json.dumps(env.sets, indent=1),
+               "gradients.jsonl": "".join(json.dumps(g, default=str) + "\n" for g in env.gradients)},
         figures={"figures/trajectory.png": partial(trajectory, traj, ocfg.reward,
                                                    "Instruction optimizer: reward by round", note)},
         shown=[(f"Held-out correlation: final set vs initial instruction. {note}", shown, 3)],

@@ -28,13 +28,13 @@ from typing import Annotated, Any, Callable
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pydantic import Field
 
 from face.coefficients import rows_correlation
 from face.data.split import split_conversations
 from face.errors import ConfigError
-from face.experiments.common import Parts, experiment
+from face.experiments.common import Parts, experiment, own_settings
 from face.experiments.common import Plan as RunPlan
 from face.experiments.optimize_instructions import optimizer_config
 from face.experiments.result import ExperimentResult, Table
@@ -71,9 +71,7 @@ class Plan:
 
     @staticmethod
     def of(cfg: DictConfig, ocfg: OptimizerConfig) -> Plan:
-        node = cfg.get("selection")
-        given: Any = OmegaConf.to_container(node, resolve=True) if node is not None else {}
-        sel = SelectionSettings(**given)
+        sel = own_settings(SelectionSettings, cfg, "selection")
         budgets, cs = [int(x) for x in sel.budgets], [float(x) for x in sel.ucb_cs]
         if ocfg.pulls not in budgets:
             budgets = sorted({*budgets, ocfg.pulls})
@@ -116,7 +114,7 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
     n = matrix.shape[0]
     rows: list[dict[str, Any]] = []
 
-    def policy_run(policy: str, budget: int, c: float, rng: np.random.Generator) -> tuple[list[int], int]:
+    def policy_run(policy: str, budget: int, c: float, rep: int, rng: np.random.Generator) -> dict[str, Any]:
         bandit = Bandit(n, c)
 
         def pull(a: int) -> float:
@@ -124,19 +122,17 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
             return reward(matrix[a, idx], gold[idx], kind)
 
         bandit.run(pull, budget, policy)
-        return bandit.top(b), int(bandit.t)
+        return {"policy": policy, "budget": budget, "ucb_c": c if policy == "ucb" else np.nan, "repeat": rep,
+                "set": bandit.top(b), "pulls": int(bandit.t)}
 
     for rep in range(repeats):
         rng = np.random.default_rng([*seed, rep])
         chosen = random_choice(n, b, rng)
         rows.append({"policy": "random", "budget": 0, "ucb_c": np.nan, "repeat": rep, "set": chosen, "pulls": 0})
         for budget in budgets:
-            for c in cs:
-                chosen, t = policy_run("ucb", budget, c, np.random.default_rng([*seed, rep, budget, int(c * 1000)]))
-                rows.append({"policy": "ucb", "budget": budget, "ucb_c": c, "repeat": rep, "set": chosen, "pulls": t})
-            chosen, t = policy_run("uniform", budget, 0.0, np.random.default_rng([*seed, rep, budget, 7]))
-            rows.append({"policy": "uniform", "budget": budget, "ucb_c": np.nan, "repeat": rep, "set": chosen,
-                         "pulls": t})
+            rows += [policy_run("ucb", budget, c, rep, np.random.default_rng([*seed, rep, budget, int(c * 1000)]))
+                     for c in cs]
+            rows.append(policy_run("uniform", budget, 0.0, rep, np.random.default_rng([*seed, rep, budget, 7])))
     for r in rows:
         r["heldout"] = _set_score(matrix, r["set"], test, gold, kind)
         r["item_evaluations"] = r["pulls"] * min(minibatch, len(train))

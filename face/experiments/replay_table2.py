@@ -42,7 +42,8 @@ def run(plan: Plan) -> ExperimentResult:
         results = ctx.evaluate(out.predictions)
         released = FaceReleased(**{})  # reproduce_table2's: conf/method/face_released.yaml
         direct = with_copies(released.predict(ctx.inputs()).predictions, ctx.convs)
-        report = _server_report(ctx.run_dir / "llm_server.json")
+        server = ctx.run_dir / "llm_server.json"
+        report = json.loads(server.read_text(encoding="utf-8")) if server.exists() else {}
         groups = identical_groups(ctx.data_dir)
         explained = {k for conv_id, turn_ind, _ in groups for a in ctx.aspects
                      for k in ((a.name, conv_id, turn_ind), (a.name, conv_id))} | explained_by(report)
@@ -69,7 +70,10 @@ def run(plan: Plan) -> ExperimentResult:
                   "replay_report": Table(findings(groups, ctx, out, diff), "The identical-prompt groups of the "
                                          f"released particles and what the run found. Source: {label}.", 0)}
         note = f"Published bars: Table 2 of the paper. Ours: {label}; error bars: 95% bootstrap CI."
-        bars = {f"figures/bars_{split}_spearman.png": partial(_bars, results, published, split, note)
+        from face.report import figures  # matplotlib only where a figure is drawn
+
+        bars = {f"figures/bars_{split}_spearman.png": partial(figures.bars_vs_published, results, published, split,
+                                                              "spearman", "FACE live (ours, replay judge)", note)
                 for split in ("redial", "opendialkg")}
         shown: list = [(caption, table.drop(columns=["ci_low", "ci_high"])),
                        (f"What the replay judge answered in this run (its count; a warm rerun sends nothing): {label}",
@@ -96,13 +100,6 @@ def _table(results: pd.DataFrame, direct_results: pd.DataFrame, published: pd.Da
                   "published", "delta", "within_0_001", "n"]]
 
 
-def _bars(results: pd.DataFrame, published: pd.DataFrame, split: str, note: str, path: Path) -> Path:
-    from face.report import figures  # matplotlib only where a figure is drawn
-
-    return figures.bars_vs_published(results, published, split, "spearman", "FACE live (ours, replay judge)", note,
-                                     path)
-
-
 def original(conv_id: str) -> str:
     """The conversation a copy was made from (``dataset.repeat``: ``<id>~k``)."""
     return conv_id.split("~", 1)[0]
@@ -120,10 +117,6 @@ def with_copies(p: Predictions, convs) -> Predictions:
         return pd.concat([df, more[df.columns]], ignore_index=True)
 
     return Predictions(spread(p.turn), spread(p.dialogue))
-
-
-def _server_report(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
 def explained_by(report: dict) -> set[tuple]:

@@ -23,11 +23,11 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pydantic import Field
 
 from face.comparison import engine, stats
-from face.experiments.common import Parts, Plan, experiment
+from face.experiments.common import Parts, Plan, experiment, own_settings
 from face.experiments.result import ExperimentResult, Table
 from face.metaeval import items
 from face.report import figures
@@ -52,12 +52,8 @@ class Settings:
     reference_conversations: int = Field(ge=1)
 
 
-def settings(cfg: DictConfig) -> Settings:
-    return Settings(**dict(OmegaConf.to_container(cfg.sequential, resolve=True)))  # type: ignore[arg-type]
-
-
 def parts(cfg: DictConfig) -> Parts:
-    settings(cfg)
+    own_settings(Settings, cfg, "sequential")
     return Parts()
 
 
@@ -105,35 +101,30 @@ def _sides(x: np.ndarray, orders: np.ndarray, scales, s: Settings, method: str) 
     return [mean_sequence(x[orders, j], level, lo, hi, method) for j, (lo, hi) in enumerate(scales)]
 
 
-def _stops(side_a: list, side_b: list, scales, s: Settings) -> tuple[np.ndarray, np.ndarray]:
-    """(share of the pair's conversations scored when each aspect stopped, its decision), orders × K."""
-    share, decision = [], []
-    for j, (lo, hi) in enumerate(scales):
-        low, up, seen_a, seen_b = interleave(side_a[j], side_b[j], s.batch)
-        first, dec = stopping(low, up, s.target_diff * (hi - lo))
-        share.append((seen_a[first] + seen_b[first]) / (side_a[j][0].shape[-1] + side_b[j][0].shape[-1]))
-        decision.append(dec)
-    return np.column_stack(share), np.column_stack(decision)
-
-
-def _order_stops(xa: np.ndarray, xb: np.ndarray, scales, s: Settings, method: str) -> tuple[np.ndarray, np.ndarray]:
-    """As ``_stops``, the sides paired by scoring order (``xa``: orders × conversations × K in scoring order)."""
-    share, decision = [], []
-    for j, (lo, hi) in enumerate(scales):
-        low, up, seen, _ = order_paired_steps(xa[..., j], xb[..., j], s.alpha / len(scales), lo, hi, s.batch, method)
-        first, dec = stopping(low, up, s.target_diff * (hi - lo))
-        share.append(2 * seen[first] / (xa.shape[1] + xb.shape[1]))
-        decision.append(dec)
-    return np.column_stack(share), np.column_stack(decision)
-
-
 def _rule(systems: dict, orders: dict, scales, s: Settings, method: str, by_order: bool):
-    """The sequential rule of a pair of systems (names) run over their scoring orders: (share, decision)."""
-    if by_order:
-        return lambda a, b: _order_stops(systems[a]["pred"][orders[a]], systems[b]["pred"][orders[b]], scales, s,
-                                         method)
-    sides = {name: _sides(x["pred"], orders[name], scales, s, method) for name, x in systems.items()}
-    return lambda a, b: _stops(sides[a], sides[b], scales, s)
+    """The sequential rule of a pair of systems (names) run over their scoring orders: (share of the pair's
+    conversations scored when each aspect stopped, its decision), orders × K."""
+    sides = {} if by_order else {name: _sides(x["pred"], orders[name], scales, s, method)
+                                 for name, x in systems.items()}
+
+    def steps(a: str, b: str, j: int) -> tuple:  # aspect j's (lower, upper, share of the pair's conversations seen)
+        if by_order:  # the sides paired by scoring order (orders × conversations × K in scoring order)
+            xa, xb = systems[a]["pred"][orders[a]], systems[b]["pred"][orders[b]]
+            low, up, seen, _ = order_paired_steps(xa[..., j], xb[..., j], s.alpha / len(scales), scales[j][0],
+                                                  scales[j][1], s.batch, method)
+            return low, up, 2 * seen / (xa.shape[1] + xb.shape[1])
+        low, up, seen_a, seen_b = interleave(sides[a][j], sides[b][j], s.batch)
+        return low, up, (seen_a + seen_b) / (sides[a][j][0].shape[-1] + sides[b][j][0].shape[-1])
+
+    def rule(a: str, b: str) -> tuple[np.ndarray, np.ndarray]:
+        share, decision = [], []
+        for j, (lo, hi) in enumerate(scales):
+            low, up, seen = steps(a, b, j)
+            first, dec = stopping(low, up, s.target_diff * (hi - lo))
+            share.append(seen[first])
+            decision.append(dec)
+        return np.column_stack(share), np.column_stack(decision)
+    return rule
 
 
 def _cells(systems: dict, aspects, label: str, rule, fixed: dict, human_fixed: dict) -> pd.DataFrame:
@@ -217,7 +208,7 @@ def _calibration_summary(cal: pd.DataFrame, alpha: float) -> pd.DataFrame:
 
 
 def run(plan: Plan) -> ExperimentResult:
-    s = settings(plan.cfg)
+    s = own_settings(Settings, plan.cfg, "sequential")
     with experiment(plan) as ctx:
         start, seed = time.perf_counter(), ctx.settings.seed
         out = ctx.predict()

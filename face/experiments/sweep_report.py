@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from hydra.experimental.callback import Callback
 
 from face.files import atomic_path, atomic_write_text
 from face.report.look import drawn
@@ -220,10 +221,6 @@ def report(tracking_uri: str, out: Path | None = None, experiment: str = "optimi
 
 
 # ---------------------------------------------------------------- the Hydra callback
-try:
-    from hydra.experimental.callback import Callback
-except ImportError:  # pragma: no cover - Hydra is a dependency
-    Callback = object  # type: ignore[assignment,misc]
 
 
 def remove_leftovers(job_dir: Path) -> list[Path]:

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pydantic import Field
 
 from face import arena_ranking as arena
@@ -25,7 +25,7 @@ from face.data import ARENA_VOTES, RELEASED_PARTICLES
 from face.datasets.arena import load_votes
 from face.datasets.face_released import load_released_particles
 from face.errors import ConfigError
-from face.experiments.common import Parts, Plan, experiment
+from face.experiments.common import Parts, Plan, experiment, own_settings
 from face.experiments.result import ExperimentResult, Table
 from face.metaeval import items
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
@@ -48,13 +48,9 @@ class Settings:
     arena_boot: int | None = Field(ge=200)
 
 
-def settings(cfg: DictConfig) -> Settings:
-    return Settings(**dict(OmegaConf.to_container(cfg.comparison, resolve=True)))  # type: ignore[arg-type]
-
-
 def parts(cfg: DictConfig) -> Parts:
     """The arena votes and the released particles to fetch; the ``comparison:`` settings, checked with the others."""
-    settings(cfg)
+    own_settings(Settings, cfg, "comparison")
     unknown = [s for s in cfg.arena.vote_sources if s not in ARENA_VOTES]
     if unknown:
         raise ConfigError(f"arena.vote_sources: unknown {unknown}; choose from {sorted(ARENA_VOTES)}")
@@ -132,7 +128,7 @@ def _power(face_units, human_units, aspects: list[str], table: pd.DataFrame, s: 
 
 def run(plan: Plan) -> ExperimentResult:
     cfg = plan.cfg
-    s = settings(cfg)
+    s = own_settings(Settings, cfg, "comparison")
     with experiment(plan) as ctx:
         start, seed = time.perf_counter(), ctx.settings.seed
         out = ctx.predict()

@@ -107,7 +107,7 @@ def run(plan: Plan) -> ExperimentResult:
         main = order_aspects(long[long["coefficient"].isin(["pearson", "spearman"])][cols])
         tables = {"correlations": Table(main, f"Reference-based metrics on USR. {note}", 4)}
         shown: list = []
-        comp = vs_published(results.assign(corpus=results["corpus"]), published)
+        comp = vs_published(results, published)
         if not comp.empty:
             tables["vs_published"] = Table(comp, f"Ours vs USR's published values ({published['source'].iloc[0]}), "
                                                  f"turn level, every published cell of these metrics. {note}", 4)

@@ -58,16 +58,12 @@ def _ylim_from_zero(ax: plt.Axes, *values, top: float = 1.0, pad: float = 0.05) 
     ax.axhline(0, color="black", lw=0.6)
 
 
-def _integer_ticks(ax: plt.Axes, values, axis: str = "x") -> None:
-    """Ticks exactly at the integer values a parameter took (k, budget, position), labelled without decimals."""
+def _integer_ticks(ax: plt.Axes, values) -> None:
+    """X ticks exactly at the integer values a parameter took (k, budget, position), labelled without decimals."""
     ticks = sorted({int(v) for v in values if np.isfinite(v)})
-    if axis == "x":
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([str(t) for t in ticks])
-        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    else:
-        ax.set_yticks(ticks)
-        ax.set_yticklabels([str(t) for t in ticks])
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
 
 
 def _with_ci(d: pd.DataFrame, keys) -> tuple[np.ndarray, np.ndarray]:
@@ -169,10 +165,8 @@ def k_curve(summary: pd.DataFrame, coefficient: str, note: str, path: str | Path
             g = df[(df["split"] == split) & (df["aspect"] == aspect)].sort_values("k")
             ax.errorbar(g["k"], g["mean"], yerr=g["sd"], marker="o", capsize=3, label=aspect)
         ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(df["k"].unique()))
-        ax.set_xticklabels([str(k) for k in sorted(df["k"].unique())])
+        _integer_ticks(ax, df["k"])
         ax.set_xlabel("number of instructions k")
-        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_title(SPLIT_LABELS.get(split, split))
     axes[0][0].set_ylabel(COEF_LABELS[coefficient])
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
