@@ -94,12 +94,11 @@ def costs(ctx, s: Settings) -> pd.DataFrame:
         method = build(node)
         instructions = {a.name: method.instruction_set(ctx.data_dir, a) for a in ctx.aspects}
         table = method.estimate(inputs, instructions, method.proxy(inputs))
-        stages = table[table["stage"] != "total"]
-        decompose = stages[stages["stage"] == "decompose"][list(COUNTS)].sum()
-        scoring_all = stages[stages["stage"].str.startswith("score:")][list(COUNTS)].sum()
-        n_instr = {len(v) for v in instructions.values()}.pop()
+        counts = table.set_index("stage")[list(COUNTS)]
+        # one instruction of every aspect: its scoring stage over its instructions (a request per unit × instruction)
+        one = sum(counts.loc[f"score:{a}"] / len(v) for a, v in instructions.items())
         for k in s.ks:
-            total = (decompose + scoring_all * k / n_instr) / len(ctx.convs)
+            total = (counts.loc["decompose"] + one * k) / len(ctx.convs)
             rows.append({"estimator": name, "k": k, **total.to_dict(),
                          "usd": cost_usd(total["input_tokens"], total["output_tokens"], *llm.prices)})
     return pd.DataFrame(rows)
