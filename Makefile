@@ -87,6 +87,7 @@ results: setup
 	$(BIN)/python scripts/run.py experiment=system_comparison
 	$(BIN)/python scripts/run.py experiment=sequential_comparison
 	$(BIN)/python scripts/run.py experiment=ablation_num_instructions
+	$(BIN)/python scripts/run.py experiment=cost_frontier
 	$(BIN)/python scripts/run.py experiment=ablation_aggregation
 	$(BIN)/python scripts/run.py experiment=diagnostics
 	$(BIN)/python scripts/run.py experiment=optimize_selection

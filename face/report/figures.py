@@ -337,3 +337,36 @@ def saving_bars(summary: pd.DataFrame, note: str, path: str | Path) -> Path:
     ax.set_ylabel("share of conversations not scored")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return _save(fig, path, note)
+
+
+@drawn(math=False)  # "$ per conversation": a dollar sign, not mathtext
+def cost_frontier(table: pd.DataFrame, coefficient: str, note: str, path: str | Path) -> Path:
+    """Correlation (with its interval) against $ per conversation on a log axis, one panel per level, one line per
+    aspect over k (ticks: each k's cost); Pareto points filled. The estimators without a measured correlation: their
+    cost at the largest k, dotted."""
+    df = table[table["coefficient"] == coefficient]
+    seen = df[df["correlation"] == "measured"]
+    levels = [v for v in ("turn", "dialogue", "system") if v in set(df["level"])]
+    ticks = seen.groupby("k")["usd"].first()
+    fig, axes = plt.subplots(1, len(levels), figsize=(4.6 * len(levels), 4), sharey=True, squeeze=False)
+    for ax, level in zip(axes[0], levels):
+        for i, aspect in enumerate(ordered(seen[seen["level"] == level]["aspect"])):
+            g = seen[(seen["level"] == level) & (seen["aspect"] == aspect)].sort_values("usd")
+            colour = sns.color_palette("tab10")[i]
+            v, err = _with_ci(g.set_index("k"), g["k"])
+            ax.errorbar(g["usd"], v, yerr=err, color=colour, marker="o", mfc="white", capsize=2, label=aspect)
+            front = g[g["pareto"]]
+            ax.plot(front["usd"], front["value"], "o", color=colour, zorder=3)
+        top = df[(df["level"] == level) & (df["correlation"] != "measured") & (df["k"] == df["k"].max())]
+        for name, usd in top.groupby("estimator", sort=False)["usd"].first().items():
+            ax.axvline(usd, color="grey", ls=":", lw=1)
+            ax.text(usd, 0.02, f" {name}, k={df['k'].max()}", rotation=90, fontsize=6, color="grey",
+                    transform=ax.get_xaxis_transform())
+        ax.set_xscale("log")
+        ax.set_xticks(ticks.to_numpy(), [f"${u:.2f}\nk={k}" for k, u in ticks.items()])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_xlabel("$ per conversation (log scale)")
+        ax.set_title(f"{level} level")
+        ax.legend(fontsize=6, loc="lower right")
+    axes[0][0].set_ylabel(COEF_LABELS[coefficient])
+    return _save(fig, path, note)
