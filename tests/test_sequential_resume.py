@@ -166,4 +166,6 @@ def test_what_an_undecided_aspect_would_need_in_conversations_and_dollars():
     assert math.isnan(few["more_usd"].iloc[0])
     assert _needs_line(next(few.itertuples()), 100).endswith("≈ 127 conversations per side, not reachable with the "
                                                              "100 available")
-    assert "no width decides it" in _needs_line(list(got.itertuples())[2], 200)
+    assert _needs_line(list(got.itertuples())[2], 200) == ("[-0.500, +0.500] after 10 per side: centred on 0, no "
+                                                           "width decides it (without a target difference); not "
+                                                           "reachable")

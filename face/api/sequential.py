@@ -76,7 +76,7 @@ def _needs_line(r: Any, available: int) -> str:
     n = min(r.n_baseline, r.n_candidate)
     where = f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}] after {n} per side"
     if math.isinf(r.needed_per_side):
-        return f"{where}, centred on 0: no width decides it (a --target-diff would); not reachable"
+        return f"{where}: centred on 0, no width decides it (without a target difference); not reachable"
     if r.needed_per_side > available:
         return (f"{where}: ≈ {r.needed_per_side:.0f} conversations per side, not reachable with the {available} "
                 "available")
