@@ -34,6 +34,7 @@ target`` when it lies inside ``±target_diff``, else ``undecided``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -278,3 +279,31 @@ class SequentialComparison:
 def _last(lower: np.ndarray, upper: np.ndarray, lo: float, hi: float) -> tuple[float, float]:
     """The bounds after the last observation (before any: the whole range)."""
     return (float(lower[-1]), float(upper[-1])) if len(lower) else (lo, hi)
+
+
+def conversations_needed(low: float, high: float, n: int, target: float | None = None, most: int = 10**9) -> float:
+    """An estimate of the conversations per side after which an undecided interval ``[low, high]`` of the difference,
+    seen after ``n`` per side, would decide — *if* its centre stayed where it is and its half-width ``h`` shrank like
+    ``√(log(1 + n) / n)`` (the rate of these sequences' widths, up to constants): the smallest ``m ≥ n`` with
+    ``h √(log(1 + m) / m) / √(log(1 + n) / n) < g``, ``g`` the largest half-width that decides (``|centre|``: 0
+    excluded; with a target, also ``target − |centre|``: inside ±target). ``inf``: no width decides (the centre at 0
+    and no target) or more than ``most`` would be needed. An extrapolation, not a bound."""
+    centre, half = (low + high) / 2, (high - low) / 2
+    goal = max(abs(centre), target - abs(centre) if target else 0.0)
+    if goal <= 0 or n < 1:
+        return math.inf
+
+    def decides(m: int) -> bool:
+        return half * math.sqrt(math.log1p(m) / m) < goal * math.sqrt(math.log1p(n) / n)
+
+    if decides(n):
+        return n
+    lo, hi = n, n
+    while not decides(hi):  # hi doubles until it decides; then the first m in (lo, hi] that does, by bisection
+        if hi > most:
+            return math.inf
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if decides(mid) else (mid, hi)
+    return hi if hi <= most else math.inf

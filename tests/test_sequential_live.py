@@ -76,9 +76,12 @@ def test_two_identical_sets_run_to_the_end_undecided(tmp_path, capsys):
     write_logs(tmp_path / "v2.jsonl", _convs(6))
     with ScriptedServer(responder=judge) as srv:
         assert main(_argv(tmp_path, srv.base_url)) == 0
-    assert "stopped because the conversations ran out" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "stopped because the conversations ran out" in out
     decision = _read(tmp_path, "sequential")[0]
     assert decision["decision"] == "undecided" and decision["n_baseline"] == decision["n_candidate"] == 6
+    # every paired difference is 0: the interval is centred on 0, no width excludes it
+    assert decision["needed_per_side"] == float("inf") and "no width decides it" in out
     assert decision["ci_low"] < 0 < decision["ci_high"]
 
 

@@ -9,10 +9,13 @@ are sent, and a stopped or killed run, started again with the same command, goes
 only what it had not scored. After each step ``face.sequential.SequentialComparison`` (anytime-valid confidence
 sequences, each aspect at α / K) is updated with the new conversations' scores (a conversation's score per aspect:
 its dialogue score, or the mean of its turns' scores). The run stops when every aspect is decided, or when the
-conversations, ``max_conversations`` or the cost cap (``llm.max_cost_usd``, summed over the steps) run out.
-``OUT/comparison`` then holds a normal ``face compare`` report of the scored conversations, the sequence's bounds
-per step (``sequential_steps``), the decisions (``sequential``), what was saved (``sequential_saved``) and one
-figure per aspect (``figures/sequential_<aspect>.png``).
+conversations, ``max_conversations`` or the cost cap run out (``llm.max_cost_usd``: the whole comparison's; each
+step's run is capped at what is left of it, so a step may stop inside its batch: the comparison is then made over
+the steps completed, each side's directory evaluated again at that step's conversations from the cache, and what the
+broken step scored stays cached for the rerun). ``OUT/comparison`` then holds a normal ``face compare`` report of
+the scored conversations, the sequence's bounds per step (``sequential_steps``), the decisions with, for an
+undecided aspect, an estimate of the conversations it would need (``sequential``), what was saved
+(``sequential_saved``) and one figure per aspect (``figures/sequential_<aspect>.png``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import math
 import os
 import tempfile
@@ -34,6 +38,8 @@ import pandas as pd
 from face.api.evaluate import evaluation
 from face.api.inputs import check_conversations, source_of
 from face.errors import ConfigError, require_writable_dir
+
+log = logging.getLogger(__name__)
 
 COUNTS = ("http_requests", "input_tokens", "output_tokens", "cost_usd")  # sent (a cache hit is not)
 
@@ -50,16 +56,32 @@ class SequentialResult:
     saved: pd.DataFrame
     stop: str
     out: Path
+    available: int = 0  # conversations per side in the files (the smaller side's)
 
     def summary(self) -> str:
         from face.report.tables import to_markdown
 
-        undecided = list(self.decisions.loc[self.decisions["decision"] == "undecided", "aspect"])
         lines = [self.comparison.summary(), "", f"Sequential: stopped because {self.stop}.",
                  to_markdown(self.decisions), "", "What was scored vs available:", to_markdown(self.saved)]
-        if undecided:
-            lines.append(f"Undecided: {', '.join(undecided)} (more conversations would be needed)")
+        undecided = self.decisions[self.decisions["decision"] == "undecided"]
+        if len(undecided):
+            lines += ["", "Undecided: what more would probably take (an estimate: the interval's centre kept, its "
+                      "width shrinking like √(log n / n)):"]
+            lines += [f"  {r.aspect}: {_needs_line(r, self.available)}" for r in undecided.itertuples()]
         return "\n".join(lines)
+
+
+def _needs_line(r: Any, available: int) -> str:
+    """What an undecided aspect would probably need (a row of the decisions), in words."""
+    n = min(r.n_baseline, r.n_candidate)
+    where = f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}] after {n} per side"
+    if math.isinf(r.needed_per_side):
+        return f"{where}: centred on 0, no width decides it (without a target difference); not reachable"
+    if r.needed_per_side > available:
+        return (f"{where}: ≈ {r.needed_per_side:.0f} conversations per side, not reachable with the {available} "
+                "available")
+    return (f"{where}: ≈ {r.needed_per_side:.0f} conversations per side, {2 * (r.needed_per_side - n):.0f} more in "
+            f"all, ≈ ${r.more_usd:.2f} at this run's price")
 
 
 def _positive_int(value: Any, name: str, none: bool = False) -> int | None:
@@ -130,18 +152,31 @@ def _evaluated(convs: list, logs: Path, aspects: Sequence[str], llm: Any, run: d
     return done
 
 
-def _step(convs: list, tmp: Path, out: Path, aspects: Sequence[str], llm: Any, run: dict) -> dict:
-    """One side's conversations scored so far, evaluated into ``out`` (a rerun: the cache answers); its usage."""
-    done = _evaluated(convs, tmp / f"{out.name}.json", aspects, llm, run, out, overwrite=True)
-    totals = json.loads((out / "llm_usage.json").read_text(encoding="utf-8"))["totals"]
+def _step(convs: list, tmp: Path, out: Path, aspects: Sequence[str], llm: Any, run: dict, cap: float | None,
+          used: dict) -> None:
+    """One side's conversations scored so far, evaluated into ``out`` (what earlier steps scored: from the cache)
+    with what is left of the cost cap as its own (``llm.force``: its estimate counts the cached ones too); what it
+    sent added to ``used``, also when it stops (its ``llm_usage.json`` is written then too)."""
+    if cap is not None:
+        left = max(cap - used["cost_usd"], 0.0)
+        run = {**run, "settings": {**run["settings"], "llm.max_cost_usd": left, "llm.force": True}}
+    usage = out / "llm_usage.json"
+    usage.unlink(missing_ok=True)  # an earlier step's, if this one writes none
+    try:
+        _evaluated(convs, tmp / f"{out.name}.json", aspects, llm, run, out, overwrite=True)
+    finally:
+        totals = json.loads(usage.read_text(encoding="utf-8"))["totals"] if usage.exists() else {}
+        for k in COUNTS:
+            used[k] += totals.get(k, 0) or 0
+
+
+def _estimate(convs: list, tmp: Path, aspects: Sequence[str], llm: Any, run: dict) -> tuple[pd.Series, float | None]:
+    """The estimate of scoring ``convs``, and the cost cap (llm.max_cost_usd) of the settings."""
+    done = _evaluated(convs, tmp / "estimate.json", aspects, llm, run, None, estimate_only=True)
+    assert done.estimate is not None  # the live method has an LLM job
     cap = done.cfg.llm.get("max_cost_usd")
-    return {**{k: totals.get(k, 0) or 0 for k in COUNTS}, "cap": None if cap is None else float(cap)}
-
-
-def _estimate(convs: list, tmp: Path, aspects: Sequence[str], llm: Any, run: dict) -> pd.Series:
-    est = _evaluated(convs, tmp / "estimate.json", aspects, llm, run, None, estimate_only=True).estimate
-    assert est is not None  # the live method has an LLM job
-    return est[est["stage"] == "total"].iloc[0][list(COUNTS)].astype(float)
+    total = done.estimate[done.estimate["stage"] == "total"].iloc[0][list(COUNTS)].astype(float)
+    return total, None if cap is None else float(cap)
 
 
 def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | str | None = None, llm: str = "local",
@@ -171,14 +206,15 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
         order_a, order_b, paired = _orders(sides[0], sides[1], seed, max_conversations)
         aspect_list = _aspects(aspects)
         run = {"overrides": overrides, "entry": entry, "settings": settings}
-        avail = _estimate(sides[0], tmp, aspect_list, llm, run) + _estimate(sides[1], tmp, aspect_list, llm, run)
+        (avail_a, cap), (avail_b, _) = (_estimate(side, tmp, aspect_list, llm, run) for side in sides)
+        avail = avail_a + avail_b
         require_writable_dir(out, "--out" if entry == "cli" else "out")
         if confirm is not None and not confirm(float(avail["cost_usd"])):
             return None
         _claim(out, overwrite, entry)
         limited = len(order_a) < len(sides[0]) or len(order_b) < len(sides[1])
         return _loop(order_a, order_b, paired, names, tmp, out, aspect_list, llm, run, batch, alpha, target_diff,
-                     method, avail, sum(map(len, sides)), echo, limited)
+                     method, avail, [len(side) for side in sides], cap, echo, limited)
 
 
 def _claim(out: Path, overwrite: bool, entry: str) -> None:
@@ -194,7 +230,7 @@ def _claim(out: Path, overwrite: bool, entry: str) -> None:
 
 
 def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, alpha, target_diff, method,
-          avail, n_avail, echo, limited) -> SequentialResult:
+          avail, sizes, cap, echo, limited) -> SequentialResult:
     from face.comparison.engine import compare
     from face.comparison.runs import from_dir
     from face.llm import BudgetExceeded
@@ -210,11 +246,16 @@ def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, a
         na, nb = min(step * batch, len(order_a)), min(step * batch, len(order_b))
         try:
             for convs, d in ((order_a[:na], dirs[0]), (order_b[:nb], dirs[1])):
-                usage = _step(convs, tmp, d, aspects, llm, run)
-                for k in COUNTS:
-                    used[k] += usage[k]
-        except BudgetExceeded:
-            stop = "the cost cap (llm.max_cost_usd) ran out"
+                _step(convs, tmp, d, aspects, llm, run, cap, used)
+        except BudgetExceeded as e:
+            if seq is None:
+                raise  # not one step finished: nothing to compare (what was scored is cached)
+            which = f"the cost cap (llm.max_cost_usd = {cap:g})" if cap is not None else "a budget cap (llm.max_calls)"
+            stop = (f"{which} ran out inside step {step}: the comparison is of the {step - 1} steps finished; what "
+                    f"step {step} scored is cached (the same command with a larger cap continues from it)")
+            log.info("step %d stopped: %s", step, e)
+            for convs, d in ((order_a[:done_a], dirs[0]), (order_b[:done_b], dirs[1])):
+                _step(convs, tmp, d, aspects, llm, run, cap, used)  # back to the steps finished, from the cache
             break
         if seq is None:
             meta = from_dir(dirs[0])
@@ -227,12 +268,11 @@ def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, a
         rows.append(status.assign(step=step, scored=na + nb))
         echo(f"step {step}: {na} + {nb} conversations scored; " + "; ".join(
             f"{r.aspect} [{r.ci_low:+.3f}, {r.ci_high:+.3f}] {r.decision}" for r in status.itertuples()))
-        limit = usage["cap"]
         if seq.done():
             stop = "every aspect is decided"
             break
-        if limit is not None and used["cost_usd"] >= limit:
-            stop = f"the cost cap (llm.max_cost_usd = {limit:g}) ran out"
+        if cap is not None and used["cost_usd"] >= cap:
+            stop = f"the cost cap (llm.max_cost_usd = {cap:g}) ran out"
             break
     if seq is None:
         raise ConfigError(f"nothing was scored: {stop}")
@@ -240,11 +280,29 @@ def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, a
                    pairing="paired" if paired else "unpaired", alpha=alpha, target_diff=target_diff)
     steps = pd.concat(rows, ignore_index=True)
     decisions = steps[steps["step"] == steps["step"].max()].drop(columns=["step"]).reset_index(drop=True)
-    scored_est = (_estimate(order_a[:done_a], tmp, aspects, llm, run)
-                  + _estimate(order_b[:done_b], tmp, aspects, llm, run))
-    saved = _saved(done_a + done_b, n_avail, scored_est, avail, used)
+    decisions = _needs(decisions, target_diff, min(sizes), float(avail["cost_usd"]) / sum(sizes))
+    scored_est = (_estimate(order_a[:done_a], tmp, aspects, llm, run)[0]
+                  + _estimate(order_b[:done_b], tmp, aspects, llm, run)[0])
+    saved = _saved(done_a + done_b, sum(sizes), scored_est, avail, used)
     _write(comp, steps, decisions, saved, stop, out / "comparison")
-    return SequentialResult(comp, steps, decisions, saved, stop, out)
+    return SequentialResult(comp, steps, decisions, saved, stop, out, min(sizes))
+
+
+def _needs(decisions: pd.DataFrame, target: float | None, available: int, usd_per_conversation: float
+           ) -> pd.DataFrame:
+    """The decisions with, per undecided aspect, ``needed_per_side``: an estimate of the conversations per side it
+    would need (``face.sequential.conversations_needed``; inf: no width decides it) and ``more_usd``: the $ of the
+    conversations more on both sides at the run's price (estimated $ per conversation; NaN: beyond ``available``).
+    Both NaN for a decided aspect."""
+    from face.sequential import conversations_needed
+
+    need, usd = [], []
+    for r in decisions.itertuples():
+        n = min(r.n_baseline, r.n_candidate)
+        m = conversations_needed(r.ci_low, r.ci_high, n, target) if r.decision == "undecided" else math.nan
+        need.append(m)
+        usd.append(2 * (m - n) * usd_per_conversation if m <= available else math.nan)
+    return decisions.assign(needed_per_side=need, more_usd=usd)
 
 
 def _saved(n_scored: int, n_avail: int, scored: pd.Series, avail: pd.Series, used: dict) -> pd.DataFrame:
