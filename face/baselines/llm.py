@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Any, Sequence
 
 import numpy as np
@@ -32,13 +32,17 @@ from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
 from face.data.split import split_conversations
 from face.files import atomic_path, atomic_write_text
+from face.llm import ChatRequest
+from face.llm.adapters import score_adapter
 from face.llm.base import Draws
 from face.llm.config import LLMConfig
+from face.llm.logprobs import expected_score
 from face.llm.sizes import Samples, Size, planned_request
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
 from face.pipeline.estimate import Pricing
-from face.pipeline.scoring import numbered, reasoned_value
+from face.pipeline.estimators import reasoned_value
+from face.pipeline.score_prompts import numbered
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.prompts import render, template_text
 from face.settings import Number, nested, settings
@@ -133,9 +137,7 @@ class _LLMBaseline:
     def estimate(self, reqs: Sequence, inputs: Inputs) -> pd.DataFrame:
         pricing = Pricing.of(inputs.needs_llm(f"method={self.name}"))
         size = sum((planned_request(r.messages, r.n, pricing.n_per_request, self.output_tokens) for r in reqs), Size())
-        return pd.DataFrame([{"stage": f"score:{self.name}", "units": len(reqs), "requests": size.requests,
-                              "samples": size.samples, "http_requests": size.http_requests,
-                              "input_tokens": size.input_tokens, "output_tokens": size.output_tokens,
+        return pd.DataFrame([{"stage": f"score:{self.name}", "units": len(reqs), **asdict(size),
                               "cost_usd": pricing.cost(size.input_tokens, size.output_tokens)}])
 
     def validated(self, req: Any, adapter: Any, native: bool | None = None) -> Any:
@@ -144,8 +146,11 @@ class _LLMBaseline:
             req = adapter.request(req, native)
         return replace(req, adapter=adapter, draws=self.draws)
 
+    def how(self, llm: LLMConfig) -> str:
+        return f"n={self.n}, T={self.temperature}"
+
     def describe(self, llm: LLMConfig) -> str:
-        out = f"{self.title} — LLM: {llm.model} ({llm.backend}); n={self.n}, T={self.temperature}"
+        out = f"{self.title} — LLM: {llm.model} ({llm.backend}); {self.how(llm)}"
         if llm.backend in ("local", "scripted"):
             out += "; PIPELINE CHECK ONLY, no judging signal"
         return out
@@ -180,9 +185,9 @@ class _LLMBaseline:
         return MethodOutput(predictions(units, values), detail, job.label, [*job.artifacts, detail_path], metrics)
 
 
-def _mean_valid(result, scale: Sequence[int]) -> tuple[float | None, int]:
-    """The mean of a request's valid answers, and how many answers are missing."""
-    vals = [s.value.score for s in result.answers]
+def _mean_valid(result) -> tuple[float | None, int]:
+    """The mean of a request's valid scores, and how many answers are missing."""
+    vals = [getattr(s.value, "score", s.value) for s in result.answers]
     return (float(np.mean(vals)) if vals else None), result.invalid_samples
 
 
@@ -193,9 +198,6 @@ class LLMDirect(_LLMBaseline):
     templates: tuple[str, ...] = ("direct.txt",)
 
     def requests(self, units, inputs, client, native):
-        from face.llm import ChatRequest
-        from face.llm.adapters import score_adapter
-
         out = []
         for u in units:
             msgs = render("baselines/direct.txt", **aspect_fields(u.aspect, inputs.dataset.judged), **unit_fields(u))
@@ -205,7 +207,7 @@ class LLMDirect(_LLMBaseline):
         return out
 
     def value(self, unit, result):
-        return _mean_valid(result, unit.aspect.scale)
+        return _mean_valid(result)
 
 
 def training_conversations(convs: Sequence[Conversation], folds: int, seed: int) -> list[Conversation]:
@@ -240,9 +242,6 @@ class LLMCoTICL(_LLMBaseline):
         return "\n\n".join(parts)
 
     def requests(self, units, inputs, client, native):
-        from face.llm import ChatRequest
-        from face.llm.adapters import score_adapter
-
         train = training_conversations(inputs.convs, self.folds, self.split_seed)
         out = []
         for a in inputs.aspects:
@@ -258,8 +257,7 @@ class LLMCoTICL(_LLMBaseline):
         return out
 
     def value(self, unit, result):
-        vals = [s.value for s in result.answers]
-        return (float(np.mean(vals)) if vals else None), result.invalid_samples
+        return _mean_valid(result)
 
 
 class _ReasonedScore:
@@ -289,8 +287,6 @@ class GEval(_LLMBaseline):
         self._logprobs = True
 
     def prepare(self, inputs, client, native):
-        from face.llm import ChatRequest
-
         reqs = []
         for a in inputs.aspects:
             f = aspect_fields(a, inputs.dataset.judged)
@@ -306,9 +302,6 @@ class GEval(_LLMBaseline):
         atomic_write_text(inputs.run_dir / "g_eval_steps.json", pd.Series(self._steps).to_json(indent=1))
 
     def requests(self, units, inputs, client, native):
-        from face.llm import ChatRequest
-        from face.llm.adapters import score_adapter
-
         self._logprobs = bool(inputs.llm.supports_logprobs)
         out = []
         for u in units:
@@ -326,9 +319,7 @@ class GEval(_LLMBaseline):
 
     def value(self, unit, result):
         if not self._logprobs:
-            return _mean_valid(result, unit.aspect.scale)
-        from face.llm.logprobs import expected_score
-
+            return _mean_valid(result)
         s = result.answers[0] if result.answers else None
         if s is None:
             return None, 1
@@ -337,10 +328,6 @@ class GEval(_LLMBaseline):
             return float(s.value.score), 0
         return float(exp.value), 0
 
-    def describe(self, llm):
-        how = (f"top-{self.top_logprobs} logprobs expectation" if llm.supports_logprobs
-               else f"no logprobs: mean of {self.n_fallback} samples at T=1")
-        out = f"{self.title} — LLM: {llm.model} ({llm.backend}); {how}"
-        if llm.backend in ("local", "scripted"):
-            out += "; PIPELINE CHECK ONLY, no judging signal"
-        return out
+    def how(self, llm):
+        return (f"top-{self.top_logprobs} logprobs expectation" if llm.supports_logprobs
+                else f"no logprobs: mean of {self.n_fallback} samples at T=1")

@@ -25,7 +25,8 @@ from face.optimize.checkpoint import Candidate
 from face.optimize.items import Item
 from face.pipeline.aggregate import aggregate
 from face.pipeline.particles import Decomposition
-from face.pipeline.scoring import ScoringSpec, Unit, one_line, plan, score, units_for
+from face.pipeline.score_prompts import Unit, one_line, units_for
+from face.pipeline.scoring import ScoringSpec, plan, score
 from face.predictions import Predictions
 
 

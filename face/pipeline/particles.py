@@ -70,6 +70,18 @@ def next_user_turn(conv: Conversation, turn: Turn) -> str:
     return after[0].utterance if after else ""
 
 
+def one_line(text: str) -> str:
+    """Whitespace-normalised text (the authors' clean-up; also keeps a turn on its own line)."""
+    return " ".join(text.split())
+
+
+def numbered(turns: Sequence[Turn]) -> str:
+    """``Turn N - ROLE: text``, one line per turn."""
+    if not turns:
+        return "(no earlier turns)"
+    return "\n".join(f"Turn {t.turn_ind} - {t.role}: {one_line(t.utterance)}" for t in turns)
+
+
 def history_text(turns: Sequence[Turn]) -> str:
     if not turns:
         return "(no earlier turns)"
@@ -81,12 +93,9 @@ def decompose_messages(conv: Conversation, turn: Turn, assistant: str = "movie-r
     """The decomposition prompt; ``assistant`` names the kind of assistant (the dataset's wording)."""
     earlier = [t for t in conv.turns if t.turn_ind < turn.turn_ind]
     if reasoning:
-        numbered = lambda ts: "\n".join(f"Turn {t.turn_ind} - {t.role}: {' '.join(t.utterance.split())}"  # noqa: E731
-                                         for t in ts)
         nxt = next_user_turn(conv, turn)
-        return render("decompose_reasoning.txt", assistant=assistant,
-                      history=numbered(earlier) if earlier else "(no earlier turns)", turn=numbered([turn]),
-                      next_user=" ".join(nxt.split()) if nxt else "(the conversation ended here)")
+        return render("decompose_reasoning.txt", assistant=assistant, history=numbered(earlier), turn=numbered([turn]),
+                      next_user=one_line(nxt) if nxt else "(the conversation ended here)")
     return render("decompose.txt", assistant=assistant, history=history_text(earlier), turn=turn.utterance.strip(),
                   next_user=next_user_turn(conv, turn) or "(the conversation ended here)")
 
