@@ -101,7 +101,7 @@ class Comparison:
                                                            ("better", "worse", "no detectable difference")))
         if self.ranking is not None:
             lines += ["", "Ranking (1 = best; rank interval):", to_markdown(self.ranking)]
-        lines += ["", *self.warnings, self.method_note()] if self.warnings else ["", self.method_note()]
+        lines += ["", *self.warnings, self.method_note()]
         return "\n".join(lines)
 
     def write(self, out_dir: str | os.PathLike, overwrite: bool = False) -> list[Path]:

@@ -81,7 +81,6 @@ class LiveScorer:
         self.json_schema, self.judged = json_schema, judged
         self.convs = {c.conv_id: c for c in convs}
         self.items = list(items)
-        self.gold = np.array([it.gold for it in self.items])
         self.empty = np.nan if empty_score is None else empty_score
         self.example_chars = example_chars
         self.units: list[list[Unit]] = []
@@ -90,7 +89,6 @@ class LiveScorer:
             us = by_conv[it.conv_id]
             self.units.append(us if it.turn_ind < 0 else [u for u in us if u.turn_ind == it.turn_ind])
         self.memo: dict[tuple[str, str, int, int], float] = {}
-        self.scored_units = 0
 
     @staticmethod
     def _key(cand: Candidate, u: Unit) -> tuple[str, str, int, int]:
@@ -111,7 +109,6 @@ class LiveScorer:
         records = score(self.client, planned, self.spec, desc=f"optimizer scoring {self.aspect.name}")
         for rec, p in zip(records, planned):
             self.memo[self._key(by_cid[p.instruction.instruction_id], p.unit)] = rec.score
-        self.scored_units += len(planned)
 
     def covered(self) -> np.ndarray:
         """Indices of items with a prediction whatever the scores: those with particles, or all given an

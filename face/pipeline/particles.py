@@ -16,6 +16,7 @@ If no sample is valid, the whole turn becomes one particle, flagged ``fallback="
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Sequence
@@ -23,6 +24,8 @@ from typing import Annotated, Any, Sequence
 from pydantic import Field, field_validator
 
 from face.data.schema import DIALOGUE_ACTS, NO_FEEDBACK, USER, Conversation, Particle, Turn, TurnParticles
+from face.llm import ChatRequest
+from face.llm.adapters import last_json_object, particles_adapter
 from face.llm.base import Draws
 from face.llm.sizes import Samples
 from face.prompts import render
@@ -108,14 +111,8 @@ def parse_particles(answer, adapter=None, reasoning: bool = False) -> tuple[Part
     """Particles of one completion (or text), or the reason it is invalid (``face.llm.adapters``).
 
     With ``reasoning`` the answer is the last JSON object of the reply and may list no particle."""
-    import json
-
-    from face.llm.adapters import particles_adapter
-
     adapter = adapter or particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
     if reasoning:
-        from face.llm.adapters import last_json_object
-
         if getattr(answer, "finish_reason", "") == "length":
             return "truncated (finish_reason=length)"
         found = last_json_object(getattr(answer, "text", answer))
@@ -159,8 +156,6 @@ class ParticlesAnswer:
     prompt asks for the list alone) and its reading (``parse_particles``), within the spec's draws."""
 
     def __init__(self, reasoning: bool):
-        from face.llm.adapters import particles_adapter
-
         self.reasoning = reasoning
         self.json = particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
 
@@ -176,8 +171,6 @@ class ParticlesAnswer:
 def decompose(client: Any, convs: Sequence[Conversation], spec: ParticlesSpec, json_schema: bool,
               assistant: str = "movie-recommendation assistant") -> dict[tuple[str, int], Decomposition]:
     """LLM decomposition of every evaluated assistant turn of ``convs`` (see module doc)."""
-    from face.llm import ChatRequest
-
     turns = [(c, t) for c in convs for t in c.evaluated_turns()]
     answer = ParticlesAnswer(spec.reasoning)
 
