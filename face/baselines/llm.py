@@ -112,8 +112,8 @@ class _LLMBaseline:
         raise NotImplementedError
 
     def value(self, unit: Unit, result) -> tuple[float | None, int]:
-        """(prediction, number of invalid samples)."""
-        raise NotImplementedError
+        """(prediction, number of invalid samples): by default the mean of the valid scores."""
+        return _mean_valid(result)
 
     def prepare(self, inputs: Inputs, client, native: bool) -> None:
         """Per-run set-up that may call the LLM (G-Eval's steps)."""
@@ -153,7 +153,6 @@ class _LLMBaseline:
         units = units_of(inputs.aspects, inputs.convs)
         job = LLMJob(lcfg, inputs.run_dir, self.describe(lcfg), name=self.name, summary=inputs.summary)
         self.register(inputs)
-        run_dir = inputs.run_dir
         if job.dry_run:  # G-Eval's steps are not drawn: its requests are estimated without them
             job.gate(self.estimate(self.requests(units, inputs, None, native), inputs))
             return job.dry_run_output()
@@ -168,7 +167,7 @@ class _LLMBaseline:
         detail = pd.DataFrame({"aspect": [u.aspect.name for u in units], "conv_id": [u.conv.conv_id for u in units],
                                "turn_ind": [u.turn_ind for u in units], "score": list(values),
                                "invalid_samples": list(invalid)})
-        detail_path = run_dir / f"scores_{self.name}.csv"
+        detail_path = inputs.run_dir / f"scores_{self.name}.csv"
         with atomic_path(detail_path) as tmp:
             detail.to_csv(tmp, index=False)
         metrics[f"{self.name}.units"] = len(units)
@@ -197,9 +196,6 @@ class LLMDirect(_LLMBaseline):
                               tag=f"{self.name}:{u.aspect.name}")
             out.append(self.validated(req, score_adapter(u.aspect.scale), native))
         return out
-
-    def value(self, unit, result):
-        return _mean_valid(result)
 
 
 def training_conversations(convs: Sequence[Conversation], folds: int, seed: int) -> list[Conversation]:
@@ -247,9 +243,6 @@ class LLMCoTICL(_LLMBaseline):
                                   tag=f"{self.name}:{a.name}")
                 out.append(self.validated(req, _ReasonedScore(a.scale)))
         return out
-
-    def value(self, unit, result):
-        return _mean_valid(result)
 
 
 class _ReasonedScore:

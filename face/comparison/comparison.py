@@ -76,8 +76,7 @@ class Comparison:
         out = {"verdicts": self.verdicts(), "means": self.means, "differences": self.differences,
                "systems": self.systems.drop(columns=["label"])}
         if self.ranking is not None:
-            out["ranking"] = self.ranking
-            out["beats"] = self.beats
+            out.update(ranking=self.ranking, beats=self.beats)
         out.update({f"moved_{k}": v for k, v in self.moved.items()})
         return out
 

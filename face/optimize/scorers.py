@@ -144,10 +144,8 @@ class LiveScorer:
             else:
                 context = "\n".join(f"Turn {t.turn_ind} {t.role}: {one_line(t.utterance)[:cut // 4]}"
                                     for t in conv.turns)[: cut * 3]
-            particles = [{"turn": u.turn_ind, "dialogue_act": u.particle.dialogue_act if u.particle else "",
-                          "mention": u.particle.mention if u.particle else "",
-                          "user_feedback": u.particle.user_feedback if u.particle else "",
-                          "score": self.memo[self._key(cand, u)]} for u in self.units[i]]
+            particles = [{"turn": u.turn_ind, **vars(u.particle), "score": self.memo[self._key(cand, u)]}
+                         for u in self.units[i]]  # (units of particles: each has one)
             out.append({"conv_id": it.conv_id, "turn_ind": it.turn_ind, "context": context, "particles": particles,
                         "pred": float(pred), "gold": it.gold})
         return out
