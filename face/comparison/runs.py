@@ -132,13 +132,16 @@ def _from_settings(run: Run, settings: dict) -> Run:
     return run
 
 
+def _hydra(cfg_path: Path) -> Any:
+    """``get(key, default=None)``: a value of an experiment's Hydra config (the default where it has none or cannot
+    resolve it)."""
+    cfg = OmegaConf.load(cfg_path)
+    return lambda key, default=None: OmegaConf.select(cfg, key, default=default, throw_on_resolution_failure=False)
+
+
 def _from_hydra(run: Run, cfg_path: Path) -> Run:
     """An experiment run directory without run settings: what its Hydra config says about the method."""
-    cfg = OmegaConf.load(cfg_path)
-
-    def get(key: str) -> Any:
-        return OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-
+    get = _hydra(cfg_path)
     if get("method.name") == "face_released":
         from face.pipeline.released import LABEL
 
@@ -156,10 +159,8 @@ def _from_hydra(run: Run, cfg_path: Path) -> Run:
 
 def _systems_from_dataset(cfg_path: Path) -> dict[str, str]:
     """conversation → system for an experiment run on CRSArena-Eval (its data directory, fetched if needed)."""
-    cfg = OmegaConf.load(cfg_path)
-    target = OmegaConf.select(cfg, "dataset._target_", default="", throw_on_resolution_failure=False)
-    if not str(target).endswith("CRSArenaEval") or OmegaConf.select(cfg, "dataset.file", default=None,
-                                                                        throw_on_resolution_failure=False):
+    get = _hydra(cfg_path)
+    if not str(get("dataset._target_", "")).endswith("CRSArenaEval") or get("dataset.file"):
         return {}
     data_dir = Path(os.environ.get("FACE_DATA_DIR", project_root() / "data" / "raw"))
     ensure_data(data_dir, [CRSARENA_EVAL], os.environ.get("FACE_DATA_MIRROR"))
