@@ -120,11 +120,8 @@ class _LLMBaseline:
 
     # ---- shared
     def register(self, inputs: Inputs) -> None:
-        if inputs.tracker is None:
-            return
         text = "\n\n".join(f"--- {t}\n{template_text('baselines/' + t)}" for t in self.templates)
-        for a in inputs.aspects:
-            inputs.tracker.register_instructions(a.name, [Instruction(f"{self.name}-template", text)], self.name)
+        inputs.register_instructions(self.name, lambda a: [Instruction(f"{self.name}-template", text)])
 
     def estimate(self, reqs: Sequence, inputs: Inputs) -> pd.DataFrame:
         pricing = Pricing.of(inputs.needs_llm(f"method={self.name}"))
@@ -280,10 +277,7 @@ class GEval(_LLMBaseline):
                                     max_tokens=self.steps_max_tokens, tag=f"{self.name}:steps:{a.name}"))
         for a, r in zip(inputs.aspects, client.run_batch(reqs, desc="g_eval steps")):
             self._steps[a.name] = r.text.strip() or "1. Read the conversation.\n2. Rate the quality."
-        if inputs.tracker is not None:
-            for a in inputs.aspects:
-                inputs.tracker.register_instructions(a.name, [Instruction("g_eval-steps", self._steps[a.name])],
-                                                     "g_eval_steps")
+        inputs.register_instructions("g_eval_steps", lambda a: [Instruction("g_eval-steps", self._steps[a.name])])
         atomic_write_text(inputs.run_dir / "g_eval_steps.json", pd.Series(self._steps).to_json(indent=1))
 
     def requests(self, units, inputs, client, native):

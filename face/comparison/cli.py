@@ -38,8 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="is version B better than version A? runs compared with statistics",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN", help="two or more runs: baseline first")
-    p.add_argument("--names", default=None, help="comma-separated names for the runs (default: directory or file "
-                                                 "names)")
+    p.add_argument("--names", help="comma-separated names for the runs (default: directory or file names)")
     p.add_argument("--by-system", action="store_true",
                    help="one system per `system` of the runs' conversations (e.g. one run of several CRSs)")
     p.add_argument("--aspects", default=None, help="comma-separated aspects (default: every aspect all runs score)")

@@ -48,7 +48,6 @@ class ReplayScorer:
 
     def __init__(self, scores: pd.DataFrame, items: Sequence[Item], level: str):
         self.items = list(items)
-        self.level = level
         self.ids = sorted(scores["instruction_id"].astype(str).unique())
         levels = dict.fromkeys(scores["aspect"].unique(), level)
         self.matrix = np.vstack([_item_preds(aggregate(scores, levels, instructions=[k], rounded=False), self.items)

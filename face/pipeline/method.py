@@ -177,10 +177,7 @@ class Face:
         proxy = self.proxy(inputs)
         costs = self.estimate(inputs, instructions, proxy)
         job.gate(costs, self.units.proxy_note(inputs.dataset, proxy))
-        if inputs.tracker is not None:
-            for a in inputs.aspects:
-                inputs.tracker.register_instructions(a.name, instructions[a.name], self.source.name,
-                                                     self.units.wording(a))
+        inputs.register_instructions(self.source.name, lambda a: instructions[a.name], self.units.wording)
         if job.dry_run:
             return job.dry_run_output()
         write_run_settings(run_dir / RUN_SETTINGS, job.label, lcfg, self, instructions, inputs.aspects)

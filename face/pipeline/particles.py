@@ -103,10 +103,6 @@ def decompose_messages(conv: Conversation, turn: Turn, assistant: str = "movie-r
                   next_user=next_user_turn(conv, turn) or "(the conversation ended here)")
 
 
-def _norm(s: str) -> str:
-    return " ".join(s.lower().split())
-
-
 def parse_particles(answer, adapter=None, reasoning: bool = False) -> tuple[Particle, ...] | str:
     """Particles of one completion (or text), or the reason it is invalid (``face.llm.adapters``).
 
@@ -134,7 +130,7 @@ def plurality_vote(samples: Sequence[tuple[Particle, ...]]) -> tuple[tuple[Parti
     counts = Counter(len(s) for s in samples)
     top = max(counts.values())
     best_len = next(len(s) for s in samples if counts[len(s)] == top)  # earliest among tied counts
-    key = lambda p: (p.dialogue_act, _norm(p.mention), _norm(p.user_feedback))  # noqa: E731
+    key = lambda p: (p.dialogue_act, one_line(p.mention.lower()), one_line(p.user_feedback.lower()))  # noqa: E731
     freq = Counter(key(p) for s in samples for p in s)
     candidates = [s for s in samples if len(s) == best_len]
     best = max(candidates, key=lambda s: sum(freq[key(p)] for p in s))  # max keeps the earliest on ties
