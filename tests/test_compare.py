@@ -130,7 +130,7 @@ def test_the_figures_show_each_mean_difference_and_p_beats_of_the_tables_with_it
 
     drawn_figures = []
     png = cf.png
-    monkeypatch.setattr(cf, "png", lambda fig: drawn_figures.append(fig) or png(fig))
+    monkeypatch.setattr(cf, "png", lambda fig, note="": drawn_figures.append(fig) or png(fig, note))
     rng = np.random.default_rng(2)
     a = _scores(rng, 40, 0)
     ta = {c: list(np.clip(rng.normal(0.7, 0.3, 3), 0, 1.2)) for c in a}  # relevance: a 0-2 scale

@@ -151,7 +151,7 @@ def test_a_dollar_in_a_system_name_is_drawn_as_written_not_parsed_as_mathtext(tm
 
     drawn = []
     png = cf.png
-    monkeypatch.setattr(cf, "png", lambda fig: drawn.append(fig) or png(fig))
+    monkeypatch.setattr(cf, "png", lambda fig, note="": drawn.append(fig) or png(fig, note))
     comp = face.compare(*two, names=["a$}{$b", "c$"], n_boot=200)
     assert "a$}{$b" in comp.report(tmp_path / "comparison.html").read_text()
     means_fig, diff_fig = drawn

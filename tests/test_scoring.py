@@ -11,7 +11,8 @@ from scripted_face import INSTR, P, _client_cfg, _released
 
 from face.datasets.crsarena import ASPECTS
 from face.llm import Completion, TokenLogprob, make_client
-from face.pipeline.scoring import Planned, ScoringSpec, Unit, plan, record_from_samples, score, score_value, units_for
+from face.pipeline.estimators import score_value
+from face.pipeline.scoring import Planned, ScoringSpec, Unit, plan, record_from_samples, score, units_for
 from face.testing.scripted import InProcessServer
 
 
@@ -164,7 +165,7 @@ def test_answer_counts_go_to_the_usage_of_the_records_tag():
 
 
 def test_each_estimator_asks_for_what_it_reads():
-    from face.pipeline.scoring import LogprobsEstimator, SamplingEstimator
+    from face.pipeline.estimators import LogprobsEstimator, SamplingEstimator
 
     spec = ScoringSpec("sampling", 5, temperature=0.6, top_logprobs=4, reasoning=False)
     s = SamplingEstimator().request((("user", "rate"),), spec, "t")

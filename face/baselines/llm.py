@@ -20,8 +20,7 @@ arithmetic, the units of llm_usage.json), stop after it with ``llm.dry_run=true`
 from __future__ import annotations
 
 import json
-import logging
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Any, Sequence
 
 import numpy as np
@@ -32,18 +31,20 @@ from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
 from face.data.split import split_conversations
 from face.files import atomic_path, atomic_write_text
+from face.llm import ChatRequest
+from face.llm.adapters import score_adapter
 from face.llm.base import Draws
 from face.llm.config import LLMConfig
+from face.llm.logprobs import expected_score
 from face.llm.sizes import Samples, Size, planned_request
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
 from face.pipeline.estimate import Pricing
-from face.pipeline.scoring import numbered, reasoned_value
+from face.pipeline.estimators import reasoned_value
+from face.pipeline.score_prompts import numbered
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 from face.prompts import render, template_text
 from face.settings import Number, nested, settings
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,14 +55,9 @@ class Unit:
 
 
 def units_of(aspects: Sequence[Aspect], convs: Sequence[Conversation]) -> list[Unit]:
-    out = []
-    for a in aspects:
-        for c in convs:
-            if a.level == "turn":
-                out += [Unit(a, c, t.turn_ind) for t in c.evaluated_turns()]
-            else:
-                out.append(Unit(a, c, -1))
-    return out
+    """Per aspect and conversation: each evaluated assistant turn (a turn-level aspect), else the conversation."""
+    return [Unit(a, c, t) for a in aspects for c in convs
+            for t in ([t.turn_ind for t in c.evaluated_turns()] if a.level == "turn" else [-1])]
 
 
 def unit_fields(u: Unit) -> dict[str, str]:
@@ -116,26 +112,21 @@ class _LLMBaseline:
         raise NotImplementedError
 
     def value(self, unit: Unit, result) -> tuple[float | None, int]:
-        """(prediction, number of invalid samples)."""
-        raise NotImplementedError
+        """(prediction, number of invalid samples): by default the mean of the valid scores."""
+        return _mean_valid(result)
 
     def prepare(self, inputs: Inputs, client, native: bool) -> None:
         """Per-run set-up that may call the LLM (G-Eval's steps)."""
 
     # ---- shared
     def register(self, inputs: Inputs) -> None:
-        if inputs.tracker is None:
-            return
         text = "\n\n".join(f"--- {t}\n{template_text('baselines/' + t)}" for t in self.templates)
-        for a in inputs.aspects:
-            inputs.tracker.register_instructions(a.name, [Instruction(f"{self.name}-template", text)], self.name)
+        inputs.register_instructions(self.name, lambda a: [Instruction(f"{self.name}-template", text)])
 
     def estimate(self, reqs: Sequence, inputs: Inputs) -> pd.DataFrame:
         pricing = Pricing.of(inputs.needs_llm(f"method={self.name}"))
         size = sum((planned_request(r.messages, r.n, pricing.n_per_request, self.output_tokens) for r in reqs), Size())
-        return pd.DataFrame([{"stage": f"score:{self.name}", "units": len(reqs), "requests": size.requests,
-                              "samples": size.samples, "http_requests": size.http_requests,
-                              "input_tokens": size.input_tokens, "output_tokens": size.output_tokens,
+        return pd.DataFrame([{"stage": f"score:{self.name}", "units": len(reqs), **asdict(size),
                               "cost_usd": pricing.cost(size.input_tokens, size.output_tokens)}])
 
     def validated(self, req: Any, adapter: Any, native: bool | None = None) -> Any:
@@ -144,8 +135,11 @@ class _LLMBaseline:
             req = adapter.request(req, native)
         return replace(req, adapter=adapter, draws=self.draws)
 
+    def how(self, llm: LLMConfig) -> str:
+        return f"n={self.n}, T={self.temperature}"
+
     def describe(self, llm: LLMConfig) -> str:
-        out = f"{self.title} — LLM: {llm.model} ({llm.backend}); n={self.n}, T={self.temperature}"
+        out = f"{self.title} — LLM: {llm.model} ({llm.backend}); {self.how(llm)}"
         if llm.backend in ("local", "scripted"):
             out += "; PIPELINE CHECK ONLY, no judging signal"
         return out
@@ -156,7 +150,6 @@ class _LLMBaseline:
         units = units_of(inputs.aspects, inputs.convs)
         job = LLMJob(lcfg, inputs.run_dir, self.describe(lcfg), name=self.name, summary=inputs.summary)
         self.register(inputs)
-        run_dir = inputs.run_dir
         if job.dry_run:  # G-Eval's steps are not drawn: its requests are estimated without them
             job.gate(self.estimate(self.requests(units, inputs, None, native), inputs))
             return job.dry_run_output()
@@ -171,7 +164,7 @@ class _LLMBaseline:
         detail = pd.DataFrame({"aspect": [u.aspect.name for u in units], "conv_id": [u.conv.conv_id for u in units],
                                "turn_ind": [u.turn_ind for u in units], "score": list(values),
                                "invalid_samples": list(invalid)})
-        detail_path = run_dir / f"scores_{self.name}.csv"
+        detail_path = inputs.run_dir / f"scores_{self.name}.csv"
         with atomic_path(detail_path) as tmp:
             detail.to_csv(tmp, index=False)
         metrics[f"{self.name}.units"] = len(units)
@@ -180,9 +173,9 @@ class _LLMBaseline:
         return MethodOutput(predictions(units, values), detail, job.label, [*job.artifacts, detail_path], metrics)
 
 
-def _mean_valid(result, scale: Sequence[int]) -> tuple[float | None, int]:
-    """The mean of a request's valid answers, and how many answers are missing."""
-    vals = [s.value.score for s in result.answers]
+def _mean_valid(result) -> tuple[float | None, int]:
+    """The mean of a request's valid scores, and how many answers are missing."""
+    vals = [getattr(s.value, "score", s.value) for s in result.answers]
     return (float(np.mean(vals)) if vals else None), result.invalid_samples
 
 
@@ -193,9 +186,6 @@ class LLMDirect(_LLMBaseline):
     templates: tuple[str, ...] = ("direct.txt",)
 
     def requests(self, units, inputs, client, native):
-        from face.llm import ChatRequest
-        from face.llm.adapters import score_adapter
-
         out = []
         for u in units:
             msgs = render("baselines/direct.txt", **aspect_fields(u.aspect, inputs.dataset.judged), **unit_fields(u))
@@ -203,9 +193,6 @@ class LLMDirect(_LLMBaseline):
                               tag=f"{self.name}:{u.aspect.name}")
             out.append(self.validated(req, score_adapter(u.aspect.scale), native))
         return out
-
-    def value(self, unit, result):
-        return _mean_valid(result, unit.aspect.scale)
 
 
 def training_conversations(convs: Sequence[Conversation], folds: int, seed: int) -> list[Conversation]:
@@ -240,9 +227,6 @@ class LLMCoTICL(_LLMBaseline):
         return "\n\n".join(parts)
 
     def requests(self, units, inputs, client, native):
-        from face.llm import ChatRequest
-        from face.llm.adapters import score_adapter
-
         train = training_conversations(inputs.convs, self.folds, self.split_seed)
         out = []
         for a in inputs.aspects:
@@ -256,10 +240,6 @@ class LLMCoTICL(_LLMBaseline):
                                   tag=f"{self.name}:{a.name}")
                 out.append(self.validated(req, _ReasonedScore(a.scale)))
         return out
-
-    def value(self, unit, result):
-        vals = [s.value for s in result.answers]
-        return (float(np.mean(vals)) if vals else None), result.invalid_samples
 
 
 class _ReasonedScore:
@@ -289,8 +269,6 @@ class GEval(_LLMBaseline):
         self._logprobs = True
 
     def prepare(self, inputs, client, native):
-        from face.llm import ChatRequest
-
         reqs = []
         for a in inputs.aspects:
             f = aspect_fields(a, inputs.dataset.judged)
@@ -299,36 +277,25 @@ class GEval(_LLMBaseline):
                                     max_tokens=self.steps_max_tokens, tag=f"{self.name}:steps:{a.name}"))
         for a, r in zip(inputs.aspects, client.run_batch(reqs, desc="g_eval steps")):
             self._steps[a.name] = r.text.strip() or "1. Read the conversation.\n2. Rate the quality."
-        if inputs.tracker is not None:
-            for a in inputs.aspects:
-                inputs.tracker.register_instructions(a.name, [Instruction("g_eval-steps", self._steps[a.name])],
-                                                     "g_eval_steps")
+        inputs.register_instructions("g_eval_steps", lambda a: [Instruction("g_eval-steps", self._steps[a.name])])
         atomic_write_text(inputs.run_dir / "g_eval_steps.json", pd.Series(self._steps).to_json(indent=1))
 
     def requests(self, units, inputs, client, native):
-        from face.llm import ChatRequest
-        from face.llm.adapters import score_adapter
-
         self._logprobs = bool(inputs.llm.supports_logprobs)
+        sampling = (dict(n=1, temperature=0.0, logprobs=True, top_logprobs=self.top_logprobs) if self._logprobs
+                    else dict(n=self.n_fallback, temperature=1.0))
         out = []
         for u in units:
             steps = self._steps.get(u.aspect.name, "(generated by the LLM at run time)")
             msgs = render("baselines/geval_score.txt", **aspect_fields(u.aspect, inputs.dataset.judged),
                           **unit_fields(u), steps=steps)
-            if self._logprobs:
-                req = ChatRequest(msgs, n=1, temperature=0.0, max_tokens=self.max_tokens or 16,
-                                  logprobs=True, top_logprobs=self.top_logprobs, tag=f"{self.name}:{u.aspect.name}")
-            else:
-                req = ChatRequest(msgs, n=self.n_fallback, temperature=1.0, max_tokens=self.max_tokens or 16,
-                                  tag=f"{self.name}:{u.aspect.name}")
+            req = ChatRequest(msgs, max_tokens=self.max_tokens or 16, tag=f"{self.name}:{u.aspect.name}", **sampling)
             out.append(self.validated(req, score_adapter(u.aspect.scale), native))
         return out
 
     def value(self, unit, result):
         if not self._logprobs:
-            return _mean_valid(result, unit.aspect.scale)
-        from face.llm.logprobs import expected_score
-
+            return _mean_valid(result)
         s = result.answers[0] if result.answers else None
         if s is None:
             return None, 1
@@ -337,10 +304,6 @@ class GEval(_LLMBaseline):
             return float(s.value.score), 0
         return float(exp.value), 0
 
-    def describe(self, llm):
-        how = (f"top-{self.top_logprobs} logprobs expectation" if llm.supports_logprobs
-               else f"no logprobs: mean of {self.n_fallback} samples at T=1")
-        out = f"{self.title} — LLM: {llm.model} ({llm.backend}); {how}"
-        if llm.backend in ("local", "scripted"):
-            out += "; PIPELINE CHECK ONLY, no judging signal"
-        return out
+    def how(self, llm):
+        return (f"top-{self.top_logprobs} logprobs expectation" if llm.supports_logprobs
+                else f"no logprobs: mean of {self.n_fallback} samples at T=1")

@@ -53,12 +53,13 @@ def _scale(run: Run, name: str) -> tuple[int, ...] | None:
     return None if a is None else tuple(a.scale)
 
 
-def _differs(runs: Sequence[Run], what: str, value) -> str | None:
-    """'different <what>: A <v>, B <v>' when the recorded values of the runs differ (unrecorded ones skipped)."""
+def _differs(runs: Sequence[Run], what: str, value, note: str = "") -> str | None:
+    """'different <what>: A <v>, B <v><note>' when the recorded values of the runs differ (unrecorded ones
+    skipped)."""
     known = [(r.name, value(r)) for r in runs if value(r) is not None]
     if len({v for _, v in known}) <= 1:
         return None
-    return f"different {what}: " + ", ".join(f"{n} {v}" for n, v in known)
+    return f"different {what}: " + ", ".join(f"{n} {v}" for n, v in known) + note
 
 
 def reasons(runs: Sequence[Run], aspects: Sequence[str], wanted: Sequence[str] | None = None) -> list[str]:
@@ -68,20 +69,11 @@ def reasons(runs: Sequence[Run], aspects: Sequence[str], wanted: Sequence[str] |
     if len(set(sets)) > 1:
         out.append("different aspects: " + "; ".join(f"{r.name} scores {', '.join(s) or 'none'}"
                                                      for r, s in zip(runs, sets)))
-    for a in aspects:
-        line = _differs(runs, f"scales for {a}", lambda r, a=a: _scale(r, a))
-        if line:
-            out.append(line)
-    for what, value in (("judge LLMs", lambda r: r.judge), ("estimators", lambda r: r.estimator)):
-        line = _differs(runs, what, value)
-        if line:
-            out.append(line)
-    for a in aspects:
-        line = _differs(runs, f"instruction sets for {a}",
-                        lambda r, a=a: None if r.instructions is None else r.instructions.get(a))
-        if line:
-            out.append(line + " (sha256 of ids and texts)")
-    return out
+    lines = [_differs(runs, f"scales for {a}", lambda r, a=a: _scale(r, a)) for a in aspects]
+    lines += [_differs(runs, "judge LLMs", lambda r: r.judge), _differs(runs, "estimators", lambda r: r.estimator)]
+    lines += [_differs(runs, f"instruction sets for {a}", lambda r, a=a: None if r.instructions is None
+                       else r.instructions.get(a), " (sha256 of ids and texts)") for a in aspects]
+    return out + [line for line in lines if line]
 
 
 def unrecorded(runs: Sequence[Run]) -> list[str]:

@@ -1,18 +1,4 @@
-"""``face compare RUN_A RUN_B [RUN_C …]``: the command-line face of ``face.compare``.
-
-``face.cli`` hooks it in (``add_parser(sub)`` while building its parser, ``main(args)`` when the command is
-``compare``, inside ``face.runner.guarded``). Exit codes as the rest of the command: 0 done, 2 a bad input or setting
-(one ``error:`` line; nothing written), 130 interrupted, 1 an unexpected error.
-"""
-
-from __future__ import annotations
-
-import argparse
-import re
-from pathlib import Path
-
-HELP = """\
-Is version B better than version A? Compare two or more FACE runs of the same judge: per aspect, each system's
+"""Is version B better than version A? Compare two or more FACE runs of the same judge: per aspect, each system's
 mean with its 95 % bootstrap interval (conversations resampled within each system), and per pair the difference
 candidate − baseline (later run − earlier run) with its interval and p-value -- paired when the runs share
 conversation ids (the same test set or simulator seeds), unpaired otherwise -- Holm's correction over aspects ×
@@ -35,14 +21,24 @@ as an MLflow run (experiment face_compare, its artifacts beside the store): the 
 a metric, the outputs as artifacts.
 """
 
+# ``face.cli`` hooks this in (``add_parser(sub)`` while building its parser, ``main(args)`` when the command is
+# ``compare``, inside ``face.runner.guarded``). Exit codes as the rest of the command: 0 done, 2 a bad input or
+# setting (one ``error:`` line; nothing written), 130 interrupted, 1 an unexpected error. The module docstring is
+# the command's --help text.
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """The ``compare`` subcommand on ``face``'s parser."""
     p = sub.add_parser("compare", help="is version B better than version A? runs compared with statistics",
-                       description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", metavar="RUN", help="two or more runs: baseline first")
-    p.add_argument("--names", default=None, help="comma-separated names for the runs (default: directory or file "
-                                                 "names)")
+    p.add_argument("--names", help="comma-separated names for the runs (default: directory or file names)")
     p.add_argument("--by-system", action="store_true",
                    help="one system per `system` of the runs' conversations (e.g. one run of several CRSs)")
     p.add_argument("--aspects", default=None, help="comma-separated aspects (default: every aspect all runs score)")

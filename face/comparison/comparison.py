@@ -76,8 +76,7 @@ class Comparison:
         out = {"verdicts": self.verdicts(), "means": self.means, "differences": self.differences,
                "systems": self.systems.drop(columns=["label"])}
         if self.ranking is not None:
-            out["ranking"] = self.ranking
-            out["beats"] = self.beats
+            out.update(ranking=self.ranking, beats=self.beats)
         out.update({f"moved_{k}": v for k, v in self.moved.items()})
         return out
 
@@ -101,7 +100,7 @@ class Comparison:
                                                            ("better", "worse", "no detectable difference")))
         if self.ranking is not None:
             lines += ["", "Ranking (1 = best; rank interval):", to_markdown(self.ranking)]
-        lines += ["", *self.warnings, self.method_note()] if self.warnings else ["", self.method_note()]
+        lines += ["", *self.warnings, self.method_note()]
         return "\n".join(lines)
 
     def write(self, out_dir: str | os.PathLike, overwrite: bool = False) -> list[Path]:

@@ -21,7 +21,10 @@ from face.report.look import drawn
 VERDICT_COLOURS = {"better": "#1b7837", "worse": "#b2182b", "no detectable difference": "#777777"}
 
 
-def png(fig: plt.Figure) -> bytes:
+def png(fig: plt.Figure, note: str = "") -> bytes:
+    """The figure as PNG bytes, ``note`` under it."""
+    if note:
+        _caption(fig, note)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
@@ -29,9 +32,8 @@ def png(fig: plt.Figure) -> bytes:
 
 
 def save(data: bytes, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
-        Path(tmp).write_bytes(data)
+        tmp.write_bytes(data)
     return path
 
 
@@ -56,9 +58,7 @@ def means(df: pd.DataFrame, scales: dict[str, tuple[int, int] | None], note: str
                      loc="left")
         ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    if note:
-        _caption(fig, note)
-    return png(fig)
+    return png(fig, note)
 
 
 @drawn(None, math=False)
@@ -75,9 +75,7 @@ def differences(df: pd.DataFrame, note: str) -> bytes:
     ax.set_yticklabels(labels, fontsize=7)
     ax.set_xlabel("difference of means (candidate − baseline), on the aspect's scale")
     ax.set_title("green: better, red: worse, grey: no detectable difference (Holm)", fontsize=8, loc="left")
-    if note:
-        _caption(fig, note)
-    return png(fig)
+    return png(fig, note)
 
 
 @drawn(None, math=False)
@@ -95,9 +93,7 @@ def beats(df: pd.DataFrame, aspect: str, note: str) -> bytes:
     ax.set_xlabel("")
     ax.set_ylabel("")
     ax.set_xticklabels(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor", fontsize=8)
-    if note:
-        _caption(fig, note)
-    return png(fig)
+    return png(fig, note)
 
 
 @drawn(None, math=False)
@@ -120,9 +116,7 @@ def power_curve(df: pd.DataFrame, note: str) -> bytes:
     axes[0].set_ylabel("share of pairs recovered (significant, human direction)")
     axes[1].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    if note:
-        _caption(fig, note)
-    return png(fig)
+    return png(fig, note)
 
 
 @drawn(None, math=False)
@@ -144,6 +138,4 @@ def sequence(steps: pd.DataFrame, aspect: str, note: str) -> bytes:
     ax.set_title(f"{aspect}: anytime-valid confidence sequence", fontsize=9, loc="left")
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
-    if note:
-        _caption(fig, note)
-    return png(fig)
+    return png(fig, note)

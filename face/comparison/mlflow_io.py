@@ -105,8 +105,7 @@ def log_comparison(comp: Comparison, out_dir: Path, tracking_uri: str) -> str:
             mlflow.log_param(f"run_{i}", redact(f"{r.system}: {r.source}")[:500])
             if str(r.source).startswith("mlflow:"):
                 mlflow.set_tag(f"compared_run.{i}", str(r.source)[len("mlflow:"):])
-        mlflow.log_params({"pairing": comp.settings["pairing"], "n_boot": comp.settings["n_boot"],
-                           "alpha": comp.settings["alpha"], "seed": comp.settings["seed"]})
+        mlflow.log_params({k: comp.settings[k] for k in ("pairing", "n_boot", "alpha", "seed")})
         mlflow.set_tag("mlflow.note.content", redact(comp.to_markdown())[:5000])
         mlflow.log_metrics(metrics)
         mlflow.log_artifacts(str(out_dir), artifact_path="comparison")

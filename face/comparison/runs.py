@@ -19,10 +19,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
+from omegaconf import OmegaConf
 
 from face.aspects import Aspect
+from face.data import CRSARENA_EVAL
+from face.data.fetch import ensure_data
+from face.datasets.crsarena import load_conversations
 from face.errors import ConfigError, DataError
 from face.predictions import Predictions
+from face.report.diagnostic_report import read_run_settings
+from face.runfile import read_run_file
 from face.tracking.names import RELEASED_JUDGE
 
 NOT_RECORDED = "not recorded"
@@ -126,15 +132,16 @@ def _from_settings(run: Run, settings: dict) -> Run:
     return run
 
 
+def _hydra(cfg_path: Path) -> Any:
+    """``get(key, default=None)``: a value of an experiment's Hydra config (the default where it has none or cannot
+    resolve it)."""
+    cfg = OmegaConf.load(cfg_path)
+    return lambda key, default=None: OmegaConf.select(cfg, key, default=default, throw_on_resolution_failure=False)
+
+
 def _from_hydra(run: Run, cfg_path: Path) -> Run:
     """An experiment run directory without run settings: what its Hydra config says about the method."""
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.load(cfg_path)
-
-    def get(key: str) -> Any:
-        return OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-
+    get = _hydra(cfg_path)
     if get("method.name") == "face_released":
         from face.pipeline.released import LABEL
 
@@ -152,16 +159,8 @@ def _from_hydra(run: Run, cfg_path: Path) -> Run:
 
 def _systems_from_dataset(cfg_path: Path) -> dict[str, str]:
     """conversation → system for an experiment run on CRSArena-Eval (its data directory, fetched if needed)."""
-    from omegaconf import OmegaConf
-
-    from face.data import CRSARENA_EVAL
-    from face.data.fetch import ensure_data
-    from face.datasets.crsarena import load_conversations
-
-    cfg = OmegaConf.load(cfg_path)
-    target = OmegaConf.select(cfg, "dataset._target_", default="", throw_on_resolution_failure=False)
-    if not str(target).endswith("CRSArenaEval") or OmegaConf.select(cfg, "dataset.file", default=None,
-                                                                        throw_on_resolution_failure=False):
+    get = _hydra(cfg_path)
+    if not str(get("dataset._target_", "")).endswith("CRSArenaEval") or get("dataset.file"):
         return {}
     data_dir = Path(os.environ.get("FACE_DATA_DIR", project_root() / "data" / "raw"))
     ensure_data(data_dir, [CRSARENA_EVAL], os.environ.get("FACE_DATA_MIRROR"))
@@ -170,9 +169,6 @@ def _systems_from_dataset(cfg_path: Path) -> dict[str, str]:
 
 def from_dir(path: Path, name: str | None = None) -> Run:
     """A ``face evaluate`` output directory or an experiment run directory."""
-    from face.report.diagnostic_report import read_run_settings
-    from face.runfile import read_run_file
-
     if not (path / "run_file.json").exists():
         raise DataError(path, "no run_file.json: not a `face evaluate` output or experiment run directory")
     run = Run(name or path.name, str(path), read_run_file(path / "run_file.json"))
@@ -182,8 +178,6 @@ def from_dir(path: Path, name: str | None = None) -> Run:
     elif hydra_cfg.exists():
         run = _from_hydra(run, hydra_cfg)
     if (path / "conversations.json").exists():
-        from face.datasets.crsarena import load_conversations
-
         run.systems = {c.conv_id: c.system for c in load_conversations(path / "conversations.json",
                                                                         require_labels=False)}
     elif hydra_cfg.exists():
@@ -227,8 +221,6 @@ def load(source: Any, name: str | None = None, tracking_uri: str | None = None) 
     if path.is_dir():
         return from_dir(path, name)
     if path.is_file():
-        from face.runfile import read_run_file
-
         return Run(name or path.stem, str(path), read_run_file(path))
     run_id = mlflow_run_id(text)
     if run_id is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import pandas as pd
 
@@ -50,6 +50,13 @@ class Inputs:
     @property
     def levels(self) -> dict[str, str]:
         return {a.name: a.level for a in self.aspects}
+
+    def register_instructions(self, source: str, of: Callable[[Aspect], Sequence[Any]],
+                              wording: Callable[[Aspect], str] = lambda a: "") -> None:
+        """Each aspect's instructions ``of(aspect)`` in the MLflow Prompt Registry, named by ``source`` and
+        ``wording(aspect)`` (face.tracking), when the run is tracked."""
+        for a in self.aspects if self.tracker is not None else ():
+            self.tracker.register_instructions(a.name, of(a), source, wording(a))
 
     def needs_llm(self, who: str) -> LLMConfig:
         """The LLM settings; a ConfigError naming ``who`` when the configuration has no llm group."""

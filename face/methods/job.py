@@ -22,17 +22,15 @@ usage artifacts exist here only.
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pandas as pd
 
 from face import console
 from face.errors import ConfigError
 from face.files import atomic_path, atomic_write_text
-from face.llm import LLMConfig
+from face.llm import LLMClient, LLMConfig, make_client
 from face.llm.sizes import Size
 from face.methods import MethodOutput
 from face.predictions import Predictions
@@ -149,13 +147,9 @@ class LLMJob:
         return MethodOutput(Predictions.empty(), label=self.label + " — DRY RUN, nothing sent",
                             artifacts=list(self.artifacts), metrics=dict(self.metrics), dry_run=True)
 
-    @contextmanager
-    def client(self) -> Iterator:
-        """The one client of the job (its server started and stopped with it)."""
-        from face.llm import make_client
-
-        with make_client(self.lcfg) as client:
-            yield client
+    def client(self) -> LLMClient:
+        """The one client of the job, a context manager (its server started and stopped with it)."""
+        return make_client(self.lcfg)
 
     def finish(self, client) -> None:
         """The job's usage: llm_usage[_name].json, what the server says of the run (llm_server.json), metrics."""

@@ -24,7 +24,6 @@ class Bandit:
         self.n = np.zeros(n_arms, dtype=int)
         self.total = np.zeros(n_arms, dtype=float)
         self.t = 0
-        self.history: list[tuple[int, float]] = []
 
     @property
     def n_arms(self) -> int:
@@ -46,21 +45,17 @@ class Bandit:
     def choose_ucb(self) -> int:
         return int(np.argmax(self.bounds()))  # first maximum on ties
 
-    def choose_uniform(self) -> int:
-        return int(self.t % self.n_arms)
-
     def update(self, arm: int, reward: float) -> None:
         self.n[arm] += 1
         self.total[arm] += reward
         self.t += 1
-        self.history.append((int(arm), float(reward)))
 
     def run(self, pull: Callable[[int], float], budget: int, policy: str = "ucb") -> Bandit:
+        """``budget`` pulls, each of the arm ``policy`` chooses: ``ucb`` (``choose_ucb``) or ``uniform`` (in turn)."""
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose from {POLICIES}")
-        choose = self.choose_ucb if policy == "ucb" else self.choose_uniform
         for _ in range(budget):
-            arm = choose()
+            arm = self.choose_ucb() if policy == "ucb" else self.t % self.n_arms
             self.update(arm, pull(arm))
         return self
 

@@ -24,6 +24,7 @@ from face.optimize.checkpoint import Candidate, OptState
 from face.optimize.config import OptimizerConfig
 from face.optimize.gradients import critiques, gradient_request
 from face.optimize.items import correlation, reward, worst
+from face.optimize.prompt_log import PromptLog
 from face.optimize.rewrites import rewrite_request, rewritten
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class BeamSearch:
     train: np.ndarray  # item indices the loop may use
     dev: np.ndarray  # item indices for the per-round dev correlation of the beam (never used to select)
     writer: Writer | None = None  # None: no expansion (replay)
-    prompts: Any = None  # face.optimize.prompt_log.PromptLog
+    prompts: PromptLog | None = None  # None: nothing registered (tracking off)
     checkpoint_dir: str | None = None
     usage: Callable[[], tuple[int, float]] | None = None  # () -> (LLM calls so far, cost so far)
     on_round: Callable[[OptState, dict], None] | None = None  # after each checkpoint (metrics, tests)
@@ -86,17 +87,15 @@ class BeamSearch:
 
     def __post_init__(self) -> None:
         self.gold = np.array([it.gold for it in self.scorer.items], float)
+        self.registry = self.prompts or PromptLog(None, self.aspect.name)
         if len(self.train) < 3:
             raise ValueError(f"{self.aspect.name}: {len(self.train)} training items; the rewards need at least 3")
 
     # ---- state ------------------------------------------------------------
     def new_state(self, start: Sequence[Candidate], config: dict) -> OptState:
-        state = OptState(self.aspect.name, config)
-        if self.prompts is not None:
-            state.prompt_name = self.prompts.name
+        state = OptState(self.aspect.name, config, prompt_name=self.registry.name)
         for c in start:
-            if self.prompts is not None:
-                self.prompts.register(c, None)
+            self.registry.register(c, None)
             state.add(c)
         state.beam = [c.cid for c in start][: self.cfg.beam] if self.writer is not None else [c.cid for c in start]
         return state
@@ -129,8 +128,7 @@ class BeamSearch:
                     continue
                 texts.add(text)
                 cand = Candidate(f"r{r}c{len(new) + 1}", text, parent=p.cid, gradient_id=gid, round=r, origin="rewrite")
-                if self.prompts is not None:
-                    self.prompts.register(cand, p)
+                self.registry.register(cand, p)
                 new.append(cand)
         return new
 

@@ -8,12 +8,12 @@ configuration (optimizer, aspect, data, LLM, scoring) is refused with the differ
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from face.errors import DataError
+from face.files import atomic_write_text
 
 
 class ResumeMismatch(ValueError):
@@ -74,24 +74,12 @@ class OptState:
         return [self.candidates[c] for c in pulled]
 
 
-def path_for(directory: str | Path, aspect: str) -> Path:
-    return Path(directory) / f"{aspect}.json"
-
-
 def save(state: OptState, directory: str | Path) -> Path:
-    path = path_for(directory, state.aspect)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(state.to_json(), f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    return atomic_write_text(Path(directory) / f"{state.aspect}.json", json.dumps(state.to_json(), indent=1))
 
 
 def load(directory: str | Path, aspect: str) -> OptState | None:
-    path = path_for(directory, aspect)
+    path = Path(directory) / f"{aspect}.json"
     if not path.exists():
         return None
     try:

@@ -70,10 +70,7 @@ class OptimizerConfig:
 
     def fingerprint_fields(self) -> dict[str, Any]:
         """What determines the result (not where to resume from, nor when to stop)."""
-        d = asdict(self)
-        for k in ("resume", "stop_after_round", "name"):
-            d.pop(k)
-        return d
+        return {k: v for k, v in asdict(self).items() if k not in ("resume", "stop_after_round", "name")}
 
 
 def fingerprint(obj: Mapping[str, Any]) -> str:

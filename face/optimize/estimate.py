@@ -5,13 +5,13 @@ free afterwards (in-process memo and the LLM cache), which the loop exploits hea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
 from face.llm.sizes import planned
 from face.optimize.config import OptimizerConfig
-from face.pipeline.estimate import Pricing
+from face.pipeline.estimate import COUNTS, Pricing
 from face.settings import conf_defaults
 
 PAPER = ("alpha", "beta", "beam", "ucb_c", "expand_minibatch", "pull_minibatch")  # the loop's sizes the paper states
@@ -44,10 +44,7 @@ def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.Data
     def row(stage: str, requests: float, samples_each: int, tin_each: float, tout_each: int) -> None:
         # expected counts (averages over rounds and pulls): fractional here, rounded once in the table below
         size = planned(samples_each, pricing.n_per_request, requests * tin_each, tout_each, requests)  # type: ignore[arg-type]
-        rows.append({"stage": stage, "requests": size.requests, "samples": size.samples,
-                     "http_requests": size.http_requests, "input_tokens": size.input_tokens,
-                     "output_tokens": size.output_tokens, "cost_usd": pricing.cost(size.input_tokens,
-                                                                                   size.output_tokens)})
+        rows.append({"stage": stage, **asdict(size), "cost_usd": pricing.cost(size.input_tokens, size.output_tokens)})
 
     row("gradients / round", b, a, ci.gradient_in_tokens, ci.gradient_out_tokens)
     row("rewrites / round", b * a, be, ci.rewrite_in_tokens, ci.rewrite_out_tokens)
@@ -65,7 +62,7 @@ def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.Data
     total = end[end["stage"].isin([f"all {ocfg.rounds} rounds", "final evaluation (dev + test)"])]
     rows.append({"stage": "total", **total.drop(columns="stage").sum().to_dict()})
     out = pd.DataFrame(rows)
-    for c in ("requests", "samples", "http_requests", "input_tokens", "output_tokens"):
+    for c in COUNTS:
         out[c] = out[c].round().astype(int)
     return out
 

@@ -25,7 +25,8 @@ from face.optimize.checkpoint import Candidate
 from face.optimize.items import Item
 from face.pipeline.aggregate import aggregate
 from face.pipeline.particles import Decomposition
-from face.pipeline.scoring import ScoringSpec, Unit, one_line, plan, score, units_for
+from face.pipeline.score_prompts import Unit, one_line, units_for
+from face.pipeline.scoring import ScoringSpec, plan, score
 from face.predictions import Predictions
 
 
@@ -47,7 +48,6 @@ class ReplayScorer:
 
     def __init__(self, scores: pd.DataFrame, items: Sequence[Item], level: str):
         self.items = list(items)
-        self.level = level
         self.ids = sorted(scores["instruction_id"].astype(str).unique())
         levels = dict.fromkeys(scores["aspect"].unique(), level)
         self.matrix = np.vstack([_item_preds(aggregate(scores, levels, instructions=[k], rounded=False), self.items)
@@ -80,7 +80,6 @@ class LiveScorer:
         self.json_schema, self.judged = json_schema, judged
         self.convs = {c.conv_id: c for c in convs}
         self.items = list(items)
-        self.gold = np.array([it.gold for it in self.items])
         self.empty = np.nan if empty_score is None else empty_score
         self.example_chars = example_chars
         self.units: list[list[Unit]] = []
@@ -89,7 +88,6 @@ class LiveScorer:
             us = by_conv[it.conv_id]
             self.units.append(us if it.turn_ind < 0 else [u for u in us if u.turn_ind == it.turn_ind])
         self.memo: dict[tuple[str, str, int, int], float] = {}
-        self.scored_units = 0
 
     @staticmethod
     def _key(cand: Candidate, u: Unit) -> tuple[str, str, int, int]:
@@ -110,7 +108,6 @@ class LiveScorer:
         records = score(self.client, planned, self.spec, desc=f"optimizer scoring {self.aspect.name}")
         for rec, p in zip(records, planned):
             self.memo[self._key(by_cid[p.instruction.instruction_id], p.unit)] = rec.score
-        self.scored_units += len(planned)
 
     def covered(self) -> np.ndarray:
         """Indices of items with a prediction whatever the scores: those with particles, or all given an
@@ -146,10 +143,8 @@ class LiveScorer:
             else:
                 context = "\n".join(f"Turn {t.turn_ind} {t.role}: {one_line(t.utterance)[:cut // 4]}"
                                     for t in conv.turns)[: cut * 3]
-            particles = [{"turn": u.turn_ind, "dialogue_act": u.particle.dialogue_act if u.particle else "",
-                          "mention": u.particle.mention if u.particle else "",
-                          "user_feedback": u.particle.user_feedback if u.particle else "",
-                          "score": self.memo[self._key(cand, u)]} for u in self.units[i]]
+            particles = [{"turn": u.turn_ind, **vars(u.particle), "score": self.memo[self._key(cand, u)]}
+                         for u in self.units[i]]  # (units of particles: each has one)
             out.append({"conv_id": it.conv_id, "turn_ind": it.turn_ind, "context": context, "particles": particles,
                         "pred": float(pred), "gold": it.gold})
         return out

@@ -22,8 +22,10 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Sequence
 
-from face.llm.adapters import last_json_object
+from face.llm import ChatRequest
+from face.llm.adapters import last_json_object, score_adapter
 from face.llm.base import Provisional
+from face.llm.logprobs import expected_score
 
 ScoringSpec = Any  # face.pipeline.scoring.ScoringSpec (the layer above: it names the estimator it uses)
 
@@ -50,8 +52,6 @@ class ScoreRecord:
 
 def score_value(answer, scale: Sequence[int]) -> int | None:
     """The score of one completion (or text) if it is a valid answer on ``scale``, else None."""
-    from face.llm.adapters import score_adapter
-
     got = score_adapter(scale).parse(answer)
     return None if isinstance(got, str) else got.score
 
@@ -64,16 +64,12 @@ def reasoned_value(answer, scale: Sequence[int]) -> int | None:
     found = last_json_object(getattr(answer, "text", answer))
     if found is None:
         return None
-    from face.llm.adapters import score_adapter
-
     got = score_adapter(scale).validate(found[0])
     return None if isinstance(got, str) else got.score
 
 
 def reasoned_expectation(completion, scale: Sequence[int]):
     """The expected score read at the score token of the reply's final JSON object (None if absent)."""
-    from face.llm.logprobs import expected_score
-
     if not completion.logprobs or completion.finish_reason == "length":
         return None
     found = last_json_object(completion.text)
@@ -145,8 +141,6 @@ class SamplingEstimator(Estimator):
         return spec.n
 
     def request(self, messages, spec: ScoringSpec, tag: str):
-        from face.llm import ChatRequest
-
         return ChatRequest(messages=messages, n=spec.n, temperature=spec.temperature, max_tokens=spec.answer_tokens,
                            tag=tag)
 
@@ -185,14 +179,10 @@ class LogprobsEstimator(Estimator):
         return 1
 
     def request(self, messages, spec: ScoringSpec, tag: str):
-        from face.llm import ChatRequest
-
         return ChatRequest(messages=messages, n=1, temperature=0.0, max_tokens=spec.answer_tokens, logprobs=True,
                            top_logprobs=spec.top_logprobs, tag=tag)
 
     def parse(self, sample, scale, reasoning):
-        from face.llm.logprobs import expected_score
-
         value = reasoned_value(sample, scale) if reasoning else score_value(sample, scale)
         es = reasoned_expectation(sample, scale) if reasoning else expected_score(sample, scale)
         return value, es if es is not None and es.value is not None else None
@@ -273,8 +263,6 @@ class ScoreAnswer:
     def request(self, req: Any, json_schema: bool) -> Any:
         """``req`` in this answer type's format (a JSON schema where the endpoint takes one and the prompt asks
         for the score alone), validated by it within the spec's draws."""
-        from face.llm.adapters import score_adapter
-
         if json_schema and not self.spec.reasoning:  # a schema would rule the reasoning out
             req = score_adapter(self.scale).request(req, native=True)
         return replace(req, adapter=self, draws=self.spec.draws)

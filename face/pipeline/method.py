@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal, Sequence
 
@@ -21,28 +20,19 @@ from pydantic import Field
 
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
-from face.files import atomic_open
+from face.files import atomic_open, atomic_write_text
 from face.llm.config import LLMConfig
 from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
 from face.pipeline.aggregate import Aggregator, aggregate
 from face.pipeline.estimate import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost, totals
 from face.pipeline.particles import Decomposition, ParticlesSpec
-from face.pipeline.parts import (
-    INSTRUCTION_SOURCES,
-    RELEASED_PARTICLES_PER_TURN,
-    InstructionSource,
-    UnitSource,
-    build,
-    unit_source,
-)
+from face.pipeline.parts import RELEASED_PARTICLES_PER_TURN, instruction_source, unit_source
 from face.pipeline.records import AspectScores, ScoreSink, ScoreTally, per_conversation
 from face.pipeline.scoring import ScoringSpec, plan_iter, score_stream, turns_for, units_for
 from face.predictions import Predictions
+from face.secrets import redact
 from face.settings import nested, settings
-
-log = logging.getLogger(__name__)
-EMPTY_TURN_RULES = ("drop", "min")
 
 
 @settings("method.instructions", conf="method/face.yaml:instructions")
@@ -54,9 +44,6 @@ class InstructionsSpec:
     file: str | None  # JSON {aspect: [{instruction_id, text}]} for source=file
     max: int | None = Field(ge=1)  # use the first N (by rank); None = all
     ref: str | None  # source=mlflow: NAME@VERSION ({aspect} allowed in NAME), prompts:/NAME/V or runs:/RUN_ID
-
-    def build(self) -> InstructionSource:
-        return build(INSTRUCTION_SOURCES, self.source, "instruction source", {"file": self.file, "ref": self.ref})
 
 
 @settings("method.cost", conf="method/face.yaml:cost")
@@ -83,9 +70,6 @@ def write_run_settings(path: Path, label: str, llm: LLMConfig, method: Face,
                        instructions: dict[str, list[Instruction]], aspects: Sequence[Aspect] = ()) -> Path:
     """The LLM, its sampling settings and every instruction's text, beside the scores: a report rebuilt later
     (``face report``) names the LLM and shows what each instruction id asked. Redacted (face.secrets)."""
-    from face.files import atomic_write_text
-    from face.secrets import redact
-
     sc = method.scoring
     record = {"label": label,
               "llm": {"model": llm.model, "backend": llm.backend, "estimator": sc.estimator, "n": sc.n,
@@ -117,8 +101,9 @@ class Face:
 
     def __post_init__(self) -> None:
         # the parts, built from the settings above (face/pipeline/parts.py)
-        self.source: InstructionSource = self.instructions.build()
-        self.units: UnitSource = unit_source(self.unit, self.particles)
+        ins = self.instructions
+        self.source = instruction_source(ins.source, ins.file, ins.ref)
+        self.units = unit_source(self.unit, self.particles)
 
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
         return self.units.files(dataset) + self.source.files(dataset, aspects)
@@ -133,11 +118,9 @@ class Face:
         return out[: self.instructions.max] if self.instructions.max else out
 
     def describe(self, llm: LLMConfig, instructions: dict[str, list[Instruction]]) -> str:
-        n_instr = sorted({len(v) for v in instructions.values()})
+        n_instr, sc = sorted({len(v) for v in instructions.values()}), self.scoring
         parts = [f"FACE live — LLM: {llm.model} ({llm.backend})", self.units.describe(),
-                 f"instructions: {self.source.name} × {'/'.join(map(str, n_instr))}"]
-        sc = self.scoring
-        parts.append(sc.scorer.describe(sc))
+                 f"instructions: {self.source.name} × {'/'.join(map(str, n_instr))}", sc.scorer.describe(sc)]
         parts.append(("reasoning before the score" if sc.reasoning else "score only, no reasoning")
                      + f"; invalid answers: {sc.draws.rounds} rounds of draws, then {sc.fallback}")
         if sc.scorer.reads_logprobs and sc.logprobs_missing != "parsed":
@@ -194,10 +177,7 @@ class Face:
         proxy = self.proxy(inputs)
         costs = self.estimate(inputs, instructions, proxy)
         job.gate(costs, self.units.proxy_note(inputs.dataset, proxy))
-        if inputs.tracker is not None:
-            for a in inputs.aspects:
-                inputs.tracker.register_instructions(a.name, instructions[a.name], self.source.name,
-                                                     self.units.wording(a))
+        inputs.register_instructions(self.source.name, lambda a: instructions[a.name], self.units.wording)
         if job.dry_run:
             return job.dry_run_output()
         write_run_settings(run_dir / RUN_SETTINGS, job.label, lcfg, self, instructions, inputs.aspects)

@@ -16,6 +16,7 @@ If no sample is valid, the whole turn becomes one particle, flagged ``fallback="
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Sequence
@@ -23,6 +24,8 @@ from typing import Annotated, Any, Sequence
 from pydantic import Field, field_validator
 
 from face.data.schema import DIALOGUE_ACTS, NO_FEEDBACK, USER, Conversation, Particle, Turn, TurnParticles
+from face.llm import ChatRequest
+from face.llm.adapters import last_json_object, particles_adapter
 from face.llm.base import Draws
 from face.llm.sizes import Samples
 from face.prompts import render
@@ -70,6 +73,18 @@ def next_user_turn(conv: Conversation, turn: Turn) -> str:
     return after[0].utterance if after else ""
 
 
+def one_line(text: str) -> str:
+    """Whitespace-normalised text (the authors' clean-up; also keeps a turn on its own line)."""
+    return " ".join(text.split())
+
+
+def numbered(turns: Sequence[Turn]) -> str:
+    """``Turn N - ROLE: text``, one line per turn."""
+    if not turns:
+        return "(no earlier turns)"
+    return "\n".join(f"Turn {t.turn_ind} - {t.role}: {one_line(t.utterance)}" for t in turns)
+
+
 def history_text(turns: Sequence[Turn]) -> str:
     if not turns:
         return "(no earlier turns)"
@@ -81,32 +96,19 @@ def decompose_messages(conv: Conversation, turn: Turn, assistant: str = "movie-r
     """The decomposition prompt; ``assistant`` names the kind of assistant (the dataset's wording)."""
     earlier = [t for t in conv.turns if t.turn_ind < turn.turn_ind]
     if reasoning:
-        numbered = lambda ts: "\n".join(f"Turn {t.turn_ind} - {t.role}: {' '.join(t.utterance.split())}"  # noqa: E731
-                                         for t in ts)
         nxt = next_user_turn(conv, turn)
-        return render("decompose_reasoning.txt", assistant=assistant,
-                      history=numbered(earlier) if earlier else "(no earlier turns)", turn=numbered([turn]),
-                      next_user=" ".join(nxt.split()) if nxt else "(the conversation ended here)")
+        return render("decompose_reasoning.txt", assistant=assistant, history=numbered(earlier), turn=numbered([turn]),
+                      next_user=one_line(nxt) if nxt else "(the conversation ended here)")
     return render("decompose.txt", assistant=assistant, history=history_text(earlier), turn=turn.utterance.strip(),
                   next_user=next_user_turn(conv, turn) or "(the conversation ended here)")
-
-
-def _norm(s: str) -> str:
-    return " ".join(s.lower().split())
 
 
 def parse_particles(answer, adapter=None, reasoning: bool = False) -> tuple[Particle, ...] | str:
     """Particles of one completion (or text), or the reason it is invalid (``face.llm.adapters``).
 
     With ``reasoning`` the answer is the last JSON object of the reply and may list no particle."""
-    import json
-
-    from face.llm.adapters import particles_adapter
-
     adapter = adapter or particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
     if reasoning:
-        from face.llm.adapters import last_json_object
-
         if getattr(answer, "finish_reason", "") == "length":
             return "truncated (finish_reason=length)"
         found = last_json_object(getattr(answer, "text", answer))
@@ -128,7 +130,7 @@ def plurality_vote(samples: Sequence[tuple[Particle, ...]]) -> tuple[tuple[Parti
     counts = Counter(len(s) for s in samples)
     top = max(counts.values())
     best_len = next(len(s) for s in samples if counts[len(s)] == top)  # earliest among tied counts
-    key = lambda p: (p.dialogue_act, _norm(p.mention), _norm(p.user_feedback))  # noqa: E731
+    key = lambda p: (p.dialogue_act, one_line(p.mention.lower()), one_line(p.user_feedback.lower()))  # noqa: E731
     freq = Counter(key(p) for s in samples for p in s)
     candidates = [s for s in samples if len(s) == best_len]
     best = max(candidates, key=lambda s: sum(freq[key(p)] for p in s))  # max keeps the earliest on ties
@@ -150,8 +152,6 @@ class ParticlesAnswer:
     prompt asks for the list alone) and its reading (``parse_particles``), within the spec's draws."""
 
     def __init__(self, reasoning: bool):
-        from face.llm.adapters import particles_adapter
-
         self.reasoning = reasoning
         self.json = particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
 
@@ -167,8 +167,6 @@ class ParticlesAnswer:
 def decompose(client: Any, convs: Sequence[Conversation], spec: ParticlesSpec, json_schema: bool,
               assistant: str = "movie-recommendation assistant") -> dict[tuple[str, int], Decomposition]:
     """LLM decomposition of every evaluated assistant turn of ``convs`` (see module doc)."""
-    from face.llm import ChatRequest
-
     turns = [(c, t) for c in convs for t in c.evaluated_turns()]
     answer = ParticlesAnswer(spec.reasoning)
 

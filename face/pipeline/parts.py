@@ -94,7 +94,6 @@ class ReleasedInstructions(InstructionSource):
         return load_instructions(Path(data_dir) / released_instructions_file(aspect))
 
 
-@dataclass
 class GenericInitial(InstructionSource):
     """The paper's generic initial instruction ("FACE w/o train")."""
 
@@ -104,7 +103,6 @@ class GenericInitial(InstructionSource):
         return [Instruction("initial", generic_instruction(aspect), 1, "initial")]
 
 
-@dataclass
 class AspectInitial(InstructionSource):
     """Our aspect-specific initial instructions (``face/prompts/initial/<aspect>.txt``)."""
 
@@ -203,7 +201,6 @@ class UnitSource:
         return f"particles: {type(self).__name__}"
 
 
-@dataclass
 class WholeUnits(UnitSource):
     """Whole turns and dialogues, no particles (the no-particles ablation); the instructions are reworded to
     speak of turns or dialogues."""
@@ -223,7 +220,6 @@ class WholeUnits(UnitSource):
         return "unit: whole turn / dialogue (no particles)"
 
 
-@dataclass
 class ReleasedParticles(UnitSource):
     """The authors' released decomposition (CRSArena-Eval only): nothing is sent to decompose."""
 
@@ -278,6 +274,11 @@ class LLMParticles(UnitSource):
 PARTICLE_SOURCES: dict[str, type] = {"llm": LLMParticles, "released": ReleasedParticles}
 
 
+def instruction_source(name: str, file: str | None = None, ref: str | None = None) -> InstructionSource:
+    """The instruction source ``method.instructions.source`` names, given the settings it has fields for."""
+    return build(INSTRUCTION_SOURCES, name, "instruction source", {"file": file, "ref": ref})
+
+
 def unit_source(unit: str, particles: ParticlesSpec) -> UnitSource:
     """``method.unit=whole``: whole turns / dialogues; else the particle source ``method.particles.source``."""
     if unit == WholeUnits.unit:
@@ -296,7 +297,3 @@ def released_decompositions(path: Path, convs: Sequence[Conversation]) -> dict[t
         for key in missing:
             decomps[key] = Decomposition(key[0], key[1], (), "released", fallback="no_released_particles")
     return decomps
-
-
-__all__ = ["INSTRUCTION_SOURCES", "PARTICLE_SOURCES", "InstructionSource", "UnitSource", "unit_source", "build",
-           "released_decompositions", "RELEASED_PARTICLES_PER_TURN"]

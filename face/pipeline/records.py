@@ -56,16 +56,11 @@ class ScoreSink:
     def __init__(self, path: Path | None, decomps: dict[tuple[str, int], Any] | None = None):
         self.path, self.decomps = path, decomps
         self._f = None
+        self._stack = contextlib.ExitStack()  # the file closed, then renamed onto path (removed on an error)
         if path is not None:
-            self._tmp = self._enter(atomic_path(path))
-            self._f = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self._aspect, self._conv, self._instr = _Codes(), _Codes(), _Codes()
-        self._cols: dict[str, array] = {
-            "aspect": array("i"), "conv_id": array("i"), "turn_ind": array("i"), "particle_ind": array("i"),
-            "instruction_id": array("i"), "score": array("d"), "n_valid": array("i"), "n_retried": array("i"),
-            "n_defaulted": array("i"), "valid_mass": array("d")}
-        self._fallbacks: dict[int, str] = {}  # row -> fallback (most rows have none)
-        self.rows = 0
+            tmp = self._stack.enter_context(atomic_path(path))
+            self._f = self._stack.enter_context(open(tmp, "w", encoding="utf-8"))  # noqa: SIM115
+        self._empty()
 
     def add(self, r: ScoreRecord) -> None:
         c = self._cols
@@ -118,31 +113,22 @@ class ScoreSink:
     def take(self) -> pd.DataFrame:
         """``frame()`` of the records since the last ``take``; their columns are then let go (the file stays)."""
         df = self.frame()
-        self._aspect, self._conv, self._instr = _Codes(), _Codes(), _Codes()
-        self._cols = {k: array(v.typecode) for k, v in self._cols.items()}
-        self._fallbacks, self.rows = {}, 0
+        self._empty()
         return df
 
-    def _enter(self, cm) -> Path:
-        self._stack = contextlib.ExitStack()
-        return self._stack.enter_context(cm)
-
-    def close(self, exc: BaseException | None = None) -> Path | None:
-        """Rename the complete file onto ``path`` (``exc``: the run failed -- drop the partial file instead)."""
-        if self._f is not None:
-            self._f.close()
-            self._f = None
-            if exc is None:
-                self._stack.close()
-            else:
-                self._stack.__exit__(type(exc), exc, exc.__traceback__)
-        return self.path
+    def _empty(self) -> None:
+        self._aspect, self._conv, self._instr = _Codes(), _Codes(), _Codes()
+        self._cols: dict[str, array] = {k: array("d" if k in ("score", "valid_mass") else "i")
+                                        for k in DETAIL_COLUMNS[:-1]}  # the fallbacks apart
+        self._fallbacks: dict[int, str] = {}  # row -> fallback (most rows have none)
+        self.rows = 0
 
     def __enter__(self) -> ScoreSink:
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
-        self.close(exc)
+        """The complete file renamed onto ``path``; a run that failed drops its partial file instead."""
+        self._stack.__exit__(kind, exc, tb)
 
 
 class ScoreTally:

@@ -48,8 +48,6 @@ class FaceReleased:
     def predict(self, inputs: Inputs) -> MethodOutput:
         scores = self.load(inputs)
         preds = aggregate(scores, inputs.levels, self.instruction_agg, self.particle_agg, self.instructions)
-        if inputs.tracker is not None:
-            for a in inputs.aspects:
-                inputs.tracker.register_instructions(
-                    a.name, load_instructions(inputs.data_dir / released_instructions_file(a.name)), "released")
+        inputs.register_instructions("released", lambda a: load_instructions(
+            inputs.data_dir / released_instructions_file(a.name)))
         return MethodOutput(preds, scores, LABEL)

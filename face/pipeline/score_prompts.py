@@ -23,11 +23,8 @@ from typing import Callable, Sequence
 
 from face.aspects import Aspect
 from face.data.schema import Conversation, Particle
-from face.pipeline.particles import Decomposition, history_text, next_user_turn
+from face.pipeline.particles import Decomposition, history_text, next_user_turn, numbered, one_line
 from face.prompts import render
-
-UNITS = ("particle", "whole")
-UNLABELLED = ("skip", "score")
 
 
 @dataclass(frozen=True)
@@ -49,10 +46,6 @@ def units_for(aspect: Aspect, convs: Sequence[Conversation], decomps: dict[tuple
     ``unlabelled="skip"`` (the authors): in a conversation whose turns carry human labels, a turn-level aspect
     is not scored on the turns without a label for it (the released relevance judgements leave out the 5
     such turns of CRSArena-Eval); conversations without turn labels (your own logs) are scored in full."""
-    if unit not in UNITS:
-        raise ValueError(f"unknown unit {unit!r}; choose from {UNITS}")
-    if unlabelled not in UNLABELLED:
-        raise ValueError(f"method.unlabelled_turns must be one of {UNLABELLED}, got {unlabelled!r}")
     level = aspect.level
     out = []
     for c in convs:
@@ -84,18 +77,6 @@ def particle_text(p: Particle | None, whole: str) -> str:
     if p is None:
         return f"(no particle: rate the {whole} as a whole)"
     return f"- dialogue act: {p.dialogue_act}\n- mention: {p.mention}\n- user feedback: {p.user_feedback}"
-
-
-def one_line(text: str) -> str:
-    """Whitespace-normalised text (the authors' clean-up; also keeps a turn on its own line)."""
-    return " ".join(text.split())
-
-
-def numbered(turns) -> str:
-    """``Turn N - ROLE: text``, one line per turn."""
-    if not turns:
-        return "(no earlier turns)"
-    return "\n".join(f"Turn {t.turn_ind} - {t.role}: {one_line(t.utterance)}" for t in turns)
 
 
 def score_messages(unit: Unit, conv: Conversation, instruction: str, judged: str = "conversational recommender systems",

@@ -14,7 +14,7 @@ plan -> stream -> record.
   llm_usage.json, the ``llm_*`` metrics and the console line, once per request (identical requests, sent once,
   are counted once; each of their records carries the counts).
 
-The names of the two rooms beside it (units and prompts; estimators and answers) are re-exported here.
+The names extensions subclass (``Estimator``, ``SamplingEstimator``) and the units are re-exported here.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Iterable, Iterator, Literal, Sequence
 
@@ -30,35 +31,9 @@ from pydantic import Field, field_validator, model_validator
 from face.data.schema import Conversation, Instruction
 from face.llm.base import Draws
 from face.llm.sizes import Samples
-from face.pipeline.estimators import (
-    ESTIMATORS,
-    Estimator,
-    LogprobsEstimator,
-    SamplingEstimator,
-    ScoreAnswer,
-    ScoreRecord,
-    reasoned_expectation,
-    reasoned_value,
-    score_answer,
-    score_value,
-)
-from face.pipeline.score_prompts import (
-    UNITS,
-    UNLABELLED,
-    Unit,
-    numbered,
-    one_line,
-    ordinal,
-    particle_text,
-    score_messages,
-    turns_for,
-    units_for,
-)
+from face.pipeline.estimators import ESTIMATORS, Estimator, SamplingEstimator, ScoreAnswer, ScoreRecord, score_answer
+from face.pipeline.score_prompts import Unit, score_messages, turns_for, units_for
 from face.settings import Number, nested, settings
-
-ORDERS = ("prefix", "naive")
-FALLBACKS = ("min", "drop")
-LOGPROBS_MISSING = ("parsed", "redraw", "min")
 
 
 @settings("method.scoring", frozen=True, conf="method/face.yaml:scoring")
@@ -205,15 +180,8 @@ def score_stream(client: Any, planned: Iterable[Planned], spec: ScoringSpec, emi
             count_answers(client, p.request.tag, rec)
         emit(rec)
 
-    client.run_stream(planned, _request_of, record, desc, total)
+    client.run_stream(planned, operator.attrgetter("request"), record, desc, total)
 
 
-def _request_of(p: Planned) -> Any:
-    return p.request
-
-
-__all__ = ["ESTIMATORS", "FALLBACKS", "LOGPROBS_MISSING", "ORDERS", "UNITS", "UNLABELLED", "Estimator",
-           "LogprobsEstimator", "Planned", "SamplingEstimator", "ScoreAnswer", "ScoreRecord",
-           "ScoringSpec", "Unit", "count_answers", "numbered", "one_line", "ordinal", "particle_text", "plan",
-           "plan_iter", "reasoned_expectation", "reasoned_value", "record_from_samples", "score", "score_messages",
-           "score_stream", "score_value", "turns_for", "units_for"]
+# the names of the rooms beside it that extensions and callers import from here
+__all__ = ["Estimator", "SamplingEstimator", "ScoreRecord", "Unit", "score_messages", "turns_for", "units_for"]
