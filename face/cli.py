@@ -83,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="ask before sending when the estimate exceeds this many US dollars (default 1.0)")
     e.add_argument("--limit", type=int, default=None, help="only the first N conversations")
     e.add_argument("--mlflow", action="store_true", help="also log the run to MLflow (sqlite:///mlflow.db)")
+    e.add_argument("--experiment", default=None, metavar="NAME",
+                   help="with --mlflow: the MLflow experiment of the run (default face_evaluate)")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="any other setting, as for scripts/run.py (repeatable), e.g. --set "
                         "method.scoring.estimator=logprobs --set run_size=tiny --set "
@@ -125,11 +127,15 @@ def evaluate(args: argparse.Namespace) -> int:
 
     if not math.isfinite(args.confirm_above) or args.confirm_above < 0:  # nan would never ask
         fail(EXIT_CONFIG, f"error: --confirm-above must be a number of USD >= 0, got {args.confirm_above}")
+    if args.experiment is not None and not (args.mlflow and args.experiment.strip()):
+        fail(EXIT_CONFIG, f"error: --experiment {args.experiment!r}: names the MLflow experiment of a run logged with "
+                          "--mlflow (a name, with --mlflow)")
     aspects = _aspect_names(args.aspects)
     out = args.out if args.out is not None else str(Path("face-runs") / args.logs.stem)
     with guarded():  # --limit and --out checked as face.evaluate checks them
         done, _ = evaluation(str(args.logs), aspects, args.llm, out, overwrite=args.overwrite, limit=args.limit,
                              mlflow=args.mlflow, overrides=args.overrides, entry="cli", estimate_only=args.dry_run,
+                             settings={"tracking.experiment_name": args.experiment} if args.experiment else None,
                              confirm=None if args.dry_run else _confirm(args))
     if args.dry_run:
         print(f"Dry run (--dry-run): nothing was sent; the estimate is in {Path(out).resolve() / 'cost_estimate.csv'}")

@@ -207,7 +207,8 @@ def experiment(plan: Plan) -> Iterator[Context]:
     experiment gets its ``Context``; a run that ends well prints one summary block (face.console)."""
     cfg = plan.cfg
     # in a log: a line every 30 s while the run lasts
-    with console.alive(cfg.task_name), Tracker(cfg, run_name(cfg.task_name, plan.label), plan.uses_llm) as tracker:
+    name = run_name(cfg.task_name, plan.label, plan.llm.model if plan.llm is not None and plan.uses_llm else None)
+    with console.alive(cfg.task_name), Tracker(cfg, name, plan.uses_llm) as tracker:
         yield _load(plan, tracker, plan.summary)
     console.finish(plan.summary)
 

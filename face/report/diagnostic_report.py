@@ -102,6 +102,23 @@ def patterns(particles: Mapping[tuple[str, int], Sequence[Particle]], convs: Seq
                          "particles_per_turn": g["particles"].sum() / g["turns"].sum()}).reset_index()
 
 
+def aspect_means(preds: Predictions, aspects: Sequence[Aspect]) -> pd.DataFrame:
+    """Per aspect: its level and scale, the mean of its scores at its level (``mean``: its turn scores for a turn-level
+    aspect, its dialogue scores for a dialogue-level one), the mean turn and dialogue scores (NaN where it has none)
+    and the conversations scored: the report's headline, a run's ``summary.*`` metrics where it has no human
+    labels."""
+    rows = []
+    for a in aspects:
+        dial = preds.dialogue[preds.dialogue["aspect"] == a.name]
+        turn = preds.turn[preds.turn["aspect"] == a.name]
+        own = turn if a.level == "turn" else dial
+        rows.append({"aspect": a.name, "level": a.level, "scale": f"{a.low}–{a.high}",
+                     "mean": own["pred"].astype(float).mean(), "turn_mean": turn["pred"].astype(float).mean(),
+                     "dialogue_mean": dial["pred"].astype(float).mean(), "conversations": own["conv_id"].nunique()})
+    return pd.DataFrame(rows, columns=["aspect", "level", "scale", "mean", "turn_mean", "dialogue_mean",
+                                       "conversations"])
+
+
 def relative_scores(particles: pd.DataFrame, aspects: Sequence[Aspect]) -> pd.DataFrame:
     """``particles`` with ``relative``: each particle's score as a fraction of its aspect's scale, (score − lowest
     label) / (highest − lowest label) — 0 the scale's lowest, 1 its highest — so that scores of aspects on 0–1, 0–2
