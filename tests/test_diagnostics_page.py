@@ -122,3 +122,13 @@ def test_a_link_to_a_conversation_drawn_later_opens_it_in_chromium(page, tmp_pat
     assert conv, dom[-3000:]
     assert "film 3.0" in conv.group(1) and "film 3.1" in conv.group(1) and "Turn 4" in conv.group(1)
     assert 'id="c2" open' not in dom and 'id="c4" open' not in dom
+
+
+@pytest.mark.slow  # every CRSArena-Eval conversation on the released judgements: ≈ 1 min idle
+def test_the_crsarena_diagnostics_page_stays_under_5_mb(run_experiment):
+    ran = run_experiment("experiment=diagnostics", "report.out_dir=${paths.output_dir}/res", tracking=False)
+    page = ran.experiment.run_dir / "report.html"
+    html = page.read_text()
+    assert page.stat().st_size <= 5e6, page.stat().st_size  # 36 MB with all 467 conversations in full
+    assert html.count('<details class="conv"') == 467 and html.count("data-later") == 467 - 20
+    assert html.index('<table id="means">') < html.index("<h2>")

@@ -97,3 +97,20 @@ def test_experiment_is_refused_without_mlflow(tmp_path, capsys):
         main(evaluate_argv(_logs(tmp_path / "v.jsonl", 0), tmp_path / "out", "--experiment", "x"))
     assert e.value.code == 2 and "--experiment 'x'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_runs_correlations_are_described_in_a_fixed_width_block():
+    """MLflow's description panel draws a Markdown table without space between its columns ("-0.017-0.047")."""
+    import pandas as pd
+
+    from face.tracking import description
+
+    results = pd.DataFrame([("turn", "relevance", "all", "spearman", 0.52, 0.41, 0.6),
+                            ("dialogue", "dialogue_overall", "all", "spearman", -0.017, float("nan"), float("nan"))],
+                           columns=["level", "aspect", "split", "coefficient", "value", "ci_low", "ci_high"])
+    text = description(results, "FACE", "CRSArena-Eval")
+    assert text.splitlines()[4:] == ["```text",
+                                     "level     aspect            Spearman (pooled)  95% CI",
+                                     "turn      relevance         0.520              [0.410, 0.600]",
+                                     "dialogue  dialogue_overall  -0.017",
+                                     "```"]

@@ -121,14 +121,15 @@ def correlation_metrics(results, prefix: str = "", against: str = "human") -> di
 
 
 def description(results, label: str, settings: str) -> str:
-    """Markdown for the run page: what produced the numbers and the headline correlations."""
+    """Markdown for the run page: what produced the numbers and the headline correlations (a fixed-width block)."""
     lines = [f"**{label}**", "", settings, ""]
     r = results[(results["coefficient"] == "spearman") & (results["split"] == "all")]
     if len(r):
-        lines += ["| level | aspect | Spearman (pooled) | 95% CI |", "|---|---|---|---|"]
+        rows = []
         for x in r.itertuples(index=False):
             ci = "" if math.isnan(x.ci_low) else f"[{x.ci_low:.3f}, {x.ci_high:.3f}]"
-            lines.append(f"| {x.level} | {x.aspect} | {x.value:.3f} | {ci} |")
+            rows.append([x.level, x.aspect, f"{x.value:.3f}", ci])
+        lines.append(fixed_width(["level", "aspect", "Spearman (pooled)", "95% CI"], rows))
     return "\n".join(lines)
 
 
