@@ -241,5 +241,5 @@ def test_mlflow_runs_of_one_out_tell_the_truth_and_a_finished_rerun_is_the_one_l
     exp_id = client.get_experiment_by_name("face_evaluate").experiment_id
     every = {r.info.run_id: r for r in client.search_runs([exp_id], run_view_type=ViewType.ALL)}
     assert {every[old].data.tags["face.replaced_by"] for old in (first, stopped)} == {last}
-    assert every[last].info.run_name.endswith(" · evaluate") and (out / "report.html").exists()
+    assert every[last].info.run_name.startswith("logs · scripted-model · ") and (out / "report.html").exists()
     assert list(out.glob(".*.tmp*")) == []
