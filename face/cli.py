@@ -83,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="ask before sending when the estimate exceeds this many US dollars (default 1.0)")
     e.add_argument("--limit", type=int, default=None, help="only the first N conversations")
     e.add_argument("--mlflow", action="store_true", help="also log the run to MLflow (sqlite:///mlflow.db)")
+    e.add_argument("--experiment", default=None, metavar="NAME",
+                   help="with --mlflow: the MLflow experiment of the run (default face_evaluate)")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="any other setting, as for scripts/run.py (repeatable), e.g. --set "
                         "method.scoring.estimator=logprobs --set run_size=tiny --set "
@@ -121,11 +123,16 @@ def evaluate(args: argparse.Namespace) -> int:
     """``face evaluate``: its arguments checked, then the API's evaluation (face.api.evaluation: the one run request,
     through face.runner) with its confirmation."""
     from face.api import evaluation
+    from face.errors import ConfigError
 
+    if args.experiment is not None and not (args.mlflow and args.experiment.strip()):
+        raise ConfigError(f"--experiment {args.experiment!r}: names the MLflow experiment of a run logged with "
+                          "--mlflow (a name, with --mlflow)")
     confirm, aspects = _confirm(args), _aspect_names(args.aspects)
     out = args.out if args.out is not None else str(Path("face-runs") / args.logs.stem)
     done, _ = evaluation(str(args.logs), aspects, args.llm, out, overwrite=args.overwrite, limit=args.limit,
                          mlflow=args.mlflow, overrides=args.overrides, entry="cli", estimate_only=args.dry_run,
+                         settings={"tracking.experiment_name": args.experiment} if args.experiment else None,
                          confirm=None if args.dry_run else confirm)
     if args.dry_run:
         print(f"Dry run (--dry-run): nothing was sent; the estimate is in {Path(out).resolve() / 'cost_estimate.csv'}")

@@ -123,7 +123,7 @@ def test_reproduce_table2_full_data_matches_all_28_published_values(run_experime
     assert tags["prompt.relevance"].startswith("prompts:/face-relevance-released/")
     # issue 14: a run you can tell apart — its name, description, params and linked prompts
     assert run.info.run_name == "n_boot=100 · reproduce_table2"  # what differs first
-    assert "| dialogue | dialogue_overall | 0.6" in tags["mlflow.note.content"]  # pooled Spearman, CI
+    assert "\ndialogue  dialogue_overall  0.6" in tags["mlflow.note.content"]  # pooled Spearman, CI (fixed width)
     assert not any(str(v).startswith("/") for v in run.data.params.values())
     assert not any(k.startswith(("paths.", "tracking.", "run_size.")) for k in run.data.params)  # no LLM called
     # the judge whose scores it read, as replay_table2 names the same judgements (llm=replay: its llm.model)

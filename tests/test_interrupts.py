@@ -194,7 +194,8 @@ def test_mlflow_runs_of_one_out_tell_the_truth_and_a_finished_rerun_is_the_one_l
     """A run interrupted in its last step (the report, after every LLM call and the run file) is KILLED in the store,
     and its line says so with the run's id; a run is FINISHED only once everything is written. The rerun that
     finishes replaces the earlier runs of the same --out (deleted, tagged face.replaced_by), so one --out has one
-    run, and it removes the temporary file a killed run left there. The command's runs are named ``evaluate``."""
+    run, and it removes the temporary file a killed run left there. The command's runs are in experiment
+    ``face_evaluate``."""
     import importlib
     import shutil
 
@@ -213,7 +214,7 @@ def test_mlflow_runs_of_one_out_tell_the_truth_and_a_finished_rerun_is_the_one_l
     client = MlflowClient(tracking_uri=uri)
 
     def runs(view=ViewType.ACTIVE_ONLY) -> dict[str, str]:
-        exp = client.get_experiment_by_name("evaluate")
+        exp = client.get_experiment_by_name("face_evaluate")
         return {r.info.run_id: r.info.status for r in client.search_runs([exp.experiment_id], run_view_type=view)}
 
     api = importlib.import_module("face.api.evaluate")  # the module (face.api.evaluate is also the function)
@@ -237,8 +238,8 @@ def test_mlflow_runs_of_one_out_tell_the_truth_and_a_finished_rerun_is_the_one_l
     assert main(argv) == 0
     [(last, status)] = runs().items()
     assert status == "FINISHED" and last not in (first, stopped)
-    every = {r.info.run_id: r for r in client.search_runs([client.get_experiment_by_name("evaluate").experiment_id],
-                                                           run_view_type=ViewType.ALL)}
+    exp_id = client.get_experiment_by_name("face_evaluate").experiment_id
+    every = {r.info.run_id: r for r in client.search_runs([exp_id], run_view_type=ViewType.ALL)}
     assert {every[old].data.tags["face.replaced_by"] for old in (first, stopped)} == {last}
-    assert every[last].info.run_name.endswith(" · evaluate") and (out / "report.html").exists()
+    assert every[last].info.run_name.startswith("logs · scripted-model · ") and (out / "report.html").exists()
     assert list(out.glob(".*.tmp*")) == []

@@ -89,6 +89,12 @@ def test_a_plain_run_is_named_by_what_differs_from_the_default_first():
     assert first[:TOP_WIDTH] != second[:TOP_WIDTH]
 
 
+def test_a_run_on_its_own_input_is_named_by_the_input_and_its_judge_first():
+    settings = {"llm": "openai", "aspects": "[relevance]", "dataset.path": "v1.jsonl"}
+    assert run_name("evaluate", settings, "gpt-4o-mini") == "v1 · gpt-4o-mini · aspects=[relevance]"
+    assert run_name("evaluate", {"dataset.path": "v2.jsonl"}, None) == "v2"
+
+
 def _runs(rows):
     return pd.DataFrame([{"run_id": f"r{i}", "tags.mlflow.runName": f"job {i}", "status": st,
                           "params.optimizer.alpha": a, "params.seed": s, "metrics.summary.x": x,

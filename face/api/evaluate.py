@@ -59,6 +59,7 @@ def _finish(target: Path, keep: bool, kept: list) -> Callable:
 
     def finish(done: RunResult, summary) -> None:
         from face.datasets.crsarena import write_conversations
+        from face.tracking import log_last_files
 
         result = result_of(done, keep)
         kept.append(result)
@@ -69,6 +70,10 @@ def _finish(target: Path, keep: bool, kept: list) -> Callable:
                 path = build_report(target)
             elif len(result.particles):  # scores the method kept in memory (face_released)
                 path = result.report(target / "report.html", tables=True)
+            # with --mlflow: what face compare mlflow:<id> reads beside the run file, the report and its tables
+            log_last_files([target / "run_settings.json", target / "conversations.json"], "run")
+            log_last_files([path] if path is not None else [])
+            log_last_files([target / "report_tables"], "report_tables")
             if path is not None and summary is not None:
                 summary.extra.append(("Report", str(path)))
         elif summary is not None:  # a temporary directory, removed: the Result holds everything

@@ -25,9 +25,11 @@ EXPERIMENT = "face_compare"
 
 def download_run(run_id: str, uri: str, into: Path) -> str:
     """The MLflow run's run files and configuration downloaded into ``into``, laid out as a run directory; returns
-    the run's name."""
+    the run's short name, else its name."""
     import mlflow
     from mlflow.exceptions import MlflowException
+
+    from face.tracking.names import SHORT_NAME_TAG
 
     client = mlflow.MlflowClient(tracking_uri=uri)
     try:
@@ -42,7 +44,7 @@ def download_run(run_id: str, uri: str, into: Path) -> str:
         (into / ".hydra").mkdir(exist_ok=True)
         shutil.copy(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="config.yaml",
                                                         tracking_uri=uri), into / ".hydra" / "config.yaml")
-    return info.info.run_name or run_id[:8]
+    return info.data.tags.get(SHORT_NAME_TAG) or info.info.run_name or run_id[:8]  # face evaluate's: its input's stem
 
 
 MAX_KEY = 250  # characters of an MLflow metric name (mlflow.utils.validation.MAX_ENTITY_KEY_LENGTH)

@@ -199,7 +199,8 @@ def experiment(plan: Plan) -> Iterator[Plan]:
     (``convs``, ``subset``, ``tracker``); a run that ends well prints one summary block (face.console)."""
     cfg, dataset, summary = plan.cfg, plan.dataset, plan.summary
     # in a log: a line every 30 s while the run lasts
-    with console.alive(cfg.task_name), Tracker(cfg, run_name(cfg.task_name, plan.label), plan.uses_llm) as tracker:
+    name = run_name(cfg.task_name, plan.label, plan.llm.model if plan.llm is not None and plan.uses_llm else None)
+    with console.alive(cfg.task_name), Tracker(cfg, name, plan.uses_llm) as tracker:
         tracker.log_config()
         all_convs, convs = plan.load()
         tracker.log_checksums(data_checksums(plan.files))

@@ -7,7 +7,9 @@ from functools import partial
 
 from face.experiments.common import Plan, experiment
 from face.experiments.result import ExperimentResult, Table
+from face.report.diagnostic_report import aspect_means
 from face.report.tables import comparison_table
+from face.tracking.names import mean_metrics, means_description
 
 
 def run(plan: Plan) -> ExperimentResult:
@@ -17,8 +19,11 @@ def run(plan: Plan) -> ExperimentResult:
         if out.dry_run:
             return ctx.result(dry_run=True, output=out)
         if not ctx.has_labels:
-            return ctx.result(output=out, shown=[f"No human labels in {ctx.subset}: predictions only, written to "
-                                                 f"{ctx.run_dir / 'run_file.json'}. {out.label}"])
+            means = aspect_means(out.predictions, ctx.aspects)  # the MLflow run's metrics and description
+            return ctx.result(output=out, metrics=mean_metrics(means),
+                              description=means_description(means, out.label, ctx.subset),
+                              shown=[f"No human labels in {ctx.subset}: predictions only, written to "
+                                     f"{ctx.run_dir / 'run_file.json'}. {out.label}"])
         results = ctx.evaluate(out.predictions)
         note = (f"{out.label}; {ctx.subset}; 95% CIs: {ctx.settings.metaeval.n_boot} bootstrap resamples of "
                 "conversations (system level: within each system, the systems held fixed; none where a split or a "

@@ -153,13 +153,19 @@ def settings_text(settings: dict[str, str]) -> str:
     return ("non-default settings: " + ", ".join(f"{k}={v}" for k, v in settings.items())) if settings else ""
 
 
-def run_name(task: str, settings: dict[str, str]) -> str:
+def run_name(task: str, settings: dict[str, str], judge: str | None = None) -> str:
     """What differs from the experiment's default first, then the experiment (the page the run is on says it too):
     ``particle_agg=median · reproduce_table2``, the last part of each key where that is unambiguous; the
-    experiment alone when nothing differs."""
+    experiment alone when nothing differs. A run on its own input file (``dataset.path``: ``face evaluate``'s) leads
+    with the file's stem and the ``judge`` model, then what else differs: ``v1 · gpt-4o-mini · aspects=[…]``."""
     from face.tracking.sweeps import SEP, tails
 
+    path = settings.get("dataset.path")
+    if path:
+        settings = {k: v for k, v in settings.items() if k not in ("dataset.path", "llm")}
     label = " ".join(f"{n}={v}" for n, v in zip(tails(list(settings)), settings.values()))
+    if path:
+        return SEP.join(x for x in (Path(path).stem, judge, label) if x)[:250]
     return (f"{label}{SEP}{task}" if label else task)[:250]
 
 

@@ -26,6 +26,8 @@ from face.report.look import drawn
 LOW_QUANTILE = 0.1  # "low-scoring": the lowest 10 % of an aspect's particle scores
 LOWEST_SHOWN = 10  # the report's table of lowest particles: this many, the rest behind "show all"
 ALL_SHOWN = 2000  # at most this many rows behind "show all" (the diagnostics of all CRSArena-Eval has ~70,000)
+IN_FULL = 20  # the worst conversations written out in full; the others' turns are drawn when opened (all 467 of
+# CRSArena-Eval in full: a 36 MB page, 8 s to open)
 
 
 @dataclass
@@ -100,6 +102,23 @@ def patterns(particles: Mapping[tuple[str, int], Sequence[Particle]], convs: Seq
     return pd.DataFrame({"conversations": g.size(), "recommends_before_asking": g["recommends_before_asking"].mean(),
                          "repeated_recommendations": g["repeats"].sum() / g["recommendations"].sum().clip(lower=1),
                          "particles_per_turn": g["particles"].sum() / g["turns"].sum()}).reset_index()
+
+
+def aspect_means(preds: Predictions, aspects: Sequence[Aspect]) -> pd.DataFrame:
+    """Per aspect: its level and scale, the mean of its scores at its level (``mean``: its turn scores for a turn-level
+    aspect, its dialogue scores for a dialogue-level one), the mean turn and dialogue scores (NaN where it has none)
+    and the conversations scored: the report's headline, a run's ``summary.*`` metrics where it has no human
+    labels."""
+    rows = []
+    for a in aspects:
+        dial = preds.dialogue[preds.dialogue["aspect"] == a.name]
+        turn = preds.turn[preds.turn["aspect"] == a.name]
+        own = turn if a.level == "turn" else dial
+        rows.append({"aspect": a.name, "level": a.level, "scale": f"{a.low}–{a.high}",
+                     "mean": own["pred"].astype(float).mean(), "turn_mean": turn["pred"].astype(float).mean(),
+                     "dialogue_mean": dial["pred"].astype(float).mean(), "conversations": own["conv_id"].nunique()})
+    return pd.DataFrame(rows, columns=["aspect", "level", "scale", "mean", "turn_mean", "dialogue_mean",
+                                       "conversations"])
 
 
 def relative_scores(particles: pd.DataFrame, aspects: Sequence[Aspect]) -> pd.DataFrame:
@@ -225,6 +244,33 @@ def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataF
     return {"conv_id": c.conv_id, "system": c.system, "dialogue": dial, "turns": turns, "worst": worst}
 
 
+def worst_conversations(views: Sequence[dict], scales: Mapping[str, tuple[int, int]], n: int) -> list[dict]:
+    """The ``n`` conversations with the lowest mean dialogue score, each aspect's score as a fraction of its scale
+    (ties: in the data's order); a conversation without dialogue scores is never among them. Each view gets
+    ``relative``, its mean fraction."""
+    for v in views:
+        fractions = [(x - scales[a][0]) / (scales[a][1] - scales[a][0]) for a, x in v["dialogue"].items()
+                     if a in scales and scales[a][1] > scales[a][0] and x == x]
+        v["relative"] = sum(fractions) / len(fractions) if fractions else None
+    return sorted((v for v in views if v["relative"] is not None), key=lambda v: v["relative"])[:n]
+
+
+def _compact(view: dict, aspects: Sequence[str]) -> list:
+    """A conversation's turns as the page's script draws them when it is opened: [number, turn_ind, is the
+    assistant's, utterance, [[aspect index, turn score]], [[act, mention, feedback, [[aspect index, score, lowest
+    instruction's score, lowest of the conversation]]]]], scores to 2 decimals as the page shows them."""
+    index = {a: i for i, a in enumerate(aspects)}
+
+    def num(v) -> float | None:
+        return None if v is None or v != v else round(float(v), 2)
+
+    return [[t["number"], t["turn_ind"], t["role"] == "assistant", t["utterance"],
+             [[index[a], num(v)] for a, v in t["scores"].items() if a in index],
+             [[p["act"], p["mention"], p["feedback"],
+               [[index[x["aspect"]], num(x["score"]), num(x["min"]), int(x["lowest"])] for x in p["scores"]
+                if x["aspect"] in index]] for p in t["particles"]]] for t in view["turns"]]
+
+
 def _views(rel: pd.DataFrame, scores: pd.DataFrame, preds: Predictions, convs: Sequence[Conversation]) -> list[dict]:
     """Every conversation → its turns → their particles; ``rel``: the particles with ``relative_scores``."""
     rel = rel.sort_values(["conv_id", "turn_ind", "particle_ind", "aspect"], kind="stable")
@@ -247,17 +293,25 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
     env.filters["fmt"] = lambda v, digits=2: "–" if v is None or (isinstance(v, float) and np.isnan(v)) \
         else f"{v:.{digits}f}"
     env.filters["feedback"] = feedback_text
+    env.policies["json.dumps_kwargs"] = {"separators": (",", ":"), "ensure_ascii": False}  # the page's data, compact
     numbers = {(c.conv_id, t.turn_ind): n for c in convs for n, t in enumerate(c.turns, start=1)}
     rel = relative_scores(d.particles, aspects)
     shown = rel.head(ALL_SHOWN)
     lowest = shown.assign(number=[numbers.get((str(r.conv_id), r.turn_ind)) for r in shown.itertuples()])
+    names, scales = [a.name for a in aspects], {a.name: (a.low, a.high) for a in aspects}
+    views = _views(rel, scores, preds, convs)
+    worst = worst_conversations(views, scales, IN_FULL)
+    full = {v["conv_id"] for v in (views if len(views) <= IN_FULL else worst)}
+    share = d.act_share.pivot(index="system", columns="dialogue_act", values="share")  # the console's grid
     html = env.get_template("diagnostics.html").render(
-        title=title, note=note, llm=llm, instructions=instructions or {},
-        aspects=[a.name for a in aspects], scales={a.name: (a.low, a.high) for a in aspects},
-        heatmaps=act_heatmaps(d.by_act, aspects), act_share=d.act_share.to_dict("records"),
-        by_position=d.by_position.to_dict("records"), lowest=lowest.to_dict("records"), lowest_k=LOWEST_SHOWN,
-        n_particle_scores=len(rel), tied_low=_tied_low(d.by_position),
-        conversations=_views(rel, scores, preds, convs))
+        title=title, note=note, llm=llm, instructions=instructions or {}, aspects=names, scales=scales,
+        means=aspect_means(preds, aspects).to_dict("records"),
+        heatmaps=act_heatmaps(d.by_act, aspects), acts=list(share.columns), act_share=share.to_dict("index"),
+        positions=sorted(d.by_position["position"].unique()),
+        by_position={a: {r["position"]: r for r in g.to_dict("records")} for a, g in d.by_position.groupby("aspect")},
+        lowest=lowest.to_dict("records"), lowest_k=LOWEST_SHOWN,
+        n_particle_scores=len(rel), tied_low=_tied_low(d.by_position), conversations=views, full=full,
+        worst=worst, drawn_later={v["conv_id"]: _compact(v, names) for v in views if v["conv_id"] not in full})
     path = Path(path)
     atomic_write_text(path, html)
     return path

@@ -10,7 +10,7 @@
 from face.tracking.names import correlation_metrics, description, flatten, summary_metrics
 from face.tracking.store import check_tracking_store, use_experiment
 from face.tracking.sweeps import is_multirun
-from face.tracking.tracker import Tracker
+from face.tracking.tracker import Tracker, log_last_files
 
 __all__ = ["Tracker", "check_tracking_store", "correlation_metrics", "description", "flatten", "is_multirun",
-           "summary_metrics", "use_experiment"]
+           "log_last_files", "summary_metrics", "use_experiment"]

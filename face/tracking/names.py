@@ -34,6 +34,8 @@ PRIMARY_METRIC_TAG = "mlflow.experiment.primaryMetric.name"  # an experiment tag
 RELEASED_MODEL = "face-released-judgements"
 RELEASED_JUDGE = "the FACE authors' released judgements"
 JUDGE_TAG = "judge"
+# what ``face compare mlflow:<id>`` calls a run (``face evaluate``'s: its input file's stem), where it has one
+SHORT_NAME_TAG = "face.short_name"
 
 # settings that say where things go, not what is computed: never MLflow params
 _NOT_PARAMS = ("paths.", "tracking.", "hydra.", "report.out_dir")
@@ -119,12 +121,40 @@ def correlation_metrics(results, prefix: str = "", against: str = "human") -> di
 
 
 def description(results, label: str, settings: str) -> str:
-    """Markdown for the run page: what produced the numbers and the headline correlations."""
+    """Markdown for the run page: what produced the numbers and the headline correlations (a fixed-width block)."""
     lines = [f"**{label}**", "", settings, ""]
     r = results[(results["coefficient"] == "spearman") & (results["split"] == "all")]
     if len(r):
-        lines += ["| level | aspect | Spearman (pooled) | 95% CI |", "|---|---|---|---|"]
+        rows = []
         for x in r.itertuples(index=False):
             ci = "" if math.isnan(x.ci_low) else f"[{x.ci_low:.3f}, {x.ci_high:.3f}]"
-            lines.append(f"| {x.level} | {x.aspect} | {x.value:.3f} | {ci} |")
+            rows.append([x.level, x.aspect, f"{x.value:.3f}", ci])
+        lines.append(fixed_width(["level", "aspect", "Spearman (pooled)", "95% CI"], rows))
     return "\n".join(lines)
+
+
+def fixed_width(header: list[str], rows: list[list[str]]) -> str:
+    """A table as a fenced fixed-width block: MLflow's description panel draws Markdown tables without any space
+    between their columns."""
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return "\n".join(["```text", *lines, "```"])
+
+
+def mean_metrics(means) -> dict[str, float]:
+    """``summary.<aspect>``: each aspect's mean score at its level, on its scale (``aspect_means``' table of a run
+    without human labels)."""
+    return {f"{HEADLINE_PREFIX}{r.aspect}": round(float(r.mean), 4) for r in means.itertuples(index=False)
+            if not math.isnan(r.mean)}
+
+
+def means_description(means, label: str, settings: str) -> str:
+    """The run page of a run without human labels: what scored (the judge, with its caveat), on what, and each
+    aspect's mean score at its level (its ``summary.*`` metric)."""
+    def cell(v: float) -> str:
+        return "–" if math.isnan(v) else f"{v:.3f}"
+
+    rows = [[f"{r.aspect} ({r.scale})", r.level, cell(r.mean), str(r.conversations)]
+            for r in means.itertuples(index=False)]
+    return "\n".join([f"**{label}**", "", settings, "", "Mean score of each aspect at its level (its summary.* "
+                      "metric):", "", fixed_width(["aspect (scale)", "level", "mean", "conversations"], rows)])
