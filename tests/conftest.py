@@ -79,6 +79,20 @@ def data_dir(mirror: Path, tmp_path_factory) -> Path:
     return d
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_run_fetches_into_the_project(data_dir: Path):
+    """A run that keeps the default ``paths.data_dir`` (the CLI's and the API's estimates, ``face compare``) reads
+    ``FACE_DATA_DIR``: the session's data directory, not the project's ``data/raw``, which a reliability case running
+    beside it, watching the project tree, would report as a write."""
+    before = os.environ.get("FACE_DATA_DIR")
+    os.environ["FACE_DATA_DIR"] = str(data_dir)
+    yield
+    if before is None:
+        os.environ.pop("FACE_DATA_DIR", None)
+    else:
+        os.environ["FACE_DATA_DIR"] = before
+
+
 @pytest.fixture(scope="session")
 def mlflow_store(tmp_path_factory) -> Path:
     """An empty MLflow SQLite store, made once per session: creating one runs MLflow's ~50 schema migrations
