@@ -23,6 +23,7 @@ def _bodies(k: int) -> list[dict]:
              "seed": i, "max_tokens": 8} for i in range(k)]
 
 
+@pytest.mark.slow  # process-, server- or rendering-bound (≈ 1 s): the fast suite stays within 45 s
 @pytest.mark.parametrize("through", [[], ["--sdk"]], ids=["aiohttp", "openai-sdk"])
 def test_bare_loop_sends_each_body_once_within_its_concurrency(tmp_path, through):
     bodies = _bodies(40)

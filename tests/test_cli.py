@@ -132,6 +132,7 @@ def _browser() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
+@pytest.mark.slow  # process-, server- or rendering-bound (≈ 1 s): the fast suite stays within 45 s
 def test_the_report_renders_in_headless_chromium_with_every_conversation_and_particle(evaluated_chat_logs, tmp_path):
     browser = _browser()
     if browser is None:

@@ -106,6 +106,7 @@ def test_the_worst_conversations_are_in_full_and_the_others_drawn_when_opened(pa
     assert [1, 2.0, 1.9, 0] in scores  # aspect index 1 (dialogue_overall), score, lowest instruction, not lowest
 
 
+@pytest.mark.slow  # process-, server- or rendering-bound (≈ 1 s): the fast suite stays within 45 s
 def test_a_link_to_a_conversation_drawn_later_opens_it_in_chromium(page, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if browser is None:

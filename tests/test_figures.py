@@ -122,6 +122,7 @@ def _grid() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow  # process-, server- or rendering-bound (≈ 1 s): the fast suite stays within 45 s
 def test_heldout_vs_budget_is_a_grid_of_panels_with_integer_budget_ticks_and_the_spread(plotted, tmp_path):
     optimizer_figures.heldout_vs_budget(_grid(), 1.0, "held-out spearman", "Bandit selection", "note",
                                         tmp_path / "hb.png")
@@ -163,6 +164,7 @@ def test_regret_vs_c_draws_the_spread_over_repetitions(regret_shown):
     assert all(y == pytest.approx([0.04, 0.04, 0.04]) for _, y in lines.values())
 
 
+@pytest.mark.slow  # process-, server- or rendering-bound (≈ 1 s): the fast suite stays within 45 s
 def test_the_committed_tiny_model_figures_redrawn_from_its_csvs_show_its_negative_correlations(
         plotted, tmp_path, data_dir, monkeypatch):
     import importlib.util

@@ -106,6 +106,7 @@ def test_adaptive_concurrency_backs_off_on_429_and_honours_retry_after(tmp_path)
     assert s["retries"] == s["throttled_requests"]
 
 
+@pytest.mark.slow  # process-, server- or rendering-bound (≈ 1 s): the fast suite stays within 45 s
 def test_adaptive_concurrency_grows_while_latency_is_flat(tmp_path):
     with ScriptedServer(latency_s=0.05) as info:
         cfg = cfg_for(info.base_url, tmp_path, n_per_request=128, probe=False, concurrency=128,
@@ -177,6 +178,7 @@ def _run_cli(body: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow  # process-, server- or rendering-bound (≈ 1 s): the fast suite stays within 45 s
 def test_fast_exit_keeps_the_exit_code_buffered_output_atexit_handlers_and_threads():
     p = _run_cli("""
         atexit.register(lambda: print("atexit handler ran"))

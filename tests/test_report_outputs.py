@@ -209,6 +209,7 @@ def test_the_report_names_the_llm_once_shows_one_turn_column_and_no_raw_feedback
     assert html.count("(no feedback)") >= 16 and "sounds good" in html
 
 
+@pytest.mark.slow  # process-, server- or rendering-bound (≈ 1 s): the fast suite stays within 45 s
 def test_hovering_an_instruction_id_in_chromium_shows_its_text(scripted_run, tmp_path, data_dir):
     """The page's script, run by headless Chromium: a mouseover on an instruction id gives it its text as title."""
     import html as html_lib

@@ -34,6 +34,7 @@ def test_williams_by_hand():
     assert williams(0.4, 0.4, 0.2, 50) == (0.0, 1.0)
 
 
+@pytest.mark.slow  # process-, server- or rendering-bound (≈ 1 s): the fast suite stays within 45 s
 def test_williams_calibration_and_power():
     rng = np.random.default_rng(0)
     sims, n = 2000, 80

@@ -123,6 +123,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # process-, server- or rendering-bound (≈ 1 s): the fast suite stays within 45 s
 def test_two_processes_write_same_cache(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     k = 400

@@ -101,6 +101,7 @@ def test_without_cache_invalid_answers_are_still_redrawn(server, make_cfg):
     assert res.answers[0].sample_index == 1 and res.answer_retries == 1
 
 
+@pytest.mark.slow  # process-, server- or rendering-bound (≈ 1 s): the fast suite stays within 45 s
 def test_answer_faults_through_the_proxy_are_never_used(make_cfg, tmp_path):
     """20 % truncated / garbled answers: every returned sample is valid, rejected draws are counted, samples
     that were not faulted are identical to a clean run, and a rerun is served from the cache."""
