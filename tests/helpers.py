@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = "fake"  # the scripted LM without a socket (conf/llm/fake.yaml); "scripted" is the HTTP server
@@ -214,3 +214,20 @@ def run_script(argv: list[str]) -> tuple[int, str, str]:
         logging.root.setLevel(saved[3])
         GlobalHydra.instance().clear()
     return (0 if code is None else int(code)), out.getvalue(), err.getvalue()
+
+
+def released_particle_scores(data_dir: Path, aspect: str, level: str, conv_ids: set[str],
+                             per_particle: Callable[[dict[str, float]], float]) -> dict:
+    """Read straight from the authors' released run file (not through the project's loaders): per turn
+    ``(conv_id, turn)`` or per conversation, ``per_particle`` of each particle's ``{instruction_id: score}``."""
+    from face.data import released_scores_file
+
+    particles: dict = {}
+    for line in (data_dir / released_scores_file(aspect)).read_text().splitlines():
+        obj = json.loads(line)
+        if obj["conv_id"] in conv_ids:
+            for t, turn in obj["turns"].items():
+                key = (obj["conv_id"], int(t)) if level == "turn" else obj["conv_id"]
+                for by_instruction in turn["particles"].values():
+                    particles.setdefault(key, []).append(per_particle(by_instruction))
+    return particles

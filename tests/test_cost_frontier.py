@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import released_particle_scores
 from scipy import stats
 
 import face.runner
@@ -23,14 +24,8 @@ N_CONVS, SEEDS, BOOT = 60, 3, 200
 def _preds(data_dir: Path, aspect: str, level: str, subset: list[str], conv_ids: set[str]) -> dict:
     """Per turn (or conversation): the mean over its particles of each particle's mean over ``subset``, rounded to
     10 decimals like every prediction of the project."""
-    particles: dict = {}
-    for line in (data_dir / released_scores_file(aspect)).read_text().splitlines():
-        obj = json.loads(line)
-        if obj["conv_id"] in conv_ids:
-            for t, turn in obj["turns"].items():
-                key = (obj["conv_id"], int(t)) if level == "turn" else obj["conv_id"]
-                for by_instruction in turn["particles"].values():
-                    particles.setdefault(key, []).append(np.mean([by_instruction[i] for i in subset]))
+    particles = released_particle_scores(data_dir, aspect, level, conv_ids,
+                                         lambda by_instruction: np.mean([by_instruction[i] for i in subset]))
     return {k: round(float(np.mean(v)), 10) for k, v in particles.items()}
 
 

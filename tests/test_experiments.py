@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import released_particle_scores
 from reliability import refused, run
 from scipy import stats
 
-from face.data import CRSARENA_EVAL, released_scores_file
+from face.data import CRSARENA_EVAL
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["dataset.limit=40", "metaeval.n_boot=50"]
@@ -32,14 +33,8 @@ def _independent_value(data_dir, n_convs: int, aspect: str, level: str, split: s
     else:
         labels = {c["conv_id"]: c["dial_level_aggregated"][aspect] for c in raw}
     conv_ids = {c["conv_id"] for c in raw}
-    particles: dict = {}
-    for line in (data_dir / released_scores_file(aspect)).read_text().splitlines():
-        obj = json.loads(line)
-        if obj["conv_id"] in conv_ids:
-            for t, turn in obj["turns"].items():
-                key = (obj["conv_id"], int(t)) if level == "turn" else obj["conv_id"]
-                for by_instruction in turn["particles"].values():
-                    particles.setdefault(key, []).append(AGG[instruction_agg](list(by_instruction.values())))
+    particles = released_particle_scores(data_dir, aspect, level, conv_ids,
+                                         lambda by_instruction: AGG[instruction_agg](list(by_instruction.values())))
     pairs = [(round(AGG[particle_agg](particles[k]), 10), h) for k, h in labels.items()
              if k in particles and split in ("all", (k[0] if level == "turn" else k).split("_")[1])]
     return SCIPY[coefficient](*zip(*pairs))[0]
