@@ -149,7 +149,9 @@ def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_
     assert parent.info.run_name == "particle_agg · reproduce_table2 sweep" and parent.info.status == "FINISHED"
     assert [r.info.run_name for r in children] == ["p=mean · reproduce_table2", "p=max · reproduce_table2"]
     assert parent.data.params == {"dataset.limit": "5", "method.particle_agg": "mean,max"}  # swept and fixed
-    assert parent.data.metrics["summary.turn_spearman_mean"] == 0.75  # the best job
+    # the parent's metric is named for what it is, the best job's, and says which job it comes from
+    assert parent.data.metrics == {"best.turn_spearman_mean": 0.75}
+    assert parent.data.tags["best.turn_spearman_mean.job"] == children[1].info.run_name == "p=max · reproduce_table2"
     assert exp.tags["mlflow.experiment.primaryMetric.name"] == "summary.turn_spearman_mean"
     summary = pd.read_csv(sweep / "sweep_summary.csv")
     assert dict(zip(summary["method.particle_agg"], summary["summary.turn_spearman_mean mean"])) == {
