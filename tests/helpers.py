@@ -231,3 +231,15 @@ def released_particle_scores(data_dir: Path, aspect: str, level: str, conv_ids: 
                 for by_instruction in turn["particles"].values():
                     particles.setdefault(key, []).append(per_particle(by_instruction))
     return particles
+
+
+def raw_labels(data_dir: Path, n_convs: int, aspect: str, level: str) -> dict:
+    """Read straight from CRSArena-Eval's file: the human labels of ``aspect`` of its first ``n_convs`` conversations,
+    per turn ``(conv_id, turn)`` or per conversation."""
+    from face.data import CRSARENA_EVAL
+
+    raw = json.loads((data_dir / CRSARENA_EVAL).read_text())[:n_convs]
+    if level == "turn":
+        return {(c["conv_id"], t["turn_ind"]): t["turn_level_aggregated"][aspect] for c in raw
+                for t in c["dialogue"] if aspect in (t.get("turn_level_aggregated") or {})}
+    return {c["conv_id"]: c["dial_level_aggregated"][aspect] for c in raw}

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import released_particle_scores
+from helpers import raw_labels, released_particle_scores
 from scipy import stats
 
 import face.runner
-from face.data import CRSARENA_EVAL, released_scores_file
+from face.data import released_scores_file
 from face.experiments.cost_frontier import frontier
 from face.pipeline.aggregate import random_instruction_subsets
 
@@ -32,13 +32,8 @@ def _preds(data_dir: Path, aspect: str, level: str, subset: list[str], conv_ids:
 def _by_hand(data_dir: Path, aspect: str, level: str, subset: list[str], coefficient: str) -> tuple[float, float]:
     """(item-level, system-level) correlation of one subset's predictions with the labels of the first conversations;
     a system is the conversation id without its uuid."""
-    raw = json.loads((data_dir / CRSARENA_EVAL).read_text())[:N_CONVS]
-    if level == "turn":
-        labels = {(c["conv_id"], t["turn_ind"]): t["turn_level_aggregated"][aspect] for c in raw
-                  for t in c["dialogue"] if aspect in (t.get("turn_level_aggregated") or {})}
-    else:
-        labels = {c["conv_id"]: c["dial_level_aggregated"][aspect] for c in raw}
-    preds = _preds(data_dir, aspect, level, subset, {c["conv_id"] for c in raw})
+    labels = raw_labels(data_dir, N_CONVS, aspect, level)
+    preds = _preds(data_dir, aspect, level, subset, {k[0] if level == "turn" else k for k in labels})
     df = pd.DataFrame([(k[0] if level == "turn" else k, preds[k], h) for k, h in labels.items() if k in preds],
                       columns=["conv_id", "pred", "human"])
     df["system"] = df["conv_id"].str.rsplit("_", n=1).str[0]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import released_particle_scores
+from helpers import raw_labels, released_particle_scores
 from reliability import refused, run
 from scipy import stats
 
@@ -26,13 +26,8 @@ def _independent_value(data_dir, n_convs: int, aspect: str, level: str, split: s
     """A correlation recomputed from the raw files with json, plain Python and scipy: the authors' per-particle
     scores aggregated over instructions, then over the particles of the turn (or the conversation), rounded to
     10 decimals like the project's predictions (README: ties), against the labels of the first conversations."""
-    raw = json.loads((data_dir / CRSARENA_EVAL).read_text())[:n_convs]
-    if level == "turn":
-        labels = {(c["conv_id"], t["turn_ind"]): t["turn_level_aggregated"][aspect] for c in raw
-                  for t in c["dialogue"] if aspect in (t.get("turn_level_aggregated") or {})}
-    else:
-        labels = {c["conv_id"]: c["dial_level_aggregated"][aspect] for c in raw}
-    conv_ids = {c["conv_id"] for c in raw}
+    labels = raw_labels(data_dir, n_convs, aspect, level)
+    conv_ids = {k[0] if level == "turn" else k for k in labels}
     particles = released_particle_scores(data_dir, aspect, level, conv_ids,
                                          lambda by_instruction: AGG[instruction_agg](list(by_instruction.values())))
     pairs = [(round(AGG[particle_agg](particles[k]), 10), h) for k, h in labels.items()
