@@ -30,7 +30,7 @@ from pydantic import Field, model_validator
 from face.coefficients import REGISTRY, rows_correlation
 from face.console import progress
 from face.data import RELEASED_PARTICLES
-from face.experiments.common import Parts, Plan, experiment, released_scores
+from face.experiments.common import Parts, Plan, experiment, own_settings, released_scores
 from face.experiments.result import ExperimentResult, Table
 from face.llm import LLMConfig
 from face.llm.sizes import cost_usd
@@ -72,12 +72,8 @@ class Settings:
         return self
 
 
-def settings(cfg: DictConfig) -> Settings:
-    return Settings(**dict(OmegaConf.to_container(cfg.frontier, resolve=True)))  # type: ignore[arg-type]
-
-
 def parts(cfg: DictConfig) -> Parts:
-    settings(cfg)
+    own_settings(Settings, cfg, "frontier")
     return Parts(extra_files=(RELEASED_PARTICLES,))  # the estimate counts the released particles
 
 
@@ -163,7 +159,7 @@ def frontier(corr: pd.DataFrame, cost: pd.DataFrame, measured: str) -> pd.DataFr
 
 
 def run(plan: Plan) -> ExperimentResult:
-    s = settings(plan.cfg)
+    s = own_settings(Settings, plan.cfg, "frontier")
     with experiment(plan) as ctx:
         scores = released_scores(ctx, "subsets the released per-instruction scores")
         cost = costs(ctx, s)
