@@ -221,7 +221,11 @@ def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_rep
     assert not any(k.startswith("summary.") for k in parent.data.metrics)
     assert {k: parent.data.params[k] for k in ("optimizer.alpha", "optimizer.beam", "optimizer.beta", "llm")} == {
         "optimizer.alpha": "1,2", "optimizer.beam": "1,2", "optimizer.beta": "1", "llm": "fake"}
-    assert "scripted-model (scripted)" in (sweep / "sweep_report.md").read_text()
+    report = (sweep / "sweep_report.md").read_text()
+    assert "scripted-model (scripted)" in report
+    # where the researcher reads the sweep: which set @best names, and that it is the held-out headline's choice
+    assert "- `face-opt-relevance-set`: @best = v" in report and "summary.final_heldout_spearman" in report
+    assert "Prompt Registry" in parent.data.tags["mlflow.note.content"]
     logged = {f.path for f in client.list_artifacts(parent.info.run_id, "sweep_report")}
     assert {"sweep_report/sweep_report.md", "sweep_report/sweep_jobs.csv", "sweep_report/sweep_report.png"} <= logged
     assert client.get_experiment_by_name("optimize_instructions").tags[

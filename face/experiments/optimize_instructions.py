@@ -9,6 +9,7 @@ the checkpoint is ``<run dir>/checkpoint/<aspect>.json`` (``optimizer.resume=<th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from dataclasses import asdict, dataclass, field
@@ -32,7 +33,7 @@ from face.optimize.checkpoint import Candidate, ResumeMismatch
 from face.optimize.config import OptimizerConfig
 from face.optimize.estimate import CostInputs, estimate, paper_setting
 from face.optimize.items import correlation, indices_of, items_for
-from face.optimize.prompt_log import PromptLog
+from face.optimize.prompt_log import MIN_BEST_ITEMS, PromptLog
 from face.optimize.scorers import LiveScorer
 from face.pipeline.estimate import Pricing
 from face.pipeline.scoring import score_messages, units_for
@@ -88,6 +89,7 @@ def run(run_plan: Plan) -> ExperimentResult:
         split = dev_split(ctx.convs, ocfg)
         ctx.tracker.set_tags({f"split.{side}": len(getattr(split, side)) for side in ("train", "dev", "test")})
         plans = plan_aspects(ctx, split)
+        heldout = hashlib.sha256(",".join(sorted(split.test)).encode()).hexdigest()[:12]
         job, costs = _gate(ctx, ocfg, plans, method, inputs)
         if job.dry_run:
             return ctx.result(dry_run=True, extra={"costs": costs})
@@ -96,7 +98,7 @@ def run(run_plan: Plan) -> ExperimentResult:
             with job.client() as client:
                 decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, method.proxy(inputs),
                                                       lcfg.supports_json_schema)
-                env = Optimizing(client, decomps, ckpt_dir, method, lcfg)
+                env = Optimizing(client, decomps, ckpt_dir, method, lcfg, heldout)
                 for plan in plans.values():
                     _optimize(ctx, ocfg, plan, env)
                 job.finish(client)
@@ -128,8 +130,8 @@ def _face_method(ctx) -> tuple[Any, Any, LLMConfig]:
 def dev_split(convs, ocfg: OptimizerConfig) -> Split:
     """The conversation-level split; when the per-system dev share rounds to no conversation (a few conversations
     over many systems, e.g. ``dataset.limit=8``), a dev fold drawn from the optimization conversations instead
-    (``optimizer.split.dev_fraction`` of them, at least one), said on the console: without a dev fold no final
-    set has a dev-fold Spearman and none can be ``@best``."""
+    (``optimizer.split.dev_fraction`` of them, at least one), said on the console (the per-round beam correlation needs
+    one)."""
     sp = ocfg.split
     split = split_conversations(convs, sp.folds, sp.fold, sp.dev_fraction, sp.seed)
     if split.dev or sp.dev_fraction <= 0 or len(split.train) < 2:
@@ -145,7 +147,7 @@ def dev_split(convs, ocfg: OptimizerConfig) -> Split:
 
 def plan_aspects(ctx, split: Split) -> dict[str, tuple]:
     """aspect -> (aspect, items, item indices per side); refused (before anything is sent) when an aspect has too
-    few training items, and said when its dev fold cannot give a Spearman (no ``@best`` for that aspect)."""
+    few training items, and said when its held-out fold is too small for its set to become ``@best``."""
     plans = {}
     for a in ctx.aspects:
         items = items_for(a, ctx.convs)
@@ -153,9 +155,9 @@ def plan_aspects(ctx, split: Split) -> dict[str, tuple]:
         if len(idx["train"]) < 3:
             raise ConfigError(f"{a.name}: only {len(idx['train'])} labelled training items in {ctx.subset}; "
                               "use more conversations (dataset.limit) or fewer folds")
-        if len(idx["dev"]) < 3:
-            print(f"{a.name}: {len(idx['dev'])} dev item(s), 3 needed for a dev-fold Spearman: this run's set for "
-                  f"{a.name} will not be a candidate for @best (more conversations: dataset.limit)", flush=True)
+        if len(idx["test"]) < MIN_BEST_ITEMS:
+            print(f"{a.name}: {len(idx['test'])} held-out item(s), {MIN_BEST_ITEMS} needed before a Spearman ranks "
+                  f"sets: no set of {a.name} will be @best (more conversations: dataset.limit)", flush=True)
         plans[a.name] = (a, items, idx)
     return plans
 
@@ -202,6 +204,7 @@ class Optimizing:
     ckpt_dir: Path
     method: Any
     lcfg: LLMConfig
+    heldout: str  # a digest of the held-out conversations: sets are ranked for @best only on the same fold
     rows: list[dict] = field(default_factory=list)  # one per aspect: held-out and dev correlations, counts
     trajectories: list[dict] = field(default_factory=list)
     gradients: list[dict] = field(default_factory=list)
@@ -242,7 +245,8 @@ def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, env: Optimizing) -> None:
                              "round": c.round, "parent": c.parent, "prompt_version": c.version}
                             for i, c in enumerate(final)]
     ref = prompts.register_set(final, {"test_spearman": f"{row['test_final_spearman']:.4f}",
-                                       "dev_spearman": f"{row['dev_final_spearman']:.4f}"})
+                                       "dev_spearman": f"{row['dev_final_spearman']:.4f}",
+                                       "test_items": str(row["test_items"]), "heldout": env.heldout})
     if ref:
         ctx.tracker.set_tags({f"prompt.{a.name}": ref})
 

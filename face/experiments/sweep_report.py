@@ -166,6 +166,17 @@ def report_markdown(title: str, jobs: pd.DataFrame, spread: pd.DataFrame, swept:
             f"{_table(every, ['job', 'status', *short])}\n")
 
 
+def best_sets(client, runs: pd.DataFrame) -> str:
+    """What each aspect's ``@best`` set alias names and why (the set prompt's ``best`` tag), for the report."""
+    lines = []
+    for col in sorted(c for c in runs if c.startswith("tags.prompt.")):
+        name = str(runs[col].dropna().iloc[0]).split("@")[0] if runs[col].notna().any() else ""
+        prompt = client.get_prompt(name) if name.startswith("face-opt-") else None
+        if prompt is not None and "best" in (prompt.tags or {}):
+            lines.append(f"- `{name}`: {prompt.tags['best']}")
+    return "\nPrompt Registry:\n\n" + "\n".join(lines) + "\n" if lines else ""
+
+
 def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = None) -> dict:
     """The sweep's report from its children in MLflow, into ``out`` (default: the sweep directory); logged on the
     parent run with its headline metric (best over the finished jobs) and the report as its description."""
@@ -185,7 +196,7 @@ def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = 
     for name, df in (("sweep_jobs.csv", jobs), ("sweep_summary.csv", spread)):
         with atomic_path(out / name) as tmp:
             df.to_csv(tmp, index=False)
-    text = report_markdown(title, jobs, spread, swept, metrics)
+    text = report_markdown(title, jobs, spread, swept, metrics) + best_sets(client, runs)
     paths = [out / "sweep_jobs.csv", out / "sweep_summary.csv", atomic_write_text(out / "sweep_report.md", text)]
     if metrics:
         paths.append(plot(jobs, swept, metrics[0], out / "sweep_report.png", title))

@@ -1,15 +1,20 @@
 """The optimizer's prompts in the MLflow Prompt Registry (``PromptLog``; a no-op when tracking is off).
 
 - Candidates: every candidate instruction of a job (the initial one, each rewrite) is a version of one prompt
-  per sweep and aspect, ``face-opt-<aspect>-sweep-<parent run id[:8]>`` (a run outside a sweep:
-  ``face-opt-<aspect>-run-<run id[:8]>``). A version's commit message starts with the job's swept values
-  (``alpha=1 beam=2: round 1: rewrite of v1 (initial) by gradient r1:initial:g0 -> r1c1``), its tags are the
+  per sweep and aspect, named by the sweep's swept keys, ``face-opt-<aspect>-sweep-alpha-beam-<parent run id[:8]>``
+  (a run outside a sweep: ``face-opt-<aspect>-run-<run id[:8]>``). A version's commit message starts with the
+  job's swept values (``alpha=1 beam=2: round 1: rewrite of v1 (initial) by gradient r1:initial:g0 -> r1c1``), its
+  tags are the
   lineage (round, parent version and id, gradient id, candidate id, run id) and ``jobs`` (every job that wrote that
   text); aliases ``@initial`` and the job's best instruction, ``@best`` (``@best-alpha1-beam2`` in a sweep).
 - The final ranked set: a version of ``face-opt-<aspect>-set`` (one per distinct set; the instructions as
-  ``### <id>`` blocks), its commit message starting with the job's swept values, tagged with the job and its dev-
-  and test-fold Spearman; aliased ``@run-<run id[:8]>`` for the job and ``@best`` for the version with the highest
-  dev-fold Spearman of all (``method.instructions.ref='face-opt-{aspect}-set@best'``).
+  ``### <id>`` blocks), its commit message starting with the job's swept values, tagged with the job, its dev- and
+  held-out Spearman, the held-out fold (``heldout``: a digest of its conversations) and its size; aliased by the
+  job's swept values (``@alpha2-beam1``; a run outside a sweep: ``@run-<run id[:8]>``) and ``@best``
+  (``method.instructions.ref='face-opt-{aspect}-set@best'``): of the sets scored on the same held-out fold as the
+  latest one, the one with the highest held-out Spearman -- the measure the runs table's headline
+  (``summary.final_heldout_spearman``) reports, so the alias agrees with it -- and none (the alias removed) when
+  that fold holds fewer than ``MIN_BEST_ITEMS`` items; the prompt's tag ``best`` says which and why.
 
 A candidate is anything with the attributes of ``face.optimize.checkpoint.Candidate`` (``cid``, ``round``,
 ``origin``, ``gradient_id``, ``version``, ``text``).
@@ -21,6 +26,8 @@ import re
 from typing import Any
 
 from face.tracking.prompts import best_version, prompt_versions, redact_tag, register_prompt, set_template
+
+MIN_BEST_ITEMS = 10  # held-out items a set's Spearman needs before it ranks sets (fewer: no @best)
 
 
 def prompt_name(aspect: str, suffix: str = "") -> str:
@@ -47,11 +54,14 @@ class PromptLog:
         self.tracker, self.aspect = tracker, aspect
         self.name = name
         if self.enabled and name is None:
-            parent = tracker.sweep_parent_id
-            self.name = prompt_name(aspect, f"-sweep-{parent[:8]}" if parent else "-" + job_key(tracker.run_id))
+            parent, keys = tracker.sweep_parent_id, [p.split("=")[0] for p in tracker.job_label.split()]
+            self.name = prompt_name(aspect, f"-sweep-{'-'.join([*keys, parent[:8]])}" if parent
+                                    else "-" + job_key(tracker.run_id))
         self.run_id = tracker.run_id if self.enabled else None
         self.label = (tracker.job_label or tracker.run_name or self.run_id or "") if self.enabled else ""
-        self.best_alias = f"best-{alias_of(tracker.job_label)}" if self.enabled and tracker.job_label else "best"
+        swept = self.enabled and tracker.job_label
+        self.best_alias = f"best-{alias_of(tracker.job_label)}" if swept else "best"
+        self.set_alias = alias_of(tracker.job_label) if swept else job_key(str(self.run_id))
 
     def _register(self, name: str, text: str, what: str, tags: dict[str, Any]):
         uri = str(self.tracker.cfg.tracking.tracking_uri)
@@ -101,11 +111,41 @@ class PromptLog:
         what = (f"optimized set of {len(ranked)} instructions for {self.aspect} (versions of {self.name}); "
                 + ", ".join(f"{k} {v}" for k, v in extra.items()))
         v = self._register(set_name, set_template([(c.cid, c.text) for c in ranked]), what, tags)
-        genai.set_prompt_alias(set_name, job_key(str(self.run_id)), int(v.version))
-        best = best_version(prompt_versions(set_name), "dev_spearman")
+        genai.set_prompt_alias(set_name, self.set_alias, int(v.version))
+        best, why = choose_best(prompt_versions(set_name), extra)
         if best is not None:
             genai.set_prompt_alias(set_name, "best", best)
-        else:
-            print(f"{set_name}: no @best alias yet: no version has a dev-fold Spearman (this job's: "
-                  f"{extra.get('dev_spearman', 'none')})", flush=True)
+        elif _has_best(set_name):  # set on another held-out fold: it would not agree with this sweep's headline
+            genai.delete_prompt_alias(set_name, "best")
+        genai.set_prompt_tag(set_name, "best", redact_tag(why))
+        print(f"{set_name}: {why}", flush=True)
         return f"{set_name}@{v.version}"
+
+
+def choose_best(versions: list[Any], this: dict[str, str]) -> tuple[int | None, str]:
+    """(the version ``@best`` names, why) among a set prompt's ``versions``, ``this`` the tags of the set just
+    registered: the highest held-out Spearman of the sets on its held-out fold, or none when that fold is too small
+    (or gives no finite Spearman)."""
+    items = int(this.get("test_items", 0))
+    if items < MIN_BEST_ITEMS:
+        return None, (f"no @best: the held-out fold holds {items} items, {MIN_BEST_ITEMS} needed before a Spearman "
+                      "ranks sets (more conversations: dataset.limit)")
+    same = [v for v in versions if (v.tags or {}).get("heldout") == this.get("heldout")]
+    best = best_version(same, "test_spearman")
+    if best is None:
+        return None, "no @best: no set on this held-out fold has a finite held-out Spearman"
+    tags = next(v.tags for v in same if int(v.version) == best)
+    return best, (f"@best = v{best} ({tags.get('jobs', '?')}): the highest held-out Spearman "
+                  f"({tags['test_spearman']}) of the {len(same)} set(s) scored on held-out fold {this['heldout']} "
+                  f"({items} items), the measure of the runs table's headline summary.final_heldout_spearman; "
+                  "chosen on that fold, its value there is optimistic for new conversations")
+
+
+def _has_best(name: str) -> bool:
+    from mlflow.tracking import MlflowClient
+
+    try:
+        MlflowClient().get_prompt_version(name, "best")
+    except Exception:
+        return False
+    return True
