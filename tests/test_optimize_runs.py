@@ -83,8 +83,8 @@ def test_two_rounds_register_every_instruction_with_lineage(run_experiment, tmp_
     assert set(run.data.metrics) == {"summary.final_heldout_spearman", "summary.initial_heldout_spearman",
                                      "summary.gain_heldout_spearman", "vs_human.turn.relevance.heldout.spearman"}
     numbers = json.loads(Path(client.download_artifacts(run.info.run_id, "numbers.json", str(tmp_path))).read_text())
-    assert numbers["heldout.relevance.test_final_spearman"] == run.data.metrics[
-        "vs_human.turn.relevance.heldout.spearman"] and numbers["optimizer.llm_calls"] > 0
+    assert round(numbers["heldout.relevance.test_final_spearman"], 6) == run.data.metrics[
+        "vs_human.turn.relevance.heldout.spearman"] and numbers["optimizer.llm_calls"] > 0  # 6 decimals in MLflow
     assert "estimate.this_run.total.samples" in numbers and numbers["estimate.http_requests"] > 0
 
     # use the result: by file, by registry name@version, by run id

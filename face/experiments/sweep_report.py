@@ -25,7 +25,7 @@ from hydra.experimental.callback import Callback
 
 from face.files import atomic_path, atomic_write_text
 from face.report.look import drawn
-from face.tracking.names import HEADLINE_PREFIX, RELEASED_JUDGE, headline
+from face.tracking.names import HEADLINE_PREFIX, RELEASED_JUDGE, fixed_width, headline
 from face.tracking.sweeps import LABEL_TAG, SEP, SWEEP_ROLE, SWEPT_TAG, find_sweep_parent, tails
 
 log = logging.getLogger(__name__)
@@ -126,14 +126,6 @@ def _cell(v) -> str:
     return "" if v is None else str(v)
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    """A fixed-width table in a fenced block: MLflow's description panel draws Markdown tables without any space
-    between their columns."""
-    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
-    lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in [header, *rows]]
-    return "\n".join(["```text", *lines, "```"])
-
-
 def _short_names(metrics: list[str]) -> tuple[list[str], str]:
     """The metrics without ``summary.`` and without the ending they all share (``_heldout_spearman``), and a note
     naming that ending."""
@@ -162,8 +154,8 @@ def report_markdown(title: str, jobs: pd.DataFrame, spread: pd.DataFrame, swept:
               *(_cell(jobs[m].iloc[i]) for m in metrics)] for i in range(len(jobs))]
     head = [f"{metrics[0][len(HEADLINE_PREFIX):]} (mean ± sd)"] if metrics else []
     return (f"**{title}**\n\nMean ± sd over the finished jobs of each setting (sd: 2 or more jobs):\n\n"
-            f"{_table(means, [*tails(keys), 'jobs', *head])}\n\nEvery job{common}:\n\n"
-            f"{_table(every, ['job', 'status', *short])}\n")
+            f"{fixed_width([*tails(keys), 'jobs', *head], means)}\n\nEvery job{common}:\n\n"
+            f"{fixed_width(['job', 'status', *short], every)}\n")
 
 
 def best_sets(client, runs: pd.DataFrame) -> str:

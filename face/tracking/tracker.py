@@ -212,7 +212,7 @@ class Tracker:
             return
         head = headline(self._compared)
         order = sorted(self._compared, key=lambda k: (k != head, not k.startswith(HEADLINE_PREFIX), k))
-        self.mlflow.log_metrics({k: self._compared[k] for k in order})
+        self.mlflow.log_metrics({k: round(self._compared[k], 6) for k in order})  # no float noise where shown
         self._primary_metric(self._compared)
         self._compared = {}
 
