@@ -13,13 +13,11 @@ OpenAI-compatible server). Without --only it does both. Then it starts `mlflow u
 renders each page in headless Chromium, driven through the DevTools protocol over a pipe (`--remote-debugging-pipe`,
 standard library only), and stops both.
 
-MLflow 3 shows no metric column until one is picked and keeps the pick per experiment in the browser's
-localStorage (key `MLflowLocalStorage-1.1-ExperimentPage-["<id>"]-ReactComponentState`: `selectedColumns`,
-`columnOrder`, `columnWidths`, `runsExpanded`), so the script writes that state first, as a user's clicks
-would, and the runs tables open with the swept params and `summary.*` columns and the sweep's parent expanded
-(the sweep's Run Name column at MLflow's default width: the children must be told apart there).
-The same way, the evaluation run's traces table opens without its Trace ID, Execution time and State columns (key
-`genaiTracesUIState-columns-<experiment id>-<run id>_v1`), so the assessment columns are wide enough for their names.
+Each page opens in a fresh browser profile with nothing written into it beforehand but the MLflow assistant
+panel's closed state: what MLflow shows a new user, then only the clicks a user makes (MLflow 3 shows no metric or
+param column until one is picked in the Columns menu: the script picks them there, typing each name into the menu's
+search box; a sweep's parent is expanded by clicking its row's expand button). Columns keep MLflow's default widths
+(the sweep's Run Name column included: the children must be told apart there).
 
 Writes to --out: runs_table.png (reproduce_table2's runs with their headline metrics), run_page.png (one of its
 runs), sweep_runs.png (the sweep: parent and its four children, swept params, summary.* metrics),
@@ -174,6 +172,30 @@ class Chromium:
         self.page("Input.dispatchMouseEvent", type="mouseReleased", x=x, y=y, button="left", clickCount=1)
         self.page("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=1)
 
+    def click(self, element: str) -> None:
+        """A mouse click at the middle of the element (JavaScript for it), scrolled into view first."""
+        box = self.js(f"(e => {{ if (!e) return null; e.scrollIntoView({{block: 'center'}}); "
+                      f"const b = e.getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2]; }})"
+                      f"({element})")
+        if box is None:
+            raise SystemExit(f"nothing to click: {element}")
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            self.page("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
+        time.sleep(0.7)
+
+    def pick_columns(self, names: list[str]) -> None:
+        """What a user does to show columns in a runs table: open Columns, type each name into its search box,
+        tick it; then close the menu."""
+        self.click(by_text("Columns", "button"))
+        box = "document.querySelector('input[placeholder=\"Search columns\"]')"
+        for name in names:
+            self.js(f"{box}.focus(); {box}.select()")
+            self.page("Input.insertText", text=name)
+            time.sleep(1)
+            self.click(by_text(name, "span.du-bois-light-tree-title"))
+        self.page("Input.dispatchKeyEvent", type="keyDown", key="Escape", code="Escape", windowsVirtualKeyCode=27)
+        time.sleep(1)
+
     def set_local_storage(self, items: dict[str, str]) -> None:
         self.js(";".join(f"localStorage.setItem({json.dumps(k)}, {json.dumps(v)})" for k, v in items.items()))
 
@@ -188,40 +210,31 @@ class Chromium:
         os.close(self._res_r)
 
 
-def runs_table_state(experiment_id: str, params: list[str], metrics: list[str], widths: dict[str, int],
-                     expanded: list[str]) -> dict[str, str]:
-    """localStorage entries that open an experiment's runs table with these param and metric columns (in this
-    order and width) and these parent runs expanded, and keep the assistant panel closed."""
-    cols = [f"params.`{p}`" for p in params] + [f"metrics.`{m}`" for m in metrics]
-    width = {"attributes.`Run Name`": widths.pop("run_name", None), **{c: widths.get(c.split("`")[1], 150)
-                                                                       for c in cols}}
-    width = {c: w for c, w in width.items() if w is not None}  # None: MLflow's default width
-    state = {"selectedColumns": cols, "columnOrder": list(width), "columnWidths": width,
-             "runsExpanded": {run_id: True for run_id in expanded}}
-    return {f'MLflowLocalStorage-1.1-ExperimentPage-["{experiment_id}"]-ReactComponentState': json.dumps(state),
-            **NO_ASSISTANT}
-
-
-def traces_table_state(experiment_id: str, run_id: str, hidden: list[str]) -> dict[str, str]:
-    """localStorage entries that open an evaluation run's traces table without these columns."""
-    state = {"columnOverrides": {column: False for column in hidden}}
-    return {f"genaiTracesUIState-columns-{experiment_id}-{run_id}_v1": json.dumps(state), **NO_ASSISTANT}
-
-
 COLLAPSE_SIDEBAR = "document.querySelector('[aria-label=\"Toggle sidebar\"]')?.click()"
 SHOW_MORE = "[...document.querySelectorAll('button, a, span')].find(e => e.innerText === 'Show more')?.click()"
+EXPAND_PARENT = """document.querySelector('[data-component-id$="runnamecellrenderer.tsx_46"]')"""  # a parent's + button
+
+
+def by_text(text: str, selector: str = "*") -> str:
+    """JavaScript for the innermost element matching selector whose text is text."""
+    return (f"[...document.querySelectorAll({json.dumps(selector)})]"
+            f".filter(e => e.innerText && e.innerText.trim() === {json.dumps(text)}).pop()")
 
 
 def shoot_page(browser: str, base: str, out: Path, tmp: Path, name: str, url: str, ready: str, width: int,
-               height: int, storage: dict | None = None, click: str | None = None, search: str | None = None,
-               drag: tuple[str, int] | None = None) -> None:
-    """One page in a fresh browser profile: localStorage written first, then the page loaded until it shows
-    ready, then the clicks (javascript), typing and dragging a user would do, then the screenshot out/name."""
+               height: int, columns: list[str] | None = None, expand: bool = False, click: str | None = None,
+               search: str | None = None, drag: tuple[str, int] | None = None) -> None:
+    """One page in a fresh browser profile (the assistant panel closed), loaded until it shows ready, then what a
+    user would do: pick columns, expand a sweep's parent, click (javascript), type, drag; then the screenshot."""
     chrome = Chromium(browser, tmp / f"profile-{name}", width, height)
     try:
         chrome.goto(f"{base}/health", "OK", timeout=30)  # same origin, so localStorage can be written
-        chrome.set_local_storage(storage or NO_ASSISTANT)
+        chrome.set_local_storage(NO_ASSISTANT)
         chrome.goto(f"{base}/{url}", ready)
+        if columns:
+            chrome.pick_columns(columns)
+        if expand:
+            chrome.click(EXPAND_PARENT)
         if click:
             chrome.js(click)
             time.sleep(2)
@@ -254,14 +267,13 @@ def shoot_runs(browser: str, base: str, store: str, out: Path, tmp: Path) -> Non
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     child = max(children, key=lambda r: r.data.metrics["summary.final_heldout_spearman"])
-    prompt = f"face-opt-relevance-sweep-{parent.info.run_id[:8]}"  # one candidates prompt per sweep and aspect
-    table = runs_table_state(opt.experiment_id, SWEPT, OPT_METRICS, {}, [parent.info.run_id])
+    prompt = f"face-opt-relevance-sweep-alpha-beam-{parent.info.run_id[:8]}"  # one candidates prompt per sweep, aspect
     shot = functools.partial(shoot_page, browser, base, out, tmp)
 
-    shot("sweep_runs.png", f"#/experiments/{opt.experiment_id}/runs", child.data.tags["mlflow.runName"][:6], 1400,
-         470, table, click=COLLAPSE_SIDEBAR)
+    shot("sweep_runs.png", f"#/experiments/{opt.experiment_id}/runs", parent.data.tags["mlflow.runName"][:6], 1800,
+         470, [*SWEPT, *OPT_METRICS], expand=True, click=COLLAPSE_SIDEBAR)
     shot("sweep_charts.png", f"#/experiments/{opt.experiment_id}/runs?compareRunsMode=CHART",
-         "summary.final_heldout_spearman", 1500, 820, table, click=COLLAPSE_SIDEBAR)
+         "summary.final_heldout_spearman", 1500, 820, expand=True, click=COLLAPSE_SIDEBAR)
     shot("sweep_compare.png", compare_url(opt.experiment_id, [r.info.run_id for r in children]),
          "Parallel Coordinates", 1500, 760)
     shot("sweep_parent.png", f"#/experiments/{opt.experiment_id}/runs/{parent.info.run_id}", "Every job", 1500, 1000,
@@ -271,10 +283,7 @@ def shoot_runs(browser: str, base: str, store: str, out: Path, tmp: Path) -> Non
     shot("prompt_versions.png", f"#/prompts/{prompt}", "initial", 1700, 640)
     shot("set_versions.png", "#/prompts/face-opt-relevance-set", "best", 1700, 460)
     shot("runs_table.png", f"#/experiments/{t2.experiment_id}/runs", t2_run.data.tags["mlflow.runName"][:12], 1600,
-         420, runs_table_state(t2.experiment_id, ["method.particle_agg"], TABLE2_METRICS,
-                               {"run_name": 420, "method.particle_agg": 170, "summary.turn_spearman_mean": 240,
-                                "summary.dialogue_spearman_mean": 260}, []),
-         click=COLLAPSE_SIDEBAR)
+         420, ["method.particle_agg", *TABLE2_METRICS], click=COLLAPSE_SIDEBAR)
     shot("run_page.png", f"#/experiments/{t2.experiment_id}/runs/{t2_run.info.run_id}", "Registered prompts",
          1500, 1000)
     shot("prompts.png", "#/prompts", prompt, 1500, 800)

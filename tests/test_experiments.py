@@ -99,7 +99,9 @@ def test_reproduce_table2_full_data_matches_all_28_published_values(run_experime
     assert sorted(m)[:3] == ["summary.dialogue_spearman_mean", "summary.system_spearman_mean",
                              "summary.turn_spearman_mean"]
     assert all(k.startswith("summary.") or (k.startswith("vs_human.") and k.endswith(".spearman")) for k in m)
-    assert m["vs_human.turn.relevance.opendialkg.spearman"] == pytest.approx(0.527, abs=0.0005)
+    # the pooled split only (per split: the correlations table): 14 charts, not 42; FACE's Table 2, relevance, All
+    assert not [k for k in m if k.endswith((".redial.spearman", ".opendialkg.spearman"))]
+    assert len([k for k in m if k.startswith("vs_human.")]) == 14
     assert "vs_human.system.dialogue_overall.all.spearman" in m
     numbers = json.loads(mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/numbers.json"))
     assert numbers["table2.values_within_0_001"] == 28

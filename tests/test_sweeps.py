@@ -150,8 +150,8 @@ def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_
     assert [r.info.run_name for r in children] == ["p=mean · reproduce_table2", "p=max · reproduce_table2"]
     assert parent.data.params == {"dataset.limit": "5", "method.particle_agg": "mean,max"}  # swept and fixed
     # the parent's metric is named for what it is, the best job's, and says which job it comes from
-    assert parent.data.metrics == {"best.turn_spearman_mean": 0.75}
-    assert parent.data.tags["best.turn_spearman_mean.job"] == children[1].info.run_name == "p=max · reproduce_table2"
+    assert parent.data.metrics == {"sweep_best.turn_spearman_mean": 0.75}
+    assert parent.data.tags["sweep_best.turn_spearman_mean.job"] == children[1].info.run_name == "p=max · reproduce_table2"
     assert exp.tags["mlflow.experiment.primaryMetric.name"] == "summary.turn_spearman_mean"
     summary = pd.read_csv(sweep / "sweep_summary.csv")
     assert dict(zip(summary["method.particle_agg"], summary["summary.turn_spearman_mean mean"])) == {
@@ -366,7 +366,7 @@ def test_the_headline_sorts_first_among_a_runs_metrics_and_its_names_differ_in_1
     metrics = sorted(logged)  # as MLflow's chart and compare views order them
     assert metrics[:3] == ["summary.dialogue_spearman_mean", "summary.system_spearman_mean",
                            "summary.turn_spearman_mean"]
-    assert len(logged) == 3 + 12  # the Spearman of each (level, aspect, split); other coefficients in the table
+    assert len(logged) == 3 + 6  # the pooled Spearman of each (level, aspect); splits, coefficients in the table
     row = {"aspect": "relevance", "level": "turn", "test_final_spearman": 0.3, "test_initial_spearman": 0.1,
            "dev_final_spearman": 0.2, "pulls": 6, "llm_calls": 10, "cost_usd": 0.0}
     opt = {k for k in report_metrics([row]) if is_comparison(k)}

@@ -194,11 +194,11 @@ def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = 
         paths.append(plot(jobs, swept, metrics[0], out / "sweep_report.png", title))
     for p in paths:
         client.log_artifact(parent.info.run_id, str(p), "sweep_report")
-    for m in metrics:  # the parent's row in the runs table: best.<metric>, with the job it comes from (a tag)
+    for m in metrics:  # the parent's row: sweep_best.<metric> (sorts after summary.*), its job in a tag
         if len(done) and not math.isnan(done[m].max()):
             best, short = done.loc[done[m].idxmax()], m.removeprefix("summary.")
-            client.log_metric(parent.info.run_id, f"best.{short}", round(float(best[m]), 6))
-            client.set_tag(parent.info.run_id, f"best.{short}.job", str(best["run"]))
+            client.log_metric(parent.info.run_id, f"sweep_best.{short}", round(float(best[m]), 6))
+            client.set_tag(parent.info.run_id, f"sweep_best.{short}.job", str(best["run"]))
     client.set_tag(parent.info.run_id, "mlflow.note.content", redact(text[:60_000]))
     if metrics:
         client.set_tag(parent.info.run_id, "headline_metric", metrics[0])

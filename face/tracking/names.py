@@ -3,8 +3,8 @@
 MLflow sorts metric names (the chart view, the compare view's metric table and its parallel-coordinates plot all
 open on the first name), so a run's MLflow metrics are only what compares runs, and every name sorts after the
 headline: the ``summary.*`` headline (names that differ within their first 12 characters, the width of a runs-table
-column) and the correlations, ``vs_human.{level}.{aspect}.{split}.spearman`` with the human labels (``vs_arena.…``
-with another reference). Every other number a run logs (estimates, LLM counters, per-round values, counts) goes to
+column) and the correlations, ``vs_human.{level}.{aspect}.{split}.spearman`` with the human labels on the pooled
+split (``vs_arena.…`` with another reference). Every other number a run logs (estimates, LLM counters, per-round values, counts) goes to
 its ``numbers.json`` artifact.
 """
 
@@ -112,10 +112,13 @@ def metric_name(level: str, aspect: str, split: str, coefficient: str, prefix: s
 
 
 def correlation_metrics(results, prefix: str = "", against: str = "human") -> dict[str, float]:
-    """The Spearman correlation of every (level, aspect, split) with the human labels (or ``against`` another
-    reference) as an MLflow metric (every coefficient and interval is in the correlations table artifact: few
-    metrics keep MLflow's charts and compare view usable)."""
+    """The Spearman correlation of every (level, aspect) with the human labels (or ``against`` another reference)
+    on the pooled split ("all"; every split where there is none) as an MLflow metric: every split, coefficient and
+    interval is in the correlations table artifact. Few metrics keep MLflow's charts and compare view usable (14 on
+    CRSArena-Eval, not 42), and their names differ within the part a chart's title shows."""
     r = results[results["coefficient"] == "spearman"]
+    if (r["split"] == "all").any():
+        r = r[r["split"] == "all"]
     return {metric_name(x.level, x.aspect, x.split, x.coefficient, prefix, against): x.value
             for x in r.itertuples(index=False)}
 
