@@ -4,20 +4,24 @@ and FACE's assessments beside MLflow's own judge on traced conversations (notebo
     python scripts/screenshots.py [--only runs|face] [--out docs/screenshots] [--browser chromium]
 
 Runs, into a fresh MLflow store in a temporary directory (nothing is written to the checkout but the fetched data):
-for `runs`, reproduce_table2, the same with method.particle_agg=median, system_level (released scores, no LLM), and a
-tiny scripted optimizer sweep (alpha=1,2 x beam=1,2, one round, 8 conversations, relevance); for `face`, the notebook
-notebooks/mlflow_scorers.ipynb top to bottom in a Jupyter kernel (scripts/run_notebooks.py, with FACE_MLFLOW_URI
-and FACE_CACHE_DIR pointing into the temporary directory): a toy recommender traced into three sessions, evaluated
-by `mlflow.genai.evaluate` with FACE's scorers (llm=scripted) and MLflow's ConversationCompleteness (a scripted
-OpenAI-compatible server). Without --only it does both. Then it starts `mlflow ui` on a free loopback port and
-renders each page in headless Chromium, driven through the DevTools protocol over a pipe (`--remote-debugging-pipe`,
-standard library only), and stops both.
+for `runs`, reproduce_table2, the same with method.particle_agg=median, system_level (released scores, no LLM), a
+tiny scripted optimizer sweep (alpha=1,2 x beam=1,2, one round, 8 conversations, relevance), the same over three
+keys (alpha x beta x beam: 8 jobs), and `face evaluate --mlflow` (scripted) on docs/examples/sample_logs.jsonl split
+into one file per system, v1.jsonl and v2.jsonl, then `face compare mlflow:<v1> mlflow:<v2> --mlflow`; for `face`,
+the notebook notebooks/mlflow_scorers.ipynb top to bottom in a Jupyter kernel (scripts/run_notebooks.py, with
+FACE_MLFLOW_URI and FACE_CACHE_DIR pointing into the temporary directory): a toy recommender traced into three
+sessions, evaluated by `mlflow.genai.evaluate` with FACE's scorers (llm=scripted) and MLflow's
+ConversationCompleteness (a scripted OpenAI-compatible server). Without --only it does both. Then it starts `mlflow
+ui` on a free loopback port and renders each page in headless Chromium, driven through the DevTools protocol over a
+pipe (`--remote-debugging-pipe`, standard library only), and stops both.
 
 Each page opens in a fresh browser profile with nothing written into it beforehand but the MLflow assistant
 panel's closed state: what MLflow shows a new user, then only the clicks a user makes (MLflow 3 shows no metric or
 param column until one is picked in the Columns menu: the script picks them there, typing each name into the menu's
-search box; a sweep's parent is expanded by clicking its row's expand button). Columns keep MLflow's default widths
-(the sweep's Run Name column included: the children must be told apart there).
+search box; the evaluation run's traces table loses its Trace ID, Execution time and State columns there, so the
+assessment columns are wide enough for their names; a sweep's parent is expanded by clicking its row's expand
+button). Columns keep MLflow's default widths (the sweeps' Run Name column included: the children must be told
+apart there).
 
 Writes to --out: runs_table.png (reproduce_table2's runs with their headline metrics), run_page.png (one of its
 runs), sweep_runs.png (the sweep: parent and its four children, swept params, summary.* metrics),
@@ -25,8 +29,12 @@ sweep_charts.png (the experiment's chart view, opening on summary.*), sweep_comp
 children: the parallel-coordinates plot over the swept params and the headline), sweep_parent.png (the parent's
 page: the sweep report as its description, the command line's settings as params), sweep_child_run.png (a child
 run: parent link, params, metrics), prompt_versions.png (the sweep's candidates prompt
-`face-opt-relevance-sweep-<id8>`: versions, commit messages led by the job's values, aliases), set_versions.png
-(`face-opt-relevance-set`: one version per job's final set, `@best`), prompts.png (the Prompt Registry);
+`face-opt-relevance-sweep-alpha-beam-<id8>`: versions, commit messages led by the job's values, aliases),
+set_versions.png (`face-opt-relevance-set`: one version per job's final set, aliased by its values, `@best`),
+prompts.png (the Prompt Registry), sweep3_runs.png (the three-key sweep's eight children at the default Run Name
+width), evaluate_runs.png (the `face evaluate` runs, named by input file and judge, with their summary metrics),
+evaluate_run.png (one of them: description, metrics, the input's own dataset digest), compare_run.png (the
+`face compare --mlflow` run: its verdicts in a fixed-width description);
 face_assessments.png (the evaluation run's Traces tab, ungrouped: each turn's request and response with
 conversation_completeness, face_dialogue_overall, both on the first trace of their session, and face_relevance on
 every trace), face_assessment_detail.png (the heist session's page: its turns with face_relevance, and the session
@@ -56,6 +64,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SWEEP = ["-m", "experiment=optimize_instructions", "llm=scripted", "optimizer.alpha=1,2", "optimizer.beam=1,2",
          "optimizer.beta=1", "optimizer.rounds=1", "dataset.limit=8", "aspects=[relevance]"]
+SWEEP3 = ["-m", "experiment=optimize_instructions", "llm=scripted", "optimizer.alpha=1,2", "optimizer.beta=1,2",
+          "optimizer.beam=1,2", "optimizer.rounds=1", "dataset.limit=8", "aspects=[relevance]"]  # 3 keys: 8 jobs
 SWEPT = ["optimizer.alpha", "optimizer.beam"]
 OPT_METRICS = ["summary.final_heldout_spearman", "summary.initial_heldout_spearman", "summary.gain_heldout_spearman"]
 TABLE2_METRICS = ["summary.turn_spearman_mean", "summary.dialogue_spearman_mean"]
@@ -81,6 +91,30 @@ def run_jobs(store: str, tmp: Path) -> None:
                         "metaeval.n_boot=200"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     subprocess.run([sys.executable, "scripts/run.py", *SWEEP, *common, f"hydra.sweep.dir={tmp / 'sweep'}"],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "scripts/run.py", *SWEEP3, *common, f"hydra.sweep.dir={tmp / 'sweep3'}"],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    evaluate_and_compare(store, tmp)
+
+
+def evaluate_and_compare(store: str, tmp: Path) -> None:
+    """docs/examples/sample_logs.jsonl as two files, one per system (v1.jsonl, v2.jsonl), each through
+    `face evaluate --mlflow` (scripted), then `face compare mlflow:<v1> mlflow:<v2> --mlflow`."""
+    from mlflow.tracking import MlflowClient
+
+    rows = [json.loads(line) for line in (ROOT / "docs" / "examples" / "sample_logs.jsonl").open(encoding="utf-8")]
+    sets = ["--set", f"tracking.tracking_uri={store}", "--set", f"tracking.artifact_location={tmp / 'artifacts'}"]
+    for v, system in (("v1", "moviebot-a"), ("v2", "moviebot-b")):
+        logs = tmp / f"{v}.jsonl"
+        logs.write_text("".join(json.dumps(r) + "\n" for r in rows if r["system"] == system), encoding="utf-8")
+        subprocess.run([str(BIN / "face"), "evaluate", str(logs), "--aspects", "relevance,dialogue_overall", "--llm",
+                        "scripted", "--out", str(tmp / f"eval_{v}"), "--yes", "--mlflow", *sets], cwd=ROOT,
+                       check=True, stdout=subprocess.DEVNULL)
+    client = MlflowClient(tracking_uri=store)
+    exp = client.get_experiment_by_name("face_evaluate").experiment_id
+    ids = {r.data.tags["face.short_name"]: r.info.run_id for r in client.search_runs([exp])}
+    subprocess.run([str(BIN / "face"), "compare", f"mlflow:{ids['v1']}", f"mlflow:{ids['v2']}", "--mlflow",
+                    "--tracking-uri", store, "--out", str(tmp / "compare")], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 def run_notebook(store: str, tmp: Path) -> None:
@@ -183,16 +217,17 @@ class Chromium:
             self.page("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
         time.sleep(0.7)
 
-    def pick_columns(self, names: list[str]) -> None:
-        """What a user does to show columns in a runs table: open Columns, type each name into its search box,
-        tick it; then close the menu."""
-        self.click(by_text("Columns", "button"))
+    def toggle_columns(self, names: list[str]) -> None:
+        """What a user does to show or hide a table's columns: open its Columns menu, click each name (typed into
+        the menu's search box first where it has one: the runs table's lists only what fits), close the menu."""
+        self.click("[...document.querySelectorAll('button')].find(b => b.innerText.trim().startsWith('Columns'))")
         box = "document.querySelector('input[placeholder=\"Search columns\"]')"
         for name in names:
-            self.js(f"{box}.focus(); {box}.select()")
-            self.page("Input.insertText", text=name)
-            time.sleep(1)
-            self.click(by_text(name, "span.du-bois-light-tree-title"))
+            if self.js(f"!!{box}"):
+                self.js(f"{box}.focus(); {box}.select()")
+                self.page("Input.insertText", text=name)
+                time.sleep(1)
+            self.click(by_text(name))  # the menu is drawn last: the last element with that text is its entry
         self.page("Input.dispatchKeyEvent", type="keyDown", key="Escape", code="Escape", windowsVirtualKeyCode=27)
         time.sleep(1)
 
@@ -212,7 +247,6 @@ class Chromium:
 
 COLLAPSE_SIDEBAR = "document.querySelector('[aria-label=\"Toggle sidebar\"]')?.click()"
 SHOW_MORE = "[...document.querySelectorAll('button, a, span')].find(e => e.innerText === 'Show more')?.click()"
-EXPAND_PARENT = """document.querySelector('[data-component-id$="runnamecellrenderer.tsx_46"]')"""  # a parent's + button
 
 
 def by_text(text: str, selector: str = "*") -> str:
@@ -222,19 +256,21 @@ def by_text(text: str, selector: str = "*") -> str:
 
 
 def shoot_page(browser: str, base: str, out: Path, tmp: Path, name: str, url: str, ready: str, width: int,
-               height: int, columns: list[str] | None = None, expand: bool = False, click: str | None = None,
+               height: int, columns: list[str] | None = None, expand: str = "", click: str | None = None,
                search: str | None = None, drag: tuple[str, int] | None = None) -> None:
     """One page in a fresh browser profile (the assistant panel closed), loaded until it shows ready, then what a
-    user would do: pick columns, expand a sweep's parent, click (javascript), type, drag; then the screenshot."""
+    user would do: show or hide columns, expand a sweep's parent, click (javascript), type, drag; then the
+    screenshot."""
     chrome = Chromium(browser, tmp / f"profile-{name}", width, height)
     try:
         chrome.goto(f"{base}/health", "OK", timeout=30)  # same origin, so localStorage can be written
         chrome.set_local_storage(NO_ASSISTANT)
         chrome.goto(f"{base}/{url}", ready)
         if columns:
-            chrome.pick_columns(columns)
-        if expand:
-            chrome.click(EXPAND_PARENT)
+            chrome.toggle_columns(columns)
+        if expand:  # the + button in the row of the run named so
+            row = by_text(expand, "span.ag-cell-value span")
+            chrome.click(f"{row}.closest('.ag-cell-value').querySelector('button')")
         if click:
             chrome.js(click)
             time.sleep(2)
@@ -271,9 +307,9 @@ def shoot_runs(browser: str, base: str, store: str, out: Path, tmp: Path) -> Non
     shot = functools.partial(shoot_page, browser, base, out, tmp)
 
     shot("sweep_runs.png", f"#/experiments/{opt.experiment_id}/runs", parent.data.tags["mlflow.runName"][:6], 1800,
-         470, [*SWEPT, *OPT_METRICS], expand=True, click=COLLAPSE_SIDEBAR)
+         470, [*SWEPT, *OPT_METRICS], expand=parent.info.run_name, click=COLLAPSE_SIDEBAR)
     shot("sweep_charts.png", f"#/experiments/{opt.experiment_id}/runs?compareRunsMode=CHART",
-         "summary.final_heldout_spearman", 1500, 820, expand=True, click=COLLAPSE_SIDEBAR)
+         parent.info.run_name[:6], 1500, 820, expand=parent.info.run_name, click=COLLAPSE_SIDEBAR)
     shot("sweep_compare.png", compare_url(opt.experiment_id, [r.info.run_id for r in children]),
          "Parallel Coordinates", 1500, 760)
     shot("sweep_parent.png", f"#/experiments/{opt.experiment_id}/runs/{parent.info.run_id}", "Every job", 1500, 1000,
@@ -287,6 +323,20 @@ def shoot_runs(browser: str, base: str, store: str, out: Path, tmp: Path) -> Non
     shot("run_page.png", f"#/experiments/{t2.experiment_id}/runs/{t2_run.info.run_id}", "Registered prompts",
          1500, 1000)
     shot("prompts.png", "#/prompts", prompt, 1500, 800)
+
+    sweep3 = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags and "beta" in r.info.run_name)
+    shot("sweep3_runs.png", f"#/experiments/{opt.experiment_id}/runs", sweep3.info.run_name[:6], 1500, 560,
+         expand=sweep3.info.run_name, click=COLLAPSE_SIDEBAR)
+    ev = client.get_experiment_by_name("face_evaluate")
+    v1 = next(r for r in client.search_runs([ev.experiment_id]) if r.data.tags.get("face.short_name") == "v1")
+    shot("evaluate_runs.png", f"#/experiments/{ev.experiment_id}/runs", "v1 ·", 1600, 380,
+         ["summary.relevance", "summary.dialogue_overall"], click=COLLAPSE_SIDEBAR)
+    shot("evaluate_run.png", f"#/experiments/{ev.experiment_id}/runs/{v1.info.run_id}", "summary.relevance", 1500,
+         1000, click=COLLAPSE_SIDEBAR)
+    cmp = client.get_experiment_by_name("face_compare")
+    [cmp_run] = client.search_runs([cmp.experiment_id])
+    shot("compare_run.png", f"#/experiments/{cmp.experiment_id}/runs/{cmp_run.info.run_id}", "verdict", 1500, 1000,
+         click=f"{COLLAPSE_SIDEBAR}; {SHOW_MORE}")
 
 
 def shoot_face(browser: str, base: str, store: str, out: Path, tmp: Path) -> None:
@@ -303,8 +353,7 @@ def shoot_face(browser: str, base: str, store: str, out: Path, tmp: Path) -> Non
     expand = ("document.querySelectorAll('[data-component-id=\"shared.model-trace-explorer.toggle-assessment-expanded"
               "\"]').forEach(b => b.click())")
     shot("face_assessments.png", f"#/experiments/{exp.experiment_id}/runs/{run.info.run_id}/traces", session, 1800, 780,
-         traces_table_state(exp.experiment_id, run.info.run_id, ["trace_id", "execution_duration", "state"]),
-         click=f"{COLLAPSE_SIDEBAR}; {ungroup}")
+         ["Trace ID", "Execution time", "State"], click=f"{COLLAPSE_SIDEBAR}; {ungroup}")
     shot("face_assessment_detail.png", f"#/experiments/{exp.experiment_id}/chat-sessions/{session}",
          "face_dialogue_overall", 1600, 1000, click=f"{COLLAPSE_SIDEBAR}; {expand}",
          drag=(".react-resizable > [handleaxis=w]", -200))
