@@ -346,6 +346,14 @@ def test_mlflow_runs_are_read_by_id_and_the_comparison_is_recorded(tmp_path, mlf
     run = mlflow.MlflowClient(uri).get_run(run_id)
     assert run.data.tags["compared_run.1"] == tracked.info.run_id
     assert run.data.metrics["diff.dialogue_overall.tracked_v2_vs_a"] == pytest.approx(0.5)
+    assert all(v == round(v, 6) for v in run.data.metrics.values())  # shown without float noise
+    # the description MLflow draws legibly: a fixed-width block, one row per verdict with its CI and Holm p
+    note = run.data.tags["mlflow.note.content"]
+    block = note.split("```text\n")[1].split("```")[0].splitlines()
+    assert block[0].split() == ["aspect", "systems", "diff", "95%", "CI", "p", "(Holm)", "verdict"]
+    assert block[1].split() == ["dialogue_overall", "tracked", "v2", "vs", "a", "+0.500", "[+0.500,", "+0.500]",
+                                "0.002", "better"]  # every score +0.5: the difference and its interval, 1 / 501
+    assert "|---" not in note and "Scored by:" in note
     assert "comparison" in {f.path for f in mlflow.MlflowClient(uri).list_artifacts(run_id)}
     assert _face("compare", str(a), "mlflow:" + "0" * 32, "--tracking-uri", uri, "--out", str(tmp_path / "x")) == 2
     assert "error: mlflow:00000000000000000000000000000000: no such MLflow run" in capsys.readouterr().err

@@ -357,6 +357,21 @@ def _correlations(levels=("turn", "dialogue", "system")):
     return pd.DataFrame(rows)
 
 
+def test_crsarena_correlation_metrics_are_its_14_pooled_ones_told_apart_in_a_chart_title_width():
+    """MLflow's chart view titles each chart by its metric's name, cut after about 26 characters (3.17.2, three
+    charts a row): on CRSArena-Eval's committed correlations the run logs 14 names (not 42: one per split), no two
+    alike in that part."""
+    from helpers import ROOT
+
+    from face.tracking.names import correlation_metrics
+
+    res = pd.read_csv(ROOT / "results" / "reproduce_table2" / "correlations.csv")
+    assert set(res["split"]) == {"all", "redial", "opendialkg"}
+    names = list(correlation_metrics(res))
+    assert len(names) == 14 and all(".all." in n for n in names)
+    assert len({n[:26] for n in names}) == 14, sorted(names)
+
+
 def test_the_headline_sorts_first_among_a_runs_metrics_and_its_names_differ_in_12_characters():
     from face.experiments.optimize_instructions import report_metrics
     from face.tracking.names import correlation_metrics, is_comparison, summary_metrics
