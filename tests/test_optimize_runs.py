@@ -214,7 +214,8 @@ def test_multirun_is_one_parent_run_with_a_named_child_per_job_and_the_sweep_rep
     jobs = pd.read_csv(sweep / "sweep_jobs.csv")
     by_name = {r.info.run_name: r.data.metrics["summary.final_heldout_spearman"] for r in children}
     assert dict(zip(jobs["run"], jobs["summary.final_heldout_spearman"])) == pytest.approx(by_name)
-    # the parent's metric: the best job's, named sweep_best.* (sorting after the jobs' summary.*: the chart view opens on those), with that job's name (of tied jobs, one of them)
+    # the parent's metric: the best job's, named sweep_best.* (sorting after the jobs' summary.*: the chart view
+    # opens on those), with that job's name (of tied jobs, one of them)
     top = max(by_name.values())
     assert parent.data.metrics["sweep_best.final_heldout_spearman"] == pytest.approx(top, abs=1e-6)
     assert by_name[parent.data.tags["sweep_best.final_heldout_spearman.job"]] == pytest.approx(top, abs=1e-6)

@@ -151,7 +151,8 @@ def test_a_sweep_is_one_parent_run_with_each_job_its_named_child_and_the_report_
     assert parent.data.params == {"dataset.limit": "5", "method.particle_agg": "mean,max"}  # swept and fixed
     # the parent's metric is named for what it is, the best job's, and says which job it comes from
     assert parent.data.metrics == {"sweep_best.turn_spearman_mean": 0.75}
-    assert parent.data.tags["sweep_best.turn_spearman_mean.job"] == children[1].info.run_name == "p=max · reproduce_table2"
+    job = parent.data.tags["sweep_best.turn_spearman_mean.job"]
+    assert job == children[1].info.run_name == "p=max · reproduce_table2"
     assert exp.tags["mlflow.experiment.primaryMetric.name"] == "summary.turn_spearman_mean"
     summary = pd.read_csv(sweep / "sweep_summary.csv")
     assert dict(zip(summary["method.particle_agg"], summary["summary.turn_spearman_mean mean"])) == {

@@ -4,8 +4,8 @@ MLflow sorts metric names (the chart view, the compare view's metric table and i
 open on the first name), so a run's MLflow metrics are only what compares runs, and every name sorts after the
 headline: the ``summary.*`` headline (names that differ within their first 12 characters, the width of a runs-table
 column) and the correlations, ``vs_human.{level}.{aspect}.{split}.spearman`` with the human labels on the pooled
-split (``vs_arena.…`` with another reference). Every other number a run logs (estimates, LLM counters, per-round values, counts) goes to
-its ``numbers.json`` artifact.
+split (``vs_arena.…`` with another reference). Every other number a run logs (estimates, LLM counters, per-round
+values, counts) goes to its ``numbers.json`` artifact.
 """
 
 from __future__ import annotations
