@@ -37,6 +37,7 @@ import pandas as pd
 
 from face.api.evaluate import evaluation
 from face.api.inputs import check_conversations, source_of
+from face.api.overrides import conversations
 from face.errors import ConfigError, require_writable_dir
 from face.files import Location, claimed
 
@@ -85,20 +86,13 @@ def _needs_line(r: Any, available: int) -> str:
             f"all, ≈ ${r.more_usd:.2f} at this run's price")
 
 
-def _positive_int(value: Any, name: str, none: bool = False) -> int | None:
-    if value is None and none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be a positive number of conversations, got {value!r}")
-    return value
-
-
 def check_options(batch: Any, max_conversations: Any, alpha: Any, target_diff: Any, method: Any, seed: Any) -> None:
     """Every sequential option, before anything is read, sent or written (one ConfigError)."""
     from face.sequential import METHODS
 
-    _positive_int(batch, "batch")
-    _positive_int(max_conversations, "max_conversations", none=True)
+    conversations(batch, "batch")
+    if max_conversations is not None:
+        conversations(max_conversations, "max_conversations")
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha < 1:
         raise ConfigError(f"alpha must be a number between 0 and 1, got {alpha!r}")
     if target_diff is not None and (isinstance(target_diff, bool) or not isinstance(target_diff, (int, float))
