@@ -141,18 +141,18 @@ def evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-# face compare's options taken by one of its two modes only: (flag, argparse dest, its default); given to the other
-# mode they would be ignored, so they are refused
-Flag = tuple[str, str, object]
-FIXED_ONLY: tuple[Flag, ...] = (
-    ("--by-system", "by_system", False), ("--pairing", "pairing", "auto"), ("--n-boot", "n_boot", None),
-    ("--confidence", "confidence", 0.95), ("--power", "power", 0.8), ("--top", "top", 5),
-    ("--allow-incomparable", "allow_incomparable", False), ("--mlflow", "mlflow", False),
-    ("--tracking-uri", "tracking_uri", None))
-SEQUENTIAL_ONLY: tuple[Flag, ...] = (
-    ("--llm", "llm", "local"), ("--batch", "batch", 5), ("--max-conversations", "max_conversations", None),
-    ("--method", "method", "betting"), ("--yes", "yes", False), ("--confirm-above", "confirm_above", 1.0),
-    ("--set", "overrides", []))
+# face compare's options taken by one of its two modes only: given to the other mode they would be ignored, so they
+# are refused
+FIXED_ONLY = ("--by-system", "--pairing", "--n-boot", "--confidence", "--power", "--top", "--allow-incomparable",
+              "--mlflow", "--tracking-uri")
+SEQUENTIAL_ONLY = ("--llm", "--batch", "--max-conversations", "--method", "--yes", "--confirm-above", "--set")
+
+
+def _given(args: argparse.Namespace, flags: tuple[str, ...]) -> list[str]:
+    """Those of ``flags`` (options of ``face compare``) given a value other than their default."""
+    plain = vars(_parser().parse_args(["compare", "A", "B"]))  # every option at its default
+    dests = {flag: "overrides" if flag == "--set" else flag[2:].replace("-", "_") for flag in flags}
+    return [flag for flag, dest in dests.items() if getattr(args, dest) != plain[dest]]
 
 
 def compare_sequential(args: argparse.Namespace) -> int:
@@ -209,8 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "evaluate":
             return evaluate(args)
         if args.command == "compare":  # issue 30; --sequential: issue 43
-            unused = [flag for flag, dest, default in (SEQUENTIAL_ONLY if not args.sequential else FIXED_ONLY)
-                      if getattr(args, dest) != default]
+            unused = _given(args, SEQUENTIAL_ONLY if not args.sequential else FIXED_ONLY)
             if unused:
                 raise ConfigError(f"{', '.join(unused)}: not an option of face compare "
                                   f"{'without' if not args.sequential else 'with'} --sequential")

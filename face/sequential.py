@@ -53,15 +53,28 @@ def _shift(x: np.ndarray, first: float) -> np.ndarray:
     return np.concatenate([np.full(x.shape[:-1] + (1,), first), x[..., :-1]], axis=-1)
 
 
-def eb_sequence(x: np.ndarray, alpha: float, cap: float = BET_CAP) -> tuple[np.ndarray, np.ndarray]:
-    """The PrPl-EB CS at level 1 − α for the mean of ``x ∈ [0, 1]`` along the last axis: (lower, upper) after each
-    observation, running-intersected. NaN is an observation not made (the bounds stay where they were)."""
+def _running(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(seen, x with 0 where not seen, observations so far ``t``, ``μ̂_t``, ``σ̂²_t``) along the last axis: the
+    PrPl-EB's regularised running mean and variance (1/2 and 1/4 as a prior observation)."""
     x = np.asarray(x, float)
     seen = ~np.isnan(x)
     x0 = np.where(seen, x, 0.0)
     t = np.cumsum(seen, axis=-1)
     mu = (0.5 + np.cumsum(x0, axis=-1)) / (t + 1)
-    var = (0.25 + np.cumsum(seen * (x0 - mu) ** 2, axis=-1)) / (t + 1)
+    return seen, x0, t, mu, (0.25 + np.cumsum(seen * (x0 - mu) ** 2, axis=-1)) / (t + 1)
+
+
+def _intersected(known: np.ndarray | bool, lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bounds clipped to [0, 1] (all of it where nothing is ``known`` yet), running-intersected."""
+    lower = np.where(known, np.clip(lower, 0, 1), 0.0)
+    upper = np.where(known, np.clip(upper, 0, 1), 1.0)
+    return np.maximum.accumulate(lower, axis=-1), np.minimum.accumulate(upper, axis=-1)
+
+
+def eb_sequence(x: np.ndarray, alpha: float, cap: float = BET_CAP) -> tuple[np.ndarray, np.ndarray]:
+    """The PrPl-EB CS at level 1 − α for the mean of ``x ∈ [0, 1]`` along the last axis: (lower, upper) after each
+    observation, running-intersected. NaN is an observation not made (the bounds stay where they were)."""
+    seen, x0, t, mu, var = _running(x)
     mu_prev, var_prev = _shift(mu, 0.5), _shift(var, 0.25)
     log_term = np.log(2 / alpha)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -73,9 +86,7 @@ def eb_sequence(x: np.ndarray, alpha: float, cap: float = BET_CAP) -> tuple[np.n
     with np.errstate(divide="ignore", invalid="ignore"):
         centre = np.cumsum(lam * x0, axis=-1) / s_lam
         half = (log_term + np.cumsum(seen * v * psi, axis=-1)) / s_lam
-    lower = np.where(s_lam > 0, np.clip(centre - half, 0, 1), 0.0)
-    upper = np.where(s_lam > 0, np.clip(centre + half, 0, 1), 1.0)
-    return np.maximum.accumulate(lower, axis=-1), np.minimum.accumulate(upper, axis=-1)
+    return _intersected(s_lam > 0, centre - half, centre + half)
 
 
 def betting_sequence(x: np.ndarray, alpha: float, grid: int = GRID, cap: float = BET_CAP
@@ -88,11 +99,8 @@ def betting_sequence(x: np.ndarray, alpha: float, grid: int = GRID, cap: float =
     x = np.asarray(x, float)
     if x.size == 0:
         return x.copy(), x.copy()
-    seen = ~np.isnan(x)
-    x0 = np.where(seen, x, 0.0)
-    t = np.cumsum(seen, axis=-1)
-    mu = (0.5 + np.cumsum(x0, axis=-1)) / (t + 1)
-    var_prev = _shift((0.25 + np.cumsum(seen * (x0 - mu) ** 2, axis=-1)) / (t + 1), 0.25)
+    seen, x0, t, _, var = _running(x)
+    var_prev = _shift(var, 0.25)
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(seen, np.sqrt(2 * np.log(2 / alpha) / (var_prev * t * np.log1p(t))), 0.0)
     m = np.linspace(0, 1, grid + 1)
@@ -105,8 +113,7 @@ def betting_sequence(x: np.ndarray, alpha: float, grid: int = GRID, cap: float =
     any_in = inside.any(axis=-1)
     lower = np.where(any_in, m[inside.argmax(axis=-1)] - step, 1.0)  # empty (never at the truth, w.p. ≥ 1 − α)
     upper = np.where(any_in, m[grid - inside[..., ::-1].argmax(axis=-1)] + step, 0.0)
-    lower, upper = np.clip(lower, 0, 1), np.clip(upper, 0, 1)
-    return np.maximum.accumulate(lower, axis=-1), np.minimum.accumulate(upper, axis=-1)
+    return _intersected(True, lower, upper)
 
 
 def _inside(x0: np.ndarray, seen: np.ndarray, rate: np.ndarray, m: np.ndarray, alpha: float, cap: float
@@ -149,20 +156,12 @@ def asymptotic_sequence(x: np.ndarray, alpha: float, t_star: int = T_STAR) -> tu
     ``t_star`` (``ρ² = (−2 log α + log(−2 log α + 1)) / t_star``). Valid only asymptotically. Deviation: σ̂²_t is the
     PrPl-EB's regularised variance ``(1/4 + Σ (X_i − μ̂_i)²) / (t + 1)`` (the largest variance of [0, 1] as a prior
     observation), so that the first few scores, alike by chance, do not give a zero width. NaN: not observed."""
-    x = np.asarray(x, float)
-    seen = ~np.isnan(x)
-    x0 = np.where(seen, x, 0.0)
-    t = np.cumsum(seen, axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.cumsum(x0, axis=-1) / t
-    mu = (0.5 + np.cumsum(x0, axis=-1)) / (t + 1)
-    var = (0.25 + np.cumsum(seen * (x0 - mu) ** 2, axis=-1)) / (t + 1)
+    _, x0, t, _, var = _running(x)
     rho2 = (-2 * np.log(alpha) + np.log(-2 * np.log(alpha) + 1)) / t_star
     with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.cumsum(x0, axis=-1) / t
         half = np.sqrt(var * 2 * (t * rho2 + 1) / (t * t * rho2) * np.log(np.sqrt(t * rho2 + 1) / alpha))
-    lower = np.where(t > 0, np.clip(mean - half, 0, 1), 0.0)
-    upper = np.where(t > 0, np.clip(mean + half, 0, 1), 1.0)
-    return np.maximum.accumulate(lower, axis=-1), np.minimum.accumulate(upper, axis=-1)
+    return _intersected(t > 0, mean - half, mean + half)
 
 
 METHODS: dict[str, Callable[[np.ndarray, float], tuple[np.ndarray, np.ndarray]]] = {
@@ -247,8 +246,7 @@ class SequentialComparison:
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) of the difference per aspect, now."""
-        a, b = np.vstack([np.empty((0, len(self.aspects))), *self.a]), np.vstack(
-            [np.empty((0, len(self.aspects))), *self.b])
+        a, b = self.scores()
         level = self.alpha / len(self.aspects)
         lows, ups = [], []
         for k, (lo, hi) in enumerate(self.scales):
@@ -264,13 +262,17 @@ class SequentialComparison:
             ups.append(up)
         return np.array(lows), np.array(ups)
 
+    def scores(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every score seen of each side (rows: conversations, columns: aspects)."""
+        empty = np.empty((0, len(self.aspects)))
+        return np.vstack([empty, *self.a]), np.vstack([empty, *self.b])
+
     def status(self) -> pd.DataFrame:
         lower, upper = self.bounds()
-        n_a = [int((~np.isnan(np.vstack(self.a)[:, k])).sum()) if self.a else 0 for k in range(len(self.aspects))]
-        n_b = [int((~np.isnan(np.vstack(self.b)[:, k])).sum()) if self.b else 0 for k in range(len(self.aspects))]
-        return pd.DataFrame({"aspect": list(self.aspects), "n_baseline": n_a, "n_candidate": n_b, "ci_low": lower,
-                             "ci_high": upper, "decision": [DECISIONS[i] for i in decide(lower, upper,
-                                                                                         self.target_diff)]})
+        a, b = self.scores()
+        return pd.DataFrame({"aspect": list(self.aspects), "n_baseline": (~np.isnan(a)).sum(axis=0),
+                             "n_candidate": (~np.isnan(b)).sum(axis=0), "ci_low": lower, "ci_high": upper,
+                             "decision": [DECISIONS[i] for i in decide(lower, upper, self.target_diff)]})
 
     def done(self) -> bool:
         return bool((decide(*self.bounds(), self.target_diff) < 3).all())

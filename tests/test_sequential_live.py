@@ -109,3 +109,16 @@ def test_a_sequential_option_without_sequential_is_refused_not_ignored(tmp_path,
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1, err
     assert "--batch, --set: not an option of face compare without --sequential" in err, err
+
+
+def test_an_out_holding_another_runs_results_is_refused_before_anything_is_sent(tmp_path, capsys):
+    write_logs(tmp_path / "v1.jsonl", _convs(2))
+    write_logs(tmp_path / "v2.jsonl", _convs(2))
+    (tmp_path / "seq").mkdir()
+    (tmp_path / "seq" / "run_file.json").write_text("{}", encoding="utf-8")  # another run's, unmarked
+    with pytest.raises(SystemExit) as stop:  # no server listens: a request sent would be exit 4, not 2
+        main(_argv(tmp_path, "http://127.0.0.1:9/v1"))
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--out" in err and "holds another run's results" in err, err
+    assert "pass --overwrite to replace them" in err and sorted(p.name for p in (tmp_path / "seq").iterdir()) == [
+        "run_file.json"]

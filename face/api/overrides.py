@@ -82,6 +82,13 @@ def split_settings(settings: Mapping[str, Any], overrides: Sequence[str] = (),
     return [*choices, *overrides], keys
 
 
+def conversations(value: Any, name: str) -> int:
+    """``value`` if it is a positive number of conversations, else a ConfigError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive number of conversations, got {value!r}")
+    return value
+
+
 def check_arguments(aspects: Any, llm: Any, out: Any, limit: Any, entry: str = "api", **flags: Any) -> list[str] | None:
     """The API's own arguments, typed: ConfigError naming the one that is not (as the entry point ``api`` / ``cli``
     names it); the aspects as a list (None: the dataset's)."""
@@ -89,8 +96,8 @@ def check_arguments(aspects: Any, llm: Any, out: Any, limit: Any, entry: str = "
     if not isinstance(llm, str) or not re.fullmatch(r"[\w.-]+", llm):
         raise ConfigError(f"llm must name a config in conf/llm/ (local, openai, openai_compatible, scripted, replay, "
                           f"...), got {llm!r}; its settings go in as **{{'llm.base_url': ...}}")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise ConfigError(f"{dash}limit must be a positive number of conversations, got {limit!r}")
+    if limit is not None:
+        conversations(limit, f"{dash}limit")
     if out is not None and not isinstance(out, (str, os.PathLike)):
         raise ConfigError(f"out must be a directory path (a string or a Path) or None, got {type(out).__name__}")
     if out is not None and not str(os.fspath(out)).strip():

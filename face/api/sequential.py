@@ -37,7 +37,9 @@ import pandas as pd
 
 from face.api.evaluate import evaluation
 from face.api.inputs import check_conversations, source_of
+from face.api.overrides import conversations
 from face.errors import ConfigError, require_writable_dir
+from face.files import Location, claimed
 
 log = logging.getLogger(__name__)
 
@@ -84,20 +86,13 @@ def _needs_line(r: Any, available: int) -> str:
             f"all, ≈ ${r.more_usd:.2f} at this run's price")
 
 
-def _positive_int(value: Any, name: str, none: bool = False) -> int | None:
-    if value is None and none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be a positive number of conversations, got {value!r}")
-    return value
-
-
 def check_options(batch: Any, max_conversations: Any, alpha: Any, target_diff: Any, method: Any, seed: Any) -> None:
     """Every sequential option, before anything is read, sent or written (one ConfigError)."""
     from face.sequential import METHODS
 
-    _positive_int(batch, "batch")
-    _positive_int(max_conversations, "max_conversations", none=True)
+    conversations(batch, "batch")
+    if max_conversations is not None:
+        conversations(max_conversations, "max_conversations")
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha < 1:
         raise ConfigError(f"alpha must be a number between 0 and 1, got {alpha!r}")
     if target_diff is not None and (isinstance(target_diff, bool) or not isinstance(target_diff, (int, float))
@@ -208,25 +203,16 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
         run = {"overrides": overrides, "entry": entry, "settings": settings}
         (avail_a, cap), (avail_b, _) = (_estimate(side, tmp, aspect_list, llm, run) for side in sides)
         avail = avail_a + avail_b
-        require_writable_dir(out, "--out" if entry == "cli" else "out")
+        setting = "--out" if entry == "cli" else "out"
+        require_writable_dir(out, setting)
         if confirm is not None and not confirm(float(avail["cost_usd"])):
             return None
-        _claim(out, overwrite, entry)
-        limited = len(order_a) < len(sides[0]) or len(order_b) < len(sides[1])
-        return _loop(order_a, order_b, paired, names, tmp, out, aspect_list, llm, run, batch, alpha, target_diff,
-                     method, avail, [len(side) for side in sides], cap, echo, limited)
-
-
-def _claim(out: Path, overwrite: bool, entry: str) -> None:
-    """The directory of one sequential comparison (marked by ``sequential.json``): another non-empty directory is
-    refused unless ``overwrite``."""
-    mark = out / "sequential.json"
-    if out.is_dir() and any(out.iterdir()) and not mark.exists() and not overwrite:
-        flag = "--overwrite" if entry == "cli" else "overwrite=True"
-        raise ConfigError(f"{'--out' if entry == 'cli' else 'out'}: {out} holds other files, not a sequential "
-                          f"comparison's; pass {flag} to replace them")
-    out.mkdir(parents=True, exist_ok=True)
-    mark.write_text(json.dumps({"face": "sequential comparison"}), encoding="utf-8")
+        how = f"pass {'--overwrite' if entry == 'cli' else 'overwrite=True'} to replace them"
+        # out: one sequential comparison's (any of them may continue there), each side's run and the report inside
+        with claimed([Location(setting, out)], {"face": "sequential comparison"}, [], overwrite, how):
+            limited = len(order_a) < len(sides[0]) or len(order_b) < len(sides[1])
+            return _loop(order_a, order_b, paired, names, tmp, out, aspect_list, llm, run, batch, alpha, target_diff,
+                         method, avail, [len(side) for side in sides], cap, echo, limited)
 
 
 def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, alpha, target_diff, method,

@@ -192,14 +192,13 @@ def from_dir(path: Path, name: str | None = None) -> Run:
 
 def from_result(result: Any, name: str) -> Run:
     """A ``face.Result`` (face.evaluate's): its predictions, conversations, particles and run settings."""
-    run = Run(name, f"face.Result ({name})", result.predictions)
-    run = _from_settings(run, {**(getattr(result, "settings", None) or {}), "label": getattr(result, "label", "")})
-    run.aspects.update({a.name: a for a in getattr(result, "aspects", ()) or ()})
-    run.systems = {str(c.conv_id): c.system for c in getattr(result, "conversations", ()) or ()}
-    parts = getattr(result, "particles", None)
-    run.particles = particle_means(parts) if isinstance(parts, pd.DataFrame) and len(parts) else None
-    out = getattr(result, "out_dir", None)
-    run.report = Path(out) / "report.html" if out and (Path(out) / "report.html").exists() else None
+    run = _from_settings(Run(name, f"face.Result ({name})", result.predictions),
+                         {**result.settings, "label": result.label})
+    run.aspects.update({a.name: a for a in result.aspects})
+    run.systems = {str(c.conv_id): c.system for c in result.conversations}
+    run.particles = particle_means(result.particles) if len(result.particles) else None
+    report = Path(result.out_dir or ".") / "report.html"
+    run.report = report if result.out_dir and report.exists() else None
     return run
 
 
