@@ -219,12 +219,8 @@ def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, 
 
 def _first_missing(path: Path) -> Path | None:
     """The topmost directory of ``path`` that does not exist yet (what locking it would create)."""
-    missing = None
-    for p in [path, *path.parents]:
-        if p.exists():
-            break
-        missing = p
-    return missing
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    return missing[-1] if missing else None
 
 
 def check_locations(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overwrite: bool, how: str

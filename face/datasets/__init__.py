@@ -46,11 +46,7 @@ class Dataset:
     # wording of the prompts that mention the domain
     assistant: str = "dialogue assistant"  # "a <assistant>" in the decomposition prompt
     judged: str = "dialogue systems"  # "an expert judge of <judged>" in the scoring prompts
-
-    @property
-    def released_artifacts(self) -> bool:
-        """The FACE authors released particles, instructions and scores for it."""
-        return False
+    released_artifacts: bool = False  # the FACE authors released particles, instructions and scores for it
 
     def __init__(self, name: str | Selection, **selection: Any):
         """The dataset's settings (a Selection, or one extended with the dataset's own keys), or its name and the
@@ -65,6 +61,7 @@ class Dataset:
         self.splits = s.splits or None
         self.download = s.download
         self.instructions = s.instructions
+        self.is_subset = bool(self.limit or self.systems or self.splits)  # not the whole dataset (a subclass adds)
 
     # ---- what a subclass provides -------------------------------------------------
     def files(self) -> list[str]:
@@ -79,10 +76,6 @@ class Dataset:
         return pd.DataFrame(columns=PUBLISHED_COLUMNS)
 
     # ---- shared -------------------------------------------------------------------
-    @property
-    def is_subset(self) -> bool:
-        return bool(self.limit or self.systems or self.splits)
-
     def select(self, convs: Sequence[Conversation]) -> list[Conversation]:
         """By system (exact id, or the part before the first ``_``), by split, then the first ``limit``."""
         out = list(convs)

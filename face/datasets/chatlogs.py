@@ -250,10 +250,7 @@ class ChatLogs(Dataset):
         self.title = self.path.name
         if own.aspects_file:  # CRSArena-Eval's aspects and yours
             self.aspects = aspect_table([*ASPECTS.values(), *load_aspects(own.aspects_file)])
-
-    @property
-    def is_subset(self) -> bool:
-        return True  # never the committed results of an experiment
+        self.is_subset = True  # never the committed results of an experiment
 
     def load_all(self, data_dir: Path) -> list[Conversation]:
         return load_logs(self.path)

@@ -251,14 +251,8 @@ class CRSArenaEval(Dataset):
             self.title = self.file.name
         if own.repeat > 1:
             self.title = f"{self.title} ×{own.repeat}"
-
-    @property
-    def released_artifacts(self) -> bool:
-        return self.file is None  # the authors' particles and scores cover CRSArena-Eval, not the user's file
-
-    @property
-    def is_subset(self) -> bool:
-        return super().is_subset or self.file is not None or self.repeat > 1
+        self.released_artifacts = self.file is None  # the authors' particles and scores: not of the user's file
+        self.is_subset = self.is_subset or self.file is not None or self.repeat > 1
 
     def files(self) -> list[str]:
         return ([] if self.file else [CRSARENA_EVAL]) + [PUBLISHED_TABLE]

@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -169,6 +170,33 @@ def wait_for_stop(until_stdin_closes: bool = False) -> None:
         pass
 
 
+def arguments(description: str, model: str) -> argparse.ArgumentParser:
+    """The command line every test server takes (a server adds its own)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0: a free port (printed)")
+    ap.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    ap.add_argument("--model", default=model)
+    ap.add_argument("--until-stdin-closes", action="store_true",
+                    help="stop when standard input reaches its end (a parent that started it has gone)")
+    return ap
+
+
+def serve(server: Served, until_stdin_closes: bool) -> None:
+    """Start ``server`` (a failure: its message on stderr, exit status 2), print ``READY <base_url>``, serve until
+    told to stop (``wait_for_stop``)."""
+    try:
+        server.start()
+    except (OSError, ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    try:
+        print(f"READY {server.base_url}", flush=True)
+        wait_for_stop(until_stdin_closes)
+    finally:
+        server.stop()
+
+
 def spawn(module: str, *args: str) -> tuple[subprocess.Popen, str]:
     """``python -m <module> *args --until-stdin-closes`` (a server that prints ``READY <base_url>`` once it serves) in
     a process of its own: (the Popen, its base URL). Its standard input is a pipe from this process: when this process
@@ -188,8 +216,8 @@ def spawn(module: str, *args: str) -> tuple[subprocess.Popen, str]:
 
 
 class RequestLog(list):
-    """The requests a server saw (one dict each), in memory and, after ``open(path)``, appended to that JSON-lines
-    file as they come."""
+    """The requests a server saw (one dict each), in memory and, after ``open()``, appended to the JSON-lines file
+    ``path`` as they come."""
 
     def __init__(self, path: str | None = None):
         super().__init__()
@@ -197,8 +225,7 @@ class RequestLog(list):
         self._fh: IO[str] | None = None
         self._lock = threading.Lock()
 
-    def open(self, path: str | None = None) -> None:
-        self.path = path or self.path
+    def open(self) -> None:
         if self.path and self._fh is None:
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 

@@ -208,18 +208,14 @@ class Tracker:
             self.mlflow.log_dict(dict(sorted(self._numbers.items())), NUMBERS_ARTIFACT)
 
     def _flush_metrics(self) -> None:
+        """The MLflow metrics, headline first; the experiment's primary metric set once: the first headline an
+        experiment's run logs (a later headline of ``HEADLINES`` replaces a name outside it)."""
         if not self._compared:
             return
         head = headline(self._compared)
         order = sorted(self._compared, key=lambda k: (k != head, not k.startswith(HEADLINE_PREFIX), k))
         self.mlflow.log_metrics({k: self._compared[k] for k in order})
-        self._primary_metric(self._compared)
         self._compared = {}
-
-    def _primary_metric(self, metrics: Mapping[str, float]) -> None:
-        """The experiment's headline metric as its primary metric, set once: the first headline an experiment's
-        run logs (a later headline of ``HEADLINES`` replaces a name outside it)."""
-        head = headline(metrics)
         if head is None or self._primary_set:
             return
         from mlflow.tracking import MlflowClient
