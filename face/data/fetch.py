@@ -76,8 +76,6 @@ def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, down
     try:
         with urllib.request.urlopen(entry.url, timeout=timeout_s) as resp:
             _atomic_copy(resp, dest, entry)
-    except DataError:
-        raise
     except OSError as e:  # URLError, timeouts, HTTP errors
         hint = (f"{why[0].upper()}{why[1:]}" if mirror is not None
                 else "Without internet, point FACE_DATA_MIRROR at a copy of the data")

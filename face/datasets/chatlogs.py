@@ -44,8 +44,6 @@ def _records(path: Path) -> tuple[list[tuple[str, object]], bool]:
     """(record name, raw conversation) from a JSON list, or (line name, its text) from JSON Lines; whether the
     records are lines (each parsed with the others' checks, so that one bad line hides no other bad record)."""
     text = read_text(path)
-    if not text.strip():
-        raise DataError(path, "contains no conversation")
     try:
         raw = json.loads(text)
     except json.JSONDecodeError:  # not one JSON document: JSON Lines, or an error named by its line
@@ -199,8 +197,7 @@ def load_aspects(path: str | Path) -> list[Aspect]:
         instructions = field(a, "instructions", list, path, where)
         if not instructions or not all(isinstance(t, str) and t.strip() for t in instructions):
             raise DataError(path, "instructions must be a non-empty list of non-empty strings", where)
-        grades = a.get("grades") or {}
-        check_type(grades, dict, path, f"{where}, grades")
+        grades = check_type(a.get("grades") or {}, dict, path, f"{where}, grades")
         try:
             scale = tuple(int(v) for v in field(a, "scale", list, path, where))
             out.append(Aspect(name, field(a, "level", str, path, where), scale,

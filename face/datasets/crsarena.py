@@ -141,8 +141,8 @@ def _turn(t: Any, prev: Turn | None, path: Path, rec: str, allow_empty: bool) ->
     role = field(t, "role", str, path, rec)
     if role not in (USER, ASSISTANT):
         raise DataError(path, f"unknown role {role!r} (expected {USER!r} or {ASSISTANT!r})", rec)
-    labels = t.get("turn_level_aggregated") or {}  # field() checked that t is an object
-    check_type(labels, dict, path, rec + ", turn_level_aggregated")
+    # (field() checked that t is an object)
+    labels = check_type(t.get("turn_level_aggregated") or {}, dict, path, rec + ", turn_level_aggregated")
     turn_ind = field(t, "turn_ind", int, path, rec)
     rec = f"{rec} (turn_ind {turn_ind})"
     if turn_ind < 0:

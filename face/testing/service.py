@@ -99,9 +99,16 @@ async def read_json(request: web.Request) -> Any:
         raise RequestError("bad_json", f"the request body is not JSON ({e})") from None
 
 
+async def _health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
 def make_app(max_body_bytes: int, prefix: str = "") -> web.Application:
-    """An aiohttp app whose every error answer is the JSON one and whose request bodies are at most this size."""
-    return web.Application(client_max_size=max_body_bytes, middlewares=[json_errors(prefix)])
+    """An aiohttp app whose every error answer is the JSON one and whose request bodies are at most this size;
+    ``GET /health`` answers ``{"status": "ok"}``."""
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors(prefix)])
+    app.router.add_get("/health", _health)
+    return app
 
 
 class AppThread:

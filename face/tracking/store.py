@@ -49,12 +49,9 @@ def store_lock(uri: str) -> Iterator[None]:
         return
     import fcntl
 
-    with open(str(db) + ".lock", "a") as f:
+    with open(str(db) + ".lock", "a") as f:  # closing it releases the lock
         fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        yield
 
 
 def check_tracking_store(cfg: DictConfig) -> None:

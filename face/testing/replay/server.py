@@ -32,16 +32,12 @@ def make_app(judge: Judge, latency_s: float = 0.0) -> web.Application:
         return web.json_response({"object": "list", "data": [{"id": judge.model, "object": "model",
                                                                "owned_by": "face-replay"}]})
 
-    async def health(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
-
     async def stats(request: web.Request) -> web.Response:
         return web.json_response(judge.report())
 
     app = service.make_app(MAX_BODY_BYTES, "replay judge: ")
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/v1/models", models)
-    app.router.add_get("/health", health)
     app.router.add_get("/v1/replay/stats", stats)
     return app
 
