@@ -108,8 +108,7 @@ def dir_lock(path: str | os.PathLike, setting: str) -> Iterator[Path]:
     finally:
         _held[key][1] -= 1
         if not _held[key][1]:
-            fd = _held.pop(key)[0]
-            os.close(fd)  # closing the last descriptor releases the flock
+            os.close(_held.pop(key)[0])  # closing the last descriptor releases the flock
 
 
 def _lock(key: str, path: str | os.PathLike, setting: str) -> int:

@@ -29,8 +29,7 @@ def mirror_dir(value: str | Path | None) -> Path | None:
     once against the directory the command was run from (``START_DIR``), not wherever the process is later."""
     if value is None or not str(value).strip():
         return None
-    path = Path(os.path.expanduser(str(value)))
-    return (path if path.is_absolute() else START_DIR / path).resolve()
+    return (START_DIR / os.path.expanduser(str(value))).resolve()  # (an absolute path replaces START_DIR)
 
 
 def sha256_of(path: Path) -> str:

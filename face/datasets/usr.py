@@ -77,10 +77,6 @@ def load_usr(path: str | Path) -> list[USRContext]:
     return out
 
 
-def _slug(model: str) -> str:
-    return re.sub(r"[^a-z0-9.]+", "-", model.lower()).strip("-")
-
-
 def to_conversations(contexts: list[USRContext], exclude_ground_truth: bool = True) -> list[Conversation]:
     """One conversation per (context, response); ids ``{context_id}:{generator}``.
 
@@ -97,7 +93,8 @@ def to_conversations(contexts: list[USRContext], exclude_ground_truth: bool = Tr
             turns = tuple(Turn(i, ASSISTANT if (n - 1 - i) % 2 == 0 else USER, text,
                                {a: r.mean(_KEY[a]) for a in ASPECTS} if i == n - 1 else {})
                           for i, text in enumerate(texts))
-            out.append(Conversation(f"{ctx.context_id}:{_slug(r.model)}", turns, {}, system=r.model, split="all",
+            slug = re.sub(r"[^a-z0-9.]+", "-", r.model.lower()).strip("-")
+            out.append(Conversation(f"{ctx.context_id}:{slug}", turns, {}, system=r.model, split="all",
                                     evaluated=(n - 1,), meta={"fact": ctx.fact, "reference": reference}))
     return out
 

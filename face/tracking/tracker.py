@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -62,10 +63,7 @@ def rerun_name(client, experiment_id: str, name: str) -> str:
     names = {r.info.run_name for r in runs}
     if name not in names:
         return name
-    k = 2
-    while f"{name} #{k}" in names:
-        k += 1
-    return f"{name} #{k}"
+    return next(f"{name} #{k}" for k in itertools.count(2) if f"{name} #{k}" not in names)
 
 
 OUTPUT_DIR_TAG = "face.output_dir"  # the run's own directory: a rerun into it that finishes replaces the earlier runs

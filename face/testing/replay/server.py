@@ -60,11 +60,12 @@ class ReplayServer(Served):
         self._judge: Judge | None = None
 
     def _app(self) -> web.Application:
-        self._judge = Judge(load(self.data_dir), self.model)
+        assert self._judge is not None
         return make_app(self._judge, self.latency_s)
 
     def start(self) -> ReplayServer:
-        if not self.process:
+        if not self.process:  # the data read here, not on the serving loop (whose start is timed)
+            self._judge = Judge(load(self.data_dir), self.model)
             return super().start()
         self._proc, self.base_url = spawn("face.testing.replay", "--data-dir", self.data_dir, "--host",
                                           self._server.host, "--port", str(self._server.port), "--latency",
