@@ -223,8 +223,8 @@ def spawn(module: str, *args: str) -> tuple[subprocess.Popen, str]:
 
 
 class RequestLog(list):
-    """The requests a server saw (one dict each), in memory and, after ``open()``, appended to the JSON-lines file
-    ``path`` as they come."""
+    """The requests a server saw (one dict each), in memory and, after ``open(path)``, appended to that JSON-lines
+    file as they come."""
 
     def __init__(self, path: str | None = None):
         super().__init__()
@@ -232,7 +232,8 @@ class RequestLog(list):
         self._fh: IO[str] | None = None
         self._lock = threading.Lock()
 
-    def open(self) -> None:
+    def open(self, path: str | None = None) -> None:
+        self.path = path or self.path
         if self.path and self._fh is None:
             self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
