@@ -83,9 +83,7 @@ class Dataset:
             out = [c for c in out if c.system in self.systems or c.system.split("_")[0] in self.systems]
         if self.splits:
             out = [c for c in out if c.split in self.splits]
-        if self.limit is not None:
-            out = out[: self.limit]
-        return out
+        return out[: self.limit]
 
     def eval_splits(self) -> list[str]:
         """Splits to report: each of the dataset's splits, then ``all`` (pooled) when there are several."""

@@ -108,8 +108,7 @@ def _chat(raw: object, path: Path, record: str, index: int) -> Conversation:
     """A conversation in the chat format; ``index``: its position from 1 (an id-less conversation is
     ``conv<index>``)."""
     if isinstance(raw, dict):
-        named = _optional_id(raw, ("id", "conv_id"), path, record, "conversation id")
-        conv_id = named if named is not None else f"conv{index}"
+        conv_id = _optional_id(raw, ("id", "conv_id"), path, record, "conversation id") or f"conv{index}"
         where = f"{record} ({conv_id})"
         system = _optional_id(raw, ("system",), path, where, "system name") or "unknown"
         if "messages" not in raw:

@@ -68,8 +68,7 @@ def load_usr(path: str | Path) -> list[USRContext]:
                 vals = field(r, aspect, list, path, r_rec)
                 if not vals:
                     raise DataError(path, f"no ratings for {aspect!r}", r_rec)
-                scale = ASPECTS[name].scale
-                ratings[aspect] = tuple(check_label(v, scale, path, f"{r_rec}, {aspect}") for v in vals)
+                ratings[aspect] = tuple(check_label(v, ASPECTS[name].scale, path, f"{r_rec}, {aspect}") for v in vals)
             responses.append(USRResponse(i, field(r, "model", str, path, r_rec),
                                          field(r, "response", str, path, r_rec).strip(), ratings))
         context = tuple(t.strip() for t in field(obj, "context", str, path, rec).strip().split("\n") if t.strip())

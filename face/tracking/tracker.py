@@ -77,17 +77,16 @@ def finishing() -> Iterator[None]:
     files written, e.g. ``face evaluate``'s report): FINISHED then, KILLED or FAILED if the block stops first."""
     held: list[Tracker] = []
     token = _FINISHING.set(held)
+    stop: BaseException | None = None
     try:
         yield
     except BaseException as e:
-        for tracker in held:
-            tracker.end(e)
+        stop = e
         raise
-    else:
-        for tracker in held:
-            tracker.end(None)
     finally:
         _FINISHING.reset(token)
+        for tracker in held:
+            tracker.end(stop)
 
 
 def log_last_files(paths: Iterable[str | Path], subdir: str | None = None) -> None:
