@@ -123,10 +123,8 @@ class Tracker:
     def __enter__(self) -> Tracker:
         if not self.enabled:
             return self
-        from mlflow.tracking import MlflowClient
-
-        mark_stale_runs()
-        client = MlflowClient()
+        client = self.mlflow.MlflowClient()
+        mark_stale_runs(client)
         exp_id = str(self.experiment_id)
         sweep = sweeps.sweep_tags()
         if sweep:
@@ -182,9 +180,7 @@ class Tracker:
         if exc is not None:
             exc.add_note(f"MLflow run {self.run_id} marked {status}")
         elif self.output_dir:
-            from mlflow.tracking import MlflowClient
-
-            sweeps.replace_earlier_attempts(MlflowClient(), str(self.experiment_id), str(self.run_id),
+            sweeps.replace_earlier_attempts(self.mlflow.MlflowClient(), str(self.experiment_id), str(self.run_id),
                                             {OUTPUT_DIR_TAG: self.output_dir}, f"the rerun into {self.output_dir}")
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
@@ -214,9 +210,7 @@ class Tracker:
         self._compared = {}
         if head is None or self._primary_set:
             return
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient()
+        client = self.mlflow.MlflowClient()
         exp = client.get_experiment(str(self.experiment_id))
         current = exp.tags.get(PRIMARY_METRIC_TAG)
         if current is None or (current not in HEADLINES and head in HEADLINES):
