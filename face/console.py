@@ -49,19 +49,12 @@ def progress_mode(enabled: bool = True, stream=None) -> str | None:
 
 
 def progress(iterable, desc: str, total: int | None = None, unit: str = "it", leave: bool = True):
-    """``iterable`` reported by a ``Progress`` (a bar, or lines in a log); the iterable itself when progress is off.
-    While it is iterated, the bars of the batches inside are transient (``nested()``): an optimizer round of hundreds
-    of small scoring batches leaves one line, not hundreds. ``leave=False``: cleared when done (a stage met many
-    times)."""
-    if progress_mode() is None:
-        return iterable
+    """``iterable`` reported by a ``Progress`` (a bar, or lines in a log; nothing when progress is off). While it is
+    iterated, the bars of the batches inside are transient (``nested()``): an optimizer round of hundreds of small
+    scoring batches leaves one line, not hundreds. ``leave=False``: cleared when done (a stage met many times)."""
+    global _outer
     if total is None:
         total = len(iterable) if hasattr(iterable, "__len__") else None
-    return _stage(iterable, total, desc, unit, leave)
-
-
-def _stage(iterable, total: int | None, desc: str, unit: str, leave: bool):
-    global _outer
     reporter = Progress(total, desc, unit=unit, leave=leave)
     reported = reporter.mode is not None
     _outer += reported
