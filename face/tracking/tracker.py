@@ -138,9 +138,9 @@ class Tracker:
                 run = self.mlflow.start_run(run_name=name)
         self.run_name, self.run_id, self.experiment_id = name, run.info.run_id, run.info.experiment_id
         params = run_params(self.cfg, self.uses_llm)
-        self.mlflow.log_params(params)
         self.set_tags({**process_tags(), **judge_tag(params), "git_commit": git_commit(self.cfg.paths.root_dir),
-                       "task_name": self.cfg.task_name})
+                       "task_name": self.cfg.task_name})  # process tags first: a run left RUNNING is found stale
+        self.mlflow.log_params(params)
         out = OmegaConf.select(self.cfg, "paths.output_dir", default=None, throw_on_resolution_failure=False)
         if out and not sweep:
             self.output_dir = redact(str(Path(out).resolve()))
