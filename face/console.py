@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -49,19 +49,12 @@ def progress_mode(enabled: bool = True, stream=None) -> str | None:
 
 
 def progress(iterable, desc: str, total: int | None = None, unit: str = "it", leave: bool = True):
-    """``iterable`` reported by a ``Progress`` (a bar, or lines in a log); the iterable itself when progress is off.
-    While it is iterated, the bars of the batches inside are transient (``nested()``): an optimizer round of hundreds
-    of small scoring batches leaves one line, not hundreds. ``leave=False``: cleared when done (a stage met many
-    times)."""
-    if progress_mode() is None:
-        return iterable
+    """``iterable`` reported by a ``Progress`` (a bar, or lines in a log; nothing when progress is off). While it is
+    iterated, the bars of the batches inside are transient (``nested()``): an optimizer round of hundreds of small
+    scoring batches leaves one line, not hundreds. ``leave=False``: cleared when done (a stage met many times)."""
+    global _outer
     if total is None:
         total = len(iterable) if hasattr(iterable, "__len__") else None
-    return _stage(iterable, total, desc, unit, leave)
-
-
-def _stage(iterable, total: int | None, desc: str, unit: str, leave: bool):
-    global _outer
     reporter = Progress(total, desc, unit=unit, leave=leave)
     reported = reporter.mode is not None
     _outer += reported
@@ -143,7 +136,8 @@ class _LogLines:
 
 
 LOG = _LogLines()
-_redirect: list = []  # logging_redirect_tqdm (routing logging through tqdm.write), then a None per bar drawn
+_BARS: list = []  # the bars being drawn: meanwhile logging goes through tqdm.write (above a bar, not over it)
+_REDIRECT = ExitStack()  # holds logging_redirect_tqdm while a bar is drawn
 
 
 class Progress:
@@ -164,8 +158,11 @@ class Progress:
         self.started = LOG.clock()
         if self.mode == "bar":
             from tqdm import tqdm
+            from tqdm.contrib.logging import logging_redirect_tqdm
 
-            _redirect_logging()
+            if not _BARS:
+                _REDIRECT.enter_context(logging_redirect_tqdm())
+            _BARS.append(self)
             self.bar = tqdm(total=total, desc=desc, unit=unit, mininterval=0.5, dynamic_ncols=True, file=sys.stderr,
                             leave=(not nested()) if leave is None else leave)
         elif self.mode == "log":
@@ -208,7 +205,9 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-            _release_logging()
+            _BARS.remove(self)
+            if not _BARS:
+                _REDIRECT.close()
         elif self.mode == "log":
             LOG.stop(self)
             self.mode = None
@@ -243,22 +242,6 @@ def plan(requests: float) -> None:
     adds the difference): with them the run's line in a log has the whole run's ETA, from its rate so far."""
     if _RUN:
         _RUN[-1].planned += int(round(requests))
-
-
-def _redirect_logging() -> None:
-    """While a bar is drawn, warnings of ``logging`` go through ``tqdm.write``: printed above the bar, not over it."""
-    if not _redirect:
-        from tqdm.contrib.logging import logging_redirect_tqdm
-
-        _redirect.append(logging_redirect_tqdm())
-        _redirect[0].__enter__()
-    _redirect.append(None)
-
-
-def _release_logging() -> None:
-    _redirect.pop()
-    if len(_redirect) == 1:
-        _redirect.pop().__exit__(None, None, None)
 
 
 @dataclass

@@ -108,8 +108,7 @@ def dir_lock(path: str | os.PathLike, setting: str) -> Iterator[Path]:
     finally:
         _held[key][1] -= 1
         if not _held[key][1]:
-            fd = _held.pop(key)[0]
-            os.close(fd)  # closing the last descriptor releases the flock
+            os.close(_held.pop(key)[0])  # closing the last descriptor releases the flock
 
 
 def _lock(key: str, path: str | os.PathLike, setting: str) -> int:
@@ -219,12 +218,8 @@ def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, 
 
 def _first_missing(path: Path) -> Path | None:
     """The topmost directory of ``path`` that does not exist yet (what locking it would create)."""
-    missing = None
-    for p in [path, *path.parents]:
-        if p.exists():
-            break
-        missing = p
-    return missing
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    return missing[-1] if missing else None
 
 
 def check_locations(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overwrite: bool, how: str

@@ -167,7 +167,8 @@ def error_line(e: ValidationError, cls: type, prefix: str) -> str:
     if kind in ("missing", "missing_argument", "missing_keyword_only_argument"):
         return f"{key} is required: {what}"
     item = [p for p in err["loc"][len(path):] if isinstance(p, int)]  # an item of a list
-    return f"{key} must be {what}, got {_shown(err.get('input'))}" + (f" (item {item[-1]})" if item else "")
+    got = redact(repr(err.get("input")))  # a key-looking string is redacted
+    return f"{key} must be {what}, got {got}" + (f" (item {item[-1]})" if item else "")
 
 
 def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any, Any]:
@@ -192,10 +193,8 @@ def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any, Any]:
 
 
 def _settings_class(annotation: Any) -> Any:
-    for t in _members(annotation):
-        if dataclasses.is_dataclass(t) and hasattr(t, "__pydantic_fields__"):
-            return t
-    return None
+    return next((t for t in _members(annotation) if dataclasses.is_dataclass(t) and hasattr(t, "__pydantic_fields__")),
+                None)
 
 
 def _members(annotation: Any) -> list[Any]:
@@ -269,8 +268,3 @@ def _bounds(metadata: list[Any]) -> str:
 
 def _num(v: Any) -> str:
     return str(int(v)) if isinstance(v, (int, float)) and float(v).is_integer() else repr(v)
-
-
-def _shown(value: Any) -> str:
-    """The refused value as said in the message (a key-looking string is redacted)."""
-    return redact(repr(value))

@@ -29,8 +29,7 @@ def mirror_dir(value: str | Path | None) -> Path | None:
     once against the directory the command was run from (``START_DIR``), not wherever the process is later."""
     if value is None or not str(value).strip():
         return None
-    path = Path(os.path.expanduser(str(value)))
-    return (path if path.is_absolute() else START_DIR / path).resolve()
+    return (START_DIR / os.path.expanduser(str(value))).resolve()  # (an absolute path replaces START_DIR)
 
 
 def sha256_of(path: Path) -> str:
@@ -76,8 +75,6 @@ def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, down
     try:
         with urllib.request.urlopen(entry.url, timeout=timeout_s) as resp:
             _atomic_copy(resp, dest, entry)
-    except DataError:
-        raise
     except OSError as e:  # URLError, timeouts, HTTP errors
         hint = (f"{why[0].upper()}{why[1:]}" if mirror is not None
                 else "Without internet, point FACE_DATA_MIRROR at a copy of the data")

@@ -64,10 +64,8 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
     check_file(path)
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
-            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise DataError(path, f"not UTF-8 text: {e.reason}", f"line {lineno}") from None
             if line.strip():

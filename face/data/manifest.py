@@ -70,6 +70,5 @@ _FILES += [(f"face_released/run_files/{a}.jsonl", FACE, f"face/reproduce_result_
 _FILES += [(f"face_released/top16_instructions/{a}.json", FACE, f"face/face_scoring/top_16_prompts/{a}.json", top)
            for a, (_, top) in _PER_ASPECT.items()]
 
-MANIFEST: dict[str, DataFile] = {
-    local: DataFile(local, repo, COMMITS[repo], path, sha) for local, repo, path, sha in sorted(_FILES)
-}
+MANIFEST: dict[str, DataFile] = {local: DataFile(local, repo, COMMITS[repo], path, sha)
+                                 for local, repo, path, sha in sorted(_FILES)}

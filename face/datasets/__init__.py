@@ -46,11 +46,7 @@ class Dataset:
     # wording of the prompts that mention the domain
     assistant: str = "dialogue assistant"  # "a <assistant>" in the decomposition prompt
     judged: str = "dialogue systems"  # "an expert judge of <judged>" in the scoring prompts
-
-    @property
-    def released_artifacts(self) -> bool:
-        """The FACE authors released particles, instructions and scores for it."""
-        return False
+    released_artifacts: bool = False  # the FACE authors released particles, instructions and scores for it
 
     def __init__(self, name: str | Selection, **selection: Any):
         """The dataset's settings (a Selection, or one extended with the dataset's own keys), or its name and the
@@ -65,6 +61,7 @@ class Dataset:
         self.splits = s.splits or None
         self.download = s.download
         self.instructions = s.instructions
+        self.is_subset = bool(self.limit or self.systems or self.splits)  # not the whole dataset (a subclass adds)
 
     # ---- what a subclass provides -------------------------------------------------
     def files(self) -> list[str]:
@@ -79,10 +76,6 @@ class Dataset:
         return pd.DataFrame(columns=PUBLISHED_COLUMNS)
 
     # ---- shared -------------------------------------------------------------------
-    @property
-    def is_subset(self) -> bool:
-        return bool(self.limit or self.systems or self.splits)
-
     def select(self, convs: Sequence[Conversation]) -> list[Conversation]:
         """By system (exact id, or the part before the first ``_``), by split, then the first ``limit``."""
         out = list(convs)
@@ -90,9 +83,7 @@ class Dataset:
             out = [c for c in out if c.system in self.systems or c.system.split("_")[0] in self.systems]
         if self.splits:
             out = [c for c in out if c.split in self.splits]
-        if self.limit is not None:
-            out = out[: self.limit]
-        return out
+        return out[: self.limit]
 
     def eval_splits(self) -> list[str]:
         """Splits to report: each of the dataset's splits, then ``all`` (pooled) when there are several."""

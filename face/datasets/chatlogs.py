@@ -44,8 +44,6 @@ def _records(path: Path) -> tuple[list[tuple[str, object]], bool]:
     """(record name, raw conversation) from a JSON list, or (line name, its text) from JSON Lines; whether the
     records are lines (each parsed with the others' checks, so that one bad line hides no other bad record)."""
     text = read_text(path)
-    if not text.strip():
-        raise DataError(path, "contains no conversation")
     try:
         raw = json.loads(text)
     except json.JSONDecodeError:  # not one JSON document: JSON Lines, or an error named by its line
@@ -110,8 +108,7 @@ def _chat(raw: object, path: Path, record: str, index: int) -> Conversation:
     """A conversation in the chat format; ``index``: its position from 1 (an id-less conversation is
     ``conv<index>``)."""
     if isinstance(raw, dict):
-        named = _optional_id(raw, ("id", "conv_id"), path, record, "conversation id")
-        conv_id = named if named is not None else f"conv{index}"
+        conv_id = _optional_id(raw, ("id", "conv_id"), path, record, "conversation id") or f"conv{index}"
         where = f"{record} ({conv_id})"
         system = _optional_id(raw, ("system",), path, where, "system name") or "unknown"
         if "messages" not in raw:
@@ -199,8 +196,7 @@ def load_aspects(path: str | Path) -> list[Aspect]:
         instructions = field(a, "instructions", list, path, where)
         if not instructions or not all(isinstance(t, str) and t.strip() for t in instructions):
             raise DataError(path, "instructions must be a non-empty list of non-empty strings", where)
-        grades = a.get("grades") or {}
-        check_type(grades, dict, path, f"{where}, grades")
+        grades = check_type(a.get("grades") or {}, dict, path, f"{where}, grades")
         try:
             scale = tuple(int(v) for v in field(a, "scale", list, path, where))
             out.append(Aspect(name, field(a, "level", str, path, where), scale,
@@ -250,10 +246,7 @@ class ChatLogs(Dataset):
         self.title = self.path.name
         if own.aspects_file:  # CRSArena-Eval's aspects and yours
             self.aspects = aspect_table([*ASPECTS.values(), *load_aspects(own.aspects_file)])
-
-    @property
-    def is_subset(self) -> bool:
-        return True  # never the committed results of an experiment
+        self.is_subset = True  # never the committed results of an experiment
 
     def load_all(self, data_dir: Path) -> list[Conversation]:
         return load_logs(self.path)

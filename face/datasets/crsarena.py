@@ -141,8 +141,8 @@ def _turn(t: Any, prev: Turn | None, path: Path, rec: str, allow_empty: bool) ->
     role = field(t, "role", str, path, rec)
     if role not in (USER, ASSISTANT):
         raise DataError(path, f"unknown role {role!r} (expected {USER!r} or {ASSISTANT!r})", rec)
-    labels = t.get("turn_level_aggregated") or {}  # field() checked that t is an object
-    check_type(labels, dict, path, rec + ", turn_level_aggregated")
+    # (field() checked that t is an object)
+    labels = check_type(t.get("turn_level_aggregated") or {}, dict, path, rec + ", turn_level_aggregated")
     turn_ind = field(t, "turn_ind", int, path, rec)
     rec = f"{rec} (turn_ind {turn_ind})"
     if turn_ind < 0:
@@ -251,14 +251,8 @@ class CRSArenaEval(Dataset):
             self.title = self.file.name
         if own.repeat > 1:
             self.title = f"{self.title} ×{own.repeat}"
-
-    @property
-    def released_artifacts(self) -> bool:
-        return self.file is None  # the authors' particles and scores cover CRSArena-Eval, not the user's file
-
-    @property
-    def is_subset(self) -> bool:
-        return super().is_subset or self.file is not None or self.repeat > 1
+        self.released_artifacts = self.file is None  # the authors' particles and scores: not of the user's file
+        self.is_subset = self.is_subset or self.file is not None or self.repeat > 1
 
     def files(self) -> list[str]:
         return ([] if self.file else [CRSARENA_EVAL]) + [PUBLISHED_TABLE]

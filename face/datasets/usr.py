@@ -68,17 +68,12 @@ def load_usr(path: str | Path) -> list[USRContext]:
                 vals = field(r, aspect, list, path, r_rec)
                 if not vals:
                     raise DataError(path, f"no ratings for {aspect!r}", r_rec)
-                scale = ASPECTS[name].scale
-                ratings[aspect] = tuple(check_label(v, scale, path, f"{r_rec}, {aspect}") for v in vals)
+                ratings[aspect] = tuple(check_label(v, ASPECTS[name].scale, path, f"{r_rec}, {aspect}") for v in vals)
             responses.append(USRResponse(i, field(r, "model", str, path, r_rec),
                                          field(r, "response", str, path, r_rec).strip(), ratings))
         context = tuple(t.strip() for t in field(obj, "context", str, path, rec).strip().split("\n") if t.strip())
         out.append(USRContext(i, context, field(obj, "fact", str, path, rec), tuple(responses)))
     return out
-
-
-def _slug(model: str) -> str:
-    return re.sub(r"[^a-z0-9.]+", "-", model.lower()).strip("-")
 
 
 def to_conversations(contexts: list[USRContext], exclude_ground_truth: bool = True) -> list[Conversation]:
@@ -97,7 +92,8 @@ def to_conversations(contexts: list[USRContext], exclude_ground_truth: bool = Tr
             turns = tuple(Turn(i, ASSISTANT if (n - 1 - i) % 2 == 0 else USER, text,
                                {a: r.mean(_KEY[a]) for a in ASPECTS} if i == n - 1 else {})
                           for i, text in enumerate(texts))
-            out.append(Conversation(f"{ctx.context_id}:{_slug(r.model)}", turns, {}, system=r.model, split="all",
+            slug = re.sub(r"[^a-z0-9.]+", "-", r.model.lower()).strip("-")
+            out.append(Conversation(f"{ctx.context_id}:{slug}", turns, {}, system=r.model, split="all",
                                     evaluated=(n - 1,), meta={"fact": ctx.fact, "reference": reference}))
     return out
 

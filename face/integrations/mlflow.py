@@ -41,7 +41,7 @@ from mlflow.entities import AssessmentSource, Feedback, Trace
 from mlflow.genai.scorers import Scorer
 from pydantic import PrivateAttr
 
-from face.errors import DataError
+from face.errors import ConfigError, DataError
 from face.integrations.traces import SESSION_KEY, assistant_text, conversation, is_trace, user_text
 
 LOWEST = 3  # particles named in a rationale
@@ -123,8 +123,6 @@ class FaceScorer(Scorer):
 
     def engine(self) -> Engine:
         if self._engine is None:
-            from face.errors import ConfigError
-
             raise ConfigError(f"scorer {self.name}: build FACE's scorers with face.integrations.mlflow.scorers(...)")
         return self._engine
 
@@ -160,7 +158,6 @@ def scorers(aspects: Sequence[str] | str | None = None, llm: str = "local", *, p
     ``face.evaluate``'s, checked here (``ConfigError``, a missing API key too) before MLflow calls anything; ``quiet``
     is implied (passing ``quiet`` or ``out`` is a ConfigError)."""
     from face.api import check_settings
-    from face.errors import ConfigError
 
     if "quiet" in settings or "out" in settings:
         raise ConfigError("scorers(): quiet and out are set by the scorers (each conversation is evaluated quietly, "

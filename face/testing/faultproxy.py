@@ -47,11 +47,6 @@ class FaultProxy(Served):
         async with ClientSession(timeout=ClientTimeout(total=600)) as self._session:
             yield
 
-    async def _forward(self, raw: bytes, headers: dict[str, str]) -> tuple[int, bytes, str]:
-        assert self._session is not None
-        async with self._session.post(self.upstream + "/chat/completions", data=raw, headers=headers) as r:
-            return r.status, await r.read(), r.headers.get("Content-Type", "application/json")
-
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         h = hashlib.sha256(raw).hexdigest()
@@ -62,7 +57,9 @@ class FaultProxy(Served):
         if reply is not None:
             return reply
         fwd = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "content-type")}
-        status, body, ctype = await self._forward(raw, fwd)
+        assert self._session is not None
+        async with self._session.post(self.upstream + "/chat/completions", data=raw, headers=fwd) as r:
+            status, body, ctype = r.status, await r.read(), r.headers.get("Content-Type", "application/json")
         if fault == "cut_json":
             return cut_json(body)
         if fault in ("truncated", "garbled", "malformed") and status == 200:

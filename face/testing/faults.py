@@ -94,44 +94,39 @@ def _known(kinds: Sequence[str]) -> tuple[str, ...]:
     return tuple(kinds)
 
 
+_ERRORS = {"429": ("rate limited", "rate_limited"), "500": ("internal error", "internal_error"),
+           "timeout": ("no answer in time", "timeout")}  # a JSON error reply's message and code
+
+
 def fault_reply(kind: str | None, *, source: str, retry_after_s: float | None) -> tuple[int, bytes, str, dict] | None:
-    """(status, body, content type, headers) of a transport fault answered at once -- 429, 500, html502, html200 --
-    whatever serves it (an aiohttp app, the in-process wire); None for any other kind."""
-    if kind == "429":
-        headers = {"Retry-After": f"{retry_after_s:g}"} if retry_after_s is not None else {}
-        return 429, _json_error(429, f"rate limited ({source})", "rate_limited"), "application/json", headers
-    if kind == "500":
-        return 500, _json_error(500, f"internal error ({source})", "internal_error"), "application/json", {}
+    """(status, body, content type, headers) of a transport fault that has a reply -- 429, 500, html502, html200,
+    and timeout's 504 (given after ``hang_s``, to a client that waited that long) -- whatever serves it (an aiohttp
+    app, the in-process wire); None for any other kind."""
     if kind in ("html502", "html200"):
         return STATUS.get(kind, 200), _HTML, "text/html", {}
-    return None
-
-
-def timeout_reply(source: str) -> bytes:
-    """The body of the 504 a "timeout" fault gives after ``hang_s`` (to a client that waited that long)."""
-    return _json_error(504, f"no answer in time ({source})", "timeout")
-
-
-def _json_error(status: int, message: str, code: str) -> bytes:
-    return json.dumps(error_body(message, code, status=status)).encode()
+    if kind not in _ERRORS:
+        return None
+    message, code = _ERRORS[kind]
+    headers = {"Retry-After": f"{retry_after_s:g}"} if kind == "429" and retry_after_s is not None else {}
+    body = json.dumps(error_body(f"{message} ({source})", code, status=STATUS[kind])).encode()
+    return STATUS[kind], body, "application/json", headers
 
 
 async def transport_fault(kind: str | None, request: web.Request, *, source: str, retry_after_s: float | None,
                           hang_s: float) -> web.StreamResponse | None:
     """The aiohttp reply of a transport fault given before any answer exists; None: answer the request (maybe
     spoiled)."""
-    quick = fault_reply(kind, source=source, retry_after_s=retry_after_s)
-    if quick is not None:
-        status, body, ctype, headers = quick
-        return web.Response(body=body, status=status, content_type=ctype, headers=headers)
-    if kind == "timeout":
-        await asyncio.sleep(hang_s)
-        return web.Response(body=timeout_reply(source), status=504, content_type="application/json")
     if kind in ("reset", "disconnect"):
         if request.transport is not None:
             request.transport.abort()
         return web.Response(status=500)
-    return None
+    if kind == "timeout":
+        await asyncio.sleep(hang_s)
+    reply = fault_reply(kind, source=source, retry_after_s=retry_after_s)
+    if reply is None:
+        return None
+    status, body, ctype, headers = reply
+    return web.Response(body=body, status=status, content_type=ctype, headers=headers)
 
 
 def half(seq: S) -> S:

@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -98,9 +99,16 @@ async def read_json(request: web.Request) -> Any:
         raise RequestError("bad_json", f"the request body is not JSON ({e})") from None
 
 
+async def _health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
 def make_app(max_body_bytes: int, prefix: str = "") -> web.Application:
-    """An aiohttp app whose every error answer is the JSON one and whose request bodies are at most this size."""
-    return web.Application(client_max_size=max_body_bytes, middlewares=[json_errors(prefix)])
+    """An aiohttp app whose every error answer is the JSON one and whose request bodies are at most this size;
+    ``GET /health`` answers ``{"status": "ok"}``."""
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors(prefix)])
+    app.router.add_get("/health", _health)
+    return app
 
 
 class AppThread:
@@ -167,6 +175,33 @@ def wait_for_stop(until_stdin_closes: bool = False) -> None:
         threading.Thread(target=watch, name="parent-watch", daemon=True).start()
     while not stop.wait(0.2):
         pass
+
+
+def arguments(description: str, model: str) -> argparse.ArgumentParser:
+    """The command line every test server takes (a server adds its own)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0: a free port (printed)")
+    ap.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    ap.add_argument("--model", default=model)
+    ap.add_argument("--until-stdin-closes", action="store_true",
+                    help="stop when standard input reaches its end (a parent that started it has gone)")
+    return ap
+
+
+def serve(server: Served, until_stdin_closes: bool) -> None:
+    """Start ``server`` (a failure: its message on stderr, exit status 2), print ``READY <base_url>``, serve until
+    told to stop (``wait_for_stop``)."""
+    try:
+        server.start()
+    except (OSError, ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    try:
+        print(f"READY {server.base_url}", flush=True)
+        wait_for_stop(until_stdin_closes)
+    finally:
+        server.stop()
 
 
 def spawn(module: str, *args: str) -> tuple[subprocess.Popen, str]:

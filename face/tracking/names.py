@@ -46,11 +46,7 @@ _LLM_PARAMS = ("llm.", "run_size.")
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
+        out.update(flatten(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {f"{prefix}{k}": v})
     return out
 
 
@@ -98,11 +94,8 @@ def summary_metrics(results, prefix: str = "") -> dict[str, float]:
 def headline(metrics: Iterable[str]) -> str | None:
     """The headline metric among metric names (see HEADLINES)."""
     names = set(metrics)
-    for m in HEADLINES:
-        if m in names:
-            return m
-    rest = sorted(m for m in names if m.startswith(HEADLINE_PREFIX))
-    return rest[0] if rest else None
+    first = [m for m in HEADLINES if m in names] or sorted(m for m in names if m.startswith(HEADLINE_PREFIX))
+    return first[0] if first else None
 
 
 def metric_name(level: str, aspect: str, split: str, coefficient: str, prefix: str = "", against: str = "human"
@@ -125,15 +118,11 @@ def correlation_metrics(results, prefix: str = "", against: str = "human") -> di
 
 def description(results, label: str, settings: str) -> str:
     """Markdown for the run page: what produced the numbers and the headline correlations (a fixed-width block)."""
-    lines = [f"**{label}**", "", settings, ""]
     r = results[(results["coefficient"] == "spearman") & (results["split"] == "all")]
-    if len(r):
-        rows = []
-        for x in r.itertuples(index=False):
-            ci = "" if math.isnan(x.ci_low) else f"[{x.ci_low:.3f}, {x.ci_high:.3f}]"
-            rows.append([x.level, x.aspect, f"{x.value:.3f}", ci])
-        lines.append(fixed_width(["level", "aspect", "Spearman (pooled)", "95% CI"], rows))
-    return "\n".join(lines)
+    rows = [[x.level, x.aspect, f"{x.value:.3f}", "" if math.isnan(x.ci_low) else f"[{x.ci_low:.3f}, {x.ci_high:.3f}]"]
+            for x in r.itertuples(index=False)]
+    table = [fixed_width(["level", "aspect", "Spearman (pooled)", "95% CI"], rows)] if rows else []
+    return "\n".join([f"**{label}**", "", settings, "", *table])
 
 
 def fixed_width(header: list[str], rows: list[list[str]]) -> str:
@@ -154,10 +143,7 @@ def mean_metrics(means) -> dict[str, float]:
 def means_description(means, label: str, settings: str) -> str:
     """The run page of a run without human labels: what scored (the judge, with its caveat), on what, and each
     aspect's mean score at its level (its ``summary.*`` metric)."""
-    def cell(v: float) -> str:
-        return "–" if math.isnan(v) else f"{v:.3f}"
-
-    rows = [[f"{r.aspect} ({r.scale})", r.level, cell(r.mean), str(r.conversations)]
+    rows = [[f"{r.aspect} ({r.scale})", r.level, "–" if math.isnan(r.mean) else f"{r.mean:.3f}", str(r.conversations)]
             for r in means.itertuples(index=False)]
     return "\n".join([f"**{label}**", "", settings, "", "Mean score of each aspect at its level (its summary.* "
                       "metric):", "", fixed_width(["aspect (scale)", "level", "mean", "conversations"], rows)])

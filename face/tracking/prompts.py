@@ -84,20 +84,19 @@ def register_prompt(name: str, text: str, message: str, tags: Mapping[str, Any],
     """The version of prompt ``name`` that holds ``text``: an earlier one with the same text, else a new version
     (tagged ``sha256``). Looked up through the client, never ``mlflow.genai.load_prompt``: inside a run that links
     whatever it loads to the run."""
-    from mlflow import genai
-    from mlflow.tracking import MlflowClient
+    import mlflow
 
     with store_lock(store_uri):  # two jobs registering one text: one version
         same = version_with_text(name, text)
         if same is not None:
             return same
         clean = {**{k: redact_tag(v) for k, v in tags.items()}, "sha256": text_sha256(text)}
-        version = genai.register_prompt(name=name, template=text, commit_message=redact(message),
-                                        tags={k: v for k, v in clean.items() if k in PROMPT_TAGS})
+        version = mlflow.genai.register_prompt(name=name, template=text, commit_message=redact(message),
+                                               tags={k: v for k, v in clean.items() if k in PROMPT_TAGS})
         for key, value in clean.items():
             if key not in PROMPT_TAGS:
-                genai.set_prompt_version_tag(name, version.version, key, value)
-    return MlflowClient().get_prompt_version(name, version.version)
+                mlflow.genai.set_prompt_version_tag(name, version.version, key, value)
+    return mlflow.MlflowClient().get_prompt_version(name, version.version)
 
 
 def link_prompt(run_id: str | None, version) -> None:
@@ -144,11 +143,10 @@ def load_reference(ref: str, aspect: str) -> list[Instruction]:
     if ref.startswith("runs:/"):
         return _from_run(ref, aspect)
     import mlflow
-    from mlflow.tracking import MlflowClient
 
     uri = prompt_uri(ref, aspect)
     try:
-        pv = MlflowClient().load_prompt(uri)  # not mlflow.genai's: inside a run it would link the set to the run
+        pv = mlflow.MlflowClient().load_prompt(uri)  # not mlflow.genai's: inside a run it would link the set to the run
     except Exception as e:
         raise DataError(Path(ref), f"cannot load prompt {uri} (tracking URI {mlflow.get_tracking_uri()}): "
                                    f"{e}") from None

@@ -49,12 +49,9 @@ def store_lock(uri: str) -> Iterator[None]:
         return
     import fcntl
 
-    with open(str(db) + ".lock", "a") as f:
+    with open(str(db) + ".lock", "a") as f:  # closing it releases the lock
         fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        yield
 
 
 def check_tracking_store(cfg: DictConfig) -> None:
@@ -123,11 +120,9 @@ def run_is_gone(tags: dict[str, str]) -> bool:
     return not process_alive(int(pid), tags.get("face.pid_start") or None)
 
 
-def mark_stale_runs() -> list[str]:
-    """Runs of this store left RUNNING by a process of this host that is gone (kill -9, power loss): KILLED."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
+def mark_stale_runs(client) -> list[str]:
+    """Runs of the store of ``client`` (an MlflowClient) left RUNNING by a process of this host that is gone (kill -9,
+    power loss): KILLED."""
     try:
         exps = [e.experiment_id for e in client.search_experiments()]
         runs = client.search_runs(exps, filter_string="attributes.status = 'RUNNING'", max_results=1000) if exps else []

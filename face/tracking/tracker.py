@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -62,10 +63,7 @@ def rerun_name(client, experiment_id: str, name: str) -> str:
     names = {r.info.run_name for r in runs}
     if name not in names:
         return name
-    k = 2
-    while f"{name} #{k}" in names:
-        k += 1
-    return f"{name} #{k}"
+    return next(f"{name} #{k}" for k in itertools.count(2) if f"{name} #{k}" not in names)
 
 
 OUTPUT_DIR_TAG = "face.output_dir"  # the run's own directory: a rerun into it that finishes replaces the earlier runs
@@ -79,17 +77,16 @@ def finishing() -> Iterator[None]:
     files written, e.g. ``face evaluate``'s report): FINISHED then, KILLED or FAILED if the block stops first."""
     held: list[Tracker] = []
     token = _FINISHING.set(held)
+    stop: BaseException | None = None
     try:
         yield
     except BaseException as e:
-        for tracker in held:
-            tracker.end(e)
+        stop = e
         raise
-    else:
-        for tracker in held:
-            tracker.end(None)
     finally:
         _FINISHING.reset(token)
+        for tracker in held:
+            tracker.end(stop)
 
 
 def log_last_files(paths: Iterable[str | Path], subdir: str | None = None) -> None:
@@ -126,10 +123,8 @@ class Tracker:
     def __enter__(self) -> Tracker:
         if not self.enabled:
             return self
-        from mlflow.tracking import MlflowClient
-
-        mark_stale_runs()
-        client = MlflowClient()
+        client = self.mlflow.MlflowClient()
+        mark_stale_runs(client)
         exp_id = str(self.experiment_id)
         sweep = sweeps.sweep_tags()
         if sweep:
@@ -142,11 +137,10 @@ class Tracker:
                     name = rerun_name(client, exp_id, name)
                 run = self.mlflow.start_run(run_name=name)
         self.run_name, self.run_id, self.experiment_id = name, run.info.run_id, run.info.experiment_id
-        self.set_tags(process_tags())
         params = run_params(self.cfg, self.uses_llm)
+        self.set_tags({**process_tags(), **judge_tag(params), "git_commit": git_commit(self.cfg.paths.root_dir),
+                       "task_name": self.cfg.task_name})  # process tags first: a run left RUNNING is found stale
         self.mlflow.log_params(params)
-        self.set_tags(judge_tag(params))
-        self.set_tags({"git_commit": git_commit(self.cfg.paths.root_dir), "task_name": self.cfg.task_name})
         out = OmegaConf.select(self.cfg, "paths.output_dir", default=None, throw_on_resolution_failure=False)
         if out and not sweep:
             self.output_dir = redact(str(Path(out).resolve()))
@@ -186,9 +180,7 @@ class Tracker:
         if exc is not None:
             exc.add_note(f"MLflow run {self.run_id} marked {status}")
         elif self.output_dir:
-            from mlflow.tracking import MlflowClient
-
-            sweeps.replace_earlier_attempts(MlflowClient(), str(self.experiment_id), str(self.run_id),
+            sweeps.replace_earlier_attempts(self.mlflow.MlflowClient(), str(self.experiment_id), str(self.run_id),
                                             {OUTPUT_DIR_TAG: self.output_dir}, f"the rerun into {self.output_dir}")
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
@@ -208,23 +200,17 @@ class Tracker:
             self.mlflow.log_dict(dict(sorted(self._numbers.items())), NUMBERS_ARTIFACT)
 
     def _flush_metrics(self) -> None:
+        """The MLflow metrics, headline first; the experiment's primary metric set once: the first headline an
+        experiment's run logs (a later headline of ``HEADLINES`` replaces a name outside it)."""
         if not self._compared:
             return
         head = headline(self._compared)
         order = sorted(self._compared, key=lambda k: (k != head, not k.startswith(HEADLINE_PREFIX), k))
         self.mlflow.log_metrics({k: round(self._compared[k], 6) for k in order})  # no float noise where shown
-        self._primary_metric(self._compared)
         self._compared = {}
-
-    def _primary_metric(self, metrics: Mapping[str, float]) -> None:
-        """The experiment's headline metric as its primary metric, set once: the first headline an experiment's
-        run logs (a later headline of ``HEADLINES`` replaces a name outside it)."""
-        head = headline(metrics)
         if head is None or self._primary_set:
             return
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient()
+        client = self.mlflow.MlflowClient()
         exp = client.get_experiment(str(self.experiment_id))
         current = exp.tags.get(PRIMARY_METRIC_TAG)
         if current is None or (current not in HEADLINES and head in HEADLINES):

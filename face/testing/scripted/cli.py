@@ -2,7 +2,6 @@
 benchmark (``spawn``); its request log read back (``read_log``)."""
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 
@@ -22,25 +21,17 @@ def read_log(path: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Scripted OpenAI-compatible test server")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--latency", type=float, default=0.0, help="seconds per request")
+    ap = service.arguments("Scripted OpenAI-compatible test server", "scripted-model")
     ap.add_argument("--fault-rate", type=float, default=0.0)
     ap.add_argument("--fault-kinds", default=",".join(TRANSPORT_FAULTS), help=f"of {','.join(KINDS)}")
     ap.add_argument("--faults-per-request", type=int, default=1)
     ap.add_argument("--retry-after", type=float, default=0.05)
     ap.add_argument("--hang", type=float, default=5.0)
-    ap.add_argument("--model", default="scripted-model")
     ap.add_argument("--max-concurrent", type=int, default=None, help="429 beyond this many requests in flight")
     ap.add_argument("--log", default=None, help="append a JSON line per request to this file")
-    ap.add_argument("--until-stdin-closes", action="store_true",
-                    help="stop when standard input reaches its end (a parent that started it has gone)")
     a = ap.parse_args(argv)
-    server = ScriptedServer(host=a.host, port=a.port, latency_s=a.latency, fault_rate=a.fault_rate,
-                            fault_kinds=tuple(k for k in a.fault_kinds.split(",") if k),
-                            faults_per_request=a.faults_per_request, retry_after_s=a.retry_after, hang_s=a.hang,
-                            log_file=a.log, model=a.model, max_concurrent=a.max_concurrent)
-    with server:
-        print(f"READY {server.base_url}", flush=True)
-        service.wait_for_stop(a.until_stdin_closes)
+    service.serve(ScriptedServer(host=a.host, port=a.port, latency_s=a.latency, fault_rate=a.fault_rate,
+                                 fault_kinds=tuple(k for k in a.fault_kinds.split(",") if k),
+                                 faults_per_request=a.faults_per_request, retry_after_s=a.retry_after, hang_s=a.hang,
+                                 log_file=a.log, model=a.model, max_concurrent=a.max_concurrent),
+                  a.until_stdin_closes)

@@ -110,12 +110,8 @@ class ScriptedServer(Served):
         app = make_app(64 * 1024 * 1024, "scripted server: ")
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/health", self._health)
         self.batch.add_routes(app)
         return app
-
-    async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",

@@ -22,7 +22,7 @@ from typing import Any, Self
 
 import httpx2
 
-from ..faults import fault_reply, half, timeout_reply
+from ..faults import fault_reply, half
 from ..service import error_body
 from .server import ScriptedServer
 
@@ -81,15 +81,14 @@ class InProcessServer(ScriptedServer):
         read_timeout = (request.extensions.get("timeout") or {}).get("read")
         if self.latency_s > 0:
             await _wait(self.latency_s, read_timeout, request)
+        if fault in ("reset", "disconnect"):
+            raise httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+        if fault == "timeout":
+            await _wait(self.hang_s, read_timeout, request)
         quick = fault_reply(fault, source="scripted", retry_after_s=self.retry_after_s)
         if quick is not None:
             status, content, ctype, headers = quick
             return httpx2.Response(status, content=content, headers={"Content-Type": ctype, **headers})
-        if fault == "timeout":
-            await _wait(self.hang_s, read_timeout, request)
-            return httpx2.Response(504, content=timeout_reply("scripted"), headers={"Content-Type": "application/json"})
-        if fault in ("reset", "disconnect"):
-            raise httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request)
         raw = json.dumps(self._completion(body, fault)).encode()
         if fault == "cut_json":
             raw = half(raw)
