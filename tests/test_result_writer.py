@@ -66,8 +66,7 @@ def test_every_part_of_a_result_is_written_and_logged_once(tmp_path, capsys):
     assert (tmp_path / "run" / "run_file_b.json").exists()
     assert set(result.files) == {"run_file", "run_file_b", "f", "notes"}
     assert tracker.metrics == {"llm_requests": 3.0, "b.llm_requests": 3.0, "summary.k": 1.0, "n": 2.0,
-                               "vs_human.turn.a.all.spearman": 0.5, "vs_human.turn.a.x.spearman": 0.25,
-                               "vs_human.b.turn.a.all.spearman": 0.5, "vs_human.b.turn.a.x.spearman": 0.25,
+                               "vs_human.turn.a.all.spearman": 0.5, "vs_human.b.turn.a.all.spearman": 0.5,  # pooled
                                "summary.turn_spearman_mean": 0.5, "summary.b.turn_spearman_mean": 0.5}
     assert tracker.tags["mlflow.note.content"].startswith("**toy**\n\n2 conversations")
     assert {("run", "run_file.json"), ("run", "run_file_b.json"), ("results", "t.md"), ("results", "raw.csv"),
