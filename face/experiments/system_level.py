@@ -10,10 +10,8 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from face import arena_ranking as arena
-from face.data import ARENA_VOTES
-from face.datasets.arena import load_votes
 from face.datasets.crsarena import CRSArenaEval
-from face.experiments.common import ConfigError, Parts, Plan, experiment
+from face.experiments.common import ConfigError, Parts, Plan, arena_files, arena_votes, experiment
 from face.experiments.result import ExperimentResult, Table
 from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, rows_correlation, system_means, system_table
 from face.methods import build
@@ -86,10 +84,7 @@ def parts(cfg: DictConfig) -> Parts:
         raise ConfigError(str(e)) from None
     if not crsarena:
         raise ConfigError("system_level compares with the CRSArena-Dial arena votes: use dataset=crsarena_eval")
-    unknown = [s for s in cfg.arena.vote_sources if s not in ARENA_VOTES]
-    if unknown:
-        raise ConfigError(f"arena.vote_sources: unknown {unknown}; choose from {sorted(ARENA_VOTES)}")
-    return Parts(extra_files=tuple(ARENA_VOTES[s] for s in cfg.arena.vote_sources))
+    return Parts(extra_files=arena_files(cfg))
 
 
 def run(plan: Plan) -> ExperimentResult:
@@ -98,7 +93,7 @@ def run(plan: Plan) -> ExperimentResult:
         out = ctx.predict()
         seed, m = ctx.settings.seed, ctx.settings.metaeval
         human = ctx.evaluate(out.predictions, ["system"], splits=["all"])
-        votes = [v for s in cfg.arena.vote_sources for v in load_votes(ctx.data_dir / ARENA_VOTES[s], s)]
+        votes = arena_votes(ctx)
         ranking = arena.ranking_table(votes, cfg.arena.prior)
         arena_rows = []
         for aspect in ctx.aspects:
