@@ -270,11 +270,10 @@ def _compact(view: dict, aspects: Sequence[str]) -> list:
 
 def _views(rel: pd.DataFrame, scores: pd.DataFrame, preds: Predictions, convs: Sequence[Conversation]) -> list[dict]:
     """Every conversation → its turns → their particles; ``rel``: the particles with ``relative_scores``."""
-    rel = rel.sort_values(["conv_id", "turn_ind", "particle_ind", "aspect"], kind="stable")
-    empty = {"p": rel.iloc[:0], "s": scores.iloc[:0], "d": preds.dialogue.iloc[:0], "t": preds.turn.iloc[:0]}
-    parts, per_instr, dial, turn = (_by_conv(x) for x in (rel, scores, preds.dialogue, preds.turn))
-    return [_conversation_view(c, parts.get(c.conv_id, empty["p"]), per_instr.get(c.conv_id, empty["s"]),
-                               dial.get(c.conv_id, empty["d"]), turn.get(c.conv_id, empty["t"])) for c in convs]
+    frames = (rel.sort_values(["conv_id", "turn_ind", "particle_ind", "aspect"], kind="stable"), scores,
+              preds.dialogue, preds.turn)
+    by_conv = [_by_conv(x) for x in frames]
+    return [_conversation_view(c, *(g.get(c.conv_id, x.iloc[:0]) for g, x in zip(by_conv, frames))) for c in convs]
 
 
 def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: pd.DataFrame, preds: Predictions,

@@ -96,20 +96,14 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
     width = 0.85 / len(series)
     x = np.arange(len(aspects))
     fig, ax = plt.subplots(figsize=(max(8, 1.5 * len(aspects)), 4.2))
-    for i, m in enumerate(series):
-        if m == ours_label:
-            value, err = _with_ci(mine, aspects)
-            ax.bar(x + i * width, value, width, label=m, color=colors[i], edgecolor="black", linewidth=0.8,
-                   yerr=err, capsize=2)
-        else:
-            p = pub[pub["method"] == m].set_index("aspect")["value"]
-            vals = [p.get(a, np.nan) for a in aspects]
-            ax.bar(x + i * width, [0 if v is None or np.isnan(v) else v for v in vals], width, label=m,
-                   color=colors[i], alpha=0.75)
-            for j, v in enumerate(vals):  # a method the paper reports without this value
-                if v is None or np.isnan(v):
-                    ax.text(x[j] + i * width, 0.01, "n/a", rotation=90, fontsize=6, ha="center", va="bottom",
-                            color=colors[i])
+    for i, m in enumerate(methods):
+        vals = pub[pub["method"] == m].set_index("aspect")["value"].reindex(aspects).to_numpy(float)
+        ax.bar(x + i * width, np.nan_to_num(vals), width, label=m, color=colors[i], alpha=0.75)
+        for j in np.flatnonzero(np.isnan(vals)):  # a method the paper reports without this value
+            ax.text(x[j] + i * width, 0.01, "n/a", rotation=90, fontsize=6, ha="center", va="bottom", color=colors[i])
+    value, err = _with_ci(mine, aspects)
+    ax.bar(x + len(methods) * width, value, width, label=ours_label, color=colors[-1], edgecolor="black",
+           linewidth=0.8, yerr=err, capsize=2)
     ax.set_xticks(x + width * (len(series) - 1) / 2)
     ax.set_xticklabels([a.replace("_", "\n") for a in aspects])
     ax.set_ylabel(COEF_LABELS[coefficient])
