@@ -284,10 +284,7 @@ def check_paths(cfg: DictConfig, out_dir: Path, run_dir: Path, uses_llm: bool, o
         except ValueError as e:
             raise ConfigError(f"llm.cache_dir: {e}") from None
     if OmegaConf.select(cfg, "tracking.enabled", default=False):
-        try:
-            check_tracking_store(cfg)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        check_tracking_store(cfg)  # its ValueError: prepare's ConfigError
 
 
 def check_utterances(convs: Sequence[Conversation], limit: int | None) -> list[str]:
