@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Sequence, cast
 
@@ -77,11 +78,8 @@ def _default_config(overrides: list[str]) -> dict:
         dirs = [str(Path(__file__).resolve().parents[1] / "conf")]
     key = (tuple(dirs), _state(dirs), tuple(overrides))
     if key not in _DEFAULTS:
-        if hydra.is_initialized():
+        with nullcontext() if hydra.is_initialized() else initialize_config_dir(config_dir=dirs[0], version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
-        else:
-            with initialize_config_dir(config_dir=dirs[0], version_base="1.3"):
-                cfg = compose(config_name="config", overrides=overrides)
         _DEFAULTS[key] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
     return _DEFAULTS[key]
 

@@ -114,8 +114,7 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
 
 
 @drawn()
-def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
-                   x_label: str = "FACE mean prediction", y_label: str = "human mean label",
+def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path, y_label: str = "human mean label",
                    label_col: str = "system", stats: str = "") -> Path:
     """One labelled point per system: mean prediction vs mean human label (``table``: label_col, pred, human,
     optionally split — one colour per split); ``stats`` (e.g. "Spearman ρ = 0.88 [0.77, 0.98], n = 9 systems")
@@ -140,7 +139,7 @@ def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
                 bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "edgecolor": "#ccc"})
     if hue:
         ax.legend(title="", fontsize=7, loc="lower right")
-    ax.set_xlabel(x_label)
+    ax.set_xlabel("FACE mean prediction")
     ax.set_ylabel(y_label)
     ax.set_title(title)
     return _save(fig, path, note)
