@@ -124,7 +124,6 @@ class Plan:
     convs: list[Conversation] = field(default_factory=list, init=False, repr=False)  # the selected conversations
     subset: str = field(default="", init=False)  # human-readable description of the data used
     tracker: Tracker = field(init=False, repr=False, compare=False)
-    has_labels: bool = field(default=True, init=False)  # False for conversations without human labels: predict only
 
     @property
     def data_dir(self) -> Path:
@@ -229,7 +228,6 @@ def experiment(plan: Plan) -> Iterator[Plan]:
                        + (f"; non-default settings: {', '.join(f'{k}={v}' for k, v in plan.label.items())}"
                           if plan.label else ""))
         plan.convs, plan.tracker = convs, tracker
-        plan.has_labels = any(c.labels or any(t.labels for t in c.turns) for c in convs)
         log.info("%s; results -> %s", plan.subset, plan.out_dir)
         summary.results, summary.run_dir, summary.tracking = (plan.out_dir.resolve(), plan.run_dir.resolve(),
                                                               tracker.enabled)

@@ -18,7 +18,7 @@ def run(plan: Plan) -> ExperimentResult:
         out = ctx.predict()
         if out.dry_run:
             return ctx.result(dry_run=True, output=out)
-        if not ctx.has_labels:
+        if not any(c.labels or any(t.labels for t in c.turns) for c in ctx.convs):  # no human labels: predict only
             means = aspect_means(out.predictions, ctx.aspects)  # the MLflow run's metrics and description
             return ctx.result(output=out, metrics=mean_metrics(means),
                               description=means_description(means, out.label, ctx.subset),
