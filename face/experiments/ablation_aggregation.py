@@ -27,15 +27,13 @@ def parts(cfg: DictConfig) -> Parts:
 
 
 def run(plan: Plan) -> ExperimentResult:
-    cfg = plan.cfg
-    a = cfg.ablation
+    a = plan.cfg.ablation
     with experiment(plan) as ctx:
         scores = released_scores(ctx, "re-aggregates the released scores")
-        levels = ctx.inputs().levels
         rows, preds = [], {}
         for inst_agg, part_agg in itertools.product(a.instruction_aggs, a.particle_aggs):
             setting = f"{inst_agg} / {part_agg}"
-            preds[setting] = aggregate(scores, levels, inst_agg, part_agg)
+            preds[setting] = aggregate(scores, ctx.inputs().levels, inst_agg, part_agg)
             res = ctx.evaluate(preds[setting], ["turn", "dialogue"], n_boot=0)
             rows.append(res.assign(instruction_agg=inst_agg, particle_agg=part_agg, setting=setting))
         results = order_aspects(pd.concat(rows, ignore_index=True))

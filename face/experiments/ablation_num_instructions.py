@@ -17,12 +17,10 @@ from face.report.tables import order_aspects
 
 
 def run(plan: Plan) -> ExperimentResult:
-    cfg = plan.cfg
-    a = cfg.ablation
+    a = plan.cfg.ablation
     with experiment(plan) as ctx:
         scores = released_scores(ctx, "subsets the released per-instruction scores")
         levels = ctx.inputs().levels
-        splits = ctx.splits
         rows = []
         jobs = [(asp, k, seed) for asp in ctx.aspects for k in a.ks for seed in range(a.n_seeds)]
         for spec, k, seed in progress(jobs, "k-instruction subsets", unit="subset"):
@@ -34,14 +32,13 @@ def run(plan: Plan) -> ExperimentResult:
             if k == len(ids) and seed > 0:
                 continue  # only one subset of size 16
             subset = random_instruction_subsets(ids, k, [ctx.settings.seed * 1000 + seed])[0]
-            res = meta_evaluate(aggregate(s, levels, instructions=subset), ctx.convs, [spec], splits,
+            res = meta_evaluate(aggregate(s, levels, instructions=subset), ctx.convs, [spec], ctx.splits,
                                 ["turn", "dialogue"], n_boot=0)
             rows += [(aspect, r.split, r.coefficient, k, seed, r.value, ",".join(subset))
                      for r in res.itertuples(index=False)]
         raw = pd.DataFrame(rows, columns=["aspect", "split", "coefficient", "k", "seed", "value", "instructions"])
-        summary = (raw.groupby(["aspect", "split", "coefficient", "k"], sort=False)["value"]
-                   .agg(mean="mean", sd="std", n_subsets="size").reset_index().fillna({"sd": 0.0}))
-        summary = order_aspects(summary)
+        summary = order_aspects(raw.groupby(["aspect", "split", "coefficient", "k"], sort=False)["value"]
+                                .agg(mean="mean", sd="std", n_subsets="size").reset_index().fillna({"sd": 0.0}))
         note = (f"{LABEL}; {ctx.subset}; k random instructions of 16, {a.n_seeds} seeds per k "
                 f"(one subset at k=16); mean ± sd over subsets.")
         pooled = summary[(summary["coefficient"] == "spearman") & (summary["split"] == "all")]

@@ -24,11 +24,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from face import console
 from face.aspects import Aspect
-from face.data import ensure_data
+from face.data import ARENA_VOTES, ensure_data
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
 from face.errors import ConfigError, DataError, closest_first, import_class, require_writable_dir
-from face.experiments.naming import data_source, non_default_settings, run_name, settings_text, without_llm_settings
+from face.experiments.naming import non_default_settings, run_name, without_llm_settings
 from face.experiments.result import ExperimentResult, write
 from face.experiments.settings import RunSettings
 from face.llm import LLMConfig
@@ -46,6 +46,21 @@ def released_scores(ctx: Plan, why: str) -> pd.DataFrame:
     if not isinstance(ctx.method, FaceReleased):
         raise ValueError(f"{ctx.cfg.task_name} {why}: use method=face_released")
     return ctx.method.load(ctx.inputs())
+
+
+def arena_files(cfg: DictConfig) -> tuple[str, ...]:
+    """The files of the arena votes ``arena.vote_sources`` names (ConfigError for a source there is not)."""
+    unknown = [s for s in cfg.arena.vote_sources if s not in ARENA_VOTES]
+    if unknown:
+        raise ConfigError(f"arena.vote_sources: unknown {unknown}; choose from {sorted(ARENA_VOTES)}")
+    return tuple(ARENA_VOTES[s] for s in cfg.arena.vote_sources)
+
+
+def arena_votes(ctx: Plan) -> list:
+    """The CRSArena-Dial votes of every source ``arena.vote_sources`` names."""
+    from face.datasets.arena import load_votes
+
+    return [v for s in ctx.cfg.arena.vote_sources for v in load_votes(ctx.data_dir / ARENA_VOTES[s], s)]
 
 
 def own_settings(cls: Any, cfg: DictConfig, key: str) -> Any:
@@ -92,7 +107,6 @@ class Plan:
     """A run's parts, built and checked (``prepare``) before anything is fetched, written or sent."""
 
     cfg: DictConfig
-    parts: Parts
     llm: LLMConfig | None  # conf/llm typed (None: a configuration without llm)
     dataset: Any
     methods: dict[str, Method]
@@ -110,7 +124,6 @@ class Plan:
     convs: list[Conversation] = field(default_factory=list, init=False, repr=False)  # the selected conversations
     subset: str = field(default="", init=False)  # human-readable description of the data used
     tracker: Tracker = field(init=False, repr=False, compare=False)
-    has_labels: bool = field(default=True, init=False)  # False for conversations without human labels: predict only
 
     @property
     def data_dir(self) -> Path:
@@ -189,7 +202,7 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
         raise
     except (ValueError, TypeError, KeyError) as e:
         raise ConfigError(str(e).strip("'\"") if isinstance(e, KeyError) else str(e)) from e  # KeyError: its repr
-    return Plan(cfg, parts, llm, dataset, methods, aspects, files, splits, label, out_dir, run_dir, uses_llm, run)
+    return Plan(cfg, llm, dataset, methods, aspects, files, splits, label, out_dir, run_dir, uses_llm, run)
 
 
 @contextmanager
@@ -207,13 +220,14 @@ def experiment(plan: Plan) -> Iterator[Plan]:
         check_utterances(convs, plan.settings.checks.max_utterance_chars)
         tracker.log_dataset(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
                                              "evaluated_turns": len(c.evaluated_turns())} for c in convs],
-                            data_checksums(plan.files), data_source(dataset.files()))
+                            data_checksums(plan.files),  # by name: a machine's data directory is not part of it
+                            "data/raw/" + ",".join(sorted(Path(f).name for f in dataset.files()))[:400])
         n_turns = sum(len(c.evaluated_turns()) for c in convs)
         plan.subset = (f"{dataset.title}, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
                        + (" (subset)" if dataset.is_subset else "")
-                       + (f"; {settings_text(plan.label)}" if plan.label else ""))
+                       + (f"; non-default settings: {', '.join(f'{k}={v}' for k, v in plan.label.items())}"
+                          if plan.label else ""))
         plan.convs, plan.tracker = convs, tracker
-        plan.has_labels = any(c.labels or any(t.labels for t in c.turns) for c in convs)
         log.info("%s; results -> %s", plan.subset, plan.out_dir)
         summary.results, summary.run_dir, summary.tracking = (plan.out_dir.resolve(), plan.run_dir.resolve(),
                                                               tracker.enabled)
@@ -268,10 +282,7 @@ def check_paths(cfg: DictConfig, out_dir: Path, run_dir: Path, uses_llm: bool, o
         except ValueError as e:
             raise ConfigError(f"llm.cache_dir: {e}") from None
     if OmegaConf.select(cfg, "tracking.enabled", default=False):
-        try:
-            check_tracking_store(cfg)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        check_tracking_store(cfg)  # its ValueError: prepare's ConfigError
 
 
 def check_utterances(convs: Sequence[Conversation], limit: int | None) -> list[str]:

@@ -5,8 +5,6 @@ particles of each CRS with their text, and the HTML report of every conversation
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
-from typing import Callable
 
 from omegaconf import DictConfig
 
@@ -48,11 +46,10 @@ def run(plan: Plan) -> ExperimentResult:
         note = f"{LABEL}; {what}"  # the report.html names LABEL once, at its top
         tables = {name: Table(table, f"Diagnostics, {name.replace('_', ' ')}. {note}")
                   for name, table in d.tables().items() if name != "particles"}  # particles: in the HTML report
-        drawn: dict[str, Callable[[Path], Path]] = {
-            f"figures/by_act_{a.name}.png": partial(figures.act_heatmap, d.by_act, a.name, (a.low, a.high), note)
-            for a in ctx.aspects}
-        drawn["figures/act_share.png"] = partial(figures.act_share_bars, d.act_share, note)
-        drawn["figures/low_by_position.png"] = partial(figures.position_curve, d.by_position, note)
+        drawn = {**{f"figures/by_act_{a.name}.png": partial(figures.act_heatmap, d.by_act, a.name, (a.low, a.high),
+                                                            note) for a in ctx.aspects},
+                 "figures/act_share.png": partial(figures.act_share_bars, d.act_share, note),
+                 "figures/low_by_position.png": partial(figures.position_curve, d.by_position, note)}
         report = ctx.run_dir / "report.html" if cfg.diagnostics.html_in_run_dir else ctx.out_dir / "report.html"
         drawn[str(report)] = partial(diagnostics.write_html, title=f"FACE diagnostics — {ctx.subset}", note=what, d=d,
                                      scores=scores, preds=aggregate(scores, ctx.inputs().levels), convs=ctx.convs,

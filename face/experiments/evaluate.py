@@ -18,7 +18,7 @@ def run(plan: Plan) -> ExperimentResult:
         out = ctx.predict()
         if out.dry_run:
             return ctx.result(dry_run=True, output=out)
-        if not ctx.has_labels:
+        if not any(c.labels or any(t.labels for t in c.turns) for c in ctx.convs):  # no human labels: predict only
             means = aspect_means(out.predictions, ctx.aspects)  # the MLflow run's metrics and description
             return ctx.result(output=out, metrics=mean_metrics(means),
                               description=means_description(means, out.label, ctx.subset),
@@ -31,11 +31,11 @@ def run(plan: Plan) -> ExperimentResult:
         tables = {"correlations": Table(results, f"All correlations. {note}", 4)}
         published, compare_to = ctx.published(), cfg.get("compare_to", "FACE")
         own_splits = [s for s in ctx.splits if s != "all"]
+        done = {"output": out, "results": results, "tables": tables, "correlations": {"": results}}
         if not (published["method"] == compare_to).any():
             shown = results[results["coefficient"].isin(["pearson", "spearman"])]
-            return ctx.result(output=out, results=results, tables=tables, correlations={"": results}, shown=[(
-                f"{cfg.task_name} ({ctx.dataset.title} has no published '{compare_to}' row). {note}",
-                shown.drop(columns=["p_value", "n_missing"]))])
+            return ctx.result(**done, shown=[(f"{cfg.task_name} ({ctx.dataset.title} has no published '{compare_to}' "
+                                              f"row). {note}", shown.drop(columns=["p_value", "n_missing"]))])
         comp = comparison_table(results, published, method=compare_to, splits=tuple(own_splits))
         tables["vs_published"] = Table(comp, f"{cfg.task_name}: ours vs published '{compare_to}' row. Ours: {note}. "
                                              "Not a paper result unless the LLM, instructions and data match the "
@@ -48,6 +48,5 @@ def run(plan: Plan) -> ExperimentResult:
         bars = {f"figures/bars_{s}_spearman.png": partial(figures.bars_vs_published, results, published, s,
                                                           "spearman", ours, note, dataset_title=ctx.dataset.title)
                 for s in drawn}
-        return ctx.result(output=out, results=results, comparison=comp, tables=tables, figures=bars,
-                          correlations={"": results}, shown=[(f"{cfg.task_name} vs published '{compare_to}'. {note}",
-                                                              comp.drop(columns=["within_0_001"]))])
+        return ctx.result(**done, comparison=comp, figures=bars, shown=[
+            (f"{cfg.task_name} vs published '{compare_to}'. {note}", comp.drop(columns=["within_0_001"]))])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Sequence, cast
 
@@ -77,34 +78,23 @@ def _default_config(overrides: list[str]) -> dict:
         dirs = [str(Path(__file__).resolve().parents[1] / "conf")]
     key = (tuple(dirs), _state(dirs), tuple(overrides))
     if key not in _DEFAULTS:
-        if hydra.is_initialized():
+        with nullcontext() if hydra.is_initialized() else initialize_config_dir(config_dir=dirs[0], version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
-        else:
-            with initialize_config_dir(config_dir=dirs[0], version_base="1.3"):
-                cfg = compose(config_name="config", overrides=overrides)
         _DEFAULTS[key] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
     return _DEFAULTS[key]
 
 
 def _state(dirs: Sequence[str]) -> tuple:
     """(path, size, mtime) of every file under the config directories."""
-    out = []
-    for d in dirs:
-        for root, _, files in os.walk(d):
-            for f in files:
-                st = os.stat(os.path.join(root, f))
-                out.append((os.path.join(root, f), st.st_size, st.st_mtime_ns))
-    return tuple(sorted(out))
+    files = sorted(str(f) for d in dirs for f in Path(d).rglob("*") if f.is_file())
+    return tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files)
 
 
 def _select(tree: dict, key: str):
     """``tree[a][b]`` for the dotted key ``a.b`` (None where absent)."""
-    node = tree
     for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
+        tree = tree.get(part) if isinstance(tree, dict) else None  # type: ignore[assignment]
+    return tree
 
 
 def _without_default_aspects(cfg: DictConfig, settings: dict[str, str]) -> dict[str, str]:
@@ -118,12 +108,6 @@ def _without_default_aspects(cfg: DictConfig, settings: dict[str, str]) -> dict[
     except Exception:  # an invalid list is reported where the run checks it, not here
         same = False
     return {k: v for k, v in settings.items() if not (k == "aspects" and same)}
-
-
-def data_source(files: Sequence[str]) -> str:
-    """Where a dataset comes from, for MLflow: its data files by name (a machine's data directory is not part
-    of it; ``FACE_DATA_DIR`` says where they are)."""
-    return "data/raw/" + ",".join(sorted(Path(f).name for f in files))[:400]
 
 
 def run_owner(cfg: DictConfig) -> dict[str, str]:
@@ -149,10 +133,6 @@ def without_llm_settings(settings: dict[str, str]) -> dict[str, str]:
             if k not in ("llm", "run_size") and not k.startswith(("llm.", "run_size."))}
 
 
-def settings_text(settings: dict[str, str]) -> str:
-    return ("non-default settings: " + ", ".join(f"{k}={v}" for k, v in settings.items())) if settings else ""
-
-
 def run_name(task: str, settings: dict[str, str], judge: str | None = None) -> str:
     """What differs from the experiment's default first, then the experiment (the page the run is on says it too):
     ``particle_agg=median · reproduce_table2``, the last part of each key where that is unambiguous; the
@@ -169,4 +149,4 @@ def run_name(task: str, settings: dict[str, str], judge: str | None = None) -> s
     return (f"{label}{SEP}{task}" if label else task)[:250]
 
 
-__all__ = ["data_source", "non_default_settings", "run_name", "run_owner", "settings_text", "without_llm_settings"]
+__all__ = ["non_default_settings", "run_name", "run_owner", "without_llm_settings"]

@@ -21,10 +21,9 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -34,8 +33,7 @@ from pydantic import Field
 from face.coefficients import rows_correlation
 from face.data.split import split_conversations
 from face.errors import ConfigError
-from face.experiments.common import Parts, experiment, own_settings
-from face.experiments.common import Plan as RunPlan
+from face.experiments.common import Parts, Plan, experiment, own_settings
 from face.experiments.optimize_instructions import optimizer_config
 from face.experiments.result import ExperimentResult, Table
 from face.optimize.bandit import Bandit, random_choice
@@ -60,8 +58,7 @@ class SelectionSettings:
     all_folds: bool  # every fold of optimizer.split.folds held out in turn (false: optimizer.split.fold)
 
 
-@dataclass(frozen=True)
-class Plan:
+class Grid(NamedTuple):
     """What is simulated: every budget × c (the optimizer's own included), repetitions, held-out folds."""
 
     budgets: list[int]
@@ -69,16 +66,13 @@ class Plan:
     repeats: int
     folds: list[int]
 
-    @staticmethod
-    def of(cfg: DictConfig, ocfg: OptimizerConfig) -> Plan:
-        sel = own_settings(SelectionSettings, cfg, "selection")
-        budgets, cs = [int(x) for x in sel.budgets], [float(x) for x in sel.ucb_cs]
-        if ocfg.pulls not in budgets:
-            budgets = sorted({*budgets, ocfg.pulls})
-        if ocfg.ucb_c not in cs:
-            cs = sorted({*cs, ocfg.ucb_c})
-        folds = list(range(ocfg.split.folds)) if sel.all_folds else [ocfg.split.fold]
-        return Plan(budgets, cs, sel.repeats, folds)
+
+def grid_of(cfg: DictConfig, ocfg: OptimizerConfig) -> Grid:
+    sel = own_settings(SelectionSettings, cfg, "selection")
+    budgets, cs = [int(x) for x in sel.budgets], [float(x) for x in sel.ucb_cs]
+    budgets = budgets if ocfg.pulls in budgets else sorted({*budgets, ocfg.pulls})
+    cs = cs if ocfg.ucb_c in cs else sorted({*cs, ocfg.ucb_c})
+    return Grid(budgets, cs, sel.repeats, list(range(ocfg.split.folds)) if sel.all_folds else [ocfg.split.fold])
 
 
 def row_correlations(preds: np.ndarray, gold: np.ndarray, kind: str) -> np.ndarray:
@@ -142,20 +136,19 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
 def parts(cfg: DictConfig) -> Parts:
     """Nothing beside the skeleton's parts; the optimizer's and the selection's settings are checked with the others,
     before anything is written."""
-    Plan.of(cfg, optimizer_config(cfg))
+    grid_of(cfg, optimizer_config(cfg))
     return Parts()
 
 
-def run(run_plan: RunPlan) -> ExperimentResult:
-    cfg = run_plan.cfg
-    ocfg = optimizer_config(cfg)
-    plan = Plan.of(cfg, ocfg)
+def run(plan: Plan) -> ExperimentResult:
+    ocfg = optimizer_config(plan.cfg)
+    sim = grid_of(plan.cfg, ocfg)
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
-    with experiment(run_plan) as ctx:
+    with experiment(plan) as ctx:
         runs, inst_rows, timing = [], [], {}
         for a in ctx.aspects:
             t0 = time.perf_counter()
-            aspect_runs, aspect_inst = _aspect_runs(ctx, a, ocfg, plan)
+            aspect_runs, aspect_inst = _aspect_runs(ctx, a, ocfg, sim)
             runs += aspect_runs
             inst_rows += aspect_inst
             timing[a.name] = time.perf_counter() - t0
@@ -170,7 +163,7 @@ def run(run_plan: RunPlan) -> ExperimentResult:
         inst = order_aspects(pd.DataFrame(inst_rows).groupby(["aspect", "instruction_id"])[["train", "heldout"]]
                              .mean().reset_index())
         note = (f"Replay of the authors' released judgements (no LLM; 16 released instructions per aspect as the "
-                f"candidate pool); {ctx.subset}; {len(plan.folds)} held-out folds × {plan.repeats} repetitions "
+                f"candidate pool); {ctx.subset}; {len(sim.folds)} held-out folds × {sim.repeats} repetitions "
                 f"(conversation level, stratified by CRS); set size b={b}, minibatch {m} items per pull, reward = "
                 f"{kind} (also the held-out metric). 'best' is an oracle chosen on the held-out fold. The released "
                 f"instructions were themselves selected by the authors on all 467 conversations.")
@@ -189,7 +182,7 @@ def run(run_plan: RunPlan) -> ExperimentResult:
                           metrics=_metrics(headline, timing))
 
 
-def _aspect_runs(ctx, a, ocfg: OptimizerConfig, plan: Plan) -> tuple[list[dict], list[dict]]:
+def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sim: Grid) -> tuple[list[dict], list[dict]]:
     """Every policy's runs on one aspect, fold by fold, and each released instruction's train / held-out value."""
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
     scores = load_scores(ctx.data_dir, [a.name], {c.conv_id for c in ctx.convs})
@@ -199,7 +192,7 @@ def _aspect_runs(ctx, a, ocfg: OptimizerConfig, plan: Plan) -> tuple[list[dict],
     if b > matrix.shape[0]:
         raise ConfigError(f"optimizer.beam={b} is more than the {matrix.shape[0]} released instructions")
     runs, inst_rows = [], []
-    for fold in plan.folds:
+    for fold in sim.folds:
         split = split_conversations(ctx.convs, ocfg.split.folds, fold, 0.0, ocfg.split.seed)
         train = np.intersect1d(indices_of(items, split.train), covered)
         test = np.intersect1d(indices_of(items, split.test), covered)
@@ -216,8 +209,8 @@ def _aspect_runs(ctx, a, ocfg: OptimizerConfig, plan: Plan) -> tuple[list[dict],
                      "heldout": _set_score(matrix, full, test, gold, kind),
                      "item_evaluations": matrix.shape[0] * len(train)})
         seed = [ocfg.seed, fold, int.from_bytes(a.name.encode()[:4], "little")]
-        runs += [{**base, **r} for r in simulate(matrix, gold, train, test, b, plan.budgets, plan.cs, m,
-                                                 plan.repeats, seed, kind)]
+        runs += [{**base, **r} for r in simulate(matrix, gold, train, test, b, sim.budgets, sim.cs, m, sim.repeats,
+                                                 seed, kind)]
     return runs, inst_rows
 
 

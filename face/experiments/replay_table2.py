@@ -121,12 +121,8 @@ def with_copies(p: Predictions, convs) -> Predictions:
 
 def explained_by(report: dict) -> set[tuple]:
     """(aspect, conv_id, turn_ind) and (aspect, conv_id) of every identical-prompt group the replay judge met."""
-    keys: set[tuple] = set()
-    for g in report.get("ambiguous", []):
-        for c in g["candidates"]:
-            keys.add((g["aspect"], g["conv_id"], c["turn_ind"]))
-            keys.add((g["aspect"], g["conv_id"]))
-    return keys
+    return {k for g in report.get("ambiguous", []) for c in g["candidates"]
+            for k in ((g["aspect"], g["conv_id"], c["turn_ind"]), (g["aspect"], g["conv_id"]))}
 
 
 def compare_runs(live: Predictions, direct: Predictions, explained: set[tuple]) -> pd.DataFrame:

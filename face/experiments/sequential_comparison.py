@@ -222,9 +222,8 @@ def run(plan: Plan) -> ExperimentResult:
                                   human_fixed) for m, o in runs])
         cal = pd.concat([_calibration(systems, ctx.aspects, s, seed, m, o) for m, o in runs])
         summary, cal_summary = _summary(cells, usd), _calibration_summary(cal, s.alpha)
-        runtime = time.perf_counter() - start
         return ctx.result(output=out, **_report(out.label, ctx.subset, s, usd, cells, summary, cal_summary),
-                          metrics={**_metrics(summary, cal_summary), "runtime_s": runtime})
+                          metrics={**_metrics(summary, cal_summary), "runtime_s": time.perf_counter() - start})
 
 
 def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:

@@ -21,11 +21,9 @@ from pydantic import Field
 from face import arena_ranking as arena
 from face.comparison import engine, figures, stats, validation
 from face.comparison.runs import RELEASED_JUDGE, Run, particle_means
-from face.data import ARENA_VOTES, RELEASED_PARTICLES
-from face.datasets.arena import load_votes
+from face.data import RELEASED_PARTICLES
 from face.datasets.face_released import load_released_particles
-from face.errors import ConfigError
-from face.experiments.common import Parts, Plan, experiment, own_settings
+from face.experiments.common import Parts, Plan, arena_files, arena_votes, experiment, own_settings
 from face.experiments.result import ExperimentResult, Table
 from face.metaeval import items
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
@@ -51,10 +49,7 @@ class Settings:
 def parts(cfg: DictConfig) -> Parts:
     """The arena votes and the released particles to fetch; the ``comparison:`` settings, checked with the others."""
     own_settings(Settings, cfg, "comparison")
-    unknown = [s for s in cfg.arena.vote_sources if s not in ARENA_VOTES]
-    if unknown:
-        raise ConfigError(f"arena.vote_sources: unknown {unknown}; choose from {sorted(ARENA_VOTES)}")
-    return Parts(extra_files=(*(ARENA_VOTES[v] for v in cfg.arena.vote_sources), RELEASED_PARTICLES))
+    return Parts(extra_files=(*arena_files(cfg), RELEASED_PARTICLES))
 
 
 def _runs(ctx, preds: Predictions, particles: pd.DataFrame, label: str) -> tuple[Run, Run]:
@@ -134,7 +129,7 @@ def run(plan: Plan) -> ExperimentResult:
         out = ctx.predict()
         face, human = _runs(ctx, out.predictions, _particles(ctx, out.particle_scores), out.label)
         aspects = [a.name for a in ctx.aspects]
-        votes = [v for src in cfg.arena.vote_sources for v in load_votes(ctx.data_dir / ARENA_VOTES[src], src)]
+        votes = arena_votes(ctx)
         names = sorted(set(face.systems.values()))
         arena_tab, arena_boot = _arena(votes, names, cfg.arena.prior, s, seed)
         table, summary, face_cmp = _agreement(face, human, aspects, arena_tab, s, seed)

@@ -10,10 +10,8 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from face import arena_ranking as arena
-from face.data import ARENA_VOTES
-from face.datasets.arena import load_votes
 from face.datasets.crsarena import CRSArenaEval
-from face.experiments.common import ConfigError, Parts, Plan, experiment
+from face.experiments.common import ConfigError, Parts, Plan, arena_files, arena_votes, experiment
 from face.experiments.result import ExperimentResult, Table
 from face.metaeval import COEFFICIENTS, cluster_weights, correlate, items, rows_correlation, system_means, system_table
 from face.methods import build
@@ -23,20 +21,19 @@ from face.resample import percentile_interval
 from face.tracking import correlation_metrics
 
 
-def _vs_arena(preds, ctx, spec, votes, n_boot: int, seed: int, prior: float, conf: float) -> list[tuple]:
+def _vs_arena(preds, ctx, spec, votes) -> list[tuple]:
     """FACE per-CRS means vs Bradley–Terry ratings, CI resampling conversations (within CRS) and votes."""
+    n_boot, prior, seed = ctx.cfg.arena.n_boot, ctx.cfg.arena.prior, ctx.settings.seed
     df = items(preds, ctx.convs, spec).dropna(subset=["pred"]).rename(columns={"system": "crs"})
     names, means = system_means(df["pred"].to_numpy(), df["crs"].to_numpy())
     rating = arena.bradley_terry(arena.pair_counts(votes, names), prior)
     point = correlate(means[0], rating)
-    rng = np.random.default_rng(seed)
-    w = cluster_weights(df["conv_id"].to_numpy(), n_boot, rng, strata=df["crs"].to_numpy())
+    w = cluster_weights(df["conv_id"].to_numpy(), n_boot, np.random.default_rng(seed), strata=df["crs"].to_numpy())
     _, bmeans = system_means(df["pred"].to_numpy(), df["crs"].to_numpy(), w)
     bratings = arena.bootstrap_ratings(votes, names, n_boot, seed + 1, prior)
     rows = []
     for c in COEFFICIENTS:
-        vals = rows_correlation(bmeans, bratings, c)
-        lo, hi = percentile_interval(vals, conf)
+        lo, hi = percentile_interval(rows_correlation(bmeans, bratings, c), ctx.settings.metaeval.confidence)
         rows.append(("arena_bt", spec.name, "all", c, point[c][0], point[c][1], lo, hi, len(names), 0))
     return rows
 
@@ -86,25 +83,19 @@ def parts(cfg: DictConfig) -> Parts:
         raise ConfigError(str(e)) from None
     if not crsarena:
         raise ConfigError("system_level compares with the CRSArena-Dial arena votes: use dataset=crsarena_eval")
-    unknown = [s for s in cfg.arena.vote_sources if s not in ARENA_VOTES]
-    if unknown:
-        raise ConfigError(f"arena.vote_sources: unknown {unknown}; choose from {sorted(ARENA_VOTES)}")
-    return Parts(extra_files=tuple(ARENA_VOTES[s] for s in cfg.arena.vote_sources))
+    return Parts(extra_files=arena_files(cfg))
 
 
 def run(plan: Plan) -> ExperimentResult:
     cfg = plan.cfg
     with experiment(plan) as ctx:
         out = ctx.predict()
-        seed, m = ctx.settings.seed, ctx.settings.metaeval
+        m = ctx.settings.metaeval
         human = ctx.evaluate(out.predictions, ["system"], splits=["all"])
-        votes = [v for s in cfg.arena.vote_sources for v in load_votes(ctx.data_dir / ARENA_VOTES[s], s)]
+        votes = arena_votes(ctx)
         ranking = arena.ranking_table(votes, cfg.arena.prior)
-        arena_rows = []
-        for aspect in ctx.aspects:
-            arena_rows += _vs_arena(out.predictions, ctx, aspect, votes, cfg.arena.n_boot, seed, cfg.arena.prior,
-                                    m.confidence)
-        vs_arena = pd.DataFrame(arena_rows, columns=human.columns)
+        vs_arena = pd.DataFrame([r for a in ctx.aspects for r in _vs_arena(out.predictions, ctx, a, votes)],
+                                columns=human.columns)
         # the two human rankings against each other (labels of CRSArena-Eval vs arena votes)
         sys_tab = {a.name: system_table(out.predictions, ctx.convs, a) for a in ctx.aspects}
         overall = sys_tab["dialogue_overall"] if "dialogue_overall" in sys_tab else next(iter(sys_tab.values()))

@@ -155,21 +155,18 @@ def _figure_png(fig) -> str:
 @drawn("white")
 def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect]) -> list[tuple[str, str]]:
     """(aspect, base64 PNG) of the mean particle score per system × dialogue act, coloured on the aspect's fixed
-    scale (colour-blind-safe cividis; ``face.report.figures.score_heatmap``), in the look of every heatmap. No
+    scale (colour-blind-safe cividis; ``face.report.figures.act_axes``), in the look of every heatmap. No
     caption in the figure: the page names the LLM once, at its top."""
-    from face.report.figures import plt, score_heatmap
+    from face.report.figures import act_axes
 
     out = []
     for aspect in aspects:
-        pivot = by_act[by_act["aspect"] == aspect.name].pivot(index="system", columns="dialogue_act",
-                                                              values="mean_score")
-        if pivot.empty:
+        made = act_axes(by_act, aspect.name, (aspect.low, aspect.high),
+                         f"mean score ({aspect.low}–{aspect.high} scale)", 1.4)
+        if made is None:
             continue
-        fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.4 * pivot.shape[0] + 1.4))
-        score_heatmap(ax, pivot, (aspect.low, aspect.high), f"mean score ({aspect.low}–{aspect.high} scale)")
+        fig, ax, _ = made
         ax.set_title(f"{aspect.name} ({aspect.low}–{aspect.high} scale)", fontsize=9)
-        ax.set_xlabel("")
-        ax.set_ylabel("")
         ax.set_xticklabels(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
         ax.set_yticklabels(ax.get_yticklabels(), rotation=0)  # system names side by side, never read as one word
         out.append((aspect.name, _figure_png(fig)))
@@ -273,11 +270,10 @@ def _compact(view: dict, aspects: Sequence[str]) -> list:
 
 def _views(rel: pd.DataFrame, scores: pd.DataFrame, preds: Predictions, convs: Sequence[Conversation]) -> list[dict]:
     """Every conversation → its turns → their particles; ``rel``: the particles with ``relative_scores``."""
-    rel = rel.sort_values(["conv_id", "turn_ind", "particle_ind", "aspect"], kind="stable")
-    empty = {"p": rel.iloc[:0], "s": scores.iloc[:0], "d": preds.dialogue.iloc[:0], "t": preds.turn.iloc[:0]}
-    parts, per_instr, dial, turn = (_by_conv(x) for x in (rel, scores, preds.dialogue, preds.turn))
-    return [_conversation_view(c, parts.get(c.conv_id, empty["p"]), per_instr.get(c.conv_id, empty["s"]),
-                               dial.get(c.conv_id, empty["d"]), turn.get(c.conv_id, empty["t"])) for c in convs]
+    frames = (rel.sort_values(["conv_id", "turn_ind", "particle_ind", "aspect"], kind="stable"), scores,
+              preds.dialogue, preds.turn)
+    by_conv = [_by_conv(x) for x in frames]
+    return [_conversation_view(c, *(g.get(c.conv_id, x.iloc[:0]) for g, x in zip(by_conv, frames))) for c in convs]
 
 
 def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: pd.DataFrame, preds: Predictions,
@@ -288,6 +284,8 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
     run is (without the LLM); ``instructions`` (aspect → id → text) is shown on hovering an instruction id and in a
     list to expand. "Lowest" compares particles on their aspects' scales (``relative_scores``)."""
     from jinja2 import Environment, PackageLoader, select_autoescape
+
+    from face.report.figures import tied_low
 
     env = Environment(loader=PackageLoader("face.report", "templates"), autoescape=select_autoescape(["html"]))
     env.filters["fmt"] = lambda v, digits=2: "–" if v is None or (isinstance(v, float) and np.isnan(v)) \
@@ -310,23 +308,11 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
         positions=sorted(d.by_position["position"].unique()),
         by_position={a: {r["position"]: r for r in g.to_dict("records")} for a, g in d.by_position.groupby("aspect")},
         lowest=lowest.to_dict("records"), lowest_k=LOWEST_SHOWN,
-        n_particle_scores=len(rel), tied_low=_tied_low(d.by_position), conversations=views, full=full,
+        n_particle_scores=len(rel), tied_low=tied_low(d.by_position), conversations=views, full=full,
         worst=worst, drawn_later={v["conv_id"]: _compact(v, names) for v in views if v["conv_id"] not in full})
     path = Path(path)
     atomic_write_text(path, html)
     return path
-
-
-def _tied_low(by_position: pd.DataFrame) -> dict[str, float]:
-    """Aspects whose "lowest 10 %" holds clearly more than 10 % of their particles (``TIED_ABOVE``: scores tied at
-    the 10th percentile all count as low): aspect → the share that does."""
-    if by_position.empty:
-        return {}
-    share = (by_position["low_share"] * by_position["n"]).groupby(by_position["aspect"]).sum() \
-        / by_position.groupby("aspect")["n"].sum()
-    from face.report.figures import TIED_ABOVE
-
-    return {str(a): float(v) for a, v in share.items() if v > TIED_ABOVE}
 
 
 def write_report(html_path: Path, tables_dir: Path | None, name: str, convs: Sequence[Conversation],

@@ -47,14 +47,12 @@ def _below_axes(fig: plt.Figure) -> float:
     return min(-0.02, lowest / fig.bbox.height - 0.02)
 
 
-def _ylim_from_zero(ax: plt.Axes, *values, top: float = 1.0, pad: float = 0.05) -> None:
+def _ylim_from_zero(ax: plt.Axes, *values, pad: float = 0.05) -> None:
     """Y from below the lowest bar, whisker or published value (never cut at 0: a negative correlation is drawn
-    below the zero line) up to ``top`` (a correlation's 1), with a zero line."""
-    flat = np.concatenate([np.asarray(v, float).ravel() for v in values] or [np.zeros(1)])
+    below the zero line) up to a correlation's 1 or above, with a zero line."""
+    flat = np.concatenate([np.asarray(v, float).ravel() for v in values] + [np.array([0.0, 1.0])])
     flat = flat[np.isfinite(flat)]
-    low = min(0.0, float(flat.min()) if len(flat) else 0.0)
-    high = max(top, float(flat.max()) if len(flat) else top)
-    ax.set_ylim(low - pad if low < 0 else 0.0, high)
+    ax.set_ylim(flat.min() - pad if flat.min() < 0 else 0.0, flat.max())
     ax.axhline(0, color="black", lw=0.6)
 
 
@@ -98,20 +96,14 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
     width = 0.85 / len(series)
     x = np.arange(len(aspects))
     fig, ax = plt.subplots(figsize=(max(8, 1.5 * len(aspects)), 4.2))
-    for i, m in enumerate(series):
-        if m == ours_label:
-            value, err = _with_ci(mine, aspects)
-            ax.bar(x + i * width, value, width, label=m, color=colors[i], edgecolor="black", linewidth=0.8,
-                   yerr=err, capsize=2)
-        else:
-            p = pub[pub["method"] == m].set_index("aspect")["value"]
-            vals = [p.get(a, np.nan) for a in aspects]
-            ax.bar(x + i * width, [0 if v is None or np.isnan(v) else v for v in vals], width, label=m,
-                   color=colors[i], alpha=0.75)
-            for j, v in enumerate(vals):  # a method the paper reports without this value
-                if v is None or np.isnan(v):
-                    ax.text(x[j] + i * width, 0.01, "n/a", rotation=90, fontsize=6, ha="center", va="bottom",
-                            color=colors[i])
+    for i, m in enumerate(methods):
+        vals = pub[pub["method"] == m].set_index("aspect")["value"].reindex(aspects).to_numpy(float)
+        ax.bar(x + i * width, np.nan_to_num(vals), width, label=m, color=colors[i], alpha=0.75)
+        for j in np.flatnonzero(np.isnan(vals)):  # a method the paper reports without this value
+            ax.text(x[j] + i * width, 0.01, "n/a", rotation=90, fontsize=6, ha="center", va="bottom", color=colors[i])
+    value, err = _with_ci(mine, aspects)
+    ax.bar(x + len(methods) * width, value, width, label=ours_label, color=colors[-1], edgecolor="black",
+           linewidth=0.8, yerr=err, capsize=2)
     ax.set_xticks(x + width * (len(series) - 1) / 2)
     ax.set_xticklabels([a.replace("_", "\n") for a in aspects])
     ax.set_ylabel(COEF_LABELS[coefficient])
@@ -122,8 +114,7 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
 
 
 @drawn()
-def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
-                   x_label: str = "FACE mean prediction", y_label: str = "human mean label",
+def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path, y_label: str = "human mean label",
                    label_col: str = "system", stats: str = "") -> Path:
     """One labelled point per system: mean prediction vs mean human label (``table``: label_col, pred, human,
     optionally split — one colour per split); ``stats`` (e.g. "Spearman ρ = 0.88 [0.77, 0.98], n = 9 systems")
@@ -148,7 +139,7 @@ def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
                 bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "edgecolor": "#ccc"})
     if hue:
         ax.legend(title="", fontsize=7, loc="lower right")
-    ax.set_xlabel(x_label)
+    ax.set_xlabel("FACE mean prediction")
     ax.set_ylabel(y_label)
     ax.set_title(title)
     return _save(fig, path, note)
@@ -201,23 +192,28 @@ def _rotated_ticks(ax: plt.Axes, names) -> None:
     ax.set_xticklabels([str(c).replace("_", " ") for c in names], rotation=30, ha="right", rotation_mode="anchor")
 
 
-def score_heatmap(ax: plt.Axes, pivot: pd.DataFrame, scale: tuple[float, float], label: str) -> None:
-    """Mean scores coloured on the aspect's FIXED human scale (``scale`` = its lowest and highest label) with a
-    colour-blind-safe sequential map (cividis): 1.05 and 1.11 on a 0–2 scale look alike, as they should."""
+def act_axes(by_act: pd.DataFrame, aspect: str, scale: tuple[float, float], label: str, height: float):
+    """The figure of the mean particle score per system (rows) × dialogue act (columns) of one aspect, coloured on the
+    aspect's FIXED human scale (``scale`` = its lowest and highest label) with a colour-blind-safe sequential map
+    (cividis: 1.05 and 1.11 on a 0–2 scale look alike, as they should): (figure, axes, the acts), None where it has
+    no score."""
+    pivot = by_act[by_act["aspect"] == aspect].pivot(index="system", columns="dialogue_act", values="mean_score")
+    if pivot.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.4 * pivot.shape[0] + height))
     sns.heatmap(pivot, annot=True, fmt=".2f", cmap="cividis", vmin=scale[0], vmax=scale[1], ax=ax,
                 cbar_kws={"shrink": 0.7, "label": label})
+    ax.set_xlabel("")
+    ax.set_ylabel("")
+    return fig, ax, pivot.columns
 
 
 @drawn("white")
 def act_heatmap(by_act: pd.DataFrame, aspect: str, scale: tuple[float, float], note: str, path: str | Path) -> Path:
     """Mean particle score per system (rows) × dialogue act (columns) for one aspect, on the aspect's scale."""
-    pivot = by_act[by_act["aspect"] == aspect].pivot(index="system", columns="dialogue_act", values="mean_score")
-    fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.4 * pivot.shape[0] + 1.5))
-    score_heatmap(ax, pivot, scale, f"mean particle score ({scale[0]:g}–{scale[1]:g} scale)")
+    fig, ax, acts = act_axes(by_act, aspect, scale, f"mean particle score ({scale[0]:g}–{scale[1]:g} scale)", 1.5)
     ax.set_title(f"{aspect}: mean particle score by system and dialogue act")
-    ax.set_xlabel("")
-    ax.set_ylabel("")
-    _rotated_ticks(ax, pivot.columns)
+    _rotated_ticks(ax, acts)
     return _save(fig, path, note)
 
 
@@ -242,13 +238,11 @@ def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Pa
     particles score 0) has more than 10 % in the set: its legend entry says how many, and the grey line marks the
     10 % of an aspect without such ties."""
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    overall = ((by_position["low_share"] * by_position["n"]).groupby(by_position["aspect"]).sum()
-               / by_position.groupby("aspect")["n"].sum()) if "n" in by_position.columns else pd.Series(dtype=float)
+    tied = tied_low(by_position)
     for aspect in ordered(by_position["aspect"]):
         g = by_position[by_position["aspect"] == aspect].sort_values("position")
-        share = overall.get(aspect, np.nan)
-        tied = f" ({100 * share:.0f} % of all: ties)" if share > TIED_ABOVE else ""
-        ax.plot(g["position"], g["low_share"], marker="o", label=f"{aspect}{tied}")
+        ties = f" ({100 * tied[aspect]:.0f} % of all: ties)" if aspect in tied else ""
+        ax.plot(g["position"], g["low_share"], marker="o", label=f"{aspect}{ties}")
     ax.axhline(0.1, color="grey", lw=0.8, ls="--", label="10 % (no ties)")
     _integer_ticks(ax, by_position["position"])
     ax.set_xlabel("assistant turn (8 = 8th or later)")
@@ -257,6 +251,16 @@ def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Pa
     ax.set_title("Where low-scoring particles fall")
     return _save(fig, path, note + " Lowest 10 %: at or below the aspect's 10th percentile; scores tied there all "
                  "count, so an aspect with many equal low scores has more than 10 % of its particles in the set.")
+
+
+def tied_low(by_position: pd.DataFrame) -> dict[str, float]:
+    """Aspects whose "lowest 10 %" holds clearly more than 10 % of their particles (``TIED_ABOVE``: scores tied at
+    the 10th percentile all count as low): aspect → the share that does (none without the counts ``n``)."""
+    if by_position.empty or "n" not in by_position.columns:
+        return {}
+    share = (by_position["low_share"] * by_position["n"]).groupby(by_position["aspect"]).sum() \
+        / by_position.groupby("aspect")["n"].sum()
+    return {str(a): float(v) for a, v in share.items() if v > TIED_ABOVE}
 
 
 # ---------------------------------------------------------------- baselines and transfer

@@ -109,11 +109,10 @@ def heldout_vs_budget(grid: pd.DataFrame, ucb_c: float, ylabel: str, title: str,
     for ax in axes[:, 0]:
         ax.set_ylabel(ylabel, fontsize=8)
     spare = list(axes.flat)[len(aspects):]
-    for ax in spare:
+    for ax in spare[1:]:
         ax.set_visible(False)
     handles, labels = axes[0][0].get_legend_handles_labels()
     if spare:  # the legend in the first empty panel: off the data and clear of the caption
-        spare[0].set_visible(True)
         spare[0].axis("off")
         spare[0].legend(handles, labels, loc="center", fontsize=8, frameon=False)
     else:

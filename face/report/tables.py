@@ -145,14 +145,13 @@ def order_aspects(df: pd.DataFrame, col: str = "aspect") -> pd.DataFrame:
 
 
 def comparison_table(ours: pd.DataFrame, published: pd.DataFrame, method: str = "FACE",
-                     splits: tuple[str, ...] = ("redial", "opendialkg"),
-                     coefficients: tuple[str, ...] = ("pearson", "spearman")) -> pd.DataFrame:
+                     splits: tuple[str, ...] = ("redial", "opendialkg")) -> pd.DataFrame:
     """Ours vs a published row: one line per (aspect, split, coefficient) with the delta.
 
     ``ours``: meta-evaluation results (turn/dialogue level); ``published``: the published table.
     """
     mine = ours[ours["level"].isin(["turn", "dialogue"]) & ours["split"].isin(splits)
-                & ours["coefficient"].isin(coefficients)]
+                & ours["coefficient"].isin(["pearson", "spearman"])]
     pub = published[published["method"] == method][["split", "aspect", "coefficient", "value"]]
     df = mine.merge(pub.rename(columns={"value": "published"}), on=["split", "aspect", "coefficient"], how="left")
     df = df.assign(ours=df["value"], delta=(df["value"].round(3) - df["published"]).round(4),
