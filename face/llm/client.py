@@ -59,12 +59,6 @@ READ_AHEAD = 256  # items whose cached samples cached_stream reads at once, one 
 log = logging.getLogger("face.llm")
 
 
-def build(spec: dict[str, Any]) -> Any:
-    """`{"_target_": "pkg.module.Name", **kwargs}` -> pkg.module.Name(**kwargs)."""
-    kwargs = dict(spec)
-    return import_class(kwargs.pop("_target_"), "llm.server._target_")(**kwargs)
-
-
 class LLMClient:
     def __init__(self, cfg: LLMConfig):
         self.cfg = cfg
@@ -88,10 +82,10 @@ class LLMClient:
         if self._lm is not None:
             return self
         cfg = self.cfg
-        self.model = cfg.model
         urls = cfg.base_urls
-        if cfg.server is not None:
-            server = build(cfg.server)
+        if cfg.server is not None:  # {"_target_": "pkg.module.Name", **kwargs} -> pkg.module.Name(**kwargs)
+            kwargs = dict(cfg.server)
+            server = import_class(kwargs.pop("_target_"), "llm.server._target_")(**kwargs)
             server.start()
             self.server = server
             self.model = server.model
@@ -159,8 +153,7 @@ class LLMClient:
     # ---- calls ----------------------------------------------------------
     async def chat(self, req: ChatRequest) -> ChatResult:
         """All n samples of one request: cached ones from the cache, the rest over HTTP."""
-        if self._lm is None:
-            self.start()
+        self.start()
         assert self._lm is not None  # start() built it
         return await self._lm.chat(req)
 
@@ -172,8 +165,7 @@ class LLMClient:
         while it searches, so a paper-size warm rerun (≈ 3.5 M samples) reads the cache while this thread renders
         prompts and scores the chunk before. A request answered here is recorded in the usage like any other."""
         items = iter(items)
-        if self._lm is None:
-            self.start()
+        self.start()
         if self.cache is None or self.cfg.dry_run:
             yield from ((x, request(x), None) for x in items)
             return
@@ -201,14 +193,12 @@ class LLMClient:
                         self.usage.add(record_of(res))
                     yield x, req, res
 
-    async def stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], desc: str = "LLM",
-                     total: int | None = None, on_error: str = "raise") -> AsyncGenerator[tuple[T, ChatResult], None]:
+    def stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], desc: str = "LLM",
+               total: int | None = None, on_error: str = "raise") -> AsyncGenerator[tuple[T, ChatResult], None]:
         """``(item, result)`` for every item, in order, as soon as it and every earlier one are done: the one batch
         driver (face/llm/stream.py)."""
-        if self._lm is None:
-            self.start()
-        async for got in drive(self, items, request, desc, total, on_error):
-            yield got
+        self.start()
+        return drive(self, items, request, desc, total, on_error)
 
     def run_stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], emit: Callable[[T, ChatResult], Any],
                    desc: str = "LLM", total: int | None = None) -> None:
@@ -244,8 +234,7 @@ class LLMClient:
             coro.close()
             raise RuntimeError("run_batch()/run_async() called inside a running event loop; "
                                "use `await client.chat_many(...)` instead")
-        if self._lm is None:
-            self.start()
+        self.start()
         loop = self._private_loop()
         try:
             return loop.run_until_complete(coro)

@@ -24,10 +24,7 @@ from typing import Any
 from face.files import atomic_write_text
 from face.secrets import redact
 
-from .sizes import MAX_BYTES_PER_TOKEN, Bound, bound, cost_usd, estimate_input_tokens, estimate_tokens, reported_tokens
-
-__all__ = ["BudgetExceeded", "Piece", "RequestRecord", "Usage", "cost_usd", "estimate_input_tokens",
-           "estimate_tokens"]
+from .sizes import MAX_BYTES_PER_TOKEN, Bound, bound, cost_usd, estimate_input_tokens, reported_tokens
 
 
 class BudgetExceeded(RuntimeError):
@@ -282,9 +279,7 @@ class Usage:
         self.cache_hits += rec.cached_samples
         if len(self.records) < KEEP_REQUESTS or rec.error is not None:
             self.records.append(rec)
-        t = self.by_tag.get(rec.tag or "(none)")
-        if t is None:
-            t = self.by_tag[rec.tag or "(none)"] = _tag_totals()
+        t = self.by_tag.setdefault(rec.tag or "(none)", _tag_totals())
         t["requests"] += 1
         t["failures"] += rec.error is not None
         for total, name in _FROM_RECORD.items():
