@@ -242,7 +242,12 @@ class BatchTransport:
                     return None
                 await asyncio.sleep(self.cfg.batch_poll_s)
                 continue
-            last = self._log_state(job, b, last)
+            counts = b.request_counts
+            state = (b.status, getattr(counts, "completed", None), getattr(counts, "failed", None))
+            if state != last:
+                log.info("batch %s: %s (%s of %s lines done, %s failed)", job.id, b.status,
+                         *(getattr(counts, k, "?") for k in ("completed", "total", "failed")))
+            last = state
             if b.status in FINAL:
                 return b
             await asyncio.sleep(self.cfg.batch_poll_s)
@@ -254,15 +259,6 @@ class BatchTransport:
         for cid in job.custom_ids:
             if self._waiting.get(cid):
                 self._enqueue(cid, self._waiting[cid][0][0])
-
-    @staticmethod
-    def _log_state(job: Job, b: Any, last: Any) -> Any:
-        counts = b.request_counts
-        state = (b.status, getattr(counts, "completed", None), getattr(counts, "failed", None))
-        if state != last:
-            log.info("batch %s: %s (%s of %s lines done, %s failed)", job.id, b.status,
-                     *(getattr(counts, k, "?") for k in ("completed", "total", "failed")))
-        return state
 
     def _answer(self, job: Job, b: Any, lines: list[dict]) -> None:
         every = {x["custom_id"]: x for x in lines if "custom_id" in x}
