@@ -33,15 +33,13 @@ class BudgetLM:
         usage.concurrency = self._concurrency
 
     def _limiter(self) -> Limiter:
-        loop = id(asyncio.get_running_loop())
-        lim = self._limiters.get(loop)
-        if lim is None:
-            cfg = self.cfg
-            lim = self._limiters[loop] = Limiter(cfg.concurrency, start=getattr(cfg, "concurrency_start", None),
-                                                 adaptive=bool(getattr(cfg, "adaptive_concurrency", False)),
-                                                 latency_tolerance=getattr(cfg, "latency_tolerance", 2.0))
-        self.limiter = lim
-        return lim
+        loop, cfg = id(asyncio.get_running_loop()), self.cfg
+        if loop not in self._limiters:
+            self._limiters[loop] = Limiter(cfg.concurrency, start=getattr(cfg, "concurrency_start", None),
+                                           adaptive=bool(getattr(cfg, "adaptive_concurrency", False)),
+                                           latency_tolerance=getattr(cfg, "latency_tolerance", 2.0))
+        self.limiter = self._limiters[loop]
+        return self.limiter
 
     def _throttle(self, retry_after_s: float | None) -> None:
         if self.limiter is not None:
@@ -101,11 +99,7 @@ class BudgetLM:
 
     def _changed(self) -> asyncio.Event:
         """Set when a request of this loop settles or fails (its reservation is given back)."""
-        loop = id(asyncio.get_running_loop())
-        ev = self._events.get(loop)
-        if ev is None:
-            ev = self._events[loop] = asyncio.Event()
-        return ev
+        return self._events.setdefault(id(asyncio.get_running_loop()), asyncio.Event())
 
     def _notify(self) -> None:
         with contextlib.suppress(RuntimeError):  # no running loop: nobody waits

@@ -97,7 +97,6 @@ class LLMClient:
         # the endpoint probed first (face/llm/probe.py: n_per_request fitted to it): every layer is built knowing it
         cfg = self.cfg = probe.fitted(cfg, self.usage, urls[0], self.model,
                                       None if _loop_running() else self._private_loop, wire)
-        cache_dir = cfg.cache_dir if cfg.cache else None
         if cfg.batch:  # a batch line's custom_id is the cache key of its first sample
             self.transport = BatchTransport(cfg, urls[0], self.model, Path(str(cfg.cache_dir)) / "batches",
                                             functools.partial(request_key, cfg, self.model))
@@ -107,8 +106,8 @@ class LLMClient:
         self.budget = BudgetLM(self.transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
                                if cfg.batch else cfg, self.usage)
         inner: Any = self.budget
-        if cache_dir:
-            inner = self.cache = CachingLM(self.budget, SampleCache(cache_dir), cfg, self.model)
+        if cfg.cache and cfg.cache_dir:
+            inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
             self.usage.concurrency = functools.partial(_with_claims, self.usage.concurrency, self.cache.store.claims)
         self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
         return self

@@ -116,12 +116,9 @@ _TAG_FIELDS = ("requests", "samples", "http_requests", "cache_hits", "failures",
                "cost_usd", "answer_retries", "rejected_answers", "invalid_answers", "defaulted_answers",
                "logprob_fallbacks")
 
-
-# the per-tag totals a request record adds to: total -> the record's field
-_FROM_RECORD = {"samples": "samples", "http_requests": "http_requests", "cache_hits": "cached_samples",
-                "input_tokens": "input_tokens", "output_tokens": "output_tokens", "cost_usd": "cost_usd",
-                "answer_retries": "answer_retries", "rejected_answers": "rejected_answers",
-                "invalid_answers": "invalid_answers"}
+# the per-tag totals a request record adds its field of the same name to (and its cached_samples to cache_hits)
+_FROM_RECORD = ("samples", "http_requests", "input_tokens", "output_tokens", "cost_usd", "answer_retries",
+                "rejected_answers", "invalid_answers")
 
 
 def _tag_totals() -> dict[str, float]:
@@ -282,8 +279,9 @@ class Usage:
         t = self.by_tag.setdefault(rec.tag or "(none)", _tag_totals())
         t["requests"] += 1
         t["failures"] += rec.error is not None
-        for total, name in _FROM_RECORD.items():
-            t[total] += getattr(rec, name)
+        t["cache_hits"] += rec.cached_samples
+        for name in _FROM_RECORD:
+            t[name] += getattr(rec, name)
 
     def note_invalid(self, tag: str, reason: str) -> None:
         """An answer still missing after its request's draws (the request's ``draws`` policy)."""
