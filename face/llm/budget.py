@@ -30,23 +30,19 @@ class BudgetLM:
         self._events: dict[int, asyncio.Event] = {}  # per event loop: a reservation was given back
         if hasattr(inner, "on_throttle"):
             inner.on_throttle = self._throttle  # the transport reports 429 / 503 (+ Retry-After)
-        usage.concurrency = self._concurrency
+        usage.concurrency = lambda: {} if self.limiter is None else self.limiter.summary()
 
     def _limiter(self) -> Limiter:
         loop, cfg = id(asyncio.get_running_loop()), self.cfg
         if loop not in self._limiters:
-            self._limiters[loop] = Limiter(cfg.concurrency, start=getattr(cfg, "concurrency_start", None),
-                                           adaptive=bool(getattr(cfg, "adaptive_concurrency", False)),
-                                           latency_tolerance=getattr(cfg, "latency_tolerance", 2.0))
+            self._limiters[loop] = Limiter(cfg.concurrency, cfg.concurrency_start, cfg.adaptive_concurrency,
+                                           cfg.latency_tolerance)
         self.limiter = self._limiters[loop]
         return self.limiter
 
     def _throttle(self, retry_after_s: float | None) -> None:
         if self.limiter is not None:
             self.limiter.throttle(retry_after_s)
-
-    def _concurrency(self) -> dict[str, float]:
-        return {} if self.limiter is None else self.limiter.summary()
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         if req.n <= self.cfg.n_per_request:  # one piece: the request itself
