@@ -40,10 +40,6 @@ ENDPOINT = "/v1/chat/completions"
 FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
-def custom_id(first_key: str, n: int) -> str:
-    return first_key if n == 1 else f"{first_key}+{n}"
-
-
 @dataclass
 class Job:
     """One submitted batch as written in its journal file."""
@@ -144,7 +140,8 @@ class BatchTransport:
 
     # ---- the layer ------------------------------------------------------
     async def chat(self, req: ChatRequest) -> ChatResult:
-        cid = custom_id(self.key_for(req, req.first_sample), req.n)
+        key = self.key_for(req, req.first_sample)
+        cid = key if req.n == 1 else f"{key}+{req.n}"  # the line's custom_id (the module doc)
         owner = self.journal.jobs.get(self.journal.owner.get(cid, ""))
         if owner is not None and owner.status == "downloaded":
             line = self.journal.answers(owner).get(cid)
