@@ -59,8 +59,8 @@ class BudgetLM:
         await lim.acquire()
         latency = None
         try:
-            while self.usage.must_wait(piece):  # only requests in flight stand in the way: wait for them to settle
-                await self._changed().wait()
+            while self.usage.must_wait(piece):  # only requests in flight stand in the way: wait until one settles
+                await self._events.setdefault(id(asyncio.get_running_loop()), asyncio.Event()).wait()
             reserved = self.usage.reserve(piece)  # raises BudgetExceeded; no await between it and sending
             if self.cfg.dry_run:
                 return self._placeholders(req, piece)
@@ -92,10 +92,6 @@ class BudgetLM:
                                                 for i in req.indices],
                           input_tokens=tin, output_tokens=tout,
                           cost_usd=self.usage.cost(tin, tout))
-
-    def _changed(self) -> asyncio.Event:
-        """Set when a request of this loop settles or fails (its reservation is given back)."""
-        return self._events.setdefault(id(asyncio.get_running_loop()), asyncio.Event())
 
     def _notify(self) -> None:
         with contextlib.suppress(RuntimeError):  # no running loop: nobody waits
