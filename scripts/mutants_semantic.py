@@ -80,10 +80,11 @@ SEMANTIC: tuple[Semantic, ...] = (
     Semantic("pipeline/estimate", "round(stage.units * factor)", "stage.units",
              "a scaled stage keeps the unscaled units"),
     # ---- face/llm/usage.py: caps, reservations, totals
-    Semantic("llm/usage", "return cost_usd(b.input_tokens, b.output_tokens, self.price_input_per_mtok, "
+    Semantic("llm/usage", "return cost_usd(input_tokens, output_tokens, self.price_input_per_mtok, "
              "self.price_output_per_mtok)",
-             "return cost_usd(b.input_tokens, b.output_tokens, self.price_output_per_mtok, "
-             "self.price_input_per_mtok)", "the worst case priced with input and output prices swapped"),
+             "return cost_usd(input_tokens, output_tokens, self.price_output_per_mtok, "
+             "self.price_input_per_mtok)", "every cost (worst case, spend, estimate) priced with input and output "
+             "prices swapped"),
     Semantic("llm/usage", "if self.max_calls is not None and self.http_requests + 1 > self.max_calls:",
              "if self.max_calls is not None and self.http_requests > self.max_calls:",
              "llm.max_calls lets one HTTP request more through (a boundary of the cap)"),
@@ -114,7 +115,8 @@ SEMANTIC: tuple[Semantic, ...] = (
     Semantic("llm/usage", "and self.spent_usd + worst <= self.max_cost_usd)",
              "and self.spent_usd + worst < self.max_cost_usd)",
              "a request that fits the cap exactly once settled is refused instead of waiting"),
-    Semantic("llm/usage", "t[\"samples\"] += rec.samples", "t[\"samples\"] += rec.n",
+    Semantic("llm/usage", "t[\"cache_hits\"] += rec.cached_samples",
+             "t[\"cache_hits\"] += rec.cached_samples\n        t[\"samples\"] += rec.n - rec.samples",
              "a tag's samples: the requested n, not the samples drawn over HTTP"),
     # ---- face/llm/budget.py: the layer that sends
     Semantic("llm/budget", "if req.n <= self.cfg.n_per_request:", "if req.n <= self.cfg.n_per_request + 1:",
@@ -122,10 +124,7 @@ SEMANTIC: tuple[Semantic, ...] = (
     Semantic("llm/budget", "tin, tout = piece.est_input_tokens, piece.bound.output_tokens",
              "tin, tout = piece.est_input_tokens, piece.max_tokens",
              "a dry run priced for one sample of an n-sample request"),
-    Semantic("llm/budget", "cost_usd=cost_usd(tin, tout, self.usage.price_input_per_mtok,\n"
-             "                                            self.usage.price_output_per_mtok))",
-             "cost_usd=cost_usd(tin, tout, self.usage.price_output_per_mtok,\n"
-             "                                            self.usage.price_input_per_mtok))",
+    Semantic("llm/budget", "cost_usd=self.usage.cost(tin, tout))", "cost_usd=self.usage.cost(tout, tin))",
              "a dry run priced with input and output prices swapped"),
     Semantic("llm/budget", "samples=res.http_samples,", "samples=res.request.n,",
              "a request's samples: the requested n, cache hits included, not those drawn over HTTP"),

@@ -12,6 +12,7 @@ import pytest
 from helpers import llm_config
 
 from face.aspects import Aspect
+from face.console import Progress
 from face.data.schema import Conversation, Instruction, Particle, Turn
 from face.llm import LLMConfig, make_client
 from face.llm.base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused
@@ -172,7 +173,7 @@ class _Client:
 
     def __init__(self, outcome: dict | None = None, concurrency: int = 1, delay: float = 0.0):
         self.cfg = SimpleNamespace(concurrency=concurrency, progress=False)
-        self.usage = None
+        self.usage = SimpleNamespace(dry_run=False, spent_usd=0.12345678, est_cost_usd=9.0)
         self.outcome, self.delay = outcome or {}, delay
         self.sent: list[int] = []
         self.cancelled: list[int] = []
@@ -221,20 +222,19 @@ def _drive(client: _Client, items, total: int | None = None, on_error: str = "ra
     return asyncio.run(go())
 
 
-class _Bar:
-    """The progress the driver reports: its total, then (hits, failed) per request."""
+class _Bar(Progress):
+    """The progress the driver reports (the project's reporter, kept): its total, then its info() after each step."""
 
     made: list[_Bar] = []
 
-    def __init__(self, total, desc, enabled, usage):
-        self.total, self.updates = total, []
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.updates: list[dict] = []
         _Bar.made.append(self)
 
-    def update(self, hits: int, failed: bool) -> None:
-        self.updates.append((hits, failed))
-
-    def close(self) -> None:
-        pass
+    def update(self, n: int = 1) -> None:
+        super().update(n)
+        self.updates.append(self.info())
 
 
 @pytest.mark.parametrize("concurrency,pulled_at", [(1, [64] * 32 + [96] * 32 + [100] * 36),
@@ -270,8 +270,8 @@ def test_progress_counts_each_request_once_with_its_cache_hits_and_failures(monk
     _Bar.made.clear()
     _drive(_Client({1: LLMCallError("down"), 2: "hit"}), range(4), total=4, on_error="return")
     _drive(_Client(), range(2))
-    assert [(b.total, b.updates) for b in _Bar.made] == [
-        (4, [(0, False), (0, True), (3, False), (1, False)]), (0, [(0, False), (1, False)])]
+    assert [(b.total, b.n, [(u["hits"], u["fail"]) for u in b.updates]) for b in _Bar.made] == [
+        (4, 4, [("0", "0"), ("0", "1"), ("3", "1"), ("4", "1")]), (0, 2, [("0", "0"), ("1", "0")])]
 
 
 def test_a_failure_stops_the_batch_once_the_requests_in_flight_settled_and_counts_what_completed():
@@ -320,20 +320,17 @@ def test_a_consumer_that_stops_early_cancels_the_requests_still_in_flight():
     assert sorted(client.cancelled_at_close) == [3, 4]  # at once, not when the event loop ends
 
 
-def test_a_batchs_progress_counts_requests_cache_hits_and_failures_and_shows_the_cost_so_far():
-    """The driver's progress (face.llm.stream.Progress) on the project's reporter: one step per request, the cache
-    hits and failures summed, the cost spent so far (the estimate in a dry run) to 4 decimals."""
-    from types import SimpleNamespace
+def test_a_batchs_progress_counts_requests_cache_hits_and_failures_and_shows_the_cost_so_far(monkeypatch):
+    """The driver's progress on the project's reporter: one step per request, the cache hits and failures summed,
+    the cost spent so far (the estimate in a dry run) to 4 decimals."""
+    import face.llm.stream
 
-    from face.llm.stream import Progress
-
-    usage = SimpleNamespace(dry_run=False, spent_usd=0.12345678, est_cost_usd=9.0)
-    p = Progress(7, "scoring relevance", enabled=False, usage=usage)
-    for hits, failed in [(3, False), (0, True), (1, False)]:
-        p.update(hits, failed)
-    r = p.reporter
-    assert (r.total, r.desc, r.unit, r.n) == (7, "scoring relevance", "requests", 3)
+    monkeypatch.setattr(face.llm.stream, "Progress", _Bar)
+    _Bar.made.clear()
+    client = _Client({0: "hit", 1: LLMCallError("down")})
+    _drive(client, range(4), total=7, on_error="return")
+    [r] = _Bar.made
+    assert (r.total, r.desc, r.unit, r.n) == (7, "judge", "requests", 4)
     assert r.info() == {"hits": "4", "fail": "1", "cost": "$0.1235"}
-    usage.dry_run = True
+    client.usage.dry_run = True
     assert r.info()["cost"] == "$9.0000 (dry-run estimate)"
-    p.close()

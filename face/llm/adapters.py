@@ -17,6 +17,7 @@ Their validation accepts exactly what the project accepted before (tests compare
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -38,22 +39,16 @@ def extract_json(text: str) -> Any:
     """Parse JSON from model output: bare JSON, a ``` code fence, or JSON after/among prose.
 
     Raises ValueError if no JSON value can be found."""
-    try:
+    with contextlib.suppress(ValueError):
         return json.loads(text.strip())
-    except ValueError:
-        pass
     for m in _FENCE_RE.finditer(text):
-        try:
+        with contextlib.suppress(ValueError):
             return json.loads(m.group(1).strip())
-        except ValueError:
-            continue
     dec = json.JSONDecoder()
     for i, ch in enumerate(text):
         if ch in "{[":
-            try:
+            with contextlib.suppress(ValueError):
                 return dec.raw_decode(text, i)[0]
-            except ValueError:
-                continue
     raise ValueError(f"no JSON found in model output: {text[:120]!r}")
 
 def last_json_object(text: str) -> tuple[dict, int] | None:

@@ -40,10 +40,6 @@ ENDPOINT = "/v1/chat/completions"
 FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
-def custom_id(first_key: str, n: int) -> str:
-    return first_key if n == 1 else f"{first_key}+{n}"
-
-
 @dataclass
 class Job:
     """One submitted batch as written in its journal file."""
@@ -144,7 +140,8 @@ class BatchTransport:
 
     # ---- the layer ------------------------------------------------------
     async def chat(self, req: ChatRequest) -> ChatResult:
-        cid = custom_id(self.key_for(req, req.first_sample), req.n)
+        key = self.key_for(req, req.first_sample)
+        cid = key if req.n == 1 else f"{key}+{req.n}"  # the line's custom_id (the module doc)
         owner = self.journal.jobs.get(self.journal.owner.get(cid, ""))
         if owner is not None and owner.status == "downloaded":
             line = self.journal.answers(owner).get(cid)
@@ -242,7 +239,12 @@ class BatchTransport:
                     return None
                 await asyncio.sleep(self.cfg.batch_poll_s)
                 continue
-            last = self._log_state(job, b, last)
+            counts = b.request_counts
+            state = (b.status, getattr(counts, "completed", None), getattr(counts, "failed", None))
+            if state != last:
+                log.info("batch %s: %s (%s of %s lines done, %s failed)", job.id, b.status,
+                         *(getattr(counts, k, "?") for k in ("completed", "total", "failed")))
+            last = state
             if b.status in FINAL:
                 return b
             await asyncio.sleep(self.cfg.batch_poll_s)
@@ -254,15 +256,6 @@ class BatchTransport:
         for cid in job.custom_ids:
             if self._waiting.get(cid):
                 self._enqueue(cid, self._waiting[cid][0][0])
-
-    @staticmethod
-    def _log_state(job: Job, b: Any, last: Any) -> Any:
-        counts = b.request_counts
-        state = (b.status, getattr(counts, "completed", None), getattr(counts, "failed", None))
-        if state != last:
-            log.info("batch %s: %s (%s of %s lines done, %s failed)", job.id, b.status,
-                     *(getattr(counts, k, "?") for k in ("completed", "total", "failed")))
-        return state
 
     def _answer(self, job: Job, b: Any, lines: list[dict]) -> None:
         every = {x["custom_id"]: x for x in lines if "custom_id" in x}

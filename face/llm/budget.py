@@ -30,25 +30,19 @@ class BudgetLM:
         self._events: dict[int, asyncio.Event] = {}  # per event loop: a reservation was given back
         if hasattr(inner, "on_throttle"):
             inner.on_throttle = self._throttle  # the transport reports 429 / 503 (+ Retry-After)
-        usage.concurrency = self._concurrency
+        usage.concurrency = lambda: {} if self.limiter is None else self.limiter.summary()
 
     def _limiter(self) -> Limiter:
-        loop = id(asyncio.get_running_loop())
-        lim = self._limiters.get(loop)
-        if lim is None:
-            cfg = self.cfg
-            lim = self._limiters[loop] = Limiter(cfg.concurrency, start=getattr(cfg, "concurrency_start", None),
-                                                 adaptive=bool(getattr(cfg, "adaptive_concurrency", False)),
-                                                 latency_tolerance=getattr(cfg, "latency_tolerance", 2.0))
-        self.limiter = lim
-        return lim
+        loop, cfg = id(asyncio.get_running_loop()), self.cfg
+        if loop not in self._limiters:
+            self._limiters[loop] = Limiter(cfg.concurrency, cfg.concurrency_start, cfg.adaptive_concurrency,
+                                           cfg.latency_tolerance)
+        self.limiter = self._limiters[loop]
+        return self.limiter
 
     def _throttle(self, retry_after_s: float | None) -> None:
         if self.limiter is not None:
             self.limiter.throttle(retry_after_s)
-
-    def _concurrency(self) -> dict[str, float]:
-        return {} if self.limiter is None else self.limiter.summary()
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         if req.n <= self.cfg.n_per_request:  # one piece: the request itself
@@ -65,8 +59,8 @@ class BudgetLM:
         await lim.acquire()
         latency = None
         try:
-            while self.usage.must_wait(piece):  # only requests in flight stand in the way: wait for them to settle
-                await self._changed().wait()
+            while self.usage.must_wait(piece):  # only requests in flight stand in the way: wait until one settles
+                await self._events.setdefault(id(asyncio.get_running_loop()), asyncio.Event()).wait()
             reserved = self.usage.reserve(piece)  # raises BudgetExceeded; no await between it and sending
             if self.cfg.dry_run:
                 return self._placeholders(req, piece)
@@ -98,14 +92,6 @@ class BudgetLM:
                                                 for i in req.indices],
                           input_tokens=tin, output_tokens=tout,
                           cost_usd=self.usage.cost(tin, tout))
-
-    def _changed(self) -> asyncio.Event:
-        """Set when a request of this loop settles or fails (its reservation is given back)."""
-        loop = id(asyncio.get_running_loop())
-        ev = self._events.get(loop)
-        if ev is None:
-            ev = self._events[loop] = asyncio.Event()
-        return ev
 
     def _notify(self) -> None:
         with contextlib.suppress(RuntimeError):  # no running loop: nobody waits

@@ -27,18 +27,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from .base import (
-    Chat,
-    ChatRequest,
-    ChatResult,
-    Completion,
-    TokenLogprob,
-    merge,
-    raise_first,
-    request_params,
-    runs,
-    validate,
-)
+from .base import ChatRequest, ChatResult, Completion, TokenLogprob, merge, raise_first, request_params, runs, validate
 from .store import CACHE_FILE, SampleCache, check_cache_dir  # noqa: F401 - the cache's store, named from here too
 
 
@@ -90,7 +79,7 @@ class CachingLM:
     """Serves samples from the store, sends only the missing ones and stores them (see the module doc); with other
     processes on the same cache, only the ones nobody else is sending (face/llm/claims.py)."""
 
-    def __init__(self, inner: Chat, store: SampleCache, cfg: Any, model: str):
+    def __init__(self, inner: Any, store: SampleCache, cfg: Any, model: str):
         self.inner, self.store, self.cfg, self.model = inner, store, cfg, model
         self._decoded: dict[str, dict] = {}  # payload text -> its JSON (read only): answers repeat
         self.claiming = not getattr(cfg, "dry_run", False)  # a dry run sends nothing: nothing to claim

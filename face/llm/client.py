@@ -37,6 +37,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -57,12 +58,6 @@ T = TypeVar("T")
 READ_AHEAD = 256  # items whose cached samples cached_stream reads at once, one chunk ahead of those it yields
 
 log = logging.getLogger("face.llm")
-
-
-def build(spec: dict[str, Any]) -> Any:
-    """`{"_target_": "pkg.module.Name", **kwargs}` -> pkg.module.Name(**kwargs)."""
-    kwargs = dict(spec)
-    return import_class(kwargs.pop("_target_"), "llm.server._target_")(**kwargs)
 
 
 class LLMClient:
@@ -88,10 +83,10 @@ class LLMClient:
         if self._lm is not None:
             return self
         cfg = self.cfg
-        self.model = cfg.model
         urls = cfg.base_urls
-        if cfg.server is not None:
-            server = build(cfg.server)
+        if cfg.server is not None:  # {"_target_": "pkg.module.Name", **kwargs} -> pkg.module.Name(**kwargs)
+            kwargs = dict(cfg.server)
+            server = import_class(kwargs.pop("_target_"), "llm.server._target_")(**kwargs)
             server.start()
             self.server = server
             self.model = server.model
@@ -103,7 +98,6 @@ class LLMClient:
         # the endpoint probed first (face/llm/probe.py: n_per_request fitted to it): every layer is built knowing it
         cfg = self.cfg = probe.fitted(cfg, self.usage, urls[0], self.model,
                                       None if _loop_running() else self._private_loop, wire)
-        cache_dir = cfg.cache_dir if cfg.cache else None
         if cfg.batch:  # a batch line's custom_id is the cache key of its first sample
             self.transport = BatchTransport(cfg, urls[0], self.model, Path(str(cfg.cache_dir)) / "batches",
                                             functools.partial(request_key, cfg, self.model))
@@ -113,8 +107,8 @@ class LLMClient:
         self.budget = BudgetLM(self.transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
                                if cfg.batch else cfg, self.usage)
         inner: Any = self.budget
-        if cache_dir:
-            inner = self.cache = CachingLM(self.budget, SampleCache(cache_dir), cfg, self.model)
+        if cfg.cache and cfg.cache_dir:
+            inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
             self.usage.concurrency = functools.partial(_with_claims, self.usage.concurrency, self.cache.store.claims)
         self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
         return self
@@ -159,8 +153,7 @@ class LLMClient:
     # ---- calls ----------------------------------------------------------
     async def chat(self, req: ChatRequest) -> ChatResult:
         """All n samples of one request: cached ones from the cache, the rest over HTTP."""
-        if self._lm is None:
-            self.start()
+        self.start()
         assert self._lm is not None  # start() built it
         return await self._lm.chat(req)
 
@@ -172,13 +165,10 @@ class LLMClient:
         while it searches, so a paper-size warm rerun (≈ 3.5 M samples) reads the cache while this thread renders
         prompts and scores the chunk before. A request answered here is recorded in the usage like any other."""
         items = iter(items)
-        if self._lm is None:
-            self.start()
+        self.start()
         if self.cache is None or self.cfg.dry_run:
             yield from ((x, request(x), None) for x in items)
             return
-        from concurrent.futures import ThreadPoolExecutor
-
         cache = self.cache
         ahead: deque = deque()
         with ThreadPoolExecutor(1, thread_name_prefix="cache-read") as pool:
@@ -201,14 +191,12 @@ class LLMClient:
                         self.usage.add(record_of(res))
                     yield x, req, res
 
-    async def stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], desc: str = "LLM",
-                     total: int | None = None, on_error: str = "raise") -> AsyncGenerator[tuple[T, ChatResult], None]:
+    def stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], desc: str = "LLM",
+               total: int | None = None, on_error: str = "raise") -> AsyncGenerator[tuple[T, ChatResult], None]:
         """``(item, result)`` for every item, in order, as soon as it and every earlier one are done: the one batch
         driver (face/llm/stream.py)."""
-        if self._lm is None:
-            self.start()
-        async for got in drive(self, items, request, desc, total, on_error):
-            yield got
+        self.start()
+        return drive(self, items, request, desc, total, on_error)
 
     def run_stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], emit: Callable[[T, ChatResult], Any],
                    desc: str = "LLM", total: int | None = None) -> None:
@@ -244,8 +232,7 @@ class LLMClient:
             coro.close()
             raise RuntimeError("run_batch()/run_async() called inside a running event loop; "
                                "use `await client.chat_many(...)` instead")
-        if self._lm is None:
-            self.start()
+        self.start()
         loop = self._private_loop()
         try:
             return loop.run_until_complete(coro)
@@ -316,8 +303,6 @@ def run_off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     worker's LLM client too (``interrupt``), waits for it to wind down, and raises the one KeyboardInterrupt."""
     if not _loop_running():
         return fn(*args, **kwargs)
-    from concurrent.futures import ThreadPoolExecutor
-
     pool = ThreadPoolExecutor(1, thread_name_prefix="face")
     worker: list[int] = []
 

@@ -10,10 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from face.secrets import is_env_var_name, looks_like_secret, register
+from face.secrets import is_env_var_name, register
 from face.settings import Number, settings
-
-__all__ = ["LLMConfig", "is_env_var_name", "looks_like_secret"]
 
 Url = Annotated[str, Field(min_length=1)]
 

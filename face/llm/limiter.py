@@ -44,16 +44,13 @@ class Limiter:
         self._last_decrease = 0.0
 
     # ---- slots ------------------------------------------------------------
-    def _free(self) -> bool:
-        return self.in_flight < int(self.limit)
-
     async def acquire(self) -> None:
         while True:
             now = time.monotonic()
             if self.paused_until > now:
                 await asyncio.sleep(self.paused_until - now)
                 continue
-            if self._free() and not self._waiters:
+            if self.in_flight < int(self.limit) and not self._waiters:
                 break
             fut = asyncio.get_running_loop().create_future()
             self._waiters.append(fut)
@@ -65,11 +62,10 @@ class Limiter:
                 elif fut.done() and not fut.cancelled():
                     self._wake()  # pass on the slot we were woken for
                 raise
-            if self.paused_until <= time.monotonic() and self._free():
+            if self.paused_until <= time.monotonic() and self.in_flight < int(self.limit):
                 break
         self.in_flight += 1
-        if self.in_flight > self.max_in_flight:
-            self.max_in_flight = self.in_flight
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
     def release(self, latency_s: float | None = None) -> None:
         """A request finished (latency_s: its duration, if it succeeded on its first attempt)."""

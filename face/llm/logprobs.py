@@ -10,6 +10,7 @@ renormalised over the valid score values:
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -67,12 +68,8 @@ def find_answer_position(tokens: Sequence[TokenLogprob], valid: Sequence[int | f
         m = re.search(r'["\']' + re.escape(key) + r'["\']\s*:', full)
         if m is None:
             return None
-        offset, start = 0, len(texts)
-        for i, t in enumerate(texts):  # first token that ends after the key's colon
-            offset += len(t)
-            if offset > m.end():
-                start = i
-                break
+        ends = itertools.accumulate(len(t) for t in texts)  # where each token ends in the joined text
+        start = next((i for i, end in enumerate(ends) if end > m.end()), len(texts))  # the first after the colon
     for i in range(start, len(texts)):
         if token_value(texts[i], valid) is not None:
             return i

@@ -125,12 +125,9 @@ def save(cache_dir: str | os.PathLike | None, caps: Capabilities) -> None:
         log.warning("could not remember the endpoint's capabilities in %s: %s", p, e)
 
 
-def forget(base_url: str | None = None, model: str | None = None) -> None:
-    """Drop remembered answers from memory (all, or one endpoint's)."""
-    if base_url is None:
-        _MEMORY.clear()
-    else:
-        _MEMORY.pop(endpoint_key(base_url, model or ""), None)
+def forget() -> None:
+    """Drop every remembered answer from memory (as a new process starts)."""
+    _MEMORY.clear()
 
 
 # ---------------------------------------------------------------- the client's use of it

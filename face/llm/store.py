@@ -47,8 +47,7 @@ class SampleCache:
         self._retry_locked(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
         self._conn.execute("PRAGMA synchronous=NORMAL")  # durable against process death, fast
         self._conn.execute("PRAGMA cache_size=-65536")  # 64 MB of pages: a warm paper-size rerun reads ~1 GB
-        self._retry_locked(lambda: self._conn.execute(_SCHEMA))
-        self._retry_locked(lambda: self._conn.execute(CLAIMS_SCHEMA))
+        self._retry_locked(lambda: self._conn.executescript(_SCHEMA + ";" + CLAIMS_SCHEMA))
         self._pending: dict[str, tuple] = {}  # key -> row, committed by the next flush
         self._reader: sqlite3.Connection | None = None  # read_committed's (one other thread)
         self._flush_scheduled = False

@@ -23,11 +23,11 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from typing import Any
 
-from face.console import Progress as Reporter
+from face.console import Progress
 
 from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused
 from .sizes import WINDOW
-from .usage import BudgetExceeded, Usage
+from .usage import BudgetExceeded
 
 LLM_FAILURES = (LLMCallError, BudgetExceeded)
 
@@ -40,8 +40,16 @@ class _Driver:
         self.window = max(WINDOW, 4 * int(client.cfg.concurrency))
         self.queue: deque = deque()  # (item, request, its result or the future drawing it), in order
         self.shared: dict[ChatRequest, asyncio.Future] = {}  # request -> its future while in flight
-        self.bar = Progress(total or 0, desc, enabled=client.cfg.progress, usage=client.usage)
-        self.done = 0
+        # the batch's progress (a bar on a terminal, a line every 30 s in a log): requests done / total, and info()
+        self.bar = Progress(total or 0, desc, unit="requests", enabled=client.cfg.progress, info=self.info)
+        self.done = self.hits = self.failed = 0
+
+    def info(self) -> dict[str, str]:
+        """Cache hits, failures and the cost so far (the estimate in a dry run)."""
+        usage = self.client.usage
+        cost = usage.est_cost_usd if usage.dry_run else usage.spent_usd
+        return {"hits": str(self.hits), "fail": str(self.failed),
+                "cost": f"${cost:.4f}" + (" (dry-run estimate)" if usage.dry_run else "")}
 
     def fill(self, looked_up: Iterator[tuple[Any, ChatRequest, ChatResult | None]]) -> None:
         for item, req, hit in itertools.islice(looked_up, self.window - len(self.queue)):
@@ -59,10 +67,12 @@ class _Driver:
             except LLM_FAILURES as e:
                 if isinstance(e, LLMRequestRefused) or self.on_error == "raise":
                     await self.stop(e)
-                self.bar.update(0, failed=True)
+                self.failed += 1
+                self.bar.update(1)
                 return item, ChatResult(request=req, samples=[], error=f"{type(e).__name__}: {e}")
         self.done += 1
-        self.bar.update(got.cached_samples, failed=False)
+        self.hits += got.cached_samples
+        self.bar.update(1)
         return item, got
 
     async def stop(self, first: BaseException) -> None:
@@ -106,26 +116,3 @@ async def drive(client: Any, items: Iterable[Any], request: Callable[[Any], Chat
         d.close()
         looked_up.close()
 
-
-class Progress:
-    """An LLM batch's progress (``face.console.Progress``: a bar on a terminal, a line every 30 s in a log):
-    requests done/total, cache hits, failures and the cost so far."""
-
-    def __init__(self, total: int, desc: str, enabled: bool, usage: Usage):
-        self.usage = usage
-        self.hits = 0
-        self.fail = 0
-        self.reporter = Reporter(total, desc, unit="requests", enabled=enabled, info=self._info)
-
-    def _info(self) -> dict[str, str]:
-        cost = self.usage.est_cost_usd if self.usage.dry_run else self.usage.spent_usd
-        return {"hits": str(self.hits), "fail": str(self.fail),
-                "cost": f"${cost:.4f}" + (" (dry-run estimate)" if self.usage.dry_run else "")}
-
-    def update(self, hits: int, failed: bool) -> None:
-        self.hits += hits
-        self.fail += failed
-        self.reporter.update(1)
-
-    def close(self) -> None:
-        self.reporter.close()

@@ -128,8 +128,6 @@ class OpenAITransport:
 
     def _pick(self, avoid: str | None = None) -> str:
         urls = self.base_urls
-        if len(urls) == 1:
-            return urls[0]
         self._rr += 1
         order = urls[self._rr % len(urls):] + urls[:self._rr % len(urls)]  # ties: round robin
         cands = [u for u in order if u != avoid] or order

@@ -24,10 +24,7 @@ from typing import Any
 from face.files import atomic_write_text
 from face.secrets import redact
 
-from .sizes import MAX_BYTES_PER_TOKEN, Bound, bound, cost_usd, estimate_input_tokens, estimate_tokens, reported_tokens
-
-__all__ = ["BudgetExceeded", "Piece", "RequestRecord", "Usage", "cost_usd", "estimate_input_tokens",
-           "estimate_tokens"]
+from .sizes import MAX_BYTES_PER_TOKEN, Bound, bound, cost_usd, estimate_input_tokens, reported_tokens
 
 
 class BudgetExceeded(RuntimeError):
@@ -119,12 +116,9 @@ _TAG_FIELDS = ("requests", "samples", "http_requests", "cache_hits", "failures",
                "cost_usd", "answer_retries", "rejected_answers", "invalid_answers", "defaulted_answers",
                "logprob_fallbacks")
 
-
-# the per-tag totals a request record adds to: total -> the record's field
-_FROM_RECORD = {"samples": "samples", "http_requests": "http_requests", "cache_hits": "cached_samples",
-                "input_tokens": "input_tokens", "output_tokens": "output_tokens", "cost_usd": "cost_usd",
-                "answer_retries": "answer_retries", "rejected_answers": "rejected_answers",
-                "invalid_answers": "invalid_answers"}
+# the per-tag totals a request record adds its field of the same name to (and its cached_samples to cache_hits)
+_FROM_RECORD = ("samples", "http_requests", "input_tokens", "output_tokens", "cost_usd", "answer_retries",
+                "rejected_answers", "invalid_answers")
 
 
 def _tag_totals() -> dict[str, float]:
@@ -282,13 +276,12 @@ class Usage:
         self.cache_hits += rec.cached_samples
         if len(self.records) < KEEP_REQUESTS or rec.error is not None:
             self.records.append(rec)
-        t = self.by_tag.get(rec.tag or "(none)")
-        if t is None:
-            t = self.by_tag[rec.tag or "(none)"] = _tag_totals()
+        t = self.by_tag.setdefault(rec.tag or "(none)", _tag_totals())
         t["requests"] += 1
         t["failures"] += rec.error is not None
-        for total, name in _FROM_RECORD.items():
-            t[total] += getattr(rec, name)
+        t["cache_hits"] += rec.cached_samples
+        for name in _FROM_RECORD:
+            t[name] += getattr(rec, name)
 
     def note_invalid(self, tag: str, reason: str) -> None:
         """An answer still missing after its request's draws (the request's ``draws`` policy)."""

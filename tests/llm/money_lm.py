@@ -30,7 +30,8 @@ def usage(**kw) -> Usage:
 
 def cfg(**kw) -> SimpleNamespace:
     base = dict(n_per_request=2, concurrency=4, dry_run=False, max_tokens=10, temperature=0.0, top_p=1.0,
-                supports_json_schema=False, supports_logprobs=True, seed=0)
+                supports_json_schema=False, supports_logprobs=True, seed=0, concurrency_start=None,
+                adaptive_concurrency=False, latency_tolerance=2.0)
     return SimpleNamespace(**{**base, **kw})
 
 
