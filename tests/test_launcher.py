@@ -117,10 +117,12 @@ def test_ctrl_c_while_submitit_local_jobs_run_is_one_line_and_exit_130(tmp_path,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.time() + 180
-        while not (tmp_path / "cache" / "llm" / "llm_cache.sqlite").exists() and time.time() < deadline:
+        started = [tmp_path / "cache" / "llm" / "llm_cache.sqlite", tmp_path / "sweep" / "0", tmp_path / "sweep" / "1"]
+        while not all(p.exists() for p in started) and time.time() < deadline:  # both jobs launched, one sending
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             time.sleep(0.2)
         time.sleep(1.0)  # the jobs are sending their requests, the sweep waits for them
+        assert proc.poll() is None, "the sweep ended before the Ctrl-C: the jobs are too short to interrupt"
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
         _, err = proc.communicate(timeout=120)
     finally:
