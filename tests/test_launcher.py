@@ -98,6 +98,14 @@ def test_submitit_local_sweep_reports_a_failed_job(tmp_path, data_dir):
     assert not (tmp_path / "sweep" / "0" / "run_file.json").exists()
 
 
+def _terminal_sigint() -> None:
+    """Ctrl-C's signal as a terminal's process gets it: a test run started in the background by a shell (``cmd &``,
+    as a CI script may be) inherits SIGINT ignored, and a process started with it ignored never sees a Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.serial  # interrupts the sweep once its jobs are sending, found by polling
 def test_ctrl_c_while_submitit_local_jobs_run_is_one_line_and_exit_130(tmp_path, data_dir):
@@ -114,7 +122,8 @@ def test_ctrl_c_while_submitit_local_jobs_run_is_one_line_and_exit_130(tmp_path,
             "aspects=[dialogue_overall]", "method.particles.source=released", "method.scoring.n=1,2"]
     proc = subprocess.Popen([sys.executable, "scripts/run.py", "-m", "hydra/launcher=submitit_local", *jobs, *out],
                             cwd=ROOT, env={**os.environ, "FACE_DATA_MIRROR": ""}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_terminal_sigint)
     try:
         deadline = time.time() + 180
         started = [tmp_path / "cache" / "llm" / "llm_cache.sqlite", tmp_path / "sweep" / "0", tmp_path / "sweep" / "1"]
