@@ -5,7 +5,8 @@
   (a run outside a sweep: ``face-opt-<aspect>-run-<run id[:8]>``). A version's commit message starts with the
   job's swept values (``alpha=1 beam=2: round 1: rewrite of v1 (initial) by gradient r1:initial:g0 -> r1c1``), its
   tags are the lineage (round, parent version and id, gradient id, candidate id, run id) and ``jobs`` (every job
-  that wrote that text); aliases ``@initial`` and the job's best instruction, ``@best`` (``@best-alpha1-beam2`` in a sweep).
+  that wrote that text); aliases ``@initial`` and the job's best instruction, ``@best`` (``@best-alpha1-beam2``
+  in a sweep).
 - The final ranked set: a version of ``face-opt-<aspect>-set`` (one per distinct set; the instructions as
   ``### <id>`` blocks), its commit message starting with the job's swept values, tagged with the job, its dev- and
   held-out Spearman, the held-out fold (``heldout``: a digest of its conversations) and its size; aliased by the
