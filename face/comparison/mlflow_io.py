@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from face.errors import ConfigError, DataError
-from face.tracking.names import fixed_width
+from face.tracking.names import fixed_width, shown
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -75,7 +75,7 @@ def comparison_metrics(comp: Comparison) -> dict[str, float]:
     if len(longest) > MAX_KEY:
         raise ConfigError(f"names: the MLflow metric name {longest[:60]}... would be {len(longest)} characters, "
                           f"MLflow takes {MAX_KEY}: shorten the system names (--names / names=)")
-    return {k: round(float(v), 6) for k, v in out.items() if v == v}  # 6 decimals: no float noise where shown
+    return {k: shown(v) for k, v in out.items() if v == v}
 
 
 def description(comp: Comparison) -> str:

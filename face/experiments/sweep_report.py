@@ -25,7 +25,7 @@ from hydra.experimental.callback import Callback
 
 from face.files import atomic_path, atomic_write_text
 from face.report.look import drawn
-from face.tracking.names import HEADLINE_PREFIX, RELEASED_JUDGE, fixed_width, headline
+from face.tracking.names import HEADLINE_PREFIX, RELEASED_JUDGE, fixed_width, headline, shown
 from face.tracking.sweeps import LABEL_TAG, SEP, SWEEP_ROLE, SWEPT_TAG, find_sweep_parent, tails
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = 
     for m in metrics:  # the parent's row: sweep_best.<metric> (sorts after summary.*), its job in a tag
         if len(done) and not math.isnan(done[m].max()):
             best, short = done.loc[done[m].idxmax()], m.removeprefix("summary.")
-            client.log_metric(parent.info.run_id, f"sweep_best.{short}", round(float(best[m]), 6))
+            client.log_metric(parent.info.run_id, f"sweep_best.{short}", shown(best[m]))
             client.set_tag(parent.info.run_id, f"sweep_best.{short}.job", str(best["run"]))
     client.set_tag(parent.info.run_id, "mlflow.note.content", redact(text[:60_000]))
     if metrics:
