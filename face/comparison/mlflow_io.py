@@ -84,9 +84,7 @@ def description(comp: Comparison) -> str:
     rows = [[r.aspect, f"{r.candidate} vs {r.baseline}", f"{r.diff:+.3f}", f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]",
              f"{r.p_holm:.3g}", r.verdict] for r in comp.verdicts().itertuples(index=False)]
     table = fixed_width(["aspect", "systems", "diff", "95% CI", "p (Holm)", "verdict"], rows)
-    head = "".join(f"> {w}\n\n" for w in comp.warnings)
-    title = " vs ".join(comp.systems["system"])
-    return f"**{title}**\n\n{head}{table}\n\nScored by: {comp.judge}. {comp.method_note()}\n"
+    return f"**{' vs '.join(comp.systems['system'])}**\n\n" + comp.to_markdown(table)
 
 
 def tracking(tracking_uri: str) -> DictConfig:
