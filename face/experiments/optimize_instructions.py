@@ -28,13 +28,14 @@ from face.llm import LLMConfig
 from face.llm.usage import estimate_input_tokens
 from face.methods.job import LLMJob, estimated_cost, estimated_size
 from face.optimize import checkpoint
-from face.optimize.beam import BeamSearch, StopOptimization, Writer
-from face.optimize.checkpoint import Candidate, ResumeMismatch
+from face.optimize.beam import BeamSearch, StopOptimization
+from face.optimize.checkpoint import Candidate
 from face.optimize.config import OptimizerConfig
 from face.optimize.estimate import CostInputs, estimate, paper_setting
 from face.optimize.items import correlation, indices_of, items_for
 from face.optimize.prompt_log import MIN_BEST_ITEMS, PromptLog
 from face.optimize.scorers import LiveScorer
+from face.optimize.writer import Writer
 from face.pipeline.estimate import Pricing
 from face.pipeline.scoring import score_messages, units_for
 from face.prompts import generic_instruction, initial_instruction
@@ -45,7 +46,7 @@ def optimizer_config(cfg: DictConfig) -> OptimizerConfig:
     if "optimizer" not in cfg:
         raise ConfigError("no optimizer config: add `- /optimizer: paper` to the experiment's defaults")
     try:
-        return OptimizerConfig.from_dict(cast(dict, OmegaConf.to_container(cfg.optimizer, resolve=True)))
+        return OptimizerConfig(**cast(dict, OmegaConf.to_container(cfg.optimizer, resolve=True)))
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from None
 
@@ -226,10 +227,7 @@ def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, env: Optimizing) -> None:
                       lambda: (env.client.usage.requests, env.client.usage.spent_usd))
     config = run_config(ocfg, a.name, ctx, lcfg, env.method)
     if state is not None:
-        try:
-            checkpoint.check_same(state, config, env.ckpt_dir)
-        except ResumeMismatch as e:
-            raise ConfigError(str(e)) from None
+        checkpoint.check_same(state, config, env.ckpt_dir)
         print(f"{a.name}: resuming after round {state.round} from {env.ckpt_dir}", flush=True)
     else:
         state = loop.new_state([Candidate("initial", start_text(ocfg, a.name))], config)

@@ -22,10 +22,9 @@ from face.optimize import checkpoint
 from face.optimize.bandit import Bandit
 from face.optimize.checkpoint import Candidate, OptState
 from face.optimize.config import OptimizerConfig
-from face.optimize.gradients import critiques, gradient_request
 from face.optimize.items import correlation, reward, worst
 from face.optimize.prompt_log import PromptLog
-from face.optimize.rewrites import rewrite_request, rewritten
+from face.optimize.writer import Writer
 
 log = logging.getLogger(__name__)
 
@@ -38,34 +37,6 @@ class StopOptimization(Exception):
         self.state = state
 
 
-@dataclass
-class Writer:
-    """Gradient and rewrite calls through one LLM client (batched per round)."""
-
-    client: Any
-    aspect: Aspect
-    cfg: OptimizerConfig
-    native: bool
-    judged: str = "conversational recommender systems"
-
-    def gradients(self, jobs: Sequence[tuple[Candidate, list[dict]]]) -> list[list[str]]:
-        reqs = [gradient_request(self.aspect, c.text, ex, self.cfg.alpha, self.cfg.writer, self.native, self.judged)
-                for c, ex in jobs]
-        return [critiques(r) for r in self.client.run_batch(reqs, desc=f"gradients {self.aspect.name}")]
-
-    def rewrites(self, jobs: Sequence[tuple[Candidate, str]]) -> list[list[str]]:
-        reqs = [rewrite_request(self.aspect, c.text, g, self.cfg.beta, self.cfg.writer, self.native, self.judged)
-                for c, g in jobs]
-        return [rewritten(r) for r in self.client.run_batch(reqs, desc=f"rewrites {self.aspect.name}")]
-
-
-def rng_from(state: OptState, seed: int) -> np.random.Generator:
-    rng = np.random.default_rng(seed)
-    if state.rng is not None:
-        rng.bit_generator.state = state.rng
-    return rng
-
-
 def minibatch(rng: np.random.Generator, pool: np.ndarray, size: int) -> np.ndarray:
     """``size`` distinct items of ``pool`` (all of them, shuffled, if the pool is smaller)."""
     return rng.choice(pool, size=min(size, len(pool)), replace=False)
@@ -75,7 +46,7 @@ def minibatch(rng: np.random.Generator, pool: np.ndarray, size: int) -> np.ndarr
 class BeamSearch:
     cfg: OptimizerConfig
     aspect: Aspect
-    scorer: Any  # face.optimize.scorers.Scorer
+    scorer: Any  # face.optimize.scorers: LiveScorer, or ReplayScorer (no expansion)
     train: np.ndarray  # item indices the loop may use
     dev: np.ndarray  # item indices for the per-round dev correlation of the beam (never used to select)
     writer: Writer | None = None  # None: no expansion (replay)
@@ -153,7 +124,9 @@ class BeamSearch:
         todo = range(state.round + 1, rounds + 1)
         for r in progress(todo, f"optimizer rounds {self.aspect.name}", total=len(todo), unit="round"):
             calls0, cost0 = self.usage() if self.usage else (0, 0.0)
-            rng = rng_from(state, self.cfg.seed)
+            rng = np.random.default_rng(self.cfg.seed)
+            if state.rng is not None:  # where the last completed round left it
+                rng.bit_generator.state = state.rng
             new = self.expand(state, r, rng) if self.writer is not None else []
             for c in new:
                 state.add(c)

@@ -2,8 +2,8 @@
 
 Protocol: ``predict(candidate, idx) -> array`` (one prediction per item index, NaN = none),
 ``predict_set(candidates, idx)`` (the FACE prediction of an instruction set: mean over instructions ×
-particles, face.pipeline.aggregate) and ``explain(candidate, idx)`` (what the gradient prompt shows: the item's
-text, its particles with their scores, prediction and gold).
+particles, face.pipeline.aggregate) and, for the live scorer only, ``explain(candidate, idx)`` (what the gradient
+prompt shows: the item's text, its particles with their scores, prediction and gold).
 
 - ``LiveScorer``: FACE scoring through face/llm (any backend); every (instruction, particle) score is
   computed once per process and cached on disk by the LLM layer; an item without particles gets no prediction (the
@@ -13,7 +13,7 @@ text, its particles with their scores, prediction and gold).
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,16 +28,6 @@ from face.pipeline.particles import Decomposition
 from face.pipeline.score_prompts import Unit, one_line, units_for
 from face.pipeline.scoring import ScoringSpec, plan, score
 from face.predictions import Predictions
-
-
-class Scorer(Protocol):
-    items: Sequence[Item]
-
-    def predict(self, cand: Candidate, idx: np.ndarray) -> np.ndarray: ...
-
-    def predict_set(self, cands: Sequence[Candidate], idx: np.ndarray) -> np.ndarray: ...
-
-    def explain(self, cand: Candidate, idx: np.ndarray) -> list[dict]: ...
 
 
 class ReplayScorer:
@@ -64,9 +54,6 @@ class ReplayScorer:
 
     def predict_set(self, cands: Sequence[Candidate], idx: np.ndarray) -> np.ndarray:
         return self.matrix[[self.row[c.cid] for c in cands]][:, idx].mean(0)
-
-    def explain(self, cand: Candidate, idx: np.ndarray) -> list[dict]:
-        raise NotImplementedError("the replay scorer has no texts to show: gradients need the live scorer")
 
 
 class LiveScorer:
