@@ -58,10 +58,10 @@ class FakeWriter:
         return [[f"{c.text} more{j} ({g})" for j in range(self.cfg.beta)] for c, g in jobs]
 
 
-def _loop(cfg, tmp_path=None, on_round=None):
+def _loop(cfg, tmp_path=None):
     scorer = FakeScorer()
     return BeamSearch(cfg, ASPECT, scorer, np.arange(40), np.arange(40, 60), FakeWriter(cfg),
-                      checkpoint_dir=str(tmp_path) if tmp_path else None, on_round=on_round)
+                      checkpoint_dir=str(tmp_path) if tmp_path else None)
 
 
 def test_beam_bookkeeping():

@@ -32,10 +32,6 @@ log = logging.getLogger(__name__)
 class StopOptimization(Exception):
     """A clean stop after a completed round (``optimizer.stop_after_round``); the checkpoint is intact."""
 
-    def __init__(self, state: OptState):
-        super().__init__(f"stopped after round {state.round} of {state.aspect}")
-        self.state = state
-
 
 def minibatch(rng: np.random.Generator, pool: np.ndarray, size: int) -> np.ndarray:
     """``size`` distinct items of ``pool`` (all of them, shuffled, if the pool is smaller)."""
@@ -53,7 +49,6 @@ class BeamSearch:
     prompts: PromptLog | None = None  # None: nothing registered (tracking off)
     checkpoint_dir: str | None = None
     usage: Callable[[], tuple[int, float]] | None = None  # () -> (LLM calls so far, cost so far)
-    on_round: Callable[[OptState, dict], None] | None = None  # after each checkpoint (metrics, tests)
     gold: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -74,26 +69,24 @@ class BeamSearch:
     # ---- one round --------------------------------------------------------
     def expand(self, state: OptState, r: int, rng: np.random.Generator) -> list[Candidate]:
         assert self.writer is not None, "a replay run does not expand"
-        parents = [state.candidates[c] for c in state.beam]
         jobs = []
-        for p in parents:
+        for p in (state.candidates[c] for c in state.beam):
             idx = minibatch(rng, self.train, self.cfg.expand_minibatch)
             pred = self.scorer.predict(p, idx)
             bad = idx[worst(pred, self.gold[idx], self.cfg.writer.examples, self.cfg.error)]
             jobs.append((p, self.scorer.explain(p, bad)))
         grads = self.writer.gradients(jobs)
-        rw_jobs, rw_meta = [], []
+        rewrites = []  # (parent, gradient, its id)
         for (p, ex), gs in zip(jobs, grads):
             for j, g in enumerate(gs):
                 gid = f"r{r}:{p.cid}:g{j}"
                 state.gradients.append({"gradient_id": gid, "round": r, "parent": p.cid, "parent_version": p.version,
                                         "text": g, "examples": [{k: e[k] for k in ("conv_id", "turn_ind", "pred",
                                                                                    "gold")} for e in ex]})
-                rw_jobs.append((p, g))
-                rw_meta.append((p, gid))
+                rewrites.append((p, g, gid))
         texts = {c.text for c in state.candidates.values()}
         new: list[Candidate] = []
-        for (p, gid), outs in zip(rw_meta, self.writer.rewrites(rw_jobs)):
+        for (p, _, gid), outs in zip(rewrites, self.writer.rewrites([(p, g) for p, g, _ in rewrites])):
             for text in outs:
                 if text in texts:
                     continue
@@ -154,10 +147,8 @@ class BeamSearch:
                 checkpoint.save(state, self.checkpoint_dir)
             log.info("%s round %d: %d candidates, best train reward %.3f, dev %.3f", self.aspect.name, r, len(pool),
                      row["best_train_reward"], row["dev_correlation_beam"])
-            if self.on_round:
-                self.on_round(state, row)
             if self.cfg.stop_after_round is not None and r >= self.cfg.stop_after_round and r < rounds:
-                raise StopOptimization(state)
+                raise StopOptimization(f"stopped after round {r} of {self.aspect.name}")
         return state
 
     def final_set(self, state: OptState) -> list[Candidate]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from face.aspects import Aspect
 from face.llm import ChatRequest
@@ -25,7 +25,6 @@ from face.prompts import render
 
 
 class Critique(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     problem: str = Field(min_length=1)
     change: str = Field(min_length=1)
 
@@ -34,13 +33,11 @@ class Critique(BaseModel):
 
 
 class Step(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     action: str = Field(min_length=1)
     check: str = Field(min_length=1)
 
 
 class Rewrite(BaseModel):
-    model_config = ConfigDict(extra="ignore")
     task: str = Field(min_length=1)
     steps: list[Step] = Field(min_length=1, max_length=8)
 
