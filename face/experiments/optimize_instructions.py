@@ -35,7 +35,7 @@ from face.optimize.items import correlation, indices_of, items_for
 from face.optimize.prompt_log import MIN_BEST_ITEMS, PromptLog
 from face.optimize.scorers import LiveScorer
 from face.optimize.writer import Writer
-from face.pipeline.estimate import Pricing
+from face.pipeline.estimate import COUNTS, Pricing
 from face.pipeline.scoring import score_messages, units_for
 from face.prompts import generic_instruction, initial_instruction
 from face.tracking.names import metric_name
@@ -71,7 +71,7 @@ def cost_inputs(ctx, aspect, items, idx, decomps, method, text: str) -> CostInpu
                     for u in sample]) if sample else 0.0)
     ppi = len(units) / max(len(items) if aspect.level == "turn" else len(ctx.convs), 1)
     return CostInputs(len(idx["train"]), len(idx["dev"]) + len(idx["test"]), ppi, method.scoring.samples, float(tin),
-                      method.cost.score_tokens(method.scoring.reasoning))
+                      method.cost.score_tokens(reasoning))
 
 
 def parts(cfg: DictConfig) -> Parts:
@@ -168,9 +168,7 @@ def _gate(ctx, ocfg: OptimizerConfig, plans: dict, method, inputs) -> tuple[LLMJ
             estimates.append(estimate(oc, ci, pricing).assign(aspect=a.name, setting=label))
     costs = pd.concat(estimates, ignore_index=True)
     summary = (costs[costs["stage"].isin(["per round", "total"])]
-               .groupby(["setting", "stage"], sort=False)[["requests", "samples", "http_requests", "input_tokens",
-                                                           "output_tokens", "cost_usd"]]
-               .sum().reset_index())
+               .groupby(["setting", "stage"], sort=False)[[*COUNTS, "cost_usd"]].sum().reset_index())
     job = LLMJob(inputs.llm, ctx.run_dir, f"the optimizer, {len(ctx.aspects)} aspects, {inputs.llm.model}",
                  summary=ctx.summary)
     this_run = summary[summary["setting"] == "this run"]

@@ -203,10 +203,8 @@ def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sim: Grid) -> tuple[list[dict], 
 
 
 def _metrics(headline: pd.DataFrame, timing: dict[str, float]) -> dict[str, Any]:
-    metrics = {}
-    for r in headline.itertuples():
-        for col in ("ucb", "uniform", "random", "full", "best", "ucb_regret"):
-            metrics[f"selection.{r.aspect}.{col}"] = getattr(r, col)
+    metrics = {f"selection.{r.aspect}.{col}": getattr(r, col) for r in headline.itertuples()
+               for col in ("ucb", "uniform", "random", "full", "best", "ucb_regret")}
     metrics.update({f"selection.{k}.seconds": v for k, v in timing.items()})
     # the headline: held-out correlation of the bandit's set at the default budget, and its regret (means)
     metrics["summary.ucb_heldout_mean"] = float(headline["ucb"].mean())
