@@ -107,10 +107,9 @@ def job_label(overrides: Sequence[str], swept: Sequence[str], short: bool = Fals
 
 def _swept_pairs(overrides: Sequence[str], swept: Sequence[str]) -> list[tuple[str, str]]:
     pairs = named_settings(overrides)
-    if swept:
-        pairs = [(k, v) for k, v in pairs if k in swept]
-        pairs.sort(key=lambda kv: list(swept).index(kv[0]))
-    return pairs
+    if not swept:
+        return pairs
+    return sorted(((k, v) for k, v in pairs if k in swept), key=lambda kv: list(swept).index(kv[0]))
 
 
 def job_name(task: str, overrides: Sequence[str], swept: Sequence[str], job: str = "") -> str:
