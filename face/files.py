@@ -46,14 +46,9 @@ OUTPUTS = (".hydra/", "results/", "run_file.json", "particles.jsonl", "particle_
 NOT_RESULTS = (".hydra/",)
 
 
-def _file_mode() -> int:
-    """The mode an ordinary ``open(path, "w")`` would give (mkstemp's 0600 would hide outputs from others)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-_MODE = _file_mode()
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+_MODE = 0o666 & ~_UMASK  # what an ordinary open(path, "w") gives (mkstemp's 0600 would hide outputs from others)
 
 
 @contextlib.contextmanager
