@@ -172,13 +172,6 @@ def interleave(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray
     return b[0][..., ib] - a[1][..., ia], b[1][..., ib] - a[0][..., ia], seen_a, seen_b
 
 
-def unpaired_steps(a: np.ndarray, b: np.ndarray, alpha: float, lo: float, hi: float, batch: int,
-                   method: str = "betting") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``interleave`` of the two sides' scores in scoring order (``a``: (..., n_a), ``b``: (..., n_b)), each side's
-    CS at α/2."""
-    return interleave(mean_sequence(a, alpha / 2, lo, hi, method), mean_sequence(b, alpha / 2, lo, hi, method), batch)
-
-
 def order_paired_steps(a: np.ndarray, b: np.ndarray, alpha: float, lo: float, hi: float, batch: int,
                        method: str = "betting") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Unpaired sides paired by scoring order: the i-th conversation scored of each system form a pair, one CS at α
