@@ -285,12 +285,10 @@ def conversations_needed(low: float, high: float, n: int, target: float | None =
 
     if decides(n):
         return n
-    lo, hi = n, n
-    while not decides(hi):  # hi doubles until it decides; then the first m in (lo, hi] that does, by bisection
-        if hi > most:
-            return math.inf
-        lo, hi = hi, 2 * hi
+    if most < n or not decides(most):
+        return math.inf
+    lo, hi = n, most  # the width shrinks as m grows: the first m in (lo, hi] that decides, by bisection
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if decides(mid) else (mid, hi)
-    return hi if hi <= most else math.inf
+    return hi
