@@ -17,13 +17,13 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from .base import Chat, ChatRequest, ChatResult, Completion, LLMCallError, merge, raise_first, request_params, runs
+from .base import ChatRequest, ChatResult, Completion, LLMCallError, merge, raise_first, request_params, runs
 from .limiter import Limiter
 from .usage import BudgetExceeded, Piece, RequestRecord, Usage
 
 
 class BudgetLM:
-    def __init__(self, inner: Chat, cfg: Any, usage: Usage):
+    def __init__(self, inner: Any, cfg: Any, usage: Usage):
         self.inner, self.cfg, self.usage = inner, cfg, usage
         self._limiters: dict[int, Limiter] = {}  # per event loop (futures belong to one loop)
         self.limiter: Limiter | None = None  # the one of the loop that ran last
@@ -101,7 +101,7 @@ class BudgetLM:
 
 
 class AccountingLM:
-    def __init__(self, inner: Chat, cfg: Any, usage: Usage):
+    def __init__(self, inner: Any, cfg: Any, usage: Usage):
         self.inner, self.cfg, self.usage = inner, cfg, usage
 
     async def chat(self, req: ChatRequest) -> ChatResult:

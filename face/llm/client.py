@@ -109,7 +109,11 @@ class LLMClient:
         inner: Any = self.budget
         if cfg.cache and cfg.cache_dir:
             inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
-            self.usage.concurrency = functools.partial(_with_claims, self.usage.concurrency, self.cache.store.claims)
+            # the usage summary's entries on what sharing the cache with other processes gave: samples this process
+            # waited for while another sent them, claims it took over from a process that was gone
+            concurrency, claims = self.usage.concurrency, self.cache.store.claims
+            self.usage.concurrency = lambda: {**concurrency(), "claims_waited_samples": claims.waited,
+                                              "claims_taken_over": claims.taken_over}
         self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
         return self
 
@@ -244,13 +248,6 @@ class LLMClient:
 
     def run(self, request: ChatRequest) -> ChatResult:
         return self.run_batch([request], desc=request.tag or "LLM")[0]
-
-
-def _with_claims(more: Callable[[], dict] | None, claims: Any) -> dict:
-    """The usage summary's own entries (the concurrency's), and what sharing the cache with other processes gave:
-    samples this process waited for while another sent them, claims it took over from a process that was gone."""
-    return {**(more() if more is not None else {}), "claims_waited_samples": claims.waited,
-            "claims_taken_over": claims.taken_over}
 
 
 # the private loops of the clients, and the thread each runs in (``interrupt`` stops them from another thread)

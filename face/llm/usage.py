@@ -311,11 +311,7 @@ class Usage:
         tags = self.by_tag.values()
         errors = [r.error for r in self.records if r.error is not None]
         return {
-            "requests": self.requests,
-            "samples": self.samples,
-            "http_requests": self.http_requests,
-            "cache_hits": self.cache_hits,
-            "retries": self.retries,
+            **{k: getattr(self, k) for k in ("requests", "samples", "http_requests", "cache_hits", "retries")},
             "failures": sum(not e.startswith("budget") for e in errors),
             "budget_stops": sum(e.startswith("budget") for e in errors),
             **{k: sum(t[k] for t in tags) for k in ("answer_retries", "rejected_answers", "invalid_answers",
@@ -327,9 +323,7 @@ class Usage:
             "cost_usd": self.spent_usd,
             "dry_run": self.dry_run,
             "dry_run_requests": self.dry_run_requests,
-            "estimated_input_tokens": self.est_input_tokens,
-            "estimated_output_tokens": self.est_output_tokens,
-            "estimated_cost_usd": self.est_cost_usd,
+            **{f"estimated_{k}": getattr(self, f"est_{k}") for k in ("input_tokens", "output_tokens", "cost_usd")},
             "latency_mean_s": lat.total / lat.n if lat.n else 0.0,
             "latency_p50_s": _quantile(lat.sample, 0.5),
             "latency_p95_s": _quantile(lat.sample, 0.95),

@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .base import DEFAULT_DRAWS, Chat, ChatRequest, ChatResult, Completion, merge, validate
+from .base import DEFAULT_DRAWS, ChatRequest, ChatResult, Completion, merge, validate
 from .usage import Usage
 
 
 class ValidatingLM:
-    def __init__(self, inner: Chat, cfg: Any, usage: Usage):
+    def __init__(self, inner: Any, cfg: Any, usage: Usage):
         self.inner, self.cfg, self.usage = inner, cfg, usage
 
     async def chat(self, req: ChatRequest) -> ChatResult:
