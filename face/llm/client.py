@@ -46,7 +46,7 @@ from face.errors import import_class
 from . import probe
 from .base import ChatRequest, ChatResult
 from .batch import BatchTransport
-from .budget import AccountingLM, BudgetLM, record_of
+from .budget import AccountingLM, BudgetLM
 from .cache import CachingLM, SampleCache, request_key
 from .config import LLMConfig
 from .stream import drive
@@ -114,7 +114,7 @@ class LLMClient:
             concurrency, claims = self.usage.concurrency, self.cache.store.claims
             self.usage.concurrency = lambda: {**concurrency(), "claims_waited_samples": claims.waited,
                                               "claims_taken_over": claims.taken_over}
-        self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
+        self._lm = AccountingLM(ValidatingLM(inner, self.usage), self.usage)
         return self
 
     def _private_loop(self) -> asyncio.AbstractEventLoop:
@@ -192,7 +192,7 @@ class LLMClient:
                     if res is not None and req.adapter is not None and any(s.error is not None for s in res.samples):
                         res = None
                     if res is not None:
-                        self.usage.add(record_of(res))
+                        self.usage.add(res)
                     yield x, req, res
 
     def stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], desc: str = "LLM",

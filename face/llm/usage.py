@@ -42,25 +42,6 @@ class BudgetExceeded(RuntimeError):
         return self.render() if self.render is not None else super().__str__()
 
 
-@dataclass
-class RequestRecord:
-    tag: str
-    n: int
-    cached_samples: int = 0
-    http_requests: int = 0
-    retries: int = 0
-    latency_s: float = 0.0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    dry_run: bool = False
-    error: str | None = None
-    answer_retries: int = 0  # extra draws that replaced invalid answers
-    rejected_answers: int = 0  # draws that failed validation
-    invalid_answers: int = 0  # answers still missing after the request's draws
-    samples: int = 0  # samples drawn over HTTP for it
-
-
 @dataclass(frozen=True)
 class Piece:
     """One HTTP request as the budget sees it: its samples, estimated prompt tokens and true bound."""
@@ -133,7 +114,7 @@ class Usage:
     max_cost_usd: float | None = None
     dry_run: bool = False
     cache_dir: str | None = None
-    records: list[RequestRecord] = field(default_factory=list)  # the first KEEP_REQUESTS requests and every failed one
+    records: list[dict[str, Any]] = field(default_factory=list)  # the first KEEP_REQUESTS requests and every failed one
     invalid_events: list[dict[str, Any]] = field(default_factory=list)  # answers left missing (the first KEEP_EVENTS)
     requests: int = 0  # every request (records keeps a bounded part of them)
     invalid_samples: int = 0
@@ -269,19 +250,28 @@ class Usage:
                 f"without paying for them again.")
 
     # ---- records ------------------------------------------------------
-    def add(self, rec: RequestRecord) -> None:
+    def add(self, res: Any, error: BaseException | None = None) -> None:
+        """Record one request: its result (a ChatResult), or -- ``error`` given -- the exception it failed with (a
+        budget stop's record says "budget: "); ``res`` then carries only the request and its latency."""
+        why = None
+        if error is not None:  # written to llm_usage.json: an error may quote the key (face.secrets)
+            why = redact(f"{'budget: ' if isinstance(error, BudgetExceeded) else ''}{type(error).__name__}: {error}")
+        rec = {"tag": res.request.tag, "n": res.request.n, "cached_samples": res.cached_samples,
+               "http_requests": res.http_requests, "retries": res.retries, "latency_s": res.latency_s,
+               "input_tokens": res.input_tokens, "output_tokens": res.output_tokens, "cost_usd": res.cost_usd,
+               "dry_run": self.dry_run, "error": why, "answer_retries": res.answer_retries,
+               "rejected_answers": res.rejected_answers, "invalid_answers": 0 if error else res.invalid_samples,
+               "samples": res.http_samples}  # samples drawn over HTTP for it
         self.requests += 1
-        if rec.error:  # written to llm_usage.json: an error may quote the key (face.secrets)
-            rec.error = redact(rec.error)
-        self.cache_hits += rec.cached_samples
-        if len(self.records) < KEEP_REQUESTS or rec.error is not None:
+        self.cache_hits += res.cached_samples
+        if len(self.records) < KEEP_REQUESTS or why is not None:
             self.records.append(rec)
-        t = self.by_tag.setdefault(rec.tag or "(none)", _tag_totals())
+        t = self.by_tag.setdefault(rec["tag"] or "(none)", _tag_totals())
         t["requests"] += 1
-        t["failures"] += rec.error is not None
-        t["cache_hits"] += rec.cached_samples
+        t["failures"] += why is not None
+        t["cache_hits"] += res.cached_samples
         for name in _FROM_RECORD:
-            t[name] += getattr(rec, name)
+            t[name] += rec[name]
 
     def note_invalid(self, tag: str, reason: str) -> None:
         """An answer still missing after its request's draws (the request's ``draws`` policy)."""
@@ -309,7 +299,7 @@ class Usage:
     def summary(self) -> dict[str, Any]:
         lat = self.http_latencies
         tags = self.by_tag.values()
-        errors = [r.error for r in self.records if r.error is not None]
+        errors = [r["error"] for r in self.records if r["error"] is not None]
         return {
             **{k: getattr(self, k) for k in ("requests", "samples", "http_requests", "cache_hits", "retries")},
             "failures": sum(not e.startswith("budget") for e in errors),
@@ -346,7 +336,7 @@ class Usage:
                  self.misreports)
         if state == self._written and p.exists():
             return p  # already written with these records (the method wrote it, then the client closed)
-        records = ",\n  ".join(json.dumps(vars(r)) for r in self.records)  # flat records: no asdict deep copy
+        records = ",\n  ".join(json.dumps(r) for r in self.records)
         kept = "" if len(self.records) == self.requests else (
             f' "requests_note": "the first {KEEP_REQUESTS} of {self.requests} requests and every failed one; totals '
             'and by_tag count them all",\n')

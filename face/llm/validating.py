@@ -23,8 +23,8 @@ from .usage import Usage
 
 
 class ValidatingLM:
-    def __init__(self, inner: Any, cfg: Any, usage: Usage):
-        self.inner, self.cfg, self.usage = inner, cfg, usage
+    def __init__(self, inner: Any, usage: Usage):
+        self.inner, self.usage = inner, usage
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         adapter = req.adapter

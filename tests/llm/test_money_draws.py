@@ -18,7 +18,7 @@ from face.llm.validating import ValidatingLM
 def _validated(texts, n, draws, inner=None):
     inner = inner or Scripted(texts)
     u = usage()
-    res = run(ValidatingLM(inner, cfg(), u).chat(ChatRequest(MSGS, n=n, adapter=Answer(), draws=draws)))
+    res = run(ValidatingLM(inner, u).chat(ChatRequest(MSGS, n=n, adapter=Answer(), draws=draws)))
     return res, inner, u
 
 
@@ -123,7 +123,7 @@ def test_the_invalid_answer_note_counts_its_draws():
 
 def test_a_request_without_an_answer_type_passes_through_once():
     inner = Scripted({0: "bad"})
-    res = run(ValidatingLM(inner, cfg(), usage()).chat(ChatRequest(MSGS, n=2)))
+    res = run(ValidatingLM(inner, usage()).chat(ChatRequest(MSGS, n=2)))
     assert inner.asked == [(0, 2)] and res.texts == ["bad", "ok"]
 
 
