@@ -117,7 +117,6 @@ class Usage:
     records: list[dict[str, Any]] = field(default_factory=list)  # the first KEEP_REQUESTS requests and every failed one
     invalid_events: list[dict[str, Any]] = field(default_factory=list)  # answers left missing (the first KEEP_EVENTS)
     requests: int = 0  # every request (records keeps a bounded part of them)
-    invalid_samples: int = 0
     by_tag: dict[str, dict[str, float]] = field(default_factory=dict)  # running totals per tag
     # running totals (kept incrementally so budget checks are O(1))
     http_requests: int = 0
@@ -274,8 +273,8 @@ class Usage:
             t[name] += rec[name]
 
     def note_invalid(self, tag: str, reason: str) -> None:
-        """An answer still missing after its request's draws (the request's ``draws`` policy)."""
-        self.invalid_samples += 1
+        """An answer still missing after its request's draws (the request's ``draws`` policy; counted by the request's
+        record: ``invalid_answers``)."""
         if len(self.invalid_events) < KEEP_EVENTS:
             self.invalid_events.append({"tag": tag, "reason": reason})
 
@@ -332,8 +331,7 @@ class Usage:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         # one line per request record (json's C encoder; `indent` would switch to its pure-Python one)
-        state = (str(p.resolve()), self.requests, self.invalid_samples, len(self.records),
-                 self.misreports)
+        state = (str(p.resolve()), self.requests, len(self.records), self.misreports)
         if state == self._written and p.exists():
             return p  # already written with these records (the method wrote it, then the client closed)
         records = ",\n  ".join(json.dumps(r) for r in self.records)
