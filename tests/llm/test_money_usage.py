@@ -5,6 +5,8 @@ million tokens (tests/llm/money_lm.py)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from money_lm import MSGS, PRICE_IN, PRICE_OUT, WORST, Scripted, approx, cfg, piece, reported, run, usage
 
@@ -274,6 +276,23 @@ def test_a_request_fitting_the_cost_cap_exactly_is_sent_without_waiting():
     u.reserve(piece())
     assert not u.must_wait(piece())  # WORST in flight + WORST == the cap: it fits now
     assert u.reserve(piece()) == approx(WORST)
+
+
+def test_a_piece_that_fits_the_cost_cap_only_once_the_one_in_flight_settles_waits_for_it():
+    events = []
+
+    class Slow(Scripted):
+        async def chat(self, req):
+            events.append(("sent", req.first_sample))
+            await asyncio.sleep(0.01)
+            events.append(("answered", req.first_sample))
+            return await super().chat(req)
+
+    one = 38 * PRICE_IN / 1e6 + 10 * PRICE_OUT / 1e6  # the bound of one sample of max_tokens 10
+    u = usage(max_cost_usd=1.5 * one)  # one bound fits beside the spend, not beside another bound in flight
+    res = run(BudgetLM(Slow(tokens=(3, 4)), cfg(n_per_request=1), u).chat(ChatRequest(MSGS, n=2, max_tokens=10)))
+    assert events == [("sent", 0), ("answered", 0), ("sent", 1), ("answered", 1)]
+    assert res.http_requests == 2 and u.spent_usd == approx(2 * (3e-6 + 16e-6)) and u.reserved_usd == 0.0
 
 
 def test_request_records_are_kept_up_to_the_limit_and_every_failed_one(monkeypatch):
