@@ -78,7 +78,6 @@ class BatchTransport:
                  key_for: Callable[[ChatRequest, int], str]):
         self.cfg = cfg
         self.http = OpenAITransport(cfg, base_url, model)  # request bodies and the SDK client
-        self.base_url, self.model = base_url, model
         self.key_for = key_for  # the cache's key function (face.llm.cache.request_key, bound)
         # the journal, `<cache_dir>/batches/`: one JSON file per submitted batch, plus its downloaded output lines
         self.folder = Path(folder)
@@ -145,7 +144,7 @@ class BatchTransport:
                                          completion_window=self.cfg.batch_window,
                                          metadata={"created_by": "face", "lines": str(len(pending))})
         except Exception as e:
-            self._fail(list(pending), f"could not submit a batch of {len(pending)} lines to {self.base_url}: "
+            self._fail(list(pending), f"could not submit a batch of {len(pending)} lines to {self.http.base_url}: "
                                       f"{type(e).__name__}: {str(e)[:300]}")
             return
         job = Job(b.id, f.id, list(pending), time.time(), b.status or "validating")
@@ -210,7 +209,7 @@ class BatchTransport:
             await asyncio.sleep(self.cfg.batch_poll_s)
 
     def _lost(self, job: Job) -> None:
-        log.warning("batch %s is unknown to %s; sending its lines again", job.id, self.base_url)
+        log.warning("batch %s is unknown to %s; sending its lines again", job.id, self.http.base_url)
         job.status = "lost"
         self._save(job)
         for cid in job.custom_ids:
