@@ -215,18 +215,14 @@ def request_params(cfg: Any, req: ChatRequest) -> dict[str, Any]:
 
 
 @runtime_checkable
-class Chat(Protocol):
-    """One layer of the stack: all samples of one request."""
-
-    async def chat(self, req: ChatRequest) -> ChatResult: ...
-
-
-@runtime_checkable
-class LM(Chat, Protocol):
-    """What scoring, decomposition and every later stage use."""
+class LM(Protocol):
+    """What scoring, decomposition and every later stage use. Each layer of the stack has its ``chat`` (all samples
+    of one request)."""
 
     cfg: Any  # LLMConfig: capabilities (supports_json_schema, supports_logprobs, ...) and settings
     usage: Any  # Usage: accounting, budgets, artifacts
+
+    async def chat(self, req: ChatRequest) -> ChatResult: ...
 
     async def chat_many(self, requests: Sequence[ChatRequest], desc: str = "LLM",
                         on_error: str = "raise") -> list[ChatResult]: ...

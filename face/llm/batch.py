@@ -54,58 +54,6 @@ class Job:
     answers: dict[str, dict] = field(default_factory=dict, repr=False)  # custom_id -> output line (downloaded)
 
 
-class Journal:
-    """`<cache_dir>/batches/`: one JSON file per submitted batch, plus its downloaded output lines."""
-
-    def __init__(self, folder: str | os.PathLike):
-        self.folder = Path(folder)
-        self.jobs: dict[str, Job] = {}
-        self.owner: dict[str, str] = {}  # custom_id -> id of the newest batch that carries it
-        for path in sorted(self.folder.glob("*.json"), key=lambda p: p.stat().st_mtime):
-            try:
-                rec = json.loads(path.read_text(encoding="utf-8"))
-                job = Job(rec["id"], rec["input_file_id"], list(rec["custom_ids"]), float(rec["created"]),
-                          rec.get("status", "submitted"), rec.get("output_file_id"), rec.get("error_file_id"))
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                log.warning("ignoring unreadable batch journal %s: %s", path, e)
-                continue
-            self.add(job, save=False)
-
-    def add(self, job: Job, save: bool = True) -> None:
-        self.jobs[job.id] = job
-        self.owner.update(dict.fromkeys(job.custom_ids, job.id))
-        if save:
-            self.save(job)
-
-    def save(self, job: Job) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        record = {k: getattr(job, k) for k in ("id", "input_file_id", "status", "created", "output_file_id",
-                                               "error_file_id", "custom_ids")}
-        atomic_write_text(self.folder / f"{job.id}.json", json.dumps(record))
-
-    def output_path(self, job: Job) -> Path:
-        return self.folder / f"{job.id}.output.jsonl"
-
-    def keep_output(self, job: Job, lines: list[dict]) -> None:
-        """Keep the answered lines (a failed one is sent again when asked for again)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        kept = [x for x in lines if "custom_id" in x and answered(x)]
-        atomic_write_text(self.output_path(job), "".join(json.dumps(x) + "\n" for x in kept))
-        job.answers = {x["custom_id"]: x for x in kept}
-        job.status = "downloaded"
-        self.save(job)
-
-    def answers(self, job: Job) -> dict[str, dict]:
-        if not job.answers and job.status == "downloaded":
-            try:
-                with open(self.output_path(job), encoding="utf-8") as f:
-                    job.answers = {x["custom_id"]: x for x in map(json.loads, f) if "custom_id" in x}
-            except (OSError, ValueError, KeyError) as e:
-                log.warning("batch %s: kept output unreadable (%s); its lines will be sent again", job.id, e)
-                job.status = "lost"
-        return job.answers
-
-
 def answered(line: dict) -> bool:
     resp = line.get("response") or {}
     return not line.get("error") and resp.get("status_code") == 200 and isinstance(resp.get("body"), dict)
@@ -130,9 +78,20 @@ class BatchTransport:
                  key_for: Callable[[ChatRequest, int], str]):
         self.cfg = cfg
         self.http = OpenAITransport(cfg, base_url, model)  # request bodies and the SDK client
-        self.base_url, self.model = base_url, model
         self.key_for = key_for  # the cache's key function (face.llm.cache.request_key, bound)
-        self.journal = Journal(folder)
+        # the journal, `<cache_dir>/batches/`: one JSON file per submitted batch, plus its downloaded output lines
+        self.folder = Path(folder)
+        self.jobs: dict[str, Job] = {}
+        self.owner: dict[str, str] = {}  # custom_id -> id of the newest batch that carries it
+        for path in sorted(self.folder.glob("*.json"), key=lambda p: p.stat().st_mtime):
+            try:
+                rec = json.loads(path.read_text(encoding="utf-8"))
+                job = Job(rec["id"], rec["input_file_id"], list(rec["custom_ids"]), float(rec["created"]),
+                          rec.get("status", "submitted"), rec.get("output_file_id"), rec.get("error_file_id"))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                log.warning("ignoring unreadable batch journal %s: %s", path, e)
+                continue
+            self._add(job, save=False)
         self._pending: dict[str, tuple[ChatRequest, dict]] = {}
         self._waiting: dict[str, list[tuple[ChatRequest, asyncio.Future]]] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -142,9 +101,9 @@ class BatchTransport:
     async def chat(self, req: ChatRequest) -> ChatResult:
         key = self.key_for(req, req.first_sample)
         cid = key if req.n == 1 else f"{key}+{req.n}"  # the line's custom_id (the module doc)
-        owner = self.journal.jobs.get(self.journal.owner.get(cid, ""))
+        owner = self.jobs.get(self.owner.get(cid, ""))
         if owner is not None and owner.status == "downloaded":
-            line = self.journal.answers(owner).get(cid)
+            line = self._answers(owner).get(cid)
             if line is not None:
                 return line_result(req, line, owner.id)
         fut = asyncio.get_running_loop().create_future()
@@ -185,11 +144,11 @@ class BatchTransport:
                                          completion_window=self.cfg.batch_window,
                                          metadata={"created_by": "face", "lines": str(len(pending))})
         except Exception as e:
-            self._fail(list(pending), f"could not submit a batch of {len(pending)} lines to {self.base_url}: "
+            self._fail(list(pending), f"could not submit a batch of {len(pending)} lines to {self.http.base_url}: "
                                       f"{type(e).__name__}: {str(e)[:300]}")
             return
         job = Job(b.id, f.id, list(pending), time.time(), b.status or "validating")
-        self.journal.add(job)
+        self._add(job)
         log.info("batch %s submitted: %d lines (%.1f MB); polling every %gs (window %s)", b.id, len(pending),
                  len(data) / 1e6, self.cfg.batch_poll_s, self.cfg.batch_window)
         self._watch(job)
@@ -213,11 +172,11 @@ class BatchTransport:
                     raw = (await api.files.content(fid)).content
                     lines += [json.loads(x) for x in raw.decode("utf-8").splitlines() if x.strip()]
         except Exception as e:
-            self.journal.save(job)
+            self._save(job)
             self._fail(job.custom_ids, f"batch {job.id} ({b.status}): could not download its results: "
                                        f"{type(e).__name__}: {str(e)[:300]} (rerun to resume it)")
             return
-        self.journal.keep_output(job, lines)
+        self._keep_output(job, lines)
         self._answer(job, b, lines)
 
     async def _until_final(self, api: Any, job: Job) -> Any:
@@ -250,9 +209,9 @@ class BatchTransport:
             await asyncio.sleep(self.cfg.batch_poll_s)
 
     def _lost(self, job: Job) -> None:
-        log.warning("batch %s is unknown to %s; sending its lines again", job.id, self.base_url)
+        log.warning("batch %s is unknown to %s; sending its lines again", job.id, self.http.base_url)
         job.status = "lost"
-        self.journal.save(job)
+        self._save(job)
         for cid in job.custom_ids:
             if self._waiting.get(cid):
                 self._enqueue(cid, self._waiting[cid][0][0])
@@ -287,3 +246,35 @@ class BatchTransport:
         for task in self._watchers.values():
             task.cancel()
         await self.http.aclose()
+
+    # ---- the journal ------------------------------------------------------
+    def _add(self, job: Job, save: bool = True) -> None:
+        self.jobs[job.id] = job
+        self.owner.update(dict.fromkeys(job.custom_ids, job.id))
+        if save:
+            self._save(job)
+
+    def _save(self, job: Job) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        record = {k: getattr(job, k) for k in ("id", "input_file_id", "status", "created", "output_file_id",
+                                               "error_file_id", "custom_ids")}
+        atomic_write_text(self.folder / f"{job.id}.json", json.dumps(record))
+
+    def _keep_output(self, job: Job, lines: list[dict]) -> None:
+        """Keep the answered lines (a failed one is sent again when asked for again)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        kept = [x for x in lines if "custom_id" in x and answered(x)]
+        atomic_write_text(self.folder / f"{job.id}.output.jsonl", "".join(json.dumps(x) + "\n" for x in kept))
+        job.answers = {x["custom_id"]: x for x in kept}
+        job.status = "downloaded"
+        self._save(job)
+
+    def _answers(self, job: Job) -> dict[str, dict]:
+        if not job.answers and job.status == "downloaded":
+            try:
+                with open(self.folder / f"{job.id}.output.jsonl", encoding="utf-8") as f:
+                    job.answers = {x["custom_id"]: x for x in map(json.loads, f) if "custom_id" in x}
+            except (OSError, ValueError, KeyError) as e:
+                log.warning("batch %s: kept output unreadable (%s); its lines will be sent again", job.id, e)
+                job.status = "lost"
+        return job.answers

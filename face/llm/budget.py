@@ -17,13 +17,13 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from .base import Chat, ChatRequest, ChatResult, Completion, LLMCallError, merge, raise_first, request_params, runs
+from .base import ChatRequest, ChatResult, Completion, LLMCallError, merge, raise_first, request_params, runs
 from .limiter import Limiter
-from .usage import BudgetExceeded, Piece, RequestRecord, Usage
+from .usage import Piece, Usage
 
 
 class BudgetLM:
-    def __init__(self, inner: Chat, cfg: Any, usage: Usage):
+    def __init__(self, inner: Any, cfg: Any, usage: Usage):
         self.inner, self.cfg, self.usage = inner, cfg, usage
         self._limiters: dict[int, Limiter] = {}  # per event loop (futures belong to one loop)
         self.limiter: Limiter | None = None  # the one of the loop that ran last
@@ -101,28 +101,16 @@ class BudgetLM:
 
 
 class AccountingLM:
-    def __init__(self, inner: Chat, cfg: Any, usage: Usage):
-        self.inner, self.cfg, self.usage = inner, cfg, usage
+    def __init__(self, inner: Any, usage: Usage):
+        self.inner, self.usage = inner, usage
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         t0 = time.perf_counter()
         try:
             res = await self.inner.chat(req)
         except BaseException as e:
-            self.usage.add(RequestRecord(tag=req.tag, n=req.n, dry_run=self.cfg.dry_run,
-                                         latency_s=time.perf_counter() - t0,
-                                         error=("budget: " if isinstance(e, BudgetExceeded) else "")
-                                         + f"{type(e).__name__}: {e}"))
+            self.usage.add(ChatResult(request=req, samples=[], latency_s=time.perf_counter() - t0), error=e)
             raise
         res.latency_s = time.perf_counter() - t0
-        self.usage.add(record_of(res, self.cfg.dry_run))
+        self.usage.add(res)
         return res
-
-
-def record_of(res: ChatResult, dry_run: bool = False) -> RequestRecord:
-    """The usage record of one answered request (also of one served whole from the cache read-ahead)."""
-    return RequestRecord(tag=res.request.tag, n=res.request.n, cached_samples=res.cached_samples,
-                         samples=res.http_samples, http_requests=res.http_requests, retries=res.retries,
-                         latency_s=res.latency_s, input_tokens=res.input_tokens, output_tokens=res.output_tokens,
-                         cost_usd=res.cost_usd, dry_run=dry_run, answer_retries=res.answer_retries,
-                         rejected_answers=res.rejected_answers, invalid_answers=res.invalid_samples)

@@ -46,7 +46,7 @@ from face.errors import import_class
 from . import probe
 from .base import ChatRequest, ChatResult
 from .batch import BatchTransport
-from .budget import AccountingLM, BudgetLM, record_of
+from .budget import AccountingLM, BudgetLM
 from .cache import CachingLM, SampleCache, request_key
 from .config import LLMConfig
 from .stream import drive
@@ -109,8 +109,12 @@ class LLMClient:
         inner: Any = self.budget
         if cfg.cache and cfg.cache_dir:
             inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
-            self.usage.concurrency = functools.partial(_with_claims, self.usage.concurrency, self.cache.store.claims)
-        self._lm = AccountingLM(ValidatingLM(inner, cfg, self.usage), cfg, self.usage)
+            # the usage summary's entries on what sharing the cache with other processes gave: samples this process
+            # waited for while another sent them, claims it took over from a process that was gone
+            concurrency, claims = self.usage.concurrency, self.cache.store.claims
+            self.usage.concurrency = lambda: {**concurrency(), "claims_waited_samples": claims.waited,
+                                              "claims_taken_over": claims.taken_over}
+        self._lm = AccountingLM(ValidatingLM(inner, self.usage), self.usage)
         return self
 
     def _private_loop(self) -> asyncio.AbstractEventLoop:
@@ -188,7 +192,7 @@ class LLMClient:
                     if res is not None and req.adapter is not None and any(s.error is not None for s in res.samples):
                         res = None
                     if res is not None:
-                        self.usage.add(record_of(res))
+                        self.usage.add(res)
                     yield x, req, res
 
     def stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], desc: str = "LLM",
@@ -244,13 +248,6 @@ class LLMClient:
 
     def run(self, request: ChatRequest) -> ChatResult:
         return self.run_batch([request], desc=request.tag or "LLM")[0]
-
-
-def _with_claims(more: Callable[[], dict] | None, claims: Any) -> dict:
-    """The usage summary's own entries (the concurrency's), and what sharing the cache with other processes gave:
-    samples this process waited for while another sent them, claims it took over from a process that was gone."""
-    return {**(more() if more is not None else {}), "claims_waited_samples": claims.waited,
-            "claims_taken_over": claims.taken_over}
 
 
 # the private loops of the clients, and the thread each runs in (``interrupt`` stops them from another thread)

@@ -30,10 +30,10 @@ from typing import Any
 
 from face.files import atomic_write_text
 
-from .base import LLMCallError, LLMRequestRefused
+from .base import ChatRequest, ChatResult, LLMCallError, LLMRequestRefused
 from .config import LLMConfig
 from .transport import OpenAITransport
-from .usage import BudgetExceeded, Piece, RequestRecord, Usage
+from .usage import BudgetExceeded, Piece, Usage
 
 log = logging.getLogger("face.llm")
 
@@ -211,9 +211,8 @@ def _report(cfg: LLMConfig, caps: Capabilities, base_url: str, model: str) -> No
 async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> dict:
     """One probe request, as every request: within the budget (its bound reserved), retried by the transport, its
     tokens, cost and retries counted under the tag ``probe``."""
-    n = body.get("n", 1)
-    msgs = tuple((m["role"], m["content"]) for m in body["messages"])
-    piece = Piece.of("probe", msgs, body["max_tokens"], n, body.get("response_format"))
+    req = ChatRequest(body["messages"], n=body.get("n", 1), tag="probe")
+    piece = Piece.of("probe", req.messages, body["max_tokens"], req.n, body.get("response_format"))
     reserved = usage.reserve(piece)
     t0 = time.perf_counter()
     try:
@@ -221,17 +220,16 @@ async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> di
     except BaseException as e:
         usage.release(reserved)
         usage.retries += getattr(e, "retries", 0)
-        usage.add(RequestRecord(tag="probe", n=n, latency_s=time.perf_counter() - t0, error=f"{type(e).__name__}: {e}"))
+        usage.add(ChatResult(request=req, samples=[], latency_s=time.perf_counter() - t0), error=e)
         raise
-    latency = time.perf_counter() - t0
     usage.retries += retries
+    res = ChatResult(request=req, samples=[], http_requests=1, http_samples=req.n, retries=retries,
+                     latency_s=time.perf_counter() - t0)
     answers = sum(len(((c.get("message") or {}).get("content") or "").encode()) for c in data.get("choices") or [])
-    record = RequestRecord(tag="probe", n=n, samples=n, http_requests=1, retries=retries, latency_s=latency)
     try:
-        usage.settle(piece, reserved, data.get("usage"), answers, latency, into=record)
+        usage.settle(piece, reserved, data.get("usage"), answers, res.latency_s, into=res)
     except BudgetExceeded as e:  # a misreport under a cap: recorded (usage.settle), then the run stops
-        record.error = f"budget: BudgetExceeded: {e}"
+        usage.add(res, error=e)
         raise
-    finally:
-        usage.add(record)
+    usage.add(res)
     return data

@@ -36,11 +36,10 @@ def parse_retry_after(headers: Any) -> float | None:
     with contextlib.suppress(ValueError):
         if ms:
             return float(ms) / 1000
-    with contextlib.suppress(ValueError):
-        if ra:
+    if ra:
+        with contextlib.suppress(ValueError):
             return max(0.0, float(ra))
-    with contextlib.suppress(TypeError, ValueError):
-        if ra:
+        with contextlib.suppress(TypeError, ValueError):
             return max(0.0, email.utils.parsedate_to_datetime(ra).timestamp() - time.time())
     return None
 

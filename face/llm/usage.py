@@ -42,25 +42,6 @@ class BudgetExceeded(RuntimeError):
         return self.render() if self.render is not None else super().__str__()
 
 
-@dataclass
-class RequestRecord:
-    tag: str
-    n: int
-    cached_samples: int = 0
-    http_requests: int = 0
-    retries: int = 0
-    latency_s: float = 0.0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    dry_run: bool = False
-    error: str | None = None
-    answer_retries: int = 0  # extra draws that replaced invalid answers
-    rejected_answers: int = 0  # draws that failed validation
-    invalid_answers: int = 0  # answers still missing after the request's draws
-    samples: int = 0  # samples drawn over HTTP for it
-
-
 @dataclass(frozen=True)
 class Piece:
     """One HTTP request as the budget sees it: its samples, estimated prompt tokens and true bound."""
@@ -133,10 +114,9 @@ class Usage:
     max_cost_usd: float | None = None
     dry_run: bool = False
     cache_dir: str | None = None
-    records: list[RequestRecord] = field(default_factory=list)  # the first KEEP_REQUESTS requests and every failed one
+    records: list[dict[str, Any]] = field(default_factory=list)  # the first KEEP_REQUESTS requests and every failed one
     invalid_events: list[dict[str, Any]] = field(default_factory=list)  # answers left missing (the first KEEP_EVENTS)
     requests: int = 0  # every request (records keeps a bounded part of them)
-    invalid_samples: int = 0
     by_tag: dict[str, dict[str, float]] = field(default_factory=dict)  # running totals per tag
     # running totals (kept incrementally so budget checks are O(1))
     http_requests: int = 0
@@ -269,23 +249,32 @@ class Usage:
                 f"without paying for them again.")
 
     # ---- records ------------------------------------------------------
-    def add(self, rec: RequestRecord) -> None:
+    def add(self, res: Any, error: BaseException | None = None) -> None:
+        """Record one request: its result (a ChatResult), or -- ``error`` given -- the exception it failed with (a
+        budget stop's record says "budget: "); ``res`` then carries only the request and its latency."""
+        why = None
+        if error is not None:  # written to llm_usage.json: an error may quote the key (face.secrets)
+            why = redact(f"{'budget: ' if isinstance(error, BudgetExceeded) else ''}{type(error).__name__}: {error}")
+        rec = {"tag": res.request.tag, "n": res.request.n, "cached_samples": res.cached_samples,
+               "http_requests": res.http_requests, "retries": res.retries, "latency_s": res.latency_s,
+               "input_tokens": res.input_tokens, "output_tokens": res.output_tokens, "cost_usd": res.cost_usd,
+               "dry_run": self.dry_run, "error": why, "answer_retries": res.answer_retries,
+               "rejected_answers": res.rejected_answers, "invalid_answers": 0 if error else res.invalid_samples,
+               "samples": res.http_samples}  # samples drawn over HTTP for it
         self.requests += 1
-        if rec.error:  # written to llm_usage.json: an error may quote the key (face.secrets)
-            rec.error = redact(rec.error)
-        self.cache_hits += rec.cached_samples
-        if len(self.records) < KEEP_REQUESTS or rec.error is not None:
+        self.cache_hits += res.cached_samples
+        if len(self.records) < KEEP_REQUESTS or why is not None:
             self.records.append(rec)
-        t = self.by_tag.setdefault(rec.tag or "(none)", _tag_totals())
+        t = self.by_tag.setdefault(rec["tag"] or "(none)", _tag_totals())
         t["requests"] += 1
-        t["failures"] += rec.error is not None
-        t["cache_hits"] += rec.cached_samples
+        t["failures"] += why is not None
+        t["cache_hits"] += res.cached_samples
         for name in _FROM_RECORD:
-            t[name] += getattr(rec, name)
+            t[name] += rec[name]
 
     def note_invalid(self, tag: str, reason: str) -> None:
-        """An answer still missing after its request's draws (the request's ``draws`` policy)."""
-        self.invalid_samples += 1
+        """An answer still missing after its request's draws (the request's ``draws`` policy; counted by the request's
+        record: ``invalid_answers``)."""
         if len(self.invalid_events) < KEEP_EVENTS:
             self.invalid_events.append({"tag": tag, "reason": reason})
 
@@ -309,13 +298,9 @@ class Usage:
     def summary(self) -> dict[str, Any]:
         lat = self.http_latencies
         tags = self.by_tag.values()
-        errors = [r.error for r in self.records if r.error is not None]
+        errors = [r["error"] for r in self.records if r["error"] is not None]
         return {
-            "requests": self.requests,
-            "samples": self.samples,
-            "http_requests": self.http_requests,
-            "cache_hits": self.cache_hits,
-            "retries": self.retries,
+            **{k: getattr(self, k) for k in ("requests", "samples", "http_requests", "cache_hits", "retries")},
             "failures": sum(not e.startswith("budget") for e in errors),
             "budget_stops": sum(e.startswith("budget") for e in errors),
             **{k: sum(t[k] for t in tags) for k in ("answer_retries", "rejected_answers", "invalid_answers",
@@ -327,9 +312,7 @@ class Usage:
             "cost_usd": self.spent_usd,
             "dry_run": self.dry_run,
             "dry_run_requests": self.dry_run_requests,
-            "estimated_input_tokens": self.est_input_tokens,
-            "estimated_output_tokens": self.est_output_tokens,
-            "estimated_cost_usd": self.est_cost_usd,
+            **{f"estimated_{k}": getattr(self, f"est_{k}") for k in ("input_tokens", "output_tokens", "cost_usd")},
             "latency_mean_s": lat.total / lat.n if lat.n else 0.0,
             "latency_p50_s": _quantile(lat.sample, 0.5),
             "latency_p95_s": _quantile(lat.sample, 0.95),
@@ -348,11 +331,10 @@ class Usage:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         # one line per request record (json's C encoder; `indent` would switch to its pure-Python one)
-        state = (str(p.resolve()), self.requests, self.invalid_samples, len(self.records),
-                 self.misreports)
+        state = (str(p.resolve()), self.requests, len(self.records), self.misreports)
         if state == self._written and p.exists():
             return p  # already written with these records (the method wrote it, then the client closed)
-        records = ",\n  ".join(json.dumps(vars(r)) for r in self.records)  # flat records: no asdict deep copy
+        records = ",\n  ".join(json.dumps(r) for r in self.records)
         kept = "" if len(self.records) == self.requests else (
             f' "requests_note": "the first {KEEP_REQUESTS} of {self.requests} requests and every failed one; totals '
             'and by_tag count them all",\n')

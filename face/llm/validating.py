@@ -18,13 +18,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .base import DEFAULT_DRAWS, Chat, ChatRequest, ChatResult, Completion, merge, validate
+from .base import DEFAULT_DRAWS, ChatRequest, ChatResult, Completion, merge, validate
 from .usage import Usage
 
 
 class ValidatingLM:
-    def __init__(self, inner: Chat, cfg: Any, usage: Usage):
-        self.inner, self.cfg, self.usage = inner, cfg, usage
+    def __init__(self, inner: Any, usage: Usage):
+        self.inner, self.usage = inner, usage
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         adapter = req.adapter

@@ -131,15 +131,17 @@ def test_api_key_env_must_be_a_name():
 
 
 def test_usage_holds_a_bounded_part_of_the_requests_and_exact_totals(tmp_path):
+    from face.llm.base import ChatRequest, ChatResult
     from face.llm.sizes import Bound
-    from face.llm.usage import KEEP_REQUESTS, LATENCY_SAMPLE, Piece, RequestRecord, Usage
+    from face.llm.usage import KEEP_REQUESTS, LATENCY_SAMPLE, Piece, Usage
 
     u = Usage()
     n = KEEP_REQUESTS + 2500
     for i in range(n):
         failed = i % 1000 == 999  # 3 failures, one of them beyond the kept records
-        u.add(RequestRecord(tag="score" if i % 2 else "decompose", n=5, cached_samples=i % 3, http_requests=1,
-                            input_tokens=10, output_tokens=2, error="boom" if failed else None))
+        req = ChatRequest("q", n=5, tag="score" if i % 2 else "decompose")
+        u.add(ChatResult(request=req, samples=[], cached_samples=i % 3, http_requests=1, input_tokens=10,
+                         output_tokens=2), error=RuntimeError("boom") if failed else None)
     piece = Piece("t", 1, 1, 0, Bound(0, 0))
     for i in range(LATENCY_SAMPLE * 3):
         u.settle(piece, 0.0, None, 0, latency_s=(i % 100) / 100)

@@ -18,7 +18,7 @@ from face.llm.validating import ValidatingLM
 def _validated(texts, n, draws, inner=None):
     inner = inner or Scripted(texts)
     u = usage()
-    res = run(ValidatingLM(inner, cfg(), u).chat(ChatRequest(MSGS, n=n, adapter=Answer(), draws=draws)))
+    res = run(ValidatingLM(inner, u).chat(ChatRequest(MSGS, n=n, adapter=Answer(), draws=draws)))
     return res, inner, u
 
 
@@ -41,7 +41,7 @@ def test_draws_stop_after_exactly_the_policys_rounds():
     res, inner, u = _validated(texts, 3, Draws(rounds=2, max_extra=None))
     assert inner.asked == [(0, 3), (3, 3)]
     assert (res.answer_retries, res.rejected_answers, res.invalid_samples) == (3, 6, 3)
-    assert u.invalid_samples == 3 and "no valid answer in 6 draws" in u.invalid_events[0]["reason"]
+    assert len(u.invalid_events) == 3 and "no valid answer in 6 draws" in u.invalid_events[0]["reason"]
 
 
 def test_max_extra_caps_the_redraws_over_the_whole_request():
@@ -123,7 +123,7 @@ def test_the_invalid_answer_note_counts_its_draws():
 
 def test_a_request_without_an_answer_type_passes_through_once():
     inner = Scripted({0: "bad"})
-    res = run(ValidatingLM(inner, cfg(), usage()).chat(ChatRequest(MSGS, n=2)))
+    res = run(ValidatingLM(inner, usage()).chat(ChatRequest(MSGS, n=2)))
     assert inner.asked == [(0, 2)] and res.texts == ["bad", "ok"]
 
 

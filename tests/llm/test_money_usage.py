@@ -5,13 +5,15 @@ million tokens (tests/llm/money_lm.py)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from money_lm import MSGS, PRICE_IN, PRICE_OUT, WORST, Scripted, approx, cfg, piece, reported, run, usage
 
-from face.llm.base import ChatRequest, ChatResult
-from face.llm.budget import AccountingLM, BudgetLM, record_of
+from face.llm.base import ChatRequest, ChatResult, Completion
+from face.llm.budget import AccountingLM, BudgetLM
 from face.llm.sizes import reported_tokens
-from face.llm.usage import BudgetExceeded, Piece, RequestRecord
+from face.llm.usage import BudgetExceeded, Piece
 
 # ---------------------------------------------------------------- usage: bounds, caps, reservations
 
@@ -191,11 +193,18 @@ def test_reservations_given_back_leave_exactly_nothing_reserved():
 
 
 def test_records_add_up_per_tag_and_budget_stops_apart_from_failures():
+    class Answer:  # an answer type: 4 valid of the 5 asked for, 1 still missing
+        def parse(self, s):
+            return s.text
+
     u = usage()
-    u.add(RequestRecord(tag="s", n=5, cached_samples=2, samples=3, http_requests=2, input_tokens=10,
-                        output_tokens=20, cost_usd=0.5, answer_retries=1, rejected_answers=2, invalid_answers=1))
-    u.add(RequestRecord(tag="", n=1, error="budget: BudgetExceeded: stop"))
-    u.add(RequestRecord(tag="", n=1, error="RuntimeError: boom"))
+    valid = [Completion("ok", "stop", sample_index=i) for i in range(4)]
+    u.add(ChatResult(request=ChatRequest(MSGS, n=5, tag="s", adapter=Answer()), samples=valid, cached_samples=2,
+                     http_samples=3, http_requests=2, input_tokens=10, output_tokens=20, cost_usd=0.5,
+                     answer_retries=1, rejected_answers=2))
+    u.add(ChatResult(request=ChatRequest(MSGS, tag=""), samples=[]), error=BudgetExceeded("stop"))
+    u.add(ChatResult(request=ChatRequest(MSGS, tag=""), samples=[]), error=RuntimeError("boom"))
+    assert [r["error"] for r in u.records] == [None, "budget: BudgetExceeded: stop", "RuntimeError: boom"]
     assert u.cache_hits == 2 and u.requests == 3
     t = u.by_tag["s"]
     assert (t["requests"], t["samples"], t["http_requests"], t["cache_hits"], t["input_tokens"], t["output_tokens"],
@@ -239,11 +248,13 @@ def test_budget_dry_run_prices_placeholders_at_the_estimate_of_every_sample():
     assert res.cost_usd == approx(8 * PRICE_IN / 1e6 + 20 * PRICE_OUT / 1e6)
 
 
-def test_record_of_counts_samples_drawn_over_http_not_the_request_n():
+def test_a_record_counts_samples_drawn_over_http_not_the_request_n():
     res = ChatResult(request=ChatRequest(MSGS, n=5, tag="x"), samples=[], cached_samples=2, http_samples=3,
                      http_requests=2, cost_usd=0.25)
-    rec = record_of(res)
-    assert (rec.tag, rec.n, rec.samples, rec.cached_samples, rec.http_requests, rec.cost_usd) == (
+    u = usage()
+    u.add(res)
+    rec = u.records[0]
+    assert (rec["tag"], rec["n"], rec["samples"], rec["cached_samples"], rec["http_requests"], rec["cost_usd"]) == (
         "x", 5, 3, 2, 2, 0.25)
 
 
@@ -254,10 +265,10 @@ def test_accounting_records_a_budget_stop_as_a_stop_not_a_failure():
 
     u = usage()
     with pytest.raises(BudgetExceeded):
-        run(AccountingLM(Stops(), cfg(), u).chat(ChatRequest(MSGS, n=3, tag="s")))
+        run(AccountingLM(Stops(), u).chat(ChatRequest(MSGS, n=3, tag="s")))
     s = u.summary()
     assert (s["budget_stops"], s["failures"], s["requests"]) == (1, 0, 1)
-    assert u.records[0].error.startswith("budget: ") and 0 <= u.records[0].latency_s < 5
+    assert u.records[0]["error"].startswith("budget: ") and 0 <= u.records[0]["latency_s"] < 5
 
 
 def test_a_request_fitting_the_cost_cap_exactly_is_sent_without_waiting():
@@ -267,14 +278,31 @@ def test_a_request_fitting_the_cost_cap_exactly_is_sent_without_waiting():
     assert u.reserve(piece()) == approx(WORST)
 
 
+def test_a_piece_that_fits_the_cost_cap_only_once_the_one_in_flight_settles_waits_for_it():
+    events = []
+
+    class Slow(Scripted):
+        async def chat(self, req):
+            events.append(("sent", req.first_sample))
+            await asyncio.sleep(0.01)
+            events.append(("answered", req.first_sample))
+            return await super().chat(req)
+
+    one = 38 * PRICE_IN / 1e6 + 10 * PRICE_OUT / 1e6  # the bound of one sample of max_tokens 10
+    u = usage(max_cost_usd=1.5 * one)  # one bound fits beside the spend, not beside another bound in flight
+    res = run(BudgetLM(Slow(tokens=(3, 4)), cfg(n_per_request=1), u).chat(ChatRequest(MSGS, n=2, max_tokens=10)))
+    assert events == [("sent", 0), ("answered", 0), ("sent", 1), ("answered", 1)]
+    assert res.http_requests == 2 and u.spent_usd == approx(2 * (3e-6 + 16e-6)) and u.reserved_usd == 0.0
+
+
 def test_request_records_are_kept_up_to_the_limit_and_every_failed_one(monkeypatch):
     import face.llm.usage as usage_module
 
     monkeypatch.setattr(usage_module, "KEEP_REQUESTS", 1)
     u = usage()
-    for err in (None, None, "RuntimeError: x"):
-        u.add(RequestRecord(tag="s", n=1, error=err))
-    assert [r.error for r in u.records] == [None, "RuntimeError: x"] and u.requests == 3
+    for err in (None, None, RuntimeError("x")):
+        u.add(ChatResult(request=ChatRequest(MSGS, tag="s"), samples=[]), error=err)
+    assert [r["error"] for r in u.records] == [None, "RuntimeError: x"] and u.requests == 3
 
 
 def test_latency_summary_is_mean_quantiles_and_max_of_the_http_requests():
@@ -340,9 +368,9 @@ def test_only_a_request_answered_without_retries_reports_its_latency(monkeypatch
 
 def test_accounting_records_each_answered_request_with_its_latency():
     u = usage()
-    res = run(AccountingLM(Scripted(), cfg(), u).chat(ChatRequest(MSGS, n=2, tag="s")))
-    assert 0 <= res.latency_s < 5 and 0 <= u.records[0].latency_s < 5
-    assert (u.requests, u.records[0].tag, u.records[0].n, u.records[0].error) == (1, "s", 2, None)
+    res = run(AccountingLM(Scripted(), u).chat(ChatRequest(MSGS, n=2, tag="s")))
+    assert 0 <= res.latency_s < 5 and 0 <= u.records[0]["latency_s"] < 5
+    assert (u.requests, u.records[0]["tag"], u.records[0]["n"], u.records[0]["error"]) == (1, "s", 2, None)
 
 
 def test_a_failure_that_is_not_an_llm_call_error_counts_no_retries():
