@@ -30,7 +30,7 @@ from pydantic import Field
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
 from face.data.split import split_conversations
-from face.files import atomic_path, atomic_write_text
+from face.files import atomic_write_text
 from face.llm import ChatRequest
 from face.llm.adapters import score_adapter
 from face.llm.base import Draws
@@ -113,7 +113,8 @@ class _LLMBaseline:
 
     def value(self, unit: Unit, result) -> tuple[float | None, int]:
         """(prediction, number of invalid samples): by default the mean of the valid scores."""
-        return _mean_valid(result)
+        vals = [getattr(s.value, "score", s.value) for s in result.answers]
+        return (float(np.mean(vals)) if vals else None), result.invalid_samples
 
     def prepare(self, inputs: Inputs, client, native: bool) -> None:
         """Per-run set-up that may call the LLM (G-Eval's steps)."""
@@ -164,19 +165,11 @@ class _LLMBaseline:
         detail = pd.DataFrame({"aspect": [u.aspect.name for u in units], "conv_id": [u.conv.conv_id for u in units],
                                "turn_ind": [u.turn_ind for u in units], "score": list(values),
                                "invalid_samples": list(invalid)})
-        detail_path = inputs.run_dir / f"scores_{self.name}.csv"
-        with atomic_path(detail_path) as tmp:
-            detail.to_csv(tmp, index=False)
+        detail_path = atomic_write_text(inputs.run_dir / f"scores_{self.name}.csv", detail.to_csv(index=False))
         metrics[f"{self.name}.units"] = len(units)
         metrics[f"{self.name}.units_without_score"] = int(detail["score"].isna().sum())
         metrics[f"{self.name}.invalid_samples"] = int(np.sum(invalid)) if units else 0
         return MethodOutput(predictions(units, values), detail, job.label, [*job.artifacts, detail_path], metrics)
-
-
-def _mean_valid(result) -> tuple[float | None, int]:
-    """The mean of a request's valid scores, and how many answers are missing."""
-    vals = [getattr(s.value, "score", s.value) for s in result.answers]
-    return (float(np.mean(vals)) if vals else None), result.invalid_samples
 
 
 @settings("method", conf="method/llm_direct.yaml")
@@ -295,7 +288,7 @@ class GEval(_LLMBaseline):
 
     def value(self, unit, result):
         if not self._logprobs:
-            return _mean_valid(result)
+            return super().value(unit, result)
         s = result.answers[0] if result.answers else None
         if s is None:
             return None, 1

@@ -213,11 +213,8 @@ class LogprobsEstimator(Estimator):
         if valid and policy == "parsed":  # the answer parsed but no usable logprobs at its position: say so
             return ScoreRecord(score=float(valid[0]), n_requested=1, n_valid=1,
                                fallback="parsed_value_without_logprobs", **base)
-        if valid and policy == "min":
-            return ScoreRecord(score=float(low), n_requested=1, n_valid=0, n_defaulted=1,
-                               fallback=f"no logprobs: scored {low}", **base)
         why = "no logprobs" if valid else "no valid answer"  # (redraw: an answer without logprobs is invalid)
-        if spec.fallback == "min":
+        if spec.fallback == "min" or (valid and policy == "min"):
             return ScoreRecord(score=float(low), n_requested=1, n_valid=0, n_defaulted=1,
                                fallback=f"{why}: scored {low}", **base)
         return ScoreRecord(score=math.nan, n_requested=1, n_valid=0, fallback=why.replace(" ", "_"), **base)

@@ -27,7 +27,7 @@ from face.methods.job import LLMJob
 from face.pipeline.aggregate import Aggregator, aggregate
 from face.pipeline.estimate import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost, totals
 from face.pipeline.particles import Decomposition, ParticlesSpec
-from face.pipeline.parts import RELEASED_PARTICLES_PER_TURN, instruction_source, unit_source
+from face.pipeline.parts import INSTRUCTION_SOURCES, PARTICLE_SOURCES, RELEASED_PARTICLES_PER_TURN, WholeUnits, build
 from face.pipeline.records import AspectScores, ScoreSink, ScoreTally, per_conversation
 from face.pipeline.scoring import ScoringSpec, plan_iter, score_stream, turns_for, units_for
 from face.predictions import Predictions
@@ -102,8 +102,9 @@ class Face:
     def __post_init__(self) -> None:
         # the parts, built from the settings above (face/pipeline/parts.py)
         ins = self.instructions
-        self.source = instruction_source(ins.source, ins.file, ins.ref)
-        self.units = unit_source(self.unit, self.particles)
+        self.source = build(INSTRUCTION_SOURCES, ins.source, "instruction source", {"file": ins.file, "ref": ins.ref})
+        self.units = WholeUnits() if self.unit == "whole" else build(
+            PARTICLE_SOURCES, self.particles.source, "method.particles.source", {"spec": self.particles})
 
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
         return self.units.files(dataset) + self.source.files(dataset, aspects)
@@ -155,16 +156,6 @@ class Face:
             stages.append(stage)
         return cost_table(stages)
 
-    def restate(self, job: LLMJob, inputs: Inputs, instructions: dict[str, list[Instruction]],
-                costs: pd.DataFrame, decomps: dict[tuple[str, int], Decomposition] | None) -> None:
-        """After the decomposition: what the scoring stages' counts become at the actual particle rate."""
-        rate = costs["particles_per_turn"].dropna()
-        if not self.units.decomposes or decomps is None or not len(rate):
-            return
-        after = self.estimate(inputs, instructions, decomps)
-        job.restate(totals(costs, "score:"), totals(after, "score:"), float(rate.iloc[0]),
-                    particles_per_turn(decomps))
-
     def proxy(self, inputs: Inputs) -> dict[tuple[str, int], Decomposition]:
         """The particles known before anything is sent (the estimate's particle counts)."""
         return self.units.proxy(inputs.dataset, inputs.data_dir, inputs.convs)
@@ -185,7 +176,11 @@ class Face:
         ds = inputs.dataset
         with job.client() as client:
             decomps = self.units.decompositions(client, convs, ds, proxy, lcfg.supports_json_schema)
-            self.restate(job, inputs, instructions, costs, decomps)
+            rate = costs["particles_per_turn"].dropna()
+            if self.units.decomposes and decomps is not None and len(rate):  # the scoring counts at the actual rate
+                after = self.estimate(inputs, instructions, decomps)
+                job.restate(totals(costs, "score:"), totals(after, "score:"), float(rate.iloc[0]),
+                            particles_per_turn(decomps))
             parts, tally = [], ScoreTally()
             scores_file = run_dir / "particle_scores.jsonl"
             with ScoreSink(scores_file, decomps) as sink:
