@@ -18,6 +18,7 @@ lowest score).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Sequence
@@ -75,12 +76,8 @@ def reasoned_expectation(completion, scale: Sequence[int]):
     found = last_json_object(completion.text)
     if found is None:
         return None
-    offset, start = 0, None
-    for i, t in enumerate(completion.logprobs):  # the first token that reaches into the final object
-        offset += len(t.token)
-        if offset > found[1]:
-            start = i
-            break
+    ends = itertools.accumulate(len(t.token) for t in completion.logprobs)
+    start = next((i for i, end in enumerate(ends) if end > found[1]), None)  # the first token reaching into it
     if start is None:
         return None
     tail = completion.logprobs[start:]

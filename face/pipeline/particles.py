@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any, Collection, Sequence
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from face.data.schema import DIALOGUE_ACTS, NO_FEEDBACK, USER, Conversation, Particle, Turn, TurnParticles
 from face.llm import ChatRequest
@@ -36,24 +36,28 @@ MAX_MENTION_WORDS = 12
 PARTICLE_SOURCES = ("llm", "released")
 
 
+def registered(names: Collection[str]) -> AfterValidator:
+    """A setting that names a built-in part (one of ``names``) or a class of your own as module.Class."""
+
+    def check(v: str) -> str:
+        if v not in names and "." not in v:
+            raise ValueError(f"must be one of {', '.join(map(repr, names))} or a class as module.Class, got {v!r}")
+        return v
+
+    return AfterValidator(check)
+
+
 @settings("method.particles", conf="method/face.yaml:particles")
 class ParticlesSpec:
     """How particles are obtained: decomposed by the LLM (k samples, plurality vote) or the released ones."""
 
-    source: str  # llm (our decomposition) | released (the authors' particles, CRSArena only) | module.Class
+    # llm (our decomposition) | released (the authors' particles, CRSArena only) | module.Class (pipeline/parts.py)
+    source: Annotated[str, registered(PARTICLE_SOURCES)]
     k: Samples  # decomposition samples per turn (plurality vote)
     reasoning: bool  # four reasoning steps before the JSON list (the authors) | JSON only (ours)
     draws: Annotated[Draws, nested(Draws)]
     temperature: Number | None = Field(ge=0, le=2)  # the authors: 0.6
     max_tokens: int = Field(ge=1)  # the authors: 2048 (reasoning); 400 is plenty without it
-
-    @field_validator("source")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in PARTICLE_SOURCES and "." not in v:  # a name, or a class (pipeline/parts.py)
-            raise ValueError(f"must be one of {', '.join(map(repr, PARTICLE_SOURCES))} or a class as module.Class, "
-                             f"got {v!r}")
-        return v
 
 
 @dataclass(frozen=True)

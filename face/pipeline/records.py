@@ -27,23 +27,14 @@ DETAIL_COLUMNS = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_
                   "n_retried", "n_defaulted", "valid_mass", "fallback"]
 
 
-class _Codes:
-    """Strings as small integers (categorical codes)."""
-
-    def __init__(self) -> None:
-        self.index: dict[str, int] = {}
-        self.values: list[str] = []
+class _Codes(dict):
+    """Strings as small integers (categorical codes): each string's code is the number of strings before it."""
 
     def __call__(self, s: str) -> int:
-        i = self.index.get(s)
-        if i is None:
-            i = self.index[s] = len(self.values)
-            self.values.append(s)
-        return i
+        return self.setdefault(s, len(self))
 
     def column(self, codes: array) -> pd.Categorical:
-        ids = np.frombuffer(codes, dtype=np.intc) if len(codes) else np.zeros(0, np.intc)
-        return pd.Categorical.from_codes(ids, categories=self.values)
+        return pd.Categorical.from_codes(np.array(codes, dtype=np.intc), categories=list(self))
 
 
 class ScoreSink:
@@ -104,10 +95,7 @@ class ScoreSink:
             "instruction_id": self._instr.column(c["instruction_id"]), "score": floats("score"),
             "n_valid": ints("n_valid"), "n_retried": ints("n_retried"), "n_defaulted": ints("n_defaulted"),
             "valid_mass": floats("valid_mass")})
-        fallback = np.full(len(df), None, dtype=object)
-        for row, why in self._fallbacks.items():
-            fallback[row] = why
-        df["fallback"] = fallback
+        df["fallback"] = np.array([self._fallbacks.get(row) for row in range(len(df))], dtype=object)
         return df
 
     def take(self) -> pd.DataFrame:
