@@ -18,7 +18,7 @@ import pandas as pd
 from face.data.io import as_id, field, read_jsonl
 from face.datasets.face_released import SCORE_COLUMNS
 from face.errors import DataError
-from face.files import atomic_path
+from face.files import atomic_open
 from face.pipeline.scoring import ScoreRecord
 from face.predictions import Predictions
 
@@ -37,20 +37,18 @@ class _Codes(dict):
         return pd.Categorical.from_codes(np.array(codes, dtype=np.intc), categories=list(self))
 
 
-class ScoreSink:
+class ScoreSink(contextlib.ExitStack):
     """``add(record)``: one JSON line in ``path`` and one row of compact columns; ``frame()``: those columns.
 
     The lines are streamed (never held in memory) to a temporary name next to ``path``, renamed onto it when the
     sink closes normally (``os.replace``): ``path`` is always a complete file -- the previous run's, or this one's.
-    A run stopped half-way removes its partial file (the rerun rebuilds it from the LLM cache)."""
+    A run stopped half-way removes its partial file (the rerun rebuilds it from the LLM cache). The sink is the
+    context (an ``ExitStack``) that closes the file and renames it, or removes it on an error."""
 
     def __init__(self, path: Path | None, decomps: dict[tuple[str, int], Any] | None = None):
+        super().__init__()
         self.path, self.decomps = path, decomps
-        self._f = None
-        self._stack = contextlib.ExitStack()  # the file closed, then renamed onto path (removed on an error)
-        if path is not None:
-            tmp = self._stack.enter_context(atomic_path(path))
-            self._f = self._stack.enter_context(open(tmp, "w", encoding="utf-8"))  # noqa: SIM115
+        self._f = None if path is None else self.enter_context(atomic_open(path))
         self._empty()
 
     def add(self, r: ScoreRecord) -> None:
@@ -110,13 +108,6 @@ class ScoreSink:
                                         for k in DETAIL_COLUMNS[:-1]}  # the fallbacks apart
         self._fallbacks: dict[int, str] = {}  # row -> fallback (most rows have none)
         self.rows = 0
-
-    def __enter__(self) -> ScoreSink:
-        return self
-
-    def __exit__(self, kind, exc, tb) -> None:
-        """The complete file renamed onto ``path``; a run that failed drops its partial file instead."""
-        self._stack.__exit__(kind, exc, tb)
 
 
 class ScoreTally:
