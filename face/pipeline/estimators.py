@@ -262,6 +262,4 @@ class ScoreAnswer:
         return replace(req, adapter=self, draws=self.spec.draws)
 
 
-@functools.lru_cache(maxsize=256)
-def score_answer(spec: ScoringSpec, scale: tuple[int, ...]) -> ScoreAnswer:
-    return ScoreAnswer(spec, scale)
+score_answer = functools.lru_cache(maxsize=256)(ScoreAnswer)  # one answer type per scoring spec and scale

@@ -173,9 +173,8 @@ class Face:
             return job.dry_run_output()
         write_run_settings(run_dir / RUN_SETTINGS, job.label, lcfg, self, instructions, inputs.aspects)
         by_id = {c.conv_id: c for c in convs}
-        ds = inputs.dataset
         with job.client() as client:
-            decomps = self.units.decompositions(client, convs, ds, proxy, lcfg.supports_json_schema)
+            decomps = self.units.decompositions(client, convs, inputs.dataset, proxy, lcfg.supports_json_schema)
             rate = costs["particles_per_turn"].dropna()
             if self.units.decomposes and decomps is not None and len(rate):  # the scoring counts at the actual rate
                 after = self.estimate(inputs, instructions, decomps)
@@ -191,7 +190,7 @@ class Face:
                         aggregate, levels=inputs.levels, instruction_agg=self.instruction_agg,
                         particle_agg=self.particle_agg))
                     planned = plan_iter(units, instructions[a.name], by_id, self.scoring,
-                                        lcfg.supports_json_schema, ds.judged)
+                                        lcfg.supports_json_schema, inputs.dataset.judged)
                     score_stream(client, planned, self.scoring, scores.add, desc=f"scoring {a.name}",
                                  total=len(units) * n_instr)
                     del units, planned

@@ -111,11 +111,8 @@ def _prefix_order(units: Sequence[Unit], instructions: Sequence[Instruction]) ->
     """Every unit × instruction in prefix-sharing order, one at a time: the prompt reads context -> instruction ->
     particle, so the pairs go by conversation (and turn, for a turn-level aspect), then instruction, then particle
     -- the order of a stable sort of the unit-major pairs by that key, without holding the pairs (10^5 a stage)."""
-    rank = {i.instruction_id: r for r, i in enumerate(instructions)}
-    by_rank: dict[int, list[Instruction]] = {}
-    for i in instructions:
-        by_rank.setdefault(rank[i.instruction_id], []).append(i)
-    ranked = [by_rank[r] for r in sorted(by_rank)]
+    rank = {i.instruction_id: r for r, i in enumerate(instructions)}  # an id given twice: its last place
+    ranked = [[i for i in instructions if rank[i.instruction_id] == r] for r in sorted(set(rank.values()))]
 
     def group(u: Unit) -> tuple[str, int]:
         return u.conv_id, u.turn_ind if u.aspect.level == "turn" else 0
