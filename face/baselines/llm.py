@@ -130,10 +130,6 @@ class _LLMBaseline:
         return pd.DataFrame([{"stage": f"score:{self.name}", "units": len(reqs), **asdict(size),
                               "cost_usd": pricing.cost(size.input_tokens, size.output_tokens)}])
 
-    def validated(self, req: Any, adapter: Any) -> Any:
-        """``req`` with its answer type and this method's draws."""
-        return replace(req, adapter=adapter, draws=self.draws)
-
     def score_request(self, template: str, u: Unit, inputs: Inputs, native: bool, max_tokens: int,
                       more: dict[str, str] | None = None, **sampling: Any) -> Any:
         """A request for ``u``'s score alone, ``{"score": k}`` (schema-constrained where the endpoint takes one);
@@ -142,7 +138,7 @@ class _LLMBaseline:
                       **(more or {}))
         adapter = score_adapter(u.aspect.scale)
         req = ChatRequest(msgs, max_tokens=max_tokens, tag=f"{self.name}:{u.aspect.name}", **sampling)
-        return self.validated(adapter.request(req, native), adapter)
+        return replace(adapter.request(req, native), adapter=adapter, draws=self.draws)  # redrawn within draws
 
     def how(self, llm: LLMConfig) -> str:
         return f"n={self.n}, T={self.temperature}"
@@ -234,7 +230,7 @@ class LLMCoTICL(_LLMBaseline):
                               examples=self.examples(a, pool, u, rng), schema=schema)
                 req = ChatRequest(msgs, n=self.n, temperature=self.temperature, max_tokens=self.max_tokens or 768,
                                   tag=f"{self.name}:{a.name}")
-                out.append(self.validated(req, _ReasonedScore(a.scale)))
+                out.append(replace(req, adapter=_ReasonedScore(a.scale), draws=self.draws))
         return out
 
 

@@ -73,8 +73,7 @@ class Decomposition:
 
 
 def next_user_turn(conv: Conversation, turn: Turn) -> str:
-    after = [t for t in conv.turns if t.turn_ind > turn.turn_ind and t.role == USER]
-    return after[0].utterance if after else ""
+    return next((t.utterance for t in conv.turns if t.turn_ind > turn.turn_ind and t.role == USER), "")
 
 
 def one_line(text: str) -> str:

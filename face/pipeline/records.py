@@ -79,20 +79,10 @@ class ScoreSink(contextlib.ExitStack):
 
     def frame(self) -> pd.DataFrame:
         """Every record so far: ``DETAIL_COLUMNS`` (aspect, conversation and instruction as categoricals)."""
-        c = self._cols
-
-        def ints(name: str) -> np.ndarray:
-            return np.frombuffer(c[name], dtype=np.intc).astype(np.int64) if len(c[name]) else np.zeros(0, np.int64)
-
-        def floats(name: str) -> np.ndarray:
-            return np.frombuffer(c[name], dtype=np.float64).copy() if len(c[name]) else np.zeros(0)
-
-        df = pd.DataFrame({
-            "aspect": self._aspect.column(c["aspect"]), "conv_id": self._conv.column(c["conv_id"]),
-            "turn_ind": ints("turn_ind"), "particle_ind": ints("particle_ind"),
-            "instruction_id": self._instr.column(c["instruction_id"]), "score": floats("score"),
-            "n_valid": ints("n_valid"), "n_retried": ints("n_retried"), "n_defaulted": ints("n_defaulted"),
-            "valid_mass": floats("valid_mass")})
+        codes = {"aspect": self._aspect, "conv_id": self._conv, "instruction_id": self._instr}
+        df = pd.DataFrame({k: codes[k].column(col) if k in codes  # the others as int64 / float64 columns
+                           else np.array(col, dtype=np.float64 if col.typecode == "d" else np.int64)
+                           for k, col in self._cols.items()})
         df["fallback"] = np.array([self._fallbacks.get(row) for row in range(len(df))], dtype=object)
         return df
 
@@ -131,7 +121,7 @@ class ScoreTally:
 
     def end_aspect(self) -> None:
         """The aspect's valid masses summed (NaN left out), as one column."""
-        mass = pd.Series(np.frombuffer(self._masses, dtype=np.float64) if len(self._masses) else np.zeros(0)).dropna()
+        mass = pd.Series(np.array(self._masses, dtype=np.float64)).dropna()
         self.mass_sum += float(mass.sum())
         self.mass_n += len(mass)
         self._masses = array("d")
