@@ -83,15 +83,12 @@ def one_line(text: str) -> str:
 
 def numbered(turns: Sequence[Turn]) -> str:
     """``Turn N - ROLE: text``, one line per turn."""
-    if not turns:
-        return "(no earlier turns)"
-    return "\n".join(f"Turn {t.turn_ind} - {t.role}: {one_line(t.utterance)}" for t in turns)
+    return "\n".join(f"Turn {t.turn_ind} - {t.role}: {one_line(t.utterance)}" for t in turns) or "(no earlier turns)"
 
 
 def history_text(turns: Sequence[Turn]) -> str:
-    if not turns:
-        return "(no earlier turns)"
-    return "\n".join(f"{'User' if t.role == USER else 'Assistant'}: {t.utterance.strip()}" for t in turns)
+    lines = (f"{'User' if t.role == USER else 'Assistant'}: {t.utterance.strip()}" for t in turns)
+    return "\n".join(lines) or "(no earlier turns)"
 
 
 def decompose_messages(conv: Conversation, turn: Turn, assistant: str = "movie-recommendation assistant",
