@@ -11,7 +11,7 @@ mean, 2.81) and says so; after it, ``Face`` states what the counts become at the
 
 from __future__ import annotations
 
-from dataclasses import asdict, astuple, dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
@@ -58,7 +58,8 @@ class StageCost:
 
     @classmethod
     def of(cls, stage: str, assistant_turns: int, units: int, size: Size, pricing: Pricing) -> StageCost:
-        return cls(stage, assistant_turns, units, *astuple(size), pricing.cost(size.input_tokens, size.output_tokens))
+        return cls(stage, assistant_turns, units, size.requests, size.samples, size.http_requests, size.input_tokens,
+                   size.output_tokens, pricing.cost(size.input_tokens, size.output_tokens))
 
     @property
     def size(self) -> Size:
