@@ -77,9 +77,8 @@ def aspect_fields(a: Aspect, judged: str) -> dict[str, str]:
 
 
 def label_of(u: Unit) -> float | None:
-    if u.turn_ind < 0:
-        return u.conv.labels.get(u.aspect.name)
-    return u.conv.turn(u.turn_ind).labels.get(u.aspect.name)
+    """The human label of the unit: the conversation's (a dialogue-level aspect), else its turn's."""
+    return (u.conv if u.turn_ind < 0 else u.conv.turn(u.turn_ind)).labels.get(u.aspect.name)
 
 
 def predictions(units: Sequence[Unit], values: Sequence[float | None]) -> Predictions:

@@ -76,9 +76,8 @@ def write_run_settings(path: Path, label: str, llm: LLMConfig, method: Face,
                       "temperature": sc.temperature, "reasoning": sc.reasoning, "unit": method.unit},
               "instructions": {a: {i.instruction_id: i.text for i in ins} for a, ins in instructions.items()},
               "aspects": [{"name": a.name, "level": a.level, "scale": list(a.scale), "definition": a.definition}
-                          for a in aspects or ()]}
-    atomic_write_text(path, redact(json.dumps(record, indent=1, ensure_ascii=False)) + "\n")
-    return path
+                          for a in aspects]}
+    return atomic_write_text(path, redact(json.dumps(record, indent=1, ensure_ascii=False)) + "\n")
 
 
 @settings("method", conf="method/face.yaml")
@@ -121,9 +120,9 @@ class Face:
     def describe(self, llm: LLMConfig, instructions: dict[str, list[Instruction]]) -> str:
         n_instr, sc = sorted({len(v) for v in instructions.values()}), self.scoring
         parts = [f"FACE live — LLM: {llm.model} ({llm.backend})", self.units.describe(),
-                 f"instructions: {self.source.name} × {'/'.join(map(str, n_instr))}", sc.scorer.describe(sc)]
-        parts.append(("reasoning before the score" if sc.reasoning else "score only, no reasoning")
-                     + f"; invalid answers: {sc.draws.rounds} rounds of draws, then {sc.fallback}")
+                 f"instructions: {self.source.name} × {'/'.join(map(str, n_instr))}", sc.scorer.describe(sc),
+                 ("reasoning before the score" if sc.reasoning else "score only, no reasoning")
+                 + f"; invalid answers: {sc.draws.rounds} rounds of draws, then {sc.fallback}"]
         if sc.scorer.reads_logprobs and sc.logprobs_missing != "parsed":
             parts.append(f"answers without logprobs: {sc.logprobs_missing}")
         if llm.backend == "local":
