@@ -66,15 +66,11 @@ class ScoreSink(contextlib.ExitStack):
         if r.fallback is not None:
             self._fallbacks[self.rows] = r.fallback
         self.rows += 1
-        if self._f is not None:
-            row = dict(vars(r))
-            p = None
+        if self._f is not None:  # the record, null for a NaN score, and its particle (None: a whole turn / dialogue)
+            row = {**vars(r), "score": None if math.isnan(r.score) else r.score, "particle": None}
             if self.decomps is not None and r.particle_ind >= 0:
                 p = self.decomps[(r.conv_id, r.turn_ind)].particles[r.particle_ind]
-            row["particle"] = None if p is None else {"dialogue_act": p.dialogue_act, "mention": p.mention,
-                                                      "user_feedback": p.user_feedback}
-            if math.isnan(row["score"]):
-                row["score"] = None
+                row["particle"] = {"dialogue_act": p.dialogue_act, "mention": p.mention, "user_feedback": p.user_feedback}
             self._f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     def frame(self) -> pd.DataFrame:
