@@ -70,7 +70,8 @@ class ScoreSink(contextlib.ExitStack):
             row = {**vars(r), "score": None if math.isnan(r.score) else r.score, "particle": None}
             if self.decomps is not None and r.particle_ind >= 0:
                 p = self.decomps[(r.conv_id, r.turn_ind)].particles[r.particle_ind]
-                row["particle"] = {"dialogue_act": p.dialogue_act, "mention": p.mention, "user_feedback": p.user_feedback}
+                row["particle"] = {"dialogue_act": p.dialogue_act, "mention": p.mention,
+                                   "user_feedback": p.user_feedback}
             self._f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     def frame(self) -> pd.DataFrame:
