@@ -7,6 +7,7 @@ each pair of CRSs also gets ``prior`` virtual ties. Reported rating: log p, cent
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -54,13 +55,12 @@ def bradley_terry(counts: PairCounts, prior: float = 0.5, tol: float = 1e-10, ma
     total_wins = wins.sum(1)
     p = np.ones(k)
     for _ in range(max_iter):
-        denom = (games / (p[:, None] + p[None, :])).sum(1)
-        new = total_wins / denom
+        new = total_wins / (games / (p[:, None] + p[None, :])).sum(1)
         new /= np.exp(np.log(new).mean())
-        if np.max(np.abs(new - p)) < tol:
-            p = new
-            break
+        converged = np.max(np.abs(new - p)) < tol
         p = new
+        if converged:
+            break
     r = np.log(p)
     return r - r.mean()
 
@@ -70,15 +70,9 @@ def ranking_table(votes: Sequence[ArenaVote], prior: float = 0.5) -> pd.DataFram
     counts = pair_counts(votes)
     rating = bradley_terry(counts, prior)
     games = counts.games.sum(1)
-    wins = np.zeros(len(counts.names))
-    ties = np.zeros(len(counts.names))
-    idx = {n: i for i, n in enumerate(counts.names)}
-    for v in votes:
-        if v.winner is None:
-            ties[idx[v.crs1]] += 1
-            ties[idx[v.crs2]] += 1
-        else:
-            wins[idx[v.winner]] += 1
+    won = Counter(v.winner for v in votes if v.winner is not None)
+    tied = Counter(c for v in votes if v.winner is None for c in (v.crs1, v.crs2))
+    wins, ties = (np.array([n[c] for c in counts.names], float) for n in (won, tied))
     return pd.DataFrame({"crs": counts.names, "bt_rating": rating, "votes": games, "wins": wins, "ties": ties,
                          "losses": games - wins - ties,
                          "win_rate": (wins + 0.5 * ties) / np.maximum(games, 1)}).sort_values(

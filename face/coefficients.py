@@ -24,13 +24,7 @@ import numpy as np
 
 def ranks(x: np.ndarray) -> np.ndarray:
     """Average ranks (1-based; ties share their mean rank), as scipy's rankdata, without its overhead."""
-    order = np.argsort(x, kind="mergesort")
-    xs = x[order]
-    bounds = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1], True])
-    counts = np.diff(bounds)
-    out = np.empty(len(x))
-    out[order] = np.repeat(bounds[:-1] + (counts + 1) / 2, counts)
-    return out
+    return _Ties(x).ranks(np.ones((1, len(x))))[0]
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float:
@@ -44,9 +38,7 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def _kendall(x: np.ndarray, y: np.ndarray) -> float:
-    from scipy import stats
-
-    return float(stats.kendalltau(x, y)[0])
+    return float(_scipy("kendall")(x, y)[0])
 
 
 # ---------------------------------------------------------------- row by row

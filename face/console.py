@@ -264,9 +264,6 @@ class RunSummary:
     # (the run after it: the estimate is not printed again)
     estimate: str = ""
 
-    def stop(self) -> None:
-        self.wall_s = time.monotonic() - self.started
-
     def text(self) -> str:
         lines = []
         if self.results is not None:
@@ -306,6 +303,6 @@ def _duration(s: float) -> str:
 def finish(summary: RunSummary) -> None:
     """The run ended well: print its summary block, unless the entry point prints it after its own last outputs
     (``held``)."""
-    summary.stop()
+    summary.wall_s = time.monotonic() - summary.started
     if not summary.held:
         print(summary.text(), flush=True)

@@ -17,11 +17,8 @@ class DataError(ValueError):
     """
 
     def __init__(self, path: str | Path, problem: str, record: str | None = None):
-        self.path = str(path)
-        self.record = record
-        self.problem = problem
-        where = f"{self.path}" + (f" [{record}]" if record else "")
-        super().__init__(f"{where}: {problem}")
+        self.path, self.record, self.problem = str(path), record, problem
+        super().__init__(f"{self.path}{f' [{record}]' if record else ''}: {problem}")
 
 
 # how a message names a value's type (a data file's JSON, a request to the replay server, a setting)

@@ -46,14 +46,9 @@ OUTPUTS = (".hydra/", "results/", "run_file.json", "particles.jsonl", "particle_
 NOT_RESULTS = (".hydra/",)
 
 
-def _file_mode() -> int:
-    """The mode an ordinary ``open(path, "w")`` would give (mkstemp's 0600 would hide outputs from others)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-_MODE = _file_mode()
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+_MODE = 0o666 & ~_UMASK  # what an ordinary open(path, "w") gives (mkstemp's 0600 would hide outputs from others)
 
 
 @contextlib.contextmanager
@@ -216,12 +211,6 @@ def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, 
     return "overwrite"
 
 
-def _first_missing(path: Path) -> Path | None:
-    """The topmost directory of ``path`` that does not exist yet (what locking it would create)."""
-    missing = [p for p in (path, *path.parents) if not p.exists()]
-    return missing[-1] if missing else None
-
-
 def check_locations(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overwrite: bool, how: str
                     ) -> list[str]:
     """Every location checked (``_check``: writable, not the input, not another run's): their states; nothing
@@ -236,7 +225,8 @@ def claimed(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overw
     into one stops at once), checked again under its lock and marked as this run's. Yields each one's state. A
     refusal leaves no directory it created."""
     check_locations(locs, owner, inputs, overwrite, how)
-    created = [m for m in (_first_missing(loc.path) for loc in locs) if m is not None]
+    missing = [[p for p in (loc.path, *loc.path.parents) if not p.exists()] for loc in locs]
+    created = [m[-1] for m in missing if m]  # each location's topmost directory that locking it creates
     with contextlib.ExitStack() as held:
         try:
             states = []

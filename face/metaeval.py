@@ -164,18 +164,8 @@ def items(preds: Predictions, convs: Iterable[Conversation], aspect: Aspect) -> 
         elif name in c.labels:
             rows.append((c.conv_id, -1, c.split, c.system, c.labels[name]))
     df = pd.DataFrame(rows, columns=["conv_id", "turn_ind", "split", "system", "human"])
-    if level == "turn":
-        p = preds.turn[preds.turn["aspect"] == name][["conv_id", "turn_ind", "pred"]]
-        df = df.merge(p, on=["conv_id", "turn_ind"], how="left", validate="one_to_one")
-    else:
-        p = preds.dialogue[preds.dialogue["aspect"] == name][["conv_id", "pred"]]
-        df = df.merge(p, on="conv_id", how="left", validate="one_to_one")
-    return df
-
-
-def _split_frames(df: pd.DataFrame, splits: Sequence[str]) -> Iterable[tuple[str, pd.DataFrame]]:
-    for s in splits:
-        yield s, (df if s == "all" else df[df["split"] == s])
+    table, key = (preds.turn, ["conv_id", "turn_ind"]) if level == "turn" else (preds.dialogue, ["conv_id"])
+    return df.merge(table[table["aspect"] == name][[*key, "pred"]], on=key, how="left", validate="one_to_one")
 
 
 def meta_evaluate(preds: Predictions, convs: Sequence[Conversation], aspects: Sequence[Aspect],
@@ -192,7 +182,8 @@ def meta_evaluate(preds: Predictions, convs: Sequence[Conversation], aspects: Se
     for spec in todo:
         df = items(preds, convs, spec)
         aspect, native = spec.name, spec.level
-        for split, sdf in _split_frames(df, splits):
+        for split in splits:
+            sdf = df if split == "all" else df[df["split"] == split]
             have = sdf.dropna(subset=["pred"])
             n_missing = len(sdf) - len(have)
             if native in levels:
@@ -211,28 +202,21 @@ def system_correlations(items_df: pd.DataFrame, n_boot: int = 1000, seed: int = 
                         ) -> dict[str, tuple[float, float, float, float, int]]:
     """coefficient -> (value, p, ci_low, ci_high, number of systems) over per-system means."""
     pred, human = items_df["pred"].to_numpy(float), items_df["human"].to_numpy(float)
-    systems = items_df["system"].to_numpy()
+    systems, convs = items_df["system"].to_numpy(), items_df["conv_id"].to_numpy()
     names, mp = system_means(pred, systems)
     _, mh = system_means(human, systems)
     point = correlate(mp[0], mh[0])
-    out = {}
-    per_system = pd.Series(items_df["conv_id"].to_numpy()).groupby(systems).nunique()
+    ci = {c: (float("nan"), float("nan")) for c in COEFFICIENTS}
+    per_system = pd.Series(convs).groupby(systems).nunique()
     if n_boot > 0 and len(names) >= 3 and per_system.min() < MIN_CLUSTERS:
         warn_once("no system-level interval: a system has %d conversation(s), need >= %d per system",
                   per_system.min(), MIN_CLUSTERS)
-        n_boot = 0
-    if n_boot > 0 and len(names) >= 3:
-        rng = np.random.default_rng(seed)
-        convs = items_df["conv_id"].to_numpy()
-        w = cluster_weights(convs, n_boot, rng, strata=systems)
+    elif n_boot > 0 and len(names) >= 3:
+        w = cluster_weights(convs, n_boot, np.random.default_rng(seed), strata=systems)
         _, bp = system_means(pred, systems, w)
         _, bh = system_means(human, systems, w)
-    for c in COEFFICIENTS:
-        lo = hi = float("nan")
-        if n_boot > 0 and len(names) >= 3:
-            lo, hi = percentile_interval(rows_correlation(bp, bh, c), confidence)
-        out[c] = (point[c][0], point[c][1], lo, hi, len(names))
-    return out
+        ci = {c: percentile_interval(rows_correlation(bp, bh, c), confidence) for c in COEFFICIENTS}
+    return {c: (*point[c], *ci[c], len(names)) for c in COEFFICIENTS}
 
 
 def system_table(preds: Predictions, convs: Sequence[Conversation], aspect: Aspect) -> pd.DataFrame:

@@ -52,14 +52,12 @@ _WORD_SPLIT = re.compile(r"[_\-\s]+|(?<=[a-z0-9])(?=[A-Z])")
 _registered: set[str] = set()
 
 
-def looks_like_secret(value: str) -> bool:
-    """A string that looks like an API key rather than the name of an environment variable."""
-    v = value.strip()  # a known key prefix, or long with mixed case and digits: an env var name is not like that
-    return v.startswith(_KEY_PREFIXES) or (len(v) >= 24 and _random_looking(v)) or (len(v) >= 32 and not v.isupper())
-
-
 def is_env_var_name(value: str) -> bool:
-    return bool(_ENV_NAME.fullmatch(value)) and not looks_like_secret(value)
+    """A name of an environment variable, not an API key: a known key prefix, or long with mixed case and digits,
+    is a key (an environment variable's name is not like that)."""
+    v = value.strip()
+    key = v.startswith(_KEY_PREFIXES) or (len(v) >= 24 and _random_looking(v)) or (len(v) >= 32 and not v.isupper())
+    return bool(_ENV_NAME.fullmatch(value)) and not key
 
 
 def secret_name(name: str) -> bool:
@@ -119,12 +117,10 @@ def _problem(setting: str, value: Any) -> str | None:
     text = str(value).strip().strip("'\"")
     if text in ("", "null", "None"):
         return None
-    last = setting.rsplit(".", 1)[-1]
-    if last == "api_key_env":
-        if is_env_var_name(text):
-            return None
-        return (f"{setting} must be the NAME of an environment variable (letters, digits, _), not the key itself: "
-                f"put the key in the environment and set {setting}=OPENAI_API_KEY (its name)")
+    if setting.rsplit(".", 1)[-1] == "api_key_env":
+        return None if is_env_var_name(text) else (
+            f"{setting} must be the NAME of an environment variable (letters, digits, _), not the key itself: put "
+            f"the key in the environment and set {setting}=OPENAI_API_KEY (its name)")
     if secret_name(setting):
         return (f"{setting} is refused: a credential in a setting would be written to .hydra/, run.log and "
                 "MLflow; put the key in an environment variable and name it in llm.api_key_env")

@@ -120,18 +120,16 @@ def _inside(x0: np.ndarray, seen: np.ndarray, rate: np.ndarray, m: np.ndarray, a
             ) -> np.ndarray:
     """rows × T × G: whether ``max(½ K⁺_t(m), ½ K⁻_t(m)) < 1/α`` (in place, a chunk of rows at a time: memory)."""
     with np.errstate(divide="ignore"):
-        up_cap, down_cap = cap / m, cap / (1 - m)
+        caps = cap / m, cap / (1 - m)
     dev = (x0[..., None] - m) * seen[..., None]
-    log_up = np.minimum(rate[..., None], up_cap)
-    log_up *= dev
-    np.log1p(log_up, out=log_up)
-    np.cumsum(log_up, axis=-2, out=log_up)
-    log_down = np.minimum(rate[..., None], down_cap)
-    log_down *= dev
-    np.negative(log_down, out=log_down)
-    np.log1p(log_down, out=log_down)
-    np.cumsum(log_down, axis=-2, out=log_down)
-    return np.maximum(log_up, log_down, out=log_up) < np.log(2 / alpha)
+    logs = []
+    for bet_cap in caps:  # log K⁺_t(m), then log K⁻_t(m): the deviations negated in place
+        log = np.minimum(rate[..., None], bet_cap)
+        log *= dev
+        np.log1p(log, out=log)
+        logs.append(np.cumsum(log, axis=-2, out=log))
+        np.negative(dev, out=dev)
+    return np.maximum(logs[0], logs[1], out=logs[0]) < np.log(2 / alpha)
 
 
 def mean_sequence(x: np.ndarray, alpha: float, lo: float, hi: float, method: str = "betting"
@@ -141,12 +139,6 @@ def mean_sequence(x: np.ndarray, alpha: float, lo: float, hi: float, method: str
     unit = (np.asarray(x, float) - lo) / (hi - lo)
     low, up = METHODS[method](unit, alpha)
     return lo + (hi - lo) * low, lo + (hi - lo) * up
-
-
-def paired_sequence(d: np.ndarray, alpha: float, width: float, method: str = "betting"
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """The CS for the mean of paired differences ``d ∈ [−width, width]`` (width = hi − lo of the scale)."""
-    return mean_sequence(d, alpha, -width, width, method)
 
 
 def asymptotic_sequence(x: np.ndarray, alpha: float, t_star: int = T_STAR) -> tuple[np.ndarray, np.ndarray]:
@@ -180,20 +172,13 @@ def interleave(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray
     return b[0][..., ib] - a[1][..., ia], b[1][..., ib] - a[0][..., ia], seen_a, seen_b
 
 
-def unpaired_steps(a: np.ndarray, b: np.ndarray, alpha: float, lo: float, hi: float, batch: int,
-                   method: str = "betting") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``interleave`` of the two sides' scores in scoring order (``a``: (..., n_a), ``b``: (..., n_b)), each side's
-    CS at α/2."""
-    return interleave(mean_sequence(a, alpha / 2, lo, hi, method), mean_sequence(b, alpha / 2, lo, hi, method), batch)
-
-
 def order_paired_steps(a: np.ndarray, b: np.ndarray, alpha: float, lo: float, hi: float, batch: int,
                        method: str = "betting") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Unpaired sides paired by scoring order: the i-th conversation scored of each system form a pair, one CS at α
     for the mean of ``b_i − a_i`` (the pairs of two independent random orders are independent draws with mean
     μ_b − μ_a, whatever the conversations' ids). ``batch`` pairs per step, until the smaller side runs out."""
     n = min(a.shape[-1], b.shape[-1])
-    low, up = paired_sequence(b[..., :n] - a[..., :n], alpha, hi - lo, method)
+    low, up = mean_sequence(b[..., :n] - a[..., :n], alpha, lo - hi, hi - lo, method)
     seen = np.minimum(np.arange(1, -(-n // batch) + 1) * batch, n)
     return low[..., seen - 1], up[..., seen - 1], seen, seen
 
@@ -251,12 +236,11 @@ class SequentialComparison:
         lows, ups = [], []
         for k, (lo, hi) in enumerate(self.scales):
             if self.paired or self.by_order:
-                n = min(len(a), len(b))
-                low, up = _last(*paired_sequence(b[:n, k] - a[:n, k], level, hi - lo, self.method), -(hi - lo),
-                                hi - lo)
+                n, w = min(len(a), len(b)), hi - lo
+                low, up = _last(mean_sequence(b[:n, k] - a[:n, k], level, -w, w, self.method), -w, w)
             else:
-                la, ua = _last(*mean_sequence(a[:, k], level / 2, lo, hi, self.method), lo, hi)
-                lb, ub = _last(*mean_sequence(b[:, k], level / 2, lo, hi, self.method), lo, hi)
+                la, ua = _last(mean_sequence(a[:, k], level / 2, lo, hi, self.method), lo, hi)
+                lb, ub = _last(mean_sequence(b[:, k], level / 2, lo, hi, self.method), lo, hi)
                 low, up = lb - ua, ub - la
             lows.append(low)
             ups.append(up)
@@ -278,8 +262,9 @@ class SequentialComparison:
         return bool((decide(*self.bounds(), self.target_diff) < 3).all())
 
 
-def _last(lower: np.ndarray, upper: np.ndarray, lo: float, hi: float) -> tuple[float, float]:
+def _last(bounds: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> tuple[float, float]:
     """The bounds after the last observation (before any: the whole range)."""
+    lower, upper = bounds
     return (float(lower[-1]), float(upper[-1])) if len(lower) else (lo, hi)
 
 
@@ -300,12 +285,10 @@ def conversations_needed(low: float, high: float, n: int, target: float | None =
 
     if decides(n):
         return n
-    lo, hi = n, n
-    while not decides(hi):  # hi doubles until it decides; then the first m in (lo, hi] that does, by bisection
-        if hi > most:
-            return math.inf
-        lo, hi = hi, 2 * hi
+    if most < n or not decides(most):
+        return math.inf
+    lo, hi = n, most  # the width shrinks as m grows: the first m in (lo, hi] that decides, by bisection
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if decides(mid) else (mid, hi)
-    return hi if hi <= most else math.inf
+    return hi

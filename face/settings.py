@@ -183,10 +183,9 @@ def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any, Any]:
             part = list(fields)[part]
         if not isinstance(part, str) or fields is None:
             continue
-        if part not in fields:
-            path.append(part)  # an unknown key
-            break
         path.append(part)
+        if part not in fields:  # an unknown key
+            break
         field = fields[part]
         owner = _settings_class(field.annotation)
     return path, field, owner

@@ -73,15 +73,12 @@ def paired_bootstrap(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray, 
     return {"diff": float(diff), "ci_low": lo, "ci_high": hi, "p_value": p}
 
 
-def _joined(preds: Mapping[str, Predictions], convs: Sequence[Conversation], aspect: Aspect) -> pd.DataFrame:
-    """One row per labelled item with a column per method (items every method predicted)."""
+def _joined(a: str, pred_a: Predictions, b: str, pred_b: Predictions, convs: Sequence[Conversation], aspect: Aspect
+            ) -> pd.DataFrame:
+    """One row per labelled item both methods predicted, with a column of each method's prediction."""
     key = ["conv_id", "turn_ind"]
-    first, *rest = preds
-    out = items(preds[first], convs, aspect).rename(columns={"pred": first})
-    for name in rest:
-        df = items(preds[name], convs, aspect).rename(columns={"pred": name})
-        out = out.merge(df[[*key, name]], on=key, how="inner")
-    return out.dropna(subset=list(preds))
+    df_b = items(pred_b, convs, aspect).rename(columns={"pred": b})
+    return items(pred_a, convs, aspect).rename(columns={"pred": a}).merge(df_b[[*key, b]], on=key).dropna(subset=[a, b])
 
 
 def comparison_table(preds: Mapping[str, Predictions], reference: str, convs: Sequence[Conversation],
@@ -96,7 +93,7 @@ def comparison_table(preds: Mapping[str, Predictions], reference: str, convs: Se
     others = [m for m in preds if m != reference]
     for aspect in aspects:
         for other in others:  # each pair on the items both predicted
-            df = _joined({reference: preds[reference], other: preds[other]}, convs, aspect)
+            df = _joined(reference, preds[reference], other, preds[other], convs, aspect)
             clusters = df["conv_id"].map(cluster_of) if cluster_of else df["conv_id"]
             df = df.assign(cluster=clusters.to_numpy())
             for split in splits:

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from face.aspects import Aspect
+from face.errors import ConfigError
 from face.optimize import checkpoint
 from face.optimize.beam import BeamSearch, StopOptimization
-from face.optimize.checkpoint import Candidate, OptState, ResumeMismatch
+from face.optimize.checkpoint import Candidate, OptState
 from face.optimize.config import OptimizerConfig
 from face.optimize.estimate import CostInputs, estimate, paper_setting
 from face.optimize.items import Item
-from face.optimize.rewrites import Rewrite, instruction_text
+from face.optimize.writer import Rewrite, instruction_text
 from face.tracking.prompts import parse_set, set_template
 
 ASPECT = Aspect("relevance", "turn", (0, 1, 2, 3), "Is it relevant?", {})
@@ -57,10 +58,10 @@ class FakeWriter:
         return [[f"{c.text} more{j} ({g})" for j in range(self.cfg.beta)] for c, g in jobs]
 
 
-def _loop(cfg, tmp_path=None, on_round=None):
+def _loop(cfg, tmp_path=None):
     scorer = FakeScorer()
     return BeamSearch(cfg, ASPECT, scorer, np.arange(40), np.arange(40, 60), FakeWriter(cfg),
-                      checkpoint_dir=str(tmp_path) if tmp_path else None, on_round=on_round)
+                      checkpoint_dir=str(tmp_path) if tmp_path else None)
 
 
 def test_beam_bookkeeping():
@@ -95,7 +96,7 @@ def test_checkpoint_resume_equals_uninterrupted_and_refuses_another_config(tmp_p
     resumed = _loop(cfg, tmp_path).run(saved)
     assert resumed.beam == full.beam and resumed.rewards == full.rewards
     assert [c.text for c in resumed.candidates.values()] == [c.text for c in full.candidates.values()]
-    with pytest.raises(ResumeMismatch, match="optimizer.alpha|k"):
+    with pytest.raises(ConfigError, match="optimizer.alpha|k"):
         checkpoint.check_same(saved, {"k": 2}, tmp_path)
     checkpoint.check_same(saved, {"k": 1}, tmp_path)
     assert OptState.from_json(json.loads((tmp_path / "relevance.json").read_text())).round == 3
@@ -105,7 +106,7 @@ def test_config_validation_and_cost_estimate():
     with pytest.raises(ValueError, match="optimizer.alpha"):
         OptimizerConfig(alpha=0)
     with pytest.raises(ValueError, match="^unknown setting optimizer.alpa; the settings of optimizer: name, alpha, "):
-        OptimizerConfig.from_dict({"alpa": 2})
+        OptimizerConfig(**{"alpa": 2})
     p = paper_setting(OptimizerConfig(alpha=1, beta=1, beam=1))
     assert (p.alpha, p.beta, p.beam, p.ucb_c, p.pull_minibatch) == (4, 4, 4, 1.0, 20)
     from face.pipeline.estimate import Pricing

@@ -17,11 +17,16 @@ from face.sequential import (
     betting_sequence,
     decide,
     eb_sequence,
+    interleave,
     mean_sequence,
     order_paired_steps,
     stopping,
-    unpaired_steps,
 )
+
+
+def unpaired_steps(a, b, alpha, lo, hi, batch, method):
+    """The unpaired rule as the experiment runs it: each side's CS at α/2, interleaved batch by batch."""
+    return interleave(mean_sequence(a, alpha / 2, lo, hi, method), mean_sequence(b, alpha / 2, lo, hi, method), batch)
 
 
 def test_constant_half_sequence_is_one_half_plus_minus_log_over_c_t():

@@ -80,10 +80,11 @@ class Comparison:
         out.update({f"moved_{k}": v for k, v in self.moved.items()})
         return out
 
-    def to_markdown(self) -> str:
-        """The verdict table in Markdown, the warnings above it, what scored and how below it."""
+    def to_markdown(self, table: str | None = None) -> str:
+        """The verdict table (in Markdown, or ``table`` drawn otherwise), the warnings above it, what scored and how
+        below it."""
         head = "".join(f"> {w}\n\n" for w in self.warnings)
-        return (f"{head}{to_markdown(self.verdicts())}\n\nScored by: {self.judge}. {self.method_note()}\n")
+        return f"{head}{table or to_markdown(self.verdicts())}\n\nScored by: {self.judge}. {self.method_note()}\n"
 
     def summary(self) -> str:
         """The console summary: what scored, warnings, the per-aspect verdicts (and the ranking, if any)."""

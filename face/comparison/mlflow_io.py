@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from face.errors import ConfigError, DataError
-from face.tracking.names import fixed_width
+from face.tracking.names import fixed_width, shown
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -75,7 +75,7 @@ def comparison_metrics(comp: Comparison) -> dict[str, float]:
     if len(longest) > MAX_KEY:
         raise ConfigError(f"names: the MLflow metric name {longest[:60]}... would be {len(longest)} characters, "
                           f"MLflow takes {MAX_KEY}: shorten the system names (--names / names=)")
-    return {k: round(float(v), 6) for k, v in out.items() if v == v}  # 6 decimals: no float noise where shown
+    return {k: shown(v) for k, v in out.items() if v == v}
 
 
 def description(comp: Comparison) -> str:
@@ -84,9 +84,7 @@ def description(comp: Comparison) -> str:
     rows = [[r.aspect, f"{r.candidate} vs {r.baseline}", f"{r.diff:+.3f}", f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]",
              f"{r.p_holm:.3g}", r.verdict] for r in comp.verdicts().itertuples(index=False)]
     table = fixed_width(["aspect", "systems", "diff", "95% CI", "p (Holm)", "verdict"], rows)
-    head = "".join(f"> {w}\n\n" for w in comp.warnings)
-    title = " vs ".join(comp.systems["system"])
-    return f"**{title}**\n\n{head}{table}\n\nScored by: {comp.judge}. {comp.method_note()}\n"
+    return f"**{' vs '.join(comp.systems['system'])}**\n\n" + comp.to_markdown(table)
 
 
 def tracking(tracking_uri: str) -> DictConfig:

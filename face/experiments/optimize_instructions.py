@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
@@ -24,18 +24,18 @@ from omegaconf import DictConfig, OmegaConf
 from face.data.split import Split, split_conversations
 from face.experiments.common import ConfigError, Parts, Plan, experiment
 from face.experiments.result import ExperimentResult, Table
-from face.llm import LLMConfig
 from face.llm.usage import estimate_input_tokens
 from face.methods.job import LLMJob, estimated_cost, estimated_size
 from face.optimize import checkpoint
-from face.optimize.beam import BeamSearch, StopOptimization, Writer
-from face.optimize.checkpoint import Candidate, ResumeMismatch
+from face.optimize.beam import BeamSearch, StopOptimization
+from face.optimize.checkpoint import Candidate, OptState
 from face.optimize.config import OptimizerConfig
 from face.optimize.estimate import CostInputs, estimate, paper_setting
 from face.optimize.items import correlation, indices_of, items_for
 from face.optimize.prompt_log import MIN_BEST_ITEMS, PromptLog
 from face.optimize.scorers import LiveScorer
-from face.pipeline.estimate import Pricing
+from face.optimize.writer import Writer
+from face.pipeline.estimate import COUNTS, Pricing
 from face.pipeline.scoring import score_messages, units_for
 from face.prompts import generic_instruction, initial_instruction
 from face.tracking.names import metric_name
@@ -45,7 +45,7 @@ def optimizer_config(cfg: DictConfig) -> OptimizerConfig:
     if "optimizer" not in cfg:
         raise ConfigError("no optimizer config: add `- /optimizer: paper` to the experiment's defaults")
     try:
-        return OptimizerConfig.from_dict(cast(dict, OmegaConf.to_container(cfg.optimizer, resolve=True)))
+        return OptimizerConfig(**cast(dict, OmegaConf.to_container(cfg.optimizer, resolve=True)))
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from None
 
@@ -54,12 +54,12 @@ def start_text(ocfg: OptimizerConfig, aspect: str) -> str:
     return generic_instruction(aspect) if ocfg.start == "initial" else initial_instruction(aspect)
 
 
-def run_config(ocfg: OptimizerConfig, aspect: str, ctx, lcfg: LLMConfig, method) -> dict:
+def run_config(ocfg: OptimizerConfig, aspect: str, ctx) -> dict:
     """What the optimization of one aspect depends on (compared when resuming)."""
     return {"optimizer": ocfg.fingerprint_fields(), "aspect": aspect,
             "conversations": sorted(c.conv_id for c in ctx.convs),
-            "llm": {"model": lcfg.model, "backend": lcfg.backend},
-            "scoring": json.loads(json.dumps(asdict(method.scoring))), "particles": method.particles.source}
+            "llm": {"model": ctx.llm.model, "backend": ctx.llm.backend},
+            "scoring": json.loads(json.dumps(asdict(ctx.method.scoring))), "particles": ctx.method.particles.source}
 
 
 def cost_inputs(ctx, aspect, items, idx, decomps, method, text: str) -> CostInputs:
@@ -71,7 +71,7 @@ def cost_inputs(ctx, aspect, items, idx, decomps, method, text: str) -> CostInpu
                     for u in sample]) if sample else 0.0)
     ppi = len(units) / max(len(items) if aspect.level == "turn" else len(ctx.convs), 1)
     return CostInputs(len(idx["train"]), len(idx["dev"]) + len(idx["test"]), ppi, method.scoring.samples, float(tin),
-                      method.cost.score_tokens(method.scoring.reasoning))
+                      method.cost.score_tokens(reasoning))
 
 
 def parts(cfg: DictConfig) -> Parts:
@@ -82,10 +82,9 @@ def parts(cfg: DictConfig) -> Parts:
 
 
 def run(run_plan: Plan) -> ExperimentResult:
-    cfg = run_plan.cfg
-    ocfg = optimizer_config(cfg)
+    ocfg = optimizer_config(run_plan.cfg)
     with experiment(run_plan) as ctx:
-        method, inputs, lcfg = _face_method(ctx)
+        method, inputs = _face_method(ctx)
         split = dev_split(ctx.convs, ocfg)
         ctx.tracker.set_tags({f"split.{side}": len(getattr(split, side)) for side in ("train", "dev", "test")})
         plans = plan_aspects(ctx, split)
@@ -97,10 +96,8 @@ def run(run_plan: Plan) -> ExperimentResult:
         try:
             with job.client() as client:
                 decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, method.proxy(inputs),
-                                                      lcfg.supports_json_schema)
-                env = Optimizing(client, decomps, ckpt_dir, method, lcfg, heldout)
-                for plan in plans.values():
-                    _optimize(ctx, ocfg, plan, env)
+                                                      inputs.llm.supports_json_schema)
+                done = [_optimize(ctx, ocfg, plan, client, decomps, ckpt_dir, heldout) for plan in plans.values()]
                 job.finish(client)
         except StopOptimization as stop:
             msg = (f"{stop}: checkpoint in {ckpt_dir}; continue with optimizer.resume={ckpt_dir} "
@@ -112,11 +109,11 @@ def run(run_plan: Plan) -> ExperimentResult:
             print(f"The optimization stopped; its checkpoint (after the last completed round) is in {ckpt_dir}: "
                   f"continue with optimizer.resume={ckpt_dir}", file=sys.stderr, flush=True)
             raise
-        return _report(ctx, ocfg, env, job.metrics)
+        return _report(ctx, ocfg, done, job.metrics)
 
 
-def _face_method(ctx) -> tuple[Any, Any, LLMConfig]:
-    """(the live FACE method, its inputs, the LLM settings), refused unless the method scores particles live."""
+def _face_method(ctx) -> tuple[Any, Any]:
+    """(the live FACE method, its inputs), refused unless the method scores particles live."""
     from face.pipeline.method import Face
 
     if not isinstance(ctx.method, Face) or ctx.method.units.unit != "particle":
@@ -124,7 +121,7 @@ def _face_method(ctx) -> tuple[Any, Any, LLMConfig]:
     inputs = ctx.inputs()
     if inputs.llm is None:
         raise ConfigError("optimize_instructions needs an LLM (llm=...)")
-    return ctx.method, inputs, inputs.llm
+    return ctx.method, inputs
 
 
 def dev_split(convs, ocfg: OptimizerConfig) -> Split:
@@ -171,9 +168,7 @@ def _gate(ctx, ocfg: OptimizerConfig, plans: dict, method, inputs) -> tuple[LLMJ
             estimates.append(estimate(oc, ci, pricing).assign(aspect=a.name, setting=label))
     costs = pd.concat(estimates, ignore_index=True)
     summary = (costs[costs["stage"].isin(["per round", "total"])]
-               .groupby(["setting", "stage"], sort=False)[["requests", "samples", "http_requests", "input_tokens",
-                                                           "output_tokens", "cost_usd"]]
-               .sum().reset_index())
+               .groupby(["setting", "stage"], sort=False)[[*COUNTS, "cost_usd"]].sum().reset_index())
     job = LLMJob(inputs.llm, ctx.run_dir, f"the optimizer, {len(ctx.aspects)} aspects, {inputs.llm.model}",
                  summary=ctx.summary)
     this_run = summary[summary["setting"] == "this run"]
@@ -194,61 +189,37 @@ def _checkpoint_dir(ctx, ocfg: OptimizerConfig) -> Path:
     return ckpt_dir
 
 
-@dataclass
-class Optimizing:
-    """What every aspect's optimization shares (the LLM client, the decompositions, the checkpoint directory) and
-    what it produced (``_report`` writes it)."""
-
-    client: Any
-    decomps: Any
-    ckpt_dir: Path
-    method: Any
-    lcfg: LLMConfig
-    heldout: str  # a digest of the held-out conversations: sets are ranked for @best only on the same fold
-    rows: list[dict] = field(default_factory=list)  # one per aspect: held-out and dev correlations, counts
-    trajectories: list[dict] = field(default_factory=list)
-    gradients: list[dict] = field(default_factory=list)
-    sets: dict[str, list[dict]] = field(default_factory=dict)  # aspect -> the final ranked set
-
-
-def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, env: Optimizing) -> None:
-    """One aspect: the beam search from its start (or its checkpoint), then the final set on dev and test."""
+def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, client, decomps, ckpt_dir: Path,
+              heldout: str) -> tuple[dict, OptState, list[Candidate]]:
+    """One aspect: the beam search from its start (or its checkpoint), then the final set on dev and test (its row of
+    the held-out table, the loop's state, the final set). ``heldout``: a digest of the held-out conversations (sets
+    are ranked for @best only on the same fold)."""
     a, items, idx = plan
-    lcfg, judged = env.lcfg, ctx.dataset.judged
-    empty = float(a.low) if env.method.empty_turn == "min" else None  # the pipeline's rule for particle-less items
-    scorer = LiveScorer(env.client, a, ctx.convs, items, env.decomps, env.method.scoring, lcfg.supports_json_schema,
-                        judged, empty_score=empty, example_chars=ocfg.writer.example_chars)
+    method, judged, json_schema = ctx.method, ctx.dataset.judged, ctx.llm.supports_json_schema
+    empty = float(a.low) if method.empty_turn == "min" else None  # the pipeline's rule for particle-less items
+    scorer = LiveScorer(client, a, ctx.convs, items, decomps, method.scoring, json_schema, judged, empty_score=empty,
+                        example_chars=ocfg.writer.example_chars)
     idx = {side: np.intersect1d(ix, scorer.covered()) for side, ix in idx.items()}  # an item without one: not scored
-    state = checkpoint.load(env.ckpt_dir, a.name) if ocfg.resume else None
+    state = checkpoint.load(ckpt_dir, a.name) if ocfg.resume else None
     prompts = PromptLog(ctx.tracker, a.name, state.prompt_name if state is not None else None)
-    loop = BeamSearch(ocfg, a, scorer, idx["train"], idx["dev"],
-                      Writer(env.client, a, ocfg, lcfg.supports_json_schema, judged), prompts, str(env.ckpt_dir),
-                      lambda: (env.client.usage.requests, env.client.usage.spent_usd))
-    config = run_config(ocfg, a.name, ctx, lcfg, env.method)
+    loop = BeamSearch(ocfg, a, scorer, idx["train"], idx["dev"], Writer(client, a, ocfg, json_schema, judged), prompts,
+                      str(ckpt_dir), lambda: (client.usage.requests, client.usage.spent_usd))
+    config = run_config(ocfg, a.name, ctx)
     if state is not None:
-        try:
-            checkpoint.check_same(state, config, env.ckpt_dir)
-        except ResumeMismatch as e:
-            raise ConfigError(str(e)) from None
-        print(f"{a.name}: resuming after round {state.round} from {env.ckpt_dir}", flush=True)
+        checkpoint.check_same(state, config, ckpt_dir)
+        print(f"{a.name}: resuming after round {state.round} from {ckpt_dir}", flush=True)
     else:
         state = loop.new_state([Candidate("initial", start_text(ocfg, a.name))], config)
-        checkpoint.save(state, env.ckpt_dir)
+        checkpoint.save(state, ckpt_dir)
     state = loop.run(state)
     final = loop.final_set(state)
     row = _evaluate(a, idx, state, final, scorer, loop.gold)
-    env.rows.append(row)
-    env.trajectories += [{"aspect": a.name, **t} for t in state.trajectory]
-    env.gradients += [{"aspect": a.name, **g} for g in state.gradients]
-    env.sets[a.name] = [{"instruction_id": c.cid, "text": c.text, "rank": i + 1,
-                             "mean_reward": state.mean_reward(c.cid), "pulls": len(state.rewards[c.cid]),
-                             "round": c.round, "parent": c.parent, "prompt_version": c.version}
-                            for i, c in enumerate(final)]
     ref = prompts.register_set(final, {"test_spearman": f"{row['test_final_spearman']:.4f}",
                                        "dev_spearman": f"{row['dev_final_spearman']:.4f}",
-                                       "test_items": str(row["test_items"]), "heldout": env.heldout})
+                                       "test_items": str(row["test_items"]), "heldout": heldout})
     if ref:
         ctx.tracker.set_tags({f"prompt.{a.name}": ref})
+    return row, state, final
 
 
 def _evaluate(a, idx: dict, state, final: list, scorer, gold) -> dict:
@@ -266,26 +237,31 @@ def _evaluate(a, idx: dict, state, final: list, scorer, gold) -> dict:
     return row
 
 
-def _report(ctx, ocfg, env: Optimizing, job_metrics: dict) -> ExperimentResult:
+def _report(ctx, ocfg, done: list[tuple[dict, OptState, list[Candidate]]], job_metrics: dict) -> ExperimentResult:
     """The held-out table, the final sets (``instructions.json``: what ``method.instructions.source=file`` and a
     ``runs:/<run id>`` reference read), the trajectory and the gradients."""
     from face.report.optimizer_figures import trajectory
     from face.report.tables import to_markdown
 
-    res, traj, llm = pd.DataFrame(env.rows), pd.DataFrame(env.trajectories), env.lcfg
+    rows, llm = [row for row, _, _ in done], ctx.llm
+    res, traj = pd.DataFrame(rows), pd.DataFrame([{"aspect": s.aspect, **t} for _, s, _ in done for t in s.trajectory])
+    sets = {s.aspect: [{"instruction_id": c.cid, "text": c.text, "rank": i + 1, "mean_reward": s.mean_reward(c.cid),
+                        "pulls": len(s.rewards[c.cid]), "round": c.round, "parent": c.parent,
+                        "prompt_version": c.version} for i, c in enumerate(final)] for _, s, final in done}
     note = (f"LLM {llm.model} ({llm.backend}); {ctx.subset}; optimized on the train fold(s), "
             f"'test' = held-out fold {ocfg.split.fold} of {ocfg.split.folds} (conversation level, stratified by "
             f"system, seed {ocfg.split.seed}); α={ocfg.alpha} β={ocfg.beta} b={ocfg.beam} c={ocfg.ucb_c} "
             f"rounds={ocfg.rounds} pulls/round={ocfg.pulls}")
     shown = res[["aspect", "level", "test_items", "candidates", "test_initial_spearman", "test_final_spearman",
                  "test_best_spearman", "dev_final_spearman", "pulls", "llm_calls"]]
-    metrics = report_metrics(env.rows)
+    metrics = report_metrics(rows)
     return ctx.result(
         results=res, metrics={**job_metrics, **metrics},
         tables={"heldout": Table(res, f"Held-out correlation, final set vs initial instruction. {note}", 4),
                 "trajectory": Table(traj)},
-        texts={"instructions.json": json.dumps(env.sets, indent=1),
-               "gradients.jsonl": "".join(json.dumps(g, default=str) + "\n" for g in env.gradients)},
+        texts={"instructions.json": json.dumps(sets, indent=1),
+               "gradients.jsonl": "".join(json.dumps({"aspect": s.aspect, **g}, default=str) + "\n"
+                                          for _, s, _ in done for g in s.gradients)},
         figures={"figures/trajectory.png": partial(trajectory, traj, ocfg.reward,
                                                    "Instruction optimizer: reward by round", note)},
         shown=[(f"Held-out correlation: final set vs initial instruction. {note}", shown, 3)],
@@ -302,8 +278,7 @@ def report_metrics(rows: list[dict]) -> dict[str, float]:
     for r in rows:
         metrics[metric_name(r["level"], r["aspect"], "heldout", "spearman")] = r["test_final_spearman"]
         metrics.update({f"heldout.{r['aspect']}.{k}": v for k, v in r.items() if k.startswith(("test_", "dev_"))})
-        metrics[f"optimizer.{r['aspect']}.pulls"] = r["pulls"]
-        metrics[f"optimizer.{r['aspect']}.llm_calls"] = r["llm_calls"]
+        metrics.update({f"optimizer.{r['aspect']}.{k}": r[k] for k in ("pulls", "llm_calls")})
     final, initial = float(np.nanmean(res["test_final_spearman"])), float(np.nanmean(res["test_initial_spearman"]))
     metrics.update({"summary.final_heldout_spearman": final, "summary.initial_heldout_spearman": initial,
                     "summary.gain_heldout_spearman": final - initial,

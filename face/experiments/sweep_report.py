@@ -25,8 +25,8 @@ from hydra.experimental.callback import Callback
 
 from face.files import atomic_path, atomic_write_text
 from face.report.look import drawn
-from face.tracking.names import HEADLINE_PREFIX, RELEASED_JUDGE, fixed_width, headline
-from face.tracking.sweeps import LABEL_TAG, SEP, SWEEP_ROLE, SWEPT_TAG, find_sweep_parent, tails
+from face.tracking.names import HEADLINE_PREFIX, RELEASED_JUDGE, fixed_width, headline, shown
+from face.tracking.sweeps import LABEL_TAG, SEP, SWEEP_ROLE, SWEPT_TAG, find_sweep_parent, swept_keys, tails
 
 log = logging.getLogger(__name__)
 
@@ -185,11 +185,10 @@ def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = 
     out = Path(out or parent.data.tags["sweep_dir"])
     done = jobs[jobs["status"] == "FINISHED"]
     title = f"{parent.info.run_name}: {len(jobs)} jobs ({len(done)} finished); {llm_named(runs)}"
-    for name, df in (("sweep_jobs.csv", jobs), ("sweep_summary.csv", spread)):
-        with atomic_path(out / name) as tmp:
-            df.to_csv(tmp, index=False)
     text = report_markdown(title, jobs, spread, swept, metrics) + best_sets(client, runs)
-    paths = [out / "sweep_jobs.csv", out / "sweep_summary.csv", atomic_write_text(out / "sweep_report.md", text)]
+    paths = [atomic_write_text(out / "sweep_jobs.csv", jobs.to_csv(index=False)),
+             atomic_write_text(out / "sweep_summary.csv", spread.to_csv(index=False)),
+             atomic_write_text(out / "sweep_report.md", text)]
     if metrics:
         paths.append(plot(jobs, swept, metrics[0], out / "sweep_report.png", title))
     for p in paths:
@@ -197,7 +196,7 @@ def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = 
     for m in metrics:  # the parent's row: sweep_best.<metric> (sorts after summary.*), its job in a tag
         if len(done) and not math.isnan(done[m].max()):
             best, short = done.loc[done[m].idxmax()], m.removeprefix("summary.")
-            client.log_metric(parent.info.run_id, f"sweep_best.{short}", round(float(best[m]), 6))
+            client.log_metric(parent.info.run_id, f"sweep_best.{short}", shown(best[m]))
             client.set_tag(parent.info.run_id, f"sweep_best.{short}.job", str(best["run"]))
     client.set_tag(parent.info.run_id, "mlflow.note.content", redact(text[:60_000]))
     if metrics:
@@ -245,8 +244,18 @@ class SweepRuns(Callback):
     jobs check the store themselves and refuse a bad one."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
+        from face.tracking.store import check_tracking_store, use_experiment
+        from face.tracking.sweeps import sweep_parent
+
         try:
-            self._start(config)
+            overrides = list(config.hydra.overrides.task)
+            swept = swept_keys(overrides)
+            # jobs in different MLflow experiments: each makes its own parent
+            if not config.tracking.get("enabled") or "experiment" in swept:
+                return
+            check_tracking_store(config)
+            sweep_parent(use_experiment(config.tracking), str(config.hydra.sweep.dir), str(config.task_name),
+                         overrides, swept, f"A sweep over {', '.join(swept) or 'nothing'}: one child run per job.")
         except Exception as e:
             log.warning("could not create the sweep's MLflow parent run: %s", e)
 
@@ -260,48 +269,26 @@ class SweepRuns(Callback):
                 log.info("removed %s, left by a killed earlier run of this job", p)
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        try:
-            self._end(config)
-        except Exception as e:
-            log.warning("could not write the sweep report: %s", e)
-
-    @staticmethod
-    def _start(config) -> None:
-        from face.tracking.store import check_tracking_store, use_experiment
-        from face.tracking.sweeps import sweep_parent, swept_keys
-
-        if not config.tracking.get("enabled"):
-            return
-        overrides = list(config.hydra.overrides.task)
-        swept = swept_keys(overrides)
-        if "experiment" in swept:  # jobs in different MLflow experiments: each makes its own parent
-            return
-        check_tracking_store(config)
-        exp_id = use_experiment(config.tracking)
-        sweep_parent(exp_id, str(config.hydra.sweep.dir), str(config.task_name), overrides, swept,
-                     description=f"A sweep over {', '.join(swept) or 'nothing'}: one child run per job.")
-
-    @staticmethod
-    def _end(config) -> None:
         import mlflow
         from mlflow.tracking import MlflowClient
 
         from face.tracking.store import use_experiment
-        from face.tracking.sweeps import swept_keys
 
-        if not config.tracking.get("enabled") or "experiment" in swept_keys(list(config.hydra.overrides.task)):
-            return
-        exp_id = use_experiment(config.tracking)
-        client = MlflowClient()
-        parent = find_sweep_parent(client, exp_id, str(config.hydra.sweep.dir))
-        if parent is None:
-            return
         try:
-            write_report(mlflow.get_tracking_uri(), str(config.tracking.experiment_name), parent)
-        finally:
-            runs = child_runs(mlflow.get_tracking_uri(), exp_id, parent.info.run_id)
-            ok = not runs.empty and (runs["status"] == "FINISHED").all()
-            client.set_terminated(parent.info.run_id, status="FINISHED" if ok else "FAILED")
+            if not config.tracking.get("enabled") or "experiment" in swept_keys(list(config.hydra.overrides.task)):
+                return
+            exp_id, client = use_experiment(config.tracking), MlflowClient()
+            parent = find_sweep_parent(client, exp_id, str(config.hydra.sweep.dir))
+            if parent is None:
+                return
+            try:
+                write_report(mlflow.get_tracking_uri(), str(config.tracking.experiment_name), parent)
+            finally:
+                runs = child_runs(mlflow.get_tracking_uri(), exp_id, parent.info.run_id)
+                ok = not runs.empty and (runs["status"] == "FINISHED").all()
+                client.set_terminated(parent.info.run_id, status="FINISHED" if ok else "FAILED")
+        except Exception as e:
+            log.warning("could not write the sweep report: %s", e)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -166,12 +166,10 @@ def scorers(aspects: Sequence[str] | str | None = None, llm: str = "local", *, p
         raise ConfigError(f"scorers(): prefix must be a string (each scorer is named <prefix><aspect>), got {prefix!r}")
     specs = check_settings(aspects, llm, **settings)
     engine = Engine([a.name for a in specs], llm, settings)
-    out: list[FaceScorer] = []
-    for a in specs:
-        cls = FaceSessionScorer if a.level == "dialogue" else FaceTurnScorer
-        s = cls(name=f"{prefix}{a.name}", aspect=a.name)
+    out: list[FaceScorer] = [(FaceSessionScorer if a.level == "dialogue" else FaceTurnScorer)(
+        name=f"{prefix}{a.name}", aspect=a.name) for a in specs]
+    for s in out:
         s._engine = engine
-        out.append(s)
     return out
 
 

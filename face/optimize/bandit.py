@@ -13,8 +13,6 @@ from typing import Callable
 
 import numpy as np
 
-POLICIES = ("ucb", "uniform")
-
 
 class Bandit:
     def __init__(self, n_arms: int, c: float = 1.0):
@@ -25,17 +23,13 @@ class Bandit:
         self.total = np.zeros(n_arms, dtype=float)
         self.t = 0
 
-    @property
-    def n_arms(self) -> int:
-        return len(self.n)
-
     def means(self) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.n > 0, self.total / np.maximum(self.n, 1), np.nan)
 
     def bounds(self) -> np.ndarray:
         """Upper confidence bound of every arm (+inf for an arm not pulled yet)."""
-        out = np.full(self.n_arms, math.inf)
+        out = np.full(len(self.n), math.inf)
         pulled = self.n > 0
         if pulled.any():
             bonus = self.c * np.sqrt(math.log(max(self.t, 1)) / self.n[pulled])
@@ -52,17 +46,15 @@ class Bandit:
 
     def run(self, pull: Callable[[int], float], budget: int, policy: str = "ucb") -> Bandit:
         """``budget`` pulls, each of the arm ``policy`` chooses: ``ucb`` (``choose_ucb``) or ``uniform`` (in turn)."""
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r}; choose from {POLICIES}")
         for _ in range(budget):
-            arm = self.choose_ucb() if policy == "ucb" else self.t % self.n_arms
+            arm = self.choose_ucb() if policy == "ucb" else self.t % len(self.n)
             self.update(arm, pull(arm))
         return self
 
     def top(self, k: int) -> list[int]:
         means = self.means()
-        order = sorted(range(self.n_arms), key=lambda i: (self.n[i] == 0,
-                                                          -(means[i] if self.n[i] else 0.0), -self.n[i], i))
+        order = sorted(range(len(self.n)), key=lambda i: (self.n[i] == 0, -(means[i] if self.n[i] else 0.0),
+                                                          -self.n[i], i))
         return order[:k]
 
 

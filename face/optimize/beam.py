@@ -22,48 +22,15 @@ from face.optimize import checkpoint
 from face.optimize.bandit import Bandit
 from face.optimize.checkpoint import Candidate, OptState
 from face.optimize.config import OptimizerConfig
-from face.optimize.gradients import critiques, gradient_request
 from face.optimize.items import correlation, reward, worst
 from face.optimize.prompt_log import PromptLog
-from face.optimize.rewrites import rewrite_request, rewritten
+from face.optimize.writer import Writer
 
 log = logging.getLogger(__name__)
 
 
 class StopOptimization(Exception):
     """A clean stop after a completed round (``optimizer.stop_after_round``); the checkpoint is intact."""
-
-    def __init__(self, state: OptState):
-        super().__init__(f"stopped after round {state.round} of {state.aspect}")
-        self.state = state
-
-
-@dataclass
-class Writer:
-    """Gradient and rewrite calls through one LLM client (batched per round)."""
-
-    client: Any
-    aspect: Aspect
-    cfg: OptimizerConfig
-    native: bool
-    judged: str = "conversational recommender systems"
-
-    def gradients(self, jobs: Sequence[tuple[Candidate, list[dict]]]) -> list[list[str]]:
-        reqs = [gradient_request(self.aspect, c.text, ex, self.cfg.alpha, self.cfg.writer, self.native, self.judged)
-                for c, ex in jobs]
-        return [critiques(r) for r in self.client.run_batch(reqs, desc=f"gradients {self.aspect.name}")]
-
-    def rewrites(self, jobs: Sequence[tuple[Candidate, str]]) -> list[list[str]]:
-        reqs = [rewrite_request(self.aspect, c.text, g, self.cfg.beta, self.cfg.writer, self.native, self.judged)
-                for c, g in jobs]
-        return [rewritten(r) for r in self.client.run_batch(reqs, desc=f"rewrites {self.aspect.name}")]
-
-
-def rng_from(state: OptState, seed: int) -> np.random.Generator:
-    rng = np.random.default_rng(seed)
-    if state.rng is not None:
-        rng.bit_generator.state = state.rng
-    return rng
 
 
 def minibatch(rng: np.random.Generator, pool: np.ndarray, size: int) -> np.ndarray:
@@ -75,14 +42,13 @@ def minibatch(rng: np.random.Generator, pool: np.ndarray, size: int) -> np.ndarr
 class BeamSearch:
     cfg: OptimizerConfig
     aspect: Aspect
-    scorer: Any  # face.optimize.scorers.Scorer
+    scorer: Any  # face.optimize.scorers: LiveScorer, or ReplayScorer (no expansion)
     train: np.ndarray  # item indices the loop may use
     dev: np.ndarray  # item indices for the per-round dev correlation of the beam (never used to select)
     writer: Writer | None = None  # None: no expansion (replay)
     prompts: PromptLog | None = None  # None: nothing registered (tracking off)
     checkpoint_dir: str | None = None
     usage: Callable[[], tuple[int, float]] | None = None  # () -> (LLM calls so far, cost so far)
-    on_round: Callable[[OptState, dict], None] | None = None  # after each checkpoint (metrics, tests)
     gold: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -103,26 +69,24 @@ class BeamSearch:
     # ---- one round --------------------------------------------------------
     def expand(self, state: OptState, r: int, rng: np.random.Generator) -> list[Candidate]:
         assert self.writer is not None, "a replay run does not expand"
-        parents = [state.candidates[c] for c in state.beam]
         jobs = []
-        for p in parents:
+        for p in (state.candidates[c] for c in state.beam):
             idx = minibatch(rng, self.train, self.cfg.expand_minibatch)
             pred = self.scorer.predict(p, idx)
             bad = idx[worst(pred, self.gold[idx], self.cfg.writer.examples, self.cfg.error)]
             jobs.append((p, self.scorer.explain(p, bad)))
         grads = self.writer.gradients(jobs)
-        rw_jobs, rw_meta = [], []
+        rewrites = []  # (parent, gradient, its id)
         for (p, ex), gs in zip(jobs, grads):
             for j, g in enumerate(gs):
                 gid = f"r{r}:{p.cid}:g{j}"
                 state.gradients.append({"gradient_id": gid, "round": r, "parent": p.cid, "parent_version": p.version,
                                         "text": g, "examples": [{k: e[k] for k in ("conv_id", "turn_ind", "pred",
                                                                                    "gold")} for e in ex]})
-                rw_jobs.append((p, g))
-                rw_meta.append((p, gid))
+                rewrites.append((p, g, gid))
         texts = {c.text for c in state.candidates.values()}
         new: list[Candidate] = []
-        for (p, gid), outs in zip(rw_meta, self.writer.rewrites(rw_jobs)):
+        for (p, _, gid), outs in zip(rewrites, self.writer.rewrites([(p, g) for p, g, _ in rewrites])):
             for text in outs:
                 if text in texts:
                     continue
@@ -153,7 +117,9 @@ class BeamSearch:
         todo = range(state.round + 1, rounds + 1)
         for r in progress(todo, f"optimizer rounds {self.aspect.name}", total=len(todo), unit="round"):
             calls0, cost0 = self.usage() if self.usage else (0, 0.0)
-            rng = rng_from(state, self.cfg.seed)
+            rng = np.random.default_rng(self.cfg.seed)
+            if state.rng is not None:  # where the last completed round left it
+                rng.bit_generator.state = state.rng
             new = self.expand(state, r, rng) if self.writer is not None else []
             for c in new:
                 state.add(c)
@@ -181,10 +147,8 @@ class BeamSearch:
                 checkpoint.save(state, self.checkpoint_dir)
             log.info("%s round %d: %d candidates, best train reward %.3f, dev %.3f", self.aspect.name, r, len(pool),
                      row["best_train_reward"], row["dev_correlation_beam"])
-            if self.on_round:
-                self.on_round(state, row)
             if self.cfg.stop_after_round is not None and r >= self.cfg.stop_after_round and r < rounds:
-                raise StopOptimization(state)
+                raise StopOptimization(f"stopped after round {r} of {self.aspect.name}")
         return state
 
     def final_set(self, state: OptState) -> list[Candidate]:

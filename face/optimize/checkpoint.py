@@ -12,12 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from face.errors import DataError
+from face.errors import ConfigError, DataError
 from face.files import atomic_write_text
-
-
-class ResumeMismatch(ValueError):
-    """Resuming under another configuration than the checkpoint's."""
 
 
 @dataclass
@@ -46,17 +42,10 @@ class OptState:
     cost_usd: float = 0.0
     prompt_name: str | None = None  # the registry prompt of the candidates' versions (a resumed job continues it)
 
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["format"] = "face-optimizer-state/1"
-        return d
-
     @staticmethod
     def from_json(d: dict) -> OptState:
-        d = dict(d)
-        d.pop("format", None)
-        d["candidates"] = {k: Candidate(**v) for k, v in d["candidates"].items()}
-        return OptState(**d)
+        d = {k: v for k, v in d.items() if k != "format"}
+        return OptState(**{**d, "candidates": {k: Candidate(**v) for k, v in d["candidates"].items()}})
 
     def add(self, cand: Candidate) -> None:
         self.candidates[cand.cid] = cand
@@ -75,7 +64,8 @@ class OptState:
 
 
 def save(state: OptState, directory: str | Path) -> Path:
-    return atomic_write_text(Path(directory) / f"{state.aspect}.json", json.dumps(state.to_json(), indent=1))
+    d = {**asdict(state), "format": "face-optimizer-state/1"}
+    return atomic_write_text(Path(directory) / f"{state.aspect}.json", json.dumps(d, indent=1))
 
 
 def load(directory: str | Path, aspect: str) -> OptState | None:
@@ -89,20 +79,17 @@ def load(directory: str | Path, aspect: str) -> OptState | None:
 
 
 def check_same(state: OptState, config: dict[str, Any], where: Path) -> None:
-    """ResumeMismatch naming every setting that differs between the checkpoint and this run."""
+    """A ConfigError naming every setting that differs between the checkpoint and this run."""
     old, new = _flat(state.config), _flat(config)
     diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if diff:
         shown = "; ".join(f"{k}: checkpoint {old.get(k)!r}, now {new.get(k)!r}" for k in diff[:6])
-        raise ResumeMismatch(f"optimizer.resume={where}: the checkpoint of {state.aspect!r} was written under "
+        raise ConfigError(f"optimizer.resume={where}: the checkpoint of {state.aspect!r} was written under "
                              f"another configuration ({shown}{' ...' if len(diff) > 6 else ''}); resume with the same "
                              "settings, or start a new optimization without optimizer.resume")
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, dict):
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix.rstrip("."): json.loads(json.dumps(d, default=str))}
+    if not isinstance(d, dict):
+        return {prefix.rstrip("."): json.loads(json.dumps(d, default=str))}
+    return {key: leaf for k, v in d.items() for key, leaf in _flat(v, f"{prefix}{k}.").items()}

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -64,14 +62,6 @@ class OptimizerConfig:
     resume: str | None  # a checkpoint directory of an earlier run to continue
     stop_after_round: int | None = Field(ge=1)  # stop cleanly after this round (checkpoint intact)
 
-    @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> OptimizerConfig:
-        return OptimizerConfig(**dict(d))  # ConfigError naming the key
-
     def fingerprint_fields(self) -> dict[str, Any]:
         """What determines the result (not where to resume from, nor when to stop)."""
         return {k: v for k, v in asdict(self).items() if k not in ("resume", "stop_after_round", "name")}
-
-
-def fingerprint(obj: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -58,9 +58,8 @@ def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.Data
     rows.append({"stage": f"all {ocfg.rounds} rounds", **(total_round * ocfg.rounds).to_dict()})
     final = (min(ocfg.top_k, ocfg.rounds * pool) + 1) * ci.eval_items * units
     row("final evaluation (dev + test)", final, ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
-    end = pd.DataFrame(rows)
-    total = end[end["stage"].isin([f"all {ocfg.rounds} rounds", "final evaluation (dev + test)"])]
-    rows.append({"stage": "total", **total.drop(columns="stage").sum().to_dict()})
+    total = pd.DataFrame(rows[-2:]).drop(columns="stage").sum()  # all rounds and the final evaluation
+    rows.append({"stage": "total", **total.to_dict()})
     out = pd.DataFrame(rows)
     for c in COUNTS:
         out[c] = out[c].round().astype(int)

@@ -115,7 +115,7 @@ class PromptLog:
         best, why = choose_best(prompt_versions(set_name), extra)
         if best is not None:
             genai.set_prompt_alias(set_name, "best", best)
-        elif _has_best(set_name):  # set on another held-out fold: it would not agree with this sweep's headline
+        else:  # one left from another held-out fold would not agree with this sweep's headline (absent: a no-op)
             genai.delete_prompt_alias(set_name, "best")
         genai.set_prompt_tag(set_name, "best", redact_tag(why))
         print(f"{set_name}: {why}", flush=True)
@@ -139,13 +139,3 @@ def choose_best(versions: list[Any], this: dict[str, str]) -> tuple[int | None, 
                   f"({tags['test_spearman']}) of the {len(same)} set(s) scored on held-out fold {this['heldout']} "
                   f"({items} items), the measure of the runs table's headline summary.final_heldout_spearman; "
                   "chosen on that fold, its value there is optimistic for new conversations")
-
-
-def _has_best(name: str) -> bool:
-    from mlflow.tracking import MlflowClient
-
-    try:
-        MlflowClient().get_prompt_version(name, "best")
-    except Exception:
-        return False
-    return True

@@ -2,8 +2,8 @@
 
 Protocol: ``predict(candidate, idx) -> array`` (one prediction per item index, NaN = none),
 ``predict_set(candidates, idx)`` (the FACE prediction of an instruction set: mean over instructions ×
-particles, face.pipeline.aggregate) and ``explain(candidate, idx)`` (what the gradient prompt shows: the item's
-text, its particles with their scores, prediction and gold).
+particles, face.pipeline.aggregate) and, for the live scorer only, ``explain(candidate, idx)`` (what the gradient
+prompt shows: the item's text, its particles with their scores, prediction and gold).
 
 - ``LiveScorer``: FACE scoring through face/llm (any backend); every (instruction, particle) score is
   computed once per process and cached on disk by the LLM layer; an item without particles gets no prediction (the
@@ -13,7 +13,7 @@ text, its particles with their scores, prediction and gold).
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,16 +28,6 @@ from face.pipeline.particles import Decomposition
 from face.pipeline.score_prompts import Unit, one_line, units_for
 from face.pipeline.scoring import ScoringSpec, plan, score
 from face.predictions import Predictions
-
-
-class Scorer(Protocol):
-    items: Sequence[Item]
-
-    def predict(self, cand: Candidate, idx: np.ndarray) -> np.ndarray: ...
-
-    def predict_set(self, cands: Sequence[Candidate], idx: np.ndarray) -> np.ndarray: ...
-
-    def explain(self, cand: Candidate, idx: np.ndarray) -> list[dict]: ...
 
 
 class ReplayScorer:
@@ -65,9 +55,6 @@ class ReplayScorer:
     def predict_set(self, cands: Sequence[Candidate], idx: np.ndarray) -> np.ndarray:
         return self.matrix[[self.row[c.cid] for c in cands]][:, idx].mean(0)
 
-    def explain(self, cand: Candidate, idx: np.ndarray) -> list[dict]:
-        raise NotImplementedError("the replay scorer has no texts to show: gradients need the live scorer")
-
 
 class LiveScorer:
     """FACE's own scoring (face.pipeline.scoring) of the particles of each item under a candidate instruction."""
@@ -90,24 +77,23 @@ class LiveScorer:
         self.memo: dict[tuple[str, str, int, int], float] = {}
 
     @staticmethod
-    def _key(cand: Candidate, u: Unit) -> tuple[str, str, int, int]:
-        return (cand.cid, u.conv_id, u.turn_ind, u.particle_ind)
+    def _key(cid: str, u: Unit) -> tuple[str, str, int, int]:
+        return (cid, u.conv_id, u.turn_ind, u.particle_ind)
 
     def _ensure(self, cands: Sequence[Candidate], idx: np.ndarray) -> None:
         """Score what is not known yet: one batch over every missing (candidate, particle)."""
         planned = []
         for cand in cands:
-            todo = [u for i in idx for u in self.units[i] if self._key(cand, u) not in self.memo]
-            todo = list({self._key(cand, u): u for u in todo}.values())
+            todo = [u for i in idx for u in self.units[i] if self._key(cand.cid, u) not in self.memo]
+            todo = list({self._key(cand.cid, u): u for u in todo}.values())
             if todo:
                 ins = Instruction(cand.cid, cand.text, None, "optimizer")
                 planned += plan(todo, [ins], self.convs, self.spec, self.json_schema, self.judged)
         if not planned:
             return
-        by_cid = {c.cid: c for c in cands}
         records = score(self.client, planned, self.spec, desc=f"optimizer scoring {self.aspect.name}")
         for rec, p in zip(records, planned):
-            self.memo[self._key(by_cid[p.instruction.instruction_id], p.unit)] = rec.score
+            self.memo[self._key(p.instruction.instruction_id, p.unit)] = rec.score
 
     def covered(self) -> np.ndarray:
         """Indices of items with a prediction whatever the scores: those with particles, or all given an
@@ -122,7 +108,7 @@ class LiveScorer:
         particle-less item has no ``empty_score`` or no particle has a valid answer (fallback=drop)."""
         idx = np.asarray(idx, dtype=int)
         self._ensure(cands, idx)
-        rows = [(self.aspect.name, u.conv_id, u.turn_ind, u.particle_ind, c.cid, self.memo[self._key(c, u)])
+        rows = [(self.aspect.name, u.conv_id, u.turn_ind, u.particle_ind, c.cid, self.memo[self._key(c.cid, u)])
                 for c in cands for i in idx for u in self.units[i]]
         preds = aggregate(pd.DataFrame(rows, columns=SCORE_COLUMNS), {self.aspect.name: self.aspect.level})
         items = [self.items[i] for i in idx]
@@ -143,7 +129,7 @@ class LiveScorer:
             else:
                 context = "\n".join(f"Turn {t.turn_ind} {t.role}: {one_line(t.utterance)[:cut // 4]}"
                                     for t in conv.turns)[: cut * 3]
-            particles = [{"turn": u.turn_ind, **vars(u.particle), "score": self.memo[self._key(cand, u)]}
+            particles = [{"turn": u.turn_ind, **vars(u.particle), "score": self.memo[self._key(cand.cid, u)]}
                          for u in self.units[i]]  # (units of particles: each has one)
             out.append({"conv_id": it.conv_id, "turn_ind": it.turn_ind, "context": context, "particles": particles,
                         "pred": float(pred), "gold": it.gold})

@@ -20,21 +20,6 @@ TRAJECTORY_SERIES = (("best_train_reward", "o-", "best candidate, train"),
                      ("dev_correlation_beam", "^-", "beam, dev"))
 
 
-def _trajectory_panel(ax: plt.Axes, t: pd.DataFrame, aspect: str) -> set[str]:
-    """One aspect's rounds; returns the labels of the series with no finite value (not drawn)."""
-    missing = set()
-    for col, style, label in TRAJECTORY_SERIES:
-        y = t[col].to_numpy(float) if col in t.columns else np.full(len(t), np.nan)
-        if np.isfinite(y).any():
-            ax.plot(t["round"], y, style, label=label, ms=3, lw=1)
-        else:
-            missing.add(label)
-    figures._integer_ticks(ax, t["round"])
-    ax.tick_params(labelsize=7)
-    ax.set_title(aspect.replace("_", " "), fontsize=8)
-    return missing
-
-
 @figures.drawn()
 def trajectory(traj: pd.DataFrame, reward: str, title: str, note: str, path: str | Path) -> Path:
     """Per aspect (a grid of panels, at most 4 a row: readable at paper width), the optimizer's rounds: the best
@@ -46,9 +31,19 @@ def trajectory(traj: pd.DataFrame, reward: str, title: str, note: str, path: str
     rows = max(1, -(-len(aspects) // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(1.7 * cols + 0.4, 1.9 * rows + 0.9), squeeze=False,
                              sharey=True)
-    missing: set[str] = set()
+    missing: set[str] = set()  # the labels of series with no finite value (not drawn)
+    drawn: dict[str, Any] = {}  # label -> its first line
     for ax, a in zip(axes.flat, aspects):
-        missing |= _trajectory_panel(ax, traj[traj["aspect"] == a].sort_values("round"), a)
+        t = traj[traj["aspect"] == a].sort_values("round")
+        for col, style, label in TRAJECTORY_SERIES:
+            y = t[col].to_numpy(float) if col in t.columns else np.full(len(t), np.nan)
+            if np.isfinite(y).any():
+                drawn.setdefault(label, ax.plot(t["round"], y, style, label=label, ms=3, lw=1)[0])
+            else:
+                missing.add(label)
+        figures._integer_ticks(ax, t["round"])
+        ax.tick_params(labelsize=7)
+        ax.set_title(a.replace("_", " "), fontsize=8)
     for k, ax in enumerate(axes.flat):
         if k >= max(len(aspects), 1):
             ax.set_visible(False)
@@ -57,10 +52,6 @@ def trajectory(traj: pd.DataFrame, reward: str, title: str, note: str, path: str
             ax.xaxis.set_tick_params(labelbottom=True)
     for ax in axes[:, 0]:
         ax.set_ylabel(f"{figures.COEF_LABELS.get(reward, reward)}", fontsize=8)
-    drawn: dict[str, Any] = {}
-    for ax in axes.flat:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            drawn.setdefault(lab, h)
     labels = [lab for _, _, lab in TRAJECTORY_SERIES if lab in drawn]
     extra = f" (not drawn: {', '.join(sorted(missing))} — no finite value)" if missing else ""
     fig.suptitle(f"{title}{extra}", fontsize=8)
@@ -69,14 +60,6 @@ def trajectory(traj: pd.DataFrame, reward: str, title: str, note: str, path: str
         fig.legend(handles=[drawn[lab] for lab in labels], labels=labels, loc="lower center", ncol=len(labels),
                    fontsize=7, frameon=False, bbox_to_anchor=(0.5, 0.0))
     return figures._save(fig, path, note)
-
-
-
-def _band(ax: plt.Axes, x, mean, sd, style: str, label: str) -> None:
-    """A mean line with a ±1 sd band over the repetitions (the spread a single seed would hide)."""
-    x, mean, sd = (np.asarray(v, float) for v in (x, mean, sd))
-    line, = ax.plot(x, mean, style, label=label, ms=3)
-    ax.fill_between(x, mean - np.nan_to_num(sd), mean + np.nan_to_num(sd), color=line.get_color(), alpha=0.2, lw=0)
 
 
 @figures.drawn()
@@ -95,8 +78,12 @@ def heldout_vs_budget(grid: pd.DataFrame, ucb_c: float, ylabel: str, title: str,
         g = grid[grid["aspect"] == a]
         u = g[(g["policy"] == "ucb") & np.isclose(g["ucb_c"], ucb_c)].sort_values("budget")
         f = g[g["policy"] == "uniform"].sort_values("budget")
-        _band(ax, u["budget"], u["heldout"], u["heldout_sd"], "o-", f"UCB (c={ucb_c:g})")
-        _band(ax, f["budget"], f["heldout"], f["heldout_sd"], "s--", "uniform")
+        for s, style, label in ((u, "o-", f"UCB (c={ucb_c:g})"), (f, "s--", "uniform")):
+            # the mean with a ±1 sd band over the repetitions (the spread a single seed would hide)
+            x, mean, sd = (s[col].to_numpy(float) for col in ("budget", "heldout", "heldout_sd"))
+            line, = ax.plot(x, mean, style, label=label, ms=3)
+            ax.fill_between(x, mean - np.nan_to_num(sd), mean + np.nan_to_num(sd), color=line.get_color(), alpha=0.2,
+                            lw=0)
         for pol, style in (("random", ":"), ("full", "-.")):
             ax.axhline(g[g["policy"] == pol]["heldout"].iloc[0], ls=style, color="grey", lw=1, label=pol)
         ax.axhline(u["best"].iloc[0], color="black", lw=1, label="best set (oracle)")

@@ -133,6 +133,11 @@ def fixed_width(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(["```text", *lines, "```"])
 
 
+def shown(value) -> float:
+    """A metric as MLflow shows it: 6 decimals (no float noise where shown; numbers.json keeps full precision)."""
+    return round(float(value), 6)
+
+
 def mean_metrics(means) -> dict[str, float]:
     """``summary.<aspect>``: each aspect's mean score at its level, on its scale (``aspect_means``' table of a run
     without human labels)."""

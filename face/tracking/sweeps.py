@@ -107,10 +107,9 @@ def job_label(overrides: Sequence[str], swept: Sequence[str], short: bool = Fals
 
 def _swept_pairs(overrides: Sequence[str], swept: Sequence[str]) -> list[tuple[str, str]]:
     pairs = named_settings(overrides)
-    if swept:
-        pairs = [(k, v) for k, v in pairs if k in swept]
-        pairs.sort(key=lambda kv: list(swept).index(kv[0]))
-    return pairs
+    if not swept:
+        return pairs
+    return sorted(((k, v) for k, v in pairs if k in swept), key=lambda kv: list(swept).index(kv[0]))
 
 
 def job_name(task: str, overrides: Sequence[str], swept: Sequence[str], job: str = "") -> str:
@@ -159,14 +158,18 @@ def sweep_parent(experiment_id: str, sweep_dir: str, task: str, overrides: Seque
     earlier run of the same sweep directory; a job that finds none (a sweep over experiments, or no callback)
     creates one named after its own settings, ended at once (no callback ends it)."""
     import mlflow
+    from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient()
     with store_lock(mlflow.get_tracking_uri()):
         found = find_sweep_parent(client, experiment_id, sweep_dir)
         if found is not None:
-            if swept is not None:
-                _reopen(client, found)
+            live = found.info.status == "RUNNING" and not run_is_gone(found.data.tags)
+            if swept is not None and not live:  # a rerun of the sweep: its parent runs again, owned by this process
+                client.update_run(found.info.run_id, status="RUNNING")
+                for k, v in {**process_tags(), "stop_reason": ""}.items():
+                    client.set_tag(found.info.run_id, k, v)
             return SweepParent(found.info.run_id, [k for k in found.data.tags.get(SWEPT_TAG, "").split(",") if k])
         keys = list(swept) if swept is not None else [k for k, _ in named_settings(overrides)]
         tags = {"sweep_dir": sweep_dir, SWEEP_ROLE: "parent", SWEPT_TAG: ",".join(keys),
@@ -176,28 +179,12 @@ def sweep_parent(experiment_id: str, sweep_dir: str, task: str, overrides: Seque
         run = client.create_run(experiment_id, run_name=redact(parent_name(task, keys)),
                                 tags={k: redact(v) for k, v in tags.items()})
         # its params: each setting of the sweep's command line, a swept one with all its values (``1,2``)
-        _log_params(client, run.info.run_id, {k: redact(v)[:6000] for k, v in named_settings(overrides)})
+        params = [Param(k, v) for k, v in {k: redact(v)[:6000] for k, v in named_settings(overrides)}.items()]
+        for i in range(0, len(params), 100):  # MLflow's batch limit
+            client.log_batch(run.info.run_id, params=params[i:i + 100])
         if swept is None:
             client.set_terminated(run.info.run_id, status="FINISHED")
         return SweepParent(run.info.run_id, keys)
-
-
-def _log_params(client, run_id: str, params: dict[str, str]) -> None:
-    from mlflow.entities import Param
-
-    items = [Param(k, v) for k, v in params.items()]
-    for i in range(0, len(items), 100):  # MLflow's batch limit
-        client.log_batch(run_id, params=items[i:i + 100])
-
-
-def _reopen(client, parent) -> None:
-    """A rerun of the sweep: its parent runs again, owned by this process (a live earlier sweep keeps it)."""
-    if parent.info.status == "RUNNING" and not run_is_gone(parent.data.tags):
-        return
-    client.update_run(parent.info.run_id, status="RUNNING")
-    for k, v in process_tags().items():
-        client.set_tag(parent.info.run_id, k, v)
-    client.set_tag(parent.info.run_id, "stop_reason", "")
 
 
 def replace_earlier_attempts(client, experiment_id: str, run_id: str, same: dict[str, str], what: str) -> list:

@@ -33,6 +33,7 @@ from face.tracking.names import (
     is_comparison,
     judge_tag,
     run_params,
+    shown,
 )
 from face.tracking.store import mark_stale_runs, process_tags, store_lock, use_experiment
 
@@ -206,7 +207,7 @@ class Tracker:
             return
         head = headline(self._compared)
         order = sorted(self._compared, key=lambda k: (k != head, not k.startswith(HEADLINE_PREFIX), k))
-        self.mlflow.log_metrics({k: round(self._compared[k], 6) for k in order})  # no float noise where shown
+        self.mlflow.log_metrics({k: shown(self._compared[k]) for k in order})
         self._compared = {}
         if head is None or self._primary_set:
             return
