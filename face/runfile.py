@@ -27,8 +27,7 @@ def to_records(preds: Predictions) -> list[dict]:
         return convs.setdefault(conv_id, {"conv_id": conv_id, "turns": {}, "dial_level_pred": {}})
 
     for row in preds.turn.itertuples(index=False):
-        turns = conv(row.conv_id)["turns"]
-        turns.setdefault(int(row.turn_ind), {})[row.aspect] = float(row.pred)
+        conv(row.conv_id)["turns"].setdefault(int(row.turn_ind), {})[row.aspect] = float(row.pred)
     for row in preds.dialogue.itertuples(index=False):
         conv(row.conv_id)["dial_level_pred"][row.aspect] = float(row.pred)
     return [{"conv_id": c["conv_id"],

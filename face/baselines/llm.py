@@ -30,7 +30,7 @@ from pydantic import Field
 from face.aspects import Aspect
 from face.data.schema import Conversation, Instruction
 from face.data.split import split_conversations
-from face.files import atomic_path, atomic_write_text
+from face.files import atomic_write_text
 from face.llm import ChatRequest
 from face.llm.adapters import score_adapter
 from face.llm.base import Draws
@@ -77,9 +77,8 @@ def aspect_fields(a: Aspect, judged: str) -> dict[str, str]:
 
 
 def label_of(u: Unit) -> float | None:
-    if u.turn_ind < 0:
-        return u.conv.labels.get(u.aspect.name)
-    return u.conv.turn(u.turn_ind).labels.get(u.aspect.name)
+    """The human label of the unit: the conversation's (a dialogue-level aspect), else its turn's."""
+    return (u.conv if u.turn_ind < 0 else u.conv.turn(u.turn_ind)).labels.get(u.aspect.name)
 
 
 def predictions(units: Sequence[Unit], values: Sequence[float | None]) -> Predictions:
@@ -113,7 +112,8 @@ class _LLMBaseline:
 
     def value(self, unit: Unit, result) -> tuple[float | None, int]:
         """(prediction, number of invalid samples): by default the mean of the valid scores."""
-        return _mean_valid(result)
+        vals = [getattr(s.value, "score", s.value) for s in result.answers]
+        return (float(np.mean(vals)) if vals else None), result.invalid_samples
 
     def prepare(self, inputs: Inputs, client, native: bool) -> None:
         """Per-run set-up that may call the LLM (G-Eval's steps)."""
@@ -129,11 +129,15 @@ class _LLMBaseline:
         return pd.DataFrame([{"stage": f"score:{self.name}", "units": len(reqs), **asdict(size),
                               "cost_usd": pricing.cost(size.input_tokens, size.output_tokens)}])
 
-    def validated(self, req: Any, adapter: Any, native: bool | None = None) -> Any:
-        """``req`` with its answer type and this method's draws (``native``: the adapter's schema too)."""
-        if native is not None:
-            req = adapter.request(req, native)
-        return replace(req, adapter=adapter, draws=self.draws)
+    def score_request(self, template: str, u: Unit, inputs: Inputs, native: bool, max_tokens: int,
+                      more: dict[str, str] | None = None, **sampling: Any) -> Any:
+        """A request for ``u``'s score alone, ``{"score": k}`` (schema-constrained where the endpoint takes one);
+        ``more``: the template's own placeholders."""
+        msgs = render(f"baselines/{template}", **aspect_fields(u.aspect, inputs.dataset.judged), **unit_fields(u),
+                      **(more or {}))
+        adapter = score_adapter(u.aspect.scale)
+        req = ChatRequest(msgs, max_tokens=max_tokens, tag=f"{self.name}:{u.aspect.name}", **sampling)
+        return replace(adapter.request(req, native), adapter=adapter, draws=self.draws)  # redrawn within draws
 
     def how(self, llm: LLMConfig) -> str:
         return f"n={self.n}, T={self.temperature}"
@@ -164,19 +168,11 @@ class _LLMBaseline:
         detail = pd.DataFrame({"aspect": [u.aspect.name for u in units], "conv_id": [u.conv.conv_id for u in units],
                                "turn_ind": [u.turn_ind for u in units], "score": list(values),
                                "invalid_samples": list(invalid)})
-        detail_path = inputs.run_dir / f"scores_{self.name}.csv"
-        with atomic_path(detail_path) as tmp:
-            detail.to_csv(tmp, index=False)
+        detail_path = atomic_write_text(inputs.run_dir / f"scores_{self.name}.csv", detail.to_csv(index=False))
         metrics[f"{self.name}.units"] = len(units)
         metrics[f"{self.name}.units_without_score"] = int(detail["score"].isna().sum())
         metrics[f"{self.name}.invalid_samples"] = int(np.sum(invalid)) if units else 0
         return MethodOutput(predictions(units, values), detail, job.label, [*job.artifacts, detail_path], metrics)
-
-
-def _mean_valid(result) -> tuple[float | None, int]:
-    """The mean of a request's valid scores, and how many answers are missing."""
-    vals = [getattr(s.value, "score", s.value) for s in result.answers]
-    return (float(np.mean(vals)) if vals else None), result.invalid_samples
 
 
 @settings("method", conf="method/llm_direct.yaml")
@@ -186,13 +182,8 @@ class LLMDirect(_LLMBaseline):
     templates: tuple[str, ...] = ("direct.txt",)
 
     def requests(self, units, inputs, client, native):
-        out = []
-        for u in units:
-            msgs = render("baselines/direct.txt", **aspect_fields(u.aspect, inputs.dataset.judged), **unit_fields(u))
-            req = ChatRequest(msgs, n=self.n, temperature=self.temperature, max_tokens=self.max_tokens or 16,
-                              tag=f"{self.name}:{u.aspect.name}")
-            out.append(self.validated(req, score_adapter(u.aspect.scale), native))
-        return out
+        return [self.score_request("direct.txt", u, inputs, native, self.max_tokens or 16, n=self.n,
+                                   temperature=self.temperature) for u in units]
 
 
 def training_conversations(convs: Sequence[Conversation], folds: int, seed: int) -> list[Conversation]:
@@ -238,7 +229,7 @@ class LLMCoTICL(_LLMBaseline):
                               examples=self.examples(a, pool, u, rng), schema=schema)
                 req = ChatRequest(msgs, n=self.n, temperature=self.temperature, max_tokens=self.max_tokens or 768,
                                   tag=f"{self.name}:{a.name}")
-                out.append(self.validated(req, _ReasonedScore(a.scale)))
+                out.append(replace(req, adapter=_ReasonedScore(a.scale), draws=self.draws))
         return out
 
 
@@ -284,18 +275,13 @@ class GEval(_LLMBaseline):
         self._logprobs = bool(inputs.llm.supports_logprobs)
         sampling = (dict(n=1, temperature=0.0, logprobs=True, top_logprobs=self.top_logprobs) if self._logprobs
                     else dict(n=self.n_fallback, temperature=1.0))
-        out = []
-        for u in units:
-            steps = self._steps.get(u.aspect.name, "(generated by the LLM at run time)")
-            msgs = render("baselines/geval_score.txt", **aspect_fields(u.aspect, inputs.dataset.judged),
-                          **unit_fields(u), steps=steps)
-            req = ChatRequest(msgs, max_tokens=self.max_tokens or 16, tag=f"{self.name}:{u.aspect.name}", **sampling)
-            out.append(self.validated(req, score_adapter(u.aspect.scale), native))
-        return out
+        return [self.score_request("geval_score.txt", u, inputs, native, self.max_tokens or 16,
+                                   {"steps": self._steps.get(u.aspect.name, "(generated by the LLM at run time)")},
+                                   **sampling) for u in units]
 
     def value(self, unit, result):
         if not self._logprobs:
-            return _mean_valid(result)
+            return super().value(unit, result)
         s = result.answers[0] if result.answers else None
         if s is None:
             return None, 1

@@ -97,10 +97,8 @@ def predict_many(metrics: Sequence[str], inputs: Inputs) -> dict[str, MethodOutp
         if ref is None:
             raise ValueError(f"conversation {c.conv_id!r} has no reference response (meta['reference']): "
                              "reference-based metrics need a dataset with references (USR)")
-        if c.system == GROUND_TRUTH:
-            continue
-        for t in c.evaluated_turns():
-            units.append((c.conv_id, t.turn_ind, t.utterance, ref))
+        if c.system != GROUND_TRUTH:
+            units += [(c.conv_id, t.turn_ind, t.utterance, ref) for t in c.evaluated_turns()]
     scores = score_all([u[2] for u in units], [u[3] for u in units], metrics)
     out = {}
     for m in metrics:
@@ -111,7 +109,6 @@ def predict_many(metrics: Sequence[str], inputs: Inputs) -> dict[str, MethodOutp
             per_conv.setdefault(cid, []).append(s)
         dial = pd.DataFrame([(a.name, cid, float(np.mean(v))) for a in inputs.aspects if a.level == "dialogue"
                              for cid, v in per_conv.items()], columns=DIALOGUE_COLUMNS)
-        out[m] = MethodOutput(Predictions(turn, dial),
-                              label=f"{LABELS[m]} vs the original ground-truth response (pycocoevalcap, as nlg-eval; "
-                                    "no LLM)")
+        label = f"{LABELS[m]} vs the original ground-truth response (pycocoevalcap, as nlg-eval; no LLM)"
+        out[m] = MethodOutput(Predictions(turn, dial), label=label)
     return out

@@ -29,7 +29,7 @@ import pandas as pd
 
 from face import console
 from face.errors import ConfigError
-from face.files import atomic_path, atomic_write_text
+from face.files import atomic_write_text
 from face.llm import LLMClient, LLMConfig, make_client
 from face.llm.sizes import Size
 from face.methods import MethodOutput
@@ -89,11 +89,10 @@ class LLMJob:
         dry run). ``estimated_usd``: the figure compared with the cap (default: the table's total); ``detail``: the
         table written to the run directory when the one printed is its summary (default: ``costs``); ``size``: the
         requests, samples and HTTP requests ``finish`` compares the usage with (default: the table's total)."""
-        path = self._file("cost_estimate", "csv")
-        with atomic_path(path) as tmp:
-            (costs if detail is None else detail).to_csv(tmp, index=False)
+        detail = costs if detail is None else detail
+        path = atomic_write_text(self._file("cost_estimate", "csv"), detail.to_csv(index=False))
         self.artifacts.append(path)
-        self.summary.estimates.append(costs if detail is None else detail)
+        self.summary.estimates.append(detail)
         self.estimated = estimated_size(costs) if size is None else size
         console.plan(self.estimated.requests)  # the run's progress line: the whole run's ETA
         estimated = estimated_cost(costs) if estimated_usd is None else estimated_usd
@@ -132,16 +131,6 @@ class LLMJob:
                              **{f"{self._prefix}estimate.at_actual_rate.{k}": float(getattr(self.restated, k))
                                 for k in ("requests", "samples", "http_requests")}})
 
-    def sent_line(self, usage: dict) -> str:
-        """What was sent beside what was estimated, in the estimate's units (the estimate counts no cache hit)."""
-        line = (f"{self._prefix}LLM sent: {usage['http_requests']:,} HTTP requests, {usage['samples']:,} samples "
-                f"({usage['cache_hits']:,} samples from the cache)")
-        for what, est in (("estimated", self.estimated), ("at the actual particle rate", self.restated)):
-            if est is not None:
-                line += (f"; {what}: {est.http_requests:,} ({_change(usage['http_requests'], est.http_requests)}), "
-                         f"{est.samples:,} ({_change(usage['samples'], est.samples)})")
-        return line
-
     def dry_run_output(self) -> MethodOutput:
         """A method's output for a dry run: no predictions, the estimate as its artifact and metrics."""
         return MethodOutput(Predictions.empty(), label=self.label + " — DRY RUN, nothing sent",
@@ -154,10 +143,18 @@ class LLMJob:
     def finish(self, client) -> None:
         """The job's usage: llm_usage[_name].json, what the server says of the run (llm_server.json), metrics."""
         self.artifacts.append(client.usage.write_artifact(self._file("llm_usage", "json")))
-        self.summary.usage.append(client.usage.summary())  # the run's summary block: the same numbers
-        self.metrics.update(client.usage.mlflow_metrics(prefix=f"{self.name}.llm_" if self.name else "llm_"))
+        usage = client.usage.summary()
+        self.summary.usage.append(usage)  # the run's summary block: the same numbers
+        self.metrics.update(client.usage.mlflow_metrics(prefix=f"{self._prefix}llm_"))
         print(f"{self.name + ': ' if self.name else ''}{client.usage.counts_line()}")  # llm_usage.json's numbers
-        print(self.sent_line(client.usage.summary()))
+        # what was sent beside what was estimated, in the estimate's units (the estimate counts no cache hit)
+        line = (f"{self._prefix}LLM sent: {usage['http_requests']:,} HTTP requests, {usage['samples']:,} samples "
+                f"({usage['cache_hits']:,} samples from the cache)")
+        for what, est in (("estimated", self.estimated), ("at the actual particle rate", self.restated)):
+            if est is not None:
+                line += (f"; {what}: {est.http_requests:,} ({_change(usage['http_requests'], est.http_requests)}), "
+                         f"{est.samples:,} ({_change(usage['samples'], est.samples)})")
+        print(line)
         report = getattr(client.server, "report", None)  # what the server says of the run (the replay judge's)
         got = report() if callable(report) else None
         if got:

@@ -57,10 +57,9 @@ class StageCost:
     particles_per_turn: float | None = None  # the particle rate a scoring stage assumed (None: known, or no particles)
 
     @classmethod
-    def of(cls, stage: str, assistant_turns: int, units: int, size: Size, pricing: Pricing,
-           particles_per_turn: float | None = None) -> StageCost:
+    def of(cls, stage: str, assistant_turns: int, units: int, size: Size, pricing: Pricing) -> StageCost:
         return cls(stage, assistant_turns, units, size.requests, size.samples, size.http_requests, size.input_tokens,
-                   size.output_tokens, pricing.cost(size.input_tokens, size.output_tokens), particles_per_turn)
+                   size.output_tokens, pricing.cost(size.input_tokens, size.output_tokens))
 
     @property
     def size(self) -> Size:

@@ -18,6 +18,7 @@ lowest score).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Sequence
@@ -75,12 +76,8 @@ def reasoned_expectation(completion, scale: Sequence[int]):
     found = last_json_object(completion.text)
     if found is None:
         return None
-    offset, start = 0, None
-    for i, t in enumerate(completion.logprobs):  # the first token that reaches into the final object
-        offset += len(t.token)
-        if offset > found[1]:
-            start = i
-            break
+    ends = itertools.accumulate(len(t.token) for t in completion.logprobs)
+    start = next((i for i, end in enumerate(ends) if end > found[1]), None)  # the first token reaching into it
     if start is None:
         return None
     tail = completion.logprobs[start:]
@@ -213,11 +210,8 @@ class LogprobsEstimator(Estimator):
         if valid and policy == "parsed":  # the answer parsed but no usable logprobs at its position: say so
             return ScoreRecord(score=float(valid[0]), n_requested=1, n_valid=1,
                                fallback="parsed_value_without_logprobs", **base)
-        if valid and policy == "min":
-            return ScoreRecord(score=float(low), n_requested=1, n_valid=0, n_defaulted=1,
-                               fallback=f"no logprobs: scored {low}", **base)
         why = "no logprobs" if valid else "no valid answer"  # (redraw: an answer without logprobs is invalid)
-        if spec.fallback == "min":
+        if spec.fallback == "min" or (valid and policy == "min"):
             return ScoreRecord(score=float(low), n_requested=1, n_valid=0, n_defaulted=1,
                                fallback=f"{why}: scored {low}", **base)
         return ScoreRecord(score=math.nan, n_requested=1, n_valid=0, fallback=why.replace(" ", "_"), **base)
@@ -268,6 +262,4 @@ class ScoreAnswer:
         return replace(req, adapter=self, draws=self.spec.draws)
 
 
-@functools.lru_cache(maxsize=256)
-def score_answer(spec: ScoringSpec, scale: tuple[int, ...]) -> ScoreAnswer:
-    return ScoreAnswer(spec, scale)
+score_answer = functools.lru_cache(maxsize=256)(ScoreAnswer)  # one answer type per scoring spec and scale

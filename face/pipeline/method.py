@@ -27,7 +27,7 @@ from face.methods.job import LLMJob
 from face.pipeline.aggregate import Aggregator, aggregate
 from face.pipeline.estimate import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost, totals
 from face.pipeline.particles import Decomposition, ParticlesSpec
-from face.pipeline.parts import RELEASED_PARTICLES_PER_TURN, instruction_source, unit_source
+from face.pipeline.parts import INSTRUCTION_SOURCES, PARTICLE_SOURCES, RELEASED_PARTICLES_PER_TURN, WholeUnits, build
 from face.pipeline.records import AspectScores, ScoreSink, ScoreTally, per_conversation
 from face.pipeline.scoring import ScoringSpec, plan_iter, score_stream, turns_for, units_for
 from face.predictions import Predictions
@@ -76,9 +76,8 @@ def write_run_settings(path: Path, label: str, llm: LLMConfig, method: Face,
                       "temperature": sc.temperature, "reasoning": sc.reasoning, "unit": method.unit},
               "instructions": {a: {i.instruction_id: i.text for i in ins} for a, ins in instructions.items()},
               "aspects": [{"name": a.name, "level": a.level, "scale": list(a.scale), "definition": a.definition}
-                          for a in aspects or ()]}
-    atomic_write_text(path, redact(json.dumps(record, indent=1, ensure_ascii=False)) + "\n")
-    return path
+                          for a in aspects]}
+    return atomic_write_text(path, redact(json.dumps(record, indent=1, ensure_ascii=False)) + "\n")
 
 
 @settings("method", conf="method/face.yaml")
@@ -102,8 +101,9 @@ class Face:
     def __post_init__(self) -> None:
         # the parts, built from the settings above (face/pipeline/parts.py)
         ins = self.instructions
-        self.source = instruction_source(ins.source, ins.file, ins.ref)
-        self.units = unit_source(self.unit, self.particles)
+        self.source = build(INSTRUCTION_SOURCES, ins.source, "instruction source", {"file": ins.file, "ref": ins.ref})
+        self.units = WholeUnits() if self.unit == "whole" else build(
+            PARTICLE_SOURCES, self.particles.source, "method.particles.source", {"spec": self.particles})
 
     def required_files(self, dataset, aspects: Sequence[Aspect]) -> list[str]:
         return self.units.files(dataset) + self.source.files(dataset, aspects)
@@ -120,9 +120,9 @@ class Face:
     def describe(self, llm: LLMConfig, instructions: dict[str, list[Instruction]]) -> str:
         n_instr, sc = sorted({len(v) for v in instructions.values()}), self.scoring
         parts = [f"FACE live — LLM: {llm.model} ({llm.backend})", self.units.describe(),
-                 f"instructions: {self.source.name} × {'/'.join(map(str, n_instr))}", sc.scorer.describe(sc)]
-        parts.append(("reasoning before the score" if sc.reasoning else "score only, no reasoning")
-                     + f"; invalid answers: {sc.draws.rounds} rounds of draws, then {sc.fallback}")
+                 f"instructions: {self.source.name} × {'/'.join(map(str, n_instr))}", sc.scorer.describe(sc),
+                 ("reasoning before the score" if sc.reasoning else "score only, no reasoning")
+                 + f"; invalid answers: {sc.draws.rounds} rounds of draws, then {sc.fallback}"]
         if sc.scorer.reads_logprobs and sc.logprobs_missing != "parsed":
             parts.append(f"answers without logprobs: {sc.logprobs_missing}")
         if llm.backend == "local":
@@ -155,16 +155,6 @@ class Face:
             stages.append(stage)
         return cost_table(stages)
 
-    def restate(self, job: LLMJob, inputs: Inputs, instructions: dict[str, list[Instruction]],
-                costs: pd.DataFrame, decomps: dict[tuple[str, int], Decomposition] | None) -> None:
-        """After the decomposition: what the scoring stages' counts become at the actual particle rate."""
-        rate = costs["particles_per_turn"].dropna()
-        if not self.units.decomposes or decomps is None or not len(rate):
-            return
-        after = self.estimate(inputs, instructions, decomps)
-        job.restate(totals(costs, "score:"), totals(after, "score:"), float(rate.iloc[0]),
-                    particles_per_turn(decomps))
-
     def proxy(self, inputs: Inputs) -> dict[tuple[str, int], Decomposition]:
         """The particles known before anything is sent (the estimate's particle counts)."""
         return self.units.proxy(inputs.dataset, inputs.data_dir, inputs.convs)
@@ -182,10 +172,13 @@ class Face:
             return job.dry_run_output()
         write_run_settings(run_dir / RUN_SETTINGS, job.label, lcfg, self, instructions, inputs.aspects)
         by_id = {c.conv_id: c for c in convs}
-        ds = inputs.dataset
         with job.client() as client:
-            decomps = self.units.decompositions(client, convs, ds, proxy, lcfg.supports_json_schema)
-            self.restate(job, inputs, instructions, costs, decomps)
+            decomps = self.units.decompositions(client, convs, inputs.dataset, proxy, lcfg.supports_json_schema)
+            rate = costs["particles_per_turn"].dropna()
+            if self.units.decomposes and decomps is not None and len(rate):  # the scoring counts at the actual rate
+                after = self.estimate(inputs, instructions, decomps)
+                job.restate(totals(costs, "score:"), totals(after, "score:"), float(rate.iloc[0]),
+                            particles_per_turn(decomps))
             parts, tally = [], ScoreTally()
             scores_file = run_dir / "particle_scores.jsonl"
             with ScoreSink(scores_file, decomps) as sink:
@@ -196,7 +189,7 @@ class Face:
                         aggregate, levels=inputs.levels, instruction_agg=self.instruction_agg,
                         particle_agg=self.particle_agg))
                     planned = plan_iter(units, instructions[a.name], by_id, self.scoring,
-                                        lcfg.supports_json_schema, ds.judged)
+                                        lcfg.supports_json_schema, inputs.dataset.judged)
                     score_stream(client, planned, self.scoring, scores.add, desc=f"scoring {a.name}",
                                  total=len(units) * n_instr)
                     del units, planned

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any, Collection, Sequence
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from face.data.schema import DIALOGUE_ACTS, NO_FEEDBACK, USER, Conversation, Particle, Turn, TurnParticles
 from face.llm import ChatRequest
@@ -36,24 +36,28 @@ MAX_MENTION_WORDS = 12
 PARTICLE_SOURCES = ("llm", "released")
 
 
+def registered(names: Collection[str]) -> AfterValidator:
+    """A setting that names a built-in part (one of ``names``) or a class of your own as module.Class."""
+
+    def check(v: str) -> str:
+        if v not in names and "." not in v:
+            raise ValueError(f"must be one of {', '.join(map(repr, names))} or a class as module.Class, got {v!r}")
+        return v
+
+    return AfterValidator(check)
+
+
 @settings("method.particles", conf="method/face.yaml:particles")
 class ParticlesSpec:
     """How particles are obtained: decomposed by the LLM (k samples, plurality vote) or the released ones."""
 
-    source: str  # llm (our decomposition) | released (the authors' particles, CRSArena only) | module.Class
+    # llm (our decomposition) | released (the authors' particles, CRSArena only) | module.Class (pipeline/parts.py)
+    source: Annotated[str, registered(PARTICLE_SOURCES)]
     k: Samples  # decomposition samples per turn (plurality vote)
     reasoning: bool  # four reasoning steps before the JSON list (the authors) | JSON only (ours)
     draws: Annotated[Draws, nested(Draws)]
     temperature: Number | None = Field(ge=0, le=2)  # the authors: 0.6
     max_tokens: int = Field(ge=1)  # the authors: 2048 (reasoning); 400 is plenty without it
-
-    @field_validator("source")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in PARTICLE_SOURCES and "." not in v:  # a name, or a class (pipeline/parts.py)
-            raise ValueError(f"must be one of {', '.join(map(repr, PARTICLE_SOURCES))} or a class as module.Class, "
-                             f"got {v!r}")
-        return v
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,7 @@ class Decomposition:
 
 
 def next_user_turn(conv: Conversation, turn: Turn) -> str:
-    after = [t for t in conv.turns if t.turn_ind > turn.turn_ind and t.role == USER]
-    return after[0].utterance if after else ""
+    return next((t.utterance for t in conv.turns if t.turn_ind > turn.turn_ind and t.role == USER), "")
 
 
 def one_line(text: str) -> str:
@@ -80,15 +83,12 @@ def one_line(text: str) -> str:
 
 def numbered(turns: Sequence[Turn]) -> str:
     """``Turn N - ROLE: text``, one line per turn."""
-    if not turns:
-        return "(no earlier turns)"
-    return "\n".join(f"Turn {t.turn_ind} - {t.role}: {one_line(t.utterance)}" for t in turns)
+    return "\n".join(f"Turn {t.turn_ind} - {t.role}: {one_line(t.utterance)}" for t in turns) or "(no earlier turns)"
 
 
 def history_text(turns: Sequence[Turn]) -> str:
-    if not turns:
-        return "(no earlier turns)"
-    return "\n".join(f"{'User' if t.role == USER else 'Assistant'}: {t.utterance.strip()}" for t in turns)
+    lines = (f"{'User' if t.role == USER else 'Assistant'}: {t.utterance.strip()}" for t in turns)
+    return "\n".join(lines) or "(no earlier turns)"
 
 
 def decompose_messages(conv: Conversation, turn: Turn, assistant: str = "movie-recommendation assistant",

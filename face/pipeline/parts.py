@@ -158,7 +158,7 @@ class MlflowInstructions(InstructionSource):
         return load_reference(self.ref or "", aspect)
 
 
-INSTRUCTION_SOURCES: dict[str, type] = {c.name: c for c in (
+INSTRUCTION_SOURCES: dict[str, type[InstructionSource]] = {c.name: c for c in (
     ReleasedInstructions, GenericInitial, AspectInitial, FileInstructions, MlflowInstructions)}
 
 
@@ -271,19 +271,7 @@ class LLMParticles(UnitSource):
         return f"particles: llm (k={self.spec.k} samples, plurality vote)"
 
 
-PARTICLE_SOURCES: dict[str, type] = {"llm": LLMParticles, "released": ReleasedParticles}
-
-
-def instruction_source(name: str, file: str | None = None, ref: str | None = None) -> InstructionSource:
-    """The instruction source ``method.instructions.source`` names, given the settings it has fields for."""
-    return build(INSTRUCTION_SOURCES, name, "instruction source", {"file": file, "ref": ref})
-
-
-def unit_source(unit: str, particles: ParticlesSpec) -> UnitSource:
-    """``method.unit=whole``: whole turns / dialogues; else the particle source ``method.particles.source``."""
-    if unit == WholeUnits.unit:
-        return WholeUnits()
-    return build(PARTICLE_SOURCES, particles.source, "method.particles.source", {"spec": particles})
+PARTICLE_SOURCES: dict[str, type[UnitSource]] = {"llm": LLMParticles, "released": ReleasedParticles}
 
 
 def released_decompositions(path: Path, convs: Sequence[Conversation]) -> dict[tuple[str, int], Decomposition]:

@@ -18,7 +18,7 @@ import pandas as pd
 from face.data.io import as_id, field, read_jsonl
 from face.datasets.face_released import SCORE_COLUMNS
 from face.errors import DataError
-from face.files import atomic_path
+from face.files import atomic_open
 from face.pipeline.scoring import ScoreRecord
 from face.predictions import Predictions
 
@@ -27,39 +27,28 @@ DETAIL_COLUMNS = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_
                   "n_retried", "n_defaulted", "valid_mass", "fallback"]
 
 
-class _Codes:
-    """Strings as small integers (categorical codes)."""
-
-    def __init__(self) -> None:
-        self.index: dict[str, int] = {}
-        self.values: list[str] = []
+class _Codes(dict):
+    """Strings as small integers (categorical codes): each string's code is the number of strings before it."""
 
     def __call__(self, s: str) -> int:
-        i = self.index.get(s)
-        if i is None:
-            i = self.index[s] = len(self.values)
-            self.values.append(s)
-        return i
+        return self.setdefault(s, len(self))
 
     def column(self, codes: array) -> pd.Categorical:
-        ids = np.frombuffer(codes, dtype=np.intc) if len(codes) else np.zeros(0, np.intc)
-        return pd.Categorical.from_codes(ids, categories=self.values)
+        return pd.Categorical.from_codes(np.array(codes, dtype=np.intc), categories=list(self))
 
 
-class ScoreSink:
+class ScoreSink(contextlib.ExitStack):
     """``add(record)``: one JSON line in ``path`` and one row of compact columns; ``frame()``: those columns.
 
     The lines are streamed (never held in memory) to a temporary name next to ``path``, renamed onto it when the
     sink closes normally (``os.replace``): ``path`` is always a complete file -- the previous run's, or this one's.
-    A run stopped half-way removes its partial file (the rerun rebuilds it from the LLM cache)."""
+    A run stopped half-way removes its partial file (the rerun rebuilds it from the LLM cache). The sink is the
+    context (an ``ExitStack``) that closes the file and renames it, or removes it on an error."""
 
     def __init__(self, path: Path | None, decomps: dict[tuple[str, int], Any] | None = None):
+        super().__init__()
         self.path, self.decomps = path, decomps
-        self._f = None
-        self._stack = contextlib.ExitStack()  # the file closed, then renamed onto path (removed on an error)
-        if path is not None:
-            tmp = self._stack.enter_context(atomic_path(path))
-            self._f = self._stack.enter_context(open(tmp, "w", encoding="utf-8"))  # noqa: SIM115
+        self._f = None if path is None else self.enter_context(atomic_open(path))
         self._empty()
 
     def add(self, r: ScoreRecord) -> None:
@@ -77,37 +66,21 @@ class ScoreSink:
         if r.fallback is not None:
             self._fallbacks[self.rows] = r.fallback
         self.rows += 1
-        if self._f is not None:
-            row = dict(vars(r))
-            p = None
+        if self._f is not None:  # the record, null for a NaN score, and its particle (None: a whole turn / dialogue)
+            row = {**vars(r), "score": None if math.isnan(r.score) else r.score, "particle": None}
             if self.decomps is not None and r.particle_ind >= 0:
                 p = self.decomps[(r.conv_id, r.turn_ind)].particles[r.particle_ind]
-            row["particle"] = None if p is None else {"dialogue_act": p.dialogue_act, "mention": p.mention,
-                                                      "user_feedback": p.user_feedback}
-            if math.isnan(row["score"]):
-                row["score"] = None
+                row["particle"] = {"dialogue_act": p.dialogue_act, "mention": p.mention,
+                                   "user_feedback": p.user_feedback}
             self._f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     def frame(self) -> pd.DataFrame:
         """Every record so far: ``DETAIL_COLUMNS`` (aspect, conversation and instruction as categoricals)."""
-        c = self._cols
-
-        def ints(name: str) -> np.ndarray:
-            return np.frombuffer(c[name], dtype=np.intc).astype(np.int64) if len(c[name]) else np.zeros(0, np.int64)
-
-        def floats(name: str) -> np.ndarray:
-            return np.frombuffer(c[name], dtype=np.float64).copy() if len(c[name]) else np.zeros(0)
-
-        df = pd.DataFrame({
-            "aspect": self._aspect.column(c["aspect"]), "conv_id": self._conv.column(c["conv_id"]),
-            "turn_ind": ints("turn_ind"), "particle_ind": ints("particle_ind"),
-            "instruction_id": self._instr.column(c["instruction_id"]), "score": floats("score"),
-            "n_valid": ints("n_valid"), "n_retried": ints("n_retried"), "n_defaulted": ints("n_defaulted"),
-            "valid_mass": floats("valid_mass")})
-        fallback = np.full(len(df), None, dtype=object)
-        for row, why in self._fallbacks.items():
-            fallback[row] = why
-        df["fallback"] = fallback
+        codes = {"aspect": self._aspect, "conv_id": self._conv, "instruction_id": self._instr}
+        df = pd.DataFrame({k: codes[k].column(col) if k in codes  # the others as int64 / float64 columns
+                           else np.array(col, dtype=np.float64 if col.typecode == "d" else np.int64)
+                           for k, col in self._cols.items()})
+        df["fallback"] = np.array([self._fallbacks.get(row) for row in range(len(df))], dtype=object)
         return df
 
     def take(self) -> pd.DataFrame:
@@ -122,13 +95,6 @@ class ScoreSink:
                                         for k in DETAIL_COLUMNS[:-1]}  # the fallbacks apart
         self._fallbacks: dict[int, str] = {}  # row -> fallback (most rows have none)
         self.rows = 0
-
-    def __enter__(self) -> ScoreSink:
-        return self
-
-    def __exit__(self, kind, exc, tb) -> None:
-        """The complete file renamed onto ``path``; a run that failed drops its partial file instead."""
-        self._stack.__exit__(kind, exc, tb)
 
 
 class ScoreTally:
@@ -152,7 +118,7 @@ class ScoreTally:
 
     def end_aspect(self) -> None:
         """The aspect's valid masses summed (NaN left out), as one column."""
-        mass = pd.Series(np.frombuffer(self._masses, dtype=np.float64) if len(self._masses) else np.zeros(0)).dropna()
+        mass = pd.Series(np.array(self._masses, dtype=np.float64)).dropna()
         self.mass_sum += float(mass.sum())
         self.mass_n += len(mass)
         self._masses = array("d")

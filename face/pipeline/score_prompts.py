@@ -82,11 +82,12 @@ def particle_text(p: Particle | None, whole: str) -> str:
 def score_messages(unit: Unit, conv: Conversation, instruction: str, judged: str = "conversational recommender systems",
                    reasoning: bool = False) -> tuple[tuple[str, str], ...]:
     """The scoring prompt; ``judged`` names the kind of system (the dataset's wording)."""
-    if reasoning:
-        return _reasoning_messages(unit, conv, instruction, judged)
     spec = unit.aspect
-    common = dict(aspect=spec.name.replace("_", " "), definition=spec.definition, low=spec.low, high=spec.high,
-                  instruction=instruction.strip(), judged=judged)
+    common = dict(aspect=spec.name.replace("_", " "), low=spec.low, high=spec.high, instruction=instruction.strip(),
+                  judged=judged)
+    if reasoning:
+        return _reasoning_messages(unit, conv, common)
+    common["definition"] = spec.definition
     if spec.level == "turn":
         turn = conv.turn(unit.turn_ind)
         before = [t for t in conv.turns if t.turn_ind < unit.turn_ind][-2:]
@@ -107,11 +108,10 @@ def ordinal(k: int) -> str:
     return f"{k}{suffix}"
 
 
-def _reasoning_messages(unit: Unit, conv: Conversation, instruction: str, judged: str) -> tuple[tuple[str, str], ...]:
+def _reasoning_messages(unit: Unit, conv: Conversation, common: dict) -> tuple[tuple[str, str], ...]:
     spec = unit.aspect
     whole = unit.particle is None
-    common = dict(aspect=spec.name.replace("_", " "), judged=judged, low=spec.low, high=spec.high,
-                  instruction=instruction.strip(), definition=spec.definition if whole else spec.of_particle,
+    common.update(definition=spec.definition if whole else spec.of_particle,
                   grades=spec.grade_lines() or f"- an integer from {spec.low} (worst) to {spec.high} (best)")
     if spec.level == "turn":
         history, turn, nxt = _per_conv(conv, ("turn context", unit.turn_ind),

@@ -26,12 +26,13 @@ import operator
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Iterable, Iterator, Literal, Sequence
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from face.data.schema import Conversation, Instruction
 from face.llm.base import Draws
 from face.llm.sizes import Samples
 from face.pipeline.estimators import ESTIMATORS, Estimator, SamplingEstimator, ScoreAnswer, ScoreRecord, score_answer
+from face.pipeline.particles import registered
 from face.pipeline.score_prompts import Unit, score_messages, turns_for, units_for
 from face.settings import Number, nested, settings
 
@@ -40,7 +41,8 @@ from face.settings import Number, nested, settings
 class ScoringSpec:
     """How a unit is scored under one instruction (``method.scoring``)."""
 
-    estimator: str  # sampling (n samples, mean) | logprobs (one call, probability-weighted) | module.Class
+    # sampling (n samples, mean) | logprobs (one call, probability-weighted) | module.Class
+    estimator: Annotated[str, registered(ESTIMATORS)]
     n: Samples  # samples per unit × instruction (sampling; the authors: 5)
     temperature: Number | None = Field(ge=0, le=2)  # the authors: 0.6
     max_tokens: int | None = Field(ge=1)  # None: 768 with reasoning (the authors), 16 without
@@ -52,14 +54,6 @@ class ScoringSpec:
     # estimator=logprobs, no draw with logprobs at its score: parsed (its integer) | redraw (invalid: the fallback
     # applies) | min (the scale's lowest)
     logprobs_missing: Literal["parsed", "redraw", "min"]
-
-    @field_validator("estimator")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in ESTIMATORS and "." not in v:
-            raise ValueError(f"must be one of {', '.join(map(repr, ESTIMATORS))} or a class as module.Class, "
-                             f"got {v!r}")
-        return v
 
     @model_validator(mode="after")
     def _importable(self) -> ScoringSpec:
@@ -117,11 +111,8 @@ def _prefix_order(units: Sequence[Unit], instructions: Sequence[Instruction]) ->
     """Every unit × instruction in prefix-sharing order, one at a time: the prompt reads context -> instruction ->
     particle, so the pairs go by conversation (and turn, for a turn-level aspect), then instruction, then particle
     -- the order of a stable sort of the unit-major pairs by that key, without holding the pairs (10^5 a stage)."""
-    rank = {i.instruction_id: r for r, i in enumerate(instructions)}
-    by_rank: dict[int, list[Instruction]] = {}
-    for i in instructions:
-        by_rank.setdefault(rank[i.instruction_id], []).append(i)
-    ranked = [by_rank[r] for r in sorted(by_rank)]
+    rank = {i.instruction_id: r for r, i in enumerate(instructions)}  # an id given twice: its last place
+    ranked = [[i for i in instructions if rank[i.instruction_id] == r] for r in sorted(set(rank.values()))]
 
     def group(u: Unit) -> tuple[str, int]:
         return u.conv_id, u.turn_ind if u.aspect.level == "turn" else 0
