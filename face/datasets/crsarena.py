@@ -188,12 +188,10 @@ def load_conversations(path: str | Path, require_labels: bool = True,
 
 def check_unique_ids(convs: list[Conversation], path: Path) -> list[Conversation]:
     """``convs`` unchanged, or a DataError naming every repeated conversation id."""
-    seen: set[str] = set()
+    first = {c.conv_id: i for i, c in reversed(list(enumerate(convs)))}
     problems = Problems(path)
-    for c in convs:
-        if c.conv_id in seen:
-            problems.errors.append(DataError(path, "duplicate conversation id", f"conversation {c.conv_id!r}"))
-        seen.add(c.conv_id)
+    problems.errors = [DataError(path, "duplicate conversation id", f"conversation {c.conv_id!r}")
+                       for i, c in enumerate(convs) if first[c.conv_id] < i]
     problems.raise_any("conversation ids")
     return convs
 
