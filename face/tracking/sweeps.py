@@ -68,13 +68,8 @@ def swept_keys(overrides: Sequence[str]) -> list[str]:
 
 def named_settings(overrides: Sequence[str]) -> list[tuple[str, str]]:
     """(key, value) of every override that says what is computed (not where things go), in command-line order."""
-    pairs = []
-    for o in overrides:
-        key, _, value = o.partition("=")
-        key = key.lstrip("+~")
-        if key and not key.startswith(_NOT_NAMED):
-            pairs.append((key, value))
-    return pairs
+    pairs = [(key.lstrip("+~"), value) for key, _, value in (o.partition("=") for o in overrides)]
+    return [(key, value) for key, value in pairs if key and not key.startswith(_NOT_NAMED)]
 
 
 def tails(keys: Sequence[str]) -> list[str]:

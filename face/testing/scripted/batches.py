@@ -86,13 +86,10 @@ class BatchAPI:
         for i, x in enumerate(lines):
             if batch["status"] != "in_progress" or (self.expire_after is not None and i >= self.expire_after):
                 break
-            cid = x["custom_id"]
-            if cid in self.fail_ids:
-                err.append({"id": f"req-{i}", "custom_id": cid, "error": None,
-                            "response": {"status_code": 500, "body": {"error": {"message": "scripted failure"}}}})
-            else:
-                out.append({"id": f"req-{i}", "custom_id": cid, "error": None,
-                            "response": {"status_code": 200, "body": self.answer(x["body"])}})
+            failed = x["custom_id"] in self.fail_ids
+            body = {"error": {"message": "scripted failure"}} if failed else self.answer(x["body"])
+            (err if failed else out).append({"id": f"req-{i}", "custom_id": x["custom_id"], "error": None,
+                                             "response": {"status_code": 500 if failed else 200, "body": body}})
         for name, rows in (("output_file_id", out), ("error_file_id", err)):
             if rows:
                 fid = self._new_id("file")
