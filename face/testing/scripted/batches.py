@@ -82,7 +82,8 @@ class BatchAPI:
         while not self.gate.is_set() and batch["status"] == "in_progress":
             await asyncio.sleep(0.01)
         await asyncio.sleep(self.delay_s)
-        out, err = [], []
+        out: list[dict] = []
+        err: list[dict] = []
         for i, x in enumerate(lines):
             if batch["status"] != "in_progress" or (self.expire_after is not None and i >= self.expire_after):
                 break
