@@ -111,15 +111,9 @@ def check_label(value: Any, scale: tuple[float, ...] | None, path: str | Path, r
 
 def json_kind(value: Any) -> str:
     """How a JSON value reads in an error message: ``NaN``, ``Infinity``, ``a number (1.5)``, ``an object``..."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
+    if value is None or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+        return json.dumps(value)  # null, true, false, NaN, Infinity, -Infinity
     if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
         return f"a non-integer number ({value!r})"
     return f"{type_name(type(value))} {value!r:.60}"
 

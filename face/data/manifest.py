@@ -65,10 +65,9 @@ _PER_ASPECT = {
     "understanding": ("9792abd464a3d71bb63458ad0c665873ec5cb2da9968db725310c199d2ebe41e",
                       "df58a728ed1a40a3f2f8ed812aa6fd407d00e4274ffb2da3ee0fdba8ff9eeb23"),
 }
-_FILES += [(f"face_released/run_files/{a}.jsonl", FACE, f"face/reproduce_result_table/run_files/{a}.jsonl", run)
-           for a, (run, _) in _PER_ASPECT.items()]
-_FILES += [(f"face_released/top16_instructions/{a}.json", FACE, f"face/face_scoring/top_16_prompts/{a}.json", top)
-           for a, (_, top) in _PER_ASPECT.items()]
+_FILES += [file for a, (run, top) in _PER_ASPECT.items() for file in (
+    (f"face_released/run_files/{a}.jsonl", FACE, f"face/reproduce_result_table/run_files/{a}.jsonl", run),
+    (f"face_released/top16_instructions/{a}.json", FACE, f"face/face_scoring/top_16_prompts/{a}.json", top))]
 
 MANIFEST: dict[str, DataFile] = {local: DataFile(local, repo, COMMITS[repo], path, sha)
                                  for local, repo, path, sha in sorted(_FILES)}

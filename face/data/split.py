@@ -25,23 +25,17 @@ class Split:
     test: tuple[str, ...]
 
 
-def fold_of(convs: Sequence[Conversation], folds: int, seed: int) -> dict[str, int]:
-    """conv_id -> fold, stratified by system (the order of systems and conversations does not matter)."""
-    out: dict[str, int] = {}
-    offset = 0
-    for system, ids in _by_system(convs).items():
-        rng = np.random.default_rng([seed, _stable(system)])
-        for j, i in enumerate(rng.permutation(len(ids))):
-            out[ids[i]] = (j + offset) % folds
-        offset += len(ids)  # the next system starts where this one stopped, so fold sizes stay balanced
-    return out
-
-
 def split_conversations(convs: Sequence[Conversation], folds: int = 2, fold: int = 0, dev_fraction: float = 0.25,
                         seed: int = 0) -> Split:
     if not 0 <= fold < folds:
         raise ValueError(f"fold {fold} not in 0..{folds - 1}")
-    assign = fold_of(convs, folds, seed)
+    assign: dict[str, int] = {}  # conv_id -> fold, stratified by system (whatever the order of the conversations)
+    offset = 0
+    for system, ids in _by_system(convs).items():
+        rng = np.random.default_rng([seed, _stable(system)])
+        for j, i in enumerate(rng.permutation(len(ids))):
+            assign[ids[i]] = (j + offset) % folds
+        offset += len(ids)  # the next system starts where this one stopped, so fold sizes stay balanced
     test = sorted(c for c, f in assign.items() if f == fold)
     rest = [c for c in convs if assign[c.conv_id] != fold]
     dev: list[str] = []

@@ -153,7 +153,6 @@ def load_logs(path: str | Path) -> list[Conversation]:
 
 
 ASPECT_KEYS = {"name", "level", "scale", "definition", "grades", "particle_definition", "instructions"}
-OLD_KEYS = {"levels": "grades"}  # read with a warning
 
 
 def load_aspects(path: str | Path) -> list[Aspect]:
@@ -210,15 +209,15 @@ def load_aspects(path: str | Path) -> list[Aspect]:
 
 
 def _renamed_keys(a: dict, path: Path, where: str) -> dict:
-    """The aspect with its keys' current names; an old name is read with a warning (both at once: refused)."""
-    for old, new in OLD_KEYS.items():
-        if old in a:
-            if new in a:
-                raise DataError(path, f"both {old!r} and {new!r}: {old!r} is the old name of {new!r}; keep one", where)
-            print(f"warning: {path}: {where}: the key {old!r} is now called {new!r} (what each score means); "
-                  f"{old!r} is read as {new!r} for now", file=sys.stderr, flush=True)
-            a = {(new if k == old else k): v for k, v in a.items()}
-    return a
+    """The aspect with its keys' current names: the old ``levels`` is read as ``grades`` with a warning (both at
+    once: refused)."""
+    if "levels" not in a:
+        return a
+    if "grades" in a:
+        raise DataError(path, "both 'levels' and 'grades': 'levels' is the old name of 'grades'; keep one", where)
+    print(f"warning: {path}: {where}: the key 'levels' is now called 'grades' (what each score means); 'levels' is "
+          "read as 'grades' for now", file=sys.stderr, flush=True)
+    return {("grades" if k == "levels" else k): v for k, v in a.items()}
 
 
 @settings("dataset", conf="dataset/chat_logs.yaml")

@@ -73,8 +73,6 @@ ASPECTS: dict[str, Aspect] = aspect_table([
             4: "Very satisfied with the assistant's performance."},
            "What does the particle say about the overall impression the assistant makes?"),
 ])
-TURN_ASPECTS = tuple(a for a, spec in ASPECTS.items() if spec.level == "turn")
-DIALOGUE_ASPECTS = tuple(a for a, spec in ASPECTS.items() if spec.level == "dialogue")
 
 # Labels present in CRSArena-Eval but not reported in the paper.
 UNREPORTED_DIALOGUE_LABELS = ("preference_elicitation", "explanation")
@@ -83,8 +81,8 @@ UNREPORTED_DIALOGUE_LABELS = ("preference_elicitation", "explanation")
 ASPECT_ALIASES = {"dialog_overall": "dialogue_overall", "overall_impression": "dialogue_overall"}
 
 UNREPORTED_SCALE = (0, 2)  # preference_elicitation and explanation: no / somewhat / yes, like the others
-_KNOWN_DIALOGUE_LABELS = set(DIALOGUE_ASPECTS) | set(UNREPORTED_DIALOGUE_LABELS)
-_KNOWN_TURN_LABELS = set(TURN_ASPECTS)
+_KNOWN_DIALOGUE_LABELS = {a for a, spec in ASPECTS.items() if spec.level == "dialogue"} | {*UNREPORTED_DIALOGUE_LABELS}
+_KNOWN_TURN_LABELS = {a for a, spec in ASPECTS.items() if spec.level == "turn"}
 
 
 def system_and_split(conv_id: str) -> tuple[str, str]:
@@ -188,12 +186,10 @@ def load_conversations(path: str | Path, require_labels: bool = True,
 
 def check_unique_ids(convs: list[Conversation], path: Path) -> list[Conversation]:
     """``convs`` unchanged, or a DataError naming every repeated conversation id."""
-    seen: set[str] = set()
+    first = {c.conv_id: i for i, c in reversed(list(enumerate(convs)))}
     problems = Problems(path)
-    for c in convs:
-        if c.conv_id in seen:
-            problems.errors.append(DataError(path, "duplicate conversation id", f"conversation {c.conv_id!r}"))
-        seen.add(c.conv_id)
+    problems.errors = [DataError(path, "duplicate conversation id", f"conversation {c.conv_id!r}")
+                       for i, c in enumerate(convs) if first[c.conv_id] < i]
     problems.raise_any("conversation ids")
     return convs
 

@@ -66,13 +66,10 @@ _FACE_TRANSFER = {"topical_chat": {"FACE": 0.456, "best baseline (unnamed)": 0.3
 def usr_published(corpus: str) -> pd.DataFrame:
     """USR's published turn-level correlations for one corpus: method, split, aspect, coefficient, value,
     source (``PUBLISHED_COLUMNS`` + the citation)."""
-    rows = []
-    for metric, (s, p) in _OVERALL[corpus].items():
-        rows += [(metric, "all", "overall", "spearman", s, USR_CITATION),
-                 (metric, "all", "overall", "pearson", p, USR_CITATION)]
-    for metric, qualities in _PER_QUALITY[corpus].items():
-        for q, (s, p) in qualities.items():
-            rows += [(metric, "all", q, "spearman", s, USR_CITATION), (metric, "all", q, "pearson", p, USR_CITATION)]
+    cells = [(metric, "overall", sp) for metric, sp in _OVERALL[corpus].items()]
+    cells += [(metric, q, sp) for metric, qualities in _PER_QUALITY[corpus].items() for q, sp in qualities.items()]
+    rows = [(metric, "all", q, coef, v, USR_CITATION) for metric, q, sp in cells
+            for coef, v in zip(("spearman", "pearson"), sp, strict=True)]
     for method, v in _FACE_TRANSFER[corpus].items():
         rows.append((f"{method} (FACE paper)", "all", "overall", "spearman", v, FACE_CITATION))
     return pd.DataFrame(rows, columns=["method", "split", "aspect", "coefficient", "value", "source"])

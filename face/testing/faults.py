@@ -45,11 +45,6 @@ def unit(hexdigest: str) -> float:
     return int(hexdigest[:13], 16) / float(16 ** 13)
 
 
-def _sha256(h: str, tag: str) -> str:
-    """The fault proxy's draw: sha256 of the request hash + what is drawn ("fault" or "kind")."""
-    return hashlib.sha256((h + tag).encode()).hexdigest()
-
-
 class FaultInjector:
     """Which request is faulted, and with which kind. ``mark(h, tag)`` is the hex digest a draw reads for request
     hash ``h`` (tag "fault": whether, "kind": which)."""
@@ -57,7 +52,8 @@ class FaultInjector:
     def __init__(self, rate: float = 0.0, kinds: Sequence[str] = TRANSPORT_KINDS, per_request: int = 1,
                  mark: Callable[[str, str], str] | None = None):
         self.rate, self.kinds, self.per_request = rate, _known(kinds), per_request
-        self.mark = mark or _sha256
+        # the fault proxy's draw: sha256 of the request hash + what is drawn
+        self.mark = mark or (lambda h, tag: hashlib.sha256((h + tag).encode()).hexdigest())
         self._attempts: dict[str, int] = {}
         self._forced: list[str] = []
         self._lock = threading.Lock()

@@ -68,13 +68,8 @@ def swept_keys(overrides: Sequence[str]) -> list[str]:
 
 def named_settings(overrides: Sequence[str]) -> list[tuple[str, str]]:
     """(key, value) of every override that says what is computed (not where things go), in command-line order."""
-    pairs = []
-    for o in overrides:
-        key, _, value = o.partition("=")
-        key = key.lstrip("+~")
-        if key and not key.startswith(_NOT_NAMED):
-            pairs.append((key, value))
-    return pairs
+    pairs = [(key.lstrip("+~"), value) for key, _, value in (o.partition("=") for o in overrides)]
+    return [(key, value) for key, value in pairs if key and not key.startswith(_NOT_NAMED)]
 
 
 def tails(keys: Sequence[str]) -> list[str]:
@@ -121,15 +116,11 @@ def job_name(task: str, overrides: Sequence[str], swept: Sequence[str], job: str
     if swept and len(label) > NAME_WIDTH:
         label = job_label(overrides, swept, short=True)
     if swept and len(label) > NAME_WIDTH:
-        label = VALUE_SEP.join(_shown(v) for _, v in _swept_pairs(overrides, swept))
+        label = VALUE_SEP.join(v.rstrip("/").rsplit("/", 1)[-1] if v.startswith("/") else v  # a path: its name
+                               for _, v in _swept_pairs(overrides, swept))
     if swept and len(label) > NAME_WIDTH and job:
         label = f"#{job} {label}"
     return (f"{label}{SEP}{task}" if label else task)[:250]
-
-
-def _shown(value: str) -> str:
-    """A value as a run name shows it: a path by its file name."""
-    return value.rstrip("/").rsplit("/", 1)[-1] if value.startswith("/") else value
 
 
 def parent_name(task: str, keys: Sequence[str]) -> str:

@@ -82,17 +82,15 @@ class BatchAPI:
         while not self.gate.is_set() and batch["status"] == "in_progress":
             await asyncio.sleep(0.01)
         await asyncio.sleep(self.delay_s)
-        out, err = [], []
+        out: list[dict] = []
+        err: list[dict] = []
         for i, x in enumerate(lines):
             if batch["status"] != "in_progress" or (self.expire_after is not None and i >= self.expire_after):
                 break
-            cid = x["custom_id"]
-            if cid in self.fail_ids:
-                err.append({"id": f"req-{i}", "custom_id": cid, "error": None,
-                            "response": {"status_code": 500, "body": {"error": {"message": "scripted failure"}}}})
-            else:
-                out.append({"id": f"req-{i}", "custom_id": cid, "error": None,
-                            "response": {"status_code": 200, "body": self.answer(x["body"])}})
+            failed = x["custom_id"] in self.fail_ids
+            body = {"error": {"message": "scripted failure"}} if failed else self.answer(x["body"])
+            (err if failed else out).append({"id": f"req-{i}", "custom_id": x["custom_id"], "error": None,
+                                             "response": {"status_code": 500 if failed else 200, "body": body}})
         for name, rows in (("output_file_id", out), ("error_file_id", err)):
             if rows:
                 fid = self._new_id("file")
