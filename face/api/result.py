@@ -78,7 +78,15 @@ class Result:
     def lowest_particles(self, conv_id: str, aspect: str, turn_ind: int | None = None, k: int = 3) -> pd.DataFrame:
         """The ``k`` lowest-scoring particles of a conversation (or of one of its turns) for an aspect: one row each
         (``turn_ind``, ``particle_ind``, ``dialogue_act``, ``mention``, ``score`` = the mean over instructions)."""
-        _check_lowest(self, conv_id, aspect, turn_ind, k)
+        names = [a.name for a in self.aspects]
+        if not isinstance(aspect, str) or aspect not in names:
+            raise ConfigError(f"lowest_particles: aspect {aspect!r} is not one of the result's ({', '.join(names)})")
+        if not isinstance(conv_id, (str, int)) or isinstance(conv_id, bool):
+            raise ConfigError(f"lowest_particles: conv_id must be a conversation id (a string), got {conv_id!r}")
+        if turn_ind is not None and (not isinstance(turn_ind, int) or isinstance(turn_ind, bool)):
+            raise ConfigError(f"lowest_particles: turn_ind must be an integer or None, got {turn_ind!r}")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ConfigError(f"lowest_particles: k must be a positive integer, got {k!r}")
         p = self.particles
         p = p[(p["aspect"] == aspect) & (p["conv_id"] == str(conv_id)) & (p["particle_ind"] >= 0)]
         if turn_ind is not None:
@@ -106,18 +114,6 @@ def _file(path: Any, what: str, kind: str) -> Path:
         raise ConfigError(f"{what}: {path} is a directory; name {kind} to write")
     require_writable_dir(path.parent if str(path.parent) else Path("."), what)
     return path
-
-
-def _check_lowest(result: Result, conv_id: Any, aspect: Any, turn_ind: Any, k: Any) -> None:
-    names = [a.name for a in result.aspects]
-    if not isinstance(aspect, str) or aspect not in names:
-        raise ConfigError(f"lowest_particles: aspect {aspect!r} is not one of the result's ({', '.join(names)})")
-    if not isinstance(conv_id, (str, int)) or isinstance(conv_id, bool):
-        raise ConfigError(f"lowest_particles: conv_id must be a conversation id (a string), got {conv_id!r}")
-    if turn_ind is not None and (not isinstance(turn_ind, int) or isinstance(turn_ind, bool)):
-        raise ConfigError(f"lowest_particles: turn_ind must be an integer or None, got {turn_ind!r}")
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ConfigError(f"lowest_particles: k must be a positive integer, got {k!r}")
 
 
 def _wide(long: pd.DataFrame, keys: list[str], aspects: Sequence[Any]) -> pd.DataFrame:

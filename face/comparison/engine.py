@@ -42,11 +42,6 @@ class Options:
     top: int = Field(default=5, ge=1, le=1000)  # rows per aspect in "what moved"
 
 
-def options(**kwargs: Any) -> Options:
-    """``Options`` or a ConfigError naming the setting (``n_boot must be …, got …``; face.settings)."""
-    return Options(**kwargs)
-
-
 def units_of(run: Run, aspects: Sequence[str]) -> stats.Units:
     """The run's scores per conversation (sorted ids) and aspect: sums and counts of its turn / dialogue scores."""
     rows = run.scores(aspects)
@@ -233,7 +228,7 @@ def compare(*runs: Any, names: Sequence[str] | None = None, by_system: bool = Fa
     """Compare two or more runs (paths, MLflow run ids, ``face.Result`` objects): see the module doc. ``settings``:
     ``Options``' fields (pairing, n_boot, seed, confidence, alpha, power, target_diff, top). A wrong type or value
     of any argument is a ConfigError, a score outside its aspect's scale a DataError."""
-    opts = options(**settings)
+    opts = Options(**settings)  # a ConfigError naming the setting (face.settings)
     for flag, value in (("by_system", by_system), ("allow_incomparable", allow_incomparable)):
         if not isinstance(value, bool):
             raise ConfigError(f"{flag} must be True or False, got {value!r}")
