@@ -143,14 +143,6 @@ def _with_released_particles(particles: pd.DataFrame, data_dir: Path) -> pd.Data
     return particles
 
 
-def _finished(run: RunResult) -> tuple[ExperimentResult, MethodOutput]:
-    """The experiment's result and its method's output: a run that sent its requests has both."""
-    exp = run.experiment
-    if exp is None or exp.output is None or not run.sent:
-        raise ConfigError(f"{run.cfg.get('task_name')}: the run sent nothing (an estimate only): no Result")
-    return exp, exp.output
-
-
 def _particles(run: RunResult, exp: ExperimentResult, output: MethodOutput) -> pd.DataFrame:
     """One row per aspect × particle × instruction: the live method's stream (particle_scores.jsonl, too large to
     hold in memory at paper size), or the scores the method kept (face_released: the authors')."""
@@ -186,7 +178,10 @@ def result_of(run: RunResult, keep: bool) -> Result:
     """The Result of a finished run (``keep``: its files stay in its output directory)."""
     import pandas as pd
 
-    exp, output = _finished(run)
+    exp = run.experiment  # a run that sent its requests has the experiment's result and its method's output
+    if exp is None or exp.output is None or not run.sent:
+        raise ConfigError(f"{run.cfg.get('task_name')}: the run sent nothing (an estimate only): no Result")
+    output = exp.output
     convs, aspects = exp.conversations, exp.aspects
     preds = output.predictions
     meta = pd.DataFrame([(c.conv_id, c.system) for c in convs], columns=["conv_id", "system"])

@@ -197,20 +197,12 @@ def _names(value: Any, what: str) -> list[str] | None:
     return None if value is None else list(value)
 
 
-def _checked(systems: list[Run]) -> list[Run]:
-    """Names that every output can hold: not empty, not a credential (a name reaches every table, figure and
-    MLflow key)."""
-    from face.secrets import contains_secret, redact
-
-    for r in systems:
-        if not r.name.strip() or contains_secret(r.name):
-            what = "a name that looks like a credential (an API key or token)" if r.name.strip() else "an empty name"
-            raise ConfigError(f"names: the system of {redact(r.source)} has {what}; name it with --names / names=")
-    return systems
-
-
 def _systems(sources: Sequence[Any], names: Sequence[str] | None, by_system: bool, tracking_uri: str | None
              ) -> list[Run]:
+    """The systems compared, with distinct names that every output can hold: not empty, not a credential (a name
+    reaches every table, figure and MLflow key)."""
+    from face.secrets import contains_secret, redact
+
     if names is not None and len(names) != len(sources):
         raise ConfigError(f"names: {len(names)} names for {len(sources)} runs")
     default = [f"run {i + 1}" if hasattr(s, "predictions") else None for i, s in enumerate(sources)]
@@ -219,7 +211,11 @@ def _systems(sources: Sequence[Any], names: Sequence[str] | None, by_system: boo
     if len(systems) < 2:
         raise ConfigError(f"compare needs at least two systems, got {len(systems)}"
                           + ("" if by_system else " (one run with several systems: by_system=True / --by-system)"))
-    return _checked(_named(systems))
+    for r in _named(systems):
+        if not r.name.strip() or contains_secret(r.name):
+            what = "a name that looks like a credential (an API key or token)" if r.name.strip() else "an empty name"
+            raise ConfigError(f"names: the system of {redact(r.source)} has {what}; name it with --names / names=")
+    return systems
 
 
 def compare(*runs: Any, names: Sequence[str] | None = None, by_system: bool = False,
