@@ -181,14 +181,6 @@ def _named(runs: list[Run]) -> list[Run]:
     return runs
 
 
-def _aspects(runs: Sequence[Run], wanted: Sequence[str] | None) -> list[str]:
-    """The aspects every run scores (of ``wanted``, if given), in display order."""
-    from face.report.tables import ordered
-
-    common = set.intersection(*(set(r.aspect_names()) for r in runs))
-    return [a for a in wanted if a in common] if wanted is not None else ordered(sorted(common))
-
-
 def _names(value: Any, what: str) -> list[str] | None:
     """None or a list of names (a string is one name, not a list of its letters)."""
     if value is not None and (isinstance(value, str) or not isinstance(value, Sequence)
@@ -224,6 +216,8 @@ def compare(*runs: Any, names: Sequence[str] | None = None, by_system: bool = Fa
     """Compare two or more runs (paths, MLflow run ids, ``face.Result`` objects): see the module doc. ``settings``:
     ``Options``' fields (pairing, n_boot, seed, confidence, alpha, power, target_diff, top). A wrong type or value
     of any argument is a ConfigError, a score outside its aspect's scale a DataError."""
+    from face.report.tables import ordered  # display order
+
     opts = Options(**settings)  # a ConfigError naming the setting (face.settings)
     for flag, value in (("by_system", by_system), ("allow_incomparable", allow_incomparable)):
         if not isinstance(value, bool):
@@ -232,7 +226,8 @@ def compare(*runs: Any, names: Sequence[str] | None = None, by_system: bool = Fa
         raise ConfigError(f"tracking_uri must be a string or None, got {tracking_uri!r}")
     wanted = _names(aspects, "aspects")
     systems = _systems(runs, _names(names, "names"), by_system, tracking_uri)
-    chosen = _aspects(systems, wanted)
+    common = set.intersection(*(set(r.aspect_names()) for r in systems))  # the aspects every run scores
+    chosen = [a for a in wanted if a in common] if wanted is not None else ordered(sorted(common))
     warnings = check(systems, chosen, allow_incomparable, wanted)
     if not chosen:
         raise ConfigError("no aspect is scored in every run" + (f" among {', '.join(wanted)}" if wanted else ""))

@@ -153,12 +153,6 @@ def calibration_summary(df: pd.DataFrame, alpha: float) -> pd.DataFrame:
                       familywise_within=out["familywise_holm"] <= alpha + 2 * out["familywise_mc_error"])
 
 
-def _subsample(u: stats.Units, n: int | None, rng: np.random.Generator) -> stats.Units:
-    if n is None or n >= len(u):
-        return u
-    return u.take(np.sort(rng.choice(len(u), n, replace=False)))
-
-
 def power(units: Systems, human_dir: Mapping[tuple[str, str], np.ndarray], aspects: Sequence[str],
           sizes: Sequence[int | None], reps: int, n_boot: int, alpha: float, seed: int) -> pd.DataFrame:
     """One row per size × repetition × pair × aspect: whether FACE (Holm over the pair's aspects) separates the pair
@@ -169,7 +163,8 @@ def power(units: Systems, human_dir: Mapping[tuple[str, str], np.ndarray], aspec
     rows = []
     for n in sizes:
         for rep in range(reps):
-            sub = {s: _subsample(u, n, rng) for s, u in units.items()}
+            sub = {s: u if n is None or n >= len(u) else u.take(np.sort(rng.choice(len(u), n, replace=False)))
+                   for s, u in units.items()}  # n of each system's conversations, without replacement
             with stats.one_thread():  # each pair's second system minus its first, unpaired
                 mom = {s: stats.moments(u, draw_counts(len(u), n_boot, rng)) for s, u in sub.items()}
                 tests = [stats.unpaired(mom[a], mom[b], 0.95) for a, b in pairs]
