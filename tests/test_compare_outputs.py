@@ -107,7 +107,7 @@ def test_a_comparison_rewrites_its_own_directory_and_another_needs_overwrite(tmp
     import face
     import face.comparison.report as report
 
-    monkeypatch.setattr(report, "figure_data", lambda comp, note="": {"means": b"", "differences": b"", "beats": []})
+    monkeypatch.setattr(report, "figure_data", lambda comp, note="": {"means": b"", "differences": b""})
     out = tmp_path / "cmp"
     comp = face.compare(*two, n_boot=200)
     first = comp.write(out)

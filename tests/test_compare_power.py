@@ -35,7 +35,7 @@ def _draw(rng, n: int, shift: float) -> tuple[Run, Run]:
 def test_n_needed_conversations_give_the_holm_adjusted_verdict_its_80_percent_power():
     target = 0.5
     rng = np.random.default_rng(7)
-    opts = engine.options(n_boot=2000, target_diff=target, seed=1)
+    opts = engine.Options(n_boot=2000, target_diff=target, seed=1)
     pilot = engine._Engine(_draw(rng, 4000, target), ASPECTS, opts).differences()
     n = int(pilot["n_needed"].iloc[0])
     # σ² = 1 + 2.25 per conversation; (z_{1-.05/10} + z_{.8})² · 3.25 / .25 = (2.5758 + 0.8416)² · 13 = 151.9: the
@@ -43,7 +43,7 @@ def test_n_needed_conversations_give_the_holm_adjusted_verdict_its_80_percent_po
     assert n == pytest.approx(153, abs=6)
     runs, better = 400, 0
     for r in range(runs):
-        d = engine._Engine(_draw(rng, n, target), ASPECTS, engine.options(n_boot=2000, seed=r)).differences()
+        d = engine._Engine(_draw(rng, n, target), ASPECTS, engine.Options(n_boot=2000, seed=r)).differences()
         better += d["verdict"].iloc[0] == "better"
     power = better / runs
     # binomial sd at 0.8 over 400 runs: 0.02; Holm is at least as powerful as the Bonferroni level it is sized at

@@ -25,7 +25,7 @@ def _run(name: str, scores: dict[str, float | list[float]]) -> Run:
 
 
 def _compare(*runs: Run, aspects=("dialogue_overall",), **opts) -> engine.Comparison:
-    return engine.build(list(runs), list(aspects), engine.options(**opts))
+    return engine.build(list(runs), list(aspects), engine.Options(**opts))
 
 
 def test_partial_overlap_is_paired_on_the_shared_rows_their_means_and_verdict_alike():

@@ -94,20 +94,6 @@ def _with_labels(result: Result, labels: Any, from_file: bool) -> list:
         dataclasses.replace(t, labels=turn_labels.get((c.conv_id, t.turn_ind), {})) for t in c.turns)) for c in convs]
 
 
-def _check(result: Any, levels: Any, n_boot: Any, seed: Any, confidence: Any) -> list[str]:
-    if not isinstance(result, Result):
-        raise ConfigError(f"meta_evaluate takes the Result of face.evaluate, got {type(result).__name__}")
-    levels = [levels] if isinstance(levels, str) else levels
-    if not isinstance(levels, Sequence) or not all(isinstance(v, str) for v in levels):
-        raise ConfigError(f"levels: a list of {', '.join(LEVELS)}, got {levels!r:.60}")
-    bad = sorted(set(levels) - set(LEVELS))
-    if bad or not levels:
-        raise ConfigError(f"levels: {bad or 'none'} (choose from {', '.join(LEVELS)})")
-    given: dict[str, Any] = {"seed": seed, "metaeval": {"n_boot": n_boot, "confidence": confidence}}
-    RunSettings(**given)  # typed as a run's: one line naming the bad one (the rest: conf/config.yaml's)
-    return list(levels)
-
-
 def meta_evaluate(result: Result, labels: pd.DataFrame | str | os.PathLike | None = None, *,
                   levels: Sequence[str] = LEVELS, n_boot: int = 1000, seed: int = 0,
                   confidence: float = 0.95) -> pd.DataFrame:
@@ -122,7 +108,16 @@ def meta_evaluate(result: Result, labels: pd.DataFrame | str | os.PathLike | Non
     ``n_missing`` (labelled items without one)."""
     from face.metaeval import meta_evaluate as correlate
 
-    levels = _check(result, levels, n_boot, seed, confidence)
+    if not isinstance(result, Result):
+        raise ConfigError(f"meta_evaluate takes the Result of face.evaluate, got {type(result).__name__}")
+    levels = [levels] if isinstance(levels, str) else levels
+    if not isinstance(levels, Sequence) or not all(isinstance(v, str) for v in levels):
+        raise ConfigError(f"levels: a list of {', '.join(LEVELS)}, got {levels!r:.60}")
+    bad = sorted(set(levels) - set(LEVELS))
+    if bad or not levels:
+        raise ConfigError(f"levels: {bad or 'none'} (choose from {', '.join(LEVELS)})")
+    given: dict[str, Any] = {"seed": seed, "metaeval": {"n_boot": n_boot, "confidence": confidence}}
+    RunSettings(**given)  # typed as a run's: one line naming the bad one (the rest: conf/config.yaml's)
     convs = (result.conversations if labels is None else
              _with_labels(result, labels, from_file=isinstance(labels, (str, os.PathLike))))
     held = {a.name for a in result.aspects}

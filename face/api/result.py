@@ -78,7 +78,15 @@ class Result:
     def lowest_particles(self, conv_id: str, aspect: str, turn_ind: int | None = None, k: int = 3) -> pd.DataFrame:
         """The ``k`` lowest-scoring particles of a conversation (or of one of its turns) for an aspect: one row each
         (``turn_ind``, ``particle_ind``, ``dialogue_act``, ``mention``, ``score`` = the mean over instructions)."""
-        _check_lowest(self, conv_id, aspect, turn_ind, k)
+        names = [a.name for a in self.aspects]
+        if not isinstance(aspect, str) or aspect not in names:
+            raise ConfigError(f"lowest_particles: aspect {aspect!r} is not one of the result's ({', '.join(names)})")
+        if not isinstance(conv_id, (str, int)) or isinstance(conv_id, bool):
+            raise ConfigError(f"lowest_particles: conv_id must be a conversation id (a string), got {conv_id!r}")
+        if turn_ind is not None and (not isinstance(turn_ind, int) or isinstance(turn_ind, bool)):
+            raise ConfigError(f"lowest_particles: turn_ind must be an integer or None, got {turn_ind!r}")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ConfigError(f"lowest_particles: k must be a positive integer, got {k!r}")
         p = self.particles
         p = p[(p["aspect"] == aspect) & (p["conv_id"] == str(conv_id)) & (p["particle_ind"] >= 0)]
         if turn_ind is not None:
@@ -108,18 +116,6 @@ def _file(path: Any, what: str, kind: str) -> Path:
     return path
 
 
-def _check_lowest(result: Result, conv_id: Any, aspect: Any, turn_ind: Any, k: Any) -> None:
-    names = [a.name for a in result.aspects]
-    if not isinstance(aspect, str) or aspect not in names:
-        raise ConfigError(f"lowest_particles: aspect {aspect!r} is not one of the result's ({', '.join(names)})")
-    if not isinstance(conv_id, (str, int)) or isinstance(conv_id, bool):
-        raise ConfigError(f"lowest_particles: conv_id must be a conversation id (a string), got {conv_id!r}")
-    if turn_ind is not None and (not isinstance(turn_ind, int) or isinstance(turn_ind, bool)):
-        raise ConfigError(f"lowest_particles: turn_ind must be an integer or None, got {turn_ind!r}")
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ConfigError(f"lowest_particles: k must be a positive integer, got {k!r}")
-
-
 def _wide(long: pd.DataFrame, keys: list[str], aspects: Sequence[Any]) -> pd.DataFrame:
     import pandas as pd
 
@@ -145,14 +141,6 @@ def _with_released_particles(particles: pd.DataFrame, data_dir: Path) -> pd.Data
     for j, col in enumerate(("dialogue_act", "mention", "user_feedback")):
         particles[col] = [f[j] for f in found]
     return particles
-
-
-def _finished(run: RunResult) -> tuple[ExperimentResult, MethodOutput]:
-    """The experiment's result and its method's output: a run that sent its requests has both."""
-    exp = run.experiment
-    if exp is None or exp.output is None or not run.sent:
-        raise ConfigError(f"{run.cfg.get('task_name')}: the run sent nothing (an estimate only): no Result")
-    return exp, exp.output
 
 
 def _particles(run: RunResult, exp: ExperimentResult, output: MethodOutput) -> pd.DataFrame:
@@ -190,7 +178,10 @@ def result_of(run: RunResult, keep: bool) -> Result:
     """The Result of a finished run (``keep``: its files stay in its output directory)."""
     import pandas as pd
 
-    exp, output = _finished(run)
+    exp = run.experiment  # a run that sent its requests has the experiment's result and its method's output
+    if exp is None or exp.output is None or not run.sent:
+        raise ConfigError(f"{run.cfg.get('task_name')}: the run sent nothing (an estimate only): no Result")
+    output = exp.output
     convs, aspects = exp.conversations, exp.aspects
     preds = output.predictions
     meta = pd.DataFrame([(c.conv_id, c.system) for c in convs], columns=["conv_id", "system"])

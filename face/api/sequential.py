@@ -136,19 +136,17 @@ def _conversation_scores(run_dir: Path, aspects: Sequence[str], ids: Sequence[st
     return s.reindex(index=list(ids), columns=list(aspects)).to_numpy(float)
 
 
-def _evaluated(convs: list, logs: Path, aspects: Sequence[str], llm: Any, run: dict, out: Path | None,
-               **how: Any) -> Any:
+def _evaluated(convs: list, logs: Path, run: dict, out: Path | None, **how: Any) -> Any:
     """``face evaluate`` of ``convs`` (written to ``logs``) without its console output: its finished run."""
     from face.datasets.crsarena import write_conversations
 
     write_conversations(convs, logs)
     with contextlib.redirect_stdout(io.StringIO()):
-        done, _ = evaluation(str(logs), list(aspects), llm, None if out is None else str(out), **how, **run)
+        done, _ = evaluation(str(logs), out=None if out is None else str(out), **how, **run)
     return done
 
 
-def _step(convs: list, tmp: Path, out: Path, aspects: Sequence[str], llm: Any, run: dict, cap: float | None,
-          used: dict) -> None:
+def _step(convs: list, tmp: Path, out: Path, run: dict, cap: float | None, used: dict) -> None:
     """One side's conversations scored so far, evaluated into ``out`` (what earlier steps scored: from the cache)
     with what is left of the cost cap as its own (``llm.force``: its estimate counts the cached ones too); what it
     sent added to ``used``, also when it stops (its ``llm_usage.json`` is written then too)."""
@@ -158,16 +156,16 @@ def _step(convs: list, tmp: Path, out: Path, aspects: Sequence[str], llm: Any, r
     usage = out / "llm_usage.json"
     usage.unlink(missing_ok=True)  # an earlier step's, if this one writes none
     try:
-        _evaluated(convs, tmp / f"{out.name}.json", aspects, llm, run, out, overwrite=True)
+        _evaluated(convs, tmp / f"{out.name}.json", run, out, overwrite=True)
     finally:
         totals = json.loads(usage.read_text(encoding="utf-8"))["totals"] if usage.exists() else {}
         for k in COUNTS:
             used[k] += totals.get(k, 0) or 0
 
 
-def _estimate(convs: list, tmp: Path, aspects: Sequence[str], llm: Any, run: dict) -> tuple[pd.Series, float | None]:
+def _estimate(convs: list, tmp: Path, run: dict) -> tuple[pd.Series, float | None]:
     """The estimate of scoring ``convs``, and the cost cap (llm.max_cost_usd) of the settings."""
-    done = _evaluated(convs, tmp / "estimate.json", aspects, llm, run, None, estimate_only=True)
+    done = _evaluated(convs, tmp / "estimate.json", run, None, estimate_only=True)
     assert done.estimate is not None  # the live method has an LLM job
     cap = done.cfg.llm.get("max_cost_usd")
     total = done.estimate[done.estimate["stage"] == "total"].iloc[0][list(COUNTS)].astype(float)
@@ -200,8 +198,9 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
         sides = [check_conversations(source_of(s, tmp)) for s in (baseline, candidate)]
         order_a, order_b, paired = _orders(sides[0], sides[1], seed, max_conversations)
         aspect_list = _aspects(aspects)
-        run = {"overrides": overrides, "entry": entry, "settings": settings}
-        (avail_a, cap), (avail_b, _) = (_estimate(side, tmp, aspect_list, llm, run) for side in sides)
+        # what every face evaluate run of the comparison is given besides its conversations and directory
+        run = {"aspects": aspect_list, "llm": llm, "overrides": overrides, "entry": entry, "settings": settings}
+        (avail_a, cap), (avail_b, _) = (_estimate(side, tmp, run) for side in sides)
         avail = avail_a + avail_b
         setting = "--out" if entry == "cli" else "out"
         require_writable_dir(out, setting)
@@ -211,11 +210,11 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
         # out: one sequential comparison's (any of them may continue there), each side's run and the report inside
         with claimed([Location(setting, out)], {"face": "sequential comparison"}, [], overwrite, how):
             limited = len(order_a) < len(sides[0]) or len(order_b) < len(sides[1])
-            return _loop(order_a, order_b, paired, names, tmp, out, aspect_list, llm, run, batch, alpha, target_diff,
+            return _loop(order_a, order_b, paired, names, tmp, out, aspect_list, run, batch, alpha, target_diff,
                          method, avail, [len(side) for side in sides], cap, echo, limited)
 
 
-def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, alpha, target_diff, method,
+def _loop(order_a, order_b, paired, names, tmp, out, aspects, run, batch, alpha, target_diff, method,
           avail, sizes, cap, echo, limited) -> SequentialResult:
     from face.comparison.engine import compare
     from face.comparison.runs import from_dir
@@ -232,7 +231,7 @@ def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, a
         na, nb = min(step * batch, len(order_a)), min(step * batch, len(order_b))
         try:
             for convs, d in ((order_a[:na], dirs[0]), (order_b[:nb], dirs[1])):
-                _step(convs, tmp, d, aspects, llm, run, cap, used)
+                _step(convs, tmp, d, run, cap, used)
         except BudgetExceeded as e:
             if seq is None:
                 raise  # not one step finished: nothing to compare (what was scored is cached)
@@ -241,7 +240,7 @@ def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, a
                     f"step {step} scored is cached (the same command with a larger cap continues from it)")
             log.info("step %d stopped: %s", step, e)
             for convs, d in ((order_a[:done_a], dirs[0]), (order_b[:done_b], dirs[1])):
-                _step(convs, tmp, d, aspects, llm, run, cap, used)  # back to the steps finished, from the cache
+                _step(convs, tmp, d, run, cap, used)  # back to the steps finished, from the cache
             break
         if seq is None:
             meta = from_dir(dirs[0])
@@ -267,8 +266,7 @@ def _loop(order_a, order_b, paired, names, tmp, out, aspects, llm, run, batch, a
     steps = pd.concat(rows, ignore_index=True)
     decisions = steps[steps["step"] == steps["step"].max()].drop(columns=["step"]).reset_index(drop=True)
     decisions = _needs(decisions, target_diff, min(sizes), float(avail["cost_usd"]) / sum(sizes))
-    scored_est = (_estimate(order_a[:done_a], tmp, aspects, llm, run)[0]
-                  + _estimate(order_b[:done_b], tmp, aspects, llm, run)[0])
+    scored_est = _estimate(order_a[:done_a], tmp, run)[0] + _estimate(order_b[:done_b], tmp, run)[0]
     saved = _saved(done_a + done_b, sum(sizes), scored_est, avail, used)
     _write(comp, steps, decisions, saved, stop, out / "comparison")
     return SequentialResult(comp, steps, decisions, saved, stop, out, min(sizes))

@@ -29,6 +29,7 @@ a metric, the outputs as artifacts.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 from pathlib import Path
 
@@ -94,7 +95,7 @@ def _default_out(runs: list[str]) -> Path:
 def main(args: argparse.Namespace) -> int:
     """Run ``face compare``: load, check, compare, write, print. A bad input or setting is a ConfigError / DataError
     before anything is written (``face.cli`` makes it one line and exit 2)."""
-    from face.comparison.engine import compare
+    from face.comparison.engine import Options, compare
     from face.comparison.report import write_all
     from face.errors import ConfigError, require_writable_dir
 
@@ -103,9 +104,8 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out is not None else _default_out(args.runs)
     require_writable_dir(out, "--out")
     comp = compare(*args.runs, names=_names(args.names), by_system=args.by_system, aspects=_names(args.aspects),
-                   allow_incomparable=args.allow_incomparable, tracking_uri=args.tracking_uri, pairing=args.pairing,
-                   n_boot=args.n_boot, seed=args.seed, confidence=args.confidence, alpha=args.alpha,
-                   power=args.power, target_diff=args.target_diff, top=args.top)
+                   allow_incomparable=args.allow_incomparable, tracking_uri=args.tracking_uri,
+                   **{f.name: getattr(args, f.name) for f in dataclasses.fields(Options)})  # each option's flag
     if args.mlflow:  # the names as MLflow keys and the store, checked before anything is written
         from face.comparison.mlflow_io import comparison_metrics, log_comparison, tracking
         from face.comparison.runs import default_tracking_uri

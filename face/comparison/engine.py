@@ -42,11 +42,6 @@ class Options:
     top: int = Field(default=5, ge=1, le=1000)  # rows per aspect in "what moved"
 
 
-def options(**kwargs: Any) -> Options:
-    """``Options`` or a ConfigError naming the setting (``n_boot must be …, got …``; face.settings)."""
-    return Options(**kwargs)
-
-
 def units_of(run: Run, aspects: Sequence[str]) -> stats.Units:
     """The run's scores per conversation (sorted ids) and aspect: sums and counts of its turn / dialogue scores."""
     rows = run.scores(aspects)
@@ -186,14 +181,6 @@ def _named(runs: list[Run]) -> list[Run]:
     return runs
 
 
-def _aspects(runs: Sequence[Run], wanted: Sequence[str] | None) -> list[str]:
-    """The aspects every run scores (of ``wanted``, if given), in display order."""
-    from face.report.tables import ordered
-
-    common = set.intersection(*(set(r.aspect_names()) for r in runs))
-    return [a for a in wanted if a in common] if wanted is not None else ordered(sorted(common))
-
-
 def _names(value: Any, what: str) -> list[str] | None:
     """None or a list of names (a string is one name, not a list of its letters)."""
     if value is not None and (isinstance(value, str) or not isinstance(value, Sequence)
@@ -202,20 +189,12 @@ def _names(value: Any, what: str) -> list[str] | None:
     return None if value is None else list(value)
 
 
-def _checked(systems: list[Run]) -> list[Run]:
-    """Names that every output can hold: not empty, not a credential (a name reaches every table, figure and
-    MLflow key)."""
-    from face.secrets import contains_secret, redact
-
-    for r in systems:
-        if not r.name.strip() or contains_secret(r.name):
-            what = "a name that looks like a credential (an API key or token)" if r.name.strip() else "an empty name"
-            raise ConfigError(f"names: the system of {redact(r.source)} has {what}; name it with --names / names=")
-    return systems
-
-
 def _systems(sources: Sequence[Any], names: Sequence[str] | None, by_system: bool, tracking_uri: str | None
              ) -> list[Run]:
+    """The systems compared, with distinct names that every output can hold: not empty, not a credential (a name
+    reaches every table, figure and MLflow key)."""
+    from face.secrets import contains_secret, redact
+
     if names is not None and len(names) != len(sources):
         raise ConfigError(f"names: {len(names)} names for {len(sources)} runs")
     default = [f"run {i + 1}" if hasattr(s, "predictions") else None for i, s in enumerate(sources)]
@@ -224,7 +203,11 @@ def _systems(sources: Sequence[Any], names: Sequence[str] | None, by_system: boo
     if len(systems) < 2:
         raise ConfigError(f"compare needs at least two systems, got {len(systems)}"
                           + ("" if by_system else " (one run with several systems: by_system=True / --by-system)"))
-    return _checked(_named(systems))
+    for r in _named(systems):
+        if not r.name.strip() or contains_secret(r.name):
+            what = "a name that looks like a credential (an API key or token)" if r.name.strip() else "an empty name"
+            raise ConfigError(f"names: the system of {redact(r.source)} has {what}; name it with --names / names=")
+    return systems
 
 
 def compare(*runs: Any, names: Sequence[str] | None = None, by_system: bool = False,
@@ -233,7 +216,9 @@ def compare(*runs: Any, names: Sequence[str] | None = None, by_system: bool = Fa
     """Compare two or more runs (paths, MLflow run ids, ``face.Result`` objects): see the module doc. ``settings``:
     ``Options``' fields (pairing, n_boot, seed, confidence, alpha, power, target_diff, top). A wrong type or value
     of any argument is a ConfigError, a score outside its aspect's scale a DataError."""
-    opts = options(**settings)
+    from face.report.tables import ordered  # display order
+
+    opts = Options(**settings)  # a ConfigError naming the setting (face.settings)
     for flag, value in (("by_system", by_system), ("allow_incomparable", allow_incomparable)):
         if not isinstance(value, bool):
             raise ConfigError(f"{flag} must be True or False, got {value!r}")
@@ -241,7 +226,8 @@ def compare(*runs: Any, names: Sequence[str] | None = None, by_system: bool = Fa
         raise ConfigError(f"tracking_uri must be a string or None, got {tracking_uri!r}")
     wanted = _names(aspects, "aspects")
     systems = _systems(runs, _names(names, "names"), by_system, tracking_uri)
-    chosen = _aspects(systems, wanted)
+    common = set.intersection(*(set(r.aspect_names()) for r in systems))  # the aspects every run scores
+    chosen = [a for a in wanted if a in common] if wanted is not None else ordered(sorted(common))
     warnings = check(systems, chosen, allow_incomparable, wanted)
     if not chosen:
         raise ConfigError("no aspect is scored in every run" + (f" among {', '.join(wanted)}" if wanted else ""))

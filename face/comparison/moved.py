@@ -16,12 +16,11 @@ import pandas as pd
 
 from face.comparison.runs import Run
 
-ACT_COLUMNS = ["baseline", "candidate", "aspect", "dialogue_act", "baseline_mean", "candidate_mean", "diff",
-               "n_baseline", "n_candidate"]
-PARTICLE_COLUMNS = ["baseline", "candidate", "aspect", "dialogue_act", "mention", "baseline_mean", "candidate_mean",
-                    "diff", "n_baseline", "n_candidate"]
-CONV_COLUMNS = ["baseline", "candidate", "aspect", "kind", "conv_id", "baseline_score", "candidate_score", "diff",
-                "baseline_report", "candidate_report"]
+_MEANS = ["baseline_mean", "candidate_mean", "diff", "n_baseline", "n_candidate"]
+COLUMNS = {"acts": ["baseline", "candidate", "aspect", "dialogue_act", *_MEANS],
+           "particles": ["baseline", "candidate", "aspect", "dialogue_act", "mention", *_MEANS],
+           "conversations": ["baseline", "candidate", "aspect", "kind", "conv_id", "baseline_score", "candidate_score",
+                             "diff", "baseline_report", "candidate_report"]}
 
 
 def _top_changes(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], top: int) -> pd.DataFrame:
@@ -63,29 +62,23 @@ def worse_conversations(base: Run, cand: Run, aspects: Sequence[str], top: int) 
     j = j.groupby("aspect", sort=False).head(top)
     return j.rename(columns={"score_a": "baseline_score", "score_b": "candidate_score"}).assign(
         baseline=base.name, candidate=cand.name, baseline_report=str(base.report or ""),
-        candidate_report=str(cand.report or ""))[CONV_COLUMNS]
+        candidate_report=str(cand.report or ""))[COLUMNS["conversations"]]
 
 
 def what_moved(base: Run, candidates: Sequence[Run], aspects: Sequence[str], top: int) -> dict[str, pd.DataFrame]:
     """``{"acts", "particles", "conversations"}`` for the baseline against each candidate (empty frames where the
     runs have no particles: a run file keeps only turn and dialogue scores)."""
-    acts: list[pd.DataFrame] = []
-    parts: list[pd.DataFrame] = []
-    convs: list[pd.DataFrame] = []
+    found: dict[str, list[pd.DataFrame]] = {name: [] for name in COLUMNS}
     for cand in candidates:
-        convs.append(worse_conversations(base, cand, aspects, top))
+        found["conversations"].append(worse_conversations(base, cand, aspects, top))
         if base.particles is None or cand.particles is None:
             continue
         pa = base.particles[base.particles["aspect"].isin(aspects)]
         pb = cand.particles[cand.particles["aspect"].isin(aspects)]
-        for out, keys, frame_a, frame_b in ((acts, ["dialogue_act"], pa, pb),
-                                            (parts, ["dialogue_act", "mention"], _kind(pa), _kind(pb))):
+        for name, keys, frame_a, frame_b in (("acts", ["dialogue_act"], pa, pb),
+                                             ("particles", ["dialogue_act", "mention"], _kind(pa), _kind(pb))):
             t = _top_changes(frame_a, frame_b, keys, top)
             if len(t):
-                out.append(t.assign(baseline=base.name, candidate=cand.name))
-
-    def frame(items: list[pd.DataFrame], cols: list[str]) -> pd.DataFrame:
-        return pd.concat(items, ignore_index=True)[cols] if items else pd.DataFrame(columns=cols)
-
-    return {"acts": frame(acts, ACT_COLUMNS), "particles": frame(parts, PARTICLE_COLUMNS),
-            "conversations": frame(convs, CONV_COLUMNS)}
+                found[name].append(t.assign(baseline=base.name, candidate=cand.name))
+    return {name: pd.concat(items, ignore_index=True)[COLUMNS[name]] if items else pd.DataFrame(columns=COLUMNS[name])
+            for name, items in found.items()}

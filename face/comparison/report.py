@@ -38,19 +38,13 @@ def _conversations(comp: Comparison, html_dir: Path) -> list[dict]:
 
 
 def figure_data(comp: Comparison, note: str = "") -> dict:
-    """PNG bytes of every figure: ``means``, ``differences`` and, with three systems or more, ``beats`` per aspect;
-    ``note`` under each (the files say what scored; the report says it once, at its top)."""
-    out: dict = {"means": figures.means(comp.means, comp.scales, note),
-                 "differences": figures.differences(comp.differences, note), "beats": []}
+    """PNG bytes of every figure by its file's stem: ``means``, ``differences`` and, with three systems or more,
+    ``beats_<aspect>``; ``note`` under each (the files say what scored; the report says it once, at its top)."""
+    out = {"means": figures.means(comp.means, comp.scales, note),
+           "differences": figures.differences(comp.differences, note)}
     if comp.beats is not None:
-        out["beats"] = [(a, figures.beats(comp.beats, a, note)) for a in comp.aspects]
+        out.update({f"beats_{a}": figures.beats(comp.beats, a, note) for a in comp.aspects})
     return out
-
-
-def _b64(data: dict) -> dict:
-    enc: dict = {k: base64.b64encode(v).decode("ascii") for k, v in data.items() if k != "beats"}
-    enc["beats"] = [(a, base64.b64encode(v).decode("ascii")) for a, v in data["beats"]]
-    return enc
 
 
 def write_html(comp: Comparison, path: Path, data: dict | None = None) -> Path:
@@ -69,8 +63,8 @@ def write_html(comp: Comparison, path: Path, data: dict | None = None) -> Path:
         systems=comp.systems.to_dict("records"), verdicts=comp.verdicts().to_dict("records"),
         with_needed="n_needed" in comp.differences, means=comp.means.to_dict("records"),
         ranking=None if comp.ranking is None else comp.ranking.to_dict("records"),
-        figures=_b64(data or figure_data(comp)), acts=comp.moved["acts"].to_dict("records"),
-        particles=comp.moved["particles"].to_dict("records"),
+        figures={k: base64.b64encode(v).decode("ascii") for k, v in (data or figure_data(comp)).items()},
+        acts=comp.moved["acts"].to_dict("records"), particles=comp.moved["particles"].to_dict("records"),
         conversations=_conversations(comp, path.resolve().parent))
     atomic_write_text(path, html)
     return path
@@ -112,8 +106,6 @@ def write_all(comp: Comparison, out_dir: Path, overwrite: bool = False, setting:
         for name, df in comp.tables().items():
             if isinstance(df, pd.DataFrame):
                 paths += write_table(df, out_dir, name, comp.caption(titles.get(name, name)))
-        paths.append(figures.save(data["means"], out_dir / "figures" / "means.png"))
-        paths.append(figures.save(data["differences"], out_dir / "figures" / "differences.png"))
-        paths += [figures.save(v, out_dir / "figures" / f"beats_{a}.png") for a, v in data["beats"]]
+        paths += [figures.save(v, out_dir / "figures" / f"{k}.png") for k, v in data.items()]
         paths.append(write_html(comp, out_dir / "report.html", shown))
     return paths

@@ -139,9 +139,8 @@ def _hydra(cfg_path: Path) -> Any:
     return lambda key, default=None: OmegaConf.select(cfg, key, default=default, throw_on_resolution_failure=False)
 
 
-def _from_hydra(run: Run, cfg_path: Path) -> Run:
-    """An experiment run directory without run settings: what its Hydra config says about the method."""
-    get = _hydra(cfg_path)
+def _from_hydra(run: Run, get: Any) -> Run:
+    """An experiment run directory without run settings: what its Hydra config (``_hydra``) says about the method."""
     if get("method.name") == "face_released":
         from face.pipeline.released import LABEL
 
@@ -157,9 +156,8 @@ def _from_hydra(run: Run, cfg_path: Path) -> Run:
     return run
 
 
-def _systems_from_dataset(cfg_path: Path) -> dict[str, str]:
+def _systems_from_dataset(get: Any) -> dict[str, str]:
     """conversation → system for an experiment run on CRSArena-Eval (its data directory, fetched if needed)."""
-    get = _hydra(cfg_path)
     if not str(get("dataset._target_", "")).endswith("CRSArenaEval") or get("dataset.file"):
         return {}
     data_dir = Path(os.environ.get("FACE_DATA_DIR", project_root() / "data" / "raw"))
@@ -172,16 +170,16 @@ def from_dir(path: Path, name: str | None = None) -> Run:
     if not (path / "run_file.json").exists():
         raise DataError(path, "no run_file.json: not a `face evaluate` output or experiment run directory")
     run = Run(name or path.name, str(path), read_run_file(path / "run_file.json"))
-    hydra_cfg = path / ".hydra" / "config.yaml"
+    hydra = _hydra(path / ".hydra" / "config.yaml") if (path / ".hydra" / "config.yaml").exists() else None
     if (path / "run_settings.json").exists():
         run = _from_settings(run, read_run_settings(path / "run_settings.json"))
-    elif hydra_cfg.exists():
-        run = _from_hydra(run, hydra_cfg)
+    elif hydra is not None:
+        run = _from_hydra(run, hydra)
     if (path / "conversations.json").exists():
         run.systems = {c.conv_id: c.system for c in load_conversations(path / "conversations.json",
                                                                         require_labels=False)}
-    elif hydra_cfg.exists():
-        run.systems = _systems_from_dataset(hydra_cfg)
+    elif hydra is not None:
+        run.systems = _systems_from_dataset(hydra)
     if (path / "particle_scores.jsonl").exists():
         from face.pipeline.records import read_score_file
 
@@ -202,12 +200,6 @@ def from_result(result: Any, name: str) -> Run:
     return run
 
 
-def mlflow_run_id(source: str) -> str | None:
-    """The run id of ``mlflow:<id>``, ``runs:/<id>`` or a bare 32-hex-digit id (not an existing path), else None."""
-    m = _HEX_ID.fullmatch(source.strip())
-    return m.group(1) if m and not Path(source).exists() else None
-
-
 def load(source: Any, name: str | None = None, tracking_uri: str | None = None) -> Run:
     """A run from any of the sources above (``name``: what the tables call it; default: the directory's or file's
     name, or the MLflow run's name)."""
@@ -221,10 +213,11 @@ def load(source: Any, name: str | None = None, tracking_uri: str | None = None) 
         return from_dir(path, name)
     if path.is_file():
         return Run(name or path.stem, str(path), read_run_file(path))
-    run_id = mlflow_run_id(text)
-    if run_id is not None:
+    hex_id = _HEX_ID.fullmatch(text.strip())  # mlflow:<id>, runs:/<id> or a bare 32-hex-digit id
+    if hex_id and not path.exists():
         from face.comparison.mlflow_io import download_run
 
+        run_id = hex_id.group(1)
         with tempfile.TemporaryDirectory(prefix="face-compare-") as tmp:
             run_name = download_run(run_id, tracking_uri or default_tracking_uri(), Path(tmp))
             try:

@@ -29,16 +29,6 @@ from face.resample import draw_counts
 Systems = Mapping[str, stats.Units]
 
 
-def _moments(units: Systems, n_boot: int, rng: np.random.Generator) -> dict[str, stats.Moments]:
-    return {name: stats.moments(u, draw_counts(len(u), n_boot, rng)) for name, u in units.items()}
-
-
-def _pair_tests(mom: dict[str, stats.Moments], pairs: Sequence[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
-    """(differences, p-values), pairs × K, each pair's second system minus its first, unpaired."""
-    tests = [stats.unpaired(mom[a], mom[b], 0.95) for a, b in pairs]
-    return np.array([t.diff for t in tests]), np.array([t.p_value for t in tests])
-
-
 def arena_tests(boot: np.ndarray, point: np.ndarray, names: Sequence[str]) -> pd.DataFrame:
     """The arena's own test of every pair of ``names``, both ways round (baseline, candidate): the direction of the
     point Bradley–Terry ratings ``point`` and a two-sided bootstrap p-value from the ratings of votes resampled
@@ -163,12 +153,6 @@ def calibration_summary(df: pd.DataFrame, alpha: float) -> pd.DataFrame:
                       familywise_within=out["familywise_holm"] <= alpha + 2 * out["familywise_mc_error"])
 
 
-def _subsample(u: stats.Units, n: int | None, rng: np.random.Generator) -> stats.Units:
-    if n is None or n >= len(u):
-        return u
-    return u.take(np.sort(rng.choice(len(u), n, replace=False)))
-
-
 def power(units: Systems, human_dir: Mapping[tuple[str, str], np.ndarray], aspects: Sequence[str],
           sizes: Sequence[int | None], reps: int, n_boot: int, alpha: float, seed: int) -> pd.DataFrame:
     """One row per size × repetition × pair × aspect: whether FACE (Holm over the pair's aspects) separates the pair
@@ -179,13 +163,14 @@ def power(units: Systems, human_dir: Mapping[tuple[str, str], np.ndarray], aspec
     rows = []
     for n in sizes:
         for rep in range(reps):
-            sub = {s: _subsample(u, n, rng) for s, u in units.items()}
-            with stats.one_thread():
-                d, p = _pair_tests(_moments(sub, n_boot, rng), pairs)
-            for i, pair in enumerate(pairs):
-                adj = stats.holm(p[i])
-                sep = adj < alpha
-                right = sep & (np.sign(d[i]) == human_dir[pair])
+            sub = {s: u if n is None or n >= len(u) else u.take(np.sort(rng.choice(len(u), n, replace=False)))
+                   for s, u in units.items()}  # n of each system's conversations, without replacement
+            with stats.one_thread():  # each pair's second system minus its first, unpaired
+                mom = {s: stats.moments(u, draw_counts(len(u), n_boot, rng)) for s, u in sub.items()}
+                tests = [stats.unpaired(mom[a], mom[b], 0.95) for a, b in pairs]
+            for pair, test in zip(pairs, tests):
+                sep = stats.holm(test.p_value) < alpha
+                right = sep & (np.sign(test.diff) == human_dir[pair])
                 rows += [("all" if n is None else n, rep, *pair, a, bool(right[k]), bool(sep[k] and not right[k]))
                          for k, a in enumerate(aspects)]
     return pd.DataFrame(rows, columns=["n", "rep", "system_a", "system_b", "aspect", "recovered", "wrong_direction"])

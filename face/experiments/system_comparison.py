@@ -92,7 +92,7 @@ def _arena(votes: list, names: list[str], prior: float, s: Settings, seed: int) 
 
 
 def _agreement(face: Run, human: Run, aspects: list[str], arena_tab: pd.DataFrame, s: Settings, seed: int):
-    opts = engine.options(n_boot=s.n_boot, seed=seed, alpha=s.alpha)
+    opts = engine.Options(n_boot=s.n_boot, seed=seed, alpha=s.alpha)
     face_cmp = engine.build(face.by_system(), aspects, opts)
     human_cmp = engine.build(human.by_system(), aspects, opts)
     table = validation.agreement(face_cmp.differences, human_cmp.differences, arena_tab, s.alpha)

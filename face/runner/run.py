@@ -214,15 +214,11 @@ def _execute(request: RunRequest, plan) -> tuple[Any, bool]:
         # without a banner
         task = OmegaConf.merge(plan.cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
         assert isinstance(task, DictConfig)
-        estimate = _experiment(dataclasses.replace(plan, cfg=task, llm=check_settings(task),
-                                                   summary=RunSummary(held=True, estimate="dry")))
+        dry = dataclasses.replace(plan, cfg=task, llm=check_settings(task),
+                                  summary=RunSummary(held=True, estimate="dry"))
+        estimate = importlib.import_module(task.runner).run(dry)
         cost = estimated_cost(estimate.estimate) if estimate.estimate is not None else 0.0
         if request.confirm is None or not request.confirm(cost):
             return estimate, False
         plan.summary.estimate = "shown"  # the estimate above is this run's: printed once
-    return _experiment(plan), True
-
-
-def _experiment(plan):
-    """The experiment's ``run`` on its checked ``plan``."""
-    return importlib.import_module(plan.cfg.runner).run(plan)
+    return importlib.import_module(plan.cfg.runner).run(plan), True
