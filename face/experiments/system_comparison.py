@@ -54,12 +54,9 @@ def parts(cfg: DictConfig) -> Parts:
 
 def _runs(ctx, preds: Predictions, particles: pd.DataFrame, label: str) -> tuple[Run, Run]:
     """FACE's predictions and the human labels on the same labelled, predicted items, as two runs."""
-    turn: list[pd.DataFrame] = []
-    dial: list[pd.DataFrame] = []
-    for a in ctx.aspects:
-        df = items(preds, ctx.convs, a).dropna(subset=["pred"]).assign(aspect=a.name)
-        (turn if a.level == "turn" else dial).append(df)
-    t, d = pd.concat(turn), pd.concat(dial)
+    df = {a.name: items(preds, ctx.convs, a).dropna(subset=["pred"]).assign(aspect=a.name) for a in ctx.aspects}
+    t = pd.concat([df[a.name] for a in ctx.aspects if a.level == "turn"])
+    d = pd.concat([df[a.name] for a in ctx.aspects if a.level != "turn"])
     systems = {c.conv_id: c.system for c in ctx.convs}
 
     def run(name: str, col: str, label: str) -> Run:  # the column ``col`` (pred or human) as the predictions
@@ -122,8 +119,7 @@ def _power(face_units, human_units, aspects: list[str], table: pd.DataFrame, s: 
 
 
 def run(plan: Plan) -> ExperimentResult:
-    cfg = plan.cfg
-    s = own_settings(Settings, cfg, "comparison")
+    s = own_settings(Settings, plan.cfg, "comparison")
     with experiment(plan) as ctx:
         start, seed = time.perf_counter(), ctx.settings.seed
         out = ctx.predict()
@@ -131,7 +127,7 @@ def run(plan: Plan) -> ExperimentResult:
         aspects = [a.name for a in ctx.aspects]
         votes = arena_votes(ctx)
         names = sorted(set(face.systems.values()))
-        arena_tab, arena_boot = _arena(votes, names, cfg.arena.prior, s, seed)
+        arena_tab, arena_boot = _arena(votes, names, ctx.cfg.arena.prior, s, seed)
         table, summary, face_cmp = _agreement(face, human, aspects, arena_tab, s, seed)
         t_agree = time.perf_counter() - start
         face_units = {r.name: engine.units_of(r, aspects) for r in face.by_system()}

@@ -204,10 +204,6 @@ def read_run_settings(path: Path) -> dict:
                              if isinstance(d, dict)}}
 
 
-def _by_conv(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    return {str(k): g for k, g in df.groupby(df["conv_id"].astype(str), sort=False)}
-
-
 def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataFrame, dial_preds: pd.DataFrame,
                        tpred: pd.DataFrame) -> dict:
     dial = dial_preds.set_index("aspect")["pred"].to_dict()
@@ -272,7 +268,7 @@ def _views(rel: pd.DataFrame, scores: pd.DataFrame, preds: Predictions, convs: S
     """Every conversation → its turns → their particles; ``rel``: the particles with ``relative_scores``."""
     frames = (rel.sort_values(["conv_id", "turn_ind", "particle_ind", "aspect"], kind="stable"), scores,
               preds.dialogue, preds.turn)
-    by_conv = [_by_conv(x) for x in frames]
+    by_conv = [{str(k): g for k, g in x.groupby(x["conv_id"].astype(str), sort=False)} for x in frames]
     return [_conversation_view(c, *(g.get(c.conv_id, x.iloc[:0]) for g, x in zip(by_conv, frames))) for c in convs]
 
 
@@ -310,9 +306,7 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
         lowest=lowest.to_dict("records"), lowest_k=LOWEST_SHOWN,
         n_particle_scores=len(rel), tied_low=tied_low(d.by_position), conversations=views, full=full,
         worst=worst, drawn_later={v["conv_id"]: _compact(v, names) for v in views if v["conv_id"] not in full})
-    path = Path(path)
-    atomic_write_text(path, html)
-    return path
+    return atomic_write_text(path, html)
 
 
 def write_report(html_path: Path, tables_dir: Path | None, name: str, convs: Sequence[Conversation],
