@@ -81,13 +81,12 @@ def parts(cfg: DictConfig) -> Parts:
 
 def costs(ctx, s: Settings) -> pd.DataFrame:
     """Per estimator × k: requests, samples, tokens and $ per conversation (the live method's estimate)."""
-    cfg = ctx.cfg
-    llm = LLMConfig.from_dict(cfg.priced.llm)
+    llm = LLMConfig.from_dict(ctx.cfg.priced.llm)
     inputs = dataclasses.replace(ctx.inputs(), llm=llm)
     rows = []
     for name, scoring in s.estimators.items():
-        node = OmegaConf.merge(OmegaConf.to_container(cfg.priced.method, resolve=True), {"scoring": scoring})
-        method = build(node)
+        method = build(OmegaConf.merge(OmegaConf.to_container(ctx.cfg.priced.method, resolve=True),
+                                       {"scoring": scoring}))
         instructions = {a.name: method.instruction_set(ctx.data_dir, a) for a in ctx.aspects}
         table = method.estimate(inputs, instructions, method.proxy(inputs))
         counts = table.set_index("stage")[list(COUNTS)]

@@ -50,16 +50,14 @@ def particle_table(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Seq
     the mean over instructions (the particle's score) and the lowest instruction's score."""
     per = (scores.groupby(["aspect", "conv_id", "turn_ind", "particle_ind"], observed=True)["score"]
            .agg(score="mean", min_instruction_score="min", n_instructions="size").reset_index())
-    meta = []
-    for c in convs:
-        for pos, t in enumerate(c.assistant_turns(), start=1):
-            for i, p in enumerate(particles.get((c.conv_id, t.turn_ind), ())):
-                meta.append((c.conv_id, t.turn_ind, i, c.system, c.split, pos, len(c.assistant_turns()),
-                             p.dialogue_act, p.mention, p.user_feedback))
-    meta_df = pd.DataFrame(meta, columns=["conv_id", "turn_ind", "particle_ind", "system", "split", "position",
-                                          "n_assistant_turns", "dialogue_act", "mention", "user_feedback"])
+    meta = pd.DataFrame([(c.conv_id, t.turn_ind, i, c.system, c.split, pos, len(c.assistant_turns()), p.dialogue_act,
+                          p.mention, p.user_feedback) for c in convs
+                         for pos, t in enumerate(c.assistant_turns(), start=1)
+                         for i, p in enumerate(particles.get((c.conv_id, t.turn_ind), ()))],
+                        columns=["conv_id", "turn_ind", "particle_ind", "system", "split", "position",
+                                 "n_assistant_turns", "dialogue_act", "mention", "user_feedback"])
     per["conv_id"] = per["conv_id"].astype(str)
-    return per.merge(meta_df, on=["conv_id", "turn_ind", "particle_ind"], how="inner")
+    return per.merge(meta, on=["conv_id", "turn_ind", "particle_ind"], how="inner")
 
 
 def diagnose(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[Particle]],
