@@ -187,8 +187,7 @@ def _report(ctx, s: Settings, cost: pd.DataFrame, table: pd.DataFrame) -> dict:
                 f"over the subsets")
     caption = (f"The cost frontier. {sample}. {interval}. Correlation of the other estimators: {NOT_MEASURED}. "
                f"pareto: measured and above every cheaper measured point. {priced}")
-    measured = table[table["correlation"] == "measured"]
-    head = measured[measured["coefficient"] == s.coefficients[0]]
+    head = table[(table["correlation"] == "measured") & (table["coefficient"] == s.coefficients[0])]
     pivot = head.pivot_table(index=["level", "aspect"], columns="k", values="value", sort=False).reset_index()
     note = (f"{sample}; y: {interval.split('; sd_subsets')[0]}; filled: Pareto; x ticks: each k's $ per "
             f"conversation ({s.measured}); dotted: the other estimators' cost, correlation not measurable here.")

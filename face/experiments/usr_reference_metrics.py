@@ -11,7 +11,6 @@ other (paired bootstrap over contexts, Williams' test for Pearson).
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 from typing import NamedTuple
 
@@ -28,7 +27,6 @@ from face.report.figures import bars_by_quality
 from face.report.tables import order_aspects
 from face.significance import comparison_table
 
-log = logging.getLogger(__name__)
 CORPUS_LABELS = {"topical_chat": "Topical-Chat", "persona_chat": "PersonaChat"}
 
 

@@ -33,18 +33,14 @@ def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
 
     width_pt, _, _ = TextToPath().get_text_width_height_descent(note, FontProperties(size=fontsize), ismath=False)
     chars = int(0.9 * fig.get_figwidth() * 72 / max(width_pt / max(len(note), 1), 1e-6))
-    fig.text(0.01, _below_axes(fig), textwrap.fill(note, max(chars, 40), break_on_hyphens=False), fontsize=fontsize,
-             ha="left", va="top")
-
-
-def _below_axes(fig: plt.Figure) -> float:
-    """Where a caption starts (figure coordinates): under the lowest tick label or axis label of any axes and under
-    a figure legend, so rotated labels and legends never run into it."""
+    # it starts under the lowest tick label or axis label of any axes and under a figure legend, so rotated labels and
+    # legends never run into it
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's canvas (matplotlib.use("Agg"))
     boxes = [ax.get_tightbbox(renderer) for ax in fig.axes if ax.get_visible()]
     boxes += [leg.get_window_extent(renderer) for leg in fig.legends]
-    lowest = min((b.y0 for b in boxes if b is not None), default=0.0)
-    return min(-0.02, lowest / fig.bbox.height - 0.02)
+    top = min(-0.02, min((b.y0 for b in boxes if b is not None), default=0.0) / fig.bbox.height - 0.02)
+    fig.text(0.01, top, textwrap.fill(note, max(chars, 40), break_on_hyphens=False), fontsize=fontsize, ha="left",
+             va="top")
 
 
 def _ylim_from_zero(ax: plt.Axes, *values, pad: float = 0.05) -> None:
