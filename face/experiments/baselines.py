@@ -16,7 +16,6 @@ config. Every method predicts, writes its run file and is meta-evaluated; then:
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 from pathlib import Path
 from typing import Callable, cast
@@ -30,7 +29,6 @@ from face.experiments.result import ExperimentResult, Table
 from face.report.tables import SPLIT_LABELS, order_aspects
 from face.significance import comparison_table
 
-log = logging.getLogger(__name__)
 # our method name -> the published row of the same method (FACE paper Table 2)
 PUBLISHED_NAME = {"face": "FACE", "llm_direct": "LLM-Direct", "llm_cot_icl": "LLM-CoT+ICL", "g_eval": "G-Eval",
                   "face_transfer": "FACE (FACE paper)"}
@@ -143,11 +141,7 @@ def transfer(results: pd.DataFrame, ctx, reference: str, note: str, tables: dict
     other = {"topical_chat": "transfer_persona_chat", "persona_chat": "transfer_topical_chat"}[ctx.dataset.corpus]
     other_csv = Path(ctx.cfg.paths.results_dir) / other / "transfer_spearman.csv"
     others = pd.read_csv(other_csv).to_dict("records") if other_csv.exists() else []
-    try:
-        crs = CRSArenaEval().published(ctx.data_dir)
-    except Exception as e:  # the released published table is not fetched for a USR run
-        log.info("no CRSArena published values for the transfer figure: %s", e)
-        crs = pd.DataFrame(columns=["method", "split", "aspect", "coefficient", "value"])
+    crs = CRSArenaEval().published(ctx.data_dir)  # its table is fetched for every run of these experiments (parts)
     crs = crs[(crs["method"] == "FACE") & (crs["coefficient"] == "spearman")]
     head = [{"dataset": f"CRSArena {SPLIT_LABELS.get(r.split, r.split)} (published)", "aspect": f"{src} → {target}",
              "value": r.value, "ci_low": r.value, "ci_high": r.value, "source": "published"}

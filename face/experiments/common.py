@@ -82,16 +82,6 @@ def out_dir_for(cfg: DictConfig, run: RunSettings, dataset, settings: dict[str, 
     return Path(cfg.paths.results_dir) / cfg.task_name
 
 
-def _splits(run: RunSettings, dataset) -> list[str]:
-    wanted = run.metaeval.splits
-    if not wanted:
-        return dataset.eval_splits()
-    unknown = sorted(set(wanted) - set(dataset.eval_splits()) - {"all"})
-    if unknown:
-        raise ValueError(f"metaeval.splits {unknown} are not splits of {dataset.title} ({dataset.eval_splits()})")
-    return list(wanted)
-
-
 @dataclass(frozen=True)
 class Parts:
     """What an experiment needs beside the skeleton's dataset and ``cfg.method``: more data files, or several methods
@@ -193,7 +183,10 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
         files = list(dict.fromkeys([*dataset.files(), *[f for m in methods.values()
                                                         for f in m.required_files(dataset, aspects)],
                                     *parts.extra_files, *(llm_server_files(cfg) if uses_llm else [])]))
-        splits = _splits(run, dataset)
+        splits = list(run.metaeval.splits or dataset.eval_splits())
+        unknown = sorted(set(splits) - set(dataset.eval_splits()) - {"all"})
+        if unknown:
+            raise ValueError(f"metaeval.splits {unknown} are not splits of {dataset.title} ({dataset.eval_splits()})")
         settings = non_default_settings(cfg)
         out_dir, run_dir = out_dir_for(cfg, run, dataset, settings), Path(cfg.paths.output_dir)
         label = settings if uses_llm else without_llm_settings(settings)  # run name and captions

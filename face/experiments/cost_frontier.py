@@ -81,13 +81,12 @@ def parts(cfg: DictConfig) -> Parts:
 
 def costs(ctx, s: Settings) -> pd.DataFrame:
     """Per estimator × k: requests, samples, tokens and $ per conversation (the live method's estimate)."""
-    cfg = ctx.cfg
-    llm = LLMConfig.from_dict(cfg.priced.llm)
+    llm = LLMConfig.from_dict(ctx.cfg.priced.llm)
     inputs = dataclasses.replace(ctx.inputs(), llm=llm)
     rows = []
     for name, scoring in s.estimators.items():
-        node = OmegaConf.merge(OmegaConf.to_container(cfg.priced.method, resolve=True), {"scoring": scoring})
-        method = build(node)
+        method = build(OmegaConf.merge(OmegaConf.to_container(ctx.cfg.priced.method, resolve=True),
+                                       {"scoring": scoring}))
         instructions = {a.name: method.instruction_set(ctx.data_dir, a) for a in ctx.aspects}
         table = method.estimate(inputs, instructions, method.proxy(inputs))
         counts = table.set_index("stage")[list(COUNTS)]
@@ -188,8 +187,7 @@ def _report(ctx, s: Settings, cost: pd.DataFrame, table: pd.DataFrame) -> dict:
                 f"over the subsets")
     caption = (f"The cost frontier. {sample}. {interval}. Correlation of the other estimators: {NOT_MEASURED}. "
                f"pareto: measured and above every cheaper measured point. {priced}")
-    measured = table[table["correlation"] == "measured"]
-    head = measured[measured["coefficient"] == s.coefficients[0]]
+    head = table[(table["correlation"] == "measured") & (table["coefficient"] == s.coefficients[0])]
     pivot = head.pivot_table(index=["level", "aspect"], columns="k", values="value", sort=False).reset_index()
     note = (f"{sample}; y: {interval.split('; sd_subsets')[0]}; filled: Pareto; x ticks: each k's $ per "
             f"conversation ({s.measured}); dotted: the other estimators' cost, correlation not measurable here.")

@@ -34,13 +34,12 @@ def parts(cfg: DictConfig) -> Parts:
 
 
 def run(plan: Plan) -> ExperimentResult:
-    cfg = plan.cfg
     with experiment(plan) as ctx:
         scores = released_scores(ctx, "reads the released judgements")
         ids = {c.conv_id for c in ctx.convs}
         particles = {(r.conv_id, r.turn_ind): r.particles
                      for r in load_released_particles(ctx.data_dir / RELEASED_PARTICLES) if r.conv_id in ids}
-        d = diagnostics.diagnose(scores, particles, ctx.convs, cfg.diagnostics.worst_n)
+        d = diagnostics.diagnose(scores, particles, ctx.convs, ctx.cfg.diagnostics.worst_n)
         what = (f"{ctx.subset}; particles: the authors' released decomposition; a particle's score is its mean over "
                 "the 16 instructions.")
         note = f"{LABEL}; {what}"  # the report.html names LABEL once, at its top
@@ -50,7 +49,7 @@ def run(plan: Plan) -> ExperimentResult:
                                                             note) for a in ctx.aspects},
                  "figures/act_share.png": partial(figures.act_share_bars, d.act_share, note),
                  "figures/low_by_position.png": partial(figures.position_curve, d.by_position, note)}
-        report = ctx.run_dir / "report.html" if cfg.diagnostics.html_in_run_dir else ctx.out_dir / "report.html"
+        report = (ctx.run_dir if ctx.cfg.diagnostics.html_in_run_dir else ctx.out_dir) / "report.html"
         drawn[str(report)] = partial(diagnostics.write_html, title=f"FACE diagnostics — {ctx.subset}", note=what, d=d,
                                      scores=scores, preds=aggregate(scores, ctx.inputs().levels), convs=ctx.convs,
                                      aspects=ctx.aspects, llm=LABEL,

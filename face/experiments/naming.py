@@ -39,7 +39,7 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
                     cfg.task_name)
         return {}
     swaps = {g: str(OmegaConf.select(cfg, key)) for g, key in groups
-             if OmegaConf.select(cfg, key, default=None) != _select(default, key)}
+             if OmegaConf.select(cfg, key, default=None) != flatten(default).get(key)}
     if swaps:
         try:
             default = _default_config([f"experiment={cfg.task_name}", *(f"{g}={v}" for g, v in swaps.items())])
@@ -88,13 +88,6 @@ def _state(dirs: Sequence[str]) -> tuple:
     """(path, size, mtime) of every file under the config directories."""
     files = sorted(str(f) for d in dirs for f in Path(d).rglob("*") if f.is_file())
     return tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files)
-
-
-def _select(tree: dict, key: str):
-    """``tree[a][b]`` for the dotted key ``a.b`` (None where absent)."""
-    for part in key.split("."):
-        tree = tree.get(part) if isinstance(tree, dict) else None  # type: ignore[assignment]
-    return tree
 
 
 def _without_default_aspects(cfg: DictConfig, settings: dict[str, str]) -> dict[str, str]:

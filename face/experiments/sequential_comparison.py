@@ -155,14 +155,12 @@ def _calibration(systems: dict, aspects, s: Settings, seed: int, method: str, by
     """Per system × aspect: how often the halves of one system are declared different (better or worse)."""
     scales = [(a.low, a.high) for a in aspects]
     rng = np.random.default_rng(seed + 2)
-    rows = []
+    rows, label = [], _label(method, by_order)
     for name, x in systems.items():
         perm = np.argsort(rng.random((s.calibration_splits, len(x["ids"]))), axis=1)
         h = len(x["ids"]) // 2
-        halves = {"a": x, "b": x}
-        _, dec = _rule(halves, {"a": perm[:, :h], "b": perm[:, h:2 * h]}, scales, s, method, by_order)("a", "b")
-        wrong = dec < 2
-        label = _label(method, by_order)
+        rule = _rule({"a": x, "b": x}, {"a": perm[:, :h], "b": perm[:, h:2 * h]}, scales, s, method, by_order)
+        wrong = rule("a", "b")[1] < 2
         rows += [(label, name, a.name, s.calibration_splits, wrong[:, j].mean()) for j, a in enumerate(aspects)]
         rows.append((label, name, "any aspect (family)", s.calibration_splits, wrong.any(axis=1).mean()))
     return pd.DataFrame(rows, columns=["method", "system", "aspect", "splits", "error"])

@@ -54,12 +54,9 @@ def parts(cfg: DictConfig) -> Parts:
 
 def _runs(ctx, preds: Predictions, particles: pd.DataFrame, label: str) -> tuple[Run, Run]:
     """FACE's predictions and the human labels on the same labelled, predicted items, as two runs."""
-    turn: list[pd.DataFrame] = []
-    dial: list[pd.DataFrame] = []
-    for a in ctx.aspects:
-        df = items(preds, ctx.convs, a).dropna(subset=["pred"]).assign(aspect=a.name)
-        (turn if a.level == "turn" else dial).append(df)
-    t, d = pd.concat(turn), pd.concat(dial)
+    df = {a.name: items(preds, ctx.convs, a).dropna(subset=["pred"]).assign(aspect=a.name) for a in ctx.aspects}
+    t = pd.concat([df[a.name] for a in ctx.aspects if a.level == "turn"])
+    d = pd.concat([df[a.name] for a in ctx.aspects if a.level != "turn"])
     systems = {c.conv_id: c.system for c in ctx.convs}
 
     def run(name: str, col: str, label: str) -> Run:  # the column ``col`` (pred or human) as the predictions
@@ -81,22 +78,19 @@ def _particles(ctx, scores: pd.DataFrame) -> pd.DataFrame:
     return particle_means(scores.merge(meta, on=["conv_id", "turn_ind", "particle_ind"], how="inner"))
 
 
-def _arena(votes: list, names: list[str], prior: float, s: Settings, seed: int) -> tuple[pd.DataFrame, int]:
-    """The arena's test of every pair: Bradley–Terry on the votes, and on the votes resampled (enough replicates
+def _agreement(face: Run, human: Run, aspects: list[str], votes: list, prior: float, s: Settings, seed: int):
+    """Every pair × aspect tested as ``face compare --by-system`` tests it, on FACE's scores and on the human labels,
+    beside the arena's test of the pair: Bradley–Terry on the votes, and on the votes resampled (enough replicates
     for Holm over the pairs, as ``face compare`` takes)."""
-    n_pairs = len(names) * (len(names) - 1) // 2
-    n_boot = s.arena_boot or stats.boot_size(n_pairs, s.alpha, 0)
+    names = sorted(set(face.systems.values()))
+    arena_boot = s.arena_boot or stats.boot_size(len(names) * (len(names) - 1) // 2, s.alpha, 0)
     point = arena.bradley_terry(arena.pair_counts(votes, names), prior)
-    boot = arena.bootstrap_ratings(votes, names, n_boot, seed, prior)
-    return validation.arena_tests(boot, point, names), n_boot
-
-
-def _agreement(face: Run, human: Run, aspects: list[str], arena_tab: pd.DataFrame, s: Settings, seed: int):
+    arena_tab = validation.arena_tests(arena.bootstrap_ratings(votes, names, arena_boot, seed, prior), point, names)
     opts = engine.Options(n_boot=s.n_boot, seed=seed, alpha=s.alpha)
     face_cmp = engine.build(face.by_system(), aspects, opts)
     human_cmp = engine.build(human.by_system(), aspects, opts)
     table = validation.agreement(face_cmp.differences, human_cmp.differences, arena_tab, s.alpha)
-    return table, validation.agreement_summary(table), face_cmp
+    return table, validation.agreement_summary(table), face_cmp, arena_boot
 
 
 def _power(face_units, human_units, aspects: list[str], table: pd.DataFrame, s: Settings, seed: int):
@@ -122,17 +116,14 @@ def _power(face_units, human_units, aspects: list[str], table: pd.DataFrame, s: 
 
 
 def run(plan: Plan) -> ExperimentResult:
-    cfg = plan.cfg
-    s = own_settings(Settings, cfg, "comparison")
+    s = own_settings(Settings, plan.cfg, "comparison")
     with experiment(plan) as ctx:
         start, seed = time.perf_counter(), ctx.settings.seed
         out = ctx.predict()
         face, human = _runs(ctx, out.predictions, _particles(ctx, out.particle_scores), out.label)
         aspects = [a.name for a in ctx.aspects]
         votes = arena_votes(ctx)
-        names = sorted(set(face.systems.values()))
-        arena_tab, arena_boot = _arena(votes, names, cfg.arena.prior, s, seed)
-        table, summary, face_cmp = _agreement(face, human, aspects, arena_tab, s, seed)
+        table, summary, face_cmp, arena_boot = _agreement(face, human, aspects, votes, ctx.cfg.arena.prior, s, seed)
         t_agree = time.perf_counter() - start
         face_units = {r.name: engine.units_of(r, aspects) for r in face.by_system()}
         human_units = {r.name: engine.units_of(r, aspects) for r in human.by_system()}

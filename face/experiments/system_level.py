@@ -31,11 +31,10 @@ def _vs_arena(preds, ctx, spec, votes) -> list[tuple]:
     w = cluster_weights(df["conv_id"].to_numpy(), n_boot, np.random.default_rng(seed), strata=df["crs"].to_numpy())
     _, bmeans = system_means(df["pred"].to_numpy(), df["crs"].to_numpy(), w)
     bratings = arena.bootstrap_ratings(votes, names, n_boot, seed + 1, prior)
-    rows = []
-    for c in COEFFICIENTS:
-        lo, hi = percentile_interval(rows_correlation(bmeans, bratings, c), ctx.settings.metaeval.confidence)
-        rows.append(("arena_bt", spec.name, "all", c, point[c][0], point[c][1], lo, hi, len(names), 0))
-    return rows
+    confidence = ctx.settings.metaeval.confidence
+    return [("arena_bt", spec.name, "all", c, point[c][0], point[c][1],
+             *percentile_interval(rows_correlation(bmeans, bratings, c), confidence), len(names), 0)
+            for c in COEFFICIENTS]
 
 
 def _stats(results: pd.DataFrame, aspect: str) -> str:

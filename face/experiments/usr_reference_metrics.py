@@ -11,9 +11,7 @@ other (paired bootstrap over contexts, Williams' test for Pearson).
 
 from __future__ import annotations
 
-import logging
 from functools import partial
-from pathlib import Path
 from typing import NamedTuple
 
 import pandas as pd
@@ -25,15 +23,11 @@ from face.experiments.common import ConfigError, Parts, Plan, experiment
 from face.experiments.result import ExperimentResult, Table
 from face.metaeval import meta_evaluate
 from face.methods import Inputs, build
+from face.report.figures import bars_by_quality
 from face.report.tables import order_aspects
 from face.significance import comparison_table
 
-log = logging.getLogger(__name__)
 CORPUS_LABELS = {"topical_chat": "Topical-Chat", "persona_chat": "PersonaChat"}
-
-
-def context_of(conv_id: str) -> str:
-    return conv_id.split(":", 1)[0]
 
 
 def _matches(same: float, swapped: float, published: float, tol: float = 0.0001 + 1e-9) -> str:
@@ -124,7 +118,10 @@ def run(plan: Plan) -> ExperimentResult:
         return ctx.result(results=results, comparison=comp, tables=tables, shown=shown,
                           correlations={f"{c}.{m}.": r for c, d in zip(corpora, done) for m, r in d.results.items()},
                           figures={f"figures/bars_{corpus}_{coef}.png": partial(
-                              _bars, long, published, corpus, coef, note)
+                              bars_by_quality, long[(long["corpus"] == CORPUS_LABELS[corpus])
+                                                    & (long["level"] == "turn")],
+                              published[published["corpus"] == corpus], coef, "metric",
+                              f"USR {CORPUS_LABELS[corpus]}: reference-based metrics, {coef}", note)
                               for corpus in corpora for coef in ("spearman", "pearson")})
 
 
@@ -153,15 +150,7 @@ def _corpus(ctx, corpus: str, metrics: list[str]) -> _Corpus:
     if cfg.reference.compare_to in outs and len(outs) > 1:
         sig = comparison_table({m: o.predictions for m, o in outs.items()}, cfg.reference.compare_to, convs, aspects,
                                n_boot=me.n_boot, seed=seed, confidence=me.confidence,
-                               cluster_of={c.conv_id: context_of(c.conv_id) for c in convs})
+                               cluster_of={c.conv_id: c.conv_id.split(":", 1)[0] for c in convs})
         sig = sig.assign(corpus=CORPUS_LABELS[corpus])
     return _Corpus(results, dataset.published(ctx.data_dir).assign(corpus=corpus), sig,
                    sum(len(c.evaluated_turns()) for c in convs))
-
-
-def _bars(long: pd.DataFrame, published: pd.DataFrame, corpus: str, coef: str, note: str, path: Path) -> Path:
-    from face.report.figures import bars_by_quality
-
-    return bars_by_quality(long[(long["corpus"] == CORPUS_LABELS[corpus]) & (long["level"] == "turn")],
-                           published[published["corpus"] == corpus], coef, "metric",
-                           f"USR {CORPUS_LABELS[corpus]}: reference-based metrics, {coef}", note, path)

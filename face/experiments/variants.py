@@ -20,18 +20,14 @@ USAGE_KEYS = ("llm_requests", "llm_samples", "llm_http_requests", "llm_cache_hit
               "llm_output_tokens", "llm_cost_usd")
 
 
-def variant_cfg(cfg: DictConfig, overrides) -> DictConfig:
-    """``cfg.method`` with a variant's overrides merged in."""
-    return cast(DictConfig, OmegaConf.merge(OmegaConf.to_container(cfg.method, resolve=True),
-                                            OmegaConf.to_container(overrides, resolve=True)))
-
-
 def parts(cfg: DictConfig) -> Parts:
-    """One method per variant (their names unique)."""
+    """One method per variant (their names unique): ``cfg.method`` with the variant's overrides merged in."""
     names = [v.name for v in cfg.variants]
     if len(set(names)) != len(names):
         raise ConfigError(f"variants: names must be unique, got {names}")
-    return Parts(method_cfgs={v.name: variant_cfg(cfg, v.overrides) for v in cfg.variants})
+    method = OmegaConf.to_container(cfg.method, resolve=True)
+    return Parts(method_cfgs={v.name: cast(DictConfig, OmegaConf.merge(method, OmegaConf.to_container(
+        v.overrides, resolve=True))) for v in cfg.variants})
 
 
 def run(plan: Plan) -> ExperimentResult:

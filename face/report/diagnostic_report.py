@@ -50,16 +50,14 @@ def particle_table(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Seq
     the mean over instructions (the particle's score) and the lowest instruction's score."""
     per = (scores.groupby(["aspect", "conv_id", "turn_ind", "particle_ind"], observed=True)["score"]
            .agg(score="mean", min_instruction_score="min", n_instructions="size").reset_index())
-    meta = []
-    for c in convs:
-        for pos, t in enumerate(c.assistant_turns(), start=1):
-            for i, p in enumerate(particles.get((c.conv_id, t.turn_ind), ())):
-                meta.append((c.conv_id, t.turn_ind, i, c.system, c.split, pos, len(c.assistant_turns()),
-                             p.dialogue_act, p.mention, p.user_feedback))
-    meta_df = pd.DataFrame(meta, columns=["conv_id", "turn_ind", "particle_ind", "system", "split", "position",
-                                          "n_assistant_turns", "dialogue_act", "mention", "user_feedback"])
+    meta = pd.DataFrame([(c.conv_id, t.turn_ind, i, c.system, c.split, pos, len(c.assistant_turns()), p.dialogue_act,
+                          p.mention, p.user_feedback) for c in convs
+                         for pos, t in enumerate(c.assistant_turns(), start=1)
+                         for i, p in enumerate(particles.get((c.conv_id, t.turn_ind), ()))],
+                        columns=["conv_id", "turn_ind", "particle_ind", "system", "split", "position",
+                                 "n_assistant_turns", "dialogue_act", "mention", "user_feedback"])
     per["conv_id"] = per["conv_id"].astype(str)
-    return per.merge(meta_df, on=["conv_id", "turn_ind", "particle_ind"], how="inner")
+    return per.merge(meta, on=["conv_id", "turn_ind", "particle_ind"], how="inner")
 
 
 def diagnose(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[Particle]],
@@ -204,10 +202,6 @@ def read_run_settings(path: Path) -> dict:
                              if isinstance(d, dict)}}
 
 
-def _by_conv(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    return {str(k): g for k, g in df.groupby(df["conv_id"].astype(str), sort=False)}
-
-
 def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataFrame, dial_preds: pd.DataFrame,
                        tpred: pd.DataFrame) -> dict:
     dial = dial_preds.set_index("aspect")["pred"].to_dict()
@@ -272,7 +266,7 @@ def _views(rel: pd.DataFrame, scores: pd.DataFrame, preds: Predictions, convs: S
     """Every conversation → its turns → their particles; ``rel``: the particles with ``relative_scores``."""
     frames = (rel.sort_values(["conv_id", "turn_ind", "particle_ind", "aspect"], kind="stable"), scores,
               preds.dialogue, preds.turn)
-    by_conv = [_by_conv(x) for x in frames]
+    by_conv = [{str(k): g for k, g in x.groupby(x["conv_id"].astype(str), sort=False)} for x in frames]
     return [_conversation_view(c, *(g.get(c.conv_id, x.iloc[:0]) for g, x in zip(by_conv, frames))) for c in convs]
 
 
@@ -310,9 +304,7 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
         lowest=lowest.to_dict("records"), lowest_k=LOWEST_SHOWN,
         n_particle_scores=len(rel), tied_low=tied_low(d.by_position), conversations=views, full=full,
         worst=worst, drawn_later={v["conv_id"]: _compact(v, names) for v in views if v["conv_id"] not in full})
-    path = Path(path)
-    atomic_write_text(path, html)
-    return path
+    return atomic_write_text(path, html)
 
 
 def write_report(html_path: Path, tables_dir: Path | None, name: str, convs: Sequence[Conversation],

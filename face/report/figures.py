@@ -33,18 +33,14 @@ def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
 
     width_pt, _, _ = TextToPath().get_text_width_height_descent(note, FontProperties(size=fontsize), ismath=False)
     chars = int(0.9 * fig.get_figwidth() * 72 / max(width_pt / max(len(note), 1), 1e-6))
-    fig.text(0.01, _below_axes(fig), textwrap.fill(note, max(chars, 40), break_on_hyphens=False), fontsize=fontsize,
-             ha="left", va="top")
-
-
-def _below_axes(fig: plt.Figure) -> float:
-    """Where a caption starts (figure coordinates): under the lowest tick label or axis label of any axes and under
-    a figure legend, so rotated labels and legends never run into it."""
+    # it starts under the lowest tick label or axis label of any axes and under a figure legend, so rotated labels and
+    # legends never run into it
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's canvas (matplotlib.use("Agg"))
     boxes = [ax.get_tightbbox(renderer) for ax in fig.axes if ax.get_visible()]
     boxes += [leg.get_window_extent(renderer) for leg in fig.legends]
-    lowest = min((b.y0 for b in boxes if b is not None), default=0.0)
-    return min(-0.02, lowest / fig.bbox.height - 0.02)
+    top = min(-0.02, min((b.y0 for b in boxes if b is not None), default=0.0) / fig.bbox.height - 0.02)
+    fig.text(0.01, top, textwrap.fill(note, max(chars, 40), break_on_hyphens=False), fontsize=fontsize, ha="left",
+             va="top")
 
 
 def _ylim_from_zero(ax: plt.Axes, *values, pad: float = 0.05) -> None:
@@ -59,8 +55,7 @@ def _ylim_from_zero(ax: plt.Axes, *values, pad: float = 0.05) -> None:
 def _integer_ticks(ax: plt.Axes, values) -> None:
     """X ticks exactly at the integer values a parameter took (k, budget, position), labelled without decimals."""
     ticks = sorted({int(v) for v in values if np.isfinite(v)})
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([str(t) for t in ticks])
+    ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
 
 
@@ -104,8 +99,7 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
     value, err = _with_ci(mine, aspects)
     ax.bar(x + len(methods) * width, value, width, label=ours_label, color=colors[-1], edgecolor="black",
            linewidth=0.8, yerr=err, capsize=2)
-    ax.set_xticks(x + width * (len(series) - 1) / 2)
-    ax.set_xticklabels([a.replace("_", "\n") for a in aspects])
+    ax.set_xticks(x + width * (len(series) - 1) / 2, [a.replace("_", "\n") for a in aspects])
     ax.set_ylabel(COEF_LABELS[coefficient])
     _ylim_from_zero(ax, mine["value"], mine["ci_low"], mine["ci_high"], pub["value"].dropna())
     ax.set_title(f"{dataset_title} {SPLIT_LABELS.get(split, split)} — {COEF_LABELS[coefficient]}")
@@ -139,9 +133,7 @@ def system_scatter(table: pd.DataFrame, title: str, note: str, path: str | Path,
                 bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "edgecolor": "#ccc"})
     if hue:
         ax.legend(title="", fontsize=7, loc="lower right")
-    ax.set_xlabel("FACE mean prediction")
-    ax.set_ylabel(y_label)
-    ax.set_title(title)
+    ax.set(xlabel="FACE mean prediction", ylabel=y_label, title=title)
     return _save(fig, path, note)
 
 
@@ -157,8 +149,7 @@ def k_curve(summary: pd.DataFrame, coefficient: str, note: str, path: str | Path
             ax.errorbar(g["k"], g["mean"], yerr=g["sd"], marker="o", capsize=3, label=aspect)
         ax.set_xscale("log", base=2)
         _integer_ticks(ax, df["k"])
-        ax.set_xlabel("number of instructions k")
-        ax.set_title(SPLIT_LABELS.get(split, split))
+        ax.set(xlabel="number of instructions k", title=SPLIT_LABELS.get(split, split))
     axes[0][0].set_ylabel(COEF_LABELS[coefficient])
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return _save(fig, path, note)
@@ -180,9 +171,7 @@ def aggregation_heatmap(df: pd.DataFrame, aspect_col: str, note: str, path: str 
     fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, (0.7 if has_ci else 0.45) * pivot.shape[0] + 1.8))
     sns.heatmap(pivot, annot=annot, fmt="", cmap="viridis", ax=ax, annot_kws={"fontsize": 7},
                 cbar_kws={"shrink": 0.7, "label": COEF_LABELS.get(coefficient, "correlation")})
-    ax.set_title(title)
-    ax.set_xlabel("")
-    ax.set_ylabel("instruction agg / particle agg")
+    ax.set(title=title, xlabel="", ylabel="instruction agg / particle agg")
     _rotated_ticks(ax, pivot.columns)
     return _save(fig, path, note)
 
@@ -203,8 +192,7 @@ def act_axes(by_act: pd.DataFrame, aspect: str, scale: tuple[float, float], labe
     fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.4 * pivot.shape[0] + height))
     sns.heatmap(pivot, annot=True, fmt=".2f", cmap="cividis", vmin=scale[0], vmax=scale[1], ax=ax,
                 cbar_kws={"shrink": 0.7, "label": label})
-    ax.set_xlabel("")
-    ax.set_ylabel("")
+    ax.set(xlabel="", ylabel="")
     return fig, ax, pivot.columns
 
 
@@ -223,9 +211,7 @@ def act_share_bars(act_share: pd.DataFrame, note: str, path: str | Path) -> Path
     pivot = act_share.pivot(index="system", columns="dialogue_act", values="share").fillna(0.0)
     fig, ax = plt.subplots(figsize=(7, 0.4 * len(pivot) + 1.5))
     pivot.plot(kind="barh", stacked=True, ax=ax, colormap="tab10", width=0.8)
-    ax.set_xlabel("share of the system's particles")
-    ax.set_ylabel("")
-    ax.set_xlim(0, 1)
+    ax.set(xlabel="share of the system's particles", ylabel="", xlim=(0, 1))
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("Dialogue acts per system")
     return _save(fig, path, note)
@@ -245,8 +231,7 @@ def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Pa
         ax.plot(g["position"], g["low_share"], marker="o", label=f"{aspect}{ties}")
     ax.axhline(0.1, color="grey", lw=0.8, ls="--", label="10 % (no ties)")
     _integer_ticks(ax, by_position["position"])
-    ax.set_xlabel("assistant turn (8 = 8th or later)")
-    ax.set_ylabel("share of particles in the lowest 10 %")
+    ax.set(xlabel="assistant turn (8 = 8th or later)", ylabel="share of particles in the lowest 10 %")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="aspect", title_fontsize=7)
     ax.set_title("Where low-scoring particles fall")
     return _save(fig, path, note + " Lowest 10 %: at or below the aspect's 10th percentile; scores tied there all "
@@ -290,8 +275,7 @@ def bars_by_quality(ours: pd.DataFrame, published: pd.DataFrame, coefficient: st
             px, py = zip(*at)
             ax.scatter(px, py, marker="D", s=22, color="black", zorder=4,
                        label="published value" if "published value" not in ax.get_legend_handles_labels()[1] else None)
-    ax.set_xticks(x + width * (len(methods) - 1) / 2)
-    ax.set_xticklabels([a.replace("_", "\n") for a in aspects])
+    ax.set_xticks(x + width * (len(methods) - 1) / 2, [a.replace("_", "\n") for a in aspects])
     ax.set_ylabel(COEF_LABELS[coefficient])
     _ylim_from_zero(ax, mine["value"], mine["ci_low"], mine["ci_high"], pub["value"].dropna())
     ax.set_title(title)
@@ -311,8 +295,7 @@ def transfer_figure(rows: pd.DataFrame, coefficient: str, title: str, note: str,
     for aspect, d in rows.groupby("aspect", sort=False):
         v, err = _with_ci(d.set_index("dataset"), datasets)
         ax.errorbar(np.arange(len(datasets)), v, yerr=err, marker="o", capsize=3, label=aspect)
-    ax.set_xticks(np.arange(len(datasets)))
-    ax.set_xticklabels(datasets)
+    ax.set_xticks(np.arange(len(datasets)), datasets)
     ax.set_ylabel(COEF_LABELS[coefficient])
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_title(title)
@@ -335,10 +318,8 @@ def saving_bars(summary: pd.DataFrame, note: str, path: str | Path) -> Path:
                label=f"{m}: cells the fixed-n verdict separates")
         ax.bar(x - 0.4 + (2 * i + 1.5) * width, 1 - g["share_all_mean"], width, color=colour, alpha=0.45,
                hatch="//", label=f"{m}: all cells")
-    ax.set_xticks(x)
-    ax.set_xticklabels(aspects, rotation=30, ha="right")
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("share of conversations not scored")
+    ax.set_xticks(x, aspects, rotation=30, ha="right")
+    ax.set(ylim=(0, 1), ylabel="share of conversations not scored")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return _save(fig, path, note)
 
@@ -369,8 +350,7 @@ def cost_frontier(table: pd.DataFrame, coefficient: str, note: str, path: str | 
         ax.set_xscale("log")
         ax.set_xticks(ticks.to_numpy(), [f"${u:.2f}\nk={k}" for k, u in ticks.items()])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        ax.set_xlabel("$ per conversation (log scale)")
-        ax.set_title(f"{level} level")
+        ax.set(xlabel="$ per conversation (log scale)", title=f"{level} level")
         ax.legend(fontsize=6, loc="lower right")
     axes[0][0].set_ylabel(COEF_LABELS[coefficient])
     return _save(fig, path, note)

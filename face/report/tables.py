@@ -37,9 +37,7 @@ def _fmt_p(v: object, digits: int) -> str:
 
 
 def _fmt_int(v: object, digits: int) -> str:
-    if isinstance(v, (float, np.floating)) and not np.isnan(v):
-        return str(int(v))
-    return _fmt(v, digits)
+    return str(int(v)) if isinstance(v, (float, np.floating)) and not np.isnan(v) else _fmt(v, digits)
 
 
 def _is_count(name: str, col: pd.Series) -> bool:
@@ -53,25 +51,18 @@ def _is_count(name: str, col: pd.Series) -> bool:
     return name in COUNT_COLUMNS or name.startswith(("n_", "num_")) or bool(np.abs(v).max() > 1)
 
 
-def _formatters(df: pd.DataFrame, digits: int) -> list:
-    """One display function per column: p-values, counts, split names (``SPLIT_LABELS``), the rest by ``_fmt``."""
-    out: list[Callable[[object, int], str]] = []
-    for name in df.columns:
-        col, name = df[name], str(name)
-        if name in P_VALUE_COLUMNS or name.startswith("p_") or name.endswith("_p_value"):
-            out.append(_fmt_p)
-        elif name == "split":
-            out.append(lambda v, d: SPLIT_LABELS.get(v, str(v)) if isinstance(v, str) else _fmt(v, d))
-        elif _is_count(name, col):
-            out.append(_fmt_int)
-        else:
-            out.append(_fmt)
-    return out
+def _formatter(name: str, col: pd.Series) -> Callable[[object, int], str]:
+    """A column's display function: p-values, counts, split names (``SPLIT_LABELS``), the rest by ``_fmt``."""
+    if name in P_VALUE_COLUMNS or name.startswith("p_") or name.endswith("_p_value"):
+        return _fmt_p
+    if name == "split":
+        return lambda v, d: SPLIT_LABELS.get(v, str(v)) if isinstance(v, str) else _fmt(v, d)
+    return _fmt_int if _is_count(name, col) else _fmt
 
 
 def display_rows(df: pd.DataFrame, digits: int = 3) -> list[list[str]]:
     """The table's cells as printed in Markdown, LaTeX and on the console (the CSV keeps the raw values)."""
-    fmts = _formatters(df, digits)
+    fmts = [_formatter(str(name), df[name]) for name in df.columns]
     return [[f(v, digits) for f, v in zip(fmts, row)] for row in df.itertuples(index=False)]
 
 
@@ -101,8 +92,7 @@ def csv_cells(df: pd.DataFrame) -> pd.DataFrame:
 def to_markdown(df: pd.DataFrame, digits: int = 3) -> str:
     cols = [markdown_cell(str(c)) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in display_rows(df, digits):
-        lines.append("| " + " | ".join(map(markdown_cell, row)) + " |")
+    lines += ["| " + " | ".join(map(markdown_cell, row)) + " |" for row in display_rows(df, digits)]
     return "\n".join(lines)
 
 
@@ -157,8 +147,7 @@ def comparison_table(ours: pd.DataFrame, published: pd.DataFrame, method: str = 
     df = df.assign(ours=df["value"], delta=(df["value"].round(3) - df["published"]).round(4),
                    within_0_001=(df["value"] - df["published"]).abs() <= 0.001 + 1e-9)
     df["split"] = df["split"].map(SPLIT_LABELS)
-    out = df[["aspect", "level", "split", "coefficient", "ours", "ci_low", "ci_high", "published", "delta",
-              "within_0_001", "n"]]
-    return order_aspects(out)
+    return order_aspects(df[["aspect", "level", "split", "coefficient", "ours", "ci_low", "ci_high", "published",
+                             "delta", "within_0_001", "n"]])
 
 
