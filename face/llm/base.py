@@ -97,11 +97,8 @@ class Completion:
 def _normalise_messages(messages: Any) -> Messages:
     if isinstance(messages, str):
         return (("user", messages),)
-    out = []
-    for m in messages:
-        role, content = (m["role"], m["content"]) if isinstance(m, dict) else m
-        out.append((str(role), str(content)))
-    return tuple(out)
+    pairs = ((m["role"], m["content"]) if isinstance(m, dict) else m for m in messages)
+    return tuple((str(role), str(content)) for role, content in pairs)
 
 
 def _freeze(obj: Any) -> Any:

@@ -62,12 +62,11 @@ def answered(line: dict) -> bool:
 def line_result(req: ChatRequest, line: dict, batch_id: str) -> ChatResult:
     """The answer of one output (or error) line, or LLMCallError saying why there is none."""
     resp = line.get("response") or {}
-    status = resp.get("status_code")
     body = resp.get("body")
     if not answered(line) or not isinstance(body, dict):  # (answered: the body is a dict)
         why = line.get("error") or (body.get("error", body) if isinstance(body, dict) else body)
         raise LLMCallError(f"batch {batch_id}: line {line.get('custom_id', '?')[:16]}... failed "
-                           f"(status {status}): {str(why)[:300]}")
+                           f"(status {resp.get('status_code')}): {str(why)[:300]}")
     return completion_result(req, body)
 
 

@@ -81,11 +81,9 @@ def find_answer_position(tokens: Sequence[TokenLogprob], valid: Sequence[int | f
 def expected_score(completion: Completion, valid: Sequence[int | float], key: str | None = "score"
                    ) -> ExpectedScore | None:
     """ExpectedScore at the answer position of a completion requested with top_logprobs (None if absent)."""
-    if not completion.logprobs:
-        return None
-    pos = find_answer_position(completion.logprobs, valid, key)
+    tokens = completion.logprobs or []
+    pos = find_answer_position(tokens, valid, key)
     if pos is None:
         return None
-    tok = completion.logprobs[pos]
-    top = tok.top or [(tok.token, tok.logprob)]
-    return expected_from_top_logprobs(top, valid)
+    tok = tokens[pos]
+    return expected_from_top_logprobs(tok.top or [(tok.token, tok.logprob)], valid)

@@ -98,9 +98,8 @@ def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capa
     key = endpoint_key(base_url, model)
     if key in _MEMORY or cache_dir is None:
         return _MEMORY.get(key)
-    p = Path(cache_dir) / ENDPOINTS_FILE
     with contextlib.suppress(OSError, ValueError, TypeError):
-        d = json.loads(p.read_text()).get(key)
+        d = json.loads((Path(cache_dir) / ENDPOINTS_FILE).read_text()).get(key)
         if d:
             _MEMORY[key] = Capabilities(**{k: d.get(k) for k in Capabilities.__dataclass_fields__})
             return _MEMORY[key]
