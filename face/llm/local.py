@@ -231,19 +231,15 @@ class LocalServer(LocalOptions):
     def _wait_healthy(self, command: list[str]) -> None:
         assert self.process is not None and self.base_url is not None
         deadline = time.monotonic() + self.startup_timeout_s
-        while True:
-            code = self.process.poll()
-            if code is not None:
-                raise LocalServerError(f"llama.cpp server exited with code {code} during startup.\ncommand: "
-                                       f"{' '.join(command)}\nlog {self.log_path} (last lines):\n"
-                                       f"{log_tail(self.log_path)}")
+        while (code := self.process.poll()) is None:
             if list_models(self.base_url, timeout=2.0) is not None:
                 return
             if time.monotonic() > deadline:
-                raise LocalServerError(f"llama.cpp server did not answer {self.base_url}/models within "
-                                       f"{self.startup_timeout_s:.0f} s.\nlog {self.log_path} (last lines):\n"
-                                       f"{log_tail(self.log_path)}")
+                break
             time.sleep(0.2)
+        why = (f"did not answer {self.base_url}/models within {self.startup_timeout_s:.0f} s." if code is None
+               else f"exited with code {code} during startup.\ncommand: {' '.join(command)}")
+        raise LocalServerError(f"llama.cpp server {why}\nlog {self.log_path} (last lines):\n{log_tail(self.log_path)}")
 
     # -- stop ------------------------------------------------------------------------------
     def stop(self, timeout_s: float = 10.0, keep_log: bool = False) -> None:
