@@ -208,7 +208,8 @@ def needed(per_conversation_var: np.ndarray, target: float, alpha: float, power:
     """Conversations per system for the Holm-adjusted verdict over ``n_tests`` to detect ``target`` with
     probability ``power``: the smallest n ≥ 2 with n ≥ ((t_{1 − α/(2m), n − 1} + t_{power, n − 1}) · σ / target)²,
     where σ² is the variance of one conversation's contribution to the difference (paired: of the difference;
-    unpaired: the sum of both systems'). The right side falls as n grows, so the n that satisfy it are all those from the smallest on."""
+    unpaired: the sum of both systems'). The right side falls as n grows, so the n that satisfy it are all those
+    from the smallest on."""
     def enough(n: int, v: float) -> bool:
         return n >= (float(_t(1 - alpha / (2 * n_tests), n - 1) + _t(power, n - 1)) / target) ** 2 * v
 
