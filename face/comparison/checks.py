@@ -64,7 +64,7 @@ def reasons(runs: Sequence[Run], aspects: Sequence[str], wanted: Sequence[str] |
     if len(set(sets)) > 1:
         out.append("different aspects: " + "; ".join(f"{r.name} scores {', '.join(s) or 'none'}"
                                                      for r, s in zip(runs, sets)))
-    lines = [_differs(runs, f"scales for {a}", lambda r, a=a: tuple(aspect_of(r, a).scale) if aspect_of(r, a) else None)
+    lines = [_differs(runs, f"scales for {a}", lambda r, a=a: tuple(s.scale) if (s := aspect_of(r, a)) else None)
              for a in aspects]
     lines += [_differs(runs, "judge LLMs", lambda r: r.judge), _differs(runs, "estimators", lambda r: r.estimator)]
     lines += [_differs(runs, f"instruction sets for {a}", lambda r, a=a: None if r.instructions is None
