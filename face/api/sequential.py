@@ -104,15 +104,6 @@ def check_options(batch: Any, max_conversations: Any, alpha: Any, target_diff: A
         raise ConfigError(f"seed must be an integer, got {seed!r}")
 
 
-def _aspects(aspects: Sequence[str] | str | None) -> list[str]:
-    """The aspects asked (None: CRSArena-Eval's seven, as face.evaluate's default)."""
-    from face.datasets.crsarena import ASPECTS
-
-    if aspects is None:
-        return list(ASPECTS)
-    return [a.strip() for a in aspects.split(",")] if isinstance(aspects, str) else list(aspects)
-
-
 def _orders(a: list, b: list, seed: int, limit: int | None) -> tuple[list, list, bool]:
     """Each side's conversations in the scoring order: paired (the same ids on both sides) one permutation for
     both, else one per side; at most ``limit`` of each."""
@@ -186,6 +177,8 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
     asymptotic); ``confirm``: asked with the estimated $ of scoring everything, before anything is sent (False: None
     returned, nothing sent). ``settings`` / ``overrides``: as ``face.evaluate``'s. ConfigError / DataError before
     anything is sent or written."""
+    from face.datasets.crsarena import ASPECTS
+
     check_options(batch, max_conversations, alpha, target_diff, method, seed)
     if out is None or not str(out).strip():
         raise ConfigError("out: give the directory of the sequential comparison")
@@ -197,7 +190,9 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
         tmp = Path(tmp_name)
         sides = [check_conversations(source_of(s, tmp)) for s in (baseline, candidate)]
         order_a, order_b, paired = _orders(sides[0], sides[1], seed, max_conversations)
-        aspect_list = _aspects(aspects)
+        # the aspects asked (None: CRSArena-Eval's seven, as face.evaluate's default)
+        aspect_list = ([a.strip() for a in aspects.split(",")] if isinstance(aspects, str)
+                       else list(ASPECTS if aspects is None else aspects))
         # what every face evaluate run of the comparison is given besides its conversations and directory
         run = {"aspects": aspect_list, "llm": llm, "overrides": overrides, "entry": entry, "settings": settings}
         (avail_a, cap), (avail_b, _) = (_estimate(side, tmp, run) for side in sides)
@@ -246,9 +241,8 @@ def _loop(order_a, order_b, paired, names, tmp, out, aspects, run, batch, alpha,
             meta = from_dir(dirs[0])
             scales = [(min(meta.aspects[a].scale), max(meta.aspects[a].scale)) for a in aspects]
             seq = SequentialComparison(list(aspects), scales, alpha, target_diff, paired, method)
-        new_a = _conversation_scores(dirs[0], aspects, [c.conv_id for c in order_a[done_a:na]])
-        new_b = _conversation_scores(dirs[1], aspects, [c.conv_id for c in order_b[done_b:nb]])
-        status = seq.update(new_a, new_b)
+        status = seq.update(_conversation_scores(dirs[0], aspects, [c.conv_id for c in order_a[done_a:na]]),
+                            _conversation_scores(dirs[1], aspects, [c.conv_id for c in order_b[done_b:nb]]))
         done_a, done_b = na, nb
         rows.append(status.assign(step=step, scored=na + nb))
         echo(f"step {step}: {na} + {nb} conversations scored; " + "; ".join(

@@ -48,11 +48,6 @@ def in_scale(runs: Sequence[Run], aspects: Sequence[str]) -> None:
                                 f"conversation {bad['conv_id'].iloc[0]}")
 
 
-def _scale(run: Run, name: str) -> tuple[int, ...] | None:
-    a = aspect_of(run, name)
-    return None if a is None else tuple(a.scale)
-
-
 def _differs(runs: Sequence[Run], what: str, value, note: str = "") -> str | None:
     """'different <what>: A <v>, B <v><note>' when the recorded values of the runs differ (unrecorded ones
     skipped)."""
@@ -69,7 +64,8 @@ def reasons(runs: Sequence[Run], aspects: Sequence[str], wanted: Sequence[str] |
     if len(set(sets)) > 1:
         out.append("different aspects: " + "; ".join(f"{r.name} scores {', '.join(s) or 'none'}"
                                                      for r, s in zip(runs, sets)))
-    lines = [_differs(runs, f"scales for {a}", lambda r, a=a: _scale(r, a)) for a in aspects]
+    lines = [_differs(runs, f"scales for {a}", lambda r, a=a: tuple(s.scale) if (s := aspect_of(r, a)) else None)
+             for a in aspects]
     lines += [_differs(runs, "judge LLMs", lambda r: r.judge), _differs(runs, "estimators", lambda r: r.estimator)]
     lines += [_differs(runs, f"instruction sets for {a}", lambda r, a=a: None if r.instructions is None
                        else r.instructions.get(a), " (sha256 of ids and texts)") for a in aspects]

@@ -78,8 +78,7 @@ class _Engine:
         same = all(len(u) == len(self.units[0]) and np.array_equal(u.ids, self.units[0].ids) for u in self.units)
         self.joint = opts.pairing != "unpaired" and same and len(self.units[0]) >= 2
         if self.joint:  # every system on the same conversations: one draw for all (paired tests, joint ranks)
-            counts = draw_counts(len(self.units[0]), self.n_boot, self.rng)
-            self.draws = [counts] * len(runs)
+            self.draws = [draw_counts(len(self.units[0]), self.n_boot, self.rng)] * len(runs)
         else:
             self.draws = [draw_counts(len(u), self.n_boot, self.rng) for u in self.units]
         self.moments = [stats.moments(u, c) for u, c in zip(self.units, self.draws)]
@@ -241,12 +240,10 @@ def build(systems: Sequence[Run], aspects: Sequence[str], opts: Options, warning
         eng = _Engine(systems, aspects, opts)
         means, differences = eng.means(), eng.differences()
         ranking, beats = eng.ranking() if len(systems) >= 3 else (None, None)
-    scales, levels = {}, {}
+    specs = {a: aspect_of(systems[0], a) for a in aspects}
     turn_aspects = set(systems[0].predictions.turn["aspect"])
-    for a in aspects:
-        spec = aspect_of(systems[0], a)
-        scales[a] = None if spec is None else (spec.low, spec.high)
-        levels[a] = spec.level if spec is not None else "turn" if a in turn_aspects else "dialogue"
+    scales = {a: None if s is None else (s.low, s.high) for a, s in specs.items()}
+    levels = {a: s.level if s is not None else "turn" if a in turn_aspects else "dialogue" for a, s in specs.items()}
     table = pd.DataFrame([(r.name, r.source, len(r.conv_ids()), r.judge or "not recorded", r.label) for r in systems],
                          columns=["system", "source", "conversations", "judge", "label"])
     settings = {**{k: getattr(opts, k) for k in ("pairing", "seed", "confidence", "alpha", "power", "target_diff")},

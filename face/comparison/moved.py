@@ -31,8 +31,7 @@ def _top_changes(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], top: int) ->
     j = per(a).merge(per(b), left_index=True, right_index=True, suffixes=("_a", "_b")).reset_index()
     if j.empty:
         return j
-    j = j.assign(diff=j["mean_b"] - j["mean_a"])
-    j = j.assign(change=j["diff"].abs())
+    j = j.assign(diff=j["mean_b"] - j["mean_a"], change=(j["mean_b"] - j["mean_a"]).abs())
     j = j.sort_values(["aspect", "change", *keys], ascending=[True, False, *[True] * len(keys)], kind="stable")
     j = j.groupby("aspect", sort=False).head(top)
     return j.rename(columns={"mean_a": "baseline_mean", "mean_b": "candidate_mean", "size_a": "n_baseline",

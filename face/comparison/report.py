@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import numpy as np
-import pandas as pd
 
 from face.comparison import figures
 from face.errors import ConfigError, require_writable_dir
@@ -104,8 +103,7 @@ def write_all(comp: Comparison, out_dir: Path, overwrite: bool = False, setting:
     paths: list[Path] = []
     with claimed([loc], owner, inputs, overwrite, how):
         for name, df in comp.tables().items():
-            if isinstance(df, pd.DataFrame):
-                paths += write_table(df, out_dir, name, comp.caption(titles.get(name, name)))
+            paths += write_table(df, out_dir, name, comp.caption(titles.get(name, name)))
         paths += [figures.save(v, out_dir / "figures" / f"{k}.png") for k, v in data.items()]
         paths.append(write_html(comp, out_dir / "report.html", shown))
     return paths

@@ -112,20 +112,16 @@ def moments(units: Units, counts: np.ndarray) -> Moments:
     return Moments(m[0], _var(q, nw, c)[0], bm, _var(bq, bnw, c))
 
 
-def _paired_q(w: np.ndarray, a: Units, b: Units, ma: np.ndarray, mb: np.ndarray) -> np.ndarray:
-    """Σ w (S_a − m_a N_a)(S_b − m_b N_b) per weight row and aspect (a and b aligned on the same conversations)."""
-    k = a.sums.shape[1]
-    prod = w @ np.hstack([a.sums * b.sums, a.sums * b.counts, a.counts * b.sums, a.counts * b.counts])
-    ss, sn, ns, nn = (prod[:, i * k:(i + 1) * k] for i in range(4))
-    return ss - mb * sn - ma * ns + ma * mb * nn
-
-
 def _paired_var(w: np.ndarray, a: Units, b: Units) -> tuple[np.ndarray, np.ndarray]:
     """(m_b − m_a, plug-in variance of that difference) per weight row, a and b resampled together."""
     c = len(a)
     ma, nwa, qa = _ratio(w, a.sums, a.counts)
     mb, nwb, qb = _ratio(w, b.sums, b.counts)
-    qab = _paired_q(w, a, b, ma, mb)
+    # Σ w (S_a − m_a N_a)(S_b − m_b N_b) per weight row and aspect
+    k = a.sums.shape[1]
+    prod = w @ np.hstack([a.sums * b.sums, a.sums * b.counts, a.counts * b.sums, a.counts * b.counts])
+    ss, sn, ns, nn = (prod[:, i * k:(i + 1) * k] for i in range(4))
+    qab = ss - mb * sn - ma * ns + ma * mb * nn
     if c < 2:
         return mb - ma, np.full(np.shape(ma), np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -133,11 +129,12 @@ def _paired_var(w: np.ndarray, a: Units, b: Units) -> tuple[np.ndarray, np.ndarr
     return mb - ma, np.maximum(s, 0.0) * c / (c - 1)
 
 
-def _t_values(d: np.ndarray, v: np.ndarray, boot_d: np.ndarray, boot_v: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(t, t* per replicate, whether se is zero). Zero means below float noise relative to the differences' size
-    (``ZERO``): a constant shift of every conversation leaves a variance of ~1e-30, not 0. Zero se: t = 0 if the
-    difference is zero too, else infinite (a replicate likewise, its deviation from ``d`` in place of ``d``)."""
+def studentized(d: np.ndarray, v: np.ndarray, boot_d: np.ndarray, boot_v: np.ndarray,
+                confidence: float) -> PairTest:
+    """The bootstrap-t p-value and interval of ``d`` (K) from its plug-in variance ``v`` and the replicates'
+    differences and variances (B × K). A standard error is zero below float noise relative to the differences'
+    size (``ZERO``): a constant shift of every conversation leaves a variance of ~1e-30, not 0. Zero se: t = 0 if
+    the difference is zero too, else infinite (a replicate likewise, its deviation from ``d`` in place of ``d``)."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         scale = np.fmax(np.abs(d), np.nanmax(np.abs(boot_d), axis=0, initial=0.0))
         eps = ZERO * scale
@@ -145,14 +142,7 @@ def _t_values(d: np.ndarray, v: np.ndarray, boot_d: np.ndarray, boot_v: np.ndarr
         v_zero = ~(v > eps * eps)
         t = np.where(v_zero, np.where(np.abs(d) <= eps, 0.0, np.inf), d / np.sqrt(v))
         tb = np.where(boot_v > eps * eps, dev / np.sqrt(boot_v), np.where(np.abs(dev) <= eps, 0.0, np.inf))
-    return t, np.where(np.isnan(boot_d), np.nan, tb), v_zero
-
-
-def studentized(d: np.ndarray, v: np.ndarray, boot_d: np.ndarray, boot_v: np.ndarray,
-                confidence: float) -> PairTest:
-    """The bootstrap-t p-value and interval of ``d`` (K) from its plug-in variance ``v`` and the replicates'
-    differences and variances (B × K)."""
-    t, tb, v_zero = _t_values(d, v, boot_d, boot_v)
+    tb = np.where(np.isnan(boot_d), np.nan, tb)
     ok = np.isfinite(d) & ~np.isnan(v)
     b = np.sum(~np.isnan(tb), axis=0)
     at = np.abs(t)
@@ -190,10 +180,7 @@ def holm(p: np.ndarray) -> np.ndarray:
     vals = p[ok]
     m = len(vals)
     order = np.argsort(vals, kind="stable")
-    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * vals[order]))
-    res = np.empty(m)
-    res[order] = adj
-    out[ok] = res
+    out[np.flatnonzero(ok)[order]] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * vals[order]))
     return out
 
 
@@ -203,12 +190,6 @@ def _t(q: float, df: np.ndarray | float) -> np.ndarray:
 
     df = np.asarray(df, float)
     return np.where(df >= 1, student.ppf(q, np.where(df >= 1, df, 1.0)), np.nan)
-
-
-def t_sum(alpha: float, power: float, n_tests: int, df: np.ndarray | float) -> np.ndarray:
-    """``t_{1 − α/(2m), df} + t_{power, df}``: a two-sided test at level α / m (the first step of Holm over m tests)
-    detects a true difference of this many standard errors with probability ``power`` (df = conversations − 1)."""
-    return _t(1 - alpha / (2 * n_tests), df) + _t(power, df)
 
 
 def detectable(se: np.ndarray, df: np.ndarray, alpha: float, power: float, n_tests: int,
@@ -225,11 +206,12 @@ def detectable(se: np.ndarray, df: np.ndarray, alpha: float, power: float, n_tes
 def needed(per_conversation_var: np.ndarray, target: float, alpha: float, power: float, n_tests: int
            ) -> np.ndarray:
     """Conversations per system for the Holm-adjusted verdict over ``n_tests`` to detect ``target`` with
-    probability ``power``: the smallest n ≥ 2 with n ≥ (t_sum(n − 1) · σ / target)², where σ² is the variance of
-    one conversation's contribution to the difference (paired: of the difference; unpaired: the sum of both
-    systems'). The right side falls as n grows, so the n that satisfy it are all those from the smallest on."""
+    probability ``power``: the smallest n ≥ 2 with n ≥ ((t_{1 − α/(2m), n − 1} + t_{power, n − 1}) · σ / target)²,
+    where σ² is the variance of one conversation's contribution to the difference (paired: of the difference;
+    unpaired: the sum of both systems'). The right side falls as n grows, so the n that satisfy it are all those
+    from the smallest on."""
     def enough(n: int, v: float) -> bool:
-        return n >= (float(t_sum(alpha, power, n_tests, n - 1)) / target) ** 2 * v
+        return n >= (float(_t(1 - alpha / (2 * n_tests), n - 1) + _t(power, n - 1)) / target) ** 2 * v
 
     var = np.asarray(per_conversation_var, float)
     out = np.full(var.shape, np.nan)

@@ -65,9 +65,8 @@ def agreement(face: pd.DataFrame, human: pd.DataFrame, arena: pd.DataFrame, alph
                             "diff_human": "human_diff", "p_value_human": "human_p", "p_holm_human": "human_p_holm"})
     df = df.merge(arena[["baseline", "candidate", "arena_direction", "arena_p_holm"]], on=["baseline", "candidate"],
                   how="left", validate="many_to_one")
-    df["face_separates"] = df["face_p_holm"] < alpha
-    df["human_separates"] = df["human_p_holm"] < alpha
-    df["arena_separates"] = df["arena_p_holm"] < alpha
+    for who in ("face", "human", "arena"):
+        df[f"{who}_separates"] = df[f"{who}_p_holm"] < alpha
     face_sign, human_sign = np.sign(df["face_diff"]), np.sign(df["human_diff"])
     df["face_by_humans"] = checked_by(df["face_separates"], face_sign, df["human_separates"], human_sign)
     df["face_by_arena"] = checked_by(df["face_separates"], face_sign, df["arena_separates"], df["arena_direction"])

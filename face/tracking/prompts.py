@@ -72,14 +72,6 @@ def prompt_versions(name: str) -> list:
             return out
 
 
-def version_with_text(name: str, text: str):
-    """The oldest version of ``name`` that holds ``text`` (a store written before versions were compared may hold
-    the same text twice), or None."""
-    digest = text_sha256(text)
-    return next((v for v in reversed(prompt_versions(name)) if isinstance(v.template, str)
-                 and text_sha256(v.template) == digest), None)
-
-
 def register_prompt(name: str, text: str, message: str, tags: Mapping[str, Any], store_uri: str):
     """The version of prompt ``name`` that holds ``text``: an earlier one with the same text, else a new version
     (tagged ``sha256``). Looked up through the client, never ``mlflow.genai.load_prompt``: inside a run that links
@@ -87,7 +79,9 @@ def register_prompt(name: str, text: str, message: str, tags: Mapping[str, Any],
     import mlflow
 
     with store_lock(store_uri):  # two jobs registering one text: one version
-        same = version_with_text(name, text)
+        digest = text_sha256(text)  # the oldest version with this text (an old store may hold a text twice)
+        same = next((v for v in reversed(prompt_versions(name)) if isinstance(v.template, str)
+                     and text_sha256(v.template) == digest), None)
         if same is not None:
             return same
         clean = {**{k: redact_tag(v) for k, v in tags.items()}, "sha256": text_sha256(text)}

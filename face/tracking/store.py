@@ -58,28 +58,23 @@ def check_tracking_store(cfg: DictConfig) -> None:
     """ValueError (one line naming the setting) if the MLflow store cannot be used. Creates nothing."""
     t = cfg.tracking
     db = sqlite_file(str(t.get("tracking_uri") or ""))
-    if db is not None:
-        _check_sqlite(db)
+    if db is not None and not db.exists():
+        require_writable_dir(db.parent, "tracking.tracking_uri")
+    elif db is not None:
+        if not db.is_file():
+            raise ValueError(f"tracking.tracking_uri: {db} is not a file")
+        if not os.access(db, os.R_OK | os.W_OK):
+            raise ValueError(f"tracking.tracking_uri: {db} is not readable and writable (permission denied)")
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+                conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
+            conn.close()
+        except sqlite3.DatabaseError as e:
+            raise ValueError(f"tracking.tracking_uri: {db} is not an SQLite database ({e})") from None
     root = artifact_root(t)
     if root is not None:
         require_writable_dir(root, "tracking.artifact_location" if t.get("artifact_location")
                              else "tracking.tracking_uri (its artifacts: mlruns/ beside the database)")
-
-
-def _check_sqlite(db: Path) -> None:
-    if not db.exists():
-        require_writable_dir(db.parent, "tracking.tracking_uri")
-        return
-    if not db.is_file():
-        raise ValueError(f"tracking.tracking_uri: {db} is not a file")
-    if not os.access(db, os.R_OK | os.W_OK):
-        raise ValueError(f"tracking.tracking_uri: {db} is not readable and writable (permission denied)")
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
-            conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
-        conn.close()
-    except sqlite3.DatabaseError as e:
-        raise ValueError(f"tracking.tracking_uri: {db} is not an SQLite database ({e})") from None
 
 
 # MLflow 3's UI opens an experiment by its kind: without this tag on the GenAI traces overview (empty for FACE's

@@ -128,8 +128,13 @@ class Tracker:
         mark_stale_runs(client)
         exp_id = str(self.experiment_id)
         sweep = sweeps.sweep_tags()
-        if sweep:
-            name, parent = self._job_name(exp_id, sweep)
+        if sweep:  # a sweep job: its swept values first in its name, unless tracking.run_name is set
+            overrides = list(sweeps.hydra_job().overrides.task)
+            found = sweeps.sweep_parent(exp_id, sweep["sweep_dir"], self.cfg.task_name, overrides)
+            name, parent, self.sweep_parent_id = self.run_name, found.run_id, found.run_id
+            self.job_label = redact(sweeps.job_label(overrides, found.swept))
+            if not self.cfg.tracking.get("run_name"):
+                name = redact(sweeps.job_name(self.cfg.task_name, overrides, found.swept, sweep["sweep_job"]))
             run = self.mlflow.start_run(run_name=name, parent_run_id=parent)
         else:
             with store_lock(str(self.cfg.tracking.tracking_uri)):  # two reruns starting at once: #2 and #3
@@ -152,16 +157,6 @@ class Tracker:
             sweeps.replace_earlier_attempts(client, exp_id, self.run_id, {"mlflow.parentRunId": str(parent), **job},
                                             f"sweep job {sweep['sweep_job']}")
         return self
-
-    def _job_name(self, exp_id: str, sweep: dict[str, str]) -> tuple[str | None, str]:
-        """(run name, parent run id) of a sweep job: its swept values first, unless tracking.run_name is set."""
-        overrides = list(sweeps.hydra_job().overrides.task)
-        parent = sweeps.sweep_parent(exp_id, sweep["sweep_dir"], self.cfg.task_name, overrides)
-        self.sweep_parent_id = parent.run_id
-        self.job_label = redact(sweeps.job_label(overrides, parent.swept))
-        if self.cfg.tracking.get("run_name"):
-            return self.run_name, parent.run_id
-        return redact(sweeps.job_name(self.cfg.task_name, overrides, parent.swept, sweep["sweep_job"])), parent.run_id
 
     def __exit__(self, exc_type, exc, tb) -> None:
         held = _FINISHING.get()
