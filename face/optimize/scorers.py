@@ -84,8 +84,8 @@ class LiveScorer:
         """Score what is not known yet: one batch over every missing (candidate, particle)."""
         planned = []
         for cand in cands:
-            todo = [u for i in idx for u in self.units[i] if self._key(cand.cid, u) not in self.memo]
-            todo = list({self._key(cand.cid, u): u for u in todo}.values())
+            todo = list({self._key(cand.cid, u): u for i in idx for u in self.units[i]
+                         if self._key(cand.cid, u) not in self.memo}.values())
             if todo:
                 ins = Instruction(cand.cid, cand.text, None, "optimizer")
                 planned += plan(todo, [ins], self.convs, self.spec, self.json_schema, self.judged)

@@ -63,15 +63,15 @@ def aggregate(scores: pd.DataFrame, levels: Mapping[str, str], instruction_agg: 
         raise ValueError(f"no level known for aspect(s) {missing}")
     per_particle = particle_scores(scores, instruction_agg, instructions)
     levels = per_particle["aspect"].map(dict(levels)).astype(str)
-    turn_part, dial_part = per_particle[levels == "turn"], per_particle[levels == "dialogue"]
-    turn = (turn_part.groupby(["aspect", "conv_id", "turn_ind"], sort=False)["score"].agg(particle_agg)
-            .reset_index().rename(columns={"score": "pred"}))
-    dialogue = (dial_part.groupby(["aspect", "conv_id"], sort=False)["score"].agg(particle_agg)
-                .reset_index().rename(columns={"score": "pred"}))
-    if rounded:
-        turn["pred"] = round_preds(turn["pred"])
-        dialogue["pred"] = round_preds(dialogue["pred"])
-    return Predictions(turn[TURN_COLUMNS], dialogue[DIALOGUE_COLUMNS])
+    out = []
+    for level, columns in (("turn", TURN_COLUMNS), ("dialogue", DIALOGUE_COLUMNS)):
+        keys = columns[:-1]  # the turn's or dialogue's identifying columns (all but "pred")
+        part = per_particle[levels == level].groupby(keys, sort=False)["score"].agg(particle_agg)
+        part = part.reset_index().rename(columns={"score": "pred"})
+        if rounded:
+            part["pred"] = round_preds(part["pred"])
+        out.append(part[columns])
+    return Predictions(*out)
 
 
 def instruction_ids(scores: pd.DataFrame) -> list[str]:

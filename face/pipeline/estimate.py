@@ -11,7 +11,7 @@ mean, 2.81) and says so; after it, ``Face`` states what the counts become at the
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
@@ -58,8 +58,8 @@ class StageCost:
 
     @classmethod
     def of(cls, stage: str, assistant_turns: int, units: int, size: Size, pricing: Pricing) -> StageCost:
-        return cls(stage, assistant_turns, units, size.requests, size.samples, size.http_requests, size.input_tokens,
-                   size.output_tokens, pricing.cost(size.input_tokens, size.output_tokens))
+        return cls(stage, assistant_turns, units, **asdict(size), cost_usd=pricing.cost(size.input_tokens,
+                                                                                        size.output_tokens))
 
     @property
     def size(self) -> Size:
@@ -109,9 +109,8 @@ def particles_per_turn(decomps: dict[tuple[str, int], Decomposition]) -> float:
 def scale_stage(stage: StageCost, factor: float, rate: float | None = None) -> StageCost:
     """A stage with ``factor`` times the units (requests, samples, tokens and cost follow): one unit per turn stood in
     for the particles a decomposition will produce, at ``rate`` particles a turn."""
-    size = stage.size.scaled(factor)
-    return StageCost(stage.stage, stage.assistant_turns, round(stage.units * factor), size.requests, size.samples,
-                     size.http_requests, size.input_tokens, size.output_tokens, stage.cost_usd * factor, rate)
+    return replace(stage, units=round(stage.units * factor), **asdict(stage.size.scaled(factor)),
+                   cost_usd=stage.cost_usd * factor, particles_per_turn=rate)
 
 
 def totals(costs: pd.DataFrame, stages: str = "") -> Size:

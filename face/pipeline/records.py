@@ -9,6 +9,7 @@ import contextlib
 import json
 import math
 from array import array
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -55,13 +56,9 @@ class ScoreSink(contextlib.ExitStack):
         c = self._cols
         c["aspect"].append(self._aspect(r.aspect))
         c["conv_id"].append(self._conv(r.conv_id))
-        c["turn_ind"].append(r.turn_ind)
-        c["particle_ind"].append(r.particle_ind)
         c["instruction_id"].append(self._instr(r.instruction_id))
-        c["score"].append(r.score)
-        c["n_valid"].append(r.n_valid)
-        c["n_retried"].append(r.n_retried)
-        c["n_defaulted"].append(r.n_defaulted)
+        for k in ("turn_ind", "particle_ind", "score", "n_valid", "n_retried", "n_defaulted"):
+            c[k].append(getattr(r, k))
         c["valid_mass"].append(math.nan if r.valid_mass is None else r.valid_mass)
         if r.fallback is not None:
             self._fallbacks[self.rows] = r.fallback
@@ -191,10 +188,7 @@ class AspectScores:
 
 def per_conversation(units: Sequence[Any], n_instructions: int) -> dict[str, int]:
     """How many score records each conversation gets: its units × the instructions."""
-    out: dict[str, int] = {}
-    for u in units:
-        out[u.conv_id] = out.get(u.conv_id, 0) + n_instructions
-    return out
+    return {c: k * n_instructions for c, k in Counter(u.conv_id for u in units).items()}
 
 
 # read_score_file(detail=True): what each record says beyond its score (the particle's fields flattened)
