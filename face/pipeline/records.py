@@ -206,12 +206,10 @@ def read_score_file(path: Path, detail: bool = False) -> pd.DataFrame:
                                              "score", *(DETAIL_FIELDS if detail else ()))}
     for lineno, obj in read_jsonl(path):
         rec = f"line {lineno}"
-        cols["aspect"].append(field(obj, "aspect", str, path, rec))
-        cols["conv_id"].append(as_id(field(obj, "conv_id", (str, int), path, rec), path, rec, "conv_id"))
-        for key in ("turn_ind", "particle_ind"):
-            cols[key].append(field(obj, key, int, path, rec))
-        cols["instruction_id"].append(as_id(field(obj, "instruction_id", (str, int), path, rec), path, rec,
-                                            "instruction_id"))
+        for key, kind in (("aspect", str), ("conv_id", (str, int)), ("turn_ind", int), ("particle_ind", int),
+                          ("instruction_id", (str, int))):
+            value = field(obj, key, kind, path, rec)
+            cols[key].append(as_id(value, path, rec, key) if key.endswith("_id") else value)
         score = field(obj, "score", (float, type(None)), path, rec)
         cols["score"].append(math.nan if score is None else float(score))
         if detail:
