@@ -91,8 +91,7 @@ def format_examples(examples: list[dict], aspect: Aspect) -> str:
 def instruction_text(answer: Rewrite) -> str:
     lines = [f"Task: {' '.join(answer.task.split())}"]
     for k, s in enumerate(answer.steps, 1):
-        check = " ".join(s.check.split())
-        lines.append(f"Step {k}: {' '.join(s.action.split())}\n  Check: {check}")
+        lines.append(f"Step {k}: {' '.join(s.action.split())}\n  Check: {' '.join(s.check.split())}")
     return "\n".join(lines)
 
 

@@ -98,12 +98,11 @@ def plan_iter(units: Sequence[Unit], instructions: Sequence[Instruction], convs:
               spec: ScoringSpec, json_schema: bool, judged: str = "conversational recommender systems"
               ) -> Iterator[Planned]:
     """``plan`` as a generator: each prompt is rendered when it is needed (a paper-size stage plans 10^5)."""
-    scorer = spec.scorer
     pairs = _prefix_order(units, instructions) if spec.order == "prefix" else \
         ((u, i) for u in units for i in instructions)
     for u, ins in pairs:
         messages = score_messages(u, convs[u.conv_id], ins.text, judged, spec.reasoning)
-        req = scorer.request(messages, spec, f"score:{u.aspect.name}")
+        req = spec.scorer.request(messages, spec, f"score:{u.aspect.name}")
         yield Planned(u, ins, spec.answer(u.aspect.scale).request(req, json_schema))
 
 
