@@ -83,9 +83,8 @@ def _live_scorer(aspect_name: str, empty_score: float | None = None):
     given = {"A": {("c0", 1): [2.0, 1.0], ("c1", 1): [0.0, 1.0, 1.0], ("c1", 3): [np.nan]},
              "B": {("c0", 1): [1.0, 0.0], ("c1", 1): [2.0, 2.0, 2.0], ("c1", 3): [np.nan]}}
     for cid, by_turn in given.items():
-        for (conv, turn), values in by_turn.items():
-            for i, v in enumerate(values):
-                sc.memo[(cid, conv, turn, i)] = v
+        for u in {u for units in sc.units for u in units}:
+            sc.memo[(cid, u)] = by_turn[(u.conv_id, u.turn_ind)][u.particle_ind]
     return sc
 
 

@@ -52,8 +52,7 @@ def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.Data
     row("expand scoring / round", expand, ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
     pulled = min(ocfg.pulls * min(ocfg.pull_minibatch, ci.train_items), pool * ci.train_items) * units
     row("bandit pulls / round (upper bound)", pulled, ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
-    per_round = pd.DataFrame(rows)
-    total_round = per_round.drop(columns="stage").sum()
+    total_round = pd.DataFrame(rows).drop(columns="stage").sum()
     rows.append({"stage": "per round", **total_round.to_dict()})
     rows.append({"stage": f"all {ocfg.rounds} rounds", **(total_round * ocfg.rounds).to_dict()})
     final = (min(ocfg.top_k, ocfg.rounds * pool) + 1) * ci.eval_items * units

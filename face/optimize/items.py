@@ -78,5 +78,4 @@ def errors(pred: np.ndarray, gold: np.ndarray, kind: str = "rank") -> np.ndarray
 
 def worst(pred: np.ndarray, gold: np.ndarray, k: int, kind: str = "rank") -> np.ndarray:
     """Positions of the ``k`` worst-predicted items (largest error first; ties: earlier first)."""
-    err = errors(pred, gold, kind)
-    return np.argsort(-err, kind="stable")[:k]
+    return np.argsort(-errors(pred, gold, kind), kind="stable")[:k]

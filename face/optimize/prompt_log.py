@@ -34,11 +34,6 @@ def prompt_name(aspect: str, suffix: str = "") -> str:
     return f"face-opt-{aspect.replace('_', '-')}{suffix}"
 
 
-def job_key(run_id: str) -> str:
-    """A run's short name in the registry: ``run-`` and the first 8 characters of its MLflow run id."""
-    return f"run-{run_id[:8]}"
-
-
 def alias_of(label: str) -> str:
     """An alias from a job's swept values: ``alpha=1 beam=2`` -> ``alpha1-beam2`` (letters, digits, _ and -)."""
     return re.sub(r"[^\w-]+", "-", label.replace("=", "")).strip("-")[:200]
@@ -56,12 +51,12 @@ class PromptLog:
         if self.enabled and name is None:
             parent, keys = tracker.sweep_parent_id, [p.split("=")[0] for p in tracker.job_label.split()]
             self.name = prompt_name(aspect, f"-sweep-{'-'.join([*keys, parent[:8]])}" if parent
-                                    else "-" + job_key(tracker.run_id))
+                                    else f"-run-{tracker.run_id[:8]}")  # a run: the first 8 of its id
         self.run_id = tracker.run_id if self.enabled else None
         self.label = (tracker.job_label or tracker.run_name or self.run_id or "") if self.enabled else ""
         swept = self.enabled and tracker.job_label
         self.best_alias = f"best-{alias_of(tracker.job_label)}" if swept else "best"
-        self.set_alias = alias_of(tracker.job_label) if swept else job_key(str(self.run_id))
+        self.set_alias = alias_of(tracker.job_label) if swept else f"run-{str(self.run_id)[:8]}"
 
     def _register(self, name: str, text: str, what: str, tags: dict[str, Any]):
         uri = str(self.tracker.cfg.tracking.tracking_uri)

@@ -74,18 +74,13 @@ class LiveScorer:
         for it in self.items:
             us = by_conv[it.conv_id]
             self.units.append(us if it.turn_ind < 0 else [u for u in us if u.turn_ind == it.turn_ind])
-        self.memo: dict[tuple[str, str, int, int], float] = {}
-
-    @staticmethod
-    def _key(cid: str, u: Unit) -> tuple[str, str, int, int]:
-        return (cid, u.conv_id, u.turn_ind, u.particle_ind)
+        self.memo: dict[tuple[str, Unit], float] = {}  # (candidate id, unit) -> its score
 
     def _ensure(self, cands: Sequence[Candidate], idx: np.ndarray) -> None:
         """Score what is not known yet: one batch over every missing (candidate, particle)."""
         planned = []
         for cand in cands:
-            todo = [u for i in idx for u in self.units[i] if self._key(cand.cid, u) not in self.memo]
-            todo = list({self._key(cand.cid, u): u for u in todo}.values())
+            todo = list(dict.fromkeys(u for i in idx for u in self.units[i] if (cand.cid, u) not in self.memo))
             if todo:
                 ins = Instruction(cand.cid, cand.text, None, "optimizer")
                 planned += plan(todo, [ins], self.convs, self.spec, self.json_schema, self.judged)
@@ -93,7 +88,7 @@ class LiveScorer:
             return
         records = score(self.client, planned, self.spec, desc=f"optimizer scoring {self.aspect.name}")
         for rec, p in zip(records, planned):
-            self.memo[self._key(p.instruction.instruction_id, p.unit)] = rec.score
+            self.memo[(p.instruction.instruction_id, p.unit)] = rec.score
 
     def covered(self) -> np.ndarray:
         """Indices of items with a prediction whatever the scores: those with particles, or all given an
@@ -108,7 +103,7 @@ class LiveScorer:
         particle-less item has no ``empty_score`` or no particle has a valid answer (fallback=drop)."""
         idx = np.asarray(idx, dtype=int)
         self._ensure(cands, idx)
-        rows = [(self.aspect.name, u.conv_id, u.turn_ind, u.particle_ind, c.cid, self.memo[self._key(c.cid, u)])
+        rows = [(self.aspect.name, u.conv_id, u.turn_ind, u.particle_ind, c.cid, self.memo[(c.cid, u)])
                 for c in cands for i in idx for u in self.units[i]]
         preds = aggregate(pd.DataFrame(rows, columns=SCORE_COLUMNS), {self.aspect.name: self.aspect.level})
         items = [self.items[i] for i in idx]
@@ -129,7 +124,7 @@ class LiveScorer:
             else:
                 context = "\n".join(f"Turn {t.turn_ind} {t.role}: {one_line(t.utterance)[:cut // 4]}"
                                     for t in conv.turns)[: cut * 3]
-            particles = [{"turn": u.turn_ind, **vars(u.particle), "score": self.memo[self._key(cand.cid, u)]}
+            particles = [{"turn": u.turn_ind, **vars(u.particle), "score": self.memo[(cand.cid, u)]}
                          for u in self.units[i]]  # (units of particles: each has one)
             out.append({"conv_id": it.conv_id, "turn_ind": it.turn_ind, "context": context, "particles": particles,
                         "pred": float(pred), "gold": it.gold})

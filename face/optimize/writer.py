@@ -42,26 +42,18 @@ class Rewrite(BaseModel):
     steps: list[Step] = Field(min_length=1, max_length=8)
 
 
-CRITIQUE_SCHEMA = {
-    "type": "object",
-    "properties": {"problem": {"type": "string", "minLength": 1, "maxLength": 800},
-                   "change": {"type": "string", "minLength": 1, "maxLength": 800}},
-    "required": ["problem", "change"],
-    "additionalProperties": False,
-}
-REWRITE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "task": {"type": "string", "minLength": 1, "maxLength": 300},
-        "steps": {"type": "array", "minItems": 2, "maxItems": 5,
-                  "items": {"type": "object",
-                            "properties": {"action": {"type": "string", "minLength": 1, "maxLength": 300},
-                                           "check": {"type": "string", "minLength": 1, "maxLength": 200}},
-                            "required": ["action", "check"], "additionalProperties": False}},
-    },
-    "required": ["task", "steps"],
-    "additionalProperties": False,
-}
+def _text(most: int) -> dict:
+    return {"type": "string", "minLength": 1, "maxLength": most}
+
+
+def _object(**properties: dict) -> dict:
+    """A JSON object schema with exactly ``properties``, all required."""
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+CRITIQUE_SCHEMA = _object(problem=_text(800), change=_text(800))
+REWRITE_SCHEMA = _object(task=_text(300), steps={"type": "array", "minItems": 2, "maxItems": 5,
+                                                 "items": _object(action=_text(300), check=_text(200))})
 ADAPTERS: dict[str, JsonAdapter[Any]] = {  # by the template (optimize/<kind>.txt) whose answer they read
     "gradient": JsonAdapter(Critique, name="critique", schema=CRITIQUE_SCHEMA),
     "rewrite": JsonAdapter(Rewrite, name="instruction", schema=REWRITE_SCHEMA)}
@@ -91,8 +83,7 @@ def format_examples(examples: list[dict], aspect: Aspect) -> str:
 def instruction_text(answer: Rewrite) -> str:
     lines = [f"Task: {' '.join(answer.task.split())}"]
     for k, s in enumerate(answer.steps, 1):
-        check = " ".join(s.check.split())
-        lines.append(f"Step {k}: {' '.join(s.action.split())}\n  Check: {check}")
+        lines.append(f"Step {k}: {' '.join(s.action.split())}\n  Check: {' '.join(s.check.split())}")
     return "\n".join(lines)
 
 
