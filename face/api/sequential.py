@@ -205,17 +205,18 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
         # out: one sequential comparison's (any of them may continue there), each side's run and the report inside
         with claimed([Location(setting, out)], {"face": "sequential comparison"}, [], overwrite, how):
             limited = len(order_a) < len(sides[0]) or len(order_b) < len(sides[1])
-            return _loop(order_a, order_b, paired, names, tmp, out, aspect_list, run, batch, alpha, target_diff,
+            return _loop(order_a, order_b, paired, names, tmp, out, run, batch, alpha, target_diff,
                          method, avail, [len(side) for side in sides], cap, echo, limited)
 
 
-def _loop(order_a, order_b, paired, names, tmp, out, aspects, run, batch, alpha, target_diff, method,
+def _loop(order_a, order_b, paired, names, tmp, out, run, batch, alpha, target_diff, method,
           avail, sizes, cap, echo, limited) -> SequentialResult:
     from face.comparison.engine import compare
     from face.comparison.runs import from_dir
     from face.llm import BudgetExceeded
     from face.sequential import SequentialComparison
 
+    aspects = run["aspects"]
     dirs = [out / names[0], out / names[1]]
     used = {k: 0.0 for k in COUNTS}
     seq, rows = None, []
