@@ -267,15 +267,12 @@ def test_the_judge_stops_when_the_process_that_started_it_is_killed(data_dir):
 
 # ------------------------------------------------------------------ the judge as a server users point tools at
 @pytest.fixture(scope="module")
-def judge_url(replay_data):
+def judge_url(data_dir):
     """The judge's HTTP app on 127.0.0.1 in a thread of this process (its base URL without /v1)."""
-    from face.testing.replay.server import make_app
-    from face.testing.service import AppThread
+    from face.testing.replay import ReplayServer
 
-    server = AppThread("replay-judge-test", lambda: make_app(Judge(replay_data)))
-    port = server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with ReplayServer(str(data_dir), process=False) as server:
+        yield server.base_url.rsplit("/v1", 1)[0]
 
 
 def _http(url: str, raw: bytes | None = None, method: str = "POST", timeout: float = 30) -> tuple[int, bytes]:

@@ -12,14 +12,15 @@ faults (truncated, garbled, malformed) whose content fails the request's adapter
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import ClientSession, ClientTimeout, web
 
-from .faults import ANSWER_KINDS, TRANSPORT_KINDS, FaultInjector, cut_json, half, spoil, transport_fault
-from .service import AppThread, RequestLog, Served, make_app
+from .faults import ANSWER_KINDS, TRANSPORT_KINDS, FaultInjector, fault_reply, half, spoil
+from .service import Served, abort, make_app, response
 
 __all__ = ["ANSWER_KINDS", "TRANSPORT_KINDS", "FaultProxy"]
 
@@ -27,11 +28,10 @@ __all__ = ["ANSWER_KINDS", "TRANSPORT_KINDS", "FaultProxy"]
 class FaultProxy(Served):
     def __init__(self, upstream: str, rate: float = 0.2, kinds: Sequence[str] = TRANSPORT_KINDS,
                  hang_s: float = 2.0, retry_after_s: float = 0.01):
+        super().__init__("fault-proxy")
         self.injector = FaultInjector(rate, kinds)
         self.upstream = upstream.rstrip("/")
         self.hang_s, self.retry_after_s = hang_s, retry_after_s
-        self.log = RequestLog()
-        self._server = AppThread("fault-proxy", self._app)
         self._session: ClientSession | None = None
 
     def faults(self) -> list[str]:
@@ -52,16 +52,16 @@ class FaultProxy(Served):
         h = hashlib.sha256(raw).hexdigest()
         attempt, fault = self.injector.draw(h)
         self.log.record({"hash": h[:16], "attempt": attempt, "fault": fault})
-        reply = await transport_fault(fault, request, source="proxy", retry_after_s=self.retry_after_s,
-                                      hang_s=self.hang_s)
+        reply = await fault_reply(fault, source="proxy", retry_after_s=self.retry_after_s, hang_s=self.hang_s,
+                                  wait=asyncio.sleep, disconnect=lambda: abort(request))
         if reply is not None:
-            return reply
+            return response(reply)
         fwd = {k: v for k, v in request.headers.items() if k.lower() in ("authorization", "content-type")}
         assert self._session is not None
         async with self._session.post(self.upstream + "/chat/completions", data=raw, headers=fwd) as r:
             status, body, ctype = r.status, await r.read(), r.headers.get("Content-Type", "application/json")
         if fault == "cut_json":
-            return cut_json(body)
+            return web.Response(body=half(body), status=200, content_type="application/json")
         if fault in ("truncated", "garbled", "malformed") and status == 200:
             body = _spoil_answers(fault, body)
         return web.Response(body=body, status=status, content_type=ctype.split(";")[0])

@@ -10,22 +10,19 @@ requests, in order, with the kinds given to ``force``. How (``KINDS``):
   answer      truncated (the answer cut in half, finish_reason "length"), garbled (the answer replaced by prose
               that is not the expected JSON), malformed (half the answer, then text that is not JSON)
 
-Transport faults must be retried by the transport (``transport_fault`` gives the reply, ``cut_json`` the cut one);
+Transport faults must be retried by the transport (``fault_reply`` gives the reply; ``cut_json``: ``half`` the body);
 answer faults are valid HTTP replies whose content fails the request's adapter (``half``, ``spoil``;
 face.llm re-draws them).
 """
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from aiohttp import web
-
-from .service import error_body
+from .service import Reply, error_body
 
 TRANSPORT_KINDS = ("429", "500", "html502", "timeout", "reset", "cut_json", "html200")
 ANSWER_KINDS = ("truncated", "garbled")
@@ -94,10 +91,16 @@ _ERRORS = {"429": ("rate limited", "rate_limited"), "500": ("internal error", "i
            "timeout": ("no answer in time", "timeout")}  # a JSON error reply's message and code
 
 
-def fault_reply(kind: str | None, *, source: str, retry_after_s: float | None) -> tuple[int, bytes, str, dict] | None:
-    """(status, body, content type, headers) of a transport fault that has a reply -- 429, 500, html502, html200,
-    and timeout's 504 (given after ``hang_s``, to a client that waited that long) -- whatever serves it (an aiohttp
-    app, the in-process wire); None for any other kind."""
+async def fault_reply(kind: str | None, *, source: str, retry_after_s: float | None, hang_s: float,
+                      wait: Callable[[float], Awaitable[None]], disconnect: Callable[[], None]) -> Reply | None:
+    """The reply of a transport fault given before any answer exists -- 429, 500, html502, html200, and timeout's 504
+    after ``wait(hang_s)`` -- whatever serves it (an aiohttp app, the in-process wire); reset / disconnect:
+    ``disconnect()`` drops the connection. None: answer the request (maybe spoiled)."""
+    if kind in ("reset", "disconnect"):
+        disconnect()
+        return 500, b"", "text/plain", {}
+    if kind == "timeout":
+        await wait(hang_s)
     if kind in ("html502", "html200"):
         return STATUS.get(kind, 200), _HTML, "text/html", {}
     if kind not in _ERRORS:
@@ -108,31 +111,9 @@ def fault_reply(kind: str | None, *, source: str, retry_after_s: float | None) -
     return STATUS[kind], body, "application/json", headers
 
 
-async def transport_fault(kind: str | None, request: web.Request, *, source: str, retry_after_s: float | None,
-                          hang_s: float) -> web.StreamResponse | None:
-    """The aiohttp reply of a transport fault given before any answer exists; None: answer the request (maybe
-    spoiled)."""
-    if kind in ("reset", "disconnect"):
-        if request.transport is not None:
-            request.transport.abort()
-        return web.Response(status=500)
-    if kind == "timeout":
-        await asyncio.sleep(hang_s)
-    reply = fault_reply(kind, source=source, retry_after_s=retry_after_s)
-    if reply is None:
-        return None
-    status, body, ctype, headers = reply
-    return web.Response(body=body, status=status, content_type=ctype, headers=headers)
-
-
 def half(seq: S) -> S:
     """The first half of a text, a byte string or a list of tokens (at least one element)."""
     return seq[: max(1, len(seq) // 2)]
-
-
-def cut_json(body: bytes) -> web.Response:
-    """HTTP 200 with the first half of a JSON body."""
-    return web.Response(body=half(body), status=200, content_type="application/json")
 
 
 def spoil(kind: str | None, text: str) -> str:

@@ -4,12 +4,11 @@
   shape ``{"error": {"message", "type", "code", "param"}}`` (``error_response``; ``json_errors`` makes it so for
   what aiohttp itself refuses — an unknown path, a wrong method, a body over the size limit — and for an exception a
   handler did not expect, which is logged by the server, never sent).
-* The request body as one JSON value (``read_json``): a body that is not JSON, or nests deeper than the parser
-  follows, is a 400 ``bad_json``.
-* An aiohttp app served by an event loop in a daemon thread of this process (``AppThread``), and a process that
+* The request body as one JSON value (``parse_json``): a body that is not JSON, or nests deeper than the parser
+  follows, is a 400 ``bad_json``; a reply whatever serves it (``Reply``), as an aiohttp response (``response``).
+* A server (``Served``): its aiohttp app served by an event loop in a daemon thread of this process, and its request
+  log: in memory and, if asked, appended to a JSON-lines file as requests come (``RequestLog``); a process that
   serves until SIGTERM / SIGINT or the end of its standard input (``wait_for_stop``), started by ``spawn``.
-* The request log of a server: in memory and, if asked, appended to a JSON-lines file as requests come
-  (``RequestLog``); a server's start and stop (``Served``).
 """
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ from face.llm.client import settle
 
 log = logging.getLogger(__name__)
 
+Reply = tuple[int, bytes, str, dict]  # a reply, whatever serves it: (status, body, content type, headers)
 _TYPES = {429: "rate_limit", 500: "server_error", 502: "server_error", 504: "server_error"}
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
 
@@ -88,15 +88,25 @@ def json_errors(prefix: str = "") -> Callable[..., Awaitable[web.StreamResponse]
     return middleware
 
 
-async def read_json(request: web.Request) -> Any:
-    """The request body as one JSON value, or RequestError ``bad_json`` (a body over the app's size limit: 413,
-    raised by aiohttp)."""
+def parse_json(raw: bytes) -> Any:
+    """A request body as one JSON value, or RequestError ``bad_json``."""
     try:
-        return json.loads(await request.read())
+        return json.loads(raw)
     except RecursionError:
         raise RequestError("bad_json", "the request body nests deeper than the JSON parser follows") from None
     except ValueError as e:  # UnicodeDecodeError included
         raise RequestError("bad_json", f"the request body is not JSON ({e})") from None
+
+
+def response(reply: Reply) -> web.Response:
+    status, body, ctype, headers = reply
+    return web.Response(body=body, status=status, headers={"Content-Type": ctype, **headers})
+
+
+def abort(request: web.Request) -> None:
+    """Drop the connection of a request without a reply."""
+    if request.transport is not None:
+        request.transport.abort()
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -109,56 +119,6 @@ def make_app(max_body_bytes: int, prefix: str = "") -> web.Application:
     app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors(prefix)])
     app.router.add_get("/health", _health)
     return app
-
-
-class AppThread:
-    """An aiohttp app (built by ``factory`` on the serving loop) served on ``host:port`` by an event loop of its own in
-    a daemon thread of this process (``thread``, None once stopped): ``start()`` returns the port once bound (raising
-    what binding raised), ``stop()`` cancels what is left, runs the app's cleanup and closes the loop."""
-
-    def __init__(self, name: str, factory: Callable[[], web.Application], host: str = "127.0.0.1", port: int = 0):
-        self.name, self.factory, self.host, self.port = name, factory, host, port
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.thread: threading.Thread | None = None
-
-    async def _up(self) -> web.AppRunner:
-        runner = web.AppRunner(self.factory(), access_log=None, shutdown_timeout=0.2)
-        await runner.setup()
-        await web.TCPSite(runner, self.host, self.port).start()
-        self.port = runner.addresses[0][1]
-        return runner
-
-    def start(self, timeout_s: float = 30.0) -> int:
-        ready, err = threading.Event(), []
-
-        def run() -> None:
-            loop = self.loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            try:
-                runner = loop.run_until_complete(self._up())
-            except BaseException as e:  # handed to the starting thread
-                err.append(e)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-            settle(loop)
-            loop.run_until_complete(runner.cleanup())
-            loop.close()
-
-        self.thread = threading.Thread(target=run, name=self.name, daemon=True)
-        self.thread.start()
-        if not ready.wait(timeout_s):
-            raise TimeoutError(f"{self.name} did not start within {timeout_s:g} s")
-        if err:
-            raise err[0]
-        return self.port
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        if self.loop is not None and self.thread is not None and self.thread.is_alive():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout_s)
-        self.thread = None
 
 
 def wait_for_stop(until_stdin_closes: bool = False) -> None:
@@ -252,21 +212,63 @@ class RequestLog(list):
 
 
 class Served:
-    """A test server whose app an ``AppThread`` (``_server``) serves, its request log (``log``) open while it serves;
-    ``base_url`` once started; a context manager."""
+    """A test server: its aiohttp app (``_app()``, built on the serving loop) served on ``host:port`` by an event loop
+    of its own in a daemon thread of this process (``thread``, None once stopped), its request log (``log``) open
+    while it serves; ``base_url`` once started; a context manager."""
 
-    _server: AppThread
-    log: RequestLog
     base_url: str | None = None
 
+    def __init__(self, name: str, host: str = "127.0.0.1", port: int = 0, log_file: str | None = None):
+        self.name, self.host, self.port = name, host, port
+        self.log = RequestLog(log_file)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
+
+    def _app(self) -> web.Application:
+        raise NotImplementedError
+
+    async def _up(self) -> web.AppRunner:
+        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=0.2)
+        await runner.setup()
+        await web.TCPSite(runner, self.host, self.port).start()
+        self.port = runner.addresses[0][1]
+        return runner
+
     def start(self) -> Self:
-        """Serve in a background thread; returns once the port is bound."""
+        """Serve in a background thread; returns once the port is bound (raising what binding raised)."""
+        ready, err = threading.Event(), []
+
+        def run() -> None:
+            loop = self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            try:
+                runner = loop.run_until_complete(self._up())
+            except BaseException as e:  # handed to the starting thread
+                err.append(e)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            settle(loop)
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
         self.log.open()
-        self.base_url = f"http://{self._server.host}:{self._server.start()}/v1"
+        self.thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self.thread.start()
+        if not ready.wait(30.0):
+            raise TimeoutError(f"{self.name} did not start within 30 s")
+        if err:
+            raise err[0]
+        self.base_url = f"http://{self.host}:{self.port}/v1"
         return self
 
     def stop(self) -> None:
-        self._server.stop()
+        """Cancel what is left, run the app's cleanup, close the loop and the log."""
+        if self.loop is not None and self.thread is not None and self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10.0)
+        self.thread = None
         self.log.close()
 
     def __enter__(self) -> Self:

@@ -250,4 +250,4 @@ def test_a_backend_is_a_config_not_a_branch(tmp_path):
         assert isinstance(c, LM) and c.model == "served-model" and c.base_url == c.server.base_url != cfg.base_url
         assert [e["model"] for e in c.server.log] == ["served-model"]
         srv = c.server
-    assert c.server is None and srv._server.thread is None  # stopped with the client
+    assert c.server is None and srv.thread is None  # stopped with the client

@@ -1,4 +1,4 @@
-"""The replay judge over HTTP (aiohttp): ``make_app``, ``ReplayServer`` (the configured server of a client,
+"""The replay judge over HTTP (aiohttp): ``ReplayServer`` (the configured server of a client,
 ``llm=replay``) and ``main`` (``python -m face.testing.replay``)."""
 from __future__ import annotations
 
@@ -9,37 +9,11 @@ import urllib.request
 
 from aiohttp import web
 
-from .. import service
-from ..service import AppThread, RequestLog, Served, arguments, read_json, serve, spawn
+from ..service import Served, arguments, make_app, parse_json, serve, spawn
 from .answers import MODEL, Judge
 from .data import DATA_FILES, load
 
 MAX_BODY_BYTES = 1024 * 1024  # a request body over this is refused (413); FACE's longest prompts are ~20 KB
-
-
-def make_app(judge: Judge, latency_s: float = 0.0) -> web.Application:
-    """The judge's endpoints; every error answer is JSON: ``{"error": {"message": "replay judge: …", "type",
-    "code", "param"}}``."""
-
-    async def chat(request: web.Request) -> web.Response:
-        body = await read_json(request)
-        if latency_s > 0:
-            await asyncio.sleep(latency_s)
-        out = judge.answer(body)
-        return web.Response(body=json.dumps(out, ensure_ascii=False).encode(), content_type="application/json")
-
-    async def models(request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": judge.model, "object": "model",
-                                                               "owned_by": "face-replay"}]})
-
-    async def stats(request: web.Request) -> web.Response:
-        return web.json_response(judge.report())
-
-    app = service.make_app(MAX_BODY_BYTES, "replay judge: ")
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/v1/replay/stats", stats)
-    return app
 
 
 class ReplayServer(Served):
@@ -53,25 +27,45 @@ class ReplayServer(Served):
 
     def __init__(self, data_dir: str, model: str = MODEL, host: str = "127.0.0.1", port: int = 0,
                  latency_s: float = 0.0, process: bool = True):
+        super().__init__("replay-judge", host, port)  # (its request log is not kept: the judge counts what it answered)
         self.data_dir, self.model, self.latency_s, self.process = str(data_dir), model, latency_s, process
-        self.log = RequestLog()  # (not kept: the judge counts what it answered)
-        self._server = AppThread("replay-judge", self._app, host, port)
         self._proc: subprocess.Popen | None = None
         self._judge: Judge | None = None
 
     def _app(self) -> web.Application:
-        assert self._judge is not None
-        return make_app(self._judge, self.latency_s)
+        """The judge's endpoints; every error answer is JSON: ``{"error": {"message": "replay judge: …", "type",
+        "code", "param"}}``."""
+        judge = self._judge
+        assert judge is not None
+
+        async def chat(request: web.Request) -> web.Response:
+            body = parse_json(await request.read())
+            if self.latency_s > 0:
+                await asyncio.sleep(self.latency_s)
+            out = judge.answer(body)
+            return web.Response(body=json.dumps(out, ensure_ascii=False).encode(), content_type="application/json")
+
+        async def models(request: web.Request) -> web.Response:
+            return web.json_response({"object": "list", "data": [{"id": judge.model, "object": "model",
+                                                                   "owned_by": "face-replay"}]})
+
+        async def stats(request: web.Request) -> web.Response:
+            return web.json_response(judge.report())
+
+        app = make_app(MAX_BODY_BYTES, "replay judge: ")
+        app.router.add_post("/v1/chat/completions", chat)
+        app.router.add_get("/v1/models", models)
+        app.router.add_get("/v1/replay/stats", stats)
+        return app
 
     def start(self) -> ReplayServer:
         if not self.process:  # the data read here, not on the serving loop (whose start is timed)
             self._judge = Judge(load(self.data_dir), self.model)
             return super().start()
-        self._proc, self.base_url = spawn("face.testing.replay", "--data-dir", self.data_dir, "--host",
-                                          self._server.host, "--port", str(self._server.port), "--latency",
-                                          str(self.latency_s), "--model", self.model)
+        self._proc, self.base_url = spawn("face.testing.replay", "--data-dir", self.data_dir, "--host", self.host,
+                                          "--port", str(self.port), "--latency", str(self.latency_s), "--model",
+                                          self.model)
         return self
-
     def report(self) -> dict | None:
         """What the judge answered so far (None when it cannot be asked)."""
         if self._judge is not None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from ..service import RequestError, read_json
+from ..service import RequestError, parse_json
 
 CHAT = "/v1/chat/completions"
 
@@ -60,7 +60,7 @@ class BatchAPI:
         return web.Response(body=f[1], content_type="application/octet-stream")
 
     async def _create(self, request: web.Request) -> web.Response:
-        req = await read_json(request)
+        req = parse_json(await request.read())
         f = self.files.get(req.get("input_file_id", "")) if isinstance(req, dict) else None
         if f is None or f[0] != "batch":
             raise RequestError("invalid_value", "input_file_id: no such batch file", param="input_file_id")

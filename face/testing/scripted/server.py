@@ -9,12 +9,12 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
-from ..faults import STATUS, FaultInjector, cut_json, half, spoil, transport_fault, unit
-from ..service import AppThread, RequestError, RequestLog, Served, make_app, read_json
+from ..faults import STATUS, FaultInjector, fault_reply, half, spoil, unit
+from ..service import Reply, RequestError, Served, abort, make_app, parse_json, response
 from .answers import _h, default_responder
 from .batches import BatchAPI
 from .completion import token_logprobs, tokenize
@@ -33,6 +33,7 @@ class ScriptedServer(Served):
                  model: str = "scripted-model", responder: Callable[[dict], str] | None = None,
                  max_concurrent: int | None = None, batch_delay_s: float = 0.0, usage_factor: float = 1.0,
                  report_usage: bool = True, logprobs_missing: float = 0.0):
+        super().__init__("scripted-llm-server", host, port, log_file)
         self.faults = FaultInjector(fault_rate, fault_kinds, faults_per_request, mark=_h)
         self.latency_s = latency_s
         self.retry_after_s = retry_after_s
@@ -41,13 +42,11 @@ class ScriptedServer(Served):
         self.report_usage, self.logprobs_missing = report_usage, logprobs_missing
         self.max_concurrent = max_concurrent  # a rate limit: 429 (+ Retry-After) beyond this many in flight
         self.rate_limited = 0
-        self.log = RequestLog(log_file)
         self.batch = BatchAPI(lambda body: self._completion(body, None), batch_delay_s)
         self._auth_digests: set[str] = set()  # sha256 of Authorization headers seen (never logged)
         self._lock = threading.Lock()
         self._active = 0
         self.max_active = 0
-        self._server = AppThread("scripted-llm-server", self._app, host, port)
 
     # ---- control ------------------------------------------------------
     def force(self, *kinds: str) -> None:
@@ -117,8 +116,8 @@ class ScriptedServer(Served):
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",
                                                                "owned_by": "scripted"}]})
 
-    def _arrive(self, body: dict, authorization: str) -> tuple[str, str | None]:
-        """Count a chat request in (rate limit, request log): (its hash, its fault). ``_leave`` counts it out."""
+    def _arrive(self, body: dict, authorization: str) -> str | None:
+        """Count a chat request in (rate limit, request log): its fault. ``_leave`` counts it out."""
         h = _h(body)
         attempt, fault = self.faults.draw(h)
         with self._lock:
@@ -132,27 +131,35 @@ class ScriptedServer(Served):
                          "status": STATUS.get(fault or "", 200), "n": body.get("n", 1), "seed": body.get("seed"),
                          "model": body.get("model"), "max_tokens": body.get("max_tokens"),
                          "messages_hash": _h(body.get("messages"))[:16]})
-        return h, fault
+        return fault
 
     def _leave(self) -> None:
         with self._lock:
             self._active -= 1
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = await read_json(request)
+    async def _reply(self, raw: bytes, authorization: str, wait: Callable[[float], Awaitable[None]],
+                     disconnect: Callable[[], None]) -> Reply:
+        """The reply to a chat request, whatever serves it: ``wait(s)`` is its latency and a timeout's hang,
+        ``disconnect()`` a reset's dropped connection."""
+        body = parse_json(raw)
         if not isinstance(body, dict):
             raise RequestError("invalid_type", "the request body must be a JSON object")
-        _, fault = self._arrive(body, request.headers.get("Authorization", ""))
+        fault = self._arrive(body, authorization)
         try:
             if self.latency_s > 0:
-                await asyncio.sleep(self.latency_s)
-            reply = await transport_fault(fault, request, source="scripted", retry_after_s=self.retry_after_s,
-                                          hang_s=self.hang_s)
+                await wait(self.latency_s)
+            reply = await fault_reply(fault, source="scripted", retry_after_s=self.retry_after_s, hang_s=self.hang_s,
+                                      wait=wait, disconnect=disconnect)
             if reply is not None:
                 return reply
-            completion = self._completion(body, fault)
-            return cut_json(json.dumps(completion).encode()) if fault == "cut_json" else \
-                web.json_response(completion)
+            completion = json.dumps(self._completion(body, fault)).encode()
+            if fault == "cut_json":
+                return 200, half(completion), "application/json", {}
+            return 200, completion, "application/json; charset=utf-8", {}
         finally:
             self._leave()
 
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        reply = await self._reply(await request.read(), request.headers.get("Authorization", ""), asyncio.sleep,
+                                  lambda: abort(request))
+        return response(reply)

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import weakref
 from typing import Any, Self
 
 import httpx2
 
-from ..faults import fault_reply, half
-from ..service import error_body
+from ..service import RequestError, error_body
 from .server import ScriptedServer
 
 _NUMBER = itertools.count(1)  # each server its own URL (never resolved: no request leaves the process), so that
@@ -65,34 +63,18 @@ class InProcessServer(ScriptedServer):
             return httpx2.Response(200, json={"status": "ok"})
         if request.method != "POST" or not path.endswith("/chat/completions"):
             return _error(404, f"no such endpoint: {request.method} {path}", "not_found")
-        try:
-            body = json.loads(request.content)
-        except ValueError as e:
-            return _error(400, f"the request body is not JSON ({e})", "bad_json")
-        if not isinstance(body, dict):
-            return _error(400, "the request body must be a JSON object", "invalid_type")
-        _, fault = self._arrive(body, request.headers.get("Authorization", ""))
-        try:
-            return await self._reply(request, body, fault)
-        finally:
-            self._leave()
-
-    async def _reply(self, request: httpx2.Request, body: dict, fault: str | None) -> httpx2.Response:
         read_timeout = (request.extensions.get("timeout") or {}).get("read")
-        if self.latency_s > 0:
-            await _wait(self.latency_s, read_timeout, request)
-        if fault in ("reset", "disconnect"):
+
+        def disconnect() -> None:
             raise httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request)
-        if fault == "timeout":
-            await _wait(self.hang_s, read_timeout, request)
-        quick = fault_reply(fault, source="scripted", retry_after_s=self.retry_after_s)
-        if quick is not None:
-            status, content, ctype, headers = quick
-            return httpx2.Response(status, content=content, headers={"Content-Type": ctype, **headers})
-        raw = json.dumps(self._completion(body, fault)).encode()
-        if fault == "cut_json":
-            raw = half(raw)
-        return httpx2.Response(200, content=raw, headers={"Content-Type": "application/json"})
+
+        try:
+            status, content, ctype, headers = await self._reply(
+                request.content, request.headers.get("Authorization", ""),
+                lambda seconds: _wait(seconds, read_timeout, request), disconnect)
+        except RequestError as e:
+            return _error(e.status, str(e), e.code)
+        return httpx2.Response(status, content=content, headers={"Content-Type": ctype, **headers})
 
 
 def attached(key: str) -> InProcessServer:
