@@ -69,7 +69,7 @@ def test_the_server_classes_share_their_answers_and_fault_draws():
     """One implementation: the in-process server is the HTTP server's answering without its socket."""
     assert issubclass(InProcessServer, ScriptedServer)
     assert InProcessServer.handle.__qualname__.startswith("InProcessServer")
-    assert "_completion" not in vars(InProcessServer) and "_arrive" not in vars(InProcessServer)
+    assert "_completion" not in vars(InProcessServer) and "_reply" not in vars(InProcessServer)
 
 
 def test_the_endpoint_probe_goes_through_the_same_wire(tmp_path):

@@ -1,23 +1,25 @@
 """``ScriptedServer``: the scripted chat endpoint (``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``)
 and the Batch API (``batches.BatchAPI``), with latency, faults (``face.testing.faults``), a rate limit and a request
-log, served in a thread of this process."""
+log, served in a thread of this process; or in a process of its own: ``python -m face.testing.scripted`` (``main``),
+started from a benchmark (``spawn``), its request log read back (``read_log``)."""
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import json
 import random
+import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
-from ..faults import STATUS, FaultInjector, fault_reply, half, spoil, unit
+from .. import service
+from ..faults import KINDS, STATUS, FaultInjector, fault_reply, half, spoil, unit
 from ..service import Reply, RequestError, Served, abort, make_app, parse_json, response
-from .answers import _h, default_responder
+from .answers import _h, default_responder, token_logprobs, tokenize
 from .batches import BatchAPI
-from .completion import token_logprobs, tokenize
 
 TRANSPORT_FAULTS = ("429", "500", "timeout")
 
@@ -116,8 +118,13 @@ class ScriptedServer(Served):
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",
                                                                "owned_by": "scripted"}]})
 
-    def _arrive(self, body: dict, authorization: str) -> str | None:
-        """Count a chat request in (rate limit, request log): its fault. ``_leave`` counts it out."""
+    async def _reply(self, raw: bytes, authorization: str, wait: Callable[[float], Awaitable[None]],
+                     disconnect: Callable[[], None]) -> Reply:
+        """The reply to a chat request, whatever serves it (counted in the rate limit while it lasts, and in the
+        request log): ``wait(s)`` is its latency and a timeout's hang, ``disconnect()`` a reset's dropped connection."""
+        body = parse_json(raw)
+        if not isinstance(body, dict):
+            raise RequestError("invalid_type", "the request body must be a JSON object")
         h = _h(body)
         attempt, fault = self.faults.draw(h)
         with self._lock:
@@ -131,20 +138,6 @@ class ScriptedServer(Served):
                          "status": STATUS.get(fault or "", 200), "n": body.get("n", 1), "seed": body.get("seed"),
                          "model": body.get("model"), "max_tokens": body.get("max_tokens"),
                          "messages_hash": _h(body.get("messages"))[:16]})
-        return fault
-
-    def _leave(self) -> None:
-        with self._lock:
-            self._active -= 1
-
-    async def _reply(self, raw: bytes, authorization: str, wait: Callable[[float], Awaitable[None]],
-                     disconnect: Callable[[], None]) -> Reply:
-        """The reply to a chat request, whatever serves it: ``wait(s)`` is its latency and a timeout's hang,
-        ``disconnect()`` a reset's dropped connection."""
-        body = parse_json(raw)
-        if not isinstance(body, dict):
-            raise RequestError("invalid_type", "the request body must be a JSON object")
-        fault = self._arrive(body, authorization)
         try:
             if self.latency_s > 0:
                 await wait(self.latency_s)
@@ -157,9 +150,37 @@ class ScriptedServer(Served):
                 return 200, half(completion), "application/json", {}
             return 200, completion, "application/json; charset=utf-8", {}
         finally:
-            self._leave()
+            with self._lock:
+                self._active -= 1
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         reply = await self._reply(await request.read(), request.headers.get("Authorization", ""), asyncio.sleep,
                                   lambda: abort(request))
         return response(reply)
+
+
+def spawn(latency_s: float = 0.0, *args: str) -> tuple[subprocess.Popen, str]:
+    """The server in a process of its own (benchmarks: its CPU is not the client's): (the Popen, its base URL)."""
+    return service.spawn("face.testing.scripted", "--latency", str(latency_s), *args)
+
+
+def read_log(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = service.arguments("Scripted OpenAI-compatible test server", "scripted-model")
+    ap.add_argument("--fault-rate", type=float, default=0.0)
+    ap.add_argument("--fault-kinds", default=",".join(TRANSPORT_FAULTS), help=f"of {','.join(KINDS)}")
+    ap.add_argument("--faults-per-request", type=int, default=1)
+    ap.add_argument("--retry-after", type=float, default=0.05)
+    ap.add_argument("--hang", type=float, default=5.0)
+    ap.add_argument("--max-concurrent", type=int, default=None, help="429 beyond this many requests in flight")
+    ap.add_argument("--log", default=None, help="append a JSON line per request to this file")
+    a = ap.parse_args(argv)
+    service.serve(ScriptedServer(host=a.host, port=a.port, latency_s=a.latency, fault_rate=a.fault_rate,
+                                 fault_kinds=tuple(k for k in a.fault_kinds.split(",") if k),
+                                 faults_per_request=a.faults_per_request, retry_after_s=a.retry_after, hang_s=a.hang,
+                                 log_file=a.log, model=a.model, max_concurrent=a.max_concurrent),
+                  a.until_stdin_closes)
