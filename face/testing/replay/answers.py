@@ -72,46 +72,35 @@ class Judge:
         self.ambiguous: dict[str, dict] = {}  # prompt digest -> the identical-prompt group it stands for
         self._lock = threading.Lock()
 
-    def answer(self, body: dict) -> dict:
+    def answer(self, raw: Any) -> dict:
         try:
-            return self._answer(body)
+            body = ChatBody.of(raw)
+            v = read_prompt(body.messages, body.response_format)
+            j = self.data.resolve(v)
+            value, instr = (None, "") if v.kind == "decompose" else self.data.judgement(v, j)
         except Refusal as e:
             with self._lock:
                 self.stats["refused"] += 1
                 self.stats["refused_by_code"][e.code] = self.stats["refused_by_code"].get(e.code, 0) + 1
             raise
-
-    def _answer(self, raw: Any) -> dict:
-        body = ChatBody.of(raw)
-        v = read_prompt(body.messages, body.response_format)
-        j = self.data.resolve(v)
         positions = [body.seed + c for c in range(body.n)]
         schema = body.response_format is not None and body.response_format["type"] in ("json_schema", "json_object")
         reasoning = not schema and v.style == "numbered"
-        texts: list[str]
-        values: list[float | None]
-        if v.kind == "decompose":
-            text = decompose_text(self.data.particles.get((j.conv.conv_id, j.turn_ind), []), reasoning)
-            texts, values = [text] * body.n, [None] * body.n
+        if value is None:
+            texts = [decompose_text(self.data.particles.get((j.conv.conv_id, j.turn_ind), []), reasoning)] * body.n
         else:
-            texts, values = self._scores(body, v, j, positions, reasoning)
+            xs = sample_values(value, positions)
+            if body.logprobs:  # the reply's score token carries the distribution; its text shows the likelier value
+                xs = [math.floor(value) + (value - math.floor(value) >= 0.5)] * body.n
+            if j.candidates > 1:
+                self._note_ambiguous(body.messages, v, j, instr)
+            texts = [score_text(x, p, reasoning) for x, p in zip(xs, positions, strict=True)]
         with self._lock:
             self.stats["requests"] += 1
             self.stats["samples"] += body.n
             self.stats["scoring" if v.kind == "score" else "decomposition"] += 1
             self.stats["logprobs_requests"] += body.logprobs
-        return _completion(body, texts, values, positions, self.model)
-
-    def _scores(self, body: ChatBody, v: View, j: Judged, positions: list[int], reasoning: bool
-                ) -> tuple[list[str], list[float | None]]:
-        """The answers to a scoring request (one per choice) and the released value each stands for."""
-        value, instr = self.data.judgement(v, j)
-        xs = sample_values(value, positions)
-        if body.logprobs:  # the reply's score token carries the distribution; its text shows the likelier value
-            xs = [math.floor(value) + (value - math.floor(value) >= 0.5)] * body.n
-        if j.candidates > 1:
-            self._note_ambiguous(body.messages, v, j, instr)
-        return [score_text(x, p, reasoning) for x, p in zip(xs, positions, strict=True)], [value] * body.n
+        return _completion(body, texts, [value] * body.n, positions, self.model)
 
     def _note_ambiguous(self, messages: list, v: View, j: Judged, instr: str) -> None:
         digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
