@@ -51,7 +51,7 @@ class FaultProxy(Served):
         raw = await request.read()
         h = hashlib.sha256(raw).hexdigest()
         attempt, fault = self.injector.draw(h)
-        self.log.record({"hash": h[:16], "attempt": attempt, "fault": fault})
+        self.record({"hash": h[:16], "attempt": attempt, "fault": fault})
         reply = await fault_reply(fault, source="proxy", retry_after_s=self.retry_after_s, hang_s=self.hang_s,
                                   wait=asyncio.sleep, disconnect=lambda: abort(request))
         if reply is not None:

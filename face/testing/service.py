@@ -7,8 +7,8 @@
 * The request body as one JSON value (``parse_json``): a body that is not JSON, or nests deeper than the parser
   follows, is a 400 ``bad_json``; a reply whatever serves it (``Reply``), as an aiohttp response (``response``).
 * A server (``Served``): its aiohttp app served by an event loop in a daemon thread of this process, and its request
-  log: in memory and, if asked, appended to a JSON-lines file as requests come (``RequestLog``); a process that
-  serves until SIGTERM / SIGINT or the end of its standard input (``wait_for_stop``), started by ``spawn``.
+  log: in memory and, if asked, appended to a JSON-lines file as requests come; a process that serves until
+  SIGTERM / SIGINT or the end of its standard input (``wait_for_stop``), started by ``spawn``.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import tempfile
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO, Any, Self
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -182,47 +182,27 @@ def spawn(module: str, *args: str) -> tuple[subprocess.Popen, str]:
     return p, line.split()[1]
 
 
-class RequestLog(list):
-    """The requests a server saw (one dict each), in memory and, after ``open(path)``, appended to that JSON-lines
-    file as they come."""
-
-    def __init__(self, path: str | None = None):
-        super().__init__()
-        self.path = path
-        self._fh: IO[str] | None = None
-        self._lock = threading.Lock()
-
-    def open(self, path: str | None = None) -> None:
-        self.path = path or self.path
-        if self.path and self._fh is None:
-            self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-
-    def record(self, entry: dict) -> None:
-        with self._lock:
-            self.append(entry)
-            if self._fh is not None:
-                self._fh.write(json.dumps(entry) + "\n")
-                self._fh.flush()
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fh is not None:
-                self._fh.close()
-                self._fh = None
-
-
 class Served:
     """A test server: its aiohttp app (``_app()``, built on the serving loop) served on ``host:port`` by an event loop
-    of its own in a daemon thread of this process (``thread``, None once stopped), its request log (``log``) open
-    while it serves; ``base_url`` once started; a context manager."""
+    of its own in a daemon thread of this process (``thread``, None once stopped); ``base_url`` once started; a
+    context manager. Its request log (``log``, one dict per request) is in memory and, if ``log_file`` is set,
+    appended to that JSON-lines file as requests come (``record``)."""
 
     base_url: str | None = None
 
     def __init__(self, name: str, host: str = "127.0.0.1", port: int = 0, log_file: str | None = None):
-        self.name, self.host, self.port = name, host, port
-        self.log = RequestLog(log_file)
+        self.name, self.host, self.port, self.log_file = name, host, port, log_file
+        self.log: list[dict] = []
+        self._log_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
+
+    def record(self, entry: dict) -> None:
+        with self._log_lock:
+            self.log.append(entry)
+            if self.log_file:
+                with open(self.log_file, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(entry) + "\n")
 
     def _app(self) -> web.Application:
         raise NotImplementedError
@@ -253,7 +233,6 @@ class Served:
             loop.run_until_complete(runner.cleanup())
             loop.close()
 
-        self.log.open()
         self.thread = threading.Thread(target=run, name=self.name, daemon=True)
         self.thread.start()
         if not ready.wait(30.0):
@@ -264,12 +243,11 @@ class Served:
         return self
 
     def stop(self) -> None:
-        """Cancel what is left, run the app's cleanup, close the loop and the log."""
+        """Cancel what is left, run the app's cleanup, close the loop."""
         if self.loop is not None and self.thread is not None and self.thread.is_alive():
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10.0)
         self.thread = None
-        self.log.close()
 
     def __enter__(self) -> Self:
         return self.start()

@@ -99,7 +99,7 @@ def test_api_key_value_never_written(server, make_cfg, tmp_path, monkeypatch, ca
     secret = "sk-test-SECRET123"
     monkeypatch.setenv("FACE_TEST_LLM_KEY", secret)
     log_file = tmp_path / "server.jsonl"
-    server.log.open(str(log_file))  # JSON lines appended as requests come; closed by the server fixture
+    server.log_file = str(log_file)  # JSON lines appended as requests come
     caplog.set_level(logging.DEBUG)
     cfg = make_cfg(api_key_env="FACE_TEST_LLM_KEY", cache_dir=str(tmp_path / "cache"))
     with make_client(cfg) as c:

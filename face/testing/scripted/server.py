@@ -134,7 +134,7 @@ class ScriptedServer(Served):
             if self.max_concurrent is not None and self._active > self.max_concurrent:
                 fault = "429"
                 self.rate_limited += 1
-        self.log.record({"t": time.time(), "hash": h, "attempt": attempt, "fault": fault,
+        self.record({"t": time.time(), "hash": h, "attempt": attempt, "fault": fault,
                          "status": STATUS.get(fault or "", 200), "n": body.get("n", 1), "seed": body.get("seed"),
                          "model": body.get("model"), "max_tokens": body.get("max_tokens"),
                          "messages_hash": _h(body.get("messages"))[:16]})

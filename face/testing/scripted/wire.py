@@ -39,12 +39,8 @@ class InProcessServer(ScriptedServer):
         return {"_target_": f"{__name__}.attached", "key": str(id(self))}
 
     def start(self) -> Self:
-        self.log.open()
         self.base_url = self.base_url or f"http://scripted-{next(_NUMBER)}.in-process/v1"
         return self
-
-    def stop(self) -> None:
-        self.log.close()
 
     def http_client(self, cfg: Any) -> Any:
         """The openai SDK's httpx client whose transport is this server (face.llm.transport.OpenAITransport)."""
@@ -78,8 +74,7 @@ class InProcessServer(ScriptedServer):
 
 
 def attached(key: str) -> InProcessServer:
-    """The live server a ``spec()`` names (the client's stop only closes its log file, which its next start opens
-    again: the server has no socket)."""
+    """The live server a ``spec()`` names (the client's stop leaves it as it is: it has no socket, no thread)."""
     try:
         return _LIVE[key]
     except KeyError:
