@@ -1,9 +1,9 @@
 """What the three test servers (scripted, fault proxy, replay judge) share over HTTP.
 
 * One error answer: every refusal, whatever its status (400, 404, 405, 413, 429, 500, 504), is JSON in the OpenAI
-  shape ``{"error": {"message", "type", "code", "param"}}`` (``error_response``; ``json_errors`` makes it so for
-  what aiohttp itself refuses — an unknown path, a wrong method, a body over the size limit — and for an exception a
-  handler did not expect, which is logged by the server, never sent).
+  shape ``{"error": {"message", "type", "code", "param"}}`` (``error_response``; the middleware of ``make_app``
+  makes it so for what aiohttp itself refuses — an unknown path, a wrong method, a body over the size limit — and
+  for an exception a handler did not expect, which is logged by the server, never sent).
 * The request body as one JSON value (``parse_json``): a body that is not JSON, or nests deeper than the parser
   follows, is a 400 ``bad_json``; a reply whatever serves it (``Reply``), as an aiohttp response (``response``).
 * A server (``Served``): its aiohttp app served by an event loop in a daemon thread of this process, and its request
@@ -65,29 +65,6 @@ def _http_message(e: web.HTTPException, request: web.Request) -> str:
     return e.text or e.reason
 
 
-def json_errors(prefix: str = "") -> Callable[..., Awaitable[web.StreamResponse]]:
-    """Middleware: every error answer of the app is the JSON error answer; ``prefix`` starts every message."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                         ) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except RequestError as e:
-            return error_response(e.status, prefix + str(e), e.code, param=e.param)
-        except web.HTTPException as e:
-            if e.status < 400:
-                raise
-            allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
-            return error_response(e.status, prefix + _http_message(e, request), _HTTP_CODES.get(e.status),
-                                  headers=allow)
-        except Exception:
-            log.exception("%s %s failed", request.method, request.path)
-            return error_response(500, prefix + "internal error (the server logged it)", "internal_error")
-
-    return middleware
-
-
 def parse_json(raw: bytes) -> Any:
     """A request body as one JSON value, or RequestError ``bad_json``."""
     try:
@@ -113,10 +90,28 @@ async def _health(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def make_app(max_body_bytes: int, prefix: str = "") -> web.Application:
-    """An aiohttp app whose every error answer is the JSON one and whose request bodies are at most this size;
-    ``GET /health`` answers ``{"status": "ok"}``."""
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors(prefix)])
+def make_app(max_body_bytes: int, prefix: str) -> web.Application:
+    """An aiohttp app whose every error answer is the JSON one (``prefix`` starts every message) and whose request
+    bodies are at most this size; ``GET /health`` answers ``{"status": "ok"}``."""
+
+    @web.middleware
+    async def json_errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                          ) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except RequestError as e:
+            return error_response(e.status, prefix + str(e), e.code, param=e.param)
+        except web.HTTPException as e:
+            if e.status < 400:
+                raise
+            allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
+            return error_response(e.status, prefix + _http_message(e, request), _HTTP_CODES.get(e.status),
+                                  headers=allow)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            return error_response(500, prefix + "internal error (the server logged it)", "internal_error")
+
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors])
     app.router.add_get("/health", _health)
     return app
 

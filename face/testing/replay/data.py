@@ -67,7 +67,6 @@ class ReplayData:
         raw = json.loads((self.data_dir / CONVERSATIONS).read_text(encoding="utf-8"))
         self.convs = [Conv(i, c["conv_id"], [(t["turn_ind"], t["role"], norm(t["utterance"])) for t in c["dialogue"]])
                       for i, c in enumerate(raw)]
-        self.by_id = {c.conv_id: c for c in self.convs}
         self.by_text: dict[str, list[tuple[Conv, int]]] = {}  # assistant utterance -> (conversation, position)
         self.by_dialogue: dict[tuple[str, str], Conv] = {}  # (style, full dialogue) -> conversation
         for c in self.convs:

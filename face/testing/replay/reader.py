@@ -52,23 +52,23 @@ _LAST = "\x00last:"  # marker prefix: the last occurrence after the previous mar
 _FAMILIES: dict[str, tuple[str, str, str, int | None, tuple[str, ...]]] = {
     # name: (kind, level, style, history window, section headings in order)
     "score_turn_reasoning": ("score", "turn", "numbered", 2, (
-        "Dialogue history (the two turns before the current one):\n", "\n\nCurrent assistant turn:\n",
+        "\n\nDialogue history (the two turns before the current one):\n", "\n\nCurrent assistant turn:\n",
         "\n\nUser's response:\n", "\n\nAspect: ", "\n\nInstruction:\n", _LAST + "\n\nTarget",
         _LAST + "\n\nFollow the instruction")),
     "score_dialogue_reasoning": ("score", "dialogue", "numbered", None, (
-        "Full dialogue:\n", "\n\nAspect: ", "\n\nInstruction:\n", _LAST + "\n\nTarget",
+        "\n\nFull dialogue:\n", "\n\nAspect: ", "\n\nInstruction:\n", _LAST + "\n\nTarget",
         _LAST + "\n\nFollow the instruction")),
     "score_turn_compact": ("score", "turn", "speaker", 2, (
-        "Aspect: ", "\n\nContext (the two turns before the assistant turn):\n", "\n\nAssistant turn:\n",
+        "\n\nAspect: ", "\n\nContext (the two turns before the assistant turn):\n", "\n\nAssistant turn:\n",
         "\n\nUser's next turn:\n", "\n\nInstruction:\n", _LAST + "\n\nParticle to rate:\n",
         _LAST + "\n\nAnswer with JSON")),
     "score_dialogue_compact": ("score", "dialogue", "speaker", None, (
-        "Aspect: ", "\n\nDialogue:\n", "\n\nInstruction:\n", _LAST + "\n\nParticle to rate",
+        "\n\nAspect: ", "\n\nDialogue:\n", "\n\nInstruction:\n", _LAST + "\n\nParticle to rate",
         _LAST + "\n\nAnswer with JSON")),
     "decompose_reasoning": ("decompose", "turn", "numbered", None, (
-        "Dialogue history:\n", "\n\nTarget assistant turn:\n", "\n\nUser's response:\n", "\n\nYour task:")),
+        "\n\nDialogue history:\n", "\n\nTarget assistant turn:\n", "\n\nUser's response:\n", "\n\nYour task:")),
     "decompose_compact": ("decompose", "turn", "speaker", None, (
-        "Conversation so far:\n", "\n\nAssistant turn to split:\n", "\n\nThe user's next turn (their reaction):\n",
+        "\n\nConversation so far:\n", "\n\nAssistant turn to split:\n", "\n\nThe user's next turn (their reaction):\n",
         "\n\nSplit the assistant turn")),
 }
 # the name of each section, in the order of the family's headings
@@ -93,23 +93,15 @@ _ASPECT = re.compile(r"([a-z][a-z ]*?)(?: — .*)?$", re.DOTALL)
 def _sections(text: str, headings: tuple[str, ...]) -> list[str] | None:
     """The text after each heading, up to the next one; None if a heading is missing or out of order."""
     text = "\n\n" + text
-    starts, ends, pos = [], [], 0
+    bounds: list[tuple[int, int]] = []  # (start, end) of each heading
+    pos = 0
     for h in headings:
-        if h.startswith(_LAST):
-            h = h[len(_LAST):]
-            i = text.rfind(h)
-            if i < pos:
-                return None
-        else:
-            i = text.find(h if h.startswith("\n") else "\n\n" + h, pos)
-            if i < 0:
-                return None
-            if not h.startswith("\n"):
-                i += 2
-        starts.append(i)
-        ends.append(i + len(h))
-        pos = i + len(h)
-    return [text[ends[k]:(starts[k + 1] if k + 1 < len(starts) else len(text))] for k in range(len(headings))]
+        i = text.rfind(h.removeprefix(_LAST)) if h.startswith(_LAST) else text.find(h, pos)
+        if i < pos:
+            return None
+        pos = i + len(h.removeprefix(_LAST))
+        bounds.append((i, pos))
+    return [text[end:(bounds[k + 1][0] if k + 1 < len(bounds) else len(text))] for k, (_, end) in enumerate(bounds)]
 
 
 def _unquote(s: str) -> str:

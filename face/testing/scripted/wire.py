@@ -57,19 +57,19 @@ class InProcessServer(ScriptedServer):
                 {"id": self.model, "object": "model", "owned_by": "scripted"}]})
         if request.method == "GET" and path.endswith("/health"):
             return httpx2.Response(200, json={"status": "ok"})
-        if request.method != "POST" or not path.endswith("/chat/completions"):
-            return _error(404, f"no such endpoint: {request.method} {path}", "not_found")
         read_timeout = (request.extensions.get("timeout") or {}).get("read")
 
         def disconnect() -> None:
             raise httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request)
 
         try:
+            if request.method != "POST" or not path.endswith("/chat/completions"):
+                raise RequestError("not_found", f"no such endpoint: {request.method} {path}", status=404)
             status, content, ctype, headers = await self._reply(
                 request.content, request.headers.get("Authorization", ""),
                 lambda seconds: _wait(seconds, read_timeout, request), disconnect)
         except RequestError as e:
-            return _error(e.status, str(e), e.code)
+            return httpx2.Response(e.status, json=error_body("scripted server: " + str(e), e.code, status=e.status))
         return httpx2.Response(status, content=content, headers={"Content-Type": ctype, **headers})
 
 
@@ -88,6 +88,3 @@ async def _wait(seconds: float, read_timeout: float | None, request: httpx2.Requ
         raise httpx2.ReadTimeout("timed out (in-process scripted server)", request=request)
     await asyncio.sleep(seconds)
 
-
-def _error(status: int, message: str, code: str) -> httpx2.Response:
-    return httpx2.Response(status, json=error_body("scripted server: " + message, code, status=status))
