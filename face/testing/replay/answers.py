@@ -108,16 +108,11 @@ class Judge:
             self.stats["ambiguous_requests"] += 1
             if digest in self.ambiguous or len(self.ambiguous) >= 50_000:
                 return
-            c = j.conv
-            turns = [j.turn_ind] if v.level == "turn" or v.particle_turn is not None or v.particle_nth else \
-                [t for t, role, _ in c.turns if role == "ASST"]
-            group = [(t, i) for t in turns for i, p in enumerate(self.data.shown.get((c.conv_id, t), ()))
-                     if p == v.particle]
-            table = self.data.scores[v.aspect or ""].get(c.conv_id, {})
+            table = self.data.scores[v.aspect or ""].get(j.conv.conv_id, {})
             self.ambiguous[digest] = {
-                "aspect": v.aspect, "conv_id": c.conv_id, "instruction_id": instr,
+                "aspect": v.aspect, "conv_id": j.conv.conv_id, "instruction_id": instr,
                 "candidates": [{"turn_ind": t, "particle_ind": i, "value": table.get(t, {}).get(i, {}).get(instr)}
-                               for t, i in group],
+                               for t, i in j.group],
                 "answered": {"turn_ind": j.turn_ind, "particle_ind": j.particle_ind}}
 
     def report(self) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .reader import NO_TURNS, Refusal, View, norm
@@ -38,6 +38,7 @@ class Judged:
     turn_ind: int
     particle_ind: int | None = None
     candidates: int = 1  # released units the prompt reads as (> 1: an identical-prompt group)
+    group: list[tuple[int, int]] = field(default_factory=list)  # (turn, particle) of the identical particles shown
 
 
 def load(data_dir: str | Path) -> ReplayData:
@@ -164,7 +165,7 @@ class ReplayData:
                                               f"{act!r}, mention {mention!r}, user feedback {feedback!r} (released: "
                                               f"{json.dumps(released, ensure_ascii=False)[:300]})")
         t, i = found[0]
-        return Judged(conv, t, i, len(found))
+        return Judged(conv, t, i, len(found), found)
 
     def judgement(self, v: View, j: Judged) -> tuple[float, str]:
         """(released value, instruction id) of a resolved scoring request, or Refusal."""
