@@ -49,35 +49,30 @@ class View:
 
 
 _LAST = "\x00last:"  # marker prefix: the last occurrence after the previous marker (targets follow instructions)
-_FAMILIES: dict[str, tuple[str, str, str, int | None, tuple[str, ...]]] = {
-    # name: (kind, level, style, history window, section headings in order)
-    "score_turn_reasoning": ("score", "turn", "numbered", 2, (
-        "\n\nDialogue history (the two turns before the current one):\n", "\n\nCurrent assistant turn:\n",
-        "\n\nUser's response:\n", "\n\nAspect: ", "\n\nInstruction:\n", _LAST + "\n\nTarget",
-        _LAST + "\n\nFollow the instruction")),
-    "score_dialogue_reasoning": ("score", "dialogue", "numbered", None, (
-        "\n\nFull dialogue:\n", "\n\nAspect: ", "\n\nInstruction:\n", _LAST + "\n\nTarget",
-        _LAST + "\n\nFollow the instruction")),
-    "score_turn_compact": ("score", "turn", "speaker", 2, (
-        "\n\nAspect: ", "\n\nContext (the two turns before the assistant turn):\n", "\n\nAssistant turn:\n",
-        "\n\nUser's next turn:\n", "\n\nInstruction:\n", _LAST + "\n\nParticle to rate:\n",
-        _LAST + "\n\nAnswer with JSON")),
-    "score_dialogue_compact": ("score", "dialogue", "speaker", None, (
-        "\n\nAspect: ", "\n\nDialogue:\n", "\n\nInstruction:\n", _LAST + "\n\nParticle to rate",
-        _LAST + "\n\nAnswer with JSON")),
-    "decompose_reasoning": ("decompose", "turn", "numbered", None, (
-        "\n\nDialogue history:\n", "\n\nTarget assistant turn:\n", "\n\nUser's response:\n", "\n\nYour task:")),
-    "decompose_compact": ("decompose", "turn", "speaker", None, (
-        "\n\nConversation so far:\n", "\n\nAssistant turn to split:\n", "\n\nThe user's next turn (their reaction):\n",
-        "\n\nSplit the assistant turn")),
+_FAMILIES: dict[str, tuple[str, str, str, int | None, dict[str, str]]] = {
+    # name: (kind, level, style, history window, {section: the heading it follows, in order})
+    "score_turn_reasoning": ("score", "turn", "numbered", 2, {
+        "history": "\n\nDialogue history (the two turns before the current one):\n",
+        "target": "\n\nCurrent assistant turn:\n", "next": "\n\nUser's response:\n", "aspect": "\n\nAspect: ",
+        "instruction": "\n\nInstruction:\n", "particle": _LAST + "\n\nTarget",
+        "tail": _LAST + "\n\nFollow the instruction"}),
+    "score_dialogue_reasoning": ("score", "dialogue", "numbered", None, {
+        "dialogue": "\n\nFull dialogue:\n", "aspect": "\n\nAspect: ", "instruction": "\n\nInstruction:\n",
+        "particle": _LAST + "\n\nTarget", "tail": _LAST + "\n\nFollow the instruction"}),
+    "score_turn_compact": ("score", "turn", "speaker", 2, {
+        "aspect": "\n\nAspect: ", "history": "\n\nContext (the two turns before the assistant turn):\n",
+        "target": "\n\nAssistant turn:\n", "next": "\n\nUser's next turn:\n", "instruction": "\n\nInstruction:\n",
+        "particle": _LAST + "\n\nParticle to rate:\n", "tail": _LAST + "\n\nAnswer with JSON"}),
+    "score_dialogue_compact": ("score", "dialogue", "speaker", None, {
+        "aspect": "\n\nAspect: ", "dialogue": "\n\nDialogue:\n", "instruction": "\n\nInstruction:\n",
+        "particle": _LAST + "\n\nParticle to rate", "tail": _LAST + "\n\nAnswer with JSON"}),
+    "decompose_reasoning": ("decompose", "turn", "numbered", None, {
+        "history": "\n\nDialogue history:\n", "target": "\n\nTarget assistant turn:\n",
+        "next": "\n\nUser's response:\n", "task": "\n\nYour task:"}),
+    "decompose_compact": ("decompose", "turn", "speaker", None, {
+        "history": "\n\nConversation so far:\n", "target": "\n\nAssistant turn to split:\n",
+        "next": "\n\nThe user's next turn (their reaction):\n", "task": "\n\nSplit the assistant turn"}),
 }
-# the name of each section, in the order of the family's headings
-_NAMES = {"score_turn_reasoning": ("history", "target", "next", "aspect", "instruction", "particle", "tail"),
-          "score_dialogue_reasoning": ("dialogue", "aspect", "instruction", "particle", "tail"),
-          "score_turn_compact": ("aspect", "history", "target", "next", "instruction", "particle", "tail"),
-          "score_dialogue_compact": ("aspect", "dialogue", "instruction", "particle", "tail"),
-          "decompose_reasoning": ("history", "target", "next", "task"),
-          "decompose_compact": ("history", "target", "next", "task")}
 _SIGNATURES = (("Current assistant turn:\n", "score_turn_reasoning"), ("Full dialogue:\n", "score_dialogue_reasoning"),
                ("Context (the two turns before the assistant turn):\n", "score_turn_compact"),
                ("Assistant turn to split:\n", "decompose_compact"), ("Target assistant turn:\n", "decompose_reasoning"),
@@ -90,18 +85,19 @@ _NTH_TURN = re.compile(r"\(from the assistant's (\d+)(?:st|nd|rd|th) turn\)")
 _ASPECT = re.compile(r"([a-z][a-z ]*?)(?: — .*)?$", re.DOTALL)
 
 
-def _sections(text: str, headings: tuple[str, ...]) -> list[str] | None:
-    """The text after each heading, up to the next one; None if a heading is missing or out of order."""
+def _sections(text: str, headings: dict[str, str]) -> dict[str, str] | None:
+    """Each section's text: after its heading, up to the next one; None if a heading is missing or out of order."""
     text = "\n\n" + text
     bounds: list[tuple[int, int]] = []  # (start, end) of each heading
     pos = 0
-    for h in headings:
+    for h in headings.values():
         i = text.rfind(h.removeprefix(_LAST)) if h.startswith(_LAST) else text.find(h, pos)
         if i < pos:
             return None
         pos = i + len(h.removeprefix(_LAST))
         bounds.append((i, pos))
-    return [text[end:(bounds[k + 1][0] if k + 1 < len(bounds) else len(text))] for k, (_, end) in enumerate(bounds)]
+    stops = [start for start, _ in bounds[1:]] + [len(text)]
+    return {name: text[end:stop] for name, (_, end), stop in zip(headings, bounds, stops, strict=True)}
 
 
 def _unquote(s: str) -> str:
@@ -120,13 +116,12 @@ def read_prompt(messages: list[dict], response_format: dict | None = None) -> Vi
                                         "'Current assistant turn:', 'Full dialogue:', 'Target assistant turn:', … "
                                         "is shown): another method's prompt cannot be replayed")
     kind, level, style, window, headings = _FAMILIES[family]
-    parts = _sections(text, headings)
-    if parts is None:
-        wanted = ", ".join(repr(h.replace(_LAST, "").strip().rstrip(":")) for h in headings)
+    sec = _sections(text, headings)
+    if sec is None:
+        wanted = ", ".join(repr(h.replace(_LAST, "").strip().rstrip(":")) for h in headings.values())
         raise Refusal("unreadable_prompt", f"not a FACE prompt this replay reads: it lacks the sections of FACE's "
                                            f"{family.replace('_', ' ')} prompt ({wanted}, in this order)")
     v = View(kind=kind, level=level, style=style, history_window=window)
-    sec = dict(zip(_NAMES[family], parts, strict=True))
     if level == "turn":
         v.history, v.next_user = norm(sec["history"]), _next(sec["next"])
         v.target_turn, v.target_text = _target(sec["target"], style)

@@ -1,7 +1,7 @@
 """The OpenAI Batch API, emulated by the scripted server: ``POST /v1/files``, ``GET /v1/files/{id}/content``,
 ``POST /v1/batches``, ``GET /v1/batches/{id}``, ``POST /v1/batches/{id}/cancel``.
 
-A batch's lines are answered as the same chat requests would be (``answer(body)``), after ``delay_s``; ``gate`` (a
+A batch's lines are answered as the same chat requests would be (``answer(body)``); ``gate`` (a
 threading.Event) holds every batch in progress while clear; custom_ids in ``fail_ids`` get an error line; with
 ``expire_after`` = k a batch answers its first k lines and expires. ``polls`` counts the status requests."""
 from __future__ import annotations
@@ -20,8 +20,8 @@ CHAT = "/v1/chat/completions"
 
 
 class BatchAPI:
-    def __init__(self, answer: Callable[[dict], dict], delay_s: float = 0.0):
-        self.answer, self.delay_s = answer, delay_s
+    def __init__(self, answer: Callable[[dict], dict]):
+        self.answer = answer
         self.gate = threading.Event()
         self.gate.set()
         self.fail_ids: set[str] = set()
@@ -81,7 +81,6 @@ class BatchAPI:
         batch["status"] = "in_progress"
         while not self.gate.is_set() and batch["status"] == "in_progress":
             await asyncio.sleep(0.01)
-        await asyncio.sleep(self.delay_s)
         out: list[dict] = []
         err: list[dict] = []
         for i, x in enumerate(lines):

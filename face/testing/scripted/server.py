@@ -33,8 +33,8 @@ class ScriptedServer(Served):
                  fault_kinds: Sequence[str] = TRANSPORT_FAULTS, faults_per_request: int = 1,
                  retry_after_s: float | None = 0.05, hang_s: float = 5.0, log_file: str | None = None,
                  model: str = "scripted-model", responder: Callable[[dict], str] | None = None,
-                 max_concurrent: int | None = None, batch_delay_s: float = 0.0, usage_factor: float = 1.0,
-                 report_usage: bool = True, logprobs_missing: float = 0.0):
+                 max_concurrent: int | None = None, usage_factor: float = 1.0, report_usage: bool = True,
+                 logprobs_missing: float = 0.0):
         super().__init__("scripted-llm-server", host, port, log_file)
         self.faults = FaultInjector(fault_rate, fault_kinds, faults_per_request, mark=_h)
         self.latency_s = latency_s
@@ -44,7 +44,7 @@ class ScriptedServer(Served):
         self.report_usage, self.logprobs_missing = report_usage, logprobs_missing
         self.max_concurrent = max_concurrent  # a rate limit: 429 (+ Retry-After) beyond this many in flight
         self.rate_limited = 0
-        self.batch = BatchAPI(lambda body: self._completion(body, None), batch_delay_s)
+        self.batch = BatchAPI(lambda body: self._completion(body, None))
         self._auth_digests: set[str] = set()  # sha256 of Authorization headers seen (never logged)
         self._lock = threading.Lock()
         self._active = 0
