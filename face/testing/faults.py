@@ -30,7 +30,6 @@ ANSWER_KINDS = ("truncated", "garbled")
 # of the answer before the text that is not JSON
 KINDS = (*TRANSPORT_KINDS, "disconnect", *ANSWER_KINDS, "malformed")
 STATUS = {"429": 429, "500": 500, "html502": 502, "timeout": 504}  # the HTTP status of a fault's reply (else 200)
-GARBLED = "As an AI judge I would say it is quite good overall."
 _HTML = (b"<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1>"
          b"</center><hr><center>nginx</center></body></html>")
 
@@ -119,7 +118,7 @@ def half(seq: S) -> S:
 def spoil(kind: str | None, text: str) -> str:
     """An answer's text after a garbling fault (any other kind leaves it as it is)."""
     if kind == "garbled":
-        return GARBLED
+        return "As an AI judge I would say it is quite good overall."
     if kind == "malformed":
         return half(text) + " <<garbled output>>"
     return text

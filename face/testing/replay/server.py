@@ -78,11 +78,9 @@ class ReplayServer(Served):
 
     def stop(self) -> None:
         if self._proc is not None:
-            if self._proc.stdin is not None:
-                self._proc.stdin.close()
             self._proc.terminate()
             try:
-                self._proc.wait(timeout=10)
+                self._proc.communicate(timeout=10)  # (closes its standard input: it stops on that too)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
             self._proc = None
