@@ -220,9 +220,9 @@ class Served:
                 runner = loop.run_until_complete(self._up())
             except BaseException as e:  # handed to the starting thread
                 err.append(e)
-                ready.set()
                 return
-            ready.set()
+            finally:
+                ready.set()
             loop.run_forever()
             settle(loop)
             loop.run_until_complete(runner.cleanup())
