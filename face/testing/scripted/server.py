@@ -135,9 +135,9 @@ class ScriptedServer(Served):
                 fault = "429"
                 self.rate_limited += 1
         self.record({"t": time.time(), "hash": h, "attempt": attempt, "fault": fault,
-                         "status": STATUS.get(fault or "", 200), "n": body.get("n", 1), "seed": body.get("seed"),
-                         "model": body.get("model"), "max_tokens": body.get("max_tokens"),
-                         "messages_hash": _h(body.get("messages"))[:16]})
+                     "status": STATUS.get(fault or "", 200), "n": body.get("n", 1), "seed": body.get("seed"),
+                     "model": body.get("model"), "max_tokens": body.get("max_tokens"),
+                     "messages_hash": _h(body.get("messages"))[:16]})
         try:
             if self.latency_s > 0:
                 await wait(self.latency_s)
