@@ -59,6 +59,13 @@ class InProcessServer(ScriptedServer):
             return httpx2.Response(200, json={"status": "ok"})
         read_timeout = (request.extensions.get("timeout") or {}).get("read")
 
+        async def wait(seconds: float) -> None:
+            """Sleep ``seconds``, or until the client's read timeout, which then fires as it would over a socket."""
+            if read_timeout is not None and seconds >= read_timeout:
+                await asyncio.sleep(read_timeout)
+                raise httpx2.ReadTimeout("timed out (in-process scripted server)", request=request)
+            await asyncio.sleep(seconds)
+
         def disconnect() -> None:
             raise httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request)
 
@@ -66,8 +73,7 @@ class InProcessServer(ScriptedServer):
             if request.method != "POST" or not path.endswith("/chat/completions"):
                 raise RequestError("not_found", f"no such endpoint: {request.method} {path}", status=404)
             status, content, ctype, headers = await self._reply(
-                request.content, request.headers.get("Authorization", ""),
-                lambda seconds: _wait(seconds, read_timeout, request), disconnect)
+                request.content, request.headers.get("Authorization", ""), wait, disconnect)
         except RequestError as e:
             return httpx2.Response(e.status, json=error_body("scripted server: " + str(e), e.code, status=e.status))
         return httpx2.Response(status, content=content, headers={"Content-Type": ctype, **headers})
@@ -79,12 +85,4 @@ def attached(key: str) -> InProcessServer:
         return _LIVE[key]
     except KeyError:
         raise ValueError(f"no live in-process scripted server {key!r} (its owner has let it go)") from None
-
-
-async def _wait(seconds: float, read_timeout: float | None, request: httpx2.Request) -> None:
-    """Sleep ``seconds``, or until the client's read timeout, which then fires as it would over a socket."""
-    if read_timeout is not None and seconds >= read_timeout:
-        await asyncio.sleep(read_timeout)
-        raise httpx2.ReadTimeout("timed out (in-process scripted server)", request=request)
-    await asyncio.sleep(seconds)
 
