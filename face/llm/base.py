@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
 
@@ -221,17 +221,8 @@ class LM(Protocol):
 
     async def chat(self, req: ChatRequest) -> ChatResult: ...
 
-    async def chat_many(self, requests: Sequence[ChatRequest], desc: str = "LLM",
-                        on_error: str = "raise") -> list[ChatResult]: ...
-
     def run_batch(self, requests: Sequence[ChatRequest], desc: str = "LLM",
                   on_error: str = "raise") -> list[ChatResult]: ...
-
-    def run_async(self, coro: Any) -> Any: ...
-
-    def __enter__(self) -> Self: ...
-
-    def __exit__(self, *exc: object) -> None: ...
 
 
 def validate(sample: Completion, adapter: Any) -> Completion:

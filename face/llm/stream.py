@@ -64,13 +64,7 @@ async def drive(client: Any, items: Iterable[Any], request: Callable[[Any], Chat
         fill()
         while queue:
             item, req, got = queue.popleft()
-            if isinstance(got, asyncio.Future):  # in flight: a failure stops the batch, or gives a result with `error`
-                try:
-                    got = await got
-                except LLM_FAILURES as e:
-                    if isinstance(e, LLMRequestRefused) or on_error == "raise":
-                        await _stop(e, queue, done, total, desc)
-                    got = ChatResult(request=req, samples=[], error=f"{type(e).__name__}: {e}")
+            got = await _take(req, got, on_error, queue, done, total, desc)
             done += got.error is None
             failed += got.error is not None
             hits += got.cached_samples
@@ -83,6 +77,20 @@ async def drive(client: Any, items: Iterable[Any], request: Callable[[Any], Chat
             got.cancel()
         bar.close()
         looked_up.close()
+
+
+async def _take(req: ChatRequest, got: Any, on_error: str, queue: deque, done: int, total: int | None, desc: str
+                ) -> ChatResult:
+    """The result of one request of the queue (awaited while in flight); a failure stops the batch (``_stop``) or,
+    with on_error="return", gives a result with `error` set and no samples."""
+    if not isinstance(got, asyncio.Future):
+        return got
+    try:
+        return await got
+    except LLM_FAILURES as e:
+        if isinstance(e, LLMRequestRefused) or on_error == "raise":
+            await _stop(e, queue, done, total, desc)
+        return ChatResult(request=req, samples=[], error=f"{type(e).__name__}: {e}")
 
 
 async def _stop(first: BaseException, queue: deque, done: int, total: int | None, desc: str) -> None:
