@@ -35,10 +35,6 @@ class LLMRequestRefused(LLMCallError):
     """The endpoint refused a request as it is (an HTTP 4xx other than 408 / 409 / 429): not retried, nothing
     cached, never an invalid answer; the run stops. ``str()`` is one line with the endpoint's own reason."""
 
-    def __init__(self, message: str, status: int, code: str | None = None):
-        super().__init__(message)
-        self.status, self.code = status, code
-
 
 @settings("draws", frozen=True)
 class Draws:
