@@ -300,7 +300,7 @@ def test_a_bug_in_a_request_in_flight_is_raised_as_it_is():
 
 @pytest.mark.parametrize("on_error", ["raise", "return"])
 def test_a_refused_request_stops_the_batch_at_once_even_when_failures_are_returned(on_error):
-    refused = LLMRequestRefused("the endpoint refused it: bad schema")
+    refused = LLMRequestRefused("the endpoint refused it: bad schema", status=400)
     client = _Client({1: refused, 2: "hang"})
     with pytest.raises(LLMRequestRefused) as e:
         _drive(client, range(4), on_error=on_error)

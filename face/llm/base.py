@@ -36,6 +36,10 @@ class LLMRequestRefused(LLMCallError):
     """The endpoint refused a request as it is (an HTTP 4xx other than 408 / 409 / 429): not retried, nothing
     cached, never an invalid answer; the run stops. ``str()`` is one line with the endpoint's own reason."""
 
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status  # the HTTP status (the endpoint probe tells a missing feature from a bad key by it)
+
 
 @settings("draws", frozen=True)
 class Draws:
