@@ -68,7 +68,7 @@ def test_sizes_add_and_scale_with_rounding():
 
 def test_cost_is_priced_per_million_tokens_input_and_output_apart():
     assert sizes.cost_usd(1_000_000, 2_000_000, 3.0, 5.0) == approx(3.0 + 10.0)
-    assert Size(input_tokens=500_000, output_tokens=100_000).cost(2.0, 10.0) == approx(1.0 + 1.0)
+    assert sizes.cost_usd(500_000, 100_000, 2.0, 10.0) == approx(1.0 + 1.0)
 
 
 # ---------------------------------------------------------------- estimate

@@ -7,9 +7,10 @@ A request with an `adapter` (its answer type) asks for n *valid* answers and may
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
 
@@ -35,9 +36,9 @@ class LLMRequestRefused(LLMCallError):
     """The endpoint refused a request as it is (an HTTP 4xx other than 408 / 409 / 429): not retried, nothing
     cached, never an invalid answer; the run stops. ``str()`` is one line with the endpoint's own reason."""
 
-    def __init__(self, message: str, status: int, code: str | None = None):
+    def __init__(self, message: str, status: int):
         super().__init__(message)
-        self.status, self.code = status, code
+        self.status = status  # the HTTP status (the endpoint probe tells a missing feature from a bad key by it)
 
 
 @settings("draws", frozen=True)
@@ -101,15 +102,6 @@ def _normalise_messages(messages: Any) -> Messages:
     return tuple((str(role), str(content)) for role, content in pairs)
 
 
-def _freeze(obj: Any) -> Any:
-    """Hashable, order-preserving view of a JSON-like value (for response_format)."""
-    if isinstance(obj, dict):
-        return tuple((k, _freeze(v)) for k, v in obj.items())
-    if isinstance(obj, list):
-        return tuple(_freeze(v) for v in obj)
-    return obj
-
-
 @dataclass(frozen=True)
 class ChatRequest:
     messages: Messages
@@ -129,8 +121,8 @@ class ChatRequest:
     # Neither is part of equality, hash or the cache key.
     adapter: Any = field(default=None, hash=False, compare=False, repr=False)
     draws: Draws | None = field(default=None, hash=False, compare=False, repr=False)  # None: DEFAULT_DRAWS
-    # response_format is a dict (unhashable): compared and hashed through this frozen view of it
-    format_key: Any = field(default=None, init=False, repr=False)
+    # response_format is a dict (unhashable): compared and hashed through its JSON text (order-preserving)
+    format_key: str = field(default="", init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", _normalise_messages(self.messages))
@@ -138,7 +130,7 @@ class ChatRequest:
             raise ValueError("ChatRequest.n must be >= 1")
         if self.top_logprobs and not self.logprobs:
             object.__setattr__(self, "logprobs", True)
-        object.__setattr__(self, "format_key", _freeze(self.response_format))
+        object.__setattr__(self, "format_key", json.dumps(self.response_format))
 
     @property
     def indices(self) -> range:
@@ -221,17 +213,8 @@ class LM(Protocol):
 
     async def chat(self, req: ChatRequest) -> ChatResult: ...
 
-    async def chat_many(self, requests: Sequence[ChatRequest], desc: str = "LLM",
-                        on_error: str = "raise") -> list[ChatResult]: ...
-
     def run_batch(self, requests: Sequence[ChatRequest], desc: str = "LLM",
                   on_error: str = "raise") -> list[ChatResult]: ...
-
-    def run_async(self, coro: Any) -> Any: ...
-
-    def __enter__(self) -> Self: ...
-
-    def __exit__(self, *exc: object) -> None: ...
 
 
 def validate(sample: Completion, adapter: Any) -> Completion:

@@ -192,18 +192,15 @@ class Claims:
         while left:
             await asyncio.sleep(pause)
             pause = min(1.0, pause * 1.5)
-            got, gone = self._look(conn, sorted(left), seen)
-            found.update(got)
-            free |= gone
-            left -= got.keys() | gone
+            self._look(conn, sorted(left), seen, found, free)
+            left -= found.keys() | free
         return found, free
 
-    def _look(self, conn: sqlite3.Connection, keys: list[str], seen: dict[str, tuple[tuple[str, float], float]]
-              ) -> tuple[dict[str, str], set[str]]:
-        """One look at waited keys: (answered: payloads, free: no claim left or its owner gone -- taken over).
-        ``seen``: when this waiter first saw each claim's owner and beat (a beat unchanged for ``STALE_S``: gone)."""
-        found: dict[str, str] = {}
-        free: set[str] = set()
+    def _look(self, conn: sqlite3.Connection, keys: list[str], seen: dict[str, tuple[tuple[str, float], float]],
+              found: dict[str, str], free: set[str]) -> None:
+        """One look at waited keys: the answered ones' payloads go to ``found``, the free ones (no claim left or its
+        owner gone -- taken over) to ``free``. ``seen``: when this waiter first saw each claim's owner and beat (a
+        beat unchanged for ``STALE_S``: gone)."""
         now = time.time()
         for part in _chunks(keys):
             found.update(conn.execute(f"SELECT key, payload FROM samples WHERE {_where(part)}", part).fetchall())
@@ -223,7 +220,6 @@ class Claims:
                     conn.executemany("DELETE FROM claims WHERE key = ? AND owner = ?", dead)
                 free.update(k for k, _ in dead)
                 self.taken_over += len(dead)
-        return found, free
 
     def close(self, conn: sqlite3.Connection) -> None:
         """Give back whatever is still held (a run stopped half-way): others need not wait for it."""

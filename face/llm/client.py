@@ -282,13 +282,12 @@ def _interrupted() -> None:
     raise KeyboardInterrupt
 
 
-def interrupt(thread: int | None = None) -> int:
-    """Stop the LLM clients running in ``thread`` (None: in any other thread) as Ctrl-C stops one in the main
-    thread: their loop raises KeyboardInterrupt, cancels its tasks and lets the run end. Returns how many."""
-    me = threading.get_ident()
+def interrupt(thread: int) -> int:
+    """Stop the LLM clients running in ``thread`` as Ctrl-C stops one in the main thread: their loop raises
+    KeyboardInterrupt, cancels its tasks and lets the run end. Returns how many."""
     stopped = 0
     for loop, owner in list(_LOOPS.items()):
-        if loop.is_running() and not loop.is_closed() and (owner == thread or (thread is None and owner != me)):
+        if loop.is_running() and not loop.is_closed() and owner == thread:
             loop.call_soon_threadsafe(_interrupted)
             stopped += 1
     return stopped

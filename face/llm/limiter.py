@@ -85,14 +85,13 @@ class Limiter:
     # ---- adaptation -------------------------------------------------------
     def _observe(self, latency: float) -> None:
         self._short = latency if self._short is None else 0.8 * self._short + 0.2 * latency
-        if self._floor is None or self._short < self._floor:
-            self._floor = self._short
+        self._floor = self._short if self._floor is None else min(self._floor, self._short)
         if self._short > self.tolerance * self._floor:
             self._decrease(0.75)
             return
-        if self.limit < self.max_limit:
-            self.limit = min(float(self.max_limit), self.limit + (1.0 if self.slow_start else 1.0 / self.limit))
-            self.limit_reached = max(self.limit_reached, self.limit)
+        # grow (at most to max_limit): by one per request in slow start, else by one per round trip
+        self.limit = min(float(self.max_limit), self.limit + (1.0 if self.slow_start else 1.0 / self.limit))
+        self.limit_reached = max(self.limit_reached, self.limit)
 
     def _decrease(self, factor: float) -> None:
         now = time.monotonic()

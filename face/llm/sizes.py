@@ -124,9 +124,6 @@ class Size:
     def scaled(self, factor: float) -> Size:
         return Size(*(round(getattr(self, f.name) * factor) for f in fields(self)))
 
-    def cost(self, price_input_per_mtok: float, price_output_per_mtok: float) -> float:
-        return cost_usd(self.input_tokens, self.output_tokens, price_input_per_mtok, price_output_per_mtok)
-
 
 def planned(samples: int, n_per_request: int, input_tokens: int, answer_tokens: int, requests: int = 1) -> Size:
     """``requests`` LM requests of ``samples`` samples each; ``input_tokens``: the prompt tokens of one HTTP request

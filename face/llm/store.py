@@ -94,14 +94,13 @@ class SampleCache:
         now = time.time()
         data = [(k, m, t, i, now, json.dumps(p, ensure_ascii=False)) for k, m, t, i, p in rows]
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:  # no event loop: written at once
             if data:
                 self._write(data)
             return
         self._pending.update((row[0], row) for row in data)
-        self.claims.release(release)
-        self._schedule(loop)
+        self.release(release)  # (schedules the next flush)
 
     def claim(self, keys: list[str]) -> asyncio.Future:
         """A future of ``Claimed`` (face/llm/claims.py) for ``keys``: which to send, which were answered meanwhile,
@@ -111,7 +110,7 @@ class SampleCache:
         return fut
 
     def release(self, keys: Iterable[str]) -> None:
-        """Give back claims without an answer (the request failed or was cancelled)."""
+        """Give back claims in the next transaction: answered (put_many) or not (a request failed or was cancelled)."""
         self.claims.release(keys)
         with contextlib.suppress(RuntimeError):  # no running loop: the next flush (or close) does it
             self._schedule(asyncio.get_running_loop())

@@ -214,8 +214,7 @@ def refusal(exc: BaseException, tag: str) -> LLMRequestRefused | None:
     reason = " ".join(str(err.get("message") or exc.message or exc).split())
     code = err.get("code")
     return LLMRequestRefused(f"the LLM endpoint refused a request (HTTP {exc.status_code}"
-                             f"{', ' + str(code) if code else ''}; tag {tag!r}): {reason[:600]}",
-                             exc.status_code, str(code) if code else None)
+                             f"{', ' + str(code) if code else ''}; tag {tag!r}): {reason[:600]}", exc.status_code)
 
 
 def completion_result(req: ChatRequest, data: dict, retries: int = 0, latency_s: float = 0.0) -> ChatResult:

@@ -324,8 +324,7 @@ class Usage:
     def mlflow_metrics(self, prefix: str = "llm_") -> dict[str, float]:
         """The run's totals; the counts per stage (``by_tag``: ~10 numbers per stage and aspect, 270 for an
         optimizer run) stay in the usage artifact, so the runs table's metric list stays short."""
-        s = self.summary()
-        return {prefix + k: float(v) for k, v in s.items() if isinstance(v, (int, float))}
+        return {prefix + k: float(v) for k, v in self.summary().items() if isinstance(v, (int, float))}
 
     def write_artifact(self, path: str | os.PathLike) -> Path:
         p = Path(path)

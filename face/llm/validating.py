@@ -44,9 +44,6 @@ class ValidatingLM:
             if room <= 0:
                 break
             ask = replace(req, n=room, first_sample=req.first_sample + len(draws))
-        return self._settle(req, parts, draws)
-
-    def _settle(self, req: ChatRequest, parts: list[ChatResult], draws: list[Completion]) -> ChatResult:
         rejected = sum(s.error is not None for s in draws)
         missing = req.n - (len(draws) - rejected)
         for s in [s for s in draws if s.error is not None and s.value is not None][:max(0, missing)]:
