@@ -52,10 +52,6 @@ class Capabilities:
     probed_at: float = 0.0
 
 
-def endpoint_key(base_url: str, model: str) -> str:
-    return f"{base_url.rstrip('/')} {model}"
-
-
 async def _ask(send: Any, body: dict) -> dict | None:
     """The reply of one probe request; None when the endpoint refuses it as it is (a 4xx other than 401 / 403 /
     404: this feature is not accepted). ``send`` retries transient faults like any other request."""
@@ -95,7 +91,7 @@ async def probe(send: Any, base_url: str, model: str) -> Capabilities:
 
 
 def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capabilities | None:
-    key = endpoint_key(base_url, model)
+    key = f"{base_url.rstrip('/')} {model}"  # (the endpoint)
     if key in _MEMORY or cache_dir is None:
         return _MEMORY.get(key)
     with contextlib.suppress(OSError, ValueError, TypeError):
@@ -107,17 +103,15 @@ def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capa
 
 
 def save(cache_dir: str | os.PathLike | None, caps: Capabilities) -> None:
-    key = endpoint_key(caps.base_url, caps.model)
+    key = f"{caps.base_url.rstrip('/')} {caps.model}"
     _MEMORY[key] = caps
     if cache_dir is None:
         return
-    p = Path(cache_dir) / ENDPOINTS_FILE
+    p = Path(cache_dir) / ENDPOINTS_FILE  # (the folder: made by _one_prober)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        try:
+        doc = {}
+        with contextlib.suppress(OSError, ValueError):
             doc = json.loads(p.read_text())
-        except (OSError, ValueError):
-            doc = {}
         doc[key] = asdict(caps)
         atomic_write_text(p, json.dumps(doc, indent=1, sort_keys=True))
     except OSError as e:
@@ -151,23 +145,19 @@ def fitted(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
                     return cfg
                 save(cache_dir, caps)
                 _report(cfg, caps, base_url, model)
-    if caps is not None and not caps.n:
-        return cfg.replace(n_per_request=1)
-    return cfg
+    return cfg if caps is None or caps.n else cfg.replace(n_per_request=1)
 
 
 @contextlib.contextmanager
 def _one_prober(cache_dir: str | os.PathLike | None) -> Iterator[None]:
     """Hold ``<cache_dir>/endpoints.json.lock`` (an exclusive ``flock``, let go when the process ends, however it
     ends) for the block: processes that share a cache probe an endpoint once between them."""
-    f = None
-    with contextlib.suppress(OSError):  # no lock to be had: each process probes for itself
-        if cache_dir is not None:
-            Path(cache_dir).mkdir(parents=True, exist_ok=True)
-            f = open(Path(cache_dir) / (ENDPOINTS_FILE + ".lock"), "a")  # noqa: SIM115 - closed below
-    with f or contextlib.nullcontext():
-        if f is not None:
-            fcntl.flock(f, fcntl.LOCK_EX)
+    with contextlib.ExitStack() as held:
+        with contextlib.suppress(OSError):  # no lock to be had: each process probes for itself
+            if cache_dir is not None:
+                Path(cache_dir).mkdir(parents=True, exist_ok=True)
+                f = held.enter_context(open(Path(cache_dir) / (ENDPOINTS_FILE + ".lock"), "a"))
+                fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
 
