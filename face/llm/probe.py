@@ -52,28 +52,34 @@ class Capabilities:
     probed_at: float = 0.0
 
 
-async def probe(usage: Usage, transport: OpenAITransport, base_url: str, model: str) -> Capabilities:
-    """Ask the endpoint what it honours, through ``transport`` (retried, counted in ``usage`` and capped as every
-    request is: ``send``)."""
+async def probe(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
+                http_client: Callable[[Any], Any] | None = None) -> Capabilities:
+    """Ask the endpoint what it honours, through the probe's own transport (closed after it: retried, counted in
+    ``usage`` and capped as every request is: ``send``). ``http_client``: the transport's (a server without a
+    socket)."""
+    transport = OpenAITransport(cfg.replace(timeout_s=min(cfg.timeout_s, 30.0)), base_url, model, http_client)
     msgs = [{"role": "user", "content": "Answer with one word: ok"}]
     base = {"model": model, "messages": msgs, "max_tokens": 1, "temperature": 1.0, "seed": 0}
     schema = {"type": "json_schema", "json_schema": {"name": "probe", "schema": {
         "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}}
-    replies: tuple[dict | None | BaseException, dict | None | BaseException] = await asyncio.gather(
-        send(usage, transport, {**base, "n": 3, "logprobs": True, "top_logprobs": 1}),
-        send(usage, transport, {**base, "max_tokens": 8, "response_format": schema}), return_exceptions=True)
-    full, js = replies
-    if isinstance(full, BaseException):
-        raise full
-    if isinstance(js, BaseException):
-        raise js
-    logprobs: bool | None
-    if full is None:  # n or logprobs rejected: ask for n alone
-        nreply = await send(usage, transport, {**base, "n": 3})
-        logprobs = None if nreply is None else False
-    else:
-        nreply = full
-        logprobs = any((c.get("logprobs") or {}).get("content") for c in full.get("choices") or [])
+    try:
+        replies: tuple[dict | None | BaseException, dict | None | BaseException] = await asyncio.gather(
+            send(usage, transport, {**base, "n": 3, "logprobs": True, "top_logprobs": 1}),
+            send(usage, transport, {**base, "max_tokens": 8, "response_format": schema}), return_exceptions=True)
+        full, js = replies
+        if isinstance(full, BaseException):
+            raise full
+        if isinstance(js, BaseException):
+            raise js
+        logprobs: bool | None
+        if full is None:  # n or logprobs rejected: ask for n alone
+            nreply = await send(usage, transport, {**base, "n": 3})
+            logprobs = None if nreply is None else False
+        else:
+            nreply = full
+            logprobs = any((c.get("logprobs") or {}).get("content") for c in full.get("choices") or [])
+    finally:
+        await transport.aclose()
     seen = len((nreply or {}).get("choices") or [])
     return Capabilities(base_url=base_url, model=model, n=seen == 3, max_n_seen=seen, logprobs=logprobs,
                         json_schema=js is not None, probed_at=time.time())
@@ -129,11 +135,7 @@ def fitted(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
         with _one_prober(cache_dir):  # processes sharing the cache: one probes, the others read its answer
             caps = load(cache_dir, base_url, model)
             if caps is None:
-                caps = _probe_now(cfg, usage, base_url, model, loop(), http_client)
-                if caps is None:
-                    return cfg
-                save(cache_dir, caps)
-                _report(cfg, caps, base_url, model)
+                caps = _probe_now(cfg, usage, base_url, model, loop(), cache_dir, http_client)
     return cfg if caps is None or caps.n else cfg.replace(n_per_request=1)
 
 
@@ -151,18 +153,10 @@ def _one_prober(cache_dir: str | os.PathLike | None) -> Iterator[None]:
 
 
 def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str, loop: asyncio.AbstractEventLoop,
-               http_client: Callable[[Any], Any] | None = None) -> Capabilities | None:
-    # the probe's own transport (closed after it): the same retry policy as every request
-    transport = OpenAITransport(cfg.replace(timeout_s=min(cfg.timeout_s, 30.0)), base_url, model, http_client)
-
-    async def ask() -> Capabilities:
-        try:
-            return await probe(usage, transport, base_url, model)
-        finally:
-            await transport.aclose()
-
+               cache_dir: str | os.PathLike | None, http_client: Callable[[Any], Any] | None) -> Capabilities | None:
+    """Probe the endpoint, remember and report its answer; None when the budget has no room for the probe."""
     try:
-        return loop.run_until_complete(ask())
+        caps = loop.run_until_complete(probe(cfg, usage, base_url, model, http_client))
     except BudgetExceeded as e:  # no room for the probe: trust the config, for this run only
         if usage.misreport and usage.max_cost_usd is not None:  # an endpoint misreport under a cap: the stop
             raise
@@ -173,9 +167,7 @@ def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str, loop: as
         raise
     except LLMCallError as e:  # failed after its retries: the run stops (never remembered)
         raise LLMCallError(f"the endpoint probe of {base_url} failed: {e}", retries=e.retries) from e
-
-
-def _report(cfg: LLMConfig, caps: Capabilities, base_url: str, model: str) -> None:
+    save(cache_dir, caps)
     log.info("endpoint %s (%s): n %s, logprobs %s, JSON schema %s", base_url, model,
              "honoured" if caps.n else f"not honoured ({caps.max_n_seen} choice(s) for n=3)",
              caps.logprobs, caps.json_schema)
@@ -184,6 +176,7 @@ def _report(cfg: LLMConfig, caps: Capabilities, base_url: str, model: str) -> No
         if has is False and getattr(cfg, key):
             log.warning("endpoint %s does not seem to support %s; set llm.%s=false if requests fail",
                         base_url, what, key)
+    return caps
 
 
 async def send(usage: Usage, transport: OpenAITransport, body: dict[str, Any]) -> dict | None:
