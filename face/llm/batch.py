@@ -88,7 +88,7 @@ class BatchTransport:
                 log.warning("ignoring unreadable batch journal %s: %s", path, e)
                 continue
             self.owner.update(dict.fromkeys(job.custom_ids, job))
-        self._pending: dict[str, tuple[ChatRequest, dict]] = {}
+        self._pending: dict[str, dict] = {}  # custom_id -> request body of the next job
         self._waiting: dict[str, list[tuple[ChatRequest, asyncio.Future]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._watchers: dict[str, asyncio.Task] = {}
@@ -114,7 +114,7 @@ class BatchTransport:
         """A line for the next job (once per custom_id), sent when no new one came for batch_collect_s."""
         if cid in self._pending:
             return
-        self._pending[cid] = (req, self.http.body(req))
+        self._pending[cid] = self.http.body(req)
         if self._timer is not None:
             self._timer.cancel()
         if len(self._pending) >= self.cfg.batch_max_requests:
@@ -124,14 +124,13 @@ class BatchTransport:
 
     def _flush(self) -> None:
         self._timer = None
-        pending, self._pending = self._pending, {}
-        if pending:
-            asyncio.get_running_loop().create_task(self._submit(pending))
+        pending, self._pending = self._pending, {}  # (never empty: a line came since the last flush)
+        asyncio.get_running_loop().create_task(self._submit(pending))
 
     # ---- one batch --------------------------------------------------------
-    async def _submit(self, pending: dict[str, tuple[ChatRequest, dict]]) -> None:
+    async def _submit(self, pending: dict[str, dict]) -> None:
         data = "".join(json.dumps({"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": body}) + "\n"
-                       for cid, (_, body) in pending.items()).encode()
+                       for cid, body in pending.items()).encode()
         api = self.http._api()
         try:
             f = await api.files.create(file=(f"face-{int(time.time())}.jsonl", data, "application/jsonl"),
