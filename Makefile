@@ -27,7 +27,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-local: requirements-local.txt $(VENV)/.installed
 	@echo "Installing the embedded local LLM: llama-cpp-python compiles llama.cpp (≈ 4 min on 2 cores) unless pip has the wheel cached (then seconds)"
-	$(BIN)/python -m face.llm.local_install
+	$(BIN)/python -m face.llm.local
 	touch $@
 
 setup: $(VENV)/.installed

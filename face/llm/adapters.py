@@ -24,9 +24,10 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic.functional_validators import AfterValidator
 
 from .base import ChatRequest, Completion
 
@@ -39,16 +40,13 @@ def extract_json(text: str) -> Any:
     """Parse JSON from model output: bare JSON, a ``` code fence, or JSON after/among prose.
 
     Raises ValueError if no JSON value can be found."""
-    with contextlib.suppress(ValueError):
-        return json.loads(text.strip())
-    for m in _FENCE_RE.finditer(text):
+    for candidate in (text, *(m.group(1) for m in _FENCE_RE.finditer(text))):  # the whole text, then each fence
         with contextlib.suppress(ValueError):
-            return json.loads(m.group(1).strip())
+            return json.loads(candidate.strip())
     dec = json.JSONDecoder()
-    for i, ch in enumerate(text):
-        if ch in "{[":
-            with contextlib.suppress(ValueError):
-                return dec.raw_decode(text, i)[0]
+    for m in re.finditer(r"[{\[]", text):
+        with contextlib.suppress(ValueError):
+            return dec.raw_decode(text, m.start())[0]
     raise ValueError(f"no JSON found in model output: {text[:120]!r}")
 
 def last_json_object(text: str) -> tuple[dict, int] | None:
@@ -76,9 +74,6 @@ class JsonAdapter(Generic[T]):
         self.name = name
         self.schema = schema if schema is not None else model.model_json_schema()
 
-    def response_format(self) -> dict:
-        return {"type": "json_schema", "json_schema": {"name": self.name, "schema": self.schema}}
-
     def request(self, req: ChatRequest, native: bool, validate: bool = False) -> ChatRequest:
         """`req` asking for this answer type: natively, or with the schema in the prompt. With
         `validate`, the request also carries this adapter: the client returns parsed samples
@@ -86,7 +81,8 @@ class JsonAdapter(Generic[T]):
         if validate:
             req = replace(req, adapter=self)
         if native:
-            return replace(req, response_format=self.response_format())
+            return replace(req, response_format={"type": "json_schema",
+                                                 "json_schema": {"name": self.name, "schema": self.schema}})
         msgs = list(req.messages)
         idx = max((i for i, (r, _) in enumerate(msgs) if r == "user"), default=len(msgs) - 1)
         role, content = msgs[idx]
@@ -163,23 +159,16 @@ def particles_adapter(dialogue_acts: Sequence[str], max_mention_words: int = 12)
     other keys ignored."""
     acts = tuple(dialogue_acts)
 
+    def words(v: str) -> str:
+        if not 1 <= len(v.split()) <= max_mention_words:
+            raise ValueError(f"mention must have 1-{max_mention_words} words")
+        return v.strip()
+
     class Particle(BaseModel):
         model_config = ConfigDict(extra="ignore")
         dialogue_act: Literal[acts]  # type: ignore[valid-type]
-        mention: str = Field(strict=True)
-        user_feedback: Any = None
-
-        @field_validator("mention")
-        @classmethod
-        def _words(cls, v: str) -> str:
-            if not 1 <= len(v.split()) <= max_mention_words:
-                raise ValueError(f"mention must have 1-{max_mention_words} words")
-            return v.strip()
-
-        @field_validator("user_feedback")
-        @classmethod
-        def _feedback(cls, v: Any) -> str | None:
-            return v.strip() if isinstance(v, str) else None
+        mention: Annotated[str, Field(strict=True), AfterValidator(words)]
+        user_feedback: Annotated[Any, AfterValidator(lambda v: v.strip() if isinstance(v, str) else None)] = None
 
     class ParticlesAnswer(BaseModel):
         model_config = ConfigDict(extra="ignore")

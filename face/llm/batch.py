@@ -40,17 +40,17 @@ ENDPOINT = "/v1/chat/completions"
 FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Job:
-    """One submitted batch as written in its journal file."""
+    """One submitted batch; its fields but `answers` are its journal file (in this order)."""
 
     id: str
     input_file_id: str
-    custom_ids: list[str]
+    status: str  # the endpoint's status once polled; "downloaded" when its output is kept; "lost"
     created: float
-    status: str = "submitted"  # the endpoint's status once polled; "downloaded" when its output is kept
     output_file_id: str | None = None
     error_file_id: str | None = None
+    custom_ids: list[str]
     answers: dict[str, dict] = field(default_factory=dict, repr=False)  # custom_id -> output line (downloaded)
 
 
@@ -80,18 +80,15 @@ class BatchTransport:
         self.key_for = key_for  # the cache's key function (face.llm.cache.request_key, bound)
         # the journal, `<cache_dir>/batches/`: one JSON file per submitted batch, plus its downloaded output lines
         self.folder = Path(folder)
-        self.jobs: dict[str, Job] = {}
-        self.owner: dict[str, str] = {}  # custom_id -> id of the newest batch that carries it
+        self.owner: dict[str, Job] = {}  # custom_id -> the newest batch that carries it
         for path in sorted(self.folder.glob("*.json"), key=lambda p: p.stat().st_mtime):
             try:
-                rec = json.loads(path.read_text(encoding="utf-8"))
-                job = Job(rec["id"], rec["input_file_id"], list(rec["custom_ids"]), float(rec["created"]),
-                          rec.get("status", "submitted"), rec.get("output_file_id"), rec.get("error_file_id"))
-            except (OSError, ValueError, KeyError, TypeError) as e:
+                job = Job(**json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, TypeError) as e:
                 log.warning("ignoring unreadable batch journal %s: %s", path, e)
                 continue
-            self._add(job, save=False)
-        self._pending: dict[str, tuple[ChatRequest, dict]] = {}
+            self.owner.update(dict.fromkeys(job.custom_ids, job))
+        self._pending: dict[str, dict] = {}  # custom_id -> request body of the next job
         self._waiting: dict[str, list[tuple[ChatRequest, asyncio.Future]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._watchers: dict[str, asyncio.Task] = {}
@@ -100,7 +97,7 @@ class BatchTransport:
     async def chat(self, req: ChatRequest) -> ChatResult:
         key = self.key_for(req, req.first_sample)
         cid = key if req.n == 1 else f"{key}+{req.n}"  # the line's custom_id (the module doc)
-        owner = self.jobs.get(self.owner.get(cid, ""))
+        owner = self.owner.get(cid)
         if owner is not None and owner.status == "downloaded":
             line = self._answers(owner).get(cid)
             if line is not None:
@@ -117,7 +114,7 @@ class BatchTransport:
         """A line for the next job (once per custom_id), sent when no new one came for batch_collect_s."""
         if cid in self._pending:
             return
-        self._pending[cid] = (req, self.http.body(req))
+        self._pending[cid] = self.http.body(req)
         if self._timer is not None:
             self._timer.cancel()
         if len(self._pending) >= self.cfg.batch_max_requests:
@@ -127,14 +124,13 @@ class BatchTransport:
 
     def _flush(self) -> None:
         self._timer = None
-        pending, self._pending = self._pending, {}
-        if pending:
-            asyncio.get_running_loop().create_task(self._submit(pending))
+        pending, self._pending = self._pending, {}  # (never empty: a line came since the last flush)
+        asyncio.get_running_loop().create_task(self._submit(pending))
 
     # ---- one batch --------------------------------------------------------
-    async def _submit(self, pending: dict[str, tuple[ChatRequest, dict]]) -> None:
+    async def _submit(self, pending: dict[str, dict]) -> None:
         data = "".join(json.dumps({"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": body}) + "\n"
-                       for cid, (_, body) in pending.items()).encode()
+                       for cid, body in pending.items()).encode()
         api = self.http._api()
         try:
             f = await api.files.create(file=(f"face-{int(time.time())}.jsonl", data, "application/jsonl"),
@@ -146,8 +142,10 @@ class BatchTransport:
             self._fail(list(pending), f"could not submit a batch of {len(pending)} lines to {self.http.base_url}: "
                                       f"{type(e).__name__}: {str(e)[:300]}")
             return
-        job = Job(b.id, f.id, list(pending), time.time(), b.status or "validating")
-        self._add(job)
+        job = Job(id=b.id, input_file_id=f.id, status=b.status or "validating", created=time.time(),
+                  custom_ids=list(pending))
+        self.owner.update(dict.fromkeys(job.custom_ids, job))
+        self._save(job)
         log.info("batch %s submitted: %d lines (%.1f MB); polling every %gs (window %s)", b.id, len(pending),
                  len(data) / 1e6, self.cfg.batch_poll_s, self.cfg.batch_window)
         self._watch(job)
@@ -158,11 +156,36 @@ class BatchTransport:
             self._watchers[job.id] = asyncio.get_running_loop().create_task(self._poll(job))
 
     async def _poll(self, job: Job) -> None:
-        """Poll the job until it ends, fetch its output and error files, answer its lines."""
+        """Poll the job until it ends, then answer its lines. A job the endpoint does not know is lost (its lines
+        sent again); polling that fails for good fails its lines."""
         api = self.http._api()
-        b = await self._until_final(api, job)
-        if b is None:
-            return
+        last, errors = None, 0
+        while True:
+            try:
+                b = await api.batches.retrieve(job.id)
+            except Exception as e:
+                if getattr(e, "status_code", None) == 404:  # not this account's, or deleted: send its lines again
+                    self._lost(job)
+                    return
+                errors += 1
+                if errors > self.cfg.max_retries:
+                    self._fail(job.custom_ids, f"batch {job.id}: polling failed {errors} times: "
+                                               f"{type(e).__name__}: {str(e)[:300]} (rerun to resume it)")
+                    return
+            else:
+                errors, counts = 0, b.request_counts
+                state = (b.status, getattr(counts, "completed", None), getattr(counts, "failed", None))
+                if state != last:
+                    log.info("batch %s: %s (%s of %s lines done, %s failed)", job.id, b.status,
+                             *(getattr(counts, k, "?") for k in ("completed", "total", "failed")))
+                last = state
+                if b.status in FINAL:
+                    break
+            await asyncio.sleep(self.cfg.batch_poll_s)
+        await self._answer(api, job, b)
+
+    async def _answer(self, api: Any, job: Job, b: Any) -> None:
+        """Fetch the ended job's output and error files, keep them, answer its lines."""
         job.status, job.output_file_id, job.error_file_id = b.status, b.output_file_id, b.error_file_id
         try:
             lines = []
@@ -176,36 +199,20 @@ class BatchTransport:
                                        f"{type(e).__name__}: {str(e)[:300]} (rerun to resume it)")
             return
         self._keep_output(job, lines)
-        self._answer(job, b, lines)
-
-    async def _until_final(self, api: Any, job: Job) -> Any:
-        """The job's batch once it is in a final state; None when it was lost (its lines sent again) or polling
-        failed for good (its lines failed)."""
-        last, errors = None, 0
-        while True:
-            try:
-                b = await api.batches.retrieve(job.id)
-                errors = 0
-            except Exception as e:
-                if getattr(e, "status_code", None) == 404:  # not this account's, or deleted: send its lines again
-                    self._lost(job)
-                    return None
-                errors += 1
-                if errors > self.cfg.max_retries:
-                    self._fail(job.custom_ids, f"batch {job.id}: polling failed {errors} times: "
-                                               f"{type(e).__name__}: {str(e)[:300]} (rerun to resume it)")
-                    return None
-                await asyncio.sleep(self.cfg.batch_poll_s)
-                continue
-            counts = b.request_counts
-            state = (b.status, getattr(counts, "completed", None), getattr(counts, "failed", None))
-            if state != last:
-                log.info("batch %s: %s (%s of %s lines done, %s failed)", job.id, b.status,
-                         *(getattr(counts, k, "?") for k in ("completed", "total", "failed")))
-            last = state
-            if b.status in FINAL:
-                return b
-            await asyncio.sleep(self.cfg.batch_poll_s)
+        every = {x["custom_id"]: x for x in lines if "custom_id" in x}
+        reason = "; ".join(str(getattr(e, "message", e)) for e in (getattr(b.errors, "data", None) or [])[:3])
+        for cid in job.custom_ids:
+            line = every.get(cid)
+            for req, fut in self._waiting.pop(cid, []):
+                if fut.done():
+                    continue
+                try:
+                    if line is None:
+                        raise LLMCallError(f"batch {job.id} ended {b.status} without an answer for line "
+                                           f"{cid[:16]}...{': ' + reason if reason else ''}")
+                    fut.set_result(line_result(req, line, job.id))
+                except LLMCallError as e:
+                    fut.set_exception(e)
 
     def _lost(self, job: Job) -> None:
         log.warning("batch %s is unknown to %s; sending its lines again", job.id, self.http.base_url)
@@ -214,23 +221,6 @@ class BatchTransport:
         for cid in job.custom_ids:
             if self._waiting.get(cid):
                 self._enqueue(cid, self._waiting[cid][0][0])
-
-    def _answer(self, job: Job, b: Any, lines: list[dict]) -> None:
-        every = {x["custom_id"]: x for x in lines if "custom_id" in x}
-        reason = "; ".join(str(getattr(e, "message", e)) for e in (getattr(b.errors, "data", None) or [])[:3])
-        for cid in job.custom_ids:
-            for req, fut in self._waiting.pop(cid, []):
-                if fut.done():
-                    continue
-                line = every.get(cid)
-                if line is None:
-                    fut.set_exception(LLMCallError(f"batch {job.id} ended {b.status} without an answer for line "
-                                                   f"{cid[:16]}...{': ' + reason if reason else ''}"))
-                    continue
-                try:
-                    fut.set_result(line_result(req, line, job.id))
-                except LLMCallError as e:
-                    fut.set_exception(e)
 
     def _fail(self, cids: list[str], message: str) -> None:
         log.error(message)
@@ -247,21 +237,13 @@ class BatchTransport:
         await self.http.aclose()
 
     # ---- the journal ------------------------------------------------------
-    def _add(self, job: Job, save: bool = True) -> None:
-        self.jobs[job.id] = job
-        self.owner.update(dict.fromkeys(job.custom_ids, job.id))
-        if save:
-            self._save(job)
-
     def _save(self, job: Job) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        record = {k: getattr(job, k) for k in ("id", "input_file_id", "status", "created", "output_file_id",
-                                               "error_file_id", "custom_ids")}
+        record = {k: v for k, v in vars(job).items() if k != "answers"}
         atomic_write_text(self.folder / f"{job.id}.json", json.dumps(record))
 
     def _keep_output(self, job: Job, lines: list[dict]) -> None:
         """Keep the answered lines (a failed one is sent again when asked for again)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         kept = [x for x in lines if "custom_id" in x and answered(x)]
         atomic_write_text(self.folder / f"{job.id}.output.jsonl", "".join(json.dumps(x) + "\n" for x in kept))
         job.answers = {x["custom_id"]: x for x in kept}

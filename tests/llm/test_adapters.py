@@ -75,7 +75,8 @@ def test_score_schema_is_byte_identical_to_the_scoring_schema():
         assert json.dumps(a.schema) == ('{"type": "object", "properties": {"score": {"type": "integer", "enum": '
                                         f'{json.dumps(scale)}}}}}, "required": ["score"], '
                                         '"additionalProperties": false}')
-        assert a.response_format() == {"type": "json_schema", "json_schema": {"name": "score", "schema": a.schema}}
+        assert a.request(ChatRequest(messages="rate"), native=True).response_format == {
+            "type": "json_schema", "json_schema": {"name": "score", "schema": a.schema}}
 
 
 SCORE_TEXTS = ['{"score": 2}', '{"score": 2.0}', '{"score": 2.5}', '{"score": "2"}', '{"score": true}',

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from face.llm import local, local_process
+from face.llm import local
 from face.llm.local import LocalServer, LocalServerError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ def test_options_defaults_and_validation() -> None:
     server = LocalServer()
     assert (server.host, server.port, server.n_ctx, server.n_threads) == ("127.0.0.1", 0, 4096, 2)
     assert server.model == "smollm2-135m-instruct"
-    assert server.base_url is None and server.pid is None and not server.running
+    assert server.base_url is None and server.process is None and not server.running
     assert LocalServer({"n_ctx": 1024}, port=9).port == 9
     with pytest.raises(ValueError, match="unknown LocalServer option"):
         LocalServer({"n_cxt": 1024})
@@ -163,7 +163,7 @@ def test_child_env_drops_server_settings(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("port", "1")
     monkeypatch.setenv("CONFIG_FILE", "/x.yaml")
     monkeypatch.setenv("FACE_KEEP_ME", "1")
-    env = local_process.child_env()
+    env = local.child_env()
     assert "API_KEY" not in env and "port" not in env and "CONFIG_FILE" not in env
     assert env["FACE_KEEP_ME"] == "1"
 
@@ -233,7 +233,7 @@ def test_server_chat_logprobs_json_and_clean_stop() -> None:
 
     srv = LocalServer({"n_ctx": 2048})
     with srv:
-        pid, port = srv.pid, int(srv.base_url.rsplit(":", 1)[1].split("/")[0])
+        pid, port = srv.process.pid, int(srv.base_url.rsplit(":", 1)[1].split("/")[0])
         assert pid is not None and srv.running
         assert srv.base_url == f"http://127.0.0.1:{port}/v1"
         client = openai.OpenAI(base_url=srv.base_url, api_key="local", max_retries=0, timeout=120)
@@ -274,11 +274,11 @@ def test_server_chat_logprobs_json_and_clean_stop() -> None:
 
         # a second LocalServer pointed at the running one reuses it and owns nothing
         with LocalServer({"reuse_url": srv.base_url.removesuffix("/v1")}) as again:
-            assert again.reused and again.pid is None
+            assert again.reused and again.process is None
             assert again.base_url == srv.base_url and again.model == srv.model
         assert srv.running
 
-    assert srv.pid is None and not srv.running
+    assert srv.process is None and not srv.running
     assert _wait_gone(pid), f"server process group {pid} still alive after stop"
     assert not _port_listening("127.0.0.1", port)
 
@@ -290,7 +290,7 @@ _CHILD = textwrap.dedent(
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C-able even if started as `cmd &`
     srv = LocalServer({"n_ctx": 512})
     srv.__enter__()          # no with-block on purpose: clean-up must come from signals/atexit
-    print(srv.pid, srv.base_url, srv.log_path, flush=True)
+    print(srv.process.pid, srv.base_url, srv.log_path, flush=True)
     if sys.argv[1] == "raise":
         raise RuntimeError("boom")
     time.sleep(600)
@@ -343,4 +343,4 @@ def test_bad_model_fails_fast_with_log_tail(tmp_path: Path) -> None:
         srv.start()
     assert time.monotonic() - start < 30
     assert "Failed to load model" in str(err.value) and str(log) in str(err.value)
-    assert srv.pid is None and log.exists()
+    assert srv.process is None and log.exists()

@@ -50,7 +50,6 @@ def toks(*texts):
 def test_find_answer_position_after_key():
     t = toks("{", '"', "reason", '":', ' "', "3", " items", '",', ' "', "score", '":', " ", "2", "}")
     assert find_answer_position(t, valid=[1, 2, 3]) == 12
-    assert find_answer_position(t, valid=[1, 2, 3], key=None) == 5
     assert find_answer_position(t, valid=[1, 2, 3], key="missing") is None
     # a non-numeric value after the key is not silently skipped
     assert find_answer_position(toks("{", '"score"', ":", " high", " 2"), valid=[1, 2, 3]) is None
