@@ -44,10 +44,7 @@ from face.tracking.names import metric_name
 def optimizer_config(cfg: DictConfig) -> OptimizerConfig:
     if "optimizer" not in cfg:
         raise ConfigError("no optimizer config: add `- /optimizer: paper` to the experiment's defaults")
-    try:
-        return OptimizerConfig(**cast(dict, OmegaConf.to_container(cfg.optimizer, resolve=True)))
-    except (ValueError, TypeError) as e:
-        raise ConfigError(str(e)) from None
+    return OptimizerConfig(**cast(dict, OmegaConf.to_container(cfg.optimizer, resolve=True)))  # ConfigError if bad
 
 
 def start_text(ocfg: OptimizerConfig, aspect: str) -> str:
@@ -113,15 +110,13 @@ def run(run_plan: Plan) -> ExperimentResult:
 
 
 def _face_method(ctx) -> tuple[Any, Any]:
-    """(the live FACE method, its inputs), refused unless the method scores particles live."""
+    """(the live FACE method, its inputs), refused unless the method scores particles (its LLM: checked by the
+    runner)."""
     from face.pipeline.method import Face
 
     if not isinstance(ctx.method, Face) or ctx.method.units.unit != "particle":
         raise ConfigError("optimize_instructions needs method=face with method.unit=particle")
-    inputs = ctx.inputs()
-    if inputs.llm is None:
-        raise ConfigError("optimize_instructions needs an LLM (llm=...)")
-    return ctx.method, inputs
+    return ctx.method, ctx.inputs()
 
 
 def dev_split(convs, ocfg: OptimizerConfig) -> Split:

@@ -65,17 +65,11 @@ def summarize(runs: pd.DataFrame, swept: list[str]) -> tuple[pd.DataFrame, pd.Da
     jobs = jobs.sort_values(keys or ["run"], kind="stable").reset_index(drop=True)
     group = [k for k in keys if k.rsplit(".", 1)[-1] != "seed"]  # a swept seed: repetitions of one setting
     done = jobs[jobs["status"] == "FINISHED"]
+    stats = {f"{m} {name}": (m, how) for m in metrics for name, how in (("mean", "mean"), ("sd", "std"))}  # sd: n-1
     if group and len(done):
-        agg = done.groupby(group, sort=True)
-        spread = agg.size().rename("jobs").reset_index()
-        for m in metrics:
-            spread[f"{m} mean"] = agg[m].mean().to_numpy()
-            spread[f"{m} sd"] = agg[m].std(ddof=1).to_numpy()
-    else:
-        spread = pd.DataFrame({"jobs": [len(done)]})
-        for m in metrics:
-            spread[f"{m} mean"] = [done[m].mean()]
-            spread[f"{m} sd"] = [done[m].std(ddof=1)]
+        spread = done.groupby(group, sort=True).agg(jobs=("status", "size"), **stats).reset_index()
+    else:  # one row: every finished job
+        spread = pd.DataFrame({"jobs": [len(done)], **{k: [done[m].agg(how)] for k, (m, how) in stats.items()}})
     return jobs, spread, metrics
 
 
@@ -112,8 +106,7 @@ def plot(jobs: pd.DataFrame, swept: list[str], metric: str, path: Path, title: s
         ax.set_ylabel(f"{metric}\n(mean ± sd over jobs)", fontsize=7)
     fig.suptitle(title[:160], fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
+    with atomic_path(path) as tmp:  # its directory made if needed
         fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return path

@@ -68,6 +68,7 @@ class BeamSearch:
 
     # ---- one round --------------------------------------------------------
     def expand(self, state: OptState, r: int, rng: np.random.Generator) -> list[Candidate]:
+        """The round's new candidates (rewrites of the beam from its worst-predicted items), added to ``state``."""
         assert self.writer is not None, "a replay run does not expand"
         jobs = []
         for p in (state.candidates[c] for c in state.beam):
@@ -93,6 +94,7 @@ class BeamSearch:
                 texts.add(text)
                 cand = Candidate(f"r{r}c{len(new) + 1}", text, parent=p.cid, gradient_id=gid, round=r, origin="rewrite")
                 self.registry.register(cand, p)
+                state.add(cand)
                 new.append(cand)
         return new
 
@@ -120,9 +122,7 @@ class BeamSearch:
             rng = np.random.default_rng(self.cfg.seed)
             if state.rng is not None:  # where the last completed round left it
                 rng.bit_generator.state = state.rng
-            new = self.expand(state, r, rng) if self.writer is not None else []
-            for c in new:
-                state.add(c)
+            new = self.expand(state, r, rng) if self.writer is not None else []  # added to the state
             pool = [state.candidates[c] for c in state.beam] + new
             bandit = self.select(state, pool, rng)
             chosen = [pool[i] for i in bandit.top(self.cfg.beam)]
@@ -152,4 +152,8 @@ class BeamSearch:
         return state
 
     def final_set(self, state: OptState) -> list[Candidate]:
-        return state.ranked()[: self.cfg.top_k]
+        """The ``top_k`` candidates that were evaluated, best mean reward first (ties: more pulls, then creation
+        order: the sort is stable)."""
+        pulled = {cid: state.rewards[cid] for cid in state.candidates if state.rewards.get(cid)}
+        best = sorted(pulled, key=lambda cid: (-sum(pulled[cid]) / len(pulled[cid]), -len(pulled[cid])))
+        return [state.candidates[cid] for cid in best[: self.cfg.top_k]]

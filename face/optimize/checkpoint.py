@@ -55,13 +55,6 @@ class OptState:
         r = self.rewards.get(cid) or []
         return sum(r) / len(r) if r else None
 
-    def ranked(self) -> list[Candidate]:
-        """Every candidate that was evaluated, best mean reward first (ties: more pulls, then creation order)."""
-        order = list(self.candidates)
-        pulled = [c for c in order if self.rewards.get(c)]
-        pulled.sort(key=lambda c: (-sum(self.rewards[c]) / len(self.rewards[c]), -len(self.rewards[c]), order.index(c)))
-        return [self.candidates[c] for c in pulled]
-
 
 def save(state: OptState, directory: str | Path) -> Path:
     d = {**asdict(state), "format": "face-optimizer-state/1"}
