@@ -147,7 +147,7 @@ def run(plan: Plan) -> ExperimentResult:
             heldout=("heldout", "mean"), heldout_sd=("heldout", "std"), regret=("regret", "mean"),
             regret_sd=("regret", "std"), best=("best", "mean"), pulls=("pulls", "mean"),
             item_evaluations=("item_evaluations", "mean"), runs=("heldout", "size")).reset_index())
-        headline = _headline(grid, ocfg, kind)
+        headline = _headline(grid, ocfg)
         inst = order_aspects(pd.DataFrame(inst_rows).groupby(["aspect", "instruction_id"])[["train", "heldout"]]
                              .mean().reset_index())
         note = (f"Replay of the authors' released judgements (no LLM; 16 released instructions per aspect as the "
@@ -212,27 +212,19 @@ def _metrics(headline: pd.DataFrame, timing: dict[str, float]) -> dict[str, Any]
     return metrics
 
 
-def _headline(grid: pd.DataFrame, ocfg, kind: str) -> pd.DataFrame:
+def _headline(grid: pd.DataFrame, ocfg) -> pd.DataFrame:
     rows = []
     for a, g in grid.groupby("aspect", sort=False):
-        def pick(policy, budget=None, c=None, g=g):
-            s = g[g["policy"] == policy]
-            if budget is not None:
-                s = s[s["budget"] == budget]
-            if c is not None:
-                s = s[np.isclose(s["ucb_c"], c)]
-            return s.iloc[0]
-
-        ucb, uni = pick("ucb", ocfg.pulls, ocfg.ucb_c), pick("uniform", ocfg.pulls)
-        full, rnd = pick("full"), pick("random")
-        curve = g[(g["policy"] == "ucb") & np.isclose(g["ucb_c"], ocfg.ucb_c)].sort_values("budget")
-        enough = curve[curve["heldout"] >= full["heldout"] - 0.01]
+        at_c = np.isclose(g["ucb_c"], ocfg.ucb_c)  # the UCB rows of the default c (the other policies' c: NaN)
+        at = {(r.policy, r.budget): r for r in g[(g["policy"] != "ucb") | at_c].itertuples()}
+        ucb, uni, full, rnd = at[("ucb", ocfg.pulls)], at[("uniform", ocfg.pulls)], at[("full", 0)], at[("random", 0)]
+        curve = g[(g["policy"] == "ucb") & at_c].sort_values("budget")
+        enough = curve[curve["heldout"] >= full.heldout - 0.01]
         needed = float(enough["budget"].iloc[0]) if len(enough) else np.nan
-        rows.append({"aspect": a, "ucb": ucb["heldout"], "uniform": uni["heldout"], "random": rnd["heldout"],
-                     "full": full["heldout"], "best": ucb["best"], "ucb_regret": ucb["regret"],
-                     "random_regret": rnd["regret"], "ucb_pulls": ucb["pulls"],
-                     "ucb_item_evals": ucb["item_evaluations"], "full_item_evals": full["item_evaluations"],
-                     "pulls_to_full_minus_0.01": needed})
+        rows.append({"aspect": a, "ucb": ucb.heldout, "uniform": uni.heldout, "random": rnd.heldout,
+                     "full": full.heldout, "best": ucb.best, "ucb_regret": ucb.regret, "random_regret": rnd.regret,
+                     "ucb_pulls": ucb.pulls, "ucb_item_evals": ucb.item_evaluations,
+                     "full_item_evals": full.item_evaluations, "pulls_to_full_minus_0.01": needed})
     return pd.DataFrame(rows)
 
 

@@ -162,7 +162,7 @@ def best_sets(client, runs: pd.DataFrame) -> str:
     return "\nPrompt Registry:\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
-def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = None) -> dict:
+def write_report(tracking_uri: str, parent, out: Path | None = None) -> None:
     """The sweep's report from its children in MLflow, into ``out`` (default: the sweep directory); logged on the
     parent run with its headline metric (best over the finished jobs) and the report as its description."""
     from mlflow.tracking import MlflowClient
@@ -196,11 +196,10 @@ def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = 
         client.set_tag(parent.info.run_id, "headline_metric", metrics[0])
     print(f"\n== {title}\n{text.split(chr(10) * 2, 2)[2].split('Every job:')[0]}Sweep report: "
           f"{out / 'sweep_report.md'}\n", flush=True)
-    return {"table": jobs, "spread": spread, "swept": swept, "metrics": metrics, "paths": paths}
 
 
 def report(tracking_uri: str, out: Path | None = None, experiment: str = "optimize_instructions",
-           sweep: str = "latest") -> dict:
+           sweep: str = "latest") -> None:
     """The report of a sweep of MLflow experiment ``experiment`` (``sweep``: its sweep directory, or ``latest``);
     ValueError when there is none."""
     from mlflow.tracking import MlflowClient
@@ -214,7 +213,7 @@ def report(tracking_uri: str, out: Path | None = None, experiment: str = "optimi
                if sweep == "latest" or r.data.tags.get("sweep_dir") == str(sweep)]
     if not parents:
         raise ValueError(f"no sweep{'' if sweep == 'latest' else f' {sweep!r}'} in MLflow experiment {experiment!r}")
-    return write_report(tracking_uri, experiment, parents[0], out)
+    write_report(tracking_uri, parents[0], out)
 
 
 # ---------------------------------------------------------------- the Hydra callback
@@ -275,7 +274,7 @@ class SweepRuns(Callback):
             if parent is None:
                 return
             try:
-                write_report(mlflow.get_tracking_uri(), str(config.tracking.experiment_name), parent)
+                write_report(mlflow.get_tracking_uri(), parent)
             finally:
                 runs = child_runs(mlflow.get_tracking_uri(), exp_id, parent.info.run_id)
                 ok = not runs.empty and (runs["status"] == "FINISHED").all()
