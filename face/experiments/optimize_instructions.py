@@ -89,7 +89,11 @@ def run(run_plan: Plan) -> ExperimentResult:
         job, costs = _gate(ctx, ocfg, plans, method, inputs)
         if job.dry_run:
             return ctx.result(dry_run=True, extra={"costs": costs})
-        ckpt_dir = _checkpoint_dir(ctx, ocfg)
+        ckpt_dir = Path(ocfg.resume) if ocfg.resume else ctx.run_dir / "checkpoint"
+        if ocfg.resume and not ckpt_dir.is_dir():
+            raise ConfigError(f"optimizer.resume={ocfg.resume}: no such checkpoint directory")
+        ctx.tracker.set_tags({"optimizer.checkpoint": str(ckpt_dir),
+                              **({"optimizer.resumed_from": ocfg.resume} if ocfg.resume else {})})
         try:
             with job.client() as client:
                 decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, method.proxy(inputs),
@@ -173,15 +177,6 @@ def _gate(ctx, ocfg: OptimizerConfig, plans: dict, method, inputs) -> tuple[LLMJ
     ctx.tracker.log_metrics({f"estimate.{r.setting.replace(' ', '_')}.{r.stage.replace(' ', '_')}.samples": r.samples
                              for r in summary.itertuples()})
     return job, costs
-
-
-def _checkpoint_dir(ctx, ocfg: OptimizerConfig) -> Path:
-    ckpt_dir = Path(ocfg.resume) if ocfg.resume else ctx.run_dir / "checkpoint"
-    if ocfg.resume and not ckpt_dir.is_dir():
-        raise ConfigError(f"optimizer.resume={ocfg.resume}: no such checkpoint directory")
-    ctx.tracker.set_tags({"optimizer.checkpoint": str(ckpt_dir),
-                          **({"optimizer.resumed_from": ocfg.resume} if ocfg.resume else {})})
-    return ckpt_dir
 
 
 def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, client, decomps, ckpt_dir: Path,

@@ -21,8 +21,7 @@ from __future__ import annotations
 import itertools
 import time
 from functools import partial
-from pathlib import Path
-from typing import Annotated, Any, Callable, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -97,20 +96,18 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
     rows: list[dict[str, Any]] = []
 
     def policy_run(policy: str, budget: int, c: float, rep: int, rng: np.random.Generator) -> dict[str, Any]:
-        bandit = Bandit(n, c)
-
         def pull(a: int) -> float:
             idx = rng.choice(train, size=min(minibatch, len(train)), replace=False)
             return reward(matrix[a, idx], gold[idx], kind)
 
-        bandit.run(pull, budget, policy)
+        bandit = Bandit(n, c).run(pull, budget, policy)
         return {"policy": policy, "budget": budget, "ucb_c": c if policy == "ucb" else np.nan, "repeat": rep,
                 "set": bandit.top(b), "pulls": int(bandit.t)}
 
     for rep in range(repeats):
         rng = np.random.default_rng([*seed, rep])
-        chosen = random_choice(n, b, rng)
-        rows.append({"policy": "random", "budget": 0, "ucb_c": np.nan, "repeat": rep, "set": chosen, "pulls": 0})
+        rows.append({"policy": "random", "budget": 0, "ucb_c": np.nan, "repeat": rep, "set": random_choice(n, b, rng),
+                     "pulls": 0})
         for budget in budgets:
             rows += [policy_run("ucb", budget, c, rep, np.random.default_rng([*seed, rep, budget, int(c * 1000)]))
                      for c in cs]
@@ -133,14 +130,12 @@ def run(plan: Plan) -> ExperimentResult:
     sim = grid_of(plan.cfg, ocfg)
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
     with experiment(plan) as ctx:
-        runs, inst_rows, timing = [], [], {}
+        done, timing = [], {}  # per aspect: (its runs, its instructions' values)
         for a in ctx.aspects:
             t0 = time.perf_counter()
-            aspect_runs, aspect_inst = _aspect_runs(ctx, a, ocfg, sim)
-            runs += aspect_runs
-            inst_rows += aspect_inst
+            done.append(_aspect_runs(ctx, a, ocfg, sim))
             timing[a.name] = time.perf_counter() - t0
-        df = pd.DataFrame(runs)
+        df = pd.DataFrame([r for runs, _ in done for r in runs])
         df["regret"] = df["best"] - df["heldout"]
         df["set"] = df["set"].map(lambda s: ",".join(map(str, s)))
         grid = order_aspects(df.groupby(["aspect", "policy", "budget", "ucb_c"], dropna=False).agg(
@@ -148,8 +143,8 @@ def run(plan: Plan) -> ExperimentResult:
             regret_sd=("regret", "std"), best=("best", "mean"), pulls=("pulls", "mean"),
             item_evaluations=("item_evaluations", "mean"), runs=("heldout", "size")).reset_index())
         headline = _headline(grid, ocfg)
-        inst = order_aspects(pd.DataFrame(inst_rows).groupby(["aspect", "instruction_id"])[["train", "heldout"]]
-                             .mean().reset_index())
+        by_inst = pd.DataFrame([r for _, rows in done for r in rows]).groupby(["aspect", "instruction_id"])
+        inst = order_aspects(by_inst[["train", "heldout"]].mean().reset_index())
         note = (f"Replay of the authors' released judgements (no LLM; 16 released instructions per aspect as the "
                 f"candidate pool); {ctx.subset}; {len(sim.folds)} held-out folds × {sim.repeats} repetitions "
                 f"(conversation level, stratified by CRS); set size b={b}, minibatch {m} items per pull, reward = "
@@ -165,7 +160,14 @@ def run(plan: Plan) -> ExperimentResult:
                                   "Wall time of the replay simulation per aspect (every policy, budget, c, fold and "
                                   "repetition).", in_run_dir=True),
                   "selection_runs": Table(df, in_run_dir=True)}
-        return ctx.result(tables=tables, figures=_figures(grid, ocfg, note), extra={"timing": timing},
+        from face.report import optimizer_figures as figures  # matplotlib only where a figure is drawn
+
+        drawn = {"figures/heldout_vs_budget.png": partial(
+                     figures.heldout_vs_budget, grid, ocfg.ucb_c, f"held-out {kind} of top-{b}",
+                     "Bandit selection among the released instructions (replay, no LLM)", note),
+                 "figures/regret_vs_c.png": partial(figures.regret_vs_c, grid, ocfg.pulls,
+                                                    "UCB regret against the exploration constant", note)}
+        return ctx.result(tables=tables, figures=drawn, extra={"timing": timing},
                           shown=[(f"Bandit selection at the default budget. {note}", headline)],
                           metrics=_metrics(headline, timing))
 
@@ -182,10 +184,8 @@ def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sim: Grid) -> tuple[list[dict], 
     runs, inst_rows = [], []
     for fold in sim.folds:
         split = split_conversations(ctx.convs, ocfg.split.folds, fold, 0.0, ocfg.split.seed)
-        train = np.intersect1d(indices_of(items, split.train), covered)
-        test = np.intersect1d(indices_of(items, split.test), covered)
-        train_corr = row_correlations(matrix[:, train], gold[train], kind)
-        test_corr = row_correlations(matrix[:, test], gold[test], kind)
+        train, test = (np.intersect1d(indices_of(items, ids), covered) for ids in (split.train, split.test))
+        train_corr, test_corr = (row_correlations(matrix[:, ix], gold[ix], kind) for ix in (train, test))
         inst_rows += [{"aspect": a.name, "fold": fold, "instruction_id": iid, "train": train_corr[k],
                        "heldout": test_corr[k]} for k, iid in enumerate(scorer.ids)]
         best, best_combo = best_set(matrix, test, gold, b, kind)
@@ -226,13 +226,3 @@ def _headline(grid: pd.DataFrame, ocfg) -> pd.DataFrame:
                      "ucb_pulls": ucb.pulls, "ucb_item_evals": ucb.item_evaluations,
                      "full_item_evals": full.item_evaluations, "pulls_to_full_minus_0.01": needed})
     return pd.DataFrame(rows)
-
-
-def _figures(grid: pd.DataFrame, ocfg, note: str) -> dict[str, Callable[[Path], Path]]:
-    from face.report import optimizer_figures as figures
-
-    return {"figures/heldout_vs_budget.png": partial(
-                figures.heldout_vs_budget, grid, ocfg.ucb_c, f"held-out {ocfg.reward} of top-{ocfg.beam}",
-                "Bandit selection among the released instructions (replay, no LLM)", note),
-            "figures/regret_vs_c.png": partial(figures.regret_vs_c, grid, ocfg.pulls,
-                                               "UCB regret against the exploration constant", note)}

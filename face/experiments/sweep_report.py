@@ -218,18 +218,6 @@ def report(tracking_uri: str, out: Path | None = None, experiment: str = "optimi
 
 # ---------------------------------------------------------------- the Hydra callback
 
-
-def remove_leftovers(job_dir: Path) -> list[Path]:
-    """The temporary files (``.<name>.<random>.tmp<suffix>``, face.files.atomic_path) under a finished job's
-    directory: a killed earlier run of the job left them; the finished job wrote every file it writes."""
-    gone = []
-    for p in Path(job_dir).rglob(".*.tmp*"):
-        if p.is_file() and not p.is_symlink():
-            p.unlink(missing_ok=True)
-            gone.append(p)
-    return gone
-
-
 class SweepRuns(Callback):
     """One MLflow parent run per multirun: created before the first job (jobs find it by the ``sweep_dir`` tag,
     in this process or in a launcher's), reported on and ended after the last. Tracking problems only warn: the
@@ -257,8 +245,12 @@ class SweepRuns(Callback):
         hc = config.get("hydra") or {}
         mode, out = str(hc.get("mode", "")), hc.get("runtime", {}).get("output_dir")
         if job_return.status == JobStatus.COMPLETED and mode == "RunMode.MULTIRUN" and out:
-            for p in remove_leftovers(Path(out)):
-                log.info("removed %s, left by a killed earlier run of this job", p)
+            # the temporary files (``.<name>.<random>.tmp<suffix>``, face.files.atomic_path) a killed earlier run of
+            # the job left: the finished job wrote every file it writes
+            for p in Path(out).rglob(".*.tmp*"):
+                if p.is_file() and not p.is_symlink():
+                    p.unlink(missing_ok=True)
+                    log.info("removed %s, left by a killed earlier run of this job", p)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         import mlflow

@@ -42,11 +42,6 @@ class OptState:
     cost_usd: float = 0.0
     prompt_name: str | None = None  # the registry prompt of the candidates' versions (a resumed job continues it)
 
-    @staticmethod
-    def from_json(d: dict) -> OptState:
-        d = {k: v for k, v in d.items() if k != "format"}
-        return OptState(**{**d, "candidates": {k: Candidate(**v) for k, v in d["candidates"].items()}})
-
     def add(self, cand: Candidate) -> None:
         self.candidates[cand.cid] = cand
         self.rewards.setdefault(cand.cid, [])
@@ -66,7 +61,8 @@ def load(directory: str | Path, aspect: str) -> OptState | None:
     if not path.exists():
         return None
     try:
-        return OptState.from_json(json.loads(path.read_text(encoding="utf-8")))
+        d = {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items() if k != "format"}
+        return OptState(**{**d, "candidates": {k: Candidate(**v) for k, v in d["candidates"].items()}})
     except (ValueError, TypeError, KeyError) as e:
         raise DataError(path, f"not a readable optimizer checkpoint ({e})") from None
 
