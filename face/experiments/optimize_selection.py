@@ -89,10 +89,10 @@ def _set_score(matrix, chosen, test, gold, kind) -> float:
     return correlation(matrix[list(chosen)][:, test].mean(0), gold[test], kind)
 
 
-def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.ndarray, b: int, budgets, cs,
-             minibatch: int, repeats: int, seed: list[int], kind: str) -> list[dict]:
+def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.ndarray, sim: Grid,
+             ocfg: OptimizerConfig, seed: list[int]) -> list[dict]:
     """Every policy × budget × c × repetition for one aspect and fold."""
-    n = matrix.shape[0]
+    n, b, minibatch, kind = matrix.shape[0], ocfg.beam, ocfg.pull_minibatch, ocfg.reward
     rows: list[dict[str, Any]] = []
 
     def policy_run(policy: str, budget: int, c: float, rep: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -104,13 +104,13 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
         return {"policy": policy, "budget": budget, "ucb_c": c if policy == "ucb" else np.nan, "repeat": rep,
                 "set": bandit.top(b), "pulls": int(bandit.t)}
 
-    for rep in range(repeats):
+    for rep in range(sim.repeats):
         rng = np.random.default_rng([*seed, rep])
         rows.append({"policy": "random", "budget": 0, "ucb_c": np.nan, "repeat": rep, "set": random_choice(n, b, rng),
                      "pulls": 0})
-        for budget in budgets:
+        for budget in sim.budgets:
             rows += [policy_run("ucb", budget, c, rep, np.random.default_rng([*seed, rep, budget, int(c * 1000)]))
-                     for c in cs]
+                     for c in sim.cs]
             rows.append(policy_run("uniform", budget, 0.0, rep, np.random.default_rng([*seed, rep, budget, 7])))
     for r in rows:
         r["heldout"] = _set_score(matrix, r["set"], test, gold, kind)
@@ -197,8 +197,7 @@ def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sim: Grid) -> tuple[list[dict], 
                      "heldout": _set_score(matrix, full, test, gold, kind),
                      "item_evaluations": matrix.shape[0] * len(train)})
         seed = [ocfg.seed, fold, int.from_bytes(a.name.encode()[:4], "little")]
-        runs += [{**base, **r} for r in simulate(matrix, gold, train, test, b, sim.budgets, sim.cs, m, sim.repeats,
-                                                 seed, kind)]
+        runs += [{**base, **r} for r in simulate(matrix, gold, train, test, sim, ocfg, seed)]
     return runs, inst_rows
 
 

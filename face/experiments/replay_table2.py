@@ -40,8 +40,8 @@ def run(plan: Plan) -> ExperimentResult:
         if out.dry_run:
             return ctx.result(dry_run=True, output=out)
         results = ctx.evaluate(out.predictions)
-        released = FaceReleased(**{})  # reproduce_table2's: conf/method/face_released.yaml
-        direct = with_copies(released.predict(ctx.inputs()).predictions, ctx.convs)
+        # reproduce_table2's predictions (conf/method/face_released.yaml)
+        direct = with_copies(FaceReleased(**{}).predict(ctx.inputs()).predictions, ctx.convs)
         server = ctx.run_dir / "llm_server.json"
         report = json.loads(server.read_text(encoding="utf-8")) if server.exists() else {}
         groups = identical_groups(ctx.data_dir)

@@ -49,9 +49,8 @@ class Bandit:
 
     def top(self, k: int) -> list[int]:
         means = self.means()
-        order = sorted(range(len(self.n)), key=lambda i: (self.n[i] == 0, -(means[i] if self.n[i] else 0.0),
-                                                          -self.n[i], i))
-        return order[:k]
+        return sorted(range(len(self.n)), key=lambda i: (self.n[i] == 0, -(means[i] if self.n[i] else 0.0),
+                                                         -self.n[i], i))[:k]
 
 
 def random_choice(n_arms: int, k: int, rng: np.random.Generator) -> list[int]:

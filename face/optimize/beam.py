@@ -99,15 +99,13 @@ class BeamSearch:
         return new
 
     def select(self, state: OptState, pool: list[Candidate], rng: np.random.Generator) -> Bandit:
-        bandit = Bandit(len(pool), self.cfg.ucb_c)
-
         def pull(a: int) -> float:
             idx = minibatch(rng, self.train, self.cfg.pull_minibatch)
             rw = reward(self.scorer.predict(pool[a], idx), self.gold[idx], self.cfg.reward)
             state.rewards[pool[a].cid].append(rw)
             return rw
 
-        return bandit.run(pull, self.cfg.pulls, "ucb")
+        return Bandit(len(pool), self.cfg.ucb_c).run(pull, self.cfg.pulls, "ucb")
 
     def dev_correlation(self, cands: Sequence[Candidate]) -> float:
         if len(self.dev) < 3:

@@ -14,6 +14,7 @@ from typing import Any
 
 from face.errors import ConfigError, DataError
 from face.files import atomic_write_text
+from face.tracking.names import flatten
 
 
 @dataclass
@@ -69,7 +70,7 @@ def load(directory: str | Path, aspect: str) -> OptState | None:
 
 def check_same(state: OptState, config: dict[str, Any], where: Path) -> None:
     """A ConfigError naming every setting that differs between the checkpoint and this run."""
-    old, new = _flat(state.config), _flat(config)
+    old, new = flatten(state.config), flatten(json.loads(json.dumps(config, default=str)))  # as the file holds it
     diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if diff:
         shown = "; ".join(f"{k}: checkpoint {old.get(k)!r}, now {new.get(k)!r}" for k in diff[:6])
@@ -77,8 +78,3 @@ def check_same(state: OptState, config: dict[str, Any], where: Path) -> None:
                              f"another configuration ({shown}{' ...' if len(diff) > 6 else ''}); resume with the same "
                              "settings, or start a new optimization without optimizer.resume")
 
-
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(d, dict):
-        return {prefix.rstrip("."): json.loads(json.dumps(d, default=str))}
-    return {key: leaf for k, v in d.items() for key, leaf in _flat(v, f"{prefix}{k}.").items()}
