@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import time
 from functools import partial
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
@@ -54,21 +54,9 @@ class SelectionSettings:
     all_folds: bool  # every fold of optimizer.split.folds held out in turn (false: optimizer.split.fold)
 
 
-class Grid(NamedTuple):
-    """What is simulated: every budget × c (the optimizer's own included), repetitions, held-out folds."""
-
-    budgets: list[int]
-    cs: list[float]
-    repeats: int
-    folds: list[int]
-
-
-def grid_of(cfg: DictConfig, ocfg: OptimizerConfig) -> Grid:
-    sel = own_settings(SelectionSettings, cfg, "selection")
-    budgets, cs = [int(x) for x in sel.budgets], [float(x) for x in sel.ucb_cs]
-    budgets = budgets if ocfg.pulls in budgets else sorted({*budgets, ocfg.pulls})
-    cs = cs if ocfg.ucb_c in cs else sorted({*cs, ocfg.ucb_c})
-    return Grid(budgets, cs, sel.repeats, list(range(ocfg.split.folds)) if sel.all_folds else [ocfg.split.fold])
+def with_own(values: list, own: Any) -> list:
+    """A grid of ``values`` with the optimizer's own value among them (sorted where it was added)."""
+    return values if own in values else sorted({*values, own})
 
 
 def row_correlations(preds: np.ndarray, gold: np.ndarray, kind: str) -> np.ndarray:
@@ -89,9 +77,9 @@ def _set_score(matrix, chosen, test, gold, kind) -> float:
     return correlation(matrix[list(chosen)][:, test].mean(0), gold[test], kind)
 
 
-def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.ndarray, sim: Grid,
+def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.ndarray, sel: SelectionSettings,
              ocfg: OptimizerConfig, seed: list[int]) -> list[dict]:
-    """Every policy × budget × c × repetition for one aspect and fold."""
+    """Every policy × budget × c (the optimizer's own among them) × repetition for one aspect and fold."""
     n, b, minibatch, kind = matrix.shape[0], ocfg.beam, ocfg.pull_minibatch, ocfg.reward
     rows: list[dict[str, Any]] = []
 
@@ -104,13 +92,13 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
         return {"policy": policy, "budget": budget, "ucb_c": c if policy == "ucb" else np.nan, "repeat": rep,
                 "set": bandit.top(b), "pulls": int(bandit.t)}
 
-    for rep in range(sim.repeats):
+    for rep in range(sel.repeats):
         rng = np.random.default_rng([*seed, rep])
         rows.append({"policy": "random", "budget": 0, "ucb_c": np.nan, "repeat": rep, "set": random_choice(n, b, rng),
                      "pulls": 0})
-        for budget in sim.budgets:
+        for budget in with_own(sel.budgets, ocfg.pulls):
             rows += [policy_run("ucb", budget, c, rep, np.random.default_rng([*seed, rep, budget, int(c * 1000)]))
-                     for c in sim.cs]
+                     for c in with_own(sel.ucb_cs, ocfg.ucb_c)]
             rows.append(policy_run("uniform", budget, 0.0, rep, np.random.default_rng([*seed, rep, budget, 7])))
     for r in rows:
         r["heldout"] = _set_score(matrix, r["set"], test, gold, kind)
@@ -121,19 +109,20 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
 def parts(cfg: DictConfig) -> Parts:
     """Nothing beside the skeleton's parts; the optimizer's and the selection's settings are checked with the others,
     before anything is written."""
-    grid_of(cfg, optimizer_config(cfg))
+    optimizer_config(cfg)
+    own_settings(SelectionSettings, cfg, "selection")
     return Parts()
 
 
 def run(plan: Plan) -> ExperimentResult:
     ocfg = optimizer_config(plan.cfg)
-    sim = grid_of(plan.cfg, ocfg)
+    sel = own_settings(SelectionSettings, plan.cfg, "selection")
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
     with experiment(plan) as ctx:
         done, timing = [], {}  # per aspect: (its runs, its instructions' values)
         for a in ctx.aspects:
             t0 = time.perf_counter()
-            done.append(_aspect_runs(ctx, a, ocfg, sim))
+            done.append(_aspect_runs(ctx, a, ocfg, sel))
             timing[a.name] = time.perf_counter() - t0
         df = pd.DataFrame([r for runs, _ in done for r in runs])
         df["regret"] = df["best"] - df["heldout"]
@@ -146,10 +135,11 @@ def run(plan: Plan) -> ExperimentResult:
         by_inst = pd.DataFrame([r for _, rows in done for r in rows]).groupby(["aspect", "instruction_id"])
         inst = order_aspects(by_inst[["train", "heldout"]].mean().reset_index())
         note = (f"Replay of the authors' released judgements (no LLM; 16 released instructions per aspect as the "
-                f"candidate pool); {ctx.subset}; {len(sim.folds)} held-out folds × {sim.repeats} repetitions "
-                f"(conversation level, stratified by CRS); set size b={b}, minibatch {m} items per pull, reward = "
-                f"{kind} (also the held-out metric). 'best' is an oracle chosen on the held-out fold. The released "
-                f"instructions were themselves selected by the authors on all 467 conversations.")
+                f"candidate pool); {ctx.subset}; {ocfg.split.folds if sel.all_folds else 1} held-out folds × "
+                f"{sel.repeats} repetitions (conversation level, stratified by CRS); set size b={b}, minibatch {m} "
+                f"items per pull, reward = {kind} (also the held-out metric). 'best' is an oracle chosen on the "
+                f"held-out fold. The released instructions were themselves selected by the authors on all 467 "
+                f"conversations.")
         tables = {"headline": Table(headline, f"Bandit selection at the default budget ({ocfg.pulls} pulls, "
                                               f"c={ocfg.ucb_c}). {note}"),
                   "grid": Table(grid, f"Every budget × c (means over folds and repetitions). {note}"),
@@ -172,17 +162,16 @@ def run(plan: Plan) -> ExperimentResult:
                           metrics=_metrics(headline, timing))
 
 
-def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sim: Grid) -> tuple[list[dict], list[dict]]:
+def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sel: SelectionSettings) -> tuple[list[dict], list[dict]]:
     """Every policy's runs on one aspect, fold by fold, and each released instruction's train / held-out value."""
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
-    scores = load_scores(ctx.data_dir, [a.name], {c.conv_id for c in ctx.convs})
     items = items_for(a, ctx.convs)
-    scorer = ReplayScorer(scores, items, a.level)
+    scorer = ReplayScorer(load_scores(ctx.data_dir, [a.name], {c.conv_id for c in ctx.convs}), items, a.level)
     matrix, gold, covered = scorer.matrix, scorer.gold, scorer.covered()
     if b > matrix.shape[0]:
         raise ConfigError(f"optimizer.beam={b} is more than the {matrix.shape[0]} released instructions")
     runs, inst_rows = [], []
-    for fold in sim.folds:
+    for fold in range(ocfg.split.folds) if sel.all_folds else [ocfg.split.fold]:
         split = split_conversations(ctx.convs, ocfg.split.folds, fold, 0.0, ocfg.split.seed)
         train, test = (np.intersect1d(indices_of(items, ids), covered) for ids in (split.train, split.test))
         train_corr, test_corr = (row_correlations(matrix[:, ix], gold[ix], kind) for ix in (train, test))
@@ -197,7 +186,7 @@ def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sim: Grid) -> tuple[list[dict], 
                      "heldout": _set_score(matrix, full, test, gold, kind),
                      "item_evaluations": matrix.shape[0] * len(train)})
         seed = [ocfg.seed, fold, int.from_bytes(a.name.encode()[:4], "little")]
-        runs += [{**base, **r} for r in simulate(matrix, gold, train, test, sim, ocfg, seed)]
+        runs += [{**base, **r} for r in simulate(matrix, gold, train, test, sel, ocfg, seed)]
     return runs, inst_rows
 
 

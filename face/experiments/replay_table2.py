@@ -133,14 +133,11 @@ def compare_runs(live: Predictions, direct: Predictions, explained: set[tuple]) 
         m = frame_a.merge(frame_b, on=cols, how="outer", suffixes=("_live", "_direct"))
         gap = (m["pred_live"] - m["pred_direct"]).abs()
         bad = m[m["pred_live"].isna() | m["pred_direct"].isna() | (gap > TOLERANCE / 2)]
-        for r in bad.itertuples(index=False):
-            d = r._asdict()
+        for d in bad.to_dict("records"):
             key = tuple(original(d[c]) if c == "conv_id" else d[c] for c in cols)
-            rows.append({"level": level, "aspect": d["aspect"], "conv_id": d["conv_id"],
-                         "turn_ind": d.get("turn_ind", -1), "live": d["pred_live"],
-                         "reproduce_table2": d["pred_direct"],
-                         "delta": d["pred_live"] - d["pred_direct"],
-                         "reason": "identical-prompt group" if key in explained else "UNEXPLAINED"})
+            rows.append((level, d["aspect"], d["conv_id"], d.get("turn_ind", -1), d["pred_live"], d["pred_direct"],
+                         d["pred_live"] - d["pred_direct"],
+                         "identical-prompt group" if key in explained else "UNEXPLAINED"))
     df = pd.DataFrame(rows, columns=["level", "aspect", "conv_id", "turn_ind", "live", "reproduce_table2", "delta",
                                      "reason"])
     if len(df):

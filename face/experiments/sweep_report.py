@@ -57,11 +57,8 @@ def summarize(runs: pd.DataFrame, swept: list[str]) -> tuple[pd.DataFrame, pd.Da
     metrics = ([head] if head else []) + [m for m in metrics if m != head]
     names = runs.get("tags.mlflow.runName", runs["run_id"])
     jobs = pd.DataFrame({"run": names, "job": runs.get(f"tags.{LABEL_TAG}", names).fillna(names),
-                         "status": runs["status"]})
-    for k in keys:
-        jobs[k] = _number(runs[f"params.{k}"])
-    for m in metrics:
-        jobs[m] = runs[f"metrics.{m}"].to_numpy()
+                         "status": runs["status"], **{k: _number(runs[f"params.{k}"]) for k in keys},
+                         **{m: runs[f"metrics.{m}"].to_numpy() for m in metrics}})
     jobs = jobs.sort_values(keys or ["run"], kind="stable").reset_index(drop=True)
     group = [k for k in keys if k.rsplit(".", 1)[-1] != "seed"]  # a swept seed: repetitions of one setting
     done = jobs[jobs["status"] == "FINISHED"]

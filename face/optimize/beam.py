@@ -73,12 +73,10 @@ class BeamSearch:
         jobs = []
         for p in (state.candidates[c] for c in state.beam):
             idx = minibatch(rng, self.train, self.cfg.expand_minibatch)
-            pred = self.scorer.predict(p, idx)
-            bad = idx[worst(pred, self.gold[idx], self.cfg.writer.examples, self.cfg.error)]
+            bad = idx[worst(self.scorer.predict(p, idx), self.gold[idx], self.cfg.writer.examples, self.cfg.error)]
             jobs.append((p, self.scorer.explain(p, bad)))
-        grads = self.writer.gradients(jobs)
         rewrites = []  # (parent, gradient, its id)
-        for (p, ex), gs in zip(jobs, grads):
+        for (p, ex), gs in zip(jobs, self.writer.gradients(jobs)):
             for j, g in enumerate(gs):
                 gid = f"r{r}:{p.cid}:g{j}"
                 state.gradients.append({"gradient_id": gid, "round": r, "parent": p.cid, "parent_version": p.version,
