@@ -146,8 +146,7 @@ def frontier(corr: pd.DataFrame, cost: pd.DataFrame, measured: str) -> pd.DataFr
     keys = ["level", "aspect", "coefficient"]
     seen = out[~unmeasured].sort_values([*keys, "usd"], kind="stable")
     best_cheaper = seen.groupby(keys)["value"].transform(lambda v: v.shift().cummax()).fillna(-np.inf)
-    out["pareto"] = False
-    out.loc[seen.index, "pareto"] = seen["value"] > best_cheaper
+    out["pareto"] = (seen["value"] > best_cheaper).reindex(out.index, fill_value=False)
     rank = {name: i for i, name in enumerate(["turn", "dialogue", "system", *ordered(out["aspect"]),
                                               *dict.fromkeys(corr["coefficient"]), *dict.fromkeys(cost["estimator"])])}
     out = out.sort_values([*keys, "estimator", "k"], key=lambda c: c.map(rank) if c.name != "k" else c, kind="stable")

@@ -140,9 +140,7 @@ def compare_runs(live: Predictions, direct: Predictions, explained: set[tuple]) 
                          "identical-prompt group" if key in explained else "UNEXPLAINED"))
     df = pd.DataFrame(rows, columns=["level", "aspect", "conv_id", "turn_ind", "live", "reproduce_table2", "delta",
                                      "reason"])
-    if len(df):
-        df = order_aspects(df.sort_values(["level", "conv_id", "turn_ind"], ascending=[False, True, True]))
-    return df
+    return order_aspects(df.sort_values(["level", "conv_id", "turn_ind"], ascending=[False, True, True]))
 
 
 def _counts(live: Predictions, direct: Predictions, diff: pd.DataFrame) -> str:
@@ -182,14 +180,13 @@ def findings(groups: list, ctx, out, diff: pd.DataFrame) -> pd.DataFrame:
     scores["group"] = [group_of.get(k) for k in zip(scores["conv_id"], scores["turn_ind"], scores["particle_ind"])]
     grouped = scores.dropna(subset=["group"]).groupby(["aspect", "group", "instruction_id"],
                                                       observed=True)["score"].nunique()
-    prompts, differ = len(grouped), int((grouped > 1).sum())
     rows = [("conversations", len(ctx.convs)),
             ("released particles", sum(len(r.particles) for r in load_released_particles(
                 Path(ctx.data_dir) / RELEASED_PARTICLES) if r.conv_id in ids)),
             ("identical-prompt groups: particles that read the same in their turn", len(mine)),
             ("... particles in them", sum(len(m) for _, _, m in mine)),
-            ("... their prompts (groups × instructions × aspects): one request each", prompts),
-            ("... of them with released values that differ (the first particle's is used)", differ),
+            ("... their prompts (groups × instructions × aspects): one request each", len(grouped)),
+            ("... of them with released values that differ (the first particle's is used)", int((grouped > 1).sum())),
             ("scores (particle × instruction × aspect)", out.metrics.get("scores.total")),
             ("scores without a valid answer", out.metrics.get("scores.without_valid_answer")),
             ("predictions that differ from reproduce_table2's by more than 1e-10", len(diff)),

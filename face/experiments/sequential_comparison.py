@@ -142,11 +142,12 @@ def _cells(systems: dict, aspects, label: str, rule, fixed: dict, human_fixed: d
                                        "agree_human_means", "conversations_saved"])
 
 
-def _calibration(systems: dict, aspects, s: Settings, seed: int, method: str, by_order: bool) -> pd.DataFrame:
+def _calibration(systems: dict, aspects, s: Settings, seed: int, method: str, by_order: bool,
+                 label: str) -> pd.DataFrame:
     """Per system × aspect: how often the halves of one system are declared different (better or worse)."""
     scales = [(a.low, a.high) for a in aspects]
     rng = np.random.default_rng(seed + 2)
-    rows, label = [], _label(method, by_order)
+    rows = []
     for name, x in systems.items():
         perm = np.argsort(rng.random((s.calibration_splits, len(x["ids"]))), axis=1)
         h = len(x["ids"]) // 2
@@ -155,10 +156,6 @@ def _calibration(systems: dict, aspects, s: Settings, seed: int, method: str, by
         rows += [(label, name, a.name, s.calibration_splits, wrong[:, j].mean()) for j, a in enumerate(aspects)]
         rows.append((label, name, "any aspect (family)", s.calibration_splits, wrong.any(axis=1).mean()))
     return pd.DataFrame(rows, columns=["method", "system", "aspect", "splits", "error"])
-
-
-def _label(method: str, by_order: bool) -> str:
-    return f"{method}, paired by order" if by_order else method
 
 
 def _summary(cells: pd.DataFrame, usd: float) -> pd.DataFrame:
@@ -206,10 +203,10 @@ def run(plan: Plan) -> ExperimentResult:
         fixed, human_fixed = _fixed(systems, s, seed, "pred"), _fixed(systems, s, seed, "human")
         rng, scales = np.random.default_rng(seed + 1), [(a.low, a.high) for a in ctx.aspects]
         orders = {name: np.argsort(rng.random((s.orders, len(x["ids"]))), axis=1) for name, x in systems.items()}
-        runs = [(m, False) for m in s.methods] + [(m, True) for m in s.by_order]
-        cells = pd.concat([_cells(systems, ctx.aspects, _label(m, o), _rule(systems, orders, scales, s, m, o), fixed,
-                                  human_fixed) for m, o in runs])
-        cal = pd.concat([_calibration(systems, ctx.aspects, s, seed, m, o) for m, o in runs])
+        runs = [(m, False, m) for m in s.methods] + [(m, True, f"{m}, paired by order") for m in s.by_order]
+        cells = pd.concat([_cells(systems, ctx.aspects, label, _rule(systems, orders, scales, s, m, o), fixed,
+                                  human_fixed) for m, o, label in runs])
+        cal = pd.concat([_calibration(systems, ctx.aspects, s, seed, m, o, label) for m, o, label in runs])
         summary, cal_summary = _summary(cells, usd), _calibration_summary(cal, s.alpha)
         return ctx.result(output=out, **_report(out.label, ctx.subset, s, usd, cells, summary, cal_summary),
                           metrics={**_metrics(summary, cal_summary), "runtime_s": time.perf_counter() - start})

@@ -78,10 +78,9 @@ def format_examples(examples: list[dict], aspect: Aspect) -> str:
 
 
 def instruction_text(answer: Rewrite) -> str:
-    lines = [f"Task: {' '.join(answer.task.split())}"]
-    for k, s in enumerate(answer.steps, 1):
-        lines.append(f"Step {k}: {' '.join(s.action.split())}\n  Check: {' '.join(s.check.split())}")
-    return "\n".join(lines)
+    steps = [f"Step {k}: {' '.join(s.action.split())}\n  Check: {' '.join(s.check.split())}"
+             for k, s in enumerate(answer.steps, 1)]
+    return "\n".join([f"Task: {' '.join(answer.task.split())}", *steps])
 
 
 @dataclass
