@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from face.coefficients import ranks
 from face.optimize.bandit import Bandit, random_choice
 from face.optimize.beam import minibatch
-from face.optimize.items import correlation, errors, ranks, reward, worst
+from face.optimize.items import correlation, errors, reward, worst
 
 # ------------------------------------------------------------------ bandit
 

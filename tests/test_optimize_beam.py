@@ -4,8 +4,6 @@ rendered and instruction sets stored as one template."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -13,7 +11,7 @@ from face.aspects import Aspect
 from face.errors import ConfigError
 from face.optimize import checkpoint
 from face.optimize.beam import BeamSearch, StopOptimization
-from face.optimize.checkpoint import Candidate, OptState
+from face.optimize.checkpoint import Candidate
 from face.optimize.config import OptimizerConfig
 from face.optimize.estimate import CostInputs, estimate, paper_setting
 from face.optimize.items import Item
@@ -99,7 +97,7 @@ def test_checkpoint_resume_equals_uninterrupted_and_refuses_another_config(tmp_p
     with pytest.raises(ConfigError, match="optimizer.alpha|k"):
         checkpoint.check_same(saved, {"k": 2}, tmp_path)
     checkpoint.check_same(saved, {"k": 1}, tmp_path)
-    assert OptState.from_json(json.loads((tmp_path / "relevance.json").read_text())).round == 3
+    assert checkpoint.load(tmp_path, "relevance").round == 3
 
 
 def test_config_validation_and_cost_estimate():

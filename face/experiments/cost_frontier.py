@@ -36,6 +36,7 @@ from face.llm import LLMConfig
 from face.llm.sizes import cost_usd
 from face.metaeval import cluster_weights, correlate, system_means
 from face.methods import build
+from face.optimize.config import Reward
 from face.optimize.items import items_for
 from face.optimize.scorers import ReplayScorer
 from face.pipeline.aggregate import random_instruction_subsets
@@ -57,7 +58,7 @@ class Settings:
     ks: list[int] = Field(min_length=1)
     n_seeds: int = Field(ge=1)
     n_boot: int = Field(ge=100)
-    coefficients: list[str] = Field(min_length=1)
+    coefficients: list[Reward] = Field(min_length=1)  # face.coefficients' names
     estimators: dict[str, dict[str, Any]] = Field(min_length=1)  # name -> method.scoring settings
     measured: str  # the estimator of the released judgements
 
@@ -66,9 +67,6 @@ class Settings:
         if self.measured not in self.estimators:
             raise ValueError(f"frontier.measured must name one of frontier.estimators {list(self.estimators)}, "
                              f"got {self.measured!r}")
-        unknown = [c for c in self.coefficients if c not in REGISTRY]
-        if unknown:
-            raise ValueError(f"frontier.coefficients: {unknown} not among {sorted(REGISTRY)}")
         return self
 
 
@@ -120,7 +118,7 @@ def correlations(ctx, scores: pd.DataFrame, s: Settings) -> pd.DataFrame:
         for k in s.ks:
             subsets = random_instruction_subsets(replay.ids, k, [seed * 1000 + i for i in range(s.n_seeds)])
             subsets = subsets[:1] if k == len(replay.ids) else subsets  # one subset of all the instructions
-            values: dict[tuple[str, str], list[float]] = {}
+            values: dict[tuple[str, Reward], list[float]] = {}
             reps = {(level, c): np.empty(s.n_boot) for level in (spec.level, "system") for c in s.coefficients}
             for j, subset in enumerate(subsets):
                 x = round_preds(replay.matrix[[replay.row[i] for i in subset]][:, cov].mean(0))
@@ -148,8 +146,7 @@ def frontier(corr: pd.DataFrame, cost: pd.DataFrame, measured: str) -> pd.DataFr
     keys = ["level", "aspect", "coefficient"]
     seen = out[~unmeasured].sort_values([*keys, "usd"], kind="stable")
     best_cheaper = seen.groupby(keys)["value"].transform(lambda v: v.shift().cummax()).fillna(-np.inf)
-    out["pareto"] = False
-    out.loc[seen.index, "pareto"] = seen["value"] > best_cheaper
+    out["pareto"] = (seen["value"] > best_cheaper).reindex(out.index, fill_value=False)
     rank = {name: i for i, name in enumerate(["turn", "dialogue", "system", *ordered(out["aspect"]),
                                               *dict.fromkeys(corr["coefficient"]), *dict.fromkeys(cost["estimator"])])}
     out = out.sort_values([*keys, "estimator", "k"], key=lambda c: c.map(rank) if c.name != "k" else c, kind="stable")

@@ -44,10 +44,7 @@ from face.tracking.names import metric_name
 def optimizer_config(cfg: DictConfig) -> OptimizerConfig:
     if "optimizer" not in cfg:
         raise ConfigError("no optimizer config: add `- /optimizer: paper` to the experiment's defaults")
-    try:
-        return OptimizerConfig(**cast(dict, OmegaConf.to_container(cfg.optimizer, resolve=True)))
-    except (ValueError, TypeError) as e:
-        raise ConfigError(str(e)) from None
+    return OptimizerConfig(**cast(dict, OmegaConf.to_container(cfg.optimizer, resolve=True)))  # ConfigError if bad
 
 
 def start_text(ocfg: OptimizerConfig, aspect: str) -> str:
@@ -92,7 +89,11 @@ def run(run_plan: Plan) -> ExperimentResult:
         job, costs = _gate(ctx, ocfg, plans, method, inputs)
         if job.dry_run:
             return ctx.result(dry_run=True, extra={"costs": costs})
-        ckpt_dir = _checkpoint_dir(ctx, ocfg)
+        ckpt_dir = Path(ocfg.resume) if ocfg.resume else ctx.run_dir / "checkpoint"
+        if ocfg.resume and not ckpt_dir.is_dir():
+            raise ConfigError(f"optimizer.resume={ocfg.resume}: no such checkpoint directory")
+        ctx.tracker.set_tags({"optimizer.checkpoint": str(ckpt_dir),
+                              **({"optimizer.resumed_from": ocfg.resume} if ocfg.resume else {})})
         try:
             with job.client() as client:
                 decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, method.proxy(inputs),
@@ -113,15 +114,13 @@ def run(run_plan: Plan) -> ExperimentResult:
 
 
 def _face_method(ctx) -> tuple[Any, Any]:
-    """(the live FACE method, its inputs), refused unless the method scores particles live."""
+    """(the live FACE method, its inputs), refused unless the method scores particles (its LLM: checked by the
+    runner)."""
     from face.pipeline.method import Face
 
     if not isinstance(ctx.method, Face) or ctx.method.units.unit != "particle":
         raise ConfigError("optimize_instructions needs method=face with method.unit=particle")
-    inputs = ctx.inputs()
-    if inputs.llm is None:
-        raise ConfigError("optimize_instructions needs an LLM (llm=...)")
-    return ctx.method, inputs
+    return ctx.method, ctx.inputs()
 
 
 def dev_split(convs, ocfg: OptimizerConfig) -> Split:
@@ -178,15 +177,6 @@ def _gate(ctx, ocfg: OptimizerConfig, plans: dict, method, inputs) -> tuple[LLMJ
     ctx.tracker.log_metrics({f"estimate.{r.setting.replace(' ', '_')}.{r.stage.replace(' ', '_')}.samples": r.samples
                              for r in summary.itertuples()})
     return job, costs
-
-
-def _checkpoint_dir(ctx, ocfg: OptimizerConfig) -> Path:
-    ckpt_dir = Path(ocfg.resume) if ocfg.resume else ctx.run_dir / "checkpoint"
-    if ocfg.resume and not ckpt_dir.is_dir():
-        raise ConfigError(f"optimizer.resume={ocfg.resume}: no such checkpoint directory")
-    ctx.tracker.set_tags({"optimizer.checkpoint": str(ckpt_dir),
-                          **({"optimizer.resumed_from": ocfg.resume} if ocfg.resume else {})})
-    return ckpt_dir
 
 
 def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, client, decomps, ckpt_dir: Path,

@@ -21,8 +21,7 @@ from __future__ import annotations
 import itertools
 import time
 from functools import partial
-from pathlib import Path
-from typing import Annotated, Any, Callable, NamedTuple
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
@@ -55,21 +54,9 @@ class SelectionSettings:
     all_folds: bool  # every fold of optimizer.split.folds held out in turn (false: optimizer.split.fold)
 
 
-class Grid(NamedTuple):
-    """What is simulated: every budget × c (the optimizer's own included), repetitions, held-out folds."""
-
-    budgets: list[int]
-    cs: list[float]
-    repeats: int
-    folds: list[int]
-
-
-def grid_of(cfg: DictConfig, ocfg: OptimizerConfig) -> Grid:
-    sel = own_settings(SelectionSettings, cfg, "selection")
-    budgets, cs = [int(x) for x in sel.budgets], [float(x) for x in sel.ucb_cs]
-    budgets = budgets if ocfg.pulls in budgets else sorted({*budgets, ocfg.pulls})
-    cs = cs if ocfg.ucb_c in cs else sorted({*cs, ocfg.ucb_c})
-    return Grid(budgets, cs, sel.repeats, list(range(ocfg.split.folds)) if sel.all_folds else [ocfg.split.fold])
+def with_own(values: list, own: Any) -> list:
+    """A grid of ``values`` with the optimizer's own value among them (sorted where it was added)."""
+    return values if own in values else sorted({*values, own})
 
 
 def row_correlations(preds: np.ndarray, gold: np.ndarray, kind: str) -> np.ndarray:
@@ -90,30 +77,28 @@ def _set_score(matrix, chosen, test, gold, kind) -> float:
     return correlation(matrix[list(chosen)][:, test].mean(0), gold[test], kind)
 
 
-def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.ndarray, b: int, budgets, cs,
-             minibatch: int, repeats: int, seed: list[int], kind: str) -> list[dict]:
-    """Every policy × budget × c × repetition for one aspect and fold."""
-    n = matrix.shape[0]
+def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.ndarray, sel: SelectionSettings,
+             ocfg: OptimizerConfig, seed: list[int]) -> list[dict]:
+    """Every policy × budget × c (the optimizer's own among them) × repetition for one aspect and fold."""
+    n, b, minibatch, kind = matrix.shape[0], ocfg.beam, ocfg.pull_minibatch, ocfg.reward
     rows: list[dict[str, Any]] = []
 
     def policy_run(policy: str, budget: int, c: float, rep: int, rng: np.random.Generator) -> dict[str, Any]:
-        bandit = Bandit(n, c)
-
         def pull(a: int) -> float:
             idx = rng.choice(train, size=min(minibatch, len(train)), replace=False)
             return reward(matrix[a, idx], gold[idx], kind)
 
-        bandit.run(pull, budget, policy)
+        bandit = Bandit(n, c).run(pull, budget, policy)
         return {"policy": policy, "budget": budget, "ucb_c": c if policy == "ucb" else np.nan, "repeat": rep,
                 "set": bandit.top(b), "pulls": int(bandit.t)}
 
-    for rep in range(repeats):
+    for rep in range(sel.repeats):
         rng = np.random.default_rng([*seed, rep])
-        chosen = random_choice(n, b, rng)
-        rows.append({"policy": "random", "budget": 0, "ucb_c": np.nan, "repeat": rep, "set": chosen, "pulls": 0})
-        for budget in budgets:
+        rows.append({"policy": "random", "budget": 0, "ucb_c": np.nan, "repeat": rep, "set": random_choice(n, b, rng),
+                     "pulls": 0})
+        for budget in with_own(sel.budgets, ocfg.pulls):
             rows += [policy_run("ucb", budget, c, rep, np.random.default_rng([*seed, rep, budget, int(c * 1000)]))
-                     for c in cs]
+                     for c in with_own(sel.ucb_cs, ocfg.ucb_c)]
             rows.append(policy_run("uniform", budget, 0.0, rep, np.random.default_rng([*seed, rep, budget, 7])))
     for r in rows:
         r["heldout"] = _set_score(matrix, r["set"], test, gold, kind)
@@ -124,37 +109,37 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
 def parts(cfg: DictConfig) -> Parts:
     """Nothing beside the skeleton's parts; the optimizer's and the selection's settings are checked with the others,
     before anything is written."""
-    grid_of(cfg, optimizer_config(cfg))
+    optimizer_config(cfg)
+    own_settings(SelectionSettings, cfg, "selection")
     return Parts()
 
 
 def run(plan: Plan) -> ExperimentResult:
     ocfg = optimizer_config(plan.cfg)
-    sim = grid_of(plan.cfg, ocfg)
+    sel = own_settings(SelectionSettings, plan.cfg, "selection")
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
     with experiment(plan) as ctx:
-        runs, inst_rows, timing = [], [], {}
+        done, timing = [], {}  # per aspect: (its runs, its instructions' values)
         for a in ctx.aspects:
             t0 = time.perf_counter()
-            aspect_runs, aspect_inst = _aspect_runs(ctx, a, ocfg, sim)
-            runs += aspect_runs
-            inst_rows += aspect_inst
+            done.append(_aspect_runs(ctx, a, ocfg, sel))
             timing[a.name] = time.perf_counter() - t0
-        df = pd.DataFrame(runs)
+        df = pd.DataFrame([r for runs, _ in done for r in runs])
         df["regret"] = df["best"] - df["heldout"]
         df["set"] = df["set"].map(lambda s: ",".join(map(str, s)))
         grid = order_aspects(df.groupby(["aspect", "policy", "budget", "ucb_c"], dropna=False).agg(
             heldout=("heldout", "mean"), heldout_sd=("heldout", "std"), regret=("regret", "mean"),
             regret_sd=("regret", "std"), best=("best", "mean"), pulls=("pulls", "mean"),
             item_evaluations=("item_evaluations", "mean"), runs=("heldout", "size")).reset_index())
-        headline = _headline(grid, ocfg, kind)
-        inst = order_aspects(pd.DataFrame(inst_rows).groupby(["aspect", "instruction_id"])[["train", "heldout"]]
-                             .mean().reset_index())
+        headline = _headline(grid, ocfg)
+        by_inst = pd.DataFrame([r for _, rows in done for r in rows]).groupby(["aspect", "instruction_id"])
+        inst = order_aspects(by_inst[["train", "heldout"]].mean().reset_index())
         note = (f"Replay of the authors' released judgements (no LLM; 16 released instructions per aspect as the "
-                f"candidate pool); {ctx.subset}; {len(sim.folds)} held-out folds × {sim.repeats} repetitions "
-                f"(conversation level, stratified by CRS); set size b={b}, minibatch {m} items per pull, reward = "
-                f"{kind} (also the held-out metric). 'best' is an oracle chosen on the held-out fold. The released "
-                f"instructions were themselves selected by the authors on all 467 conversations.")
+                f"candidate pool); {ctx.subset}; {ocfg.split.folds if sel.all_folds else 1} held-out folds × "
+                f"{sel.repeats} repetitions (conversation level, stratified by CRS); set size b={b}, minibatch {m} "
+                f"items per pull, reward = {kind} (also the held-out metric). 'best' is an oracle chosen on the "
+                f"held-out fold. The released instructions were themselves selected by the authors on all 467 "
+                f"conversations.")
         tables = {"headline": Table(headline, f"Bandit selection at the default budget ({ocfg.pulls} pulls, "
                                               f"c={ocfg.ucb_c}). {note}"),
                   "grid": Table(grid, f"Every budget × c (means over folds and repetitions). {note}"),
@@ -165,27 +150,31 @@ def run(plan: Plan) -> ExperimentResult:
                                   "Wall time of the replay simulation per aspect (every policy, budget, c, fold and "
                                   "repetition).", in_run_dir=True),
                   "selection_runs": Table(df, in_run_dir=True)}
-        return ctx.result(tables=tables, figures=_figures(grid, ocfg, note), extra={"timing": timing},
+        from face.report import optimizer_figures as figures  # matplotlib only where a figure is drawn
+
+        drawn = {"figures/heldout_vs_budget.png": partial(
+                     figures.heldout_vs_budget, grid, ocfg.ucb_c, f"held-out {kind} of top-{b}",
+                     "Bandit selection among the released instructions (replay, no LLM)", note),
+                 "figures/regret_vs_c.png": partial(figures.regret_vs_c, grid, ocfg.pulls,
+                                                    "UCB regret against the exploration constant", note)}
+        return ctx.result(tables=tables, figures=drawn, extra={"timing": timing},
                           shown=[(f"Bandit selection at the default budget. {note}", headline)],
                           metrics=_metrics(headline, timing))
 
 
-def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sim: Grid) -> tuple[list[dict], list[dict]]:
+def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sel: SelectionSettings) -> tuple[list[dict], list[dict]]:
     """Every policy's runs on one aspect, fold by fold, and each released instruction's train / held-out value."""
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
-    scores = load_scores(ctx.data_dir, [a.name], {c.conv_id for c in ctx.convs})
     items = items_for(a, ctx.convs)
-    scorer = ReplayScorer(scores, items, a.level)
+    scorer = ReplayScorer(load_scores(ctx.data_dir, [a.name], {c.conv_id for c in ctx.convs}), items, a.level)
     matrix, gold, covered = scorer.matrix, scorer.gold, scorer.covered()
     if b > matrix.shape[0]:
         raise ConfigError(f"optimizer.beam={b} is more than the {matrix.shape[0]} released instructions")
     runs, inst_rows = [], []
-    for fold in sim.folds:
+    for fold in range(ocfg.split.folds) if sel.all_folds else [ocfg.split.fold]:
         split = split_conversations(ctx.convs, ocfg.split.folds, fold, 0.0, ocfg.split.seed)
-        train = np.intersect1d(indices_of(items, split.train), covered)
-        test = np.intersect1d(indices_of(items, split.test), covered)
-        train_corr = row_correlations(matrix[:, train], gold[train], kind)
-        test_corr = row_correlations(matrix[:, test], gold[test], kind)
+        train, test = (np.intersect1d(indices_of(items, ids), covered) for ids in (split.train, split.test))
+        train_corr, test_corr = (row_correlations(matrix[:, ix], gold[ix], kind) for ix in (train, test))
         inst_rows += [{"aspect": a.name, "fold": fold, "instruction_id": iid, "train": train_corr[k],
                        "heldout": test_corr[k]} for k, iid in enumerate(scorer.ids)]
         best, best_combo = best_set(matrix, test, gold, b, kind)
@@ -197,8 +186,7 @@ def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sim: Grid) -> tuple[list[dict], 
                      "heldout": _set_score(matrix, full, test, gold, kind),
                      "item_evaluations": matrix.shape[0] * len(train)})
         seed = [ocfg.seed, fold, int.from_bytes(a.name.encode()[:4], "little")]
-        runs += [{**base, **r} for r in simulate(matrix, gold, train, test, b, sim.budgets, sim.cs, m, sim.repeats,
-                                                 seed, kind)]
+        runs += [{**base, **r} for r in simulate(matrix, gold, train, test, sel, ocfg, seed)]
     return runs, inst_rows
 
 
@@ -212,35 +200,17 @@ def _metrics(headline: pd.DataFrame, timing: dict[str, float]) -> dict[str, Any]
     return metrics
 
 
-def _headline(grid: pd.DataFrame, ocfg, kind: str) -> pd.DataFrame:
+def _headline(grid: pd.DataFrame, ocfg) -> pd.DataFrame:
     rows = []
     for a, g in grid.groupby("aspect", sort=False):
-        def pick(policy, budget=None, c=None, g=g):
-            s = g[g["policy"] == policy]
-            if budget is not None:
-                s = s[s["budget"] == budget]
-            if c is not None:
-                s = s[np.isclose(s["ucb_c"], c)]
-            return s.iloc[0]
-
-        ucb, uni = pick("ucb", ocfg.pulls, ocfg.ucb_c), pick("uniform", ocfg.pulls)
-        full, rnd = pick("full"), pick("random")
-        curve = g[(g["policy"] == "ucb") & np.isclose(g["ucb_c"], ocfg.ucb_c)].sort_values("budget")
-        enough = curve[curve["heldout"] >= full["heldout"] - 0.01]
+        at_c = np.isclose(g["ucb_c"], ocfg.ucb_c)  # the UCB rows of the default c (the other policies' c: NaN)
+        at = {(r.policy, r.budget): r for r in g[(g["policy"] != "ucb") | at_c].itertuples()}
+        ucb, uni, full, rnd = at[("ucb", ocfg.pulls)], at[("uniform", ocfg.pulls)], at[("full", 0)], at[("random", 0)]
+        curve = g[(g["policy"] == "ucb") & at_c].sort_values("budget")
+        enough = curve[curve["heldout"] >= full.heldout - 0.01]
         needed = float(enough["budget"].iloc[0]) if len(enough) else np.nan
-        rows.append({"aspect": a, "ucb": ucb["heldout"], "uniform": uni["heldout"], "random": rnd["heldout"],
-                     "full": full["heldout"], "best": ucb["best"], "ucb_regret": ucb["regret"],
-                     "random_regret": rnd["regret"], "ucb_pulls": ucb["pulls"],
-                     "ucb_item_evals": ucb["item_evaluations"], "full_item_evals": full["item_evaluations"],
-                     "pulls_to_full_minus_0.01": needed})
+        rows.append({"aspect": a, "ucb": ucb.heldout, "uniform": uni.heldout, "random": rnd.heldout,
+                     "full": full.heldout, "best": ucb.best, "ucb_regret": ucb.regret, "random_regret": rnd.regret,
+                     "ucb_pulls": ucb.pulls, "ucb_item_evals": ucb.item_evaluations,
+                     "full_item_evals": full.item_evaluations, "pulls_to_full_minus_0.01": needed})
     return pd.DataFrame(rows)
-
-
-def _figures(grid: pd.DataFrame, ocfg, note: str) -> dict[str, Callable[[Path], Path]]:
-    from face.report import optimizer_figures as figures
-
-    return {"figures/heldout_vs_budget.png": partial(
-                figures.heldout_vs_budget, grid, ocfg.ucb_c, f"held-out {ocfg.reward} of top-{ocfg.beam}",
-                "Bandit selection among the released instructions (replay, no LLM)", note),
-            "figures/regret_vs_c.png": partial(figures.regret_vs_c, grid, ocfg.pulls,
-                                               "UCB regret against the exploration constant", note)}

@@ -40,8 +40,8 @@ def run(plan: Plan) -> ExperimentResult:
         if out.dry_run:
             return ctx.result(dry_run=True, output=out)
         results = ctx.evaluate(out.predictions)
-        released = FaceReleased(**{})  # reproduce_table2's: conf/method/face_released.yaml
-        direct = with_copies(released.predict(ctx.inputs()).predictions, ctx.convs)
+        # reproduce_table2's predictions (conf/method/face_released.yaml)
+        direct = with_copies(FaceReleased(**{}).predict(ctx.inputs()).predictions, ctx.convs)
         server = ctx.run_dir / "llm_server.json"
         report = json.loads(server.read_text(encoding="utf-8")) if server.exists() else {}
         groups = identical_groups(ctx.data_dir)
@@ -133,19 +133,14 @@ def compare_runs(live: Predictions, direct: Predictions, explained: set[tuple]) 
         m = frame_a.merge(frame_b, on=cols, how="outer", suffixes=("_live", "_direct"))
         gap = (m["pred_live"] - m["pred_direct"]).abs()
         bad = m[m["pred_live"].isna() | m["pred_direct"].isna() | (gap > TOLERANCE / 2)]
-        for r in bad.itertuples(index=False):
-            d = r._asdict()
+        for d in bad.to_dict("records"):
             key = tuple(original(d[c]) if c == "conv_id" else d[c] for c in cols)
-            rows.append({"level": level, "aspect": d["aspect"], "conv_id": d["conv_id"],
-                         "turn_ind": d.get("turn_ind", -1), "live": d["pred_live"],
-                         "reproduce_table2": d["pred_direct"],
-                         "delta": d["pred_live"] - d["pred_direct"],
-                         "reason": "identical-prompt group" if key in explained else "UNEXPLAINED"})
+            rows.append((level, d["aspect"], d["conv_id"], d.get("turn_ind", -1), d["pred_live"], d["pred_direct"],
+                         d["pred_live"] - d["pred_direct"],
+                         "identical-prompt group" if key in explained else "UNEXPLAINED"))
     df = pd.DataFrame(rows, columns=["level", "aspect", "conv_id", "turn_ind", "live", "reproduce_table2", "delta",
                                      "reason"])
-    if len(df):
-        df = order_aspects(df.sort_values(["level", "conv_id", "turn_ind"], ascending=[False, True, True]))
-    return df
+    return order_aspects(df.sort_values(["level", "conv_id", "turn_ind"], ascending=[False, True, True]))
 
 
 def _counts(live: Predictions, direct: Predictions, diff: pd.DataFrame) -> str:
@@ -185,14 +180,13 @@ def findings(groups: list, ctx, out, diff: pd.DataFrame) -> pd.DataFrame:
     scores["group"] = [group_of.get(k) for k in zip(scores["conv_id"], scores["turn_ind"], scores["particle_ind"])]
     grouped = scores.dropna(subset=["group"]).groupby(["aspect", "group", "instruction_id"],
                                                       observed=True)["score"].nunique()
-    prompts, differ = len(grouped), int((grouped > 1).sum())
     rows = [("conversations", len(ctx.convs)),
             ("released particles", sum(len(r.particles) for r in load_released_particles(
                 Path(ctx.data_dir) / RELEASED_PARTICLES) if r.conv_id in ids)),
             ("identical-prompt groups: particles that read the same in their turn", len(mine)),
             ("... particles in them", sum(len(m) for _, _, m in mine)),
-            ("... their prompts (groups × instructions × aspects): one request each", prompts),
-            ("... of them with released values that differ (the first particle's is used)", differ),
+            ("... their prompts (groups × instructions × aspects): one request each", len(grouped)),
+            ("... of them with released values that differ (the first particle's is used)", int((grouped > 1).sum())),
             ("scores (particle × instruction × aspect)", out.metrics.get("scores.total")),
             ("scores without a valid answer", out.metrics.get("scores.without_valid_answer")),
             ("predictions that differ from reproduce_table2's by more than 1e-10", len(diff)),

@@ -95,33 +95,24 @@ def _fixed(systems: dict, s: Settings, seed: int, side: str) -> dict[tuple[str, 
     return out
 
 
-def _sides(x: np.ndarray, orders: np.ndarray, scales, s: Settings, method: str) -> list[tuple]:
-    """Per aspect: one side's CS (at α/7/2) in each scoring order, (lower, upper), orders × conversations."""
-    level = s.alpha / len(scales) / 2
-    return [mean_sequence(x[orders, j], level, lo, hi, method) for j, (lo, hi) in enumerate(scales)]
-
-
 def _rule(systems: dict, orders: dict, scales, s: Settings, method: str, by_order: bool):
     """The sequential rule of a pair of systems (names) run over their scoring orders: (share of the pair's
-    conversations scored when each aspect stopped, its decision), orders × K."""
-    sides = {} if by_order else {name: _sides(x["pred"], orders[name], scales, s, method)
-                                 for name, x in systems.items()}
-
-    def steps(a: str, b: str, j: int) -> tuple:  # aspect j's (lower, upper, share of the pair's conversations seen)
-        if by_order:  # the sides paired by scoring order (orders × conversations × K in scoring order)
-            xa, xb = systems[a]["pred"][orders[a]], systems[b]["pred"][orders[b]]
-            low, up, seen, _ = order_paired_steps(xa[..., j], xb[..., j], s.alpha / len(scales), scales[j][0],
-                                                  scales[j][1], s.batch, method)
-            return low, up, 2 * seen / (xa.shape[1] + xb.shape[1])
-        low, up, seen_a, seen_b = interleave(sides[a][j], sides[b][j], s.batch)
-        return low, up, (seen_a + seen_b) / (sides[a][j][0].shape[-1] + sides[b][j][0].shape[-1])
+    conversations scored when each aspect stopped, its decision), orders × K. Each aspect at α/K: each side's CS at
+    α/K/2 (computed once per system), or (``by_order``) one CS for the differences of the sides paired by order."""
+    level = s.alpha / len(scales)
+    sides = {} if by_order else {name: [mean_sequence(x["pred"][orders[name], j], level / 2, lo, hi, method)
+                                        for j, (lo, hi) in enumerate(scales)] for name, x in systems.items()}
 
     def rule(a: str, b: str) -> tuple[np.ndarray, np.ndarray]:
         share, decision = [], []
         for j, (lo, hi) in enumerate(scales):
-            low, up, seen = steps(a, b, j)
+            if by_order:
+                xa, xb = systems[a]["pred"][orders[a], j], systems[b]["pred"][orders[b], j]
+                low, up, seen_a, seen_b = order_paired_steps(xa, xb, level, lo, hi, s.batch, method)
+            else:
+                low, up, seen_a, seen_b = interleave(sides[a][j], sides[b][j], s.batch)
             first, dec = stopping(low, up, s.target_diff * (hi - lo))
-            share.append(seen[first])
+            share.append((seen_a + seen_b)[first] / (orders[a].shape[1] + orders[b].shape[1]))
             decision.append(dec)
         return np.column_stack(share), np.column_stack(decision)
     return rule
@@ -151,11 +142,12 @@ def _cells(systems: dict, aspects, label: str, rule, fixed: dict, human_fixed: d
                                        "agree_human_means", "conversations_saved"])
 
 
-def _calibration(systems: dict, aspects, s: Settings, seed: int, method: str, by_order: bool) -> pd.DataFrame:
+def _calibration(systems: dict, aspects, s: Settings, seed: int, method: str, by_order: bool,
+                 label: str) -> pd.DataFrame:
     """Per system × aspect: how often the halves of one system are declared different (better or worse)."""
     scales = [(a.low, a.high) for a in aspects]
     rng = np.random.default_rng(seed + 2)
-    rows, label = [], _label(method, by_order)
+    rows = []
     for name, x in systems.items():
         perm = np.argsort(rng.random((s.calibration_splits, len(x["ids"]))), axis=1)
         h = len(x["ids"]) // 2
@@ -164,10 +156,6 @@ def _calibration(systems: dict, aspects, s: Settings, seed: int, method: str, by
         rows += [(label, name, a.name, s.calibration_splits, wrong[:, j].mean()) for j, a in enumerate(aspects)]
         rows.append((label, name, "any aspect (family)", s.calibration_splits, wrong.any(axis=1).mean()))
     return pd.DataFrame(rows, columns=["method", "system", "aspect", "splits", "error"])
-
-
-def _label(method: str, by_order: bool) -> str:
-    return f"{method}, paired by order" if by_order else method
 
 
 def _summary(cells: pd.DataFrame, usd: float) -> pd.DataFrame:
@@ -215,10 +203,10 @@ def run(plan: Plan) -> ExperimentResult:
         fixed, human_fixed = _fixed(systems, s, seed, "pred"), _fixed(systems, s, seed, "human")
         rng, scales = np.random.default_rng(seed + 1), [(a.low, a.high) for a in ctx.aspects]
         orders = {name: np.argsort(rng.random((s.orders, len(x["ids"]))), axis=1) for name, x in systems.items()}
-        runs = [(m, False) for m in s.methods] + [(m, True) for m in s.by_order]
-        cells = pd.concat([_cells(systems, ctx.aspects, _label(m, o), _rule(systems, orders, scales, s, m, o), fixed,
-                                  human_fixed) for m, o in runs])
-        cal = pd.concat([_calibration(systems, ctx.aspects, s, seed, m, o) for m, o in runs])
+        runs = [(m, False, m) for m in s.methods] + [(m, True, f"{m}, paired by order") for m in s.by_order]
+        cells = pd.concat([_cells(systems, ctx.aspects, label, _rule(systems, orders, scales, s, m, o), fixed,
+                                  human_fixed) for m, o, label in runs])
+        cal = pd.concat([_calibration(systems, ctx.aspects, s, seed, m, o, label) for m, o, label in runs])
         summary, cal_summary = _summary(cells, usd), _calibration_summary(cal, s.alpha)
         return ctx.result(output=out, **_report(out.label, ctx.subset, s, usd, cells, summary, cal_summary),
                           metrics={**_metrics(summary, cal_summary), "runtime_s": time.perf_counter() - start})
@@ -226,15 +214,14 @@ def run(plan: Plan) -> ExperimentResult:
 
 def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:
     out: dict[str, float] = {}
-    for method, g in summary[summary["aspect"] == "all aspects"].groupby("method", sort=False):
-        total = g.iloc[0]
-        family = cal[(cal["method"] == method) & (cal["aspect"] == "any aspect (family)")].iloc[0]
-        key = re.sub(r"[^\w-]+", "_", method)  # an MLflow metric name: "asymptotic, paired by order" has a comma
-        out |= {f"summary.{key}.share_separated": float(total["share_separated_mean"]),
-                f"summary.{key}.agree_fixed": float(total["agree_fixed"]),
+    for total in summary[summary["aspect"] == "all aspects"].itertuples():  # one row per method
+        family = cal[(cal["method"] == total.method) & (cal["aspect"] == "any aspect (family)")].iloc[0]
+        key = re.sub(r"[^\w-]+", "_", total.method)  # an MLflow metric name: "asymptotic, paired by order" has a comma
+        out |= {f"summary.{key}.share_separated": float(total.share_separated_mean),
+                f"summary.{key}.agree_fixed": float(total.agree_fixed),
                 f"summary.{key}.split_half_error": float(family["error"]),
-                f"{key}.usd_saved": float(total["usd_saved"]), f"{key}.share_all": float(total["share_all_mean"]),
-                f"{key}.agree_human_means": float(total["agree_human_means"])}
+                f"{key}.usd_saved": float(total.usd_saved), f"{key}.share_all": float(total.share_all_mean),
+                f"{key}.agree_human_means": float(total.agree_human_means)}
     return out
 
 

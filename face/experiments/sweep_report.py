@@ -57,25 +57,16 @@ def summarize(runs: pd.DataFrame, swept: list[str]) -> tuple[pd.DataFrame, pd.Da
     metrics = ([head] if head else []) + [m for m in metrics if m != head]
     names = runs.get("tags.mlflow.runName", runs["run_id"])
     jobs = pd.DataFrame({"run": names, "job": runs.get(f"tags.{LABEL_TAG}", names).fillna(names),
-                         "status": runs["status"]})
-    for k in keys:
-        jobs[k] = _number(runs[f"params.{k}"])
-    for m in metrics:
-        jobs[m] = runs[f"metrics.{m}"].to_numpy()
+                         "status": runs["status"], **{k: _number(runs[f"params.{k}"]) for k in keys},
+                         **{m: runs[f"metrics.{m}"].to_numpy() for m in metrics}})
     jobs = jobs.sort_values(keys or ["run"], kind="stable").reset_index(drop=True)
     group = [k for k in keys if k.rsplit(".", 1)[-1] != "seed"]  # a swept seed: repetitions of one setting
     done = jobs[jobs["status"] == "FINISHED"]
+    stats = {f"{m} {name}": (m, how) for m in metrics for name, how in (("mean", "mean"), ("sd", "std"))}  # sd: n-1
     if group and len(done):
-        agg = done.groupby(group, sort=True)
-        spread = agg.size().rename("jobs").reset_index()
-        for m in metrics:
-            spread[f"{m} mean"] = agg[m].mean().to_numpy()
-            spread[f"{m} sd"] = agg[m].std(ddof=1).to_numpy()
-    else:
-        spread = pd.DataFrame({"jobs": [len(done)]})
-        for m in metrics:
-            spread[f"{m} mean"] = [done[m].mean()]
-            spread[f"{m} sd"] = [done[m].std(ddof=1)]
+        spread = done.groupby(group, sort=True).agg(jobs=("status", "size"), **stats).reset_index()
+    else:  # one row: every finished job
+        spread = pd.DataFrame({"jobs": [len(done)], **{k: [done[m].agg(how)] for k, (m, how) in stats.items()}})
     return jobs, spread, metrics
 
 
@@ -112,8 +103,7 @@ def plot(jobs: pd.DataFrame, swept: list[str], metric: str, path: Path, title: s
         ax.set_ylabel(f"{metric}\n(mean ± sd over jobs)", fontsize=7)
     fig.suptitle(title[:160], fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
+    with atomic_path(path) as tmp:  # its directory made if needed
         fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return path
@@ -169,7 +159,7 @@ def best_sets(client, runs: pd.DataFrame) -> str:
     return "\nPrompt Registry:\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
-def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = None) -> dict:
+def write_report(tracking_uri: str, parent, out: Path | None = None) -> None:
     """The sweep's report from its children in MLflow, into ``out`` (default: the sweep directory); logged on the
     parent run with its headline metric (best over the finished jobs) and the report as its description."""
     from mlflow.tracking import MlflowClient
@@ -203,11 +193,10 @@ def write_report(tracking_uri: str, experiment: str, parent, out: Path | None = 
         client.set_tag(parent.info.run_id, "headline_metric", metrics[0])
     print(f"\n== {title}\n{text.split(chr(10) * 2, 2)[2].split('Every job:')[0]}Sweep report: "
           f"{out / 'sweep_report.md'}\n", flush=True)
-    return {"table": jobs, "spread": spread, "swept": swept, "metrics": metrics, "paths": paths}
 
 
 def report(tracking_uri: str, out: Path | None = None, experiment: str = "optimize_instructions",
-           sweep: str = "latest") -> dict:
+           sweep: str = "latest") -> None:
     """The report of a sweep of MLflow experiment ``experiment`` (``sweep``: its sweep directory, or ``latest``);
     ValueError when there is none."""
     from mlflow.tracking import MlflowClient
@@ -221,22 +210,10 @@ def report(tracking_uri: str, out: Path | None = None, experiment: str = "optimi
                if sweep == "latest" or r.data.tags.get("sweep_dir") == str(sweep)]
     if not parents:
         raise ValueError(f"no sweep{'' if sweep == 'latest' else f' {sweep!r}'} in MLflow experiment {experiment!r}")
-    return write_report(tracking_uri, experiment, parents[0], out)
+    write_report(tracking_uri, parents[0], out)
 
 
 # ---------------------------------------------------------------- the Hydra callback
-
-
-def remove_leftovers(job_dir: Path) -> list[Path]:
-    """The temporary files (``.<name>.<random>.tmp<suffix>``, face.files.atomic_path) under a finished job's
-    directory: a killed earlier run of the job left them; the finished job wrote every file it writes."""
-    gone = []
-    for p in Path(job_dir).rglob(".*.tmp*"):
-        if p.is_file() and not p.is_symlink():
-            p.unlink(missing_ok=True)
-            gone.append(p)
-    return gone
-
 
 class SweepRuns(Callback):
     """One MLflow parent run per multirun: created before the first job (jobs find it by the ``sweep_dir`` tag,
@@ -265,8 +242,12 @@ class SweepRuns(Callback):
         hc = config.get("hydra") or {}
         mode, out = str(hc.get("mode", "")), hc.get("runtime", {}).get("output_dir")
         if job_return.status == JobStatus.COMPLETED and mode == "RunMode.MULTIRUN" and out:
-            for p in remove_leftovers(Path(out)):
-                log.info("removed %s, left by a killed earlier run of this job", p)
+            # the temporary files (``.<name>.<random>.tmp<suffix>``, face.files.atomic_path) a killed earlier run of
+            # the job left: the finished job wrote every file it writes
+            for p in Path(out).rglob(".*.tmp*"):
+                if p.is_file() and not p.is_symlink():
+                    p.unlink(missing_ok=True)
+                    log.info("removed %s, left by a killed earlier run of this job", p)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         import mlflow
@@ -282,7 +263,7 @@ class SweepRuns(Callback):
             if parent is None:
                 return
             try:
-                write_report(mlflow.get_tracking_uri(), str(config.tracking.experiment_name), parent)
+                write_report(mlflow.get_tracking_uri(), parent)
             finally:
                 runs = child_runs(mlflow.get_tracking_uri(), exp_id, parent.info.run_id)
                 ok = not runs.empty and (runs["status"] == "FINISHED").all()

@@ -16,24 +16,20 @@ import numpy as np
 
 class Bandit:
     def __init__(self, n_arms: int, c: float = 1.0):
-        if n_arms < 1:
-            raise ValueError("a bandit needs at least one arm")
         self.c = float(c)
         self.n = np.zeros(n_arms, dtype=int)
         self.total = np.zeros(n_arms, dtype=float)
         self.t = 0
 
     def means(self) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.n > 0, self.total / np.maximum(self.n, 1), np.nan)
+        return np.where(self.n > 0, self.total / np.maximum(self.n, 1), np.nan)
 
     def bounds(self) -> np.ndarray:
         """Upper confidence bound of every arm (+inf for an arm not pulled yet)."""
         out = np.full(len(self.n), math.inf)
         pulled = self.n > 0
-        if pulled.any():
-            bonus = self.c * np.sqrt(math.log(max(self.t, 1)) / self.n[pulled])
-            out[pulled] = self.total[pulled] / self.n[pulled] + bonus
+        bonus = self.c * np.sqrt(math.log(max(self.t, 1)) / self.n[pulled])
+        out[pulled] = self.total[pulled] / self.n[pulled] + bonus
         return out
 
     def choose_ucb(self) -> int:
@@ -53,9 +49,8 @@ class Bandit:
 
     def top(self, k: int) -> list[int]:
         means = self.means()
-        order = sorted(range(len(self.n)), key=lambda i: (self.n[i] == 0, -(means[i] if self.n[i] else 0.0),
-                                                          -self.n[i], i))
-        return order[:k]
+        return sorted(range(len(self.n)), key=lambda i: (self.n[i] == 0, -(means[i] if self.n[i] else 0.0),
+                                                         -self.n[i], i))[:k]
 
 
 def random_choice(n_arms: int, k: int, rng: np.random.Generator) -> list[int]:

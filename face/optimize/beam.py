@@ -68,16 +68,15 @@ class BeamSearch:
 
     # ---- one round --------------------------------------------------------
     def expand(self, state: OptState, r: int, rng: np.random.Generator) -> list[Candidate]:
+        """The round's new candidates (rewrites of the beam from its worst-predicted items), added to ``state``."""
         assert self.writer is not None, "a replay run does not expand"
         jobs = []
         for p in (state.candidates[c] for c in state.beam):
             idx = minibatch(rng, self.train, self.cfg.expand_minibatch)
-            pred = self.scorer.predict(p, idx)
-            bad = idx[worst(pred, self.gold[idx], self.cfg.writer.examples, self.cfg.error)]
+            bad = idx[worst(self.scorer.predict(p, idx), self.gold[idx], self.cfg.writer.examples, self.cfg.error)]
             jobs.append((p, self.scorer.explain(p, bad)))
-        grads = self.writer.gradients(jobs)
         rewrites = []  # (parent, gradient, its id)
-        for (p, ex), gs in zip(jobs, grads):
+        for (p, ex), gs in zip(jobs, self.writer.gradients(jobs)):
             for j, g in enumerate(gs):
                 gid = f"r{r}:{p.cid}:g{j}"
                 state.gradients.append({"gradient_id": gid, "round": r, "parent": p.cid, "parent_version": p.version,
@@ -93,19 +92,18 @@ class BeamSearch:
                 texts.add(text)
                 cand = Candidate(f"r{r}c{len(new) + 1}", text, parent=p.cid, gradient_id=gid, round=r, origin="rewrite")
                 self.registry.register(cand, p)
+                state.add(cand)
                 new.append(cand)
         return new
 
     def select(self, state: OptState, pool: list[Candidate], rng: np.random.Generator) -> Bandit:
-        bandit = Bandit(len(pool), self.cfg.ucb_c)
-
         def pull(a: int) -> float:
             idx = minibatch(rng, self.train, self.cfg.pull_minibatch)
             rw = reward(self.scorer.predict(pool[a], idx), self.gold[idx], self.cfg.reward)
             state.rewards[pool[a].cid].append(rw)
             return rw
 
-        return bandit.run(pull, self.cfg.pulls, "ucb")
+        return Bandit(len(pool), self.cfg.ucb_c).run(pull, self.cfg.pulls, "ucb")
 
     def dev_correlation(self, cands: Sequence[Candidate]) -> float:
         if len(self.dev) < 3:
@@ -120,9 +118,7 @@ class BeamSearch:
             rng = np.random.default_rng(self.cfg.seed)
             if state.rng is not None:  # where the last completed round left it
                 rng.bit_generator.state = state.rng
-            new = self.expand(state, r, rng) if self.writer is not None else []
-            for c in new:
-                state.add(c)
+            new = self.expand(state, r, rng) if self.writer is not None else []  # added to the state
             pool = [state.candidates[c] for c in state.beam] + new
             bandit = self.select(state, pool, rng)
             chosen = [pool[i] for i in bandit.top(self.cfg.beam)]
@@ -152,4 +148,8 @@ class BeamSearch:
         return state
 
     def final_set(self, state: OptState) -> list[Candidate]:
-        return state.ranked()[: self.cfg.top_k]
+        """The ``top_k`` candidates that were evaluated, best mean reward first (ties: more pulls, then creation
+        order: the sort is stable)."""
+        pulled = {cid: state.rewards[cid] for cid in state.candidates if state.rewards.get(cid)}
+        best = sorted(pulled, key=lambda cid: (-sum(pulled[cid]) / len(pulled[cid]), -len(pulled[cid])))
+        return [state.candidates[cid] for cid in best[: self.cfg.top_k]]

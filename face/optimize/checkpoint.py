@@ -14,6 +14,7 @@ from typing import Any
 
 from face.errors import ConfigError, DataError
 from face.files import atomic_write_text
+from face.tracking.names import flatten
 
 
 @dataclass
@@ -42,11 +43,6 @@ class OptState:
     cost_usd: float = 0.0
     prompt_name: str | None = None  # the registry prompt of the candidates' versions (a resumed job continues it)
 
-    @staticmethod
-    def from_json(d: dict) -> OptState:
-        d = {k: v for k, v in d.items() if k != "format"}
-        return OptState(**{**d, "candidates": {k: Candidate(**v) for k, v in d["candidates"].items()}})
-
     def add(self, cand: Candidate) -> None:
         self.candidates[cand.cid] = cand
         self.rewards.setdefault(cand.cid, [])
@@ -54,13 +50,6 @@ class OptState:
     def mean_reward(self, cid: str) -> float | None:
         r = self.rewards.get(cid) or []
         return sum(r) / len(r) if r else None
-
-    def ranked(self) -> list[Candidate]:
-        """Every candidate that was evaluated, best mean reward first (ties: more pulls, then creation order)."""
-        order = list(self.candidates)
-        pulled = [c for c in order if self.rewards.get(c)]
-        pulled.sort(key=lambda c: (-sum(self.rewards[c]) / len(self.rewards[c]), -len(self.rewards[c]), order.index(c)))
-        return [self.candidates[c] for c in pulled]
 
 
 def save(state: OptState, directory: str | Path) -> Path:
@@ -73,14 +62,15 @@ def load(directory: str | Path, aspect: str) -> OptState | None:
     if not path.exists():
         return None
     try:
-        return OptState.from_json(json.loads(path.read_text(encoding="utf-8")))
+        d = {k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items() if k != "format"}
+        return OptState(**{**d, "candidates": {k: Candidate(**v) for k, v in d["candidates"].items()}})
     except (ValueError, TypeError, KeyError) as e:
         raise DataError(path, f"not a readable optimizer checkpoint ({e})") from None
 
 
 def check_same(state: OptState, config: dict[str, Any], where: Path) -> None:
     """A ConfigError naming every setting that differs between the checkpoint and this run."""
-    old, new = _flat(state.config), _flat(config)
+    old, new = flatten(state.config), flatten(json.loads(json.dumps(config, default=str)))  # as the file holds it
     diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if diff:
         shown = "; ".join(f"{k}: checkpoint {old.get(k)!r}, now {new.get(k)!r}" for k in diff[:6])
@@ -88,8 +78,3 @@ def check_same(state: OptState, config: dict[str, Any], where: Path) -> None:
                              f"another configuration ({shown}{' ...' if len(diff) > 6 else ''}); resume with the same "
                              "settings, or start a new optimization without optimizer.resume")
 
-
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(d, dict):
-        return {prefix.rstrip("."): json.loads(json.dumps(d, default=str))}
-    return {key: leaf for k, v in d.items() for key, leaf in _flat(v, f"{prefix}{k}.").items()}

@@ -60,8 +60,7 @@ def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.Data
     total = pd.DataFrame(rows[-2:]).drop(columns="stage").sum()  # all rounds and the final evaluation
     rows.append({"stage": "total", **total.to_dict()})
     out = pd.DataFrame(rows)
-    for c in COUNTS:
-        out[c] = out[c].round().astype(int)
+    out[list(COUNTS)] = out[list(COUNTS)].round().astype(int)
     return out
 
 

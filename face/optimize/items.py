@@ -9,11 +9,9 @@ import numpy as np
 from scipy import stats
 
 from face.aspects import Aspect
-from face.coefficients import coefficient, ranks
+from face.coefficients import coefficient
 from face.data.schema import Conversation
 from face.predictions import round_preds
-
-__all__ = ["Item", "correlation", "errors", "indices_of", "items_for", "ranks", "reward", "worst"]
 
 
 @dataclass(frozen=True)
@@ -26,16 +24,10 @@ class Item:
 
 def items_for(aspect: Aspect, convs: Sequence[Conversation]) -> list[Item]:
     """Every labelled unit of ``aspect`` at its level, in conversation order."""
-    out = []
-    for c in convs:
-        if aspect.level == "dialogue":
-            if aspect.name in c.labels:
-                out.append(Item(c.conv_id, -1, float(c.labels[aspect.name]), c.system))
-            continue
-        for t in c.evaluated_turns():
-            if aspect.name in t.labels:
-                out.append(Item(c.conv_id, t.turn_ind, float(t.labels[aspect.name]), c.system))
-    return out
+    if aspect.level == "dialogue":
+        return [Item(c.conv_id, -1, float(c.labels[aspect.name]), c.system) for c in convs if aspect.name in c.labels]
+    return [Item(c.conv_id, t.turn_ind, float(t.labels[aspect.name]), c.system)
+            for c in convs for t in c.evaluated_turns() if aspect.name in t.labels]
 
 
 def indices_of(items: Sequence[Item], conv_ids: Sequence[str]) -> np.ndarray:
@@ -47,8 +39,7 @@ def correlation(pred: np.ndarray, gold: np.ndarray, kind: str = "spearman") -> f
     """The correlation ``kind`` (face.coefficients) of predictions (rounded like the project's, so equal predictions
     tie) with the gold labels; NaN where undefined (fewer than 3 items, a constant side)."""
     value = coefficient(kind).value
-    pred = round_preds(pred)
-    gold = np.asarray(gold, float)
+    pred, gold = round_preds(pred), np.asarray(gold, float)
     ok = ~(np.isnan(pred) | np.isnan(gold))
     pred, gold = pred[ok], gold[ok]
     if len(pred) < 3 or np.ptp(pred) == 0 or np.ptp(gold) == 0:

@@ -46,17 +46,17 @@ class PromptLog:
     def __init__(self, tracker, aspect: str, name: str | None = None):
         self.enabled = bool(tracker is not None and tracker.enabled
                             and tracker.cfg.tracking.get("register_prompts", True))
-        self.tracker, self.aspect = tracker, aspect
-        self.name = name
-        if self.enabled and name is None:
-            parent, keys = tracker.sweep_parent_id, [p.split("=")[0] for p in tracker.job_label.split()]
+        self.tracker, self.aspect, self.name = tracker, aspect, name
+        if not self.enabled:  # nothing registered: the rest is never read
+            return
+        self.run_id, job = tracker.run_id, tracker.job_label  # job: a sweep job's swept values ("" outside a sweep)
+        if name is None:
+            parent, keys = tracker.sweep_parent_id, [p.split("=")[0] for p in job.split()]
             self.name = prompt_name(aspect, f"-sweep-{'-'.join([*keys, parent[:8]])}" if parent
-                                    else f"-run-{tracker.run_id[:8]}")  # a run: the first 8 of its id
-        self.run_id = tracker.run_id if self.enabled else None
-        self.label = (tracker.job_label or tracker.run_name or self.run_id or "") if self.enabled else ""
-        swept = self.enabled and tracker.job_label
-        self.best_alias = f"best-{alias_of(tracker.job_label)}" if swept else "best"
-        self.set_alias = alias_of(tracker.job_label) if swept else f"run-{str(self.run_id)[:8]}"
+                                    else f"-run-{self.run_id[:8]}")  # a run: the first 8 of its id
+        self.label = job or tracker.run_name or self.run_id or ""
+        self.best_alias = f"best-{alias_of(job)}" if job else "best"
+        self.set_alias = alias_of(job) if job else f"run-{str(self.run_id)[:8]}"
 
     def _register(self, name: str, text: str, what: str, tags: dict[str, Any]):
         uri = str(self.tracker.cfg.tracking.tracking_uri)
@@ -78,13 +78,10 @@ class PromptLog:
         tags = {"aspect": self.aspect, "round": str(cand.round), "candidate_id": cand.cid, "origin": cand.origin,
                 "parent_version": parent_v, "parent_id": parent.cid if parent is not None else "none",
                 "gradient_id": cand.gradient_id or "none"}
-        if parent is None:
-            what = f"round {cand.round}: {cand.origin} instruction ({cand.cid})"
-        else:
-            what = (f"round {cand.round}: rewrite of v{parent_v} ({parent.cid}) by gradient {cand.gradient_id} "
-                    f"-> {cand.cid}")
+        what = (f"{cand.origin} instruction ({cand.cid})" if parent is None else
+                f"rewrite of v{parent_v} ({parent.cid}) by gradient {cand.gradient_id} -> {cand.cid}")
         first = cand.version is None and parent is None
-        cand.version = int(self._register(str(self.name), cand.text, what, tags).version)
+        cand.version = int(self._register(str(self.name), cand.text, f"round {cand.round}: {what}", tags).version)
         if first:
             genai.set_prompt_alias(str(self.name), "initial", cand.version)
             where = ("sweep", self.tracker.sweep_parent_id) if self.tracker.sweep_parent_id else ("run", self.run_id)

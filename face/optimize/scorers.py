@@ -69,11 +69,10 @@ class LiveScorer:
         self.items = list(items)
         self.empty = np.nan if empty_score is None else empty_score
         self.example_chars = example_chars
-        self.units: list[list[Unit]] = []
         by_conv = {c.conv_id: units_for(aspect, [c], decomps, "particle") for c in convs}
-        for it in self.items:
-            us = by_conv[it.conv_id]
-            self.units.append(us if it.turn_ind < 0 else [u for u in us if u.turn_ind == it.turn_ind])
+        self.units: list[list[Unit]] = [by_conv[it.conv_id] if it.turn_ind < 0 else
+                                        [u for u in by_conv[it.conv_id] if u.turn_ind == it.turn_ind]
+                                        for it in self.items]
         self.memo: dict[tuple[str, Unit], float] = {}  # (candidate id, unit) -> its score
 
     def _ensure(self, cands: Sequence[Candidate], idx: np.ndarray) -> None:
@@ -110,7 +109,6 @@ class LiveScorer:
         return np.where([bool(self.units[i]) for i in idx], _item_preds(preds, items), self.empty)
 
     def explain(self, cand: Candidate, idx: np.ndarray) -> list[dict]:
-        idx = np.asarray(idx, dtype=int)
         preds = self.predict(cand, idx)
         out = []
         for i, pred in zip(idx, preds):

@@ -28,9 +28,6 @@ class Critique(BaseModel):
     problem: str = Field(min_length=1)
     change: str = Field(min_length=1)
 
-    def text(self) -> str:
-        return f"Problem: {self.problem.strip()}\nSuggested change: {self.change.strip()}"
-
 
 class Step(BaseModel):
     action: str = Field(min_length=1)
@@ -81,10 +78,9 @@ def format_examples(examples: list[dict], aspect: Aspect) -> str:
 
 
 def instruction_text(answer: Rewrite) -> str:
-    lines = [f"Task: {' '.join(answer.task.split())}"]
-    for k, s in enumerate(answer.steps, 1):
-        lines.append(f"Step {k}: {' '.join(s.action.split())}\n  Check: {' '.join(s.check.split())}")
-    return "\n".join(lines)
+    steps = [f"Step {k}: {' '.join(s.action.split())}\n  Check: {' '.join(s.check.split())}"
+             for k, s in enumerate(answer.steps, 1)]
+    return "\n".join([f"Task: {' '.join(answer.task.split())}", *steps])
 
 
 @dataclass
@@ -114,7 +110,8 @@ class Writer:
     def gradients(self, jobs: Sequence[tuple[Candidate, list[dict]]]) -> list[list[str]]:
         prompts = [{"unit": unit_noun(self.aspect), "instruction": c.text.strip(), "n_examples": len(ex),
                     "examples": format_examples(ex, self.aspect)} for c, ex in jobs]
-        return [[v.text() for v in answers] for answers in self._ask("gradient", self.cfg.alpha, prompts)]
+        return [[f"Problem: {v.problem.strip()}\nSuggested change: {v.change.strip()}" for v in answers]
+                for answers in self._ask("gradient", self.cfg.alpha, prompts)]
 
     def rewrites(self, jobs: Sequence[tuple[Candidate, str]], words: int = 50) -> list[list[str]]:
         prompts = [{"instruction": c.text.strip(), "critique": g.strip(), "words": words} for c, g in jobs]

@@ -36,7 +36,7 @@ def trajectory(traj: pd.DataFrame, reward: str, title: str, note: str, path: str
     for ax, a in zip(axes.flat, aspects):
         t = traj[traj["aspect"] == a].sort_values("round")
         for col, style, label in TRAJECTORY_SERIES:
-            y = t[col].to_numpy(float) if col in t.columns else np.full(len(t), np.nan)
+            y = t[col].to_numpy(float)
             if np.isfinite(y).any():
                 drawn.setdefault(label, ax.plot(t["round"], y, style, label=label, ms=3, lw=1)[0])
             else:
@@ -73,7 +73,7 @@ def heldout_vs_budget(grid: pd.DataFrame, ucb_c: float, ylabel: str, title: str,
     cols = min(4, len(aspects))
     rows = -(-len(aspects) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.6 * rows + 0.4), squeeze=False, sharex=True)
-    reps = int(grid.loc[grid["policy"] == "ucb", "runs"].max()) if "runs" in grid.columns else 0
+    reps = int(grid.loc[grid["policy"] == "ucb", "runs"].max())
     for ax, a in zip(axes.flat, aspects):
         g = grid[grid["aspect"] == a]
         u = g[(g["policy"] == "ucb") & np.isclose(g["ucb_c"], ucb_c)].sort_values("budget")
@@ -104,8 +104,7 @@ def heldout_vs_budget(grid: pd.DataFrame, ucb_c: float, ylabel: str, title: str,
         spare[0].legend(handles, labels, loc="center", fontsize=8, frameon=False)
     else:
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
-    spread = f"; bands: ±1 sd over {reps} runs (folds × repetitions)" if reps else ""
-    fig.suptitle(f"{title}{spread}", fontsize=9)
+    fig.suptitle(f"{title}; bands: ±1 sd over {reps} runs (folds × repetitions)", fontsize=9)
     fig.tight_layout()
     return figures._save(fig, path, note)
 
@@ -119,10 +118,9 @@ def regret_vs_c(grid: pd.DataFrame, pulls: int, title: str, note: str, path: str
     names = ordered(u["aspect"])
     for i, a in enumerate(names):
         s = u[u["aspect"] == a].sort_values("ucb_c")
-        sd = s["regret_sd"].to_numpy(float) if "regret_sd" in s.columns else np.zeros(len(s))
         dodge = 2 ** (0.04 * (i - (len(names) - 1) / 2))  # side by side on the log axis: whiskers do not overlap
-        ax.errorbar(s["ucb_c"].to_numpy(float) * dodge, s["regret"], yerr=np.nan_to_num(sd), marker="o", ms=3,
-                    capsize=2, lw=1, elinewidth=0.7, label=a.replace("_", " "))
+        ax.errorbar(s["ucb_c"].to_numpy(float) * dodge, s["regret"], yerr=np.nan_to_num(s["regret_sd"].to_numpy(float)),
+                    marker="o", ms=3, capsize=2, lw=1, elinewidth=0.7, label=a.replace("_", " "))
     cs = sorted(u["ucb_c"].dropna().unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(cs)
