@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -36,12 +36,11 @@ class Diagnostics:
     by_act: pd.DataFrame  # mean particle score per system × dialogue act × aspect
     act_share: pd.DataFrame  # share of each dialogue act among a system's particles
     by_position: pd.DataFrame  # per aspect and assistant-turn position: mean score, share of low-scoring particles
-    worst: pd.DataFrame  # per system and aspect, the lowest-scoring particles with their text
+    worst_particles: pd.DataFrame  # per system and aspect, the lowest-scoring particles with their text
     patterns: pd.DataFrame  # per system: recommending before asking, repeated recommendations, particles per turn
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        return {"particles": self.particles, "by_act": self.by_act, "act_share": self.act_share,
-                "by_position": self.by_position, "worst_particles": self.worst, "patterns": self.patterns}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def particle_table(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[Particle]],
@@ -141,21 +140,12 @@ def feedback_text(feedback: str) -> str:
 
 # ---------------------------------------------------------------- HTML
 
-def _figure_png(fig) -> str:
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
 @drawn("white")
 def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect]) -> list[tuple[str, str]]:
     """(aspect, base64 PNG) of the mean particle score per system × dialogue act, coloured on the aspect's fixed
     scale (colour-blind-safe cividis; ``face.report.figures.act_axes``), in the look of every heatmap. No
     caption in the figure: the page names the LLM once, at its top."""
-    from face.report.figures import act_axes
+    from face.report.figures import act_axes, plt
 
     out = []
     for aspect in aspects:
@@ -167,7 +157,10 @@ def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect]) -> list[tuple[
         ax.set_title(f"{aspect.name} ({aspect.low}–{aspect.high} scale)", fontsize=9)
         ax.set_xticklabels(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
         ax.set_yticklabels(ax.get_yticklabels(), rotation=0)  # system names side by side, never read as one word
-        out.append((aspect.name, _figure_png(fig)))
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+        plt.close(fig)
+        out.append((aspect.name, base64.b64encode(buf.getvalue()).decode("ascii")))
     return out
 
 
@@ -176,8 +169,7 @@ NOT_RECORDED = "LLM not recorded (a run written before run_settings.json existed
 
 def read_run_settings(path: Path) -> dict:
     """``run_settings.json`` of a run (face.pipeline.method.write_run_settings): {label, llm, instructions, aspects}.
-    A run
-    without it still gets a report, which then says that the LLM is unknown rather than naming none."""
+    A run without it still gets a report, which then says that the LLM is unknown rather than naming none."""
     import json
 
     from face.errors import DataError
@@ -186,20 +178,13 @@ def read_run_settings(path: Path) -> dict:
         return {"label": NOT_RECORDED, "llm": {}, "instructions": {}, "aspects": {}}
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        # an aspect of your own (dataset.aspects_file): its level and scale
+        aspects = {a["name"]: Aspect(a["name"], a["level"], tuple(a["scale"]), a.get("definition", ""))
+                   for a in rec.get("aspects") or []}
+        return {"label": rec["label"], "llm": rec.get("llm") or {}, "aspects": aspects,
+                "instructions": rec.get("instructions") or {}}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
         raise DataError(path, f"unreadable run settings: {e}") from None
-    if not isinstance(rec, dict) or not isinstance(rec.get("label"), str):
-        raise DataError(path, "run settings without a 'label' string")
-    inst: dict = rec["instructions"] if isinstance(rec.get("instructions"), dict) else {}
-    aspects = {}
-    for a in rec.get("aspects") or []:  # an aspect of your own (dataset.aspects_file): its level and scale
-        try:
-            aspects[a["name"]] = Aspect(a["name"], a["level"], tuple(a["scale"]), a.get("definition", ""))
-        except (KeyError, TypeError, ValueError) as e:
-            raise DataError(path, f"a malformed aspect in 'aspects': {e}") from None
-    return {"label": rec["label"], "llm": rec.get("llm") or {}, "aspects": aspects,
-            "instructions": {str(a): {str(k): str(v) for k, v in d.items()} for a, d in inst.items()
-                             if isinstance(d, dict)}}
 
 
 def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataFrame, dial_preds: pd.DataFrame,
