@@ -21,12 +21,8 @@ from face.report import figures
 def released_instruction_texts(data_dir, aspects) -> dict[str, dict[str, str]]:
     """aspect → instruction id → text of the released instructions the scores were judged under (for the report's
     hover texts); an aspect whose file is not there is left out."""
-    out = {}
-    for a in aspects:
-        path = data_dir / released_instructions_file(a.name)
-        if path.exists():
-            out[a.name] = {i.instruction_id: i.text for i in load_instructions(path)}
-    return out
+    paths = {a.name: data_dir / released_instructions_file(a.name) for a in aspects}
+    return {a: {i.instruction_id: i.text for i in load_instructions(p)} for a, p in paths.items() if p.exists()}
 
 
 def parts(cfg: DictConfig) -> Parts:
