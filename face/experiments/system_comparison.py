@@ -181,8 +181,7 @@ def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:
         out[f"calibration.{r.mode}.familywise_holm"] = r.familywise_holm
     # the headline (MLflow metrics; the rest goes to numbers.json): names that differ within 12 characters
     separated = float(total["face_separated"])
-    confirmed = float(total["confirmed_by_humans"])
-    out["summary.confirmed_by_humans"] = confirmed / separated if separated else float("nan")
+    out["summary.confirmed_by_humans"] = float(total["confirmed_by_humans"]) / separated if separated else float("nan")
     out["summary.separated_pairs"] = separated
     unpaired = cal[(cal["aspect"] == "all aspects") & (cal["mode"] == "unpaired")]
     if len(unpaired):
