@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import io
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,19 +29,6 @@ IN_FULL = 20  # the worst conversations written out in full; the others' turns a
 # CRSArena-Eval in full: a 36 MB page, 8 s to open)
 
 
-@dataclass
-class Diagnostics:
-    particles: pd.DataFrame  # one row per particle × aspect: text, mean and min over instructions, position
-    by_act: pd.DataFrame  # mean particle score per system × dialogue act × aspect
-    act_share: pd.DataFrame  # share of each dialogue act among a system's particles
-    by_position: pd.DataFrame  # per aspect and assistant-turn position: mean score, share of low-scoring particles
-    worst_particles: pd.DataFrame  # per system and aspect, the lowest-scoring particles with their text
-    patterns: pd.DataFrame  # per system: recommending before asking, repeated recommendations, particles per turn
-
-    def tables(self) -> dict[str, pd.DataFrame]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
 def particle_table(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[Particle]],
                    convs: Sequence[Conversation]) -> pd.DataFrame:
     """One row per particle × aspect: system, position (1 = the first assistant turn), act, mention, feedback,
@@ -60,7 +46,13 @@ def particle_table(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Seq
 
 
 def diagnose(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[Particle]],
-             convs: Sequence[Conversation], worst_n: int = 5) -> Diagnostics:
+             convs: Sequence[Conversation], worst_n: int = 5) -> dict[str, pd.DataFrame]:
+    """The diagnostics tables, by name: ``particles`` (one row per particle × aspect: text, mean and min over
+    instructions, position), ``by_act`` (mean particle score per system × dialogue act × aspect), ``act_share`` (share
+    of each dialogue act among a system's particles), ``by_position`` (per aspect and assistant-turn position: mean
+    score, share of low-scoring particles), ``worst_particles`` (per system and aspect, the lowest-scoring particles
+    with their text), ``patterns`` (per system: recommending before asking, repeated recommendations, particles per
+    turn)."""
     p = particle_table(scores, particles, convs)
     by_act = (p.groupby(["system", "dialogue_act", "aspect"])["score"].agg(mean_score="mean", n="size")
               .reset_index())
@@ -76,8 +68,8 @@ def diagnose(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[
             "mention", "user_feedback"]
     worst = (p.sort_values(["system", "aspect", "score", "conv_id", "turn_ind", "particle_ind"])
              .groupby(["system", "aspect"]).head(worst_n)[cols].reset_index(drop=True))
-    return Diagnostics(p.drop(columns=["low"]), by_act, act_share, by_position, worst,
-                       patterns(particles, convs))
+    return {"particles": p.drop(columns=["low"]), "by_act": by_act, "act_share": act_share,
+            "by_position": by_position, "worst_particles": worst, "patterns": patterns(particles, convs)}
 
 
 def patterns(particles: Mapping[tuple[str, int], Sequence[Particle]], convs: Sequence[Conversation]) -> pd.DataFrame:
@@ -255,8 +247,8 @@ def _views(rel: pd.DataFrame, scores: pd.DataFrame, preds: Predictions, convs: S
     return [_conversation_view(c, *(g.get(c.conv_id, x.iloc[:0]) for g, x in zip(by_conv, frames))) for c in convs]
 
 
-def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: pd.DataFrame, preds: Predictions,
-               convs: Sequence[Conversation], aspects: Sequence[Aspect], llm: str,
+def write_html(path: str | Path, title: str, note: str, d: dict[str, pd.DataFrame], scores: pd.DataFrame,
+               preds: Predictions, convs: Sequence[Conversation], aspects: Sequence[Aspect], llm: str,
                instructions: dict[str, dict[str, str]] | None = None) -> Path:
     """The report: summary tables and figures, then every conversation → its turns → their particles. ``llm``
     (what scored: the LLM and its settings, or the released judgements) heads the page, once; ``note``: what the
@@ -272,22 +264,23 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
     env.filters["feedback"] = feedback_text
     env.policies["json.dumps_kwargs"] = {"separators": (",", ":"), "ensure_ascii": False}  # the page's data, compact
     numbers = {(c.conv_id, t.turn_ind): n for c in convs for n, t in enumerate(c.turns, start=1)}
-    rel = relative_scores(d.particles, aspects)
+    rel = relative_scores(d["particles"], aspects)
     shown = rel.head(ALL_SHOWN)
     lowest = shown.assign(number=[numbers.get((str(r.conv_id), r.turn_ind)) for r in shown.itertuples()])
     names, scales = [a.name for a in aspects], {a.name: (a.low, a.high) for a in aspects}
     views = _views(rel, scores, preds, convs)
     worst = worst_conversations(views, scales, IN_FULL)
     full = {v["conv_id"] for v in (views if len(views) <= IN_FULL else worst)}
-    share = d.act_share.pivot(index="system", columns="dialogue_act", values="share")  # the console's grid
+    share = d["act_share"].pivot(index="system", columns="dialogue_act", values="share")  # the console's grid
+    by_position = d["by_position"]
     html = env.get_template("diagnostics.html").render(
         title=title, note=note, llm=llm, instructions=instructions or {}, aspects=names, scales=scales,
         means=aspect_means(preds, aspects).to_dict("records"),
-        heatmaps=act_heatmaps(d.by_act, aspects), acts=list(share.columns), act_share=share.to_dict("index"),
-        positions=sorted(d.by_position["position"].unique()),
-        by_position={a: {r["position"]: r for r in g.to_dict("records")} for a, g in d.by_position.groupby("aspect")},
+        heatmaps=act_heatmaps(d["by_act"], aspects), acts=list(share.columns), act_share=share.to_dict("index"),
+        positions=sorted(by_position["position"].unique()),
+        by_position={a: {r["position"]: r for r in g.to_dict("records")} for a, g in by_position.groupby("aspect")},
         lowest=lowest.to_dict("records"), lowest_k=LOWEST_SHOWN,
-        n_particle_scores=len(rel), tied_low=tied_low(d.by_position), conversations=views, full=full,
+        n_particle_scores=len(rel), tied_low=tied_low(by_position), conversations=views, full=full,
         worst=worst, drawn_later={v["conv_id"]: _compact(v, names) for v in views if v["conv_id"] not in full})
     return atomic_write_text(path, html)
 
@@ -310,7 +303,7 @@ def write_report(html_path: Path, tables_dir: Path | None, name: str, convs: Seq
     d = diagnose(scores, particles, convs)
     note = f"{run or f'FACE run in {name}'}: {len(convs)} conversations; scores from particle_scores.jsonl"
     if tables_dir is not None:
-        for table_name, table in d.tables().items():
+        for table_name, table in d.items():
             write_table(table, tables_dir, table_name, f"{table_name.replace('_', ' ')}. {note}; {settings['label']}.")
     return write_html(html_path, f"FACE diagnostics — {name}", note + ".", d, scores, preds, convs, aspects,
                       settings["label"], settings["instructions"])
