@@ -76,7 +76,7 @@ def test_transfer_on_three_items(run_experiment, plotted, corpus):
     assert set(res["method"]) == {"face_transfer", "llm_direct", "llm_cot_icl", "g_eval"}
     assert set(res["aspect"]) == set(MAPPING)
     assert set(res["level"]) == {"turn", "system"}
-    assert "TRANSFER: CRSArena instructions" in out.labels["face_transfer"]
+    assert "TRANSFER: CRSArena instructions" in out.outputs["face_transfer"].label
     assert (res[res["level"] == "turn"]["n"] + res[res["level"] == "turn"]["n_missing"] == 3).all()
     mine = res[(res["method"] == "face_transfer") & (res["level"] == "turn") & (res["coefficient"] == "spearman")
                & (res["split"] == "all")].set_index("aspect")["value"]

@@ -315,13 +315,13 @@ def test_the_heartbeat_thread_writes_while_no_step_ends_and_stops_with_the_last_
 
 def test_the_default_aspects_named_in_full_are_not_listed_as_a_non_default_setting(cfg_factory):
     """`face evaluate` without --aspects names all seven: that is the default, not a setting of the run."""
-    from face.experiments.common import non_default_settings
+    from face.experiments.common import prepare
 
     seven = ("aspects=[relevance,interestingness,understanding,task_completion,interest_arousal,efficiency,"
              "dialogue_overall]")
-    assert "aspects" not in non_default_settings(cfg_factory("experiment=reproduce_table2", seven, tracking=False))
-    two = non_default_settings(cfg_factory("experiment=reproduce_table2", "aspects=[relevance,dialogue_overall]",
-                                           tracking=False))
+    assert "aspects" not in prepare(cfg_factory("experiment=reproduce_table2", seven, tracking=False)).label
+    two = prepare(cfg_factory("experiment=reproduce_table2", "aspects=[relevance,dialogue_overall]",
+                              tracking=False)).label
     assert two["aspects"] == "['relevance', 'dialogue_overall']"
 
 

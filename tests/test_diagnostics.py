@@ -59,7 +59,7 @@ def test_mean_particle_score_by_act_equals_the_raw_files(data_dir):
                     key = (r["conv_id"], int(t), int(pi))
                     rows.append((system[r["conv_id"]], acts[key], sum(per.values()) / len(per)))
     want = pd.DataFrame(rows, columns=["system", "act", "score"]).groupby(["system", "act"])["score"].mean()
-    got = d.by_act[d.by_act["aspect"] == "relevance"].set_index(["system", "dialogue_act"])["mean_score"]
+    got = d["by_act"][d["by_act"]["aspect"] == "relevance"].set_index(["system", "dialogue_act"])["mean_score"]
     assert len(got) == len(want)
     for key, value in want.items():
         assert got[key] == pytest.approx(value)

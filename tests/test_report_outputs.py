@@ -5,6 +5,7 @@ and the input files' own text."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -95,22 +96,23 @@ def test_report_numbers_turns_from_1_with_the_datas_turn_ind_beside(scripted_run
 def rebuilt_without_settings(evaluated_chat_logs, tmp_path_factory) -> tuple[str, list]:
     """`face report` on a copy of the session's run without its run_settings.json (built once for the module): the
     page, and (title, colour limits, colour map) of each heatmap the report drew."""
-    from face.report import diagnostic_report
+    from matplotlib.figure import Figure
 
     old = tmp_path_factory.mktemp("report") / "old"
     shutil.copytree(evaluated_chat_logs, old)
     (old / "run_settings.json").unlink()
     (old / "report.html").unlink()
     seen = []
-    original = diagnostic_report._figure_png
+    original = Figure.savefig
 
-    def spy(fig):
-        mesh = fig.axes[0].collections[0]
-        seen.append((fig.axes[0].get_title().split(" (")[0], mesh.get_clim(), mesh.get_cmap().name))
-        return original(fig)
+    def spy(fig, fname, *args, **kwargs):  # a heatmap the page embeds: saved into memory, not to a file
+        if isinstance(fname, io.BytesIO):
+            mesh = fig.axes[0].collections[0]
+            seen.append((fig.axes[0].get_title().split(" (")[0], mesh.get_clim(), mesh.get_cmap().name))
+        return original(fig, fname, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(diagnostic_report, "_figure_png", spy)
+        mp.setattr(Figure, "savefig", spy)
         assert main(["report", str(old)]) == 0
     return (old / "report.html").read_text(), seen
 

@@ -24,17 +24,14 @@ def run(plan: Plan) -> ExperimentResult:
         rows = []
         jobs = [(asp, k, seed) for asp in ctx.aspects for k in a.ks for seed in range(a.n_seeds)]
         for spec, k, seed in progress(jobs, "k-instruction subsets", unit="subset"):
-            aspect = spec.name
-            s = scores[scores["aspect"] == aspect]
+            s = scores[scores["aspect"] == spec.name]
             ids = instruction_ids(s)
-            if k > len(ids):
-                raise ValueError(f"k={k} but {aspect} has only {len(ids)} instructions")
             if k == len(ids) and seed > 0:
                 continue  # only one subset of size 16
             subset = random_instruction_subsets(ids, k, [ctx.settings.seed * 1000 + seed])[0]
             res = meta_evaluate(aggregate(s, levels, instructions=subset), ctx.convs, [spec], ctx.splits,
                                 ["turn", "dialogue"], n_boot=0)
-            rows += [(aspect, r.split, r.coefficient, k, seed, r.value, ",".join(subset))
+            rows += [(r.aspect, r.split, r.coefficient, k, seed, r.value, ",".join(subset))
                      for r in res.itertuples(index=False)]
         raw = pd.DataFrame(rows, columns=["aspect", "split", "coefficient", "k", "seed", "value", "instructions"])
         summary = order_aspects(raw.groupby(["aspect", "split", "coefficient", "k"], sort=False)["value"]

@@ -55,7 +55,7 @@ def run(plan: Plan) -> ExperimentResult:
         outs = {name: ctx.predict(method) for name, method in ctx.methods.items()}
         labels = {name: out.label for name, out in outs.items()}
         if any(out.dry_run for out in outs.values()):
-            return ctx.result(dry_run=True, outputs=outs, labels=labels)
+            return ctx.result(dry_run=True, outputs=outs)
         corr = {name: ctx.evaluate(out.predictions, levels) for name, out in outs.items()}
         results = pd.concat([res.assign(method=name) for name, res in corr.items()], ignore_index=True)
         items = "contexts" if is_usr else "conversations"
@@ -88,7 +88,7 @@ def run(plan: Plan) -> ExperimentResult:
         drawn = figures(long, ctx, short)
         if is_usr:
             transfer(results, ctx, reference, short, tables, drawn)
-        return ctx.result(outputs=outs, results=results, tables=tables, labels=labels, shown=shown, figures=drawn,
+        return ctx.result(outputs=outs, results=results, tables=tables, shown=shown, figures=drawn,
                           correlations={"" if name == reference else f"{name}.": res for name, res in corr.items()})
 
 

@@ -188,6 +188,8 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
         if unknown:
             raise ValueError(f"metaeval.splits {unknown} are not splits of {dataset.title} ({dataset.eval_splits()})")
         settings = non_default_settings(cfg)
+        if [a.name for a in aspects] == [a.name for a in dataset.resolve_aspects(None)]:
+            settings.pop("aspects", None)  # the dataset's own aspects named in full (face evaluate's): the default
         out_dir, run_dir = out_dir_for(cfg, run, dataset, settings), Path(cfg.paths.output_dir)
         label = settings if uses_llm else without_llm_settings(settings)  # run name and captions
         check_paths(cfg, out_dir, run_dir, uses_llm, "report.out_dir" if run.report.out_dir else "paths.results_dir")

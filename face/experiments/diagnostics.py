@@ -21,12 +21,8 @@ from face.report import figures
 def released_instruction_texts(data_dir, aspects) -> dict[str, dict[str, str]]:
     """aspect → instruction id → text of the released instructions the scores were judged under (for the report's
     hover texts); an aspect whose file is not there is left out."""
-    out = {}
-    for a in aspects:
-        path = data_dir / released_instructions_file(a.name)
-        if path.exists():
-            out[a.name] = {i.instruction_id: i.text for i in load_instructions(path)}
-    return out
+    paths = {a.name: data_dir / released_instructions_file(a.name) for a in aspects}
+    return {a: {i.instruction_id: i.text for i in load_instructions(p)} for a, p in paths.items() if p.exists()}
 
 
 def parts(cfg: DictConfig) -> Parts:
@@ -44,17 +40,17 @@ def run(plan: Plan) -> ExperimentResult:
                 "the 16 instructions.")
         note = f"{LABEL}; {what}"  # the report.html names LABEL once, at its top
         tables = {name: Table(table, f"Diagnostics, {name.replace('_', ' ')}. {note}")
-                  for name, table in d.tables().items() if name != "particles"}  # particles: in the HTML report
-        drawn = {**{f"figures/by_act_{a.name}.png": partial(figures.act_heatmap, d.by_act, a.name, (a.low, a.high),
+                  for name, table in d.items() if name != "particles"}  # particles: in the HTML report
+        drawn = {**{f"figures/by_act_{a.name}.png": partial(figures.act_heatmap, d["by_act"], a.name, (a.low, a.high),
                                                             note) for a in ctx.aspects},
-                 "figures/act_share.png": partial(figures.act_share_bars, d.act_share, note),
-                 "figures/low_by_position.png": partial(figures.position_curve, d.by_position, note)}
+                 "figures/act_share.png": partial(figures.act_share_bars, d["act_share"], note),
+                 "figures/low_by_position.png": partial(figures.position_curve, d["by_position"], note)}
         report = (ctx.run_dir if ctx.cfg.diagnostics.html_in_run_dir else ctx.out_dir) / "report.html"
         drawn[str(report)] = partial(diagnostics.write_html, title=f"FACE diagnostics — {ctx.subset}", note=what, d=d,
                                      scores=scores, preds=aggregate(scores, ctx.inputs().levels), convs=ctx.convs,
                                      aspects=ctx.aspects, llm=LABEL,
                                      instructions=released_instruction_texts(ctx.data_dir, ctx.aspects))
-        share = d.act_share.pivot(index="system", columns="dialogue_act", values="share").reset_index()
+        share = d["act_share"].pivot(index="system", columns="dialogue_act", values="share").reset_index()
         return ctx.result(tables=tables, figures=drawn, extra={"diagnostics": d},
                           shown=[(f"Share of each dialogue act per CRS. {note}", share), f"HTML report: {report}"],
                           metrics={"conversations": len(ctx.convs),  # counts: numbers.json, not MLflow metrics

@@ -56,7 +56,7 @@ def non_default_settings(cfg: DictConfig) -> dict[str, str]:
                   file=sys.stderr, flush=True)
         v = mine.get(k, "<absent>")
         out[k] = Path(v).name if isinstance(v, str) and os.path.isabs(v) else str(v)
-    return _without_default_aspects(cfg, out)
+    return out
 
 
 _DEFAULTS: dict[tuple, dict] = {}  # composed default configurations, by search path, its files' state and overrides
@@ -88,19 +88,6 @@ def _state(dirs: Sequence[str]) -> tuple:
     """(path, size, mtime) of every file under the config directories."""
     files = sorted(str(f) for d in dirs for f in Path(d).rglob("*") if f.is_file())
     return tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files)
-
-
-def _without_default_aspects(cfg: DictConfig, settings: dict[str, str]) -> dict[str, str]:
-    """``settings`` without ``aspects`` when it names exactly the dataset's default aspects in their order (what
-    ``aspects: null`` means; ``face evaluate`` without --aspects names them): not a setting that differs."""
-    from face.methods import build
-
-    try:
-        ds = build(cfg.dataset)
-        same = [a.name for a in ds.resolve_aspects(cfg.get("aspects"))] == [a.name for a in ds.resolve_aspects(None)]
-    except Exception:  # an invalid list is reported where the run checks it, not here
-        same = False
-    return {k: v for k, v in settings.items() if not (k == "aspects" and same)}
 
 
 def run_owner(cfg: DictConfig) -> dict[str, str]:

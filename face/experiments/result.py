@@ -58,7 +58,6 @@ class ExperimentResult:
     metrics: dict[str, float] = field(default_factory=dict)
     description: str | None = None  # the MLflow run's description (default: the headline correlations)
     files: dict[str, Path] = field(default_factory=dict)  # files it names: run_file, report, instructions, checkpoint
-    labels: dict[str, str] = field(default_factory=dict)  # what produced each method's numbers, by method
     estimates: list[pd.DataFrame] = field(default_factory=list)  # each LLM job's cost estimate, made before sending
     usage: list[dict[str, Any]] = field(default_factory=list)  # each LLM job's usage totals (llm_usage.json's)
     extra: dict[str, Any] = field(default_factory=dict)  # anything else of the experiment's (diagnostics, timings)
@@ -96,7 +95,7 @@ def write(result: ExperimentResult, tracker: Tracker, subset: str, banner: bool 
             tracker.log_artifacts([path], "run")
             result.files[path.stem] = path
     if result.dry_run and banner:
-        labels = " | ".join(result.labels.values()) or (result.output.label if result.output is not None else "")
+        labels = " | ".join(out.label for out in {**runs, **result.outputs}.values())
         print(f"Dry run: nothing was sent. {labels}".strip(), flush=True)
     tracker.log_artifacts(write_files(result), "results")
     for prefix, corr in result.correlations.items():

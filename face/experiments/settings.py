@@ -12,10 +12,6 @@ from pydantic import Field
 
 from face.settings import Number, nested, settings
 
-# utterances longer than this (characters, ~4 per token) are reported before anything is sent;
-# set +checks.max_utterance_chars=N (or null to switch the check off)
-MAX_UTTERANCE_CHARS = 20_000
-
 
 @settings("metaeval", conf="config.yaml:metaeval")
 class MetaevalSettings:
@@ -26,7 +22,9 @@ class MetaevalSettings:
 
 @settings("checks")
 class ChecksSettings:
-    max_utterance_chars: int | None = Field(default=MAX_UTTERANCE_CHARS, ge=1)  # null: no check
+    # utterances longer than this (characters, ~4 per token) are reported before anything is sent; set
+    # +checks.max_utterance_chars=N (or null to switch the check off)
+    max_utterance_chars: int | None = Field(default=20_000, ge=1)
 
 
 @settings("report", conf="config.yaml:report")

@@ -129,17 +129,48 @@ def run(plan: Plan) -> ExperimentResult:
         human_units = {r.name: engine.units_of(r, aspects) for r in human.by_system()}
         cal_boot = s.calibration_boot or stats.boot_size(len(face_units) * len(aspects), s.alpha)
         cal = validation.calibration(face_units, aspects, s.calibration_splits, cal_boot, s.alpha, seed)
-        cal_summary = validation.calibration_summary(cal, s.alpha)
+        cal = validation.calibration_summary(cal, s.alpha)
         t_cal = time.perf_counter() - start - t_agree
         pw, pw_boot, dropped = _power(face_units, human_units, aspects, table, s, seed)
-        timing = (t_agree, t_cal, time.perf_counter() - start - t_agree - t_cal)
-        info = {"votes": len(votes), "arena_boot": arena_boot, "agree_boot": face_cmp.settings["n_boot"],
-                "cal_boot": cal_boot, "pw_boot": pw_boot, "dropped": dropped, "timing": timing}
+        t_power = time.perf_counter() - start - t_agree - t_cal
         face_cmp.write(ctx.run_dir / "nine_systems")  # the whole comparison (report.html, every table) in the run dir
-        return ctx.result(output=out, extra={"comparison": face_cmp},
-                          **_report(ctx, out.label, s, table, summary, face_cmp, cal_summary, pw, info),
-                          metrics={**_metrics(summary, cal_summary), "runtime_s.agreement": timing[0],
-                                   "runtime_s.calibration": timing[1], "runtime_s.power": timing[2]})
+        src = (f"{out.label}; {ctx.subset}; 9 CRSs; human labels of CRSArena-Eval on the same items; arena: "
+               f"Bradley–Terry of {len(votes)} CRSArena-Dial votes.")
+        agree = (f"Agreement: the 36 pairs of systems × 7 aspects, each tested as `face compare --by-system` tests "
+                 f"it (unpaired studentized bootstrap, {face_cmp.settings['n_boot']} resamples of conversations "
+                 f"within each system, Holm over the 252 tests, α = {s.alpha}), on FACE's scores and on the human "
+                 f"labels; the arena's pairs tested on its Bradley–Terry ratings ({arena_boot} resamples of the "
+                 "votes, Holm over the 36 pairs; the votes are overall preferences, so one arena test per pair serves "
+                 "every aspect). Of the cells FACE separates: confirmed (the reference separates them in the same "
+                 "direction), contradicted (in the other), unconfirmed (the reference does not separate them: neither "
+                 "agreement nor disagreement); against_human_means: separated against the sign of a non-zero human "
+                 f"mean difference. {src}")
+        calib = (f"Calibration: each system's conversations split at random into two halves "
+                 f"({s.calibration_splits} splits, {cal_boot} resamples per test), halves compared unpaired and "
+                 "paired (the i-th conversations of the halves paired). fpr: rejections per test at α before "
+                 "correction, with its Monte Carlo error (sd of the per-split rates / √splits); familywise_holm: "
+                 "splits with any rejection after Holm over the split's 63 tests (9 systems × 7 aspects), binomial "
+                 f"error. {src}")
+        gone = f" (n = {', '.join(map(str, dropped))}: not below every system's count, i.e. all)" if dropped else ""
+        power = (f"Power: n conversations per system drawn without replacement (a system with fewer keeps all), "
+                 f"{s.power_reps} draws per n{gone}; each pair tested over its 7 aspects (Holm over 7, "
+                 f"{pw_boot} resamples); recovered: separated in the direction of the full-data human means. {src}")
+        return ctx.result(
+            output=out, extra={"comparison": face_cmp},
+            tables={"agreement": Table(summary, agree),
+                    "agreement_pairs": Table(table, f"Every pair × aspect. {agree}", 4),
+                    "calibration": Table(cal, calib, 4), "power": Table(pw, power),
+                    "ranking": Table(face_cmp.ranking, f"FACE's ranking of the nine CRSs with rank intervals (face "
+                                                       f"compare). {src}")},
+            figures={"figures/power.png": lambda p: figures.save(figures.power_curve(pw, power), p),
+                     "figures/beats_dialogue_overall.png": lambda p: figures.save(figures.beats(
+                         face_cmp.beats, "dialogue_overall", f"Scored by: {out.label}"), p)},
+            shown=[(f"Agreement. {agree}", summary), (f"Calibration. {calib}", cal[cal["aspect"] == "all aspects"]),
+                   (f"Power. {power}", pw.groupby("n", sort=False)[["recovered_all_pairs", "wrong_direction"]]
+                    .mean().reset_index()),
+                   f"Runtime (wall): agreement {t_agree:.0f} s, calibration {t_cal:.0f} s, power {t_power:.0f} s"],
+            metrics={**_metrics(summary, cal), "runtime_s.agreement": t_agree, "runtime_s.calibration": t_cal,
+                     "runtime_s.power": t_power})
 
 
 def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:
@@ -150,49 +181,9 @@ def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:
         out[f"calibration.{r.mode}.familywise_holm"] = r.familywise_holm
     # the headline (MLflow metrics; the rest goes to numbers.json): names that differ within 12 characters
     separated = float(total["face_separated"])
-    confirmed = float(total["confirmed_by_humans"])
-    out["summary.confirmed_by_humans"] = confirmed / separated if separated else float("nan")
+    out["summary.confirmed_by_humans"] = float(total["confirmed_by_humans"]) / separated if separated else float("nan")
     out["summary.separated_pairs"] = separated
     unpaired = cal[(cal["aspect"] == "all aspects") & (cal["mode"] == "unpaired")]
     if len(unpaired):
         out["summary.false_positive_rate"] = float(unpaired["fpr"].iloc[0])
     return out
-
-
-def _report(ctx, label: str, s: Settings, table, summary, face_cmp, cal, pw, info: dict) -> dict:
-    """The experiment's tables, figures and console lines (``ExperimentResult``'s fields)."""
-    src = (f"{label}; {ctx.subset}; 9 CRSs; human labels of CRSArena-Eval on the same items; arena: Bradley–Terry "
-           f"of {info['votes']} CRSArena-Dial votes.")
-    agree = (f"Agreement: the 36 pairs of systems × 7 aspects, each tested as `face compare --by-system` tests it "
-             f"(unpaired studentized bootstrap, {info['agree_boot']} resamples of conversations within each system, "
-             f"Holm over the 252 tests, α = {s.alpha}), on FACE's scores and on the human labels; the arena's "
-             f"pairs tested on its Bradley–Terry ratings ({info['arena_boot']} resamples of the votes, Holm over the "
-             f"36 pairs; the votes are overall preferences, so one arena test per pair serves every aspect). Of the "
-             f"cells FACE separates: confirmed (the reference separates them in the same direction), contradicted "
-             f"(in the other), unconfirmed (the reference does not separate them: neither agreement nor "
-             f"disagreement); against_human_means: separated against the sign of a non-zero human mean "
-             f"difference. {src}")
-    calib = (f"Calibration: each system's conversations split at random into two halves ({s.calibration_splits} "
-             f"splits, {info['cal_boot']} resamples per test), halves compared unpaired and paired (the i-th "
-             "conversations of the halves paired). fpr: rejections per test at α before correction, with its Monte "
-             "Carlo error (sd of the per-split rates / √splits); familywise_holm: splits with any rejection after "
-             f"Holm over the split's 63 tests (9 systems × 7 aspects), binomial error. {src}")
-    dropped = f" (n = {', '.join(map(str, info['dropped']))}: not below every system's count, i.e. all)" \
-        if info["dropped"] else ""
-    power = (f"Power: n conversations per system drawn without replacement (a system with fewer keeps all), "
-             f"{s.power_reps} draws per n{dropped}; each pair tested over its 7 aspects (Holm over 7, "
-             f"{info['pw_boot']} resamples); recovered: separated in the direction of the full-data human means. "
-             f"{src}")
-    t = info["timing"]
-    return {"tables": {"agreement": Table(summary, agree), "agreement_pairs": Table(table, f"Every pair × aspect. "
-                                                                                   f"{agree}", 4),
-                       "calibration": Table(cal, calib, 4), "power": Table(pw, power),
-                       "ranking": Table(face_cmp.ranking, "FACE's ranking of the nine CRSs with rank intervals (face "
-                                                          f"compare). {src}")},
-            "figures": {"figures/power.png": lambda p: figures.save(figures.power_curve(pw, power), p),
-                        "figures/beats_dialogue_overall.png": lambda p: figures.save(figures.beats(
-                            face_cmp.beats, "dialogue_overall", f"Scored by: {label}"), p)},
-            "shown": [(f"Agreement. {agree}", summary), (f"Calibration. {calib}", cal[cal["aspect"] == "all aspects"]),
-                      (f"Power. {power}", pw.groupby("n", sort=False)[["recovered_all_pairs", "wrong_direction"]]
-                       .mean().reset_index()),
-                      f"Runtime (wall): agreement {t[0]:.0f} s, calibration {t[1]:.0f} s, power {t[2]:.0f} s"]}

@@ -76,11 +76,7 @@ def level_means(results: pd.DataFrame, aspects) -> pd.DataFrame:
 
 def parts(cfg: DictConfig) -> Parts:
     """The arena votes to fetch; the dataset must be CRSArena-Eval (checked with the other settings)."""
-    try:
-        crsarena = isinstance(build(cfg.dataset), CRSArenaEval)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    if not crsarena:
+    if not isinstance(build(cfg.dataset), CRSArenaEval):  # a ValueError of the dataset's: the runner's ConfigError
         raise ConfigError("system_level compares with the CRSArena-Dial arena votes: use dataset=crsarena_eval")
     return Parts(extra_files=arena_files(cfg))
 

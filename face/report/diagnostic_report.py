@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import io
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,20 +29,6 @@ IN_FULL = 20  # the worst conversations written out in full; the others' turns a
 # CRSArena-Eval in full: a 36 MB page, 8 s to open)
 
 
-@dataclass
-class Diagnostics:
-    particles: pd.DataFrame  # one row per particle × aspect: text, mean and min over instructions, position
-    by_act: pd.DataFrame  # mean particle score per system × dialogue act × aspect
-    act_share: pd.DataFrame  # share of each dialogue act among a system's particles
-    by_position: pd.DataFrame  # per aspect and assistant-turn position: mean score, share of low-scoring particles
-    worst: pd.DataFrame  # per system and aspect, the lowest-scoring particles with their text
-    patterns: pd.DataFrame  # per system: recommending before asking, repeated recommendations, particles per turn
-
-    def tables(self) -> dict[str, pd.DataFrame]:
-        return {"particles": self.particles, "by_act": self.by_act, "act_share": self.act_share,
-                "by_position": self.by_position, "worst_particles": self.worst, "patterns": self.patterns}
-
-
 def particle_table(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[Particle]],
                    convs: Sequence[Conversation]) -> pd.DataFrame:
     """One row per particle × aspect: system, position (1 = the first assistant turn), act, mention, feedback,
@@ -61,7 +46,13 @@ def particle_table(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Seq
 
 
 def diagnose(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[Particle]],
-             convs: Sequence[Conversation], worst_n: int = 5) -> Diagnostics:
+             convs: Sequence[Conversation], worst_n: int = 5) -> dict[str, pd.DataFrame]:
+    """The diagnostics tables, by name: ``particles`` (one row per particle × aspect: text, mean and min over
+    instructions, position), ``by_act`` (mean particle score per system × dialogue act × aspect), ``act_share`` (share
+    of each dialogue act among a system's particles), ``by_position`` (per aspect and assistant-turn position: mean
+    score, share of low-scoring particles), ``worst_particles`` (per system and aspect, the lowest-scoring particles
+    with their text), ``patterns`` (per system: recommending before asking, repeated recommendations, particles per
+    turn)."""
     p = particle_table(scores, particles, convs)
     by_act = (p.groupby(["system", "dialogue_act", "aspect"])["score"].agg(mean_score="mean", n="size")
               .reset_index())
@@ -77,8 +68,8 @@ def diagnose(scores: pd.DataFrame, particles: Mapping[tuple[str, int], Sequence[
             "mention", "user_feedback"]
     worst = (p.sort_values(["system", "aspect", "score", "conv_id", "turn_ind", "particle_ind"])
              .groupby(["system", "aspect"]).head(worst_n)[cols].reset_index(drop=True))
-    return Diagnostics(p.drop(columns=["low"]), by_act, act_share, by_position, worst,
-                       patterns(particles, convs))
+    return {"particles": p.drop(columns=["low"]), "by_act": by_act, "act_share": act_share,
+            "by_position": by_position, "worst_particles": worst, "patterns": patterns(particles, convs)}
 
 
 def patterns(particles: Mapping[tuple[str, int], Sequence[Particle]], convs: Sequence[Conversation]) -> pd.DataFrame:
@@ -141,21 +132,12 @@ def feedback_text(feedback: str) -> str:
 
 # ---------------------------------------------------------------- HTML
 
-def _figure_png(fig) -> str:
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
 @drawn("white")
 def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect]) -> list[tuple[str, str]]:
     """(aspect, base64 PNG) of the mean particle score per system × dialogue act, coloured on the aspect's fixed
     scale (colour-blind-safe cividis; ``face.report.figures.act_axes``), in the look of every heatmap. No
     caption in the figure: the page names the LLM once, at its top."""
-    from face.report.figures import act_axes
+    from face.report.figures import act_axes, plt
 
     out = []
     for aspect in aspects:
@@ -167,7 +149,10 @@ def act_heatmaps(by_act: pd.DataFrame, aspects: Sequence[Aspect]) -> list[tuple[
         ax.set_title(f"{aspect.name} ({aspect.low}–{aspect.high} scale)", fontsize=9)
         ax.set_xticklabels(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
         ax.set_yticklabels(ax.get_yticklabels(), rotation=0)  # system names side by side, never read as one word
-        out.append((aspect.name, _figure_png(fig)))
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+        plt.close(fig)
+        out.append((aspect.name, base64.b64encode(buf.getvalue()).decode("ascii")))
     return out
 
 
@@ -176,8 +161,7 @@ NOT_RECORDED = "LLM not recorded (a run written before run_settings.json existed
 
 def read_run_settings(path: Path) -> dict:
     """``run_settings.json`` of a run (face.pipeline.method.write_run_settings): {label, llm, instructions, aspects}.
-    A run
-    without it still gets a report, which then says that the LLM is unknown rather than naming none."""
+    A run without it still gets a report, which then says that the LLM is unknown rather than naming none."""
     import json
 
     from face.errors import DataError
@@ -186,20 +170,13 @@ def read_run_settings(path: Path) -> dict:
         return {"label": NOT_RECORDED, "llm": {}, "instructions": {}, "aspects": {}}
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        # an aspect of your own (dataset.aspects_file): its level and scale
+        aspects = {a["name"]: Aspect(a["name"], a["level"], tuple(a["scale"]), a.get("definition", ""))
+                   for a in rec.get("aspects") or []}
+        return {"label": rec["label"], "llm": rec.get("llm") or {}, "aspects": aspects,
+                "instructions": rec.get("instructions") or {}}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
         raise DataError(path, f"unreadable run settings: {e}") from None
-    if not isinstance(rec, dict) or not isinstance(rec.get("label"), str):
-        raise DataError(path, "run settings without a 'label' string")
-    inst: dict = rec["instructions"] if isinstance(rec.get("instructions"), dict) else {}
-    aspects = {}
-    for a in rec.get("aspects") or []:  # an aspect of your own (dataset.aspects_file): its level and scale
-        try:
-            aspects[a["name"]] = Aspect(a["name"], a["level"], tuple(a["scale"]), a.get("definition", ""))
-        except (KeyError, TypeError, ValueError) as e:
-            raise DataError(path, f"a malformed aspect in 'aspects': {e}") from None
-    return {"label": rec["label"], "llm": rec.get("llm") or {}, "aspects": aspects,
-            "instructions": {str(a): {str(k): str(v) for k, v in d.items()} for a, d in inst.items()
-                             if isinstance(d, dict)}}
 
 
 def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataFrame, dial_preds: pd.DataFrame,
@@ -270,8 +247,8 @@ def _views(rel: pd.DataFrame, scores: pd.DataFrame, preds: Predictions, convs: S
     return [_conversation_view(c, *(g.get(c.conv_id, x.iloc[:0]) for g, x in zip(by_conv, frames))) for c in convs]
 
 
-def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: pd.DataFrame, preds: Predictions,
-               convs: Sequence[Conversation], aspects: Sequence[Aspect], llm: str,
+def write_html(path: str | Path, title: str, note: str, d: dict[str, pd.DataFrame], scores: pd.DataFrame,
+               preds: Predictions, convs: Sequence[Conversation], aspects: Sequence[Aspect], llm: str,
                instructions: dict[str, dict[str, str]] | None = None) -> Path:
     """The report: summary tables and figures, then every conversation → its turns → their particles. ``llm``
     (what scored: the LLM and its settings, or the released judgements) heads the page, once; ``note``: what the
@@ -287,22 +264,23 @@ def write_html(path: str | Path, title: str, note: str, d: Diagnostics, scores: 
     env.filters["feedback"] = feedback_text
     env.policies["json.dumps_kwargs"] = {"separators": (",", ":"), "ensure_ascii": False}  # the page's data, compact
     numbers = {(c.conv_id, t.turn_ind): n for c in convs for n, t in enumerate(c.turns, start=1)}
-    rel = relative_scores(d.particles, aspects)
+    rel = relative_scores(d["particles"], aspects)
     shown = rel.head(ALL_SHOWN)
     lowest = shown.assign(number=[numbers.get((str(r.conv_id), r.turn_ind)) for r in shown.itertuples()])
     names, scales = [a.name for a in aspects], {a.name: (a.low, a.high) for a in aspects}
     views = _views(rel, scores, preds, convs)
     worst = worst_conversations(views, scales, IN_FULL)
     full = {v["conv_id"] for v in (views if len(views) <= IN_FULL else worst)}
-    share = d.act_share.pivot(index="system", columns="dialogue_act", values="share")  # the console's grid
+    share = d["act_share"].pivot(index="system", columns="dialogue_act", values="share")  # the console's grid
+    by_position = d["by_position"]
     html = env.get_template("diagnostics.html").render(
         title=title, note=note, llm=llm, instructions=instructions or {}, aspects=names, scales=scales,
         means=aspect_means(preds, aspects).to_dict("records"),
-        heatmaps=act_heatmaps(d.by_act, aspects), acts=list(share.columns), act_share=share.to_dict("index"),
-        positions=sorted(d.by_position["position"].unique()),
-        by_position={a: {r["position"]: r for r in g.to_dict("records")} for a, g in d.by_position.groupby("aspect")},
+        heatmaps=act_heatmaps(d["by_act"], aspects), acts=list(share.columns), act_share=share.to_dict("index"),
+        positions=sorted(by_position["position"].unique()),
+        by_position={a: {r["position"]: r for r in g.to_dict("records")} for a, g in by_position.groupby("aspect")},
         lowest=lowest.to_dict("records"), lowest_k=LOWEST_SHOWN,
-        n_particle_scores=len(rel), tied_low=tied_low(d.by_position), conversations=views, full=full,
+        n_particle_scores=len(rel), tied_low=tied_low(by_position), conversations=views, full=full,
         worst=worst, drawn_later={v["conv_id"]: _compact(v, names) for v in views if v["conv_id"] not in full})
     return atomic_write_text(path, html)
 
@@ -325,7 +303,7 @@ def write_report(html_path: Path, tables_dir: Path | None, name: str, convs: Seq
     d = diagnose(scores, particles, convs)
     note = f"{run or f'FACE run in {name}'}: {len(convs)} conversations; scores from particle_scores.jsonl"
     if tables_dir is not None:
-        for table_name, table in d.tables().items():
+        for table_name, table in d.items():
             write_table(table, tables_dir, table_name, f"{table_name.replace('_', ' ')}. {note}; {settings['label']}.")
     return write_html(html_path, f"FACE diagnostics — {name}", note + ".", d, scores, preds, convs, aspects,
                       settings["label"], settings["instructions"])

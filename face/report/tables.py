@@ -36,10 +36,6 @@ def _fmt_p(v: object, digits: int) -> str:
     return _fmt(v, digits)
 
 
-def _fmt_int(v: object, digits: int) -> str:
-    return str(int(v)) if isinstance(v, (float, np.floating)) and not np.isnan(v) else _fmt(v, digits)
-
-
 def _is_count(name: str, col: pd.Series) -> bool:
     """A float column that holds whole numbers (a mean of equal counts, a budget): printed as integers. Columns in
     [-1, 1] (correlations that happen to be 0 or ±1) keep their decimals unless the name says it is a count."""
@@ -57,7 +53,9 @@ def _formatter(name: str, col: pd.Series) -> Callable[[object, int], str]:
         return _fmt_p
     if name == "split":
         return lambda v, d: SPLIT_LABELS.get(v, str(v)) if isinstance(v, str) else _fmt(v, d)
-    return _fmt_int if _is_count(name, col) else _fmt
+    if _is_count(name, col):
+        return lambda v, d: str(int(v)) if isinstance(v, (float, np.floating)) and not np.isnan(v) else _fmt(v, d)
+    return _fmt
 
 
 def display_rows(df: pd.DataFrame, digits: int = 3) -> list[list[str]]:
