@@ -192,13 +192,9 @@ def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any, Any]:
 
 
 def _settings_class(annotation: Any) -> Any:
-    return next((t for t in _members(annotation) if dataclasses.is_dataclass(t) and hasattr(t, "__pydantic_fields__")),
-                None)
-
-
-def _members(annotation: Any) -> list[Any]:
-    """The types a value may have (``X | None`` and ``Annotated[X, ...]`` unwrapped)."""
-    return [t for t, _ in _parts(annotation, [])]
+    """The settings class among the types a value may have (``X | None`` and ``Annotated[X, ...]`` unwrapped)."""
+    return next((t for t, _ in _parts(annotation, [])
+                 if dataclasses.is_dataclass(t) and hasattr(t, "__pydantic_fields__")), None)
 
 
 def _parts(annotation: Any, meta: list[Any]) -> list[tuple[Any, list[Any]]]:
