@@ -24,8 +24,7 @@ _HOMES = {"evaluate": "face.api", "estimate": "face.api", "meta_evaluate": "face
           "compare": "face.comparison.engine", "Comparison": "face.comparison.comparison",
           "compare_sequential": "face.api.sequential"}
 
-__all__ = ["BudgetExceeded", "Comparison", "ConfigError", "DataError", "LLMCallError", "LLMRequestRefused", "Result",
-           "__version__", "compare", "compare_sequential", "estimate", "evaluate", "integrations", "meta_evaluate"]
+__all__ = sorted([*_HOMES, "__version__", "integrations"])
 
 
 def __getattr__(name: str) -> Any:

@@ -16,6 +16,7 @@ The bottom layer (imports nothing of face): every other module may use it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
@@ -176,20 +177,14 @@ def secret_setting(cfg: Any) -> str | None:
     resolved = cfg if isinstance(cfg, DictConfig) else None
     tree = OmegaConf.to_container(cfg, resolve=False) if resolved is not None else cfg
     for path, value in _leaves(tree, ""):
-        interpolated = resolved is not None and isinstance(value, str) and "${" in value and "[" not in path
-        problem = _problem(path, value) or (_problem(path, _select(resolved, path)) if interpolated else None)
+        problem = _problem(path, value)
+        if not problem and resolved is not None and isinstance(value, str) and "${" in value and "[" not in path:
+            # an interpolation only a running Hydra job resolves (${hydra:...}) raises: checked as written only
+            with contextlib.suppress(Exception):
+                problem = _problem(path, OmegaConf.select(resolved, path, default=None, throw_on_missing=False))
         if problem:
             return problem
     return None
-
-
-def _select(cfg: Any, path: str) -> Any:
-    from omegaconf import OmegaConf
-
-    try:
-        return OmegaConf.select(cfg, path, default=None, throw_on_missing=False)
-    except Exception:  # an interpolation only a running Hydra job resolves (${hydra:...}): checked as written
-        return None
 
 
 # ---------------------------------------------------------------- logs

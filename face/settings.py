@@ -192,13 +192,9 @@ def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any, Any]:
 
 
 def _settings_class(annotation: Any) -> Any:
-    return next((t for t in _members(annotation) if dataclasses.is_dataclass(t) and hasattr(t, "__pydantic_fields__")),
-                None)
-
-
-def _members(annotation: Any) -> list[Any]:
-    """The types a value may have (``X | None`` and ``Annotated[X, ...]`` unwrapped)."""
-    return [t for t, _ in _parts(annotation, [])]
+    """The settings class among the types a value may have (``X | None`` and ``Annotated[X, ...]`` unwrapped)."""
+    return next((t for t, _ in _parts(annotation, [])
+                 if dataclasses.is_dataclass(t) and hasattr(t, "__pydantic_fields__")), None)
 
 
 def _parts(annotation: Any, meta: list[Any]) -> list[tuple[Any, list[Any]]]:
@@ -230,19 +226,17 @@ _BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))  # a constraint
 
 def _kind(t: Any, meta: list[Any]) -> str:
     non_empty = any(getattr(m, "min_length", None) for m in meta)
+    origin = get_origin(t)
     if t is str:
         return "a non-empty string" if non_empty else "a string"
-    if t in _WORDS:
-        return _WORDS[t] + _bounds(meta)
-    origin = get_origin(t)
+    if (origin or t) in _WORDS:  # dict[str, X]: a mapping, as dict
+        return _WORDS[origin or t] + _bounds(meta)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(t))
     if origin in (list, tuple):
         item = _without_null_and_int_of_number(_parts((get_args(t) or (Any,))[0], []))
         items = " or ".join(_plural(_kind(i, m)) for i, m in item)
         return ("a non-empty list" if non_empty else "a list") + ("" if items == "Any" else f" of {items}")
-    if origin is dict:
-        return "a mapping"
     if dataclasses.is_dataclass(t):
         return "a mapping of its settings"
     return getattr(t, "__name__", str(t))

@@ -110,11 +110,11 @@ def test_transfer_uses_the_mapped_released_instructions(data_dir):
 
     m = FaceTransfer()
     ds = USR("usr_topical_chat", "topical_chat")
-    assert m.required_files(ds, [ds.aspect("engaging")]) == ["face_released/top16_instructions/interestingness.json"]
-    ins = m.instruction_set(data_dir, ds.aspect("maintains_context"))
+    assert m.required_files(ds, [ds.aspects["engaging"]]) == ["face_released/top16_instructions/interestingness.json"]
+    ins = m.instruction_set(data_dir, ds.aspects["maintains_context"])
     assert len(ins) == 16
     with pytest.raises(ValueError, match="no CRSArena aspect"):
-        m.required_files(ds, [ds.aspect("natural")])
+        m.required_files(ds, [ds.aspects["natural"]])
     with pytest.raises(ValueError, match="mapping"):
         FaceTransfer(mapping={"overall": "not_an_aspect"})
 
@@ -139,7 +139,7 @@ def test_cot_examples_come_from_the_training_fold_only(cfg_factory, data_dir):
     train = {c.conv_id for c in training_conversations(convs, 2, 0)}
     assert 0 < len(train) < len(convs)
     m = LLMCoTICL(k_examples=3)
-    a = ds.aspect("relevance")
+    a = ds.aspects["relevance"]
     pool = units_of([a], [c for c in convs if c.conv_id in train])
     text = m.examples(a, pool, units_of([a], convs[:1])[0], np.random.default_rng(0))
     assert text.count("Human score:") == 3

@@ -25,7 +25,7 @@ from face.datasets.face_released import (
     load_particle_scores,
     load_released_particles,
 )
-from face.datasets.usr import USR_ASPECTS, load_usr, to_conversations
+from face.datasets.usr import USR_ASPECTS, load_usr
 
 
 def test_crsarena_eval_has_467_conversations_9_crss_and_4473_utterances(data_dir):
@@ -107,21 +107,25 @@ def test_arena_votes(data_dir):
 
 
 @pytest.mark.parametrize("name,n_responses", [("topical_chat", 6), ("persona_chat", 5)])
-def test_usr_contexts(data_dir, name, n_responses):
-    ctxs = load_usr(data_dir / USR_FILES[name])
-    assert len(ctxs) == 60
-    assert all(len(c.responses) == n_responses for c in ctxs)
+def test_usr_every_annotated_response_with_its_mean_ratings(data_dir, name, n_responses):
+    convs = load_usr(data_dir / USR_FILES[name], exclude_ground_truth=False)
+    assert len(convs) == 60 * n_responses
     raw = json.loads((data_dir / USR_FILES[name]).read_text())
-    for ctx, rc in zip(ctxs, raw):
-        for r, rr in zip(ctx.responses, rc["responses"]):
-            assert r.model == rr["model"] and r.response == rr["response"].strip()
-            assert r.ratings == {a: tuple(rr[a]) for a in USR_ASPECTS} and len(r.ratings["Overall"]) == 3
+    items = iter(convs)
+    for i, rc in enumerate(raw):
+        for rr in rc["responses"]:
+            c = next(items)
+            assert c.conv_id.startswith(f"{i}:") and c.system == rr["model"]
+            assert c.turns[-1].utterance == rr["response"].strip() and len(rr["Overall"]) == 3
+            assert c.turns[-1].labels == {a: pytest.approx(sum(rr[k]) / len(rr[k]))
+                                          for a, k in zip(["understandable", "natural", "maintains_context",
+                                                           "engaging", "uses_knowledge", "overall"], USR_ASPECTS)}
 
 
 @pytest.mark.parametrize("name,n_items", [("topical_chat", 60 * 5), ("persona_chat", 60 * 4)])
 def test_usr_items_are_context_response_pairs_without_the_ground_truth(data_dir, name, n_items):
     raw = json.loads((data_dir / USR_FILES[name]).read_text())
-    convs = to_conversations(load_usr(data_dir / USR_FILES[name]))
+    convs = load_usr(data_dir / USR_FILES[name])
     assert len(convs) == n_items  # the original ground truth is the reference, not an item (USR's protocol)
     c = next(c for c in convs if c.conv_id.startswith("0:") and c.system == raw[0]["responses"][1]["model"])
     last = c.turns[-1]

@@ -174,8 +174,8 @@ def test_the_cost_estimate_of_undecomposed_conversations_counts_the_particles_to
     conv = Conversation("c", (Turn(0, "USER", "hi"), Turn(1, "ASST", "Try Heat."), Turn(2, "USER", "ok")), system="s")
     ds = ChatLogs(path="x.json")
     face = Face()
-    inputs = Inputs(ds, [conv], [ds.aspect("relevance")], data_dir, data_dir, LLMConfig(n_per_request=1))
-    instructions = {"relevance": face.instruction_set(data_dir, ds.aspect("relevance"))}
+    inputs = Inputs(ds, [conv], [ds.aspects["relevance"]], data_dir, data_dir, LLMConfig(n_per_request=1))
+    instructions = {"relevance": face.instruction_set(data_dir, ds.aspects["relevance"])}
     costs = face.estimate(inputs, instructions, face.proxy(inputs)).set_index("stage")
     assert costs.loc["score:relevance", "samples"] == round(16 * 5 * 6274 / 2235)
     assert costs.loc["score:relevance", "particles_per_turn"] == pytest.approx(6274 / 2235)  # the rate assumed, said

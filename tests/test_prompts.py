@@ -88,7 +88,7 @@ def test_usr_prompts_take_their_domain_and_scale_from_the_dataset(data_dir):
     ds = USR("usr_topical_chat", "topical_chat", limit=1)
     [conv] = ds.select(ds.load_all(data_dir))
     [turn] = conv.evaluated_turns()
-    (_, system), (_, user) = score_messages(Unit(ds.aspect("overall"), conv.conv_id, turn.turn_ind, -1, None), conv,
+    (_, system), (_, user) = score_messages(Unit(ds.aspects["overall"], conv.conv_id, turn.turn_ind, -1, None), conv,
                                             "Rate it.", ds.judged)
     assert "open-domain dialogue systems" in system and "recommend" not in system
     assert "from 1 (worst) to 5 (best)" in user

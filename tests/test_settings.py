@@ -25,7 +25,7 @@ from face.llm import LLMConfig
 from face.optimize.config import OptimizerConfig, SplitConfig, WriterConfig
 from face.pipeline.particles import ParticlesSpec
 from face.pipeline.scoring import ScoringSpec
-from face.settings import _members
+from face.settings import _parts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,6 +40,11 @@ FAMILIES = [
     (LLMDirect, "method", {}), (LLMCoTICL, "method", {}), (GEval, "method", {}), (ReferenceMetric, "method", {}),
 ]
 IDS = [f"{c.__name__}" for c, _, _ in FAMILIES]
+
+
+def _members(annotation) -> list:
+    """The types a value may have (``X | None`` and ``Annotated[X, ...]`` unwrapped)."""
+    return [t for t, _ in _parts(annotation, [])]
 
 
 def _fields(cls, kind) -> list[str]:

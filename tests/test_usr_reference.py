@@ -18,10 +18,8 @@ needs_java = pytest.mark.skipif(not reference.java_available(), reason="METEOR 1
 @pytest.mark.parametrize("corpus,per_context", [("topical_chat", 6), ("persona_chat", 5)])
 def test_usr_loader_counts_and_labels(mirror, corpus, per_context):
     path = mirror / "usr" / FILES[corpus]
-    contexts = usr.load_usr(path)
-    assert len(contexts) == 60 and all(len(c.responses) == per_context for c in contexts)
-    every = usr.to_conversations(contexts, exclude_ground_truth=False)
-    scored = usr.to_conversations(contexts)
+    every = usr.load_usr(path, exclude_ground_truth=False)
+    scored = usr.load_usr(path)
     assert len(every) == 60 * per_context  # 360 / 300 annotated responses
     assert len(scored) == 60 * (per_context - 1)  # the original ground truth is the reference, not an item
     assert {c.conv_id.split(":")[0] for c in scored} == {str(i) for i in range(60)}
@@ -71,7 +69,7 @@ def test_meteor_known_values():
     # USR Tables 5/6 (Overall): the transcription's "pearson" values equal our Spearman (labels swapped there)
     ("topical_chat", "bleu4", 0.2956), ("persona_chat", "bleu2", 0.0943), ("topical_chat", "rouge_l", 0.2870)])
 def test_published_usr_values_reproduced(mirror, corpus, metric, published_spearman):
-    convs = usr.to_conversations(usr.load_usr(mirror / "usr" / FILES[corpus]))
+    convs = usr.load_usr(mirror / "usr" / FILES[corpus])
     hyps = [c.turns[-1].utterance for c in convs]
     refs = [c.meta["reference"] for c in convs]
     y = [c.turns[-1].labels["overall"] for c in convs]

@@ -6,7 +6,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from face.errors import DataError, type_name
 
@@ -147,30 +147,29 @@ def as_id(value: Any, path: str | Path, record: str, what: str) -> str:
 MAX_REPORTED = 20  # bad records of one file listed in one error (the rest counted)
 
 
-class Problems:
-    """The DataErrors of one file's records, collected so that one error lists them all (up to ``MAX_REPORTED``):
-    a user fixes every bad conversation of a file in one go, not one per run. Positions are counted from 1 in
-    every message (lines, conversations, messages, turns, content parts); the data's own ``turn_ind`` is named as
-    such."""
-
-    def __init__(self, path: str | Path):
-        self.path = path
-        self.errors: list[DataError] = []
-
-    def attempt(self, parse, *args, **kwargs):
-        """``parse(*args, **kwargs)``, or None with its DataError kept."""
+def parse_all(path: str | Path, parse: Callable[..., Any], records: Iterable[tuple], what: str = "records"
+              ) -> list:
+    """``parse(*record)`` of every record; the DataErrors of the bad ones collected so that one error lists them all
+    (``raise_all``): a user fixes every bad conversation of a file in one go, not one per run. Positions are counted
+    from 1 in every message (lines, conversations, messages, turns, content parts); the data's own ``turn_ind`` is
+    named as such."""
+    out, errors = [], []
+    for record in records:
         try:
-            return parse(*args, **kwargs)
+            out.append(parse(*record))
         except DataError as e:
-            self.errors.append(e)
-            return None
+            errors.append(e)
+    raise_all(path, errors, what)
+    return out
 
-    def raise_any(self, what: str = "records") -> None:
-        """Nothing if no record was bad; the error itself for one; one DataError listing each for several."""
-        if len(self.errors) == 1:
-            raise self.errors[0]
-        if self.errors:
-            shown = "".join(f"\n  [{e.record or 'file'}] {e.problem}" for e in self.errors[:MAX_REPORTED])
-            more = len(self.errors) - MAX_REPORTED
-            raise DataError(self.path, f"{len(self.errors)} {what} are malformed (fix them all, then rerun):{shown}"
-                                       + (f"\n  … and {more} more" if more > 0 else ""))
+
+def raise_all(path: str | Path, errors: list[DataError], what: str) -> None:
+    """Nothing if no record was bad; the error itself for one; one DataError listing each (up to ``MAX_REPORTED``)
+    for several."""
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        shown = "".join(f"\n  [{e.record or 'file'}] {e.problem}" for e in errors[:MAX_REPORTED])
+        more = len(errors) - MAX_REPORTED
+        raise DataError(path, f"{len(errors)} {what} are malformed (fix them all, then rerun):{shown}"
+                              + (f"\n  … and {more} more" if more > 0 else ""))

@@ -1,4 +1,4 @@
-"""Typed records for everything the project reads: conversations, particles, scores, votes, USR."""
+"""Typed records for everything the project reads: conversations, particles, instructions, votes."""
 
 from __future__ import annotations
 
@@ -72,7 +72,6 @@ class Instruction:
     source: str = ""  # e.g. "released_top16", "initial", "optimizer"
 
 
-
 @dataclass(frozen=True)
 class ArenaVote:
     session_id: str
@@ -81,24 +80,3 @@ class ArenaVote:
     crs2: str
     winner: str | None  # the winning CRS, or None for a tie
     source: str  # "open" | "closed"
-
-
-
-@dataclass(frozen=True)
-class USRResponse:
-    context_id: int
-    model: str
-    response: str
-    ratings: dict[str, tuple[float, ...]]  # aspect -> per-annotator ratings
-
-    def mean(self, aspect: str) -> float:
-        vals = self.ratings[aspect]
-        return sum(vals) / len(vals)
-
-
-@dataclass(frozen=True)
-class USRContext:
-    context_id: int
-    context: tuple[str, ...]  # turns
-    fact: str
-    responses: tuple[USRResponse, ...]

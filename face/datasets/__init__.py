@@ -39,7 +39,6 @@ class Dataset:
     splits_all: tuple[str, ...] = ("all",)  # the dataset's own splits (meta-evaluated separately, then pooled)
     aspects: Mapping[str, Aspect] = {}
     aliases: Mapping[str, str] = {}  # legacy aspect names -> canonical
-    default_aspects: tuple[str, ...] = ()  # empty: all aspects
     # one evaluated response per item, items grouped by dialogue context (USR): no dialogue level, and the bootstrap
     # resamples contexts
     response_level: bool = False
@@ -60,7 +59,6 @@ class Dataset:
         self.systems = s.systems or None
         self.splits = s.splits or None
         self.download = s.download
-        self.instructions = s.instructions
         self.is_subset = bool(self.limit or self.systems or self.splits)  # not the whole dataset (a subclass adds)
 
     # ---- what a subclass provides -------------------------------------------------
@@ -89,28 +87,22 @@ class Dataset:
         """Splits to report: each of the dataset's splits, then ``all`` (pooled) when there are several."""
         return list(self.splits_all) + (["all"] if len(self.splits_all) > 1 else [])
 
-    def aspect(self, name: str) -> Aspect:
-        return self.aspects[self._known([name])[0]]
-
-    def _known(self, names: Sequence[str]) -> list[str]:
-        """The canonical names of ``names``; a ValueError naming every unknown one, the valid ones closest first."""
-        canon = [self.aliases.get(n, n) for n in names]
-        unknown = [n for n, c in zip(names, canon) if c not in self.aspects]
-        if unknown:
-            raise ValueError(f"dataset {self.name} has no aspect {', '.join(map(repr, unknown))}; its aspects, closest "
-                             f"first: {', '.join(closest_first(unknown, list(self.aspects)))}")
-        return canon
-
     def resolve_aspects(self, names: Sequence[str] | None) -> list[Aspect]:
-        """The aspects to evaluate: ``names`` (validated), or the dataset's defaults when ``names`` is null. An
-        empty list names none: refused (it would otherwise silently mean all of them)."""
+        """The aspects to evaluate: ``names`` (an alias read as its canonical name; a ValueError naming every unknown
+        one, the valid ones closest first), or all the dataset's aspects when ``names`` is null. An empty list names
+        none: refused (it would otherwise silently mean all of them)."""
         if isinstance(names, str):  # aspects=relevance: one name, not its letters
             names = [names]
         if names is not None and len(names) == 0:
             raise ValueError(f"aspects=[] names no aspect: name at least one of {', '.join(self.aspects)} "
                              "(or aspects=null for the dataset's defaults)")
-        names = list(names) if names is not None else list(self.default_aspects or self.aspects)
-        out = [self.aspects[c] for c in self._known(names)]
+        names = list(names) if names is not None else list(self.aspects)
+        canon = [self.aliases.get(n, n) for n in names]
+        unknown = [n for n, c in zip(names, canon) if c not in self.aspects]
+        if unknown:
+            raise ValueError(f"dataset {self.name} has no aspect {', '.join(map(repr, unknown))}; its aspects, closest "
+                             f"first: {', '.join(closest_first(unknown, list(self.aspects)))}")
+        out = [self.aspects[c] for c in canon]
         dup = sorted({a.name for a in out if out.count(a) > 1})
         if dup:  # relevance twice, or dialogue_overall and its alias: one set of scores under one name
             raise ValueError(f"aspects: {', '.join(dup)} named twice")

@@ -12,7 +12,7 @@ System messages are ignored; two consecutive messages of the same role, an unkno
 an id or system name that is not a string or an integer (true/false, 1.5, NaN, Infinity, an object, a list),
 a lone surrogate escape (``"\\ud800"``), a conversation without an assistant message, an empty file or text
 that is not UTF-8 raise a DataError naming the file, the conversation and the message; every bad conversation
-of a file is listed in one error (``face.data.io.Problems``). Positions count from 1: lines, conversations (an
+of a file is listed in one error (``face.data.io.parse_all``). Positions count from 1: lines, conversations (an
 id-less one is ``conv<position>``), messages and content parts.
 
 The dataset ``ChatLogs`` (``conf/dataset/``): your own conversation logs (chat format or CRSArena-Eval's), evaluated
@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import model_validator
 
 from face.aspects import Aspect, aspect_table
-from face.data.io import Problems, as_id, check_text, check_type, field, json_kind, parse_json, read_text
+from face.data.io import as_id, check_text, check_type, field, json_kind, parse_all, parse_json, read_text
 from face.data.schema import ASSISTANT, USER, Conversation, Turn
 from face.datasets import Dataset, Selection
 from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS, check_unique_ids, parse_conversation
@@ -145,10 +145,8 @@ def load_logs(path: str | Path) -> list[Conversation]:
     records, lines = _records(path)
     if not records:
         raise DataError(path, "contains no conversation")
-    problems = Problems(path)
-    convs = [problems.attempt(_conversation, raw, path, record, i, lines)
-             for i, (record, raw) in enumerate(records, start=1)]
-    problems.raise_any("conversations")
+    convs = parse_all(path, _conversation, [(raw, path, record, i, lines)
+                                            for i, (record, raw) in enumerate(records, start=1)], "conversations")
     return check_unique_ids(convs, path)
 
 

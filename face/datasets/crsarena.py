@@ -19,7 +19,7 @@ from pydantic import Field
 
 from face.aspects import Aspect, aspect_table
 from face.data import CRSARENA_EVAL, PUBLISHED_TABLE
-from face.data.io import Problems, as_id, check_label, check_text, check_type, field, read_json
+from face.data.io import as_id, check_label, check_text, check_type, field, parse_all, raise_all, read_json
 from face.data.schema import ASSISTANT, USER, Conversation, Turn
 from face.datasets import PUBLISHED_COLUMNS, Dataset, Selection
 from face.errors import DataError
@@ -177,20 +177,16 @@ def load_conversations(path: str | Path, require_labels: bool = True,
     raw = check_type(read_json(path), list, path, "top level")
     if not raw:
         raise DataError(path, "no conversations (an empty list)", "top level")
-    problems = Problems(path)
-    convs = [problems.attempt(parse_conversation, c, path, f"conversation {i}", require_labels,
-                              allow_empty_utterances) for i, c in enumerate(raw, start=1)]
-    problems.raise_any("conversations")
+    convs = parse_all(path, parse_conversation, [(c, path, f"conversation {i}", require_labels, allow_empty_utterances)
+                                                 for i, c in enumerate(raw, start=1)], "conversations")
     return check_unique_ids(convs, path)
 
 
 def check_unique_ids(convs: list[Conversation], path: Path) -> list[Conversation]:
     """``convs`` unchanged, or a DataError naming every repeated conversation id."""
     first = {c.conv_id: i for i, c in reversed(list(enumerate(convs)))}
-    problems = Problems(path)
-    problems.errors = [DataError(path, "duplicate conversation id", f"conversation {c.conv_id!r}")
-                       for i, c in enumerate(convs) if first[c.conv_id] < i]
-    problems.raise_any("conversation ids")
+    raise_all(path, [DataError(path, "duplicate conversation id", f"conversation {c.conv_id!r}")
+                     for i, c in enumerate(convs) if first[c.conv_id] < i], "conversation ids")
     return convs
 
 

@@ -48,10 +48,7 @@ def load_particle_scores(path: str | Path, aspect: str) -> pd.DataFrame:
                 cols["score"] += values
     if not cols["score"]:
         raise DataError(path, "no scores found")
-    df = pd.DataFrame(cols)
-    df["score"] = df["score"].astype(float)
-    for c in ("conv_id", "instruction_id"):
-        df[c] = df[c].astype("category")
+    df = pd.DataFrame(cols).astype({"score": float, "conv_id": "category", "instruction_id": "category"})
     df.insert(0, "aspect", aspect)
     return df
 

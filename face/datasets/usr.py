@@ -1,7 +1,7 @@
 """USR human judgements (Mehri & Eskenazi, 2020) for Topical-Chat and PersonaChat.
 
 ``load_usr`` reads the file as released (one record per dialogue context with several annotated
-responses); ``to_conversations`` turns each (context, response) pair into a ``Conversation`` whose last
+responses) and turns each (context, response) pair into a ``Conversation`` whose last
 assistant turn is the response under evaluation, labelled with the annotators' mean per quality, and
 whose system is the response generator. Roles are assigned backwards from the response, alternating.
 
@@ -20,7 +20,7 @@ import pandas as pd
 from face.aspects import Aspect, aspect_table
 from face.data import USR_FILES
 from face.data.io import check_label, check_type, field, read_json
-from face.data.schema import ASSISTANT, USER, Conversation, Turn, USRContext, USRResponse
+from face.data.schema import ASSISTANT, USER, Conversation, Turn
 from face.datasets import Dataset, Selection
 from face.errors import DataError
 from face.settings import settings
@@ -52,7 +52,12 @@ ASPECTS: dict[str, Aspect] = aspect_table([
 _KEY = {name: key for key, name in zip(USR_ASPECTS, ASPECTS)}  # our aspect name -> the file's key
 
 
-def load_usr(path: str | Path) -> list[USRContext]:
+def load_usr(path: str | Path, exclude_ground_truth: bool = True) -> list[Conversation]:
+    """One conversation per (context, response) of the file as released (one record per dialogue context with several
+    annotated responses); ids ``{context index}:{generator}``.
+
+    The original ground-truth response is the reference of every context (``meta["reference"]``);
+    with ``exclude_ground_truth`` (USR's protocol) it is not itself an evaluated item."""
     path = Path(path)
     raw = check_type(read_json(path), list, path, "top level")
     if not raw:
@@ -60,42 +65,32 @@ def load_usr(path: str | Path) -> list[USRContext]:
     out = []
     for i, obj in enumerate(raw):
         rec = f"context {i}"
-        responses = []
-        for j, r in enumerate(field(obj, "responses", list, path, rec)):
-            r_rec = f"{rec}, response {j}"
-            ratings = {}
-            for name, aspect in _KEY.items():
-                vals = field(r, aspect, list, path, r_rec)
-                if not vals:
-                    raise DataError(path, f"no ratings for {aspect!r}", r_rec)
-                ratings[aspect] = tuple(check_label(v, ASPECTS[name].scale, path, f"{r_rec}, {aspect}") for v in vals)
-            responses.append(USRResponse(i, field(r, "model", str, path, r_rec),
-                                         field(r, "response", str, path, r_rec).strip(), ratings))
-        context = tuple(t.strip() for t in field(obj, "context", str, path, rec).strip().split("\n") if t.strip())
-        out.append(USRContext(i, context, field(obj, "fact", str, path, rec), tuple(responses)))
-    return out
-
-
-def to_conversations(contexts: list[USRContext], exclude_ground_truth: bool = True) -> list[Conversation]:
-    """One conversation per (context, response); ids ``{context_id}:{generator}``.
-
-    The original ground-truth response is the reference of every context (``meta["reference"]``);
-    with ``exclude_ground_truth`` (USR's protocol) it is not itself an evaluated item."""
-    out = []
-    for ctx in contexts:
-        reference = next((r.response for r in ctx.responses if r.model == GROUND_TRUTH), None)
-        for r in ctx.responses:
-            if exclude_ground_truth and r.model == GROUND_TRUTH:
+        responses = [_response(r, path, f"{rec}, response {j}")
+                     for j, r in enumerate(field(obj, "responses", list, path, rec))]
+        context = [t.strip() for t in field(obj, "context", str, path, rec).strip().split("\n") if t.strip()]
+        meta = {"fact": field(obj, "fact", str, path, rec),
+                "reference": next((text for model, text, _ in responses if model == GROUND_TRUTH), None)}
+        for model, text, labels in responses:
+            if exclude_ground_truth and model == GROUND_TRUTH:
                 continue
-            texts = [*ctx.context, r.response]
-            n = len(texts)
-            turns = tuple(Turn(i, ASSISTANT if (n - 1 - i) % 2 == 0 else USER, text,
-                               {a: r.mean(_KEY[a]) for a in ASPECTS} if i == n - 1 else {})
-                          for i, text in enumerate(texts))
-            slug = re.sub(r"[^a-z0-9.]+", "-", r.model.lower()).strip("-")
-            out.append(Conversation(f"{ctx.context_id}:{slug}", turns, {}, system=r.model, split="all",
-                                    evaluated=(n - 1,), meta={"fact": ctx.fact, "reference": reference}))
+            n = len(context) + 1
+            turns = tuple(Turn(k, ASSISTANT if (n - 1 - k) % 2 == 0 else USER, t, labels if k == n - 1 else {})
+                          for k, t in enumerate([*context, text]))
+            slug = re.sub(r"[^a-z0-9.]+", "-", model.lower()).strip("-")
+            out.append(Conversation(f"{i}:{slug}", turns, {}, system=model, split="all", evaluated=(n - 1,),
+                                    meta=meta))
     return out
+
+
+def _response(r: Any, path: Path, rec: str) -> tuple[str, str, dict[str, float]]:
+    """(generator, response, each quality's mean rating) of one annotated response."""
+    labels = {}
+    for name, key in _KEY.items():
+        vals = field(r, key, list, path, rec)
+        if not vals:
+            raise DataError(path, f"no ratings for {key!r}", rec)
+        labels[name] = sum(check_label(v, ASPECTS[name].scale, path, f"{rec}, {key}") for v in vals) / len(vals)
+    return field(r, "model", str, path, rec), field(r, "response", str, path, rec).strip(), labels
 
 
 TITLES = {"topical_chat": "USR Topical-Chat", "persona_chat": "USR PersonaChat"}
@@ -127,8 +122,7 @@ class USR(Dataset):
         return [USR_FILES[self.corpus]]
 
     def load_all(self, data_dir: Path) -> list[Conversation]:
-        contexts = load_usr(Path(data_dir) / USR_FILES[self.corpus])
-        return to_conversations(contexts, self.exclude_ground_truth)
+        return load_usr(Path(data_dir) / USR_FILES[self.corpus], self.exclude_ground_truth)
 
     def published(self, data_dir: Path) -> pd.DataFrame:
         """USR's published turn-level correlations (its Tables 3-6) and the FACE paper's transfer headline,
