@@ -11,6 +11,7 @@ from scipy import stats as sps
 
 from face.comparison import engine, stats, validation
 from face.comparison.runs import Run
+from face.errors import ConfigError
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 
 
@@ -49,6 +50,14 @@ def test_the_verdict_table_says_how_many_conversations_were_paired():
     a = {f"c{i}": float(i % 4) for i in range(10)}
     cmp = _compare(_run("a", a), _run("b", {c: v + 0.5 for c, v in a.items()}), n_boot=1000)
     assert cmp.verdicts()[["pairing", "n_shared"]].values.tolist() == [["paired", 10]]
+
+
+def test_pairing_paired_needs_two_shared_conversations_and_two_are_enough():
+    a, b = {"c0": 1.0, "c1": 2.0, "x": 3.0}, {"c0": 1.5, "c1": 2.5, "y": 0.0}
+    row = _compare(_run("a", a), _run("b", b), pairing="paired", n_boot=200).differences.iloc[0]
+    assert (row["pairing"], row["n_shared"], row["diff"]) == ("paired", 2, pytest.approx(0.5))
+    with pytest.raises(ConfigError, match="a and b share 1 conversation id"):
+        _compare(_run("a", {"c0": 1.0, "x": 2.0}), _run("b", {"c0": 1.0, "y": 2.0}), pairing="paired", n_boot=200)
 
 
 def test_pairing_unpaired_resamples_each_system_on_its_own_even_on_the_same_ids():

@@ -65,10 +65,6 @@ class RunResult:
         """The cost estimate printed before anything was sent (None: the run has no LLM job)."""
         return self.experiment.estimate if self.experiment is not None else None
 
-    def __repr__(self) -> str:
-        where = ", ".join(f"{k}={v}" for k, v in self.locations.items())
-        return f"RunResult({self.cfg.get('task_name')}, sent={self.sent}, state={self.state}, {where})"
-
 
 # how each state of the run's own directory is said on the console
 _SAID = {"resume": "Resuming the run in {dir} (the same input and settings; finished LLM calls come from the cache).",
