@@ -60,6 +60,29 @@ def test_pairing_paired_needs_two_shared_conversations_and_two_are_enough():
         _compare(_run("a", {"c0": 1.0, "x": 2.0}), _run("b", {"c0": 1.0, "y": 2.0}), pairing="paired", n_boot=200)
 
 
+def test_auto_pairs_two_shared_conversations_and_exactly_half_and_sizes_the_difference_of_two():
+    cmp = _compare(_run("a", {"c0": 1.0, "c1": 2.0}), _run("b", {"c0": 1.5, "c1": 2.0}), n_boot=200)
+    row = cmp.differences.iloc[0]
+    assert (row["pairing"], row["n_shared"], cmp.settings["joint"]) == ("paired", 2, True)
+    assert not np.isnan(row["detectable_diff"])  # two conversations, one degree of freedom: sized, not left blank
+    a, b = {f"c{i}": float(i) for i in range(4)}, {"c0": 1.0, "c1": 2.0, "x": 0.0, "y": 3.0}  # 2 of 4 shared
+    assert _compare(_run("a", a), _run("b", b), n_boot=200).differences["pairing"].tolist() == ["paired"]
+
+
+def test_the_default_resamples_suffice_for_holm_over_aspects_times_pairs():
+    runs = [_run(n, {f"c{i}": [float(i % 3), float((i + k) % 4)] for i in range(6)}) for k, n in enumerate("abc")]
+    cmp = _compare(*runs, aspects=("dialogue_overall", "efficiency"), alpha=0.001)
+    assert cmp.settings["n_boot"] == 60_000  # 2 aspects × 3 pairs = 6 tests, 10 × 6 / 0.001
+
+
+def test_the_differences_table_has_holms_p_and_the_verdict_right_after_the_p_value():
+    a = {f"c{i}": float(i % 4) for i in range(10)}
+    cmp = _compare(_run("a", a), _run("b", {c: v + 0.5 for c, v in a.items()}), n_boot=200, target_diff=0.5)
+    assert list(cmp.differences.columns) == [
+        "aspect", "baseline", "candidate", "pairing", "n_baseline", "n_candidate", "n_shared", "baseline_mean",
+        "candidate_mean", "diff", "ci_low", "ci_high", "p_value", "p_holm", "verdict", "detectable_diff", "n_needed"]
+
+
 def test_pairing_unpaired_resamples_each_system_on_its_own_even_on_the_same_ids():
     rng = np.random.default_rng(12)
     x = rng.normal(2, 0.8, 40)
