@@ -19,6 +19,8 @@ from pathlib import Path
 
 from face.comparison import cli as compare_cli  # issue 30: `face compare`
 from face.errors import ConfigError
+from face.files import dir_lock
+from face.runner import guarded, run_cli
 
 EVALUATE_HELP = """\
 Evaluate your conversations with FACE: decompose every assistant turn into particles, score each particle
@@ -195,8 +197,6 @@ def _confirm(args: argparse.Namespace):
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from face.api.report import build_report
-    from face.files import dir_lock
-    from face.runner import guarded
 
     with guarded():  # every stop one line and an exit code, Ctrl-C too
         if args.command == "evaluate":
@@ -222,8 +222,6 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The ``face`` console script: ``main`` run as a whole process (``face.runner.run_cli``: fewer garbage
     collections, no interpreter teardown at exit)."""
-    from face.runner import run_cli
-
     run_cli(main)
 
 

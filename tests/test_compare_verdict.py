@@ -111,6 +111,13 @@ def test_ranks_and_p_beats_come_from_the_joint_draws_of_systems_on_the_same_conv
         [1, 1, 1], [2, 2, 2], [3, 3, 3]]
 
 
+def test_the_rank_interval_of_three_exchangeable_systems_spans_every_rank_at_60_percent():
+    values = np.random.default_rng(14).normal(2, 0.8, 30)  # the same scores, other conversations: drawn apart
+    runs = [_run(n, {f"{n}{i}": float(v) for i, v in enumerate(values)}) for n in "abc"]
+    ranking = _compare(*runs, n_boot=2000, confidence=0.6).ranking  # each rank in about a third of the resamples
+    assert (ranking["rank_low"].tolist(), ranking["rank_high"].tolist()) == ([1, 1, 1], [3, 3, 3])
+
+
 def test_holm_adjusts_over_every_pair_and_aspect_of_the_comparison():
     rng = np.random.default_rng(14)
     runs = [_run(n, {f"{n}{i}": list(rng.normal(2 + s, 0.8, 2)) for i in range(30)})
