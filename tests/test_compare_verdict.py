@@ -118,6 +118,23 @@ def test_the_rank_interval_of_three_exchangeable_systems_spans_every_rank_at_60_
     assert (ranking["rank_low"].tolist(), ranking["rank_high"].tolist()) == ([1, 1, 1], [3, 3, 3])
 
 
+def test_the_rank_interval_leaves_out_a_rank_held_in_fewer_than_its_tail_of_the_resamples():
+    rng = np.random.default_rng(15)
+    x, ids = rng.normal(2, 0.8, 40), [f"c{i}" for i in range(40)]
+    a, b = dict(zip(ids, x)), dict(zip(ids, x + 0.076 + rng.normal(0, 0.5, 40)))
+    cmp = _compare(_run("a", a), _run("b", b), _run("z", dict.fromkeys(ids, 0.0)), n_boot=4000, confidence=0.55)
+    assert 0.15 < cmp.beats.set_index(["system", "opponent"])["p_beats"]["a", "b"] < 0.225  # a first in ~a fifth
+    # a 55 % interval runs from the 22.5th to the 77.5th percentile of a's ranks: rank 1 (~20 %) is left out
+    assert cmp.ranking.set_index("system").loc["a", ["rank_low", "rank_high"]].tolist() == [2, 2]
+
+
+def test_a_verdict_needs_holms_p_below_alpha_and_a_difference_of_that_sign():
+    diff, p = [0.5, -0.5, 0.5, -0.5, 0.0, 0.5], [0.01, 0.01, 0.5, 0.5, 0.001, 0.05]
+    assert engine.verdicts(pd.Series(diff), pd.Series(p), 0.05) == [
+        "better", "worse", "no detectable difference", "no detectable difference", "no detectable difference",
+        "no detectable difference"]
+
+
 def test_holm_adjusts_over_every_pair_and_aspect_of_the_comparison():
     rng = np.random.default_rng(14)
     runs = [_run(n, {f"{n}{i}": list(rng.normal(2 + s, 0.8, 2)) for i in range(30)})
