@@ -17,6 +17,11 @@ import math
 import sys
 from pathlib import Path
 
+from face.comparison import cli as compare_cli  # issue 30: `face compare`
+from face.errors import ConfigError
+from face.files import dir_lock
+from face.runner import guarded, run_cli
+
 EVALUATE_HELP = """\
 Evaluate your conversations with FACE: decompose every assistant turn into particles, score each particle
 for each aspect with an LLM, aggregate to turn and dialogue scores, and write a diagnostics report.
@@ -97,9 +102,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "run_file.json); sends nothing. A missing, empty, truncated or malformed "
                                    "file is one line naming it and its line, exit 2.")
     r.add_argument("run_dir", type=Path, help="the --out directory of a finished `face evaluate`")
-    from face.comparison.cli import add_parser as add_compare  # issue 30: `face compare`
-
-    add_compare(sub)
+    compare_cli.add_parser(sub)
     return p
 
 
@@ -108,7 +111,6 @@ def _aspect_names(text: str) -> list[str]:
     its ``dataset.aspects_file``, before anything runs). An empty list or an empty name between commas is one line
     and exit 2 (an empty list used to mean all seven)."""
     from face.datasets.crsarena import ASPECTS
-    from face.errors import ConfigError
 
     valid = f"valid: {', '.join(ASPECTS)}"
     names = [n.strip() for n in text.split(",")]
@@ -123,7 +125,6 @@ def evaluate(args: argparse.Namespace) -> int:
     """``face evaluate``: its arguments checked, then the API's evaluation (face.api.evaluation: the one run request,
     through face.runner) with its confirmation."""
     from face.api import evaluation
-    from face.errors import ConfigError
 
     if args.experiment is not None and not (args.mlflow and args.experiment.strip()):
         raise ConfigError(f"--experiment {args.experiment!r}: names the MLflow experiment of a run logged with "
@@ -158,16 +159,14 @@ def _given(args: argparse.Namespace, flags: tuple[str, ...]) -> list[str]:
 def compare_sequential(args: argparse.Namespace) -> int:
     """``face compare A B --sequential``: the two logs scored until every aspect is decided (face.api.sequential)."""
     from face.api.sequential import compare_sequential as run
-    from face.comparison.cli import _default_out, _names
-    from face.errors import ConfigError
 
     if len(args.runs) != 2:
         raise ConfigError(f"--sequential compares two sets of logs, got {len(args.runs)}")
     confirm = _confirm(args)
     aspects = _aspect_names(args.aspects) if args.aspects is not None else None
-    out = args.out if args.out is not None else str(_default_out(args.runs))
-    res = run(args.runs[0], args.runs[1], aspects, args.llm, out=out, names=_names(args.names), batch=args.batch,
-              max_conversations=args.max_conversations, seed=args.seed, alpha=args.alpha,
+    out = args.out if args.out is not None else str(compare_cli._default_out(args.runs))
+    res = run(args.runs[0], args.runs[1], aspects, args.llm, out=out, names=compare_cli._names(args.names),
+              batch=args.batch, max_conversations=args.max_conversations, seed=args.seed, alpha=args.alpha,
               target_diff=args.target_diff, method=args.method, overwrite=args.overwrite, overrides=args.overrides,
               entry="cli", confirm=confirm, echo=lambda line: print(line, flush=True))
     if res is None:
@@ -181,8 +180,6 @@ def compare_sequential(args: argparse.Namespace) -> int:
 def _confirm(args: argparse.Namespace):
     """Asked with the estimate, before anything is sent: above --confirm-above USD (unless --yes), a terminal is asked;
     without one, the run is refused (rerun with --yes)."""
-    from face.errors import ConfigError
-
     if not math.isfinite(args.confirm_above) or args.confirm_above < 0:  # nan would never ask
         raise ConfigError(f"--confirm-above must be a number of USD >= 0, got {args.confirm_above}")
 
@@ -200,10 +197,6 @@ def _confirm(args: argparse.Namespace):
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from face.api.report import build_report
-    from face.comparison.cli import main as compare_main
-    from face.errors import ConfigError
-    from face.files import dir_lock
-    from face.runner import guarded
 
     with guarded():  # every stop one line and an exit code, Ctrl-C too
         if args.command == "evaluate":
@@ -213,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             if unused:
                 raise ConfigError(f"{', '.join(unused)}: not an option of face compare "
                                   f"{'without' if not args.sequential else 'with'} --sequential")
-            return compare_sequential(args) if args.sequential else compare_main(args)
+            return compare_sequential(args) if args.sequential else compare_cli.main(args)
         try:
             if not args.run_dir.is_dir():
                 raise ValueError("not a directory")
@@ -229,8 +222,6 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The ``face`` console script: ``main`` run as a whole process (``face.runner.run_cli``: fewer garbage
     collections, no interpreter teardown at exit)."""
-    from face.runner import run_cli
-
     run_cli(main)
 
 

@@ -11,6 +11,7 @@ from scipy import stats as sps
 
 from face.comparison import engine, stats, validation
 from face.comparison.runs import Run
+from face.errors import ConfigError
 from face.predictions import DIALOGUE_COLUMNS, TURN_COLUMNS, Predictions
 
 
@@ -51,6 +52,37 @@ def test_the_verdict_table_says_how_many_conversations_were_paired():
     assert cmp.verdicts()[["pairing", "n_shared"]].values.tolist() == [["paired", 10]]
 
 
+def test_pairing_paired_needs_two_shared_conversations_and_two_are_enough():
+    a, b = {"c0": 1.0, "c1": 2.0, "x": 3.0}, {"c0": 1.5, "c1": 2.5, "y": 0.0}
+    row = _compare(_run("a", a), _run("b", b), pairing="paired", n_boot=200).differences.iloc[0]
+    assert (row["pairing"], row["n_shared"], row["diff"]) == ("paired", 2, pytest.approx(0.5))
+    with pytest.raises(ConfigError, match="a and b share 1 conversation id"):
+        _compare(_run("a", {"c0": 1.0, "x": 2.0}), _run("b", {"c0": 1.0, "y": 2.0}), pairing="paired", n_boot=200)
+
+
+def test_auto_pairs_two_shared_conversations_and_exactly_half_and_sizes_the_difference_of_two():
+    cmp = _compare(_run("a", {"c0": 1.0, "c1": 2.0}), _run("b", {"c0": 1.5, "c1": 2.0}), n_boot=200)
+    row = cmp.differences.iloc[0]
+    assert (row["pairing"], row["n_shared"], cmp.settings["joint"]) == ("paired", 2, True)
+    assert not np.isnan(row["detectable_diff"])  # two conversations, one degree of freedom: sized, not left blank
+    a, b = {f"c{i}": float(i) for i in range(4)}, {"c0": 1.0, "c1": 2.0, "x": 0.0, "y": 3.0}  # 2 of 4 shared
+    assert _compare(_run("a", a), _run("b", b), n_boot=200).differences["pairing"].tolist() == ["paired"]
+
+
+def test_the_default_resamples_suffice_for_holm_over_aspects_times_pairs():
+    runs = [_run(n, {f"c{i}": [float(i % 3), float((i + k) % 4)] for i in range(6)}) for k, n in enumerate("abc")]
+    cmp = _compare(*runs, aspects=("dialogue_overall", "efficiency"), alpha=0.001)
+    assert cmp.settings["n_boot"] == 60_000  # 2 aspects × 3 pairs = 6 tests, 10 × 6 / 0.001
+
+
+def test_the_differences_table_has_holms_p_and_the_verdict_right_after_the_p_value():
+    a = {f"c{i}": float(i % 4) for i in range(10)}
+    cmp = _compare(_run("a", a), _run("b", {c: v + 0.5 for c, v in a.items()}), n_boot=200, target_diff=0.5)
+    assert list(cmp.differences.columns) == [
+        "aspect", "baseline", "candidate", "pairing", "n_baseline", "n_candidate", "n_shared", "baseline_mean",
+        "candidate_mean", "diff", "ci_low", "ci_high", "p_value", "p_holm", "verdict", "detectable_diff", "n_needed"]
+
+
 def test_pairing_unpaired_resamples_each_system_on_its_own_even_on_the_same_ids():
     rng = np.random.default_rng(12)
     x = rng.normal(2, 0.8, 40)
@@ -77,6 +109,30 @@ def test_ranks_and_p_beats_come_from_the_joint_draws_of_systems_on_the_same_conv
     rank = cmp.ranking.set_index("system")
     assert rank.loc[["up", "a", "down"], ["rank", "rank_low", "rank_high"]].values.tolist() == [
         [1, 1, 1], [2, 2, 2], [3, 3, 3]]
+
+
+def test_the_rank_interval_of_three_exchangeable_systems_spans_every_rank_at_60_percent():
+    values = np.random.default_rng(14).normal(2, 0.8, 30)  # the same scores, other conversations: drawn apart
+    runs = [_run(n, {f"{n}{i}": float(v) for i, v in enumerate(values)}) for n in "abc"]
+    ranking = _compare(*runs, n_boot=2000, confidence=0.6).ranking  # each rank in about a third of the resamples
+    assert (ranking["rank_low"].tolist(), ranking["rank_high"].tolist()) == ([1, 1, 1], [3, 3, 3])
+
+
+def test_the_rank_interval_leaves_out_a_rank_held_in_fewer_than_its_tail_of_the_resamples():
+    rng = np.random.default_rng(15)
+    x, ids = rng.normal(2, 0.8, 40), [f"c{i}" for i in range(40)]
+    a, b = dict(zip(ids, x)), dict(zip(ids, x + 0.076 + rng.normal(0, 0.5, 40)))
+    cmp = _compare(_run("a", a), _run("b", b), _run("z", dict.fromkeys(ids, 0.0)), n_boot=4000, confidence=0.55)
+    assert 0.15 < cmp.beats.set_index(["system", "opponent"])["p_beats"]["a", "b"] < 0.225  # a first in ~a fifth
+    # a 55 % interval runs from the 22.5th to the 77.5th percentile of a's ranks: rank 1 (~20 %) is left out
+    assert cmp.ranking.set_index("system").loc["a", ["rank_low", "rank_high"]].tolist() == [2, 2]
+
+
+def test_a_verdict_needs_holms_p_below_alpha_and_a_difference_of_that_sign():
+    diff, p = [0.5, -0.5, 0.5, -0.5, 0.0, 0.5], [0.01, 0.01, 0.5, 0.5, 0.001, 0.05]
+    assert engine.verdicts(pd.Series(diff), pd.Series(p), 0.05) == [
+        "better", "worse", "no detectable difference", "no detectable difference", "no detectable difference",
+        "no detectable difference"]
 
 
 def test_holm_adjusts_over_every_pair_and_aspect_of_the_comparison():

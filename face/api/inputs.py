@@ -9,13 +9,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Union
+
+import pandas as pd
 
 from face.errors import ConfigError, DataError, closest_first
 from face.settings import CONF
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 IN_MEMORY = "conversations (in memory)"
 
@@ -76,8 +75,6 @@ def _record(c: Any) -> Any:
 def source_of(conversations: Conversations, tmp: Path) -> Source:
     """The source the run reads; an in-memory input is written to ``tmp`` (as JSON with every non-ASCII character
     escaped: the loader then reads it as it reads a file, and refuses invalid Unicode the same way)."""
-    import pandas as pd
-
     if isinstance(conversations, (str, os.PathLike)):
         return _file_or_dataset(conversations)
     if isinstance(conversations, pd.DataFrame):

@@ -8,23 +8,19 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from face.api.result import Result
+from face.datasets.crsarena import ASPECT_ALIASES, load_conversations
 from face.errors import ConfigError, DataError
 from face.experiments.settings import RunSettings
 from face.metaeval import LEVELS
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 
 def _label_frame(labels: Any) -> pd.DataFrame:
     """``labels`` as a DataFrame (conv_id, turn_ind, aspect, label): a CRSArena-Eval file is read."""
-    import pandas as pd
-
-    from face.datasets.crsarena import load_conversations
-
     if isinstance(labels, (str, os.PathLike)):
         convs = load_conversations(Path(labels), require_labels=False)
         rows: list[tuple[str, int | None, str, float]] = [(c.conv_id, None, a, v) for c in convs
@@ -63,8 +59,6 @@ def _turn(value: Any, row: int) -> int | None:
 def _with_labels(result: Result, labels: Any, from_file: bool) -> list:
     """The result's conversations with the human labels of ``labels``, each row checked: its conversation and turn
     in the result, a numeric label, an aspect the result holds (a file's labels of other aspects are left out)."""
-    from face.datasets.crsarena import ASPECT_ALIASES
-
     frame, convs = _label_frame(labels), result.conversations
     known, held = {c.conv_id: c for c in convs}, {a.name for a in result.aspects}
     unknown = sorted(set(frame["conv_id"].astype(str)) - set(known))

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+import pandas as pd
+
 from face.errors import ConfigError, require_writable_dir
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from face.experiments.result import ExperimentResult
     from face.methods import MethodOutput
     from face.runner import RunResult
@@ -117,8 +117,6 @@ def _file(path: Any, what: str, kind: str) -> Path:
 
 
 def _wide(long: pd.DataFrame, keys: list[str], aspects: Sequence[Any]) -> pd.DataFrame:
-    import pandas as pd
-
     names = [a.name for a in aspects]
     if long.empty:
         return pd.DataFrame(columns=[*keys, *names])
@@ -146,8 +144,6 @@ def _with_released_particles(particles: pd.DataFrame, data_dir: Path) -> pd.Data
 def _particles(run: RunResult, exp: ExperimentResult, output: MethodOutput) -> pd.DataFrame:
     """One row per aspect × particle × instruction: the live method's stream (particle_scores.jsonl, too large to
     hold in memory at paper size), or the scores the method kept (face_released: the authors')."""
-    import pandas as pd
-
     from face.pipeline.records import DETAIL_FIELDS, read_score_file
 
     columns = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score", *DETAIL_FIELDS]
@@ -176,8 +172,6 @@ def _settings(cfg: Any, exp: ExperimentResult, label: str) -> dict:
 
 def result_of(run: RunResult, keep: bool) -> Result:
     """The Result of a finished run (``keep``: its files stay in its output directory)."""
-    import pandas as pd
-
     exp = run.experiment  # a run that sent its requests has the experiment's result and its method's output
     if exp is None or exp.output is None or not run.sent:
         raise ConfigError(f"{run.cfg.get('task_name')}: the run sent nothing (an estimate only): no Result")

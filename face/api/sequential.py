@@ -38,8 +38,16 @@ import pandas as pd
 from face.api.evaluate import evaluation
 from face.api.inputs import check_conversations, source_of
 from face.api.overrides import conversations
+from face.comparison import figures
+from face.comparison.engine import compare
+from face.comparison.report import write_all
+from face.comparison.runs import from_dir
+from face.datasets.crsarena import ASPECTS, write_conversations
 from face.errors import ConfigError, require_writable_dir
 from face.files import Location, claimed
+from face.llm import BudgetExceeded
+from face.report.tables import to_markdown, write_table
+from face.sequential import METHODS, SequentialComparison, conversations_needed
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +69,6 @@ class SequentialResult:
     available: int = 0  # conversations per side in the files (the smaller side's)
 
     def summary(self) -> str:
-        from face.report.tables import to_markdown
-
         lines = [self.comparison.summary(), "", f"Sequential: stopped because {self.stop}.",
                  to_markdown(self.decisions), "", "What was scored vs available:", to_markdown(self.saved)]
         undecided = self.decisions[self.decisions["decision"] == "undecided"]
@@ -88,8 +94,6 @@ def _needs_line(r: Any, available: int) -> str:
 
 def check_options(batch: Any, max_conversations: Any, alpha: Any, target_diff: Any, method: Any, seed: Any) -> None:
     """Every sequential option, before anything is read, sent or written (one ConfigError)."""
-    from face.sequential import METHODS
-
     conversations(batch, "batch")
     if max_conversations is not None:
         conversations(max_conversations, "max_conversations")
@@ -121,16 +125,12 @@ def _orders(a: list, b: list, seed: int, limit: int | None) -> tuple[list, list,
 
 def _conversation_scores(run_dir: Path, aspects: Sequence[str], ids: Sequence[str]) -> np.ndarray:
     """Rows ``ids``, columns ``aspects``: a conversation's dialogue score, or its turns' mean (NaN: none)."""
-    from face.comparison.runs import from_dir
-
     s = from_dir(run_dir).scores(aspects).groupby(["conv_id", "aspect"])["pred"].mean().unstack()
     return s.reindex(index=list(ids), columns=list(aspects)).to_numpy(float)
 
 
 def _evaluated(convs: list, logs: Path, run: dict, out: Path | None, **how: Any) -> Any:
     """``face evaluate`` of ``convs`` (written to ``logs``) without its console output: its finished run."""
-    from face.datasets.crsarena import write_conversations
-
     write_conversations(convs, logs)
     with contextlib.redirect_stdout(io.StringIO()):
         done, _ = evaluation(str(logs), out=None if out is None else str(out), **how, **run)
@@ -177,8 +177,6 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
     asymptotic); ``confirm``: asked with the estimated $ of scoring everything, before anything is sent (False: None
     returned, nothing sent). ``settings`` / ``overrides``: as ``face.evaluate``'s. ConfigError / DataError before
     anything is sent or written."""
-    from face.datasets.crsarena import ASPECTS
-
     check_options(batch, max_conversations, alpha, target_diff, method, seed)
     if out is None or not str(out).strip():
         raise ConfigError("out: give the directory of the sequential comparison")
@@ -211,11 +209,6 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
 
 def _loop(order_a, order_b, paired, names, tmp, out, run, batch, alpha, target_diff, method,
           avail, sizes, cap, echo, limited) -> SequentialResult:
-    from face.comparison.engine import compare
-    from face.comparison.runs import from_dir
-    from face.llm import BudgetExceeded
-    from face.sequential import SequentialComparison
-
     aspects = run["aspects"]
     dirs = [out / names[0], out / names[1]]
     used = {k: 0.0 for k in COUNTS}
@@ -273,8 +266,6 @@ def _needs(decisions: pd.DataFrame, target: float | None, available: int, usd_pe
     would need (``face.sequential.conversations_needed``; inf: no width decides it) and ``more_usd``: the $ of the
     conversations more on both sides at the run's price (estimated $ per conversation; NaN: beyond ``available``).
     Both NaN for a decided aspect."""
-    from face.sequential import conversations_needed
-
     need, usd = [], []
     for r in decisions.itertuples():
         n = min(r.n_baseline, r.n_candidate)
@@ -298,10 +289,6 @@ def _saved(n_scored: int, n_avail: int, scored: pd.Series, avail: pd.Series, use
 
 
 def _write(comp, steps, decisions, saved, stop, out) -> None:
-    from face.comparison import figures
-    from face.comparison.report import write_all
-    from face.report.tables import write_table
-
     write_all(comp, out, overwrite=True, setting="--out")
     note = f"Sequential comparison (stopped: {stop}). Scored by: {comp.judge}."
     write_table(steps, out, "sequential_steps", f"{note} Per step: each aspect's confidence sequence.")

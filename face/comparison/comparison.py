@@ -33,7 +33,6 @@ class Comparison:
     beats: pd.DataFrame | None
     moved: dict[str, pd.DataFrame]
     scales: dict[str, tuple[int, int] | None]
-    levels: dict[str, str]
     warnings: list[str] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
     reports: dict[str, Path | None] = field(default_factory=dict, repr=False)

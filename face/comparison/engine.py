@@ -241,9 +241,7 @@ def build(systems: Sequence[Run], aspects: Sequence[str], opts: Options, warning
         means, differences = eng.means(), eng.differences()
         ranking, beats = eng.ranking() if len(systems) >= 3 else (None, None)
     specs = {a: aspect_of(systems[0], a) for a in aspects}
-    turn_aspects = set(systems[0].predictions.turn["aspect"])
     scales = {a: None if s is None else (s.low, s.high) for a, s in specs.items()}
-    levels = {a: s.level if s is not None else "turn" if a in turn_aspects else "dialogue" for a, s in specs.items()}
     table = pd.DataFrame([(r.name, r.source, len(r.conv_ids()), r.judge or "not recorded", r.label) for r in systems],
                          columns=["system", "source", "conversations", "judge", "label"])
     settings = {**{k: getattr(opts, k) for k in ("pairing", "seed", "confidence", "alpha", "power", "target_diff")},
@@ -257,6 +255,6 @@ def build(systems: Sequence[Run], aspects: Sequence[str], opts: Options, warning
                              "its differences cannot be sized (detectable_diff, n_needed left blank)"
                              for r in means[means["conversations"] < 2].itertuples(index=False))]
     moved = what_moved(systems[0], systems[1:], aspects, opts.top)
-    return Comparison(table, means, differences, ranking, beats, moved, scales, levels, list(warnings), settings,
+    return Comparison(table, means, differences, ranking, beats, moved, scales, list(warnings), settings,
                       {r.name: r.report for r in systems})
 

@@ -13,12 +13,16 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import mlflow
+from mlflow.exceptions import MlflowException
+from omegaconf import DictConfig, OmegaConf
+
 from face.errors import ConfigError, DataError
-from face.tracking.names import fixed_width, shown
+from face.secrets import redact
+from face.tracking import check_tracking_store, use_experiment
+from face.tracking.names import SHORT_NAME_TAG, fixed_width, shown
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
-
     from face.comparison.engine import Comparison
 
 EXPERIMENT = "face_compare"
@@ -27,11 +31,6 @@ EXPERIMENT = "face_compare"
 def download_run(run_id: str, uri: str, into: Path) -> str:
     """The MLflow run's run files and configuration downloaded into ``into``, laid out as a run directory; returns
     the run's short name, else its name."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    from face.tracking.names import SHORT_NAME_TAG
-
     client = mlflow.MlflowClient(tracking_uri=uri)
     try:
         info = client.get_run(run_id)
@@ -90,10 +89,6 @@ def description(comp: Comparison) -> str:
 def tracking(tracking_uri: str) -> DictConfig:
     """The store a comparison is recorded in (``tracking.*`` as the other runs name it), checked: a ConfigError
     before anything is written. Its artifacts go beside it (``face.tracking.store``), as every run's do."""
-    from omegaconf import OmegaConf
-
-    from face.tracking import check_tracking_store
-
     t = OmegaConf.create({"tracking_uri": tracking_uri, "experiment_name": EXPERIMENT})
     try:
         check_tracking_store(OmegaConf.create({"tracking": t}))
@@ -104,11 +99,6 @@ def tracking(tracking_uri: str) -> DictConfig:
 
 def log_comparison(comp: Comparison, out_dir: Path, tracking_uri: str) -> str:
     """One MLflow run recording the comparison; returns its id."""
-    import mlflow
-
-    from face.secrets import redact
-    from face.tracking import use_experiment
-
     metrics = comparison_metrics(comp)
     use_experiment(tracking(tracking_uri))
     names = " vs ".join(comp.systems["system"])

@@ -17,6 +17,7 @@ from omegaconf import open_dict
 from face.files import dir_lock
 from face.runner.compose import job_dir, task_config
 from face.runner.exits import guarded
+from face.runner.run import RunRequest, check, experiment_parts, refuse_credentials
 from face.settings import CONF
 
 
@@ -25,8 +26,6 @@ class Checks(Callback):
         self.held = contextlib.ExitStack()  # the run's directory, locked until the run ends (or the process does)
 
     def on_run_start(self, config, **kwargs) -> None:
-        from face.runner.run import RunRequest, check
-
         with guarded():
             own = job_dir(config)
             check(task_config(config), RunRequest(job_dir=own))
@@ -48,7 +47,6 @@ def sweep_problem(overrides: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from face.experiments.common import prepare
-    from face.runner.run import experiment_parts, refuse_credentials
 
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)

@@ -123,9 +123,9 @@ def task_config(cfg: DictConfig) -> DictConfig:
     return task
 
 
-def select(cfg: DictConfig, key: str, setting: str | None = None):
+def select(cfg: DictConfig, key: str):
     """A setting's value, resolved; ConfigError naming it when it cannot be resolved."""
     try:
         return OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
     except Exception as e:
-        raise ConfigError(f"{setting or key}: {first_line(e)}") from None
+        raise ConfigError(f"{key}: {first_line(e)}") from None

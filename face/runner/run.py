@@ -23,6 +23,7 @@ from face.experiments.naming import run_owner
 from face.files import Location, check_locations, claimed
 from face.runner.compose import select
 from face.runner.exits import RESUME
+from face.secrets import install_log_redaction, secret_setting
 from face.tracking.tracker import finishing
 
 if TYPE_CHECKING:
@@ -65,10 +66,6 @@ class RunResult:
         """The cost estimate printed before anything was sent (None: the run has no LLM job)."""
         return self.experiment.estimate if self.experiment is not None else None
 
-    def __repr__(self) -> str:
-        where = ", ".join(f"{k}={v}" for k, v in self.locations.items())
-        return f"RunResult({self.cfg.get('task_name')}, sent={self.sent}, state={self.state}, {where})"
-
 
 # how each state of the run's own directory is said on the console
 _SAID = {"resume": "Resuming the run in {dir} (the same input and settings; finished LLM calls come from the cache).",
@@ -83,8 +80,6 @@ def run(cfg: DictConfig, request: RunRequest = _PLAIN) -> RunResult:
     or ``face.runner.compose.composed`` did (``face.api``). ``ConfigError`` / ``DataError`` before anything is
     written or sent; ``BudgetExceeded``, ``LLMCallError``, ``LLMRequestRefused``, ``KeyboardInterrupt`` when the run
     stops (noted with where its finished LLM calls are cached)."""
-    from face.secrets import install_log_redaction
-
     install_log_redaction()  # console and run.log: every log record is redacted (face.secrets)
     try:
         plan = check(cfg, request)
@@ -129,8 +124,6 @@ def refuse_credentials(cfg: DictConfig) -> None:
     """The one credential check of a run (and of each job of a sweep: ``face.runner.checks``): ConfigError naming a
     setting that holds a credential, from an override, a config file (conf/llm/NAME.yaml) or a nested value
     (llm.headers); never the value."""
-    from face.secrets import secret_setting
-
     bad = secret_setting(cfg)
     if bad:
         raise ConfigError(bad)
