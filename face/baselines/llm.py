@@ -163,16 +163,15 @@ class _LLMBaseline:
             job.gate(self.estimate(reqs, inputs))  # over llm.max_cost_usd: refused before the scoring requests
             results = client.run_batch(reqs, desc=self.name)
             job.finish(client)
-        metrics = job.metrics
         values, invalid = zip(*(self.value(u, r) for u, r in zip(units, results))) if units else ((), ())
         detail = pd.DataFrame({"aspect": [u.aspect.name for u in units], "conv_id": [u.conv.conv_id for u in units],
                                "turn_ind": [u.turn_ind for u in units], "score": list(values),
                                "invalid_samples": list(invalid)})
         detail_path = atomic_write_text(inputs.run_dir / f"scores_{self.name}.csv", detail.to_csv(index=False))
-        metrics[f"{self.name}.units"] = len(units)
-        metrics[f"{self.name}.units_without_score"] = int(detail["score"].isna().sum())
-        metrics[f"{self.name}.invalid_samples"] = int(np.sum(invalid)) if units else 0
-        return MethodOutput(predictions(units, values), detail, job.label, [*job.artifacts, detail_path], metrics)
+        job.metrics[f"{self.name}.units"] = len(units)
+        job.metrics[f"{self.name}.units_without_score"] = int(detail["score"].isna().sum())
+        job.metrics[f"{self.name}.invalid_samples"] = int(np.sum(invalid)) if units else 0
+        return MethodOutput(predictions(units, values), detail, job.label, [*job.artifacts, detail_path], job.metrics)
 
 
 @settings("method", conf="method/llm_direct.yaml")
