@@ -176,7 +176,6 @@ class _LLMBaseline:
 
 @settings("method", conf="method/llm_direct.yaml")
 class LLMDirect(_LLMBaseline):
-    name: str
     title: str = "LLM-Direct (one prompt per turn / dialogue, score only)"
     templates: tuple[str, ...] = ("direct.txt",)
 
@@ -194,13 +193,11 @@ def training_conversations(convs: Sequence[Conversation], folds: int, seed: int)
 
 @settings("method", conf="method/llm_cot_icl.yaml")
 class LLMCoTICL(_LLMBaseline):
-    name: str
     title: str = "LLM-CoT+ICL (reasoning, then the score; in-context examples from the training fold)"
     templates: tuple[str, ...] = ("cot_icl.txt",)
     k_examples: int = Field(ge=0)  # rated examples in the prompt, from the training fold
     folds: int = Field(ge=2)  # the optimizer's conversation-level split (fold 0 held out)
     split_seed: int
-    output_tokens: int = Field(ge=1)
     example_chars: int = Field(ge=1)  # an example's conversation is cut to its last N characters
 
     def examples(self, aspect: Aspect, pool: Sequence[Unit], exclude: Unit, rng: np.random.Generator) -> str:
@@ -247,7 +244,6 @@ class _ReasonedScore:
 
 @settings("method", conf="method/g_eval.yaml")
 class GEval(_LLMBaseline):
-    name: str
     title: str = "G-Eval (LLM-written evaluation steps, probability-weighted score)"
     templates: tuple[str, ...] = ("geval_steps.txt", "geval_score.txt")
     top_logprobs: int = Field(ge=0)  # alternatives per token position asked for (the score tokens)
