@@ -119,10 +119,6 @@ class _LLMBaseline:
         """Per-run set-up that may call the LLM (G-Eval's steps)."""
 
     # ---- shared
-    def register(self, inputs: Inputs) -> None:
-        text = "\n\n".join(f"--- {t}\n{template_text('baselines/' + t)}" for t in self.templates)
-        inputs.register_instructions(self.name, lambda a: [Instruction(f"{self.name}-template", text)])
-
     def estimate(self, reqs: Sequence, inputs: Inputs) -> pd.DataFrame:
         pricing = Pricing.of(inputs.needs_llm(f"method={self.name}"))
         size = sum((planned_request(r.messages, r.n, pricing.n_per_request, self.output_tokens) for r in reqs), Size())
@@ -153,7 +149,8 @@ class _LLMBaseline:
         native = lcfg.supports_json_schema
         units = units_of(inputs.aspects, inputs.convs)
         job = LLMJob(lcfg, inputs.run_dir, self.describe(lcfg), name=self.name, summary=inputs.summary)
-        self.register(inputs)
+        text = "\n\n".join(f"--- {t}\n{template_text('baselines/' + t)}" for t in self.templates)  # its templates
+        inputs.register_instructions(self.name, lambda a: [Instruction(f"{self.name}-template", text)])
         if job.dry_run:  # G-Eval's steps are not drawn: its requests are estimated without them
             job.gate(self.estimate(self.requests(units, inputs, None, native), inputs))
             return job.dry_run_output()
