@@ -48,7 +48,7 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "metaeval": (None, ("tests/test_metaeval.py",)),
     "significance": (None, ("tests/test_significance.py",)),
     "runfile": (None, ("tests/test_runfile.py",)),
-    "pipeline/estimators": (("score_value", "reasoned_value", "reasoned_expectation", "_mean", "SamplingEstimator",
+    "pipeline/estimators": (("score_value", "reasoned_value", "reasoned_expectation", "SamplingEstimator",
                              "LogprobsEstimator"), ("tests/test_money_records.py", *LIVE_PIPELINE,
                                                     "tests/test_fidelity.py")),
     "pipeline/scoring": (None, (*LIVE_PIPELINE, "tests/test_fidelity.py", "tests/test_streaming.py",

@@ -10,7 +10,7 @@ import pytest
 from scripted_face import P, _client_cfg
 
 from face.llm import Completion, make_client
-from face.pipeline.particles import ParticlesSpec, decompose, parse_particles, plurality_vote
+from face.pipeline.particles import ParticlesAnswer, ParticlesSpec, decompose, plurality_vote
 from face.testing.scripted import InProcessServer
 
 
@@ -33,6 +33,7 @@ def _answer(*particles) -> str:
 
 
 def test_parse_particles_rejects_bad_acts_and_long_mentions():
+    parse_particles = ParticlesAnswer(reasoning=False).parse
     # feedback as answered: an empty string stays empty (the authors' particles have one); missing: NO_FEEDBACK
     assert parse_particles(_answer(("greeting", "Hello there", ""))) == (P("greeting", "Hello there", ""),)
     missing = json.dumps({"particles": [{"dialogue_act": "greeting", "mention": "Hello there"}]})

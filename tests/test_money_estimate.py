@@ -75,7 +75,7 @@ def test_cost_is_priced_per_million_tokens_input_and_output_apart():
 
 
 def test_pricing_of_a_config_keeps_input_and_output_prices_and_n_per_request():
-    p = Pricing.of({"price_input_per_mtok": 1.0, "price_output_per_mtok": 4.0, "n_per_request": 3})
+    p = Pricing.of(LLMConfig(price_input_per_mtok=1.0, price_output_per_mtok=4.0, n_per_request=3))
     assert p == Pricing(3, 1.0, 4.0)
     assert Pricing.of(LLMConfig(price_input_per_mtok=2.0)).price_output_per_mtok == 0.0
     assert p.cost(1_000_000, 500_000) == approx(1.0 + 2.0)

@@ -119,10 +119,6 @@ class _LLMBaseline:
         """Per-run set-up that may call the LLM (G-Eval's steps)."""
 
     # ---- shared
-    def register(self, inputs: Inputs) -> None:
-        text = "\n\n".join(f"--- {t}\n{template_text('baselines/' + t)}" for t in self.templates)
-        inputs.register_instructions(self.name, lambda a: [Instruction(f"{self.name}-template", text)])
-
     def estimate(self, reqs: Sequence, inputs: Inputs) -> pd.DataFrame:
         pricing = Pricing.of(inputs.needs_llm(f"method={self.name}"))
         size = sum((planned_request(r.messages, r.n, pricing.n_per_request, self.output_tokens) for r in reqs), Size())
@@ -153,7 +149,8 @@ class _LLMBaseline:
         native = lcfg.supports_json_schema
         units = units_of(inputs.aspects, inputs.convs)
         job = LLMJob(lcfg, inputs.run_dir, self.describe(lcfg), name=self.name, summary=inputs.summary)
-        self.register(inputs)
+        text = "\n\n".join(f"--- {t}\n{template_text('baselines/' + t)}" for t in self.templates)  # its templates
+        inputs.register_instructions(self.name, lambda a: [Instruction(f"{self.name}-template", text)])
         if job.dry_run:  # G-Eval's steps are not drawn: its requests are estimated without them
             job.gate(self.estimate(self.requests(units, inputs, None, native), inputs))
             return job.dry_run_output()
@@ -163,21 +160,19 @@ class _LLMBaseline:
             job.gate(self.estimate(reqs, inputs))  # over llm.max_cost_usd: refused before the scoring requests
             results = client.run_batch(reqs, desc=self.name)
             job.finish(client)
-        metrics = job.metrics
         values, invalid = zip(*(self.value(u, r) for u, r in zip(units, results))) if units else ((), ())
         detail = pd.DataFrame({"aspect": [u.aspect.name for u in units], "conv_id": [u.conv.conv_id for u in units],
                                "turn_ind": [u.turn_ind for u in units], "score": list(values),
                                "invalid_samples": list(invalid)})
         detail_path = atomic_write_text(inputs.run_dir / f"scores_{self.name}.csv", detail.to_csv(index=False))
-        metrics[f"{self.name}.units"] = len(units)
-        metrics[f"{self.name}.units_without_score"] = int(detail["score"].isna().sum())
-        metrics[f"{self.name}.invalid_samples"] = int(np.sum(invalid)) if units else 0
-        return MethodOutput(predictions(units, values), detail, job.label, [*job.artifacts, detail_path], metrics)
+        job.metrics[f"{self.name}.units"] = len(units)
+        job.metrics[f"{self.name}.units_without_score"] = int(detail["score"].isna().sum())
+        job.metrics[f"{self.name}.invalid_samples"] = int(np.sum(invalid)) if units else 0
+        return MethodOutput(predictions(units, values), detail, job.label, [*job.artifacts, detail_path], job.metrics)
 
 
 @settings("method", conf="method/llm_direct.yaml")
 class LLMDirect(_LLMBaseline):
-    name: str
     title: str = "LLM-Direct (one prompt per turn / dialogue, score only)"
     templates: tuple[str, ...] = ("direct.txt",)
 
@@ -195,13 +190,11 @@ def training_conversations(convs: Sequence[Conversation], folds: int, seed: int)
 
 @settings("method", conf="method/llm_cot_icl.yaml")
 class LLMCoTICL(_LLMBaseline):
-    name: str
     title: str = "LLM-CoT+ICL (reasoning, then the score; in-context examples from the training fold)"
     templates: tuple[str, ...] = ("cot_icl.txt",)
     k_examples: int = Field(ge=0)  # rated examples in the prompt, from the training fold
     folds: int = Field(ge=2)  # the optimizer's conversation-level split (fold 0 held out)
     split_seed: int
-    output_tokens: int = Field(ge=1)
     example_chars: int = Field(ge=1)  # an example's conversation is cut to its last N characters
 
     def examples(self, aspect: Aspect, pool: Sequence[Unit], exclude: Unit, rng: np.random.Generator) -> str:
@@ -248,7 +241,6 @@ class _ReasonedScore:
 
 @settings("method", conf="method/g_eval.yaml")
 class GEval(_LLMBaseline):
-    name: str
     title: str = "G-Eval (LLM-written evaluation steps, probability-weighted score)"
     templates: tuple[str, ...] = ("geval_steps.txt", "geval_score.txt")
     top_logprobs: int = Field(ge=0)  # alternatives per token position asked for (the score tokens)

@@ -32,7 +32,6 @@ from face.settings import settings
 
 @settings("method", conf="method/face_transfer.yaml")
 class FaceTransfer(Face):
-    name: str
     mapping: dict[str, str]
 
     def __post_init__(self) -> None:

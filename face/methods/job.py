@@ -84,14 +84,13 @@ class LLMJob:
         return bool(self.lcfg.dry_run)
 
     def gate(self, costs: pd.DataFrame, note: str = "", estimated_usd: float | None = None,
-             detail: pd.DataFrame | None = None, size: Size | None = None) -> Path:
+             detail: pd.DataFrame | None = None, size: Size | None = None) -> None:
         """Write and print the estimate; a ConfigError if it is over ``llm.max_cost_usd`` (unless ``llm.force`` or a
         dry run). ``estimated_usd``: the figure compared with the cap (default: the table's total); ``detail``: the
         table written to the run directory when the one printed is its summary (default: ``costs``); ``size``: the
         requests, samples and HTTP requests ``finish`` compares the usage with (default: the table's total)."""
         detail = costs if detail is None else detail
-        path = atomic_write_text(self._file("cost_estimate", "csv"), detail.to_csv(index=False))
-        self.artifacts.append(path)
+        self.artifacts.append(atomic_write_text(self._file("cost_estimate", "csv"), detail.to_csv(index=False)))
         self.summary.estimates.append(detail)
         self.estimated = estimated_size(costs) if size is None else size
         console.plan(self.estimated.requests)  # the run's progress line: the whole run's ETA
@@ -109,7 +108,6 @@ class LLMJob:
             raise ConfigError(f"llm.max_cost_usd={cap} is below the cost estimate ${estimated:.2f}: raise it, or "
                               "pass llm.force=true to start anyway (the estimate ignores cached samples, so a "
                               "resumed run may cost less; the budget still stops it)")
-        return path
 
     @property
     def _prefix(self) -> str:
@@ -117,9 +115,7 @@ class LLMJob:
 
     def restate(self, assumed: Size, actual: Size, assumed_rate: float, actual_rate: float) -> None:
         """The estimate of the stages that depended on an assumed particle rate, once the actual rate is known: said
-        on the console and in the metrics, and counted in what ``finish`` compares the usage with."""
-        if self.estimated is None:
-            return
+        on the console and in the metrics, and counted in what ``finish`` compares the usage with (after ``gate``)."""
         self.restated = Size(*(getattr(self.estimated, k) - getattr(assumed, k) + getattr(actual, k)
                                for k in COUNTS))
         console.plan(actual.requests - assumed.requests)

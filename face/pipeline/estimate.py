@@ -11,8 +11,8 @@ mean, 2.81) and says so; after it, ``Face`` states what the counts become at the
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Sequence
 
 import pandas as pd
 
@@ -34,10 +34,9 @@ class Pricing:
     price_output_per_mtok: float = 0.0
 
     @classmethod
-    def of(cls, llm: LLMConfig | Mapping[str, Any]) -> Pricing:
+    def of(cls, llm: LLMConfig) -> Pricing:
         """The pricing of an `llm` config as charged (`LLMConfig.prices`: the Batch API's discount included)."""
-        cfg = llm if isinstance(llm, LLMConfig) else LLMConfig.from_dict(llm)
-        return cls(cfg.n_per_request, *cfg.prices)
+        return cls(llm.n_per_request, *llm.prices)
 
     def cost(self, input_tokens: float, output_tokens: float) -> float:
         return cost_usd(input_tokens, output_tokens, self.price_input_per_mtok, self.price_output_per_mtok)
@@ -109,9 +108,8 @@ def particles_per_turn(decomps: dict[tuple[str, int], Decomposition]) -> float:
 def scale_stage(stage: StageCost, factor: float, rate: float | None = None) -> StageCost:
     """A stage with ``factor`` times the units (requests, samples, tokens and cost follow): one unit per turn stood in
     for the particles a decomposition will produce, at ``rate`` particles a turn."""
-    size = stage.size.scaled(factor)
-    return StageCost(stage.stage, stage.assistant_turns, round(stage.units * factor), size.requests, size.samples,
-                     size.http_requests, size.input_tokens, size.output_tokens, stage.cost_usd * factor, rate)
+    return replace(stage, units=round(stage.units * factor), **asdict(stage.size.scaled(factor)),
+                   cost_usd=stage.cost_usd * factor, particles_per_turn=rate)
 
 
 def totals(costs: pd.DataFrame, stages: str = "") -> Size:

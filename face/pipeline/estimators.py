@@ -148,8 +148,9 @@ class SamplingEstimator(Estimator):
         return sum(v is not None for v, _ in parsed)
 
     def combine(self, values: list[int]) -> float:
-        """The score of a unit × instruction from its valid sampled values."""
-        return _mean(values)
+        """The score of a unit × instruction from its valid sampled values: their exact sum over their count (=
+        numpy's mean, without its cost)."""
+        return float(sum(values) / len(values))
 
     def record(self, parsed, spec: ScoringSpec, low: int, base: dict) -> ScoreRecord:
         valid = [v for v, _ in parsed if v is not None][: spec.n]
@@ -222,11 +223,6 @@ class LogprobsEstimator(Estimator):
 
 ESTIMATORS: dict[str, type[Estimator]] = {c.name: c for c in (SamplingEstimator, LogprobsEstimator)}
 
-
-
-def _mean(values: list) -> float:
-    """The mean of a few integer samples: their exact sum over their count (= numpy's mean, without its cost)."""
-    return float(sum(values) / len(values))
 
 
 class ScoreAnswer:

@@ -26,7 +26,7 @@ from face.methods import Inputs, MethodOutput
 from face.methods.job import LLMJob
 from face.pipeline.aggregate import Aggregator, aggregate
 from face.pipeline.estimate import Pricing, cost_table, particles_per_turn, scale_stage, scoring_cost, totals
-from face.pipeline.particles import Decomposition, ParticlesSpec
+from face.pipeline.particles import Decomposition, ParticlesSpec, registered
 from face.pipeline.parts import INSTRUCTION_SOURCES, PARTICLE_SOURCES, RELEASED_PARTICLES_PER_TURN, WholeUnits, build
 from face.pipeline.records import AspectScores, ScoreSink, ScoreTally, per_conversation
 from face.pipeline.scoring import ScoringSpec, plan_iter, score_stream, turns_for, units_for
@@ -40,7 +40,7 @@ class InstructionsSpec:
     # released: the authors' top-16 per aspect | initial: the paper's generic initial instruction ("FACE w/o
     # train") | initial_aspect: our aspect-specific initial instructions | file: a JSON file (e.g. an optimizer's)
     # | mlflow: an optimized set in MLflow | module.Class: a class of your own (face/pipeline/parts.py)
-    source: str
+    source: Annotated[str, registered(INSTRUCTION_SOURCES)]
     file: str | None  # JSON {aspect: [{instruction_id, text}]} for source=file
     max: int | None = Field(ge=1)  # use the first N (by rank); None = all
     ref: str | None  # source=mlflow: NAME@VERSION ({aspect} allowed in NAME), prompts:/NAME/V or runs:/RUN_ID
@@ -195,20 +195,19 @@ class Face:
                     del units, planned
                     parts.append(scores.result())
             job.finish(client)
-        metrics = job.metrics
         preds = Predictions(pd.concat([p.turn for p in parts], ignore_index=True),
                             pd.concat([p.dialogue for p in parts], ignore_index=True))
         if decomps is not None and self.empty_turn == "min":
             preds, n_filled = fill_empty(preds, inputs.aspects, convs, self.unlabelled_turns)
-            metrics["predictions.empty_filled_with_min"] = n_filled
+            job.metrics["predictions.empty_filled_with_min"] = n_filled
         artifacts = [*job.artifacts, scores_file]
         if decomps is not None:
             artifacts.append(write_particles(decomps, convs, run_dir / "particles.jsonl"))
-            metrics["particles.per_turn"] = particles_per_turn(decomps)
-            metrics["particles.fallback_turns"] = sum(d.fallback is not None for d in decomps.values())
-        metrics.update(tally.metrics(self.scoring.scorer.reads_logprobs))
+            job.metrics["particles.per_turn"] = particles_per_turn(decomps)
+            job.metrics["particles.fallback_turns"] = sum(d.fallback is not None for d in decomps.values())
+        job.metrics.update(tally.metrics(self.scoring.scorer.reads_logprobs))
         # the per-particle scores are in particle_scores.jsonl (not held in memory: a paper-size run has 0.7 M)
-        return MethodOutput(preds, None, job.label, artifacts, metrics)
+        return MethodOutput(preds, None, job.label, artifacts, job.metrics)
 
 
 def fill_empty(preds: Predictions, aspects: Sequence[Aspect], convs: Sequence[Conversation],

@@ -103,26 +103,6 @@ def decompose_messages(conv: Conversation, turn: Turn, assistant: str = "movie-r
                   next_user=next_user_turn(conv, turn) or "(the conversation ended here)")
 
 
-def parse_particles(answer, adapter=None, reasoning: bool = False) -> tuple[Particle, ...] | str:
-    """Particles of one completion (or text), or the reason it is invalid (``face.llm.adapters``).
-
-    With ``reasoning`` the answer is the last JSON object of the reply and may list no particle."""
-    adapter = adapter or particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
-    if reasoning:
-        if getattr(answer, "finish_reason", "") == "length":
-            return "truncated (finish_reason=length)"
-        found = last_json_object(getattr(answer, "text", answer))
-        if found is None:
-            return "no JSON object in the reply"
-        answer = json.dumps(found[0])
-    got = adapter.parse(answer)
-    if isinstance(got, str):
-        return got
-    # feedback as answered (an empty string stays empty, as in the authors' particles); missing: NO_FEEDBACK
-    return tuple(Particle(p.dialogue_act, p.mention, NO_FEEDBACK if p.user_feedback is None else p.user_feedback)
-                 for p in got.particles)
-
-
 def plurality_vote(samples: Sequence[tuple[Particle, ...]]) -> tuple[tuple[Particle, ...], int]:
     """The chosen sample and the number of samples that share its particle count."""
     if not samples:
@@ -149,14 +129,28 @@ def from_released(rows: Sequence[TurnParticles]) -> dict[tuple[str, int], Decomp
 
 class ParticlesAnswer:
     """The answer type of a decomposition request: its format (a JSON schema where the endpoint takes one and the
-    prompt asks for the list alone) and its reading (``parse_particles``), within the spec's draws."""
+    prompt asks for the list alone) and its reading (``parse``), within the spec's draws."""
 
-    def __init__(self, reasoning: bool):
+    def __init__(self, reasoning: bool = False):
         self.reasoning = reasoning
         self.json = particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
 
     def parse(self, answer: Any) -> tuple[Particle, ...] | str:
-        return parse_particles(answer, self.json, self.reasoning)
+        """Particles of one completion (or text), or the reason it is invalid (``face.llm.adapters``). With
+        ``reasoning`` the answer is the last JSON object of the reply and may list no particle."""
+        if self.reasoning:
+            if getattr(answer, "finish_reason", "") == "length":
+                return "truncated (finish_reason=length)"
+            found = last_json_object(getattr(answer, "text", answer))
+            if found is None:
+                return "no JSON object in the reply"
+            answer = json.dumps(found[0])
+        got = self.json.parse(answer)
+        if isinstance(got, str):
+            return got
+        # feedback as answered (an empty string stays empty, as in the authors' particles); missing: NO_FEEDBACK
+        return tuple(Particle(p.dialogue_act, p.mention, NO_FEEDBACK if p.user_feedback is None else p.user_feedback)
+                     for p in got.particles)
 
     def request(self, req: Any, json_schema: bool, draws: Draws) -> Any:
         if json_schema and not self.reasoning:  # a schema would rule the reasoning out

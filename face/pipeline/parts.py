@@ -45,9 +45,8 @@ RELEASED_PARTICLES_PER_TURN = 6274 / 2235
 
 
 def build(registry: dict[str, type[T]], name: str, setting: str, settings: dict) -> T:
-    """The part ``name`` (a key of ``registry`` or a dotted class path), given the ``settings`` it has fields for."""
-    if name not in registry and "." not in name:
-        raise ValueError(f"unknown {setting} {name!r}; choose from {tuple(registry)} or give a class as module.Class")
+    """The part ``name`` (a key of ``registry`` or a dotted class path, as its setting's validator ``registered``
+    checked), given the ``settings`` it has fields for."""
     cls = registry.get(name) or import_class(name, setting)
     own = {f.name for f in fields(cls)} if hasattr(cls, "__dataclass_fields__") else set()
     return cls(**{k: v for k, v in settings.items() if k in own})

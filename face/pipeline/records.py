@@ -9,6 +9,7 @@ import contextlib
 import json
 import math
 from array import array
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -25,6 +26,7 @@ from face.predictions import Predictions
 # the compact columns (besides the identifying ones of SCORE_COLUMNS)
 DETAIL_COLUMNS = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_id", "score", "n_valid",
                   "n_retried", "n_defaulted", "valid_mass", "fallback"]
+NUMBERS = ("turn_ind", "particle_ind", "score", "n_valid", "n_retried", "n_defaulted")  # copied as they are
 
 
 class _Codes(dict):
@@ -53,15 +55,10 @@ class ScoreSink(contextlib.ExitStack):
 
     def add(self, r: ScoreRecord) -> None:
         c = self._cols
-        c["aspect"].append(self._aspect(r.aspect))
-        c["conv_id"].append(self._conv(r.conv_id))
-        c["turn_ind"].append(r.turn_ind)
-        c["particle_ind"].append(r.particle_ind)
-        c["instruction_id"].append(self._instr(r.instruction_id))
-        c["score"].append(r.score)
-        c["n_valid"].append(r.n_valid)
-        c["n_retried"].append(r.n_retried)
-        c["n_defaulted"].append(r.n_defaulted)
+        for k, codes in self._codes.items():
+            c[k].append(codes(getattr(r, k)))
+        for k in NUMBERS:
+            c[k].append(getattr(r, k))
         c["valid_mass"].append(math.nan if r.valid_mass is None else r.valid_mass)
         if r.fallback is not None:
             self._fallbacks[self.rows] = r.fallback
@@ -76,7 +73,7 @@ class ScoreSink(contextlib.ExitStack):
 
     def frame(self) -> pd.DataFrame:
         """Every record so far: ``DETAIL_COLUMNS`` (aspect, conversation and instruction as categoricals)."""
-        codes = {"aspect": self._aspect, "conv_id": self._conv, "instruction_id": self._instr}
+        codes = self._codes
         df = pd.DataFrame({k: codes[k].column(col) if k in codes  # the others as int64 / float64 columns
                            else np.array(col, dtype=np.float64 if col.typecode == "d" else np.int64)
                            for k, col in self._cols.items()})
@@ -90,7 +87,7 @@ class ScoreSink(contextlib.ExitStack):
         return df
 
     def _empty(self) -> None:
-        self._aspect, self._conv, self._instr = _Codes(), _Codes(), _Codes()
+        self._codes = {k: _Codes() for k in ("aspect", "conv_id", "instruction_id")}
         self._cols: dict[str, array] = {k: array("d" if k in ("score", "valid_mass") else "i")
                                         for k in DETAIL_COLUMNS[:-1]}  # the fallbacks apart
         self._fallbacks: dict[int, str] = {}  # row -> fallback (most rows have none)
@@ -191,10 +188,7 @@ class AspectScores:
 
 def per_conversation(units: Sequence[Any], n_instructions: int) -> dict[str, int]:
     """How many score records each conversation gets: its units × the instructions."""
-    out: dict[str, int] = {}
-    for u in units:
-        out[u.conv_id] = out.get(u.conv_id, 0) + n_instructions
-    return out
+    return {conv: n * n_instructions for conv, n in Counter(u.conv_id for u in units).items()}
 
 
 # read_score_file(detail=True): what each record says beyond its score (the particle's fields flattened)
@@ -213,11 +207,10 @@ def read_score_file(path: Path, detail: bool = False) -> pd.DataFrame:
     for lineno, obj in read_jsonl(path):
         rec = f"line {lineno}"
         cols["aspect"].append(field(obj, "aspect", str, path, rec))
-        cols["conv_id"].append(as_id(field(obj, "conv_id", (str, int), path, rec), path, rec, "conv_id"))
-        for key in ("turn_ind", "particle_ind"):
-            cols[key].append(field(obj, key, int, path, rec))
-        cols["instruction_id"].append(as_id(field(obj, "instruction_id", (str, int), path, rec), path, rec,
-                                            "instruction_id"))
+        for key, kind in (("conv_id", (str, int)), ("turn_ind", int), ("particle_ind", int),
+                          ("instruction_id", (str, int))):  # ids may be numbers in the file: read as strings
+            value = field(obj, key, kind, path, rec)
+            cols[key].append(value if kind is int else as_id(value, path, rec, key))
         score = field(obj, "score", (float, type(None)), path, rec)
         cols["score"].append(math.nan if score is None else float(score))
         if detail:

@@ -46,10 +46,9 @@ def units_for(aspect: Aspect, convs: Sequence[Conversation], decomps: dict[tuple
     ``unlabelled="skip"`` (the authors): in a conversation whose turns carry human labels, a turn-level aspect
     is not scored on the turns without a label for it (the released relevance judgements leave out the 5
     such turns of CRSArena-Eval); conversations without turn labels (your own logs) are scored in full."""
-    level = aspect.level
     out = []
     for c in convs:
-        if unit == "whole" and level == "dialogue":
+        if unit == "whole" and aspect.level == "dialogue":
             out.append(Unit(aspect, c.conv_id, -1, -1, None))
             continue
         for t in turns_for(aspect, c, unlabelled):
