@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from helpers import approx
 
-from face.pipeline.estimators import SamplingEstimator, _mean
+from face.pipeline.estimators import SamplingEstimator
 from face.pipeline.records import AspectScores, ScoreSink, ScoreTally, per_conversation, read_score_file
 from face.pipeline.scoring import ScoreRecord, ScoringSpec
 from face.predictions import Predictions
@@ -110,8 +110,8 @@ def test_every_missing_sample_counts_as_the_lowest_score():
 
 
 def test_the_mean_of_samples_is_their_mean_not_their_median():
-    assert _mean([1, 1, 4]) == 2.0
-    assert np.isclose(_mean([0, 1]), 0.5)
+    assert SamplingEstimator().combine([1, 1, 4]) == 2.0
+    assert np.isclose(SamplingEstimator().combine([0, 1]), 0.5)
 
 
 def test_the_sink_keeps_valid_masses_and_files_no_particle_for_a_whole_turn(tmp_path):
