@@ -6,35 +6,56 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from pathlib import Path
 
 import pytest
 from scipy import stats
 
+import face.llm.local
 import face.runner
 from face.data import CRSARENA_EVAL
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # the embedded LLM on both cores: one at a time
 
 
-def _llama_servers() -> set[int]:
-    pids = set()
+class _LaunchSpy:
+    """face.llm.local's subprocess module, recording the pid of every process it starts in a new session (the
+    launcher: its llama.cpp server runs in the same session, so the session id is the launcher's pid)."""
+
+    def __init__(self) -> None:
+        self.sessions: list[int] = []
+
+    def __getattr__(self, name):
+        return getattr(subprocess, name)
+
+    def Popen(self, *args, **kwargs):  # subprocess's name
+        process = subprocess.Popen(*args, **kwargs)
+        if kwargs.get("start_new_session"):
+            self.sessions.append(process.pid)
+        return process
+
+
+def _alive_in(sessions: list[int]) -> set[int]:
+    """The live (not zombie) processes in these sessions: only this test's, whatever else runs on the machine."""
+    alive = set()
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ")
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, ...
             except OSError:
                 continue
-            if b"llama_cpp.server" in cmd:
-                pids.add(int(d.name))
-    return pids
+            if int(fields[3]) in sessions and fields[0] != "Z":
+                alive.add(int(d.name))
+    return alive
 
 
 @pytest.mark.usefixtures("mlflow_store")
-def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_factory, data_dir):
+def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_factory, data_dir, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    before = _llama_servers()
+    spy = _LaunchSpy()
+    monkeypatch.setattr(face.llm.local, "subprocess", spy)
     # one turn-level and one dialogue-level aspect: the other five are the same prompts with other instructions
     cfg = cfg_factory("experiment=ablation_no_particles", "llm=local", "dataset.limit=2", "metaeval.n_boot=50",
                       "aspects=[relevance,dialogue_overall]")
@@ -65,4 +86,4 @@ def test_ablation_no_particles_on_two_conversations_with_the_local_llm(cfg_facto
     [run] = client.search_runs([client.get_experiment_by_name("ablation_no_particles").experiment_id])
     assert run.data.params["llm.backend"] == "local"
     assert "smollm2" in (out.out_dir / "vs_published.md").read_text().lower()
-    assert _llama_servers() <= before  # the server was stopped
+    assert len(spy.sessions) == 1 and not _alive_in(spy.sessions)  # one server started, and stopped with its launcher
