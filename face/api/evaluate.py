@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from face.api.inputs import Conversations, Source, check_conversations, source_of
+from face.api.inputs import Conversations, Source, source_of
 from face.api.overrides import check_arguments, run_settings, split_settings
 from face.api.report import build_report
 from face.api.result import Result, result_of
@@ -43,8 +43,7 @@ def evaluation(conversations: Conversations, aspects: Any, llm: Any, out: Any, *
     names = check_arguments(aspects, llm, out, limit, entry, overwrite=overwrite, mlflow=mlflow)
     choices, keys = split_settings(settings or {}, overrides, entry)
     with tempfile.TemporaryDirectory(prefix="face-", ignore_cleanup_errors=True) as tmp:
-        source = source_of(conversations, Path(tmp))
-        check_conversations(source)  # bad conversations: one DataError, before anything is written
+        source, _ = source_of(conversations, Path(tmp))  # bad conversations: one DataError, before anything is written
         target = Path(os.path.abspath(os.fspath(out))) if out is not None else Path(tmp) / "run"
         kept: list[Result] = []
         with composed(*run_settings(source, names, llm, target, limit, mlflow, choices, keys)) as cfg:
