@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from face.api.inputs import Conversations, Source, source_of
 from face.api.overrides import check_arguments, run_settings, split_settings
-from face.api.report import build_report
-from face.api.result import Result, result_of
+from face.api.result import Result, build_report, result_of
 
 if TYPE_CHECKING:
     import pandas as pd
