@@ -146,16 +146,13 @@ class _Engine:
             boot = np.column_stack([m.boot_mean[:, k] for m in self.moments])
             point = stats.ranks(np.array([[m.mean[k] for m in self.moments]]))[0]
             rk = stats.ranks(boot)
-            for s, name in enumerate(names):
-                rank_rows.append((a, name, int(point[s]), self.moments[s].mean[k],
-                                  int(np.percentile(rk[:, s], lo_q, method="lower")),
-                                  int(np.percentile(rk[:, s], hi_q, method="higher"))))
+            rows = [(a, name, int(point[s]), self.moments[s].mean[k],
+                     int(np.percentile(rk[:, s], lo_q, method="lower")),
+                     int(np.percentile(rk[:, s], hi_q, method="higher"))) for s, name in enumerate(names)]
+            rank_rows += sorted(rows, key=lambda row: row[2])  # by rank, ties in the systems' order
             p = stats.beats(boot)
             beat_rows += [(a, x, y, p[s, t]) for s, x in enumerate(names) for t, y in enumerate(names) if s != t]
-        ranking = pd.DataFrame(rank_rows, columns=["aspect", "system", "rank", "mean", "rank_low", "rank_high"])
-        order = ranking["aspect"].map({a: i for i, a in enumerate(self.aspects)})
-        return (ranking.assign(_o=order).sort_values(["_o", "rank"], kind="stable").drop(columns="_o")
-                .reset_index(drop=True),
+        return (pd.DataFrame(rank_rows, columns=["aspect", "system", "rank", "mean", "rank_low", "rank_high"]),
                 pd.DataFrame(beat_rows, columns=["aspect", "system", "opponent", "p_beats"]))
 
 
