@@ -66,14 +66,13 @@ class Result:
         from face.report.diagnostic_report import write_report
 
         path = _file(path, "report", "the HTML file")
-        scores = self.particles.dropna(subset=["score"])
         particles: dict[tuple[str, int], Sequence[Particle]] = {}
         first = self.particles.drop_duplicates(["conv_id", "turn_ind", "particle_ind"])
         for r in first[first["particle_ind"] >= 0].sort_values(["conv_id", "turn_ind", "particle_ind"]).itertuples():
             key = (str(r.conv_id), int(r.turn_ind))
             particles[key] = [*particles.get(key, ()), Particle(r.dialogue_act, r.mention, r.user_feedback)]
         return write_report(path, path.with_name(f"{path.stem}_tables") if tables else None, path.stem,
-                            self.conversations, scores, particles, self.predictions,
+                            self.conversations, self.particles.dropna(subset=["score"]), particles, self.predictions,
                             {"label": self.label, "instructions": self.settings.get("instructions", {})},
                             run="face.evaluate", aspects=self.aspects)
 

@@ -50,8 +50,7 @@ class Comparison:
 
     def verdicts(self) -> pd.DataFrame:
         """The differences as a builder reads them: one row per pair × aspect, the verdict beside the numbers."""
-        cols = [c for c in VERDICT_COLUMNS if c in self.differences]
-        return self.differences[cols]
+        return self.differences[[c for c in VERDICT_COLUMNS if c in self.differences]]
 
     def method_note(self) -> str:
         s = self.settings
@@ -91,9 +90,8 @@ class Comparison:
                  "", to_markdown(self.verdicts()), ""]
         v = self.verdicts()
         if len(v) <= SPELLED_OUT:
-            for r in v.itertuples(index=False):
-                lines.append(f"  {r.aspect}: {r.candidate} vs {r.baseline}: {r.diff:+.3f} "
-                             f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}], p (Holm) {r.p_holm:.3g} -> {r.verdict}")
+            lines += [f"  {r.aspect}: {r.candidate} vs {r.baseline}: {r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
+                      f", p (Holm) {r.p_holm:.3g} -> {r.verdict}" for r in v.itertuples(index=False)]
         else:
             counts = v["verdict"].value_counts()
             lines.append(f"  {len(v)} tests: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in

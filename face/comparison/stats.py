@@ -189,13 +189,11 @@ def _t(q: float, df: np.ndarray | float) -> np.ndarray:
 
 
 def detectable(se: np.ndarray, df: np.ndarray, alpha: float, power: float, n_tests: int,
-               interval_q: np.ndarray | None = None) -> np.ndarray:
+               interval_q: np.ndarray) -> np.ndarray:
     """The smallest difference the Holm-adjusted verdict over ``n_tests`` detects with probability ``power``, from
     the difference's standard error: ``(crit + t_{power, df}) · se``, ``crit`` the larger of t_{1 − α/(2m), df} and
     the interval's studentized quantile ``interval_q`` (half-width / se): never below the interval's half-width."""
-    crit = _t(1 - alpha / (2 * n_tests), df)
-    if interval_q is not None:
-        crit = np.fmax(crit, np.asarray(interval_q, float))
+    crit = np.fmax(_t(1 - alpha / (2 * n_tests), df), np.asarray(interval_q, float))
     return (crit + _t(power, df)) * np.asarray(se, float)
 
 
