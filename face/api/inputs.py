@@ -47,8 +47,7 @@ def _frame_records(df: pd.DataFrame) -> list[dict]:
         raise DataError(IN_MEMORY, f"a DataFrame of messages needs the columns {', '.join(missing)} (one row per "
                                    f"message, in order); it has {', '.join(map(str, df.columns))}")
     convs: dict[str, dict] = {}
-    for i, row in enumerate(df.itertuples(index=False)):
-        values = row._asdict()
+    for i, values in enumerate(df.to_dict("records")):
         cid = values[id_col]
         if not isinstance(cid, (str, int)) or isinstance(cid, bool):
             raise DataError(IN_MEMORY, f"conversation id {cid!r:.40} is not a string or an integer", f"row {i}")

@@ -63,14 +63,13 @@ def means(df: pd.DataFrame, scales: dict[str, tuple[int, int] | None], note: str
 @drawn(None, math=False)
 def differences(df: pd.DataFrame, note: str) -> bytes:
     """Every pair × aspect: candidate − baseline with its interval, coloured by the verdict, a zero line."""
-    labels = [f"{r.aspect}: {r.candidate} − {r.baseline}" for r in df.itertuples()]
     fig, ax = plt.subplots(figsize=(7, 0.28 * len(df) + 1.2))
     y = np.arange(len(df))[::-1]
     for verdict, rows in df.assign(y=y).groupby("verdict", sort=False, dropna=False):  # an artist a colour
         ax.errorbar(rows["diff"], rows["y"], xerr=[rows["diff"] - rows["ci_low"], rows["ci_high"] - rows["diff"]],
                     fmt="o", capsize=3, color=VERDICT_COLOURS.get(str(verdict), "black"))
     ax.axvline(0, color="black", lw=0.8)
-    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_yticks(y, [f"{r.aspect}: {r.candidate} − {r.baseline}" for r in df.itertuples()], fontsize=7)
     ax.set_xlabel("difference of means (candidate − baseline), on the aspect's scale")
     ax.set_title("green: better, red: worse, grey: no detectable difference (Holm)", fontsize=8, loc="left")
     return png(fig, note)
@@ -105,9 +104,8 @@ def power_curve(df: pd.DataFrame, note: str) -> bytes:
         for a, g in df.groupby("aspect", sort=False):
             ax.plot(x, g.set_index("n").reindex(sizes)[col], marker="o", label=a)
         ax.set_xticks(x, [str(n) for n in sizes])
-        ax.set_xlabel("conversations per system")
+        ax.set(xlabel="conversations per system", ylim=(0, 1))
         ax.set_title(title, fontsize=9)
-        ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("share of pairs recovered (significant, human direction)")
     axes[1].legend(fontsize=7, loc="lower right")
