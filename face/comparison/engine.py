@@ -47,11 +47,10 @@ def units_of(run: Run, aspects: Sequence[str]) -> stats.Units:
     rows = run.scores(aspects)
     ids = np.array(sorted(run.conv_ids()), dtype=object)
     sums, counts = np.zeros((len(ids), len(aspects))), np.zeros((len(ids), len(aspects)))
-    if len(rows):
-        g = rows.groupby(["conv_id", "aspect"])["pred"].agg(["sum", "count"])
-        r = np.searchsorted(ids, g.index.get_level_values(0).to_numpy(dtype=object))
-        k = pd.Index(list(aspects)).get_indexer(g.index.get_level_values(1))
-        sums[r, k], counts[r, k] = g["sum"].to_numpy(), g["count"].to_numpy()
+    g = rows.groupby(["conv_id", "aspect"])["pred"].agg(["sum", "count"])  # empty: nothing to place
+    r = np.searchsorted(ids, g.index.get_level_values(0).to_numpy(dtype=object))
+    k = pd.Index(list(aspects)).get_indexer(g.index.get_level_values(1))
+    sums[r, k], counts[r, k] = g["sum"].to_numpy(), g["count"].to_numpy()
     return stats.Units(ids, sums, counts)
 
 
