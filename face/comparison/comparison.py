@@ -55,16 +55,15 @@ class Comparison:
     def method_note(self) -> str:
         s = self.settings
         pct = f"{100 * s['confidence']:g} %"
-        return (f"Differences: candidate − baseline, {pct} studentized bootstrap intervals and p-values "
-                f"({s['n_boot']} resamples of conversations: paired where the runs share conversation ids, else "
-                f"each system on its own), Holm's correction over {len(self.differences)} tests (aspects × pairs); "
-                f"verdict at α = {s['alpha']:g} on the adjusted p (the intervals are not adjusted); 'no detectable "
-                f"difference' is not 'equal'. "
-                f"Paired comparisons use the shared conversations only (n_shared): their means and verdict are "
-                f"on those rows. detectable_diff / n_needed: the difference / conversations per system for which "
+        return (f"Differences: candidate − baseline, {pct} studentized bootstrap intervals and p-values ({s['n_boot']} "
+                f"resamples of conversations: paired where the runs share conversation ids, else each system on its "
+                f"own), Holm's correction over {len(self.differences)} tests (aspects × pairs); verdict at α = "
+                f"{s['alpha']:g} on the adjusted p (the intervals are not adjusted); 'no detectable difference' is not "
+                f"'equal'. Paired comparisons use the shared conversations only (n_shared): their means and verdict "
+                f"are on those rows. detectable_diff / n_needed: the difference / conversations per system for which "
                 f"the Holm-adjusted verdict has {100 * s['power']:g} % power (Student's t at α / "
-                f"{len(self.differences)}, never below the interval's half-width). Means: {pct} percentile "
-                f"intervals over all of a system's conversations, resampled within the system.")
+                f"{len(self.differences)}, never below the interval's half-width). Means: {pct} percentile intervals "
+                f"over all of a system's conversations, resampled within the system.")
 
     def caption(self, title: str) -> str:
         """``title``, what scored, the method, then every warning."""
