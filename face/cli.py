@@ -196,7 +196,7 @@ def _confirm(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from face.api.report import build_report
+    from face.api.result import build_report
 
     with guarded():  # every stop one line and an exit code, Ctrl-C too
         if args.command == "evaluate":

@@ -57,7 +57,7 @@ def _scores(rng, n: int, shift: float, prefix: str = "c") -> dict[str, float]:
 # ---------------------------------------------------------------- paired or unpaired
 
 def test_runs_sharing_conversation_ids_are_paired_and_disjoint_ones_unpaired(tmp_path):
-    import face.comparison as fc
+    import face as fc
 
     rng = np.random.default_rng(0)
     base = _scores(rng, 30, 0)
@@ -77,7 +77,7 @@ def test_runs_sharing_conversation_ids_are_paired_and_disjoint_ones_unpaired(tmp
 
 
 def test_a_small_overlap_is_not_paired(tmp_path):
-    import face.comparison as fc
+    import face as fc
 
     rng = np.random.default_rng(1)
     a = _run_dir(tmp_path, "a", _scores(rng, 20, 0))
@@ -89,7 +89,7 @@ def test_a_small_overlap_is_not_paired(tmp_path):
 # ---------------------------------------------------------------- verdicts, ranking, target
 
 def test_verdicts_better_worse_and_no_detectable_difference_never_equal(tmp_path):
-    import face.comparison as fc
+    import face as fc
 
     rng = np.random.default_rng(2)
     a = _scores(rng, 40, 0)
@@ -108,7 +108,7 @@ def test_verdicts_better_worse_and_no_detectable_difference_never_equal(tmp_path
 
 
 def test_holm_runs_over_aspects_times_pairs(tmp_path):
-    import face.comparison as fc
+    import face as fc
 
     rng = np.random.default_rng(3)
     a, b = _scores(rng, 25, 0), _scores(rng, 25, 0.2)
@@ -125,7 +125,7 @@ def test_the_figures_show_each_mean_difference_and_p_beats_of_the_tables_with_it
                                                                                                     monkeypatch):
     import matplotlib.colors as mcolors
 
-    import face.comparison as fc
+    import face as fc
     import face.comparison.figures as cf
 
     drawn_figures = []
@@ -187,7 +187,7 @@ def test_the_figures_show_each_mean_difference_and_p_beats_of_the_tables_with_it
      "different scales for dialogue_overall: a (0, 1, 2, 3, 4), b (1, 2, 3, 4, 5)"),
 ])
 def test_incomparable_runs_are_refused_in_one_line_unless_allowed(tmp_path, capsys, change, expected):
-    import face.comparison as fc
+    import face as fc
 
     rng = np.random.default_rng(4)
     a = _run_dir(tmp_path, "a", _scores(rng, 10, 0))
@@ -220,7 +220,7 @@ def test_the_override_is_warned_on_every_table_the_report_and_the_console(tmp_pa
 
 
 def test_different_aspects_are_refused_and_a_bare_run_file_is_compared_with_a_note(tmp_path):
-    import face.comparison as fc
+    import face as fc
 
     rng = np.random.default_rng(5)
     a = _run_dir(tmp_path, "a", _scores(rng, 10, 0), {f"c{i}": [1.0] for i in range(10)})
@@ -234,7 +234,7 @@ def test_different_aspects_are_refused_and_a_bare_run_file_is_compared_with_a_no
 
 
 def test_by_system_splits_one_run_into_its_systems(tmp_path):
-    import face.comparison as fc
+    import face as fc
 
     rng = np.random.default_rng(6)
     scores = {**_scores(rng, 12, 0, "a"), **_scores(rng, 12, 1, "b"), **_scores(rng, 12, 0.5, "c")}
@@ -360,7 +360,7 @@ def test_mlflow_runs_are_read_by_id_and_the_comparison_is_recorded(tmp_path, mlf
 
 
 def test_too_few_resamples_for_holm_are_warned(tmp_path):
-    import face.comparison as fc
+    import face as fc
 
     rng = np.random.default_rng(8)
     a, b = _scores(rng, 10, 0), _scores(rng, 10, 2)

@@ -156,13 +156,13 @@ def test_ctrl_c_inside_a_task_nobody_awaits_leaves_no_task_exception_never_retri
 def test_ctrl_c_during_face_report_is_one_line_and_exit_130_and_claims_no_mlflow_run(tmp_path, monkeypatch, capsys):
     """`face report` has no MLflow run: its interrupt line must not say one was marked. It used to end with Python's
     traceback of the KeyboardInterrupt (exit -2)."""
-    import face.api.report
+    import face.api.result
     from face.cli import main
 
     def interrupted(run_dir):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(face.api.report, "build_report", interrupted)
+    monkeypatch.setattr(face.api.result, "build_report", interrupted)
     try:
         with pytest.raises(SystemExit) as e:
             main(["report", str(tmp_path)])

@@ -15,7 +15,7 @@ a nested dict (``method={"scoring": {"n": 3}}`` is ``method.scoring.n=3``). See 
 
     inputs.py     conversations -> the run's input (a file, in-memory conversations, a dataset by name)
     overrides.py  arguments and settings -> the run's config group choices and settings (own keys, hydra.* refused)
-    result.py     Result, built from the run's typed result
+    result.py     Result, built from the run's typed result; build_report (face report DIR)
     evaluate.py   evaluate, estimate, check_settings: one run request each, through face.runner
     meta.py       meta_evaluate
 """

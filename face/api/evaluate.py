@@ -11,14 +11,13 @@ import io
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from face.api.inputs import Conversations, Source, check_conversations, source_of
+from face.api.inputs import Conversations, Source, source_of
 from face.api.overrides import check_arguments, run_settings, split_settings
-from face.api.report import build_report
-from face.api.result import Result, result_of
+from face.api.result import Result, build_report, result_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,44 +42,39 @@ def evaluation(conversations: Conversations, aspects: Any, llm: Any, out: Any, *
     names = check_arguments(aspects, llm, out, limit, entry, overwrite=overwrite, mlflow=mlflow)
     choices, keys = split_settings(settings or {}, overrides, entry)
     with tempfile.TemporaryDirectory(prefix="face-", ignore_cleanup_errors=True) as tmp:
-        source = source_of(conversations, Path(tmp))
-        check_conversations(source)  # bad conversations: one DataError, before anything is written
+        source, _ = source_of(conversations, Path(tmp))  # bad conversations: one DataError, before anything is written
         target = Path(os.path.abspath(os.fspath(out))) if out is not None else Path(tmp) / "run"
         kept: list[Result] = []
+
+        def finish(done: RunResult, summary) -> None:
+            """The last step of the run, in its still-claimed directory: the Result; with ``out``, its conversations
+            (``face report DIR`` reads them back) and its report, named in the summary block."""
+            from face.datasets.crsarena import write_conversations
+            from face.tracking import log_last_files
+
+            result = result_of(done, out is not None)
+            kept.append(result)
+            if out is not None:
+                write_conversations(result.conversations, target / "conversations.json")
+                path = None
+                if (target / "particle_scores.jsonl").exists():  # the live method's: face report DIR rebuilds the same
+                    path = build_report(target)
+                elif len(result.particles):  # scores the method kept in memory (face_released)
+                    path = result.report(target / "report.html", tables=True)
+                # with --mlflow: what face compare mlflow:<id> reads beside the run file, the report and its tables
+                log_last_files([target / "run_settings.json", target / "conversations.json"], "run")
+                log_last_files([path] if path is not None else [])
+                log_last_files([target / "report_tables"], "report_tables")
+                if path is not None and summary is not None:
+                    summary.extra.append(("Report", str(path)))
+            elif summary is not None:  # a temporary directory, removed: the Result holds everything
+                summary.results = summary.run_dir = None
+                summary.extra.append(("Results", "the returned face.Result (out=None: no files kept)"))
+
         with composed(*run_settings(source, names, llm, target, limit, mlflow, choices, keys)) as cfg:
             done = run(cfg, RunRequest(out=target, out_name="--out" if entry == "cli" else "out", overwrite=overwrite,
-                                       finish=_finish(target, out is not None, kept), **request))
+                                       finish=finish, **request))
         return done, (kept[0] if kept else None)
-
-
-def _finish(target: Path, keep: bool, kept: list) -> Callable:
-    """The last step of a run, in its still-claimed directory: the Result; with ``out``, its conversations (``face
-    report DIR`` reads them back) and its report, named in the summary block."""
-
-    def finish(done: RunResult, summary) -> None:
-        from face.datasets.crsarena import write_conversations
-        from face.tracking import log_last_files
-
-        result = result_of(done, keep)
-        kept.append(result)
-        if keep:
-            write_conversations(result.conversations, target / "conversations.json")
-            path = None
-            if (target / "particle_scores.jsonl").exists():  # the live method's: face report DIR rebuilds the same
-                path = build_report(target)
-            elif len(result.particles):  # scores the method kept in memory (face_released)
-                path = result.report(target / "report.html", tables=True)
-            # with --mlflow: what face compare mlflow:<id> reads beside the run file, the report and its tables
-            log_last_files([target / "run_settings.json", target / "conversations.json"], "run")
-            log_last_files([path] if path is not None else [])
-            log_last_files([target / "report_tables"], "report_tables")
-            if path is not None and summary is not None:
-                summary.extra.append(("Report", str(path)))
-        elif summary is not None:  # a temporary directory, removed: the Result holds everything
-            summary.results = summary.run_dir = None
-            summary.extra.append(("Results", "the returned face.Result (out=None: no files kept)"))
-
-    return finish
 
 
 def evaluate(conversations: Conversations, aspects: Sequence[str] | str | None = None, llm: str = "local", *,

@@ -25,11 +25,10 @@ Conversations = Union[str, os.PathLike, Sequence[Any], "pd.DataFrame"]
 
 @dataclass(frozen=True)
 class Source:
-    """Where the conversations come from: a file (``own``: the caller's, else the in-memory input written to a
-    temporary file) or, with ``dataset``, a dataset of ``conf/dataset/`` by name (``crsarena_eval``)."""
+    """Where the conversations come from: a file (the caller's, or the in-memory input written to a temporary file)
+    or, with ``dataset``, a dataset of ``conf/dataset/`` by name (``crsarena_eval``)."""
 
     path: Path | None
-    own: bool = True
     dataset: str | None = None
 
 
@@ -48,8 +47,7 @@ def _frame_records(df: pd.DataFrame) -> list[dict]:
         raise DataError(IN_MEMORY, f"a DataFrame of messages needs the columns {', '.join(missing)} (one row per "
                                    f"message, in order); it has {', '.join(map(str, df.columns))}")
     convs: dict[str, dict] = {}
-    for i, row in enumerate(df.itertuples(index=False)):
-        values = row._asdict()
+    for i, values in enumerate(df.to_dict("records")):
         cid = values[id_col]
         if not isinstance(cid, (str, int)) or isinstance(cid, bool):
             raise DataError(IN_MEMORY, f"conversation id {cid!r:.40} is not a string or an integer", f"row {i}")
@@ -72,11 +70,16 @@ def _record(c: Any) -> Any:
         **({"dial_level_aggregated": c.labels} if c.labels else {})}
 
 
-def source_of(conversations: Conversations, tmp: Path) -> Source:
-    """The source the run reads; an in-memory input is written to ``tmp`` (as JSON with every non-ASCII character
-    escaped: the loader then reads it as it reads a file, and refuses invalid Unicode the same way)."""
+def source_of(conversations: Conversations, tmp: Path) -> tuple[Source, list]:
+    """The source the run reads and its conversations, checked as ``face evaluate`` checks a file, before anything
+    is written (a dataset's: none here, the run loads them once its files are fetched). An in-memory input is written
+    to ``tmp`` (as JSON with every non-ASCII character escaped: the loader then reads it as it reads a file, and
+    refuses invalid Unicode the same way) and named as such in a refusal."""
+    from face.datasets.chatlogs import load_logs
+
     if isinstance(conversations, (str, os.PathLike)):
-        return _file_or_dataset(conversations)
+        source = _file_or_dataset(conversations)
+        return source, [] if source.path is None else load_logs(source.path)
     if isinstance(conversations, pd.DataFrame):
         records = _frame_records(conversations)
     elif isinstance(conversations, Sequence) and not isinstance(conversations, (bytes, str)):
@@ -92,7 +95,10 @@ def source_of(conversations: Conversations, tmp: Path) -> Source:
     except (TypeError, ValueError) as e:
         raise DataError(IN_MEMORY, f"not JSON-serializable: {e}") from None
     path.write_text(text, encoding="ascii")
-    return Source(path, own=False)
+    try:
+        return Source(path), load_logs(path)
+    except DataError as e:
+        raise DataError(IN_MEMORY, e.problem, e.record) from None
 
 
 def _file_or_dataset(conversations: str | os.PathLike) -> Source:
@@ -110,18 +116,3 @@ def _file_or_dataset(conversations: str | os.PathLike) -> Source:
         raise DataError(path, f"file not found (nor is it the name of a dataset; datasets, closest first: "
                               f"{', '.join(closest_first(path.name, datasets()))})")
     return Source(path.resolve())
-
-
-def check_conversations(source: Source) -> list:
-    """Every conversation of a file, checked as ``face evaluate`` checks it (an in-memory input named as such); a
-    dataset's are loaded by the run (its files are fetched first)."""
-    from face.datasets.chatlogs import load_logs
-
-    if source.path is None:
-        return []
-    try:
-        return load_logs(source.path)
-    except DataError as e:
-        if source.own:
-            raise
-        raise DataError(IN_MEMORY, e.problem, e.record) from None

@@ -66,7 +66,6 @@ def _with_labels(result: Result, labels: Any, from_file: bool) -> list:
         raise DataError("labels", f"{len(unknown)} conversation(s) not in the result, e.g. {unknown[0]!r}")
     turn_labels: dict[tuple[str, int], dict] = {}
     dial_labels: dict[str, dict] = {}
-    has_turn = "turn_ind" in frame.columns
     for i, r in enumerate(frame.itertuples(index=False)):
         aspect = ASPECT_ALIASES.get(r.aspect, r.aspect) if isinstance(r.aspect, str) else r.aspect
         if aspect not in held:
@@ -77,7 +76,7 @@ def _with_labels(result: Result, labels: Any, from_file: bool) -> list:
         value = _number(r.label, "label", i)
         if not math.isfinite(value):
             continue  # no label
-        turn = _turn(getattr(r, "turn_ind", None), i) if has_turn else None
+        turn = _turn(getattr(r, "turn_ind", None), i)  # no column: a dialogue label
         if turn is None:
             dial_labels.setdefault(str(r.conv_id), {})[aspect] = value
         elif turn not in {t.turn_ind for t in known[str(r.conv_id)].turns}:

@@ -1,5 +1,7 @@
 """``face.Result``: what ``face.evaluate`` returns, built from the run's typed result (``RunResult`` and the
-experiment's ``ExperimentResult``), not read back from the files the run wrote beside it."""
+experiment's ``ExperimentResult``), not read back from the files the run wrote beside it; and the diagnostics report of
+a finished run directory (``build_report``: ``face report DIR``, and the last step of a run kept in ``out`` / ``--out``,
+so that ``face report`` rebuilds exactly the report the run wrote)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
-from face.errors import ConfigError, require_writable_dir
+from face.data.schema import Particle
+from face.errors import ConfigError, DataError, require_writable_dir
 
 if TYPE_CHECKING:
     from face.experiments.result import ExperimentResult
@@ -60,18 +63,16 @@ class Result:
         ``tables``: its tables as CSV too, in ``<path stem>_tables/``."""
         if not isinstance(tables, bool):
             raise ConfigError(f"report: tables must be True or False, got {tables!r}")
-        from face.data.schema import Particle
         from face.report.diagnostic_report import write_report
 
         path = _file(path, "report", "the HTML file")
-        scores = self.particles.dropna(subset=["score"])
         particles: dict[tuple[str, int], Sequence[Particle]] = {}
         first = self.particles.drop_duplicates(["conv_id", "turn_ind", "particle_ind"])
         for r in first[first["particle_ind"] >= 0].sort_values(["conv_id", "turn_ind", "particle_ind"]).itertuples():
             key = (str(r.conv_id), int(r.turn_ind))
             particles[key] = [*particles.get(key, ()), Particle(r.dialogue_act, r.mention, r.user_feedback)]
         return write_report(path, path.with_name(f"{path.stem}_tables") if tables else None, path.stem,
-                            self.conversations, scores, particles, self.predictions,
+                            self.conversations, self.particles.dropna(subset=["score"]), particles, self.predictions,
                             {"label": self.label, "instructions": self.settings.get("instructions", {})},
                             run="face.evaluate", aspects=self.aspects)
 
@@ -190,3 +191,32 @@ def result_of(run: RunResult, keep: bool) -> Result:
     return Result(dialogues, turns, _particles(run, exp, output), list(convs), preds, list(aspects), output.label,
                   settings["llm"].get("model", ""), settings, {"totals": totals} if totals else {}, exp.estimate,
                   exp.results, exp.run_dir if keep else None)
+
+
+REPORT_INPUTS = ("conversations.json", "particle_scores.jsonl", "run_file.json")  # particles.jsonl: optional
+
+
+def build_report(run_dir: Path) -> Path:
+    """report.html + tables from a finished run directory (no LLM). Every input is read through the checking
+    readers: a missing, empty, truncated or hand-broken file is one DataError naming it (and its line)."""
+    from face.datasets.crsarena import load_conversations
+    from face.datasets.face_released import load_released_particles
+    from face.pipeline.records import read_score_file
+    from face.report import diagnostic_report as diagnostics
+    from face.runfile import read_run_file
+
+    if not run_dir.is_dir():
+        raise DataError(run_dir, "not a directory (the --out directory of a finished `face evaluate`)")
+    for name in REPORT_INPUTS:
+        if not (run_dir / name).exists():
+            raise DataError(run_dir / name, "missing: not the directory of a finished `face evaluate` run")
+    convs = load_conversations(run_dir / "conversations.json", require_labels=False, allow_empty_utterances=False)
+    scores = read_score_file(run_dir / "particle_scores.jsonl")
+    particles: dict[tuple[str, int], Sequence[Particle]] = {}
+    if (run_dir / "particles.jsonl").exists():
+        particles = {(t.conv_id, t.turn_ind): t.particles
+                     for t in load_released_particles(run_dir / "particles.jsonl")}
+    preds = read_run_file(run_dir / "run_file.json")
+    settings = diagnostics.read_run_settings(run_dir / "run_settings.json")
+    return diagnostics.write_report(run_dir / "report.html", run_dir / "report_tables", run_dir.name, convs,
+                                    scores, particles, preds, settings)

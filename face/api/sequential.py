@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from face.api.evaluate import evaluation
-from face.api.inputs import check_conversations, source_of
+from face.api.inputs import source_of
 from face.api.overrides import conversations
 from face.comparison import figures
 from face.comparison.engine import compare
@@ -186,7 +186,7 @@ def compare_sequential(baseline: Any, candidate: Any, aspects: Sequence[str] | s
         raise ConfigError(f"names: two distinct names for the two sides, got {names!r}")
     with tempfile.TemporaryDirectory(prefix="face-seq-") as tmp_name:
         tmp = Path(tmp_name)
-        sides = [check_conversations(source_of(s, tmp)) for s in (baseline, candidate)]
+        sides = [source_of(s, tmp)[1] for s in (baseline, candidate)]
         order_a, order_b, paired = _orders(sides[0], sides[1], seed, max_conversations)
         # the aspects asked (None: CRSArena-Eval's seven, as face.evaluate's default)
         aspect_list = ([a.strip() for a in aspects.split(",")] if isinstance(aspects, str)
@@ -277,15 +277,11 @@ def _needs(decisions: pd.DataFrame, target: float | None, available: int, usd_pe
 
 def _saved(n_scored: int, n_avail: int, scored: pd.Series, avail: pd.Series, used: dict) -> pd.DataFrame:
     """Conversations, and the estimate's requests, tokens and $, scored vs available; and what this run sent."""
-    rows: list[tuple[str, float, float]] = [("conversations", n_scored, n_avail)]
-    rows += [(f"{k} (estimate)", float(scored[k]), float(avail[k])) for k in COUNTS]
-    df = pd.DataFrame(rows, columns=["what", "scored", "available"])
-    df["saved"] = df["available"] - df["scored"]
-    df["saved_share"] = np.where(df["available"] > 0, df["saved"] / df["available"].where(df["available"] > 0, 1),
-                                 0.0)
-    sent = pd.DataFrame([(f"{k} sent by this run", used[k], np.nan, np.nan, np.nan) for k in COUNTS],
-                        columns=df.columns)
-    return pd.concat([df, sent], ignore_index=True)
+    counted: list[tuple[str, float, float]] = [("conversations", n_scored, n_avail)]
+    counted += [(f"{k} (estimate)", float(scored[k]), float(avail[k])) for k in COUNTS]
+    rows = [(what, s, a, a - s, (a - s) / a if a > 0 else 0.0) for what, s, a in counted]
+    rows += [(f"{k} sent by this run", used[k], np.nan, np.nan, np.nan) for k in COUNTS]
+    return pd.DataFrame(rows, columns=["what", "scored", "available", "saved", "saved_share"])
 
 
 def _write(comp, steps, decisions, saved, stop, out) -> None:

@@ -57,39 +57,26 @@ def _differs(runs: Sequence[Run], what: str, value, note: str = "") -> str | Non
     return f"different {what}: " + ", ".join(f"{n} {v}" for n, v in known) + note
 
 
-def reasons(runs: Sequence[Run], aspects: Sequence[str], wanted: Sequence[str] | None = None) -> list[str]:
-    """Why the runs are not comparable (empty: they are), one line each; ``wanted``: only these aspects count."""
-    out = []
+def check(runs: Sequence[Run], aspects: Sequence[str], allow: bool, wanted: Sequence[str] | None) -> list[str]:
+    """The warnings to print on every table: why the runs are not comparable (``wanted``: only these aspects count),
+    one line each, and what could not be checked (runs that do not record their judge, estimator or instructions);
+    raises ``IncomparableRuns`` (the first reason) unless ``allow``."""
+    found = []
     sets = [tuple(sorted(a for a in r.aspect_names() if wanted is None or a in wanted)) for r in runs]
     if len(set(sets)) > 1:
-        out.append("different aspects: " + "; ".join(f"{r.name} scores {', '.join(s) or 'none'}"
-                                                     for r, s in zip(runs, sets)))
+        found.append("different aspects: " + "; ".join(f"{r.name} scores {', '.join(s) or 'none'}"
+                                                       for r, s in zip(runs, sets)))
     lines = [_differs(runs, f"scales for {a}", lambda r, a=a: tuple(s.scale) if (s := aspect_of(r, a)) else None)
              for a in aspects]
     lines += [_differs(runs, "judge LLMs", lambda r: r.judge), _differs(runs, "estimators", lambda r: r.estimator)]
     lines += [_differs(runs, f"instruction sets for {a}", lambda r, a=a: None if r.instructions is None
                        else r.instructions.get(a), " (sha256 of ids and texts)") for a in aspects]
-    return out + [line for line in lines if line]
-
-
-def unrecorded(runs: Sequence[Run]) -> list[str]:
-    """What could not be checked: runs that do not record their judge, estimator or instructions."""
-    out = []
-    for r in runs:
-        missing = [w for w, v in (("judge LLM", r.judge), ("estimator", r.estimator),
-                                  ("instruction sets", r.instructions)) if v is None]
-        if missing:
-            out.append(f"{r.name} ({r.source}) does not record its {', '.join(missing)}: not checked for "
-                       "comparability")
-    return out
-
-
-def check(runs: Sequence[Run], aspects: Sequence[str], allow: bool, wanted: Sequence[str] | None = None
-          ) -> list[str]:
-    """The warnings to print on every table; raises ``IncomparableRuns`` (the first reason) unless ``allow``."""
-    found = reasons(runs, aspects, wanted)
+    found += [line for line in lines if line]
     if found and not allow:
         raise IncomparableRuns(f"not comparable: {found[0]} (scores from different judges or scales are not on "
                                f"one scale; {OVERRIDE} compares them anyway)")
+    unrecorded = [(r, [w for w, v in (("judge LLM", r.judge), ("estimator", r.estimator),
+                                      ("instruction sets", r.instructions)) if v is None]) for r in runs]
     return [f"WARNING: compared although not comparable ({OVERRIDE}): {r}" for r in found] + \
-        [f"note: {u}" for u in unrecorded(runs)]
+        [f"note: {r.name} ({r.source}) does not record its {', '.join(missing)}: not checked for comparability"
+         for r, missing in unrecorded if missing]

@@ -97,12 +97,11 @@ def main(args: argparse.Namespace) -> int:
     before anything is written (``face.cli`` makes it one line and exit 2)."""
     from face.comparison.engine import Options, compare
     from face.comparison.report import write_all
-    from face.errors import ConfigError, require_writable_dir
+    from face.errors import require_writable_dir
 
-    if args.out is not None and not args.out.strip():
-        raise ConfigError("--out: the path is empty")
-    out = Path(args.out) if args.out is not None else _default_out(args.runs)
-    require_writable_dir(out, "--out")
+    out = args.out if args.out is not None else _default_out(args.runs)
+    require_writable_dir(out, "--out")  # an empty one too
+    out = Path(out)
     comp = compare(*args.runs, names=_names(args.names), by_system=args.by_system, aspects=_names(args.aspects),
                    allow_incomparable=args.allow_incomparable, tracking_uri=args.tracking_uri,
                    **{f.name: getattr(args, f.name) for f in dataclasses.fields(Options)})  # each option's flag

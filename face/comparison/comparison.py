@@ -50,22 +50,20 @@ class Comparison:
 
     def verdicts(self) -> pd.DataFrame:
         """The differences as a builder reads them: one row per pair × aspect, the verdict beside the numbers."""
-        cols = [c for c in VERDICT_COLUMNS if c in self.differences]
-        return self.differences[cols]
+        return self.differences[[c for c in VERDICT_COLUMNS if c in self.differences]]
 
     def method_note(self) -> str:
         s = self.settings
         pct = f"{100 * s['confidence']:g} %"
-        return (f"Differences: candidate − baseline, {pct} studentized bootstrap intervals and p-values "
-                f"({s['n_boot']} resamples of conversations: paired where the runs share conversation ids, else "
-                f"each system on its own), Holm's correction over {len(self.differences)} tests (aspects × pairs); "
-                f"verdict at α = {s['alpha']:g} on the adjusted p (the intervals are not adjusted); 'no detectable "
-                f"difference' is not 'equal'. "
-                f"Paired comparisons use the shared conversations only (n_shared): their means and verdict are "
-                f"on those rows. detectable_diff / n_needed: the difference / conversations per system for which "
+        return (f"Differences: candidate − baseline, {pct} studentized bootstrap intervals and p-values ({s['n_boot']} "
+                f"resamples of conversations: paired where the runs share conversation ids, else each system on its "
+                f"own), Holm's correction over {len(self.differences)} tests (aspects × pairs); verdict at α = "
+                f"{s['alpha']:g} on the adjusted p (the intervals are not adjusted); 'no detectable difference' is not "
+                f"'equal'. Paired comparisons use the shared conversations only (n_shared): their means and verdict "
+                f"are on those rows. detectable_diff / n_needed: the difference / conversations per system for which "
                 f"the Holm-adjusted verdict has {100 * s['power']:g} % power (Student's t at α / "
-                f"{len(self.differences)}, never below the interval's half-width). Means: {pct} percentile "
-                f"intervals over all of a system's conversations, resampled within the system.")
+                f"{len(self.differences)}, never below the interval's half-width). Means: {pct} percentile intervals "
+                f"over all of a system's conversations, resampled within the system.")
 
     def caption(self, title: str) -> str:
         """``title``, what scored, the method, then every warning."""
@@ -91,9 +89,8 @@ class Comparison:
                  "", to_markdown(self.verdicts()), ""]
         v = self.verdicts()
         if len(v) <= SPELLED_OUT:
-            for r in v.itertuples(index=False):
-                lines.append(f"  {r.aspect}: {r.candidate} vs {r.baseline}: {r.diff:+.3f} "
-                             f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}], p (Holm) {r.p_holm:.3g} -> {r.verdict}")
+            lines += [f"  {r.aspect}: {r.candidate} vs {r.baseline}: {r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
+                      f", p (Holm) {r.p_holm:.3g} -> {r.verdict}" for r in v.itertuples(index=False)]
         else:
             counts = v["verdict"].value_counts()
             lines.append(f"  {len(v)} tests: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in

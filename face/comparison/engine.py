@@ -47,11 +47,10 @@ def units_of(run: Run, aspects: Sequence[str]) -> stats.Units:
     rows = run.scores(aspects)
     ids = np.array(sorted(run.conv_ids()), dtype=object)
     sums, counts = np.zeros((len(ids), len(aspects))), np.zeros((len(ids), len(aspects)))
-    if len(rows):
-        g = rows.groupby(["conv_id", "aspect"])["pred"].agg(["sum", "count"])
-        r = np.searchsorted(ids, g.index.get_level_values(0).to_numpy(dtype=object))
-        k = pd.Index(list(aspects)).get_indexer(g.index.get_level_values(1))
-        sums[r, k], counts[r, k] = g["sum"].to_numpy(), g["count"].to_numpy()
+    g = rows.groupby(["conv_id", "aspect"])["pred"].agg(["sum", "count"])  # empty: nothing to place
+    r = np.searchsorted(ids, g.index.get_level_values(0).to_numpy(dtype=object))
+    k = pd.Index(list(aspects)).get_indexer(g.index.get_level_values(1))
+    sums[r, k], counts[r, k] = g["sum"].to_numpy(), g["count"].to_numpy()
     return stats.Units(ids, sums, counts)
 
 
@@ -146,16 +145,13 @@ class _Engine:
             boot = np.column_stack([m.boot_mean[:, k] for m in self.moments])
             point = stats.ranks(np.array([[m.mean[k] for m in self.moments]]))[0]
             rk = stats.ranks(boot)
-            for s, name in enumerate(names):
-                rank_rows.append((a, name, int(point[s]), self.moments[s].mean[k],
-                                  int(np.percentile(rk[:, s], lo_q, method="lower")),
-                                  int(np.percentile(rk[:, s], hi_q, method="higher"))))
+            rows = [(a, name, int(point[s]), self.moments[s].mean[k],
+                     int(np.percentile(rk[:, s], lo_q, method="lower")),
+                     int(np.percentile(rk[:, s], hi_q, method="higher"))) for s, name in enumerate(names)]
+            rank_rows += sorted(rows, key=lambda row: row[2])  # by rank, ties in the systems' order
             p = stats.beats(boot)
             beat_rows += [(a, x, y, p[s, t]) for s, x in enumerate(names) for t, y in enumerate(names) if s != t]
-        ranking = pd.DataFrame(rank_rows, columns=["aspect", "system", "rank", "mean", "rank_low", "rank_high"])
-        order = ranking["aspect"].map({a: i for i, a in enumerate(self.aspects)})
-        return (ranking.assign(_o=order).sort_values(["_o", "rank"], kind="stable").drop(columns="_o")
-                .reset_index(drop=True),
+        return (pd.DataFrame(rank_rows, columns=["aspect", "system", "rank", "mean", "rank_low", "rank_high"]),
                 pd.DataFrame(beat_rows, columns=["aspect", "system", "opponent", "p_beats"]))
 
 

@@ -49,8 +49,7 @@ def means(df: pd.DataFrame, scales: dict[str, tuple[int, int] | None], note: str
         y = np.arange(len(systems))[::-1]
         ax.errorbar(d["mean"], y, xerr=[d["mean"] - d["ci_low"], d["ci_high"] - d["mean"]], fmt="o", color="#2166ac",
                     capsize=3)
-        ax.set_yticks(y)
-        ax.set_yticklabels(systems, fontsize=8)
+        ax.set_yticks(y, systems, fontsize=8)
         scale = scales[a]
         if scale is not None:
             ax.set_xlim(scale[0], scale[1])
@@ -64,15 +63,13 @@ def means(df: pd.DataFrame, scales: dict[str, tuple[int, int] | None], note: str
 @drawn(None, math=False)
 def differences(df: pd.DataFrame, note: str) -> bytes:
     """Every pair × aspect: candidate − baseline with its interval, coloured by the verdict, a zero line."""
-    labels = [f"{r.aspect}: {r.candidate} − {r.baseline}" for r in df.itertuples()]
     fig, ax = plt.subplots(figsize=(7, 0.28 * len(df) + 1.2))
     y = np.arange(len(df))[::-1]
     for verdict, rows in df.assign(y=y).groupby("verdict", sort=False, dropna=False):  # an artist a colour
         ax.errorbar(rows["diff"], rows["y"], xerr=[rows["diff"] - rows["ci_low"], rows["ci_high"] - rows["diff"]],
                     fmt="o", capsize=3, color=VERDICT_COLOURS.get(str(verdict), "black"))
     ax.axvline(0, color="black", lw=0.8)
-    ax.set_yticks(y)
-    ax.set_yticklabels(labels, fontsize=7)
+    ax.set_yticks(y, [f"{r.aspect}: {r.candidate} − {r.baseline}" for r in df.itertuples()], fontsize=7)
     ax.set_xlabel("difference of means (candidate − baseline), on the aspect's scale")
     ax.set_title("green: better, red: worse, grey: no detectable difference (Holm)", fontsize=8, loc="left")
     return png(fig, note)
@@ -90,8 +87,7 @@ def beats(df: pd.DataFrame, aspect: str, note: str) -> bytes:
     sns.heatmap(m, annot=True, fmt=".2f", cmap="RdBu", vmin=0, vmax=1, ax=ax, cbar_kws={"label": "P(row beats column)"},
                 annot_kws={"fontsize": 7})
     ax.set_title(f"{aspect}: probability that the row system's mean is higher", fontsize=9)
-    ax.set_xlabel("")
-    ax.set_ylabel("")
+    ax.set(xlabel="", ylabel="")
     ax.set_xticklabels(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor", fontsize=8)
     return png(fig, note)
 
@@ -107,11 +103,9 @@ def power_curve(df: pd.DataFrame, note: str) -> bytes:
                               ["all 36 pairs", "pairs the human labels separate"]):
         for a, g in df.groupby("aspect", sort=False):
             ax.plot(x, g.set_index("n").reindex(sizes)[col], marker="o", label=a)
-        ax.set_xticks(x)
-        ax.set_xticklabels([str(n) for n in sizes])
-        ax.set_xlabel("conversations per system")
+        ax.set_xticks(x, [str(n) for n in sizes])
+        ax.set(xlabel="conversations per system", ylim=(0, 1))
         ax.set_title(title, fontsize=9)
-        ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("share of pairs recovered (significant, human direction)")
     axes[1].legend(fontsize=7, loc="lower right")
@@ -133,8 +127,7 @@ def sequence(steps: pd.DataFrame, aspect: str, note: str) -> bytes:
     ax.axvline(last["scored"], color="grey", ls="--", lw=1)
     ax.annotate(f"stopped: {last['decision']}", (last["scored"], last["ci_high"]), fontsize=8, ha="right",
                 va="bottom")
-    ax.set_xlabel("conversations scored (both systems)")
-    ax.set_ylabel("candidate − baseline")
+    ax.set(xlabel="conversations scored (both systems)", ylabel="candidate − baseline")
     ax.set_title(f"{aspect}: anytime-valid confidence sequence", fontsize=9, loc="left")
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)

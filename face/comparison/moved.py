@@ -29,8 +29,6 @@ def _top_changes(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], top: int) ->
         return p.groupby(["aspect", *keys])["score"].agg(["mean", "size"])
 
     j = per(a).merge(per(b), left_index=True, right_index=True, suffixes=("_a", "_b")).reset_index()
-    if j.empty:
-        return j
     j = j.assign(diff=j["mean_b"] - j["mean_a"], change=(j["mean_b"] - j["mean_a"]).abs())
     j = j.sort_values(["aspect", "change", *keys], ascending=[True, False, *[True] * len(keys)], kind="stable")
     j = j.groupby("aspect", sort=False).head(top)

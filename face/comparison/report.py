@@ -21,18 +21,16 @@ if TYPE_CHECKING:
     from face.comparison.comparison import Comparison
 
 
-def _link(report: str, conv_id: str, html_dir: Path) -> str:
-    """A link from the comparison report into a run's diagnostics report, at the conversation (its anchor)."""
-    if not report:
-        return ""
-    return f"{quote(os.path.relpath(report, html_dir))}#{quote(str(conv_id), safe='')}"
-
-
 def _conversations(comp: Comparison, html_dir: Path) -> list[dict]:
+    """What moved's conversations, each linked into the runs' diagnostics reports at the conversation (its
+    anchor)."""
+    def link(report: str, conv_id: str) -> str:
+        return f"{quote(os.path.relpath(report, html_dir))}#{quote(str(conv_id), safe='')}" if report else ""
+
     rows = comp.moved["conversations"].to_dict("records")
     for r in rows:
-        r["candidate_link"] = _link(r["candidate_report"], r["conv_id"], html_dir)
-        r["baseline_link"] = _link(r["baseline_report"], r["conv_id"], html_dir) if r["kind"] == "got worse" else ""
+        r["candidate_link"] = link(r["candidate_report"], r["conv_id"])
+        r["baseline_link"] = link(r["baseline_report"], r["conv_id"]) if r["kind"] == "got worse" else ""
     return rows
 
 

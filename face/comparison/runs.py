@@ -120,8 +120,7 @@ def particle_means(scores: pd.DataFrame) -> pd.DataFrame:
 def _from_settings(run: Run, settings: dict) -> Run:
     """``run_settings.json`` (face.report.diagnostic_report.read_run_settings's record) onto the run."""
     llm = settings.get("llm") or {}
-    if settings.get("label"):
-        run.label = settings["label"]
+    run.label = settings.get("label") or run.label
     if llm.get("model"):
         run.judge = f"{llm['model']} ({llm.get('backend', '?')})"
     if llm.get("estimator"):

@@ -72,15 +72,13 @@ class Moments:
 
 @dataclass(frozen=True)
 class PairTest:
-    """candidate − baseline per aspect (K): difference, its interval, p-value, bootstrap sd of the difference, the
-    studentized statistic t = diff / plug-in se (Welch's t unpaired, the paired t on paired dialogue scores) and
-    that plug-in se."""
+    """candidate − baseline per aspect (K): difference, its interval, p-value, the studentized statistic t = diff /
+    plug-in se (Welch's t unpaired, the paired t on paired dialogue scores) and that plug-in se."""
 
     diff: np.ndarray
     ci_low: np.ndarray
     ci_high: np.ndarray
     p_value: np.ndarray
-    sd: np.ndarray
     t: np.ndarray
     se: np.ndarray
 
@@ -152,10 +150,8 @@ def studentized(d: np.ndarray, v: np.ndarray, boot_d: np.ndarray, boot_v: np.nda
                   for k in range(len(d))])
     with np.errstate(invalid="ignore"):
         half = np.where(v_zero, 0.0, q * np.sqrt(np.where(v_zero, 0.0, v)))
-    sd = np.nanstd(boot_d, axis=0, ddof=1) if len(boot_d) > 1 else np.full(len(d), np.nan)
     se = np.where(ok, np.sqrt(np.where(v_zero, 0.0, v)), np.nan)
-    return PairTest(d, np.where(ok, d - half, np.nan), np.where(ok, d + half, np.nan), p, sd, np.where(ok, t, np.nan),
-                    se)
+    return PairTest(d, np.where(ok, d - half, np.nan), np.where(ok, d + half, np.nan), p, np.where(ok, t, np.nan), se)
 
 
 def unpaired(a: Moments, b: Moments, confidence: float) -> PairTest:
@@ -193,13 +189,11 @@ def _t(q: float, df: np.ndarray | float) -> np.ndarray:
 
 
 def detectable(se: np.ndarray, df: np.ndarray, alpha: float, power: float, n_tests: int,
-               interval_q: np.ndarray | None = None) -> np.ndarray:
+               interval_q: np.ndarray) -> np.ndarray:
     """The smallest difference the Holm-adjusted verdict over ``n_tests`` detects with probability ``power``, from
     the difference's standard error: ``(crit + t_{power, df}) · se``, ``crit`` the larger of t_{1 − α/(2m), df} and
     the interval's studentized quantile ``interval_q`` (half-width / se): never below the interval's half-width."""
-    crit = _t(1 - alpha / (2 * n_tests), df)
-    if interval_q is not None:
-        crit = np.fmax(crit, np.asarray(interval_q, float))
+    crit = np.fmax(_t(1 - alpha / (2 * n_tests), df), np.asarray(interval_q, float))
     return (crit + _t(power, df)) * np.asarray(se, float)
 
 
