@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from face.files import atomic_write_text
 from face.secrets import redact
@@ -53,18 +54,9 @@ class Piece:
     bound: Bound
 
     @classmethod
-    def of(cls, tag: str, messages: Any, max_tokens: int | None, n: int, response_format: dict | None) -> Piece:
-        return cls(tag, n, int(max_tokens or 0), estimate_input_tokens(messages),
+    def of(cls, tag: str, messages: Any, max_tokens: int, n: int, response_format: dict | None) -> Piece:
+        return cls(tag, n, max_tokens, estimate_input_tokens(messages),
                    bound(messages, max_tokens, n, response_format))
-
-
-def _quantile(xs: list[float], q: float) -> float:
-    if not xs:
-        return 0.0
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 KEEP_REQUESTS = 1000  # request records kept for llm_usage.json (the first ones, and every failed one); totals exact
@@ -297,6 +289,7 @@ class Usage:
     # ---- reports ------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         lat = self.http_latencies
+        p50, p95 = np.quantile(lat.sample, [0.5, 0.95]).tolist() if lat.sample else (0.0, 0.0)
         tags = self.by_tag.values()
         errors = [r["error"] for r in self.records if r["error"] is not None]
         return {
@@ -314,8 +307,8 @@ class Usage:
             "dry_run_requests": self.dry_run_requests,
             **{f"estimated_{k}": getattr(self, f"est_{k}") for k in ("input_tokens", "output_tokens", "cost_usd")},
             "latency_mean_s": lat.total / lat.n if lat.n else 0.0,
-            "latency_p50_s": _quantile(lat.sample, 0.5),
-            "latency_p95_s": _quantile(lat.sample, 0.95),
+            "latency_p50_s": p50,
+            "latency_p95_s": p95,
             "latency_max_s": lat.max,
             **(self.concurrency() if self.concurrency is not None else {}),
             "by_tag": {k: dict(v) for k, v in self.by_tag.items()},
