@@ -79,9 +79,7 @@ os.execv(sys.argv[2], sys.argv[2:])
 
 
 def child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k.lower() not in SERVER_ENV_NAMES}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return {k: v for k, v in os.environ.items() if k.lower() not in SERVER_ENV_NAMES} | {"PYTHONUNBUFFERED": "1"}
 
 
 def log_tail(path: Path | None, lines: int = 40) -> str:
@@ -291,9 +289,8 @@ class LocalServer(LocalOptions):
             self.log_path = Path(self.log_file)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         else:  # a temporary log, deleted after a clean stop
-            fd, name = tempfile.mkstemp(prefix="face-llama-server-", suffix=".log")
-            os.close(fd)
-            self.log_path = Path(name)
+            with tempfile.NamedTemporaryFile(prefix="face-llama-server-", suffix=".log", delete=False) as f:
+                self.log_path = Path(f.name)
         launcher = [sys.executable, "-c", LAUNCHER, str(os.getpid()), *command]
         with open(self.log_path, "ab") as log:
             process = subprocess.Popen(launcher, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -133,9 +133,8 @@ def fitted(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
     caps = load(cache_dir, base_url, model)
     if caps is None and not cfg.dry_run and loop is not None:
         with _one_prober(cache_dir):  # processes sharing the cache: one probes, the others read its answer
-            caps = load(cache_dir, base_url, model)
-            if caps is None:
-                caps = _probe_now(cfg, usage, base_url, model, loop(), cache_dir, http_client)
+            caps = load(cache_dir, base_url, model) or _probe_now(cfg, usage, base_url, model, loop(), cache_dir,
+                                                                  http_client)
     return cfg if caps is None or caps.n else cfg.replace(n_per_request=1)
 
 
