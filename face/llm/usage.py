@@ -79,10 +79,8 @@ class Latencies:
         self.max = max(self.max, x)
         if len(self.sample) < LATENCY_SAMPLE:
             self.sample.append(x)
-        else:
-            j = self._rng.randrange(self.n)
-            if j < LATENCY_SAMPLE:
-                self.sample[j] = x
+        elif (j := self._rng.randrange(self.n)) < LATENCY_SAMPLE:
+            self.sample[j] = x
 
 
 _TAG_FIELDS = ("requests", "samples", "http_requests", "cache_hits", "failures", "input_tokens", "output_tokens",
@@ -170,10 +168,9 @@ class Usage:
             self.samples += piece.n
             self.requests_in_flight += 1
             self.reserved_usd += worst
-        est_out = piece.bound.output_tokens
         self.est_input_tokens += piece.est_input_tokens
-        self.est_output_tokens += est_out
-        self.est_cost_usd += self.cost(piece.est_input_tokens, est_out)
+        self.est_output_tokens += piece.bound.output_tokens
+        self.est_cost_usd += self.cost(piece.est_input_tokens, piece.bound.output_tokens)
         return worst
 
     def settle(self, piece: Piece, reserved: float, reported: Any, answer_bytes: int, latency_s: float,
@@ -300,11 +297,9 @@ class Usage:
                                                      "defaulted_answers", "logprob_fallbacks")},
             "unreported_usage_requests": self.unreported_usage,
             "misreported_requests": self.misreports,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
+            **{k: getattr(self, k) for k in ("input_tokens", "output_tokens")},
             "cost_usd": self.spent_usd,
-            "dry_run": self.dry_run,
-            "dry_run_requests": self.dry_run_requests,
+            **{k: getattr(self, k) for k in ("dry_run", "dry_run_requests")},
             **{f"estimated_{k}": getattr(self, f"est_{k}") for k in ("input_tokens", "output_tokens", "cost_usd")},
             "latency_mean_s": lat.total / lat.n if lat.n else 0.0,
             "latency_p50_s": p50,
