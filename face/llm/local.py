@@ -250,8 +250,7 @@ class LocalServer(LocalOptions):
             return
         if self.reuse_url:
             url = normalize_base_url(self.reuse_url)
-            models = list_models(url)
-            if models is not None:
+            if (models := list_models(url)) is not None:
                 self.base_url, self.reused = url, True
                 if models and self.model not in models:
                     self.model = models[0]

@@ -241,9 +241,8 @@ class Usage:
     def add(self, res: Any, error: BaseException | None = None) -> None:
         """Record one request: its result (a ChatResult), or -- ``error`` given -- the exception it failed with (a
         budget stop's record says "budget: "); ``res`` then carries only the request and its latency."""
-        why = None
-        if error is not None:  # written to llm_usage.json: an error may quote the key (face.secrets)
-            why = redact(f"{'budget: ' if isinstance(error, BudgetExceeded) else ''}{type(error).__name__}: {error}")
+        why = None if error is None else redact(  # written to llm_usage.json: an error may quote the key (face.secrets)
+            f"{'budget: ' if isinstance(error, BudgetExceeded) else ''}{type(error).__name__}: {error}")
         rec = {"tag": res.request.tag, "n": res.request.n, "cached_samples": res.cached_samples,
                "http_requests": res.http_requests, "retries": res.retries, "latency_s": res.latency_s,
                "input_tokens": res.input_tokens, "output_tokens": res.output_tokens, "cost_usd": res.cost_usd,
