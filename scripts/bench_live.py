@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -350,7 +350,7 @@ def bench_local_order(d: Path, n_instructions: int) -> None:
     base = cast(dict, OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "llm" / "local.yaml")))
     for order in ("naive", "prefix"):
         with tempfile.TemporaryDirectory() as tmp:
-            cfg = LLMConfig.from_dict({**configured("base", model="x").to_dict(), **base, "cache_dir": tmp,
+            cfg = LLMConfig.from_dict({**asdict(configured("base", model="x")), **base, "cache_dir": tmp,
                                        "concurrency": 1, "progress": False})
             planned = plan(units, instructions, by_id, spec(1, order=order), True)
             with make_client(cfg) as client:

@@ -110,7 +110,10 @@ SEMANTIC: tuple[Semantic, ...] = (
              "a reservation given back without clearing the residue when nothing is in flight"),
     Semantic("llm/usage", "self.cache_hits += res.cached_samples", "self.cache_hits += res.request.n",
              "every sample of a request counted as a cache hit"),
-    Semantic("llm/usage", "est_out = piece.bound.output_tokens", "est_out = piece.max_tokens",
+    Semantic("llm/usage", "self.est_output_tokens += piece.bound.output_tokens\n"
+             "        self.est_cost_usd += self.cost(piece.est_input_tokens, piece.bound.output_tokens)",
+             "self.est_output_tokens += piece.max_tokens\n"
+             "        self.est_cost_usd += self.cost(piece.est_input_tokens, piece.max_tokens)",
              "a dry run's output estimate for one sample of an n-sample request"),
     Semantic("llm/usage", "and self.spent_usd + worst <= self.max_cost_usd)",
              "and self.spent_usd + worst < self.max_cost_usd)",

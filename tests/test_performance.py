@@ -158,7 +158,7 @@ def test_a_replica_down_is_retried_on_another(tmp_path):
         with make_client(cfg_for([a.base_url, dead], tmp_path, n_per_request=1, concurrency=4,
                                  timeout_s=2)) as c:
             res = c.run_batch(reqs(10, n=1))
-    assert all(r.ok for r in res) and len(s1.ok_requests()) == 10
+    assert all(r.error is None for r in res) and len(s1.ok_requests()) == 10
 
 
 def test_base_url_list_from_hydra_config():

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -27,8 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (Path(a.cache_dir) / CACHE_FILE).exists():
         print(f"no LLM cache at {Path(a.cache_dir) / CACHE_FILE}", file=sys.stderr)
         return 1
-    cache = SampleCache(a.cache_dir)
-    try:
+    with contextlib.closing(SampleCache(a.cache_dir)) as cache:
         if a.cmd == "stats":
             s = cache.stats()
             if a.json:
@@ -42,8 +42,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             n = cache.clear(a.model)
             print(f"deleted {n} samples" + (f" of model {a.model}" if a.model else ""))
-    finally:
-        cache.close()
     return 0
 
 

@@ -171,15 +171,6 @@ class ChatResult:
         return max(0, self.request.n - sum(s.error is None for s in self.samples))
 
     @property
-    def values(self) -> list[Any]:
-        """The valid answers' parsed values, in draw order (requests with an adapter)."""
-        return [s.value for s in self.answers]
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
     def text(self) -> str:
         return self.samples[0].text
 
@@ -249,17 +240,14 @@ def runs(indices: Sequence[int], size: int) -> list[list[int]]:
 def raise_first(errors: Sequence[BaseException]) -> None:
     """Re-raise a budget stop in preference to other failures (the batch-level message depends on it)."""
     if errors:
-        budget = [e for e in errors if isinstance(e, BudgetExceeded)]
-        raise budget[0] if budget else errors[0]
+        raise next((e for e in errors if isinstance(e, BudgetExceeded)), errors[0])
 
 
 def merge(req: ChatRequest, parts: Sequence[ChatResult], samples: dict[int, Completion]) -> ChatResult:
     """One result for `req` from the results of its sub-requests (+ samples found elsewhere)."""
     for p in parts:
         samples.update((s.sample_index, s) for s in p.samples)
+    summed = ("http_requests", "http_samples", "retries", "input_tokens", "output_tokens", "cost_usd")
     return ChatResult(request=req, samples=[samples[i] for i in req.indices],
                       cached_samples=sum(s.cached for s in samples.values()),
-                      http_requests=sum(p.http_requests for p in parts),
-                      http_samples=sum(p.http_samples for p in parts), retries=sum(p.retries for p in parts),
-                      input_tokens=sum(p.input_tokens for p in parts),
-                      output_tokens=sum(p.output_tokens for p in parts), cost_usd=sum(p.cost_usd for p in parts))
+                      **{k: sum(getattr(p, k) for p in parts) for k in summed})

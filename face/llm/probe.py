@@ -52,11 +52,11 @@ class Capabilities:
     probed_at: float = 0.0
 
 
-async def probe(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
-                http_client: Callable[[Any], Any] | None = None) -> Capabilities:
+async def probe(cfg: LLMConfig, usage: Usage, base_url: str, model: str, cache_dir: str | os.PathLike | None,
+                http_client: Callable[[Any], Any] | None = None) -> Capabilities | None:
     """Ask the endpoint what it honours, through the probe's own transport (closed after it: retried, counted in
-    ``usage`` and capped as every request is: ``send``). ``http_client``: the transport's (a server without a
-    socket)."""
+    ``usage`` and capped as every request is: ``send``), remember and report its answer; None when the budget has no
+    room for the probe. ``http_client``: the transport's (a server without a socket)."""
     transport = OpenAITransport(cfg.replace(timeout_s=min(cfg.timeout_s, 30.0)), base_url, model, http_client)
     msgs = [{"role": "user", "content": "Answer with one word: ok"}]
     base = {"model": model, "messages": msgs, "max_tokens": 1, "temperature": 1.0, "seed": 0}
@@ -78,11 +78,31 @@ async def probe(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
         else:
             nreply = full
             logprobs = any((c.get("logprobs") or {}).get("content") for c in full.get("choices") or [])
+    except BudgetExceeded as e:  # no room for the probe: trust the config, for this run only
+        if usage.misreport and usage.max_cost_usd is not None:  # an endpoint misreport under a cap: the stop
+            raise
+        log.warning("the endpoint probe does not fit the LLM budget (%s); trusting llm.n_per_request=%d "
+                    "as configured", str(e).split(" (tag=")[0], cfg.n_per_request)
+        return None
+    except LLMRequestRefused:
+        raise
+    except LLMCallError as e:  # failed after its retries: the run stops (never remembered)
+        raise LLMCallError(f"the endpoint probe of {base_url} failed: {e}", retries=e.retries) from e
     finally:
         await transport.aclose()
     seen = len((nreply or {}).get("choices") or [])
-    return Capabilities(base_url=base_url, model=model, n=seen == 3, max_n_seen=seen, logprobs=logprobs,
+    caps = Capabilities(base_url=base_url, model=model, n=seen == 3, max_n_seen=seen, logprobs=logprobs,
                         json_schema=js is not None, probed_at=time.time())
+    save(cache_dir, caps)
+    log.info("endpoint %s (%s): n %s, logprobs %s, JSON schema %s", base_url, model,
+             "honoured" if caps.n else f"not honoured ({caps.max_n_seen} choice(s) for n=3)",
+             caps.logprobs, caps.json_schema)
+    for what, has, key in (("log-probabilities", caps.logprobs, "supports_logprobs"),
+                           ("JSON-schema answers", caps.json_schema, "supports_json_schema")):
+        if has is False and getattr(cfg, key):
+            log.warning("endpoint %s does not seem to support %s; set llm.%s=false if requests fail",
+                        base_url, what, key)
+    return caps
 
 
 def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capabilities | None:
@@ -90,8 +110,7 @@ def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capa
     if key in _MEMORY or cache_dir is None:
         return _MEMORY.get(key)
     with contextlib.suppress(OSError, ValueError, TypeError):
-        d = json.loads((Path(cache_dir) / ENDPOINTS_FILE).read_text()).get(key)
-        if d:
+        if d := json.loads((Path(cache_dir) / ENDPOINTS_FILE).read_text()).get(key):
             _MEMORY[key] = Capabilities(**{k: d.get(k) for k in Capabilities.__dataclass_fields__})
             return _MEMORY[key]
     return None
@@ -133,9 +152,8 @@ def fitted(cfg: LLMConfig, usage: Usage, base_url: str, model: str,
     caps = load(cache_dir, base_url, model)
     if caps is None and not cfg.dry_run and loop is not None:
         with _one_prober(cache_dir):  # processes sharing the cache: one probes, the others read its answer
-            caps = load(cache_dir, base_url, model)
-            if caps is None:
-                caps = _probe_now(cfg, usage, base_url, model, loop(), cache_dir, http_client)
+            caps = load(cache_dir, base_url, model) or loop().run_until_complete(
+                probe(cfg, usage, base_url, model, cache_dir, http_client))
     return cfg if caps is None or caps.n else cfg.replace(n_per_request=1)
 
 
@@ -150,33 +168,6 @@ def _one_prober(cache_dir: str | os.PathLike | None) -> Iterator[None]:
                 f = held.enter_context(open(Path(cache_dir) / (ENDPOINTS_FILE + ".lock"), "a"))
                 fcntl.flock(f, fcntl.LOCK_EX)
         yield
-
-
-def _probe_now(cfg: LLMConfig, usage: Usage, base_url: str, model: str, loop: asyncio.AbstractEventLoop,
-               cache_dir: str | os.PathLike | None, http_client: Callable[[Any], Any] | None) -> Capabilities | None:
-    """Probe the endpoint, remember and report its answer; None when the budget has no room for the probe."""
-    try:
-        caps = loop.run_until_complete(probe(cfg, usage, base_url, model, http_client))
-    except BudgetExceeded as e:  # no room for the probe: trust the config, for this run only
-        if usage.misreport and usage.max_cost_usd is not None:  # an endpoint misreport under a cap: the stop
-            raise
-        log.warning("the endpoint probe does not fit the LLM budget (%s); trusting llm.n_per_request=%d "
-                    "as configured", str(e).split(" (tag=")[0], cfg.n_per_request)
-        return None
-    except LLMRequestRefused:
-        raise
-    except LLMCallError as e:  # failed after its retries: the run stops (never remembered)
-        raise LLMCallError(f"the endpoint probe of {base_url} failed: {e}", retries=e.retries) from e
-    save(cache_dir, caps)
-    log.info("endpoint %s (%s): n %s, logprobs %s, JSON schema %s", base_url, model,
-             "honoured" if caps.n else f"not honoured ({caps.max_n_seen} choice(s) for n=3)",
-             caps.logprobs, caps.json_schema)
-    for what, has, key in (("log-probabilities", caps.logprobs, "supports_logprobs"),
-                           ("JSON-schema answers", caps.json_schema, "supports_json_schema")):
-        if has is False and getattr(cfg, key):
-            log.warning("endpoint %s does not seem to support %s; set llm.%s=false if requests fail",
-                        base_url, what, key)
-    return caps
 
 
 async def send(usage: Usage, transport: OpenAITransport, body: dict[str, Any]) -> dict | None:

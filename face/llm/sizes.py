@@ -100,10 +100,9 @@ class Bound:
                 f"{self.output_tokens} output tokens (max_tokens {max_tokens} × n {n})")
 
 
-def bound(messages: Messages, max_tokens: int | None, n: int, response_format: dict | None = None) -> Bound:
-    """The bound of one HTTP request for ``n`` samples; a cap needs ``max_tokens`` (no output bound without it)."""
-    if max_tokens is None:
-        raise ValueError("a spending cap needs max_tokens on every request (the bound of its answer)")
+def bound(messages: Messages, max_tokens: int, n: int, response_format: dict | None = None) -> Bound:
+    """The bound of one HTTP request for ``n`` samples (``max_tokens``: the request's after the config's default,
+    ``llm.max_tokens`` >= 1: every request has an output bound)."""
     return Bound(input_bound(messages, response_format), int(max_tokens) * int(n))
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from face.files import atomic_write_text
 from face.secrets import redact
@@ -53,18 +54,9 @@ class Piece:
     bound: Bound
 
     @classmethod
-    def of(cls, tag: str, messages: Any, max_tokens: int | None, n: int, response_format: dict | None) -> Piece:
-        return cls(tag, n, int(max_tokens or 0), estimate_input_tokens(messages),
+    def of(cls, tag: str, messages: Any, max_tokens: int, n: int, response_format: dict | None) -> Piece:
+        return cls(tag, n, max_tokens, estimate_input_tokens(messages),
                    bound(messages, max_tokens, n, response_format))
-
-
-def _quantile(xs: list[float], q: float) -> float:
-    if not xs:
-        return 0.0
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 KEEP_REQUESTS = 1000  # request records kept for llm_usage.json (the first ones, and every failed one); totals exact
@@ -87,10 +79,8 @@ class Latencies:
         self.max = max(self.max, x)
         if len(self.sample) < LATENCY_SAMPLE:
             self.sample.append(x)
-        else:
-            j = self._rng.randrange(self.n)
-            if j < LATENCY_SAMPLE:
-                self.sample[j] = x
+        elif (j := self._rng.randrange(self.n)) < LATENCY_SAMPLE:
+            self.sample[j] = x
 
 
 _TAG_FIELDS = ("requests", "samples", "http_requests", "cache_hits", "failures", "input_tokens", "output_tokens",
@@ -178,10 +168,9 @@ class Usage:
             self.samples += piece.n
             self.requests_in_flight += 1
             self.reserved_usd += worst
-        est_out = piece.bound.output_tokens
         self.est_input_tokens += piece.est_input_tokens
-        self.est_output_tokens += est_out
-        self.est_cost_usd += self.cost(piece.est_input_tokens, est_out)
+        self.est_output_tokens += piece.bound.output_tokens
+        self.est_cost_usd += self.cost(piece.est_input_tokens, piece.bound.output_tokens)
         return worst
 
     def settle(self, piece: Piece, reserved: float, reported: Any, answer_bytes: int, latency_s: float,
@@ -252,9 +241,8 @@ class Usage:
     def add(self, res: Any, error: BaseException | None = None) -> None:
         """Record one request: its result (a ChatResult), or -- ``error`` given -- the exception it failed with (a
         budget stop's record says "budget: "); ``res`` then carries only the request and its latency."""
-        why = None
-        if error is not None:  # written to llm_usage.json: an error may quote the key (face.secrets)
-            why = redact(f"{'budget: ' if isinstance(error, BudgetExceeded) else ''}{type(error).__name__}: {error}")
+        why = None if error is None else redact(  # written to llm_usage.json: an error may quote the key (face.secrets)
+            f"{'budget: ' if isinstance(error, BudgetExceeded) else ''}{type(error).__name__}: {error}")
         rec = {"tag": res.request.tag, "n": res.request.n, "cached_samples": res.cached_samples,
                "http_requests": res.http_requests, "retries": res.retries, "latency_s": res.latency_s,
                "input_tokens": res.input_tokens, "output_tokens": res.output_tokens, "cost_usd": res.cost_usd,
@@ -297,6 +285,7 @@ class Usage:
     # ---- reports ------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         lat = self.http_latencies
+        p50, p95 = np.quantile(lat.sample, [0.5, 0.95]).tolist() if lat.sample else (0.0, 0.0)
         tags = self.by_tag.values()
         errors = [r["error"] for r in self.records if r["error"] is not None]
         return {
@@ -307,15 +296,13 @@ class Usage:
                                                      "defaulted_answers", "logprob_fallbacks")},
             "unreported_usage_requests": self.unreported_usage,
             "misreported_requests": self.misreports,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
+            **{k: getattr(self, k) for k in ("input_tokens", "output_tokens")},
             "cost_usd": self.spent_usd,
-            "dry_run": self.dry_run,
-            "dry_run_requests": self.dry_run_requests,
+            **{k: getattr(self, k) for k in ("dry_run", "dry_run_requests")},
             **{f"estimated_{k}": getattr(self, f"est_{k}") for k in ("input_tokens", "output_tokens", "cost_usd")},
             "latency_mean_s": lat.total / lat.n if lat.n else 0.0,
-            "latency_p50_s": _quantile(lat.sample, 0.5),
-            "latency_p95_s": _quantile(lat.sample, 0.95),
+            "latency_p50_s": p50,
+            "latency_p95_s": p95,
             "latency_max_s": lat.max,
             **(self.concurrency() if self.concurrency is not None else {}),
             "by_tag": {k: dict(v) for k, v in self.by_tag.items()},

@@ -1,4 +1,5 @@
 """Budget caps, dry-run, accounting artifacts, and that the API key never leaks."""
+import dataclasses
 import json
 import logging
 import math
@@ -112,7 +113,8 @@ def test_api_key_value_never_written(server, make_cfg, tmp_path, monkeypatch, ca
         summary = json.dumps(c.usage.summary())
     # the key was really used (so the scan below is meaningful)
     assert server.seen_auth(secret)
-    assert "FACE_TEST_LLM_KEY" in json.dumps(cfg.to_dict()) and secret not in json.dumps(cfg.to_dict())
+    settings = json.dumps(dataclasses.asdict(cfg))
+    assert "FACE_TEST_LLM_KEY" in settings and secret not in settings
     texts = {"usage artifact": art.read_text(), "summary": summary, "log records": caplog.text,
              "server log": log_file.read_text()}
     for p in (tmp_path / "cache").iterdir():

@@ -281,11 +281,9 @@ def test_without_a_cost_cap_a_probe_misreport_then_max_calls_trusts_the_config(t
     assert len(srv.log) == 1 and "probe does not fit the LLM budget" in caplog.text
 
 
-def test_a_cap_needs_max_tokens():
+def test_the_bound_is_the_prompts_bytes_and_max_tokens_times_n():
     from face.llm.sizes import bound
 
-    with pytest.raises(ValueError, match="needs max_tokens"):
-        bound([("user", "hi")], None, 1)
     b = bound([("user", "héllo")], 10, 3)  # é is 2 bytes
     assert (b.input_tokens, b.output_tokens) == (len("user") + 6 + 16 + 16, 30)
 

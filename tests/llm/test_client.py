@@ -162,7 +162,7 @@ def test_retries_exhausted_raise_and_count_failure(server, make_cfg):
         # on_error="return": other requests still complete
         server.force("500", "500", "500")
         out = c.run_batch([ChatRequest(messages=user("x"))], on_error="return")
-        assert not out[0].ok and out[0].samples == [] and "failed" in out[0].error
+        assert out[0].error is not None and out[0].samples == [] and "failed" in out[0].error
     assert len(server.log) == 6
 
 

@@ -26,14 +26,14 @@ def test_every_invalid_answer_is_redrawn_at_fresh_indices_until_n_are_valid():
     texts = {0: "ok0", 1: "bad", 2: "bad", 3: "ok3", 4: "bad", 5: "ok5"}
     res, inner, _ = _validated(texts, 3, Draws(rounds=4, max_extra=None))
     assert inner.asked == [(0, 3), (3, 2), (5, 1)]  # one fresh index per answer still missing
-    assert res.values == [("ok0",), ("ok3",), ("ok5",)]
+    assert [s.value for s in res.answers] == [("ok0",), ("ok3",), ("ok5",)]
     assert (res.answer_retries, res.rejected_answers, res.invalid_samples) == (3, 3, 0)
 
 
 def test_one_invalid_answer_of_n_is_redrawn():
     res, inner, _ = _validated({2: "bad"}, 3, Draws(rounds=2, max_extra=None))
     assert inner.asked == [(0, 3), (3, 1)]
-    assert res.values == [("ok",)] * 3 and res.invalid_samples == 0
+    assert [s.value for s in res.answers] == [("ok",)] * 3 and res.invalid_samples == 0
 
 
 def test_draws_stop_after_exactly_the_policys_rounds():
@@ -58,7 +58,7 @@ def test_draws_room_is_one_per_missing_answer_within_max_extra():
 
 def test_the_earliest_provisional_draw_stands_in_for_a_missing_answer():
     res, _, _ = _validated({0: "prov:first", 1: "prov:second"}, 1, Draws(rounds=2, max_extra=None))
-    assert res.values == [("first",)] and res.invalid_samples == 0
+    assert [s.value for s in res.answers] == [("first",)] and res.invalid_samples == 0
 
 
 def test_a_dry_run_is_drawn_once():
@@ -111,7 +111,7 @@ def test_the_read_ahead_counts_its_samples_as_cache_hits(tmp_path):
 
 def test_a_provisional_draw_is_not_kept_when_a_valid_answer_came():
     res, _, _ = _validated({0: "prov:x", 1: "ok"}, 1, Draws(rounds=2, max_extra=None))
-    assert res.values == [("ok",)] and res.samples[0].error is not None
+    assert [s.value for s in res.answers] == [("ok",)] and res.samples[0].error is not None
 
 
 def test_the_invalid_answer_note_counts_its_draws():
