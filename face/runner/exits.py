@@ -45,16 +45,15 @@ def stop_line(e: BaseException) -> tuple[int, str]:
         ((HydraException,), EXIT_CONFIG, "error: bad setting: {first}"),
         ((BudgetExceeded,), EXIT_BUDGET, "stopped: {e}"),
         ((LLMRequestRefused,), EXIT_LLM, "stopped: {e}. Nothing of that request was cached or scored."),
-        ((LLMCallError,), EXIT_LLM, "stopped: an LLM request failed after its retries: {e}. " + resume),
-        ((KeyboardInterrupt,), EXIT_INTERRUPTED, "interrupted: the run was stopped{mlflow}. " + resume),
-        ((BaseException,), EXIT_BUG, "error: unexpected {kind}: {e} (FACE_DEBUG=1 shows the traceback). " + resume),
+        ((LLMCallError,), EXIT_LLM, "stopped: an LLM request failed after its retries: {e}. {resume}"),
+        ((KeyboardInterrupt,), EXIT_INTERRUPTED, "interrupted: the run was stopped{mlflow}. {resume}"),
+        ((BaseException,), EXIT_BUG, "error: unexpected {kind}: {e} (FACE_DEBUG=1 shows the traceback). {resume}"),
     )
     code, line = next((code, line) for kinds, code, line in stops if isinstance(e, kinds))
     marked = [n for n in notes if n.startswith("MLflow run ")]  # what the tracker did
-    line = line.replace("{mlflow}", f" ({'; '.join(marked)})" if marked else "")
-    line = line.replace("{missing}", missing_config(e) if isinstance(e, MissingConfigException) else "")
-    line = line.replace("{kind}", type(e).__name__).replace("{first}", first_line(e))
-    return code, line.replace("{e}", str(e)).rstrip()
+    missing = missing_config(e) if isinstance(e, MissingConfigException) else ""
+    return code, line.format(e=e, resume=resume, missing=missing, kind=type(e).__name__, first=first_line(e),
+                             mlflow=f" ({'; '.join(marked)})" if marked else "").rstrip()
 
 
 @contextlib.contextmanager
