@@ -35,14 +35,11 @@ def pair_counts(votes: Sequence[ArenaVote], names: Sequence[str] | None = None,
         if v.crs1 == v.crs2 or v.crs1 not in idx or v.crs2 not in idx:
             continue
         i, j = idx[v.crs1], idx[v.crs2]
+        share = 0.5 if v.winner is None else float(v.winner == v.crs1)  # crs1's share of the win: a tie halves it
         games[i, j] += wt
         games[j, i] += wt
-        if v.winner is None:
-            wins[i, j] += 0.5 * wt
-            wins[j, i] += 0.5 * wt
-        else:
-            a, b = (i, j) if v.winner == v.crs1 else (j, i)
-            wins[a, b] += wt
+        wins[i, j] += share * wt
+        wins[j, i] += (1 - share) * wt
     return PairCounts(names, wins, games)
 
 
