@@ -197,12 +197,10 @@ def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, 
         os.close(_lock(os.path.realpath(loc.path), loc.path, loc.setting))
     marker = loc.path / MARKER
     if marker.exists():
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a marker that cannot be read is another run's
             theirs = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            theirs = None
-        if isinstance(theirs, dict) and theirs.get("owner") == owner:
-            return "resume"
+            if isinstance(theirs, dict) and theirs.get("owner") == owner:
+                return "resume"
     elif not loc.owned or not any((loc.path / o.rstrip("/")).exists() for o in OUTPUTS if o not in NOT_RESULTS):
         return "new"  # results without a marker: an older run, or something else entirely
     if not overwrite:
@@ -276,6 +274,4 @@ def process_alive(pid: int, start: str | None = None) -> bool:
     except PermissionError:
         return True
     fields = _stat(pid)
-    if fields is None:
-        return True
-    return fields[0] != "Z" and (start is None or len(fields) < 20 or fields[19] == start)
+    return fields is None or (fields[0] != "Z" and (start is None or len(fields) < 20 or fields[19] == start))
