@@ -84,6 +84,8 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
 
 # ---------------------------------------------------------------- one run per directory
 _held: dict[str, list[int]] = {}  # real path -> [fd, depth]: the locks this process holds
+# atomic_path's temporary names: mkstemp's ``.<stem>.<8 characters>.tmp<suffix>``
+_PARTIAL = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp(\.[^.]+)?")
 
 
 @contextlib.contextmanager
@@ -97,7 +99,12 @@ def dir_lock(path: str | os.PathLike, setting: str) -> Iterator[Path]:
     else:
         os.makedirs(key, exist_ok=True)
         _held[key] = [_lock(key, path, setting), 1]
-        _remove_partial_files(key)
+        # the temporary files atomic_path left when a process was killed while writing (kill -9: no finally ran);
+        # this process holds the directory's lock now: no one else writes there
+        for p in Path(key).glob(".*.tmp*"):
+            if _PARTIAL.fullmatch(p.name) and p.is_file():
+                with contextlib.suppress(OSError):
+                    p.unlink()
     try:
         yield Path(path)
     finally:
@@ -116,19 +123,6 @@ def _lock(key: str, path: str | os.PathLike, setting: str) -> int:
         raise ConfigError(f"{setting}: {path} is in use by another run (locked); wait for it to finish or "
                           "choose another directory") from None
     return fd
-
-
-# atomic_path's temporary names: mkstemp's ``.<stem>.<8 characters>.tmp<suffix>``
-_PARTIAL = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp(\.[^.]+)?")
-
-
-def _remove_partial_files(directory: str) -> None:
-    """The temporary files ``atomic_path`` left in ``directory`` when a process was killed while writing (``kill -9``:
-    no ``finally`` ran). Called once a process holds the directory's lock: no one else writes there."""
-    for p in Path(directory).glob(".*.tmp*"):
-        if _PARTIAL.fullmatch(p.name) and p.is_file():
-            with contextlib.suppress(OSError):
-                p.unlink()
 
 
 def digest_files(paths: Iterable[str | os.PathLike]) -> str:
@@ -236,17 +230,12 @@ def claimed(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overw
                     write_marker(loc.path, owner)
         except BaseException:
             held.close()
-            _remove_empty(created)
+            for top in created:  # removed, deepest first, if nothing was written into them
+                for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(dirpath)
             raise
         yield states
-
-
-def _remove_empty(dirs: Sequence[Path]) -> None:
-    """Remove the directories a refused claim created, if nothing was written into them."""
-    for top in dirs:
-        for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
-            with contextlib.suppress(OSError):
-                os.rmdir(dirpath)
 
 
 def _stat(pid: int) -> list[str] | None:
