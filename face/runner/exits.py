@@ -61,9 +61,7 @@ def guarded() -> Iterator[None]:
     """A command's body: every stop becomes its one line and exit code (the traceback too with FACE_DEBUG=1)."""
     try:
         yield
-    except SystemExit:
-        raise
-    except (Exception, KeyboardInterrupt) as e:
+    except (Exception, KeyboardInterrupt) as e:  # not SystemExit: an exit code is already decided
         if os.environ.get("FACE_DEBUG", "") not in ("", "0", "false"):
             raise
         fail(*stop_line(e))
@@ -102,9 +100,7 @@ def run_cli(entry: Callable[[], int | None]) -> NoReturn:
     if code is not None and not isinstance(code, int):  # sys.exit("message"): Python prints it, exits 1
         print(code, file=sys.stderr)
         code = 1
-    shutdown = getattr(threading, "_shutdown", None)  # CPython's own "wait for threads" step at exit
-    if shutdown is not None:
-        shutdown()
+    threading._shutdown()  # type: ignore[attr-defined]  # CPython's own "wait for threads" step at exit
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
