@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, DataError, ensure_data
+from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, ensure_data
 from face.data import fetch as fetch_mod
 from face.data.manifest import MANIFEST
+from face.errors import DataError
 
 
 def _sha256(path: Path) -> str:
