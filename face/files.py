@@ -43,7 +43,6 @@ MARKER = ".face-run.json"
 OUTPUTS = (".hydra/", "results/", "run_file.json", "particles.jsonl", "particle_scores.jsonl", "cost_estimate.csv",
            "llm_usage.json", "llm_server.json", "run_settings.json", "conversations.json", "report.html",
            "report_tables/", "correlations.csv", "correlations.md", "vs_published.csv", "vs_published.md", "figures/")
-NOT_RESULTS = (".hydra/",)
 
 
 _UMASK = os.umask(0)
@@ -195,7 +194,7 @@ def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, 
             theirs = json.loads(marker.read_text(encoding="utf-8"))
             if isinstance(theirs, dict) and theirs.get("owner") == owner:
                 return "resume"
-    elif not loc.owned or not any((loc.path / o.rstrip("/")).exists() for o in OUTPUTS if o not in NOT_RESULTS):
+    elif not loc.owned or not any((loc.path / o.rstrip("/")).exists() for o in OUTPUTS if o != ".hydra/"):
         return "new"  # results without a marker: an older run, or something else entirely
     if not overwrite:
         raise ConfigError(f"{loc.setting}: {loc.path} holds another run's results (a different input or different "

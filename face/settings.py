@@ -110,10 +110,9 @@ def _resolved(conf: str, names: tuple[str, ...], env: tuple) -> dict[str, Any]:
 @functools.cache
 def _root() -> DictConfig:
     """conf/config.yaml with the config group choices of its defaults list (each as its own file)."""
-    root = _load("config.yaml")
-    top = OmegaConf.load(CONF / "config.yaml")
-    assert isinstance(top, DictConfig)
-    for choice in top.get("defaults", []):
+    root = OmegaConf.load(CONF / "config.yaml")
+    assert isinstance(root, DictConfig)
+    for choice in root.pop("defaults", []):
         if isinstance(choice, Mapping) and choice:
             (group, option), = choice.items()
             if "/" not in group and " " not in group:
