@@ -126,8 +126,7 @@ class _LogLines:
                 self.write(p.status(now, done=True))
 
     def write(self, text: str) -> None:
-        stream = self.stream or sys.stderr
-        print(f"{time.strftime('%H:%M:%S')} progress: {redact(text)}", file=stream, flush=True)
+        print(f"{time.strftime('%H:%M:%S')} progress: {redact(text)}", file=self.stream or sys.stderr, flush=True)
 
 
 LOG = _LogLines()

@@ -37,13 +37,12 @@ def split_conversations(convs: Sequence[Conversation], folds: int = 2, fold: int
         offset += len(ids)  # the next system starts where this one stopped, so fold sizes stay balanced
     test = sorted(c for c, f in assign.items() if f == fold)
     rest = [c for c in convs if assign[c.conv_id] != fold]
-    dev: list[str] = []
+    dev: set[str] = set()
     for system, ids in _by_system(rest).items():
         rng = np.random.default_rng([seed, _stable(system), 1])
         k = int(round(dev_fraction * len(ids)))  # 0: no dev
-        dev += [ids[i] for i in rng.permutation(len(ids))[:k]]
-    dev_set = set(dev)
-    train = sorted(c.conv_id for c in rest if c.conv_id not in dev_set)
+        dev |= {ids[i] for i in rng.permutation(len(ids))[:k]}
+    train = sorted(c.conv_id for c in rest if c.conv_id not in dev)
     return Split(tuple(train), tuple(sorted(dev)), tuple(test))
 
 
