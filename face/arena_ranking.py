@@ -30,8 +30,7 @@ def pair_counts(votes: Sequence[ArenaVote], names: Sequence[str] | None = None,
     idx = {n: i for i, n in enumerate(names)}
     k = len(names)
     wins, games = np.zeros((k, k)), np.zeros((k, k))
-    w = np.ones(len(votes)) if weights is None else weights
-    for v, wt in zip(votes, w):
+    for v, wt in zip(votes, np.ones(len(votes)) if weights is None else weights):
         if v.crs1 == v.crs2 or v.crs1 not in idx or v.crs2 not in idx:
             continue
         i, j = idx[v.crs1], idx[v.crs2]
