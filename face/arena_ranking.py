@@ -30,19 +30,15 @@ def pair_counts(votes: Sequence[ArenaVote], names: Sequence[str] | None = None,
     idx = {n: i for i, n in enumerate(names)}
     k = len(names)
     wins, games = np.zeros((k, k)), np.zeros((k, k))
-    w = np.ones(len(votes)) if weights is None else weights
-    for v, wt in zip(votes, w):
+    for v, wt in zip(votes, np.ones(len(votes)) if weights is None else weights):
         if v.crs1 == v.crs2 or v.crs1 not in idx or v.crs2 not in idx:
             continue
         i, j = idx[v.crs1], idx[v.crs2]
+        share = 0.5 if v.winner is None else float(v.winner == v.crs1)  # crs1's share of the win: a tie halves it
         games[i, j] += wt
         games[j, i] += wt
-        if v.winner is None:
-            wins[i, j] += 0.5 * wt
-            wins[j, i] += 0.5 * wt
-        else:
-            a, b = (i, j) if v.winner == v.crs1 else (j, i)
-            wins[a, b] += wt
+        wins[i, j] += share * wt
+        wins[j, i] += (1 - share) * wt
     return PairCounts(names, wins, games)
 
 

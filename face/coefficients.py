@@ -118,8 +118,7 @@ def weighted_spearman(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray
     """Spearman rho of each weighted replicate (rows of ``w`` in blocks of ``ROWS``: each row on its own, so the
     values are those of the whole matrix at once)."""
     tx, ty = _Ties(x), _Ties(y)
-    return np.concatenate([_spearman_rows(tx, ty, w[i:i + ROWS]) for i in range(0, len(w), ROWS)]) if len(w) \
-        else np.empty(0)
+    return np.concatenate([np.empty(0), *(_spearman_rows(tx, ty, w[i:i + ROWS]) for i in range(0, len(w), ROWS))])
 
 
 def _spearman_rows(tx: _Ties, ty: _Ties, w: np.ndarray) -> np.ndarray:

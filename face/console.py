@@ -55,19 +55,15 @@ def progress(iterable, desc: str, total: int | None = None, unit: str = "it", le
     global _outer
     if total is None:
         total = len(iterable) if hasattr(iterable, "__len__") else None
-    reporter = Progress(total, desc, unit=unit, leave=leave)
-    reported = reporter.mode is not None
-    _outer += reported
-    try:
-        for x in iterable:
-            yield x
-            reporter.update()
-    except BaseException:  # interrupted, or left early: its last line must not say done
-        reporter.stopped = True
-        raise
-    finally:
-        _outer -= reported
-        reporter.close()
+    with Progress(total, desc, unit=unit, leave=leave) as reporter:
+        reported = reporter.mode is not None
+        _outer += reported
+        try:
+            for x in iterable:
+                yield x
+                reporter.update()
+        finally:
+            _outer -= reported
 
 
 _outer = 0  # stage reporters (``progress``) being iterated: the LLM batch bars drawn meanwhile do not stay
@@ -121,8 +117,7 @@ class _LogLines:
 
     def stop(self, p: Progress) -> None:
         with self._lock:
-            if p in self.live:
-                self.live.remove(p)
+            self.live.remove(p)
             if not self.live and self._stop is not None:
                 self._stop.set()
                 self._stop = None
@@ -131,8 +126,7 @@ class _LogLines:
                 self.write(p.status(now, done=True))
 
     def write(self, text: str) -> None:
-        stream = self.stream or sys.stderr
-        print(f"{time.strftime('%H:%M:%S')} progress: {redact(text)}", file=stream, flush=True)
+        print(f"{time.strftime('%H:%M:%S')} progress: {redact(text)}", file=self.stream or sys.stderr, flush=True)
 
 
 LOG = _LogLines()
@@ -201,6 +195,13 @@ class Progress:
             text += ", " + ", ".join(f"{k} {v}" for k, v in self.info().items())
         return text
 
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, kind, *_) -> None:  # ended by an exception (interrupted, or a loop left early): not done
+        self.stopped = kind is not None
+        self.close()
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
@@ -222,16 +223,12 @@ def alive(desc: str) -> Iterator[None]:
     if progress_mode() != "log":
         yield
         return
-    run = Progress(None, desc, unit="")
-    _RUN.append(run)
-    try:
-        yield
-    except BaseException:
-        run.stopped = True
-        raise
-    finally:
-        _RUN.remove(run)
-        run.close()
+    with Progress(None, desc, unit="") as run:
+        _RUN.append(run)
+        try:
+            yield
+        finally:
+            _RUN.remove(run)
 
 
 _RUN: list[Progress] = []  # the whole runs being reported (``alive``), the innermost last

@@ -43,7 +43,6 @@ MARKER = ".face-run.json"
 OUTPUTS = (".hydra/", "results/", "run_file.json", "particles.jsonl", "particle_scores.jsonl", "cost_estimate.csv",
            "llm_usage.json", "llm_server.json", "run_settings.json", "conversations.json", "report.html",
            "report_tables/", "correlations.csv", "correlations.md", "vs_published.csv", "vs_published.md", "figures/")
-NOT_RESULTS = (".hydra/",)
 
 
 _UMASK = os.umask(0)
@@ -84,6 +83,8 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
 
 # ---------------------------------------------------------------- one run per directory
 _held: dict[str, list[int]] = {}  # real path -> [fd, depth]: the locks this process holds
+# atomic_path's temporary names: mkstemp's ``.<stem>.<8 characters>.tmp<suffix>``
+_PARTIAL = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp(\.[^.]+)?")
 
 
 @contextlib.contextmanager
@@ -97,7 +98,12 @@ def dir_lock(path: str | os.PathLike, setting: str) -> Iterator[Path]:
     else:
         os.makedirs(key, exist_ok=True)
         _held[key] = [_lock(key, path, setting), 1]
-        _remove_partial_files(key)
+        # the temporary files atomic_path left when a process was killed while writing (kill -9: no finally ran);
+        # this process holds the directory's lock now: no one else writes there
+        for p in Path(key).glob(".*.tmp*"):
+            if _PARTIAL.fullmatch(p.name) and p.is_file():
+                with contextlib.suppress(OSError):
+                    p.unlink()
     try:
         yield Path(path)
     finally:
@@ -116,19 +122,6 @@ def _lock(key: str, path: str | os.PathLike, setting: str) -> int:
         raise ConfigError(f"{setting}: {path} is in use by another run (locked); wait for it to finish or "
                           "choose another directory") from None
     return fd
-
-
-# atomic_path's temporary names: mkstemp's ``.<stem>.<8 characters>.tmp<suffix>``
-_PARTIAL = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp(\.[^.]+)?")
-
-
-def _remove_partial_files(directory: str) -> None:
-    """The temporary files ``atomic_path`` left in ``directory`` when a process was killed while writing (``kill -9``:
-    no ``finally`` ran). Called once a process holds the directory's lock: no one else writes there."""
-    for p in Path(directory).glob(".*.tmp*"):
-        if _PARTIAL.fullmatch(p.name) and p.is_file():
-            with contextlib.suppress(OSError):
-                p.unlink()
 
 
 def digest_files(paths: Iterable[str | os.PathLike]) -> str:
@@ -197,13 +190,11 @@ def _check(loc: Location, owner: dict, inputs: Sequence[Path], overwrite: bool, 
         os.close(_lock(os.path.realpath(loc.path), loc.path, loc.setting))
     marker = loc.path / MARKER
     if marker.exists():
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a marker that cannot be read is another run's
             theirs = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            theirs = None
-        if isinstance(theirs, dict) and theirs.get("owner") == owner:
-            return "resume"
-    elif not loc.owned or not any((loc.path / o.rstrip("/")).exists() for o in OUTPUTS if o not in NOT_RESULTS):
+            if isinstance(theirs, dict) and theirs.get("owner") == owner:
+                return "resume"
+    elif not loc.owned or not any((loc.path / o.rstrip("/")).exists() for o in OUTPUTS if o != ".hydra/"):
         return "new"  # results without a marker: an older run, or something else entirely
     if not overwrite:
         raise ConfigError(f"{loc.setting}: {loc.path} holds another run's results (a different input or different "
@@ -238,17 +229,12 @@ def claimed(locs: Sequence[Location], owner: dict, inputs: Sequence[Path], overw
                     write_marker(loc.path, owner)
         except BaseException:
             held.close()
-            _remove_empty(created)
+            for top in created:  # removed, deepest first, if nothing was written into them
+                for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(dirpath)
             raise
         yield states
-
-
-def _remove_empty(dirs: Sequence[Path]) -> None:
-    """Remove the directories a refused claim created, if nothing was written into them."""
-    for top in dirs:
-        for dirpath, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
-            with contextlib.suppress(OSError):
-                os.rmdir(dirpath)
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -276,6 +262,4 @@ def process_alive(pid: int, start: str | None = None) -> bool:
     except PermissionError:
         return True
     fields = _stat(pid)
-    if fields is None:
-        return True
-    return fields[0] != "Z" and (start is None or len(fields) < 20 or fields[19] == start)
+    return fields is None or (fields[0] != "Z" and (start is None or len(fields) < 20 or fields[19] == start))

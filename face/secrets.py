@@ -175,8 +175,7 @@ def secret_setting(cfg: Any) -> str | None:
     from omegaconf import DictConfig, OmegaConf
 
     resolved = cfg if isinstance(cfg, DictConfig) else None
-    tree = OmegaConf.to_container(cfg, resolve=False) if resolved is not None else cfg
-    for path, value in _leaves(tree, ""):
+    for path, value in _leaves(OmegaConf.to_container(cfg, resolve=False) if resolved is not None else cfg, ""):
         problem = _problem(path, value)
         if not problem and resolved is not None and isinstance(value, str) and "${" in value and "[" not in path:
             # an interpolation only a running Hydra job resolves (${hydra:...}) raises: checked as written only

@@ -136,8 +136,7 @@ def mean_sequence(x: np.ndarray, alpha: float, lo: float, hi: float, method: str
                   ) -> tuple[np.ndarray, np.ndarray]:
     """The CS (lower, upper after each observation, last axis) for the mean of scores in ``[lo, hi]``:
     ``betting`` (hedged capital), ``eb`` (PrPl-EB) or ``asymptotic`` (valid only asymptotically)."""
-    unit = (np.asarray(x, float) - lo) / (hi - lo)
-    low, up = METHODS[method](unit, alpha)
+    low, up = METHODS[method]((np.asarray(x, float) - lo) / (hi - lo), alpha)  # on [0, 1]
     return lo + (hi - lo) * low, lo + (hi - lo) * up
 
 

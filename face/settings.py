@@ -110,10 +110,9 @@ def _resolved(conf: str, names: tuple[str, ...], env: tuple) -> dict[str, Any]:
 @functools.cache
 def _root() -> DictConfig:
     """conf/config.yaml with the config group choices of its defaults list (each as its own file)."""
-    root = _load("config.yaml")
-    top = OmegaConf.load(CONF / "config.yaml")
-    assert isinstance(top, DictConfig)
-    for choice in top.get("defaults", []):
+    root = OmegaConf.load(CONF / "config.yaml")
+    assert isinstance(root, DictConfig)
+    for choice in root.pop("defaults", []):
         if isinstance(choice, Mapping) and choice:
             (group, option), = choice.items()
             if "/" not in group and " " not in group:
@@ -208,16 +207,15 @@ def _parts(annotation: Any, meta: list[Any]) -> list[tuple[Any, list[Any]]]:
 
 
 def _describe(annotation: Any, metadata: list[Any]) -> str:
-    parts = _parts(annotation, metadata)
-    kinds = _without_null_and_int_of_number(parts)
-    return " or ".join(_kind(t, m) for t, m in kinds) + (" or null" if any(t is type(None) for t, _ in parts) else "")
+    null = any(t is type(None) for t, _ in _parts(annotation, metadata))
+    return " or ".join(_kinds(annotation, metadata)) + (" or null" if null else "")
 
 
-def _without_null_and_int_of_number(parts: list[tuple[Any, list[Any]]]) -> list[tuple[Any, list[Any]]]:
-    kinds = [(t, m) for t, m in parts if t is not type(None)]
-    if any(t is float for t, _ in kinds):  # Number: int | float, said once
-        kinds = [(t, m) for t, m in kinds if t is not int]
-    return kinds
+def _kinds(annotation: Any, metadata: list[Any]) -> list[str]:
+    """How each type a value may have is said, null left out."""
+    parts = [(t, m) for t, m in _parts(annotation, metadata) if t is not type(None)]
+    number = any(t is float for t, _ in parts)  # Number: int | float, said once
+    return [_kind(t, m) for t, m in parts if not (number and t is int)]
 
 
 _WORDS = {bool: "true or false", int: "an integer", float: "a finite number", dict: "a mapping"}  # a setting's type
@@ -234,8 +232,7 @@ def _kind(t: Any, meta: list[Any]) -> str:
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(t))
     if origin in (list, tuple):
-        item = _without_null_and_int_of_number(_parts((get_args(t) or (Any,))[0], []))
-        items = " or ".join(_plural(_kind(i, m)) for i, m in item)
+        items = " or ".join(_plural(k) for k in _kinds((get_args(t) or (Any,))[0], []))
         return ("a non-empty list" if non_empty else "a list") + ("" if items == "Any" else f" of {items}")
     if dataclasses.is_dataclass(t):
         return "a mapping of its settings"

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
 
-from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, DataError, ensure_data
+from face.data import CRSARENA_EVAL, PUBLISHED_TABLE, ensure_data
 from face.data import fetch as fetch_mod
 from face.data.manifest import MANIFEST
+from face.errors import DataError
 
 
 def _sha256(path: Path) -> str:
@@ -34,9 +36,8 @@ def test_manifest_urls_are_pinned_raw_github_urls():
     # the upstream of crs_arena_eval.json, as the data README gives it
     assert MANIFEST[CRSARENA_EVAL].url == ("https://raw.githubusercontent.com/informagi/face/"
                                            "cd4b3f7bcf0c99020e0f4ebc1a3d331220a8953d/dataset/crs_arena_eval.json")
-    for entry in MANIFEST.values():
-        assert len(entry.commit) == 40 and entry.url.startswith(f"https://raw.githubusercontent.com/{entry.repo}/"
-                                                                f"{entry.commit}/")
+    for entry in MANIFEST.values():  # https://raw.githubusercontent.com/<owner>/<repository>/<40-digit commit>/...
+        assert re.fullmatch(r"https://raw\.githubusercontent\.com/[^/]+/[^/]+/[0-9a-f]{40}/.+", entry.url)
 
 
 def test_copy_from_mirror_is_byte_identical(tmp_path, mirror):
@@ -74,18 +75,16 @@ def test_unknown_file_name(tmp_path):
         ensure_data(tmp_path, ["nope.json"], download=False)
 
 
-def test_download_path_verifies_and_writes(tmp_path, mirror, monkeypatch):
+def test_download_path_verifies_and_writes(tmp_path, mirror):
     """The download code path, served from a file:// URL (no internet here)."""
     src = mirror / PUBLISHED_TABLE
-    entry = dataclasses.replace(MANIFEST[PUBLISHED_TABLE])
-    monkeypatch.setattr(type(entry), "url", property(lambda self: src.as_uri()))
+    entry = dataclasses.replace(MANIFEST[PUBLISHED_TABLE], url=src.as_uri())
     path = fetch_mod.fetch_file(entry, tmp_path / "d", mirror=None, download=True)
     assert path == tmp_path / "d" / PUBLISHED_TABLE and path.read_bytes() == src.read_bytes()
 
 
-def test_download_failure_is_a_clear_error(tmp_path, monkeypatch):
-    entry = MANIFEST[PUBLISHED_TABLE]
-    monkeypatch.setattr(type(entry), "url", property(lambda self: (tmp_path / "absent.json").as_uri()))
+def test_download_failure_is_a_clear_error(tmp_path):
+    entry = dataclasses.replace(MANIFEST[PUBLISHED_TABLE], url=(tmp_path / "absent.json").as_uri())
     with pytest.raises(DataError, match="could not be downloaded.*FACE_DATA_MIRROR"):
         fetch_mod.fetch_file(entry, tmp_path / "d", mirror=None, download=True)
 
@@ -120,9 +119,8 @@ def test_a_mirror_folder_that_does_not_exist_is_named_as_such(tmp_path, monkeypa
     assert "could not be downloaded" not in msg
 
 
-def test_a_mirror_without_the_file_says_so_when_the_download_fails(tmp_path, monkeypatch):
-    entry = MANIFEST[PUBLISHED_TABLE]
-    monkeypatch.setattr(type(entry), "url", property(lambda self: (tmp_path / "absent.json").as_uri()))
+def test_a_mirror_without_the_file_says_so_when_the_download_fails(tmp_path):
+    entry = dataclasses.replace(MANIFEST[PUBLISHED_TABLE], url=(tmp_path / "absent.json").as_uri())
     (tmp_path / "mirror").mkdir()
     with pytest.raises(DataError, match=rf"could not be downloaded.*The data mirror {tmp_path / 'mirror'} has no "
                                         rf"{PUBLISHED_TABLE}\."):

@@ -8,8 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from face.data import RELEASED_RUN, DataError
+from face.data import RELEASED_RUN
 from face.datasets.crsarena import ASPECTS
+from face.errors import DataError
 from face.predictions import Predictions
 from face.runfile import read_run_file, write_run_file
 

@@ -1,7 +1,6 @@
 """Data layer: fetch + verify upstream files, typed records, one loader per file."""
 
 from face.data.fetch import ensure_data
-from face.errors import DataError
 
 CRSARENA_EVAL = "crsarena_eval/crs_arena_eval.json"
 RELEASED_RUN = "face_released/face_run.json"
@@ -19,5 +18,5 @@ def released_instructions_file(aspect: str) -> str:
     return f"face_released/top16_instructions/{aspect}.json"
 
 
-__all__ = ["ARENA_VOTES", "CRSARENA_EVAL", "DataError", "PUBLISHED_TABLE", "RELEASED_PARTICLES",
+__all__ = ["ARENA_VOTES", "CRSARENA_EVAL", "PUBLISHED_TABLE", "RELEASED_PARTICLES",
            "RELEASED_RUN", "USR_FILES", "ensure_data", "released_instructions_file", "released_scores_file"]

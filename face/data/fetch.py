@@ -47,8 +47,7 @@ def _atomic_copy(src: BinaryIO, dest: Path, entry: DataFile) -> None:
             raise DataError(dest, f"checksum mismatch after fetch: expected sha256 {entry.sha256}, got {got}")
 
 
-def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, download: bool = True,
-               timeout_s: float = 60.0) -> Path:
+def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, download: bool = True) -> Path:
     dest = data_dir / entry.local
     if dest.exists():
         got = sha256_of(dest)
@@ -73,7 +72,7 @@ def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, down
         raise DataError(dest, f"missing: {why}, and downloading is disabled (set dataset.download=true)")
     log.info("downloading %s", entry.url)
     try:
-        with urllib.request.urlopen(entry.url, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(entry.url, timeout=60) as resp:
             _atomic_copy(resp, dest, entry)
     except OSError as e:  # URLError, timeouts, HTTP errors
         hint = (f"{why[0].upper()}{why[1:]}" if mirror is not None
@@ -83,15 +82,12 @@ def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, down
 
 
 def ensure_data(data_dir: str | Path, files: Iterable[str] | None = None, mirror: str | Path | None = None,
-                download: bool = True) -> Path:
+                download: bool = True) -> None:
     """Fetch and verify ``files`` (local paths from the manifest; default: all) into ``data_dir``."""
-    data_dir = Path(data_dir)
-    mirror_path = mirror_dir(mirror)
     for name in (files if files is not None else MANIFEST):
         if name not in MANIFEST:
-            raise DataError(data_dir / name, f"not a known data file; known: {', '.join(sorted(MANIFEST))}")
-        fetch_file(MANIFEST[name], data_dir, mirror_path, download)
-    return data_dir
+            raise DataError(Path(data_dir) / name, f"not a known data file; known: {', '.join(sorted(MANIFEST))}")
+        fetch_file(MANIFEST[name], Path(data_dir), mirror_dir(mirror), download)
 
 
 def data_checksums(files: Iterable[str] | None = None) -> dict[str, str]:

@@ -44,8 +44,7 @@ def parse_json(text: str, path: str | Path, record: str | None = None) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        where = record or f"line {e.lineno}, column {e.colno}"
-        raise DataError(path, f"malformed JSON: {e.msg}", where) from None
+        raise DataError(path, f"malformed JSON: {e.msg}", record or f"line {e.lineno}, column {e.colno}") from None
     except RecursionError:
         raise DataError(path, "malformed JSON: nested too deeply", record) from None
     except ValueError as e:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"

@@ -11,14 +11,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class DataFile:
     local: str  # path under the data directory
-    repo: str
-    commit: str
-    upstream_path: str
+    url: str  # pinned: https://raw.githubusercontent.com/<repository>/<commit>/<path>
     sha256: str
-
-    @property
-    def url(self) -> str:
-        return f"https://raw.githubusercontent.com/{self.repo}/{self.commit}/{self.upstream_path}"
 
 
 FACE, DIAL, USR = "informagi/face", "iai-group/crsarena-dial", "SmartDataAnalytics/proxy_indicators"
@@ -69,5 +63,6 @@ _FILES += [file for a, (run, top) in _PER_ASPECT.items() for file in (
     (f"face_released/run_files/{a}.jsonl", FACE, f"face/reproduce_result_table/run_files/{a}.jsonl", run),
     (f"face_released/top16_instructions/{a}.json", FACE, f"face/face_scoring/top_16_prompts/{a}.json", top))]
 
-MANIFEST: dict[str, DataFile] = {local: DataFile(local, repo, COMMITS[repo], path, sha)
-                                 for local, repo, path, sha in sorted(_FILES)}
+MANIFEST: dict[str, DataFile] = {
+    local: DataFile(local, f"https://raw.githubusercontent.com/{repo}/{COMMITS[repo]}/{path}", sha)
+    for local, repo, path, sha in sorted(_FILES)}

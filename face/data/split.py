@@ -27,8 +27,7 @@ class Split:
 
 def split_conversations(convs: Sequence[Conversation], folds: int = 2, fold: int = 0, dev_fraction: float = 0.25,
                         seed: int = 0) -> Split:
-    if not 0 <= fold < folds:
-        raise ValueError(f"fold {fold} not in 0..{folds - 1}")
+    """``fold`` in 0..folds − 1 and ``dev_fraction`` in [0, 1): their settings hold them there."""
     assign: dict[str, int] = {}  # conv_id -> fold, stratified by system (whatever the order of the conversations)
     offset = 0
     for system, ids in _by_system(convs).items():
@@ -38,14 +37,12 @@ def split_conversations(convs: Sequence[Conversation], folds: int = 2, fold: int
         offset += len(ids)  # the next system starts where this one stopped, so fold sizes stay balanced
     test = sorted(c for c, f in assign.items() if f == fold)
     rest = [c for c in convs if assign[c.conv_id] != fold]
-    dev: list[str] = []
-    if dev_fraction > 0:
-        for system, ids in _by_system(rest).items():
-            rng = np.random.default_rng([seed, _stable(system), 1])
-            k = int(round(dev_fraction * len(ids)))
-            dev += [ids[i] for i in rng.permutation(len(ids))[:k]]
-    dev_set = set(dev)
-    train = sorted(c.conv_id for c in rest if c.conv_id not in dev_set)
+    dev: set[str] = set()
+    for system, ids in _by_system(rest).items():
+        rng = np.random.default_rng([seed, _stable(system), 1])
+        k = int(round(dev_fraction * len(ids)))  # 0: no dev
+        dev |= {ids[i] for i in rng.permutation(len(ids))[:k]}
+    train = sorted(c.conv_id for c in rest if c.conv_id not in dev)
     return Split(tuple(train), tuple(sorted(dev)), tuple(test))
 
 

@@ -55,8 +55,6 @@ def unit_wording(text: str, level: str) -> str:
     def sub(m: re.Match) -> str:
         article, space, original, plural = m.groups()
         word = cased(noun + plural, original)
-        if not article:
-            return word
-        return cased("an" if noun[0] in "aeiou" else "a", article) + space + word
+        return cased("an" if noun[0] in "aeiou" else "a", article) + space + word if article else word
 
     return _PARTICLE_WORDS.sub(sub, text)

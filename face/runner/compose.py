@@ -90,8 +90,7 @@ def first_line(e: BaseException) -> str:
 
 def missing_config(e) -> str:
     """The line of a config group option that does not exist: the valid ones, closest first."""
-    missing = str(e.missing_cfg_file or "")
-    group, _, name = missing.rpartition("/")
+    group, _, name = str(e.missing_cfg_file or "").rpartition("/")
     options = [o for o in (e.options or []) if o not in NOT_CHOICES.get(group, set())]
     if not group or not options:
         return f"bad setting: {first_line(e)}"

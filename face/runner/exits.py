@@ -45,16 +45,15 @@ def stop_line(e: BaseException) -> tuple[int, str]:
         ((HydraException,), EXIT_CONFIG, "error: bad setting: {first}"),
         ((BudgetExceeded,), EXIT_BUDGET, "stopped: {e}"),
         ((LLMRequestRefused,), EXIT_LLM, "stopped: {e}. Nothing of that request was cached or scored."),
-        ((LLMCallError,), EXIT_LLM, "stopped: an LLM request failed after its retries: {e}. " + resume),
-        ((KeyboardInterrupt,), EXIT_INTERRUPTED, "interrupted: the run was stopped{mlflow}. " + resume),
-        ((BaseException,), EXIT_BUG, "error: unexpected {kind}: {e} (FACE_DEBUG=1 shows the traceback). " + resume),
+        ((LLMCallError,), EXIT_LLM, "stopped: an LLM request failed after its retries: {e}. {resume}"),
+        ((KeyboardInterrupt,), EXIT_INTERRUPTED, "interrupted: the run was stopped{mlflow}. {resume}"),
+        ((BaseException,), EXIT_BUG, "error: unexpected {kind}: {e} (FACE_DEBUG=1 shows the traceback). {resume}"),
     )
     code, line = next((code, line) for kinds, code, line in stops if isinstance(e, kinds))
     marked = [n for n in notes if n.startswith("MLflow run ")]  # what the tracker did
-    line = line.replace("{mlflow}", f" ({'; '.join(marked)})" if marked else "")
-    line = line.replace("{missing}", missing_config(e) if isinstance(e, MissingConfigException) else "")
-    line = line.replace("{kind}", type(e).__name__).replace("{first}", first_line(e))
-    return code, line.replace("{e}", str(e)).rstrip()
+    missing = missing_config(e) if isinstance(e, MissingConfigException) else ""
+    return code, line.format(e=e, resume=resume, missing=missing, kind=type(e).__name__, first=first_line(e),
+                             mlflow=f" ({'; '.join(marked)})" if marked else "").rstrip()
 
 
 @contextlib.contextmanager
@@ -62,9 +61,7 @@ def guarded() -> Iterator[None]:
     """A command's body: every stop becomes its one line and exit code (the traceback too with FACE_DEBUG=1)."""
     try:
         yield
-    except SystemExit:
-        raise
-    except (Exception, KeyboardInterrupt) as e:
+    except (Exception, KeyboardInterrupt) as e:  # not SystemExit: an exit code is already decided
         if os.environ.get("FACE_DEBUG", "") not in ("", "0", "false"):
             raise
         fail(*stop_line(e))
@@ -103,9 +100,7 @@ def run_cli(entry: Callable[[], int | None]) -> NoReturn:
     if code is not None and not isinstance(code, int):  # sys.exit("message"): Python prints it, exits 1
         print(code, file=sys.stderr)
         code = 1
-    shutdown = getattr(threading, "_shutdown", None)  # CPython's own "wait for threads" step at exit
-    if shutdown is not None:
-        shutdown()
+    threading._shutdown()  # type: ignore[attr-defined]  # CPython's own "wait for threads" step at exit
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said

@@ -12,7 +12,7 @@ import dataclasses
 import importlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,14 +52,12 @@ class RunRequest:
 
 @dataclass
 class RunResult:
-    """What the runner did: the configuration it composed, the directories it claimed, and the experiment's result
-    (``experiment``: the run's, or the estimate's when nothing was sent)."""
+    """What the runner did: the configuration it composed, the experiment's result (``experiment``: the run's, or the
+    estimate's when nothing was sent) and whether it sent anything."""
 
     cfg: DictConfig
     experiment: ExperimentResult | None
     sent: bool  # False: the estimate only (estimate_only, or the confirmation said no)
-    locations: dict[str, Path] = field(default_factory=dict)  # every output directory claimed, by its setting
-    state: str = "new"  # the run directory's: "new", "resume" (the same run again) or "overwrite"
 
     @property
     def estimate(self) -> pd.DataFrame | None:
@@ -85,11 +83,11 @@ def run(cfg: DictConfig, request: RunRequest = _PLAIN) -> RunResult:
         plan = check(cfg, request)
         locs = _locations(cfg, request, plan.out_dir)
         with claimed(locs, *_claim(cfg, request)) as states:
-            state = _say(locs, states, request)
+            _say(locs, states, request)
             plan.summary.held = request.finish is not None  # printed after the entry point's last outputs
             with finishing():  # its MLflow run ends FINISHED after the last outputs
                 experiment, sent = _execute(request, plan)
-                done = RunResult(cfg, experiment, sent, {loc.setting: loc.path for loc in locs}, state)
+                done = RunResult(cfg, experiment, sent)
                 if request.finish is not None and sent:  # the entry point's last outputs, then the summary block
                     request.finish(done, plan.summary)
             if plan.summary.held and plan.summary.wall_s is not None:
@@ -187,13 +185,11 @@ def _overwrite(request: RunRequest) -> str:
     return "--overwrite" if request.out_name.startswith("--") else "overwrite=True"
 
 
-def _say(locs: list[Location], states: list[str], request: RunRequest) -> str:
-    """Say once that the run resumes (or replaces another's results); the run directory's state."""
-    owned = [(loc, state) for loc, state in zip(locs, states) if loc.owned]
-    said = next(((loc, state) for loc, state in owned if state in _SAID), None)
+def _say(locs: list[Location], states: list[str], request: RunRequest) -> None:
+    """Say once that the run resumes (or replaces another's results)."""
+    said = next(((loc, state) for loc, state in zip(locs, states) if loc.owned and state in _SAID), None)
     if said is not None:
         print(_SAID[said[1]].format(dir=said[0].path, how=_overwrite(request)), flush=True)
-    return owned[0][1] if owned else "new"
 
 
 def _execute(request: RunRequest, plan) -> tuple[Any, bool]:
