@@ -84,7 +84,7 @@ def register_prompt(name: str, text: str, message: str, tags: Mapping[str, Any],
                      and text_sha256(v.template) == digest), None)
         if same is not None:
             return same
-        clean = {**{k: redact_tag(v) for k, v in tags.items()}, "sha256": text_sha256(text)}
+        clean = {**{k: redact_tag(v) for k, v in tags.items()}, "sha256": digest}
         version = mlflow.genai.register_prompt(name=name, template=text, commit_message=redact(message),
                                                tags={k: v for k, v in clean.items() if k in PROMPT_TAGS})
         for key, value in clean.items():
@@ -169,12 +169,9 @@ def _from_run(ref: str, aspect: str) -> list[Instruction]:
     run_id = ref[len("runs:/"):].strip("/").split("/")[0]
     try:
         local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=SET_ARTIFACT)
-    except Exception:
-        try:  # a run logged before the set was one of its results
-            local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="optimized/instructions.json")
-        except Exception as e:
-            raise DataError(Path(ref), f"no {SET_ARTIFACT} in MLflow run {run_id} "
-                                       f"(tracking URI {mlflow.get_tracking_uri()}): {e}") from None
+    except Exception as e:
+        raise DataError(Path(ref), f"no {SET_ARTIFACT} in MLflow run {run_id} "
+                                   f"(tracking URI {mlflow.get_tracking_uri()}): {e}") from None
     raw = json.loads(Path(local).read_text(encoding="utf-8"))
     items = raw.get(aspect) or []
     if not items:

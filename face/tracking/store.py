@@ -115,7 +115,7 @@ def run_is_gone(tags: dict[str, str]) -> bool:
     return not process_alive(int(pid), tags.get("face.pid_start") or None)
 
 
-def mark_stale_runs(client) -> list[str]:
+def mark_stale_runs(client) -> None:
     """Runs of the store of ``client`` (an MlflowClient) left RUNNING by a process of this host that is gone (kill -9,
     power loss): KILLED."""
     try:
@@ -123,7 +123,7 @@ def mark_stale_runs(client) -> list[str]:
         runs = client.search_runs(exps, filter_string="attributes.status = 'RUNNING'", max_results=1000) if exps else []
     except Exception as e:  # the store is checked before; a search failure must not stop the run
         log.warning("could not look for stale MLflow runs: %s", e)
-        return []
+        return
     killed = []
     for r in runs:
         if run_is_gone(r.data.tags):
@@ -133,4 +133,3 @@ def mark_stale_runs(client) -> list[str]:
             killed.append(r.info.run_id)
     if killed:
         log.warning("marked %d stale RUNNING MLflow run(s) as KILLED: %s", len(killed), ", ".join(killed))
-    return killed

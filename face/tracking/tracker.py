@@ -130,32 +130,30 @@ class Tracker:
         sweep = sweeps.sweep_tags()
         if sweep:  # a sweep job: its swept values first in its name, unless tracking.run_name is set
             overrides = list(sweeps.hydra_job().overrides.task)
-            found = sweeps.sweep_parent(exp_id, sweep["sweep_dir"], self.cfg.task_name, overrides)
-            name, parent, self.sweep_parent_id = self.run_name, found.run_id, found.run_id
-            self.job_label = redact(sweeps.job_label(overrides, found.swept))
+            self.sweep_parent_id, swept = sweeps.sweep_parent(exp_id, sweep["sweep_dir"], self.cfg.task_name, overrides)
+            self.job_label, name = redact(sweeps.job_label(overrides, swept)), self.run_name
             if not self.cfg.tracking.get("run_name"):
-                name = redact(sweeps.job_name(self.cfg.task_name, overrides, found.swept, sweep["sweep_job"]))
-            run = self.mlflow.start_run(run_name=name, parent_run_id=parent)
+                name = redact(sweeps.job_name(self.cfg.task_name, overrides, swept, sweep["sweep_job"]))
+            run = self.mlflow.start_run(run_name=name, parent_run_id=self.sweep_parent_id)
+            tags = {**sweep, sweeps.SWEEP_ROLE: "job", sweeps.LABEL_TAG: self.job_label}
         else:
             with store_lock(str(self.cfg.tracking.tracking_uri)):  # two reruns starting at once: #2 and #3
-                name, parent = self.run_name, None
+                name = self.run_name
                 if name and not self.cfg.tracking.get("run_name"):
                     name = rerun_name(client, exp_id, name)
                 run = self.mlflow.start_run(run_name=name)
+            out = OmegaConf.select(self.cfg, "paths.output_dir", default=None, throw_on_resolution_failure=False)
+            self.output_dir = redact(str(Path(out).resolve())) if out else None
+            tags = {OUTPUT_DIR_TAG: self.output_dir} if out else {}
         self.run_name, self.run_id, self.experiment_id = name, run.info.run_id, run.info.experiment_id
         params = run_params(self.cfg, self.uses_llm)
         self.set_tags({**process_tags(), **judge_tag(params), "git_commit": git_commit(self.cfg.paths.root_dir),
-                       "task_name": self.cfg.task_name})  # process tags first: a run left RUNNING is found stale
+                       "task_name": self.cfg.task_name, **tags})  # process tags first: a run left RUNNING is found stale
         self.mlflow.log_params(params)
-        out = OmegaConf.select(self.cfg, "paths.output_dir", default=None, throw_on_resolution_failure=False)
-        if out and not sweep:
-            self.output_dir = redact(str(Path(out).resolve()))
-            self.set_tags({OUTPUT_DIR_TAG: self.output_dir})
         if sweep:
-            self.set_tags({**sweep, sweeps.SWEEP_ROLE: "job", sweeps.LABEL_TAG: self.job_label})
             job = {k: redact(sweep[k]) for k in ("sweep_job", "sweep_overrides")}
-            sweeps.replace_earlier_attempts(client, exp_id, self.run_id, {"mlflow.parentRunId": str(parent), **job},
-                                            f"sweep job {sweep['sweep_job']}")
+            sweeps.replace_earlier_attempts(client, exp_id, self.run_id, {"mlflow.parentRunId": self.sweep_parent_id,
+                                                                          **job}, f"sweep job {sweep['sweep_job']}")
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
