@@ -147,8 +147,9 @@ class Tracker:
             tags = {OUTPUT_DIR_TAG: self.output_dir} if out else {}
         self.run_name, self.run_id, self.experiment_id = name, run.info.run_id, run.info.experiment_id
         params = run_params(self.cfg, self.uses_llm)
+        # process tags first (before the params): a run left RUNNING is found stale
         self.set_tags({**process_tags(), **judge_tag(params), "git_commit": git_commit(self.cfg.paths.root_dir),
-                       "task_name": self.cfg.task_name, **tags})  # process tags first: a run left RUNNING is found stale
+                       "task_name": self.cfg.task_name, **tags})
         self.mlflow.log_params(params)
         if sweep:
             job = {k: redact(sweep[k]) for k in ("sweep_job", "sweep_overrides")}
