@@ -113,8 +113,7 @@ class Tracker:
         self.sweep_parent_id: str | None = None
         self.output_dir: str | None = None  # the run's own directory (OUTPUT_DIR_TAG), outside a sweep
         self._numbers: dict[str, float] = {}
-        self._compared: dict[str, float] = {}
-        self._primary_set = False
+        self._compared: dict[str, float] = {}  # logged as MLflow metrics when the run ends
         if self.enabled:
             import mlflow
 
@@ -202,15 +201,13 @@ class Tracker:
         head = headline(self._compared)
         order = sorted(self._compared, key=lambda k: (k != head, not k.startswith(HEADLINE_PREFIX), k))
         self.mlflow.log_metrics({k: shown(self._compared[k]) for k in order})
-        self._compared = {}
-        if head is None or self._primary_set:
+        if head is None:
             return
         client = self.mlflow.MlflowClient()
         exp = client.get_experiment(str(self.experiment_id))
         current = exp.tags.get(PRIMARY_METRIC_TAG)
         if current is None or (current not in HEADLINES and head in HEADLINES):
             client.set_experiment_tag(exp.experiment_id, PRIMARY_METRIC_TAG, head)
-        self._primary_set = True
 
     def log_artifacts(self, paths: Iterable[str | Path], subdir: str | None = None) -> None:
         """Copy files (or directories) into the run's artifacts; a file over ``tracking.max_artifact_mb`` stays

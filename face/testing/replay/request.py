@@ -18,12 +18,9 @@ RESPONSE_FORMATS = ("text", "json_object", "json_schema")
 
 
 def _shown(value: Any) -> str:
-    """A short scalar as JSON, anything else by its JSON type."""
-    if isinstance(value, int | float | str) and not (isinstance(value, str) and len(value) > 40):
-        text = json.dumps(value)
-        if len(text) <= 42:
-            return text
-    return type_name(type(value))
+    """A short scalar as JSON (42 characters at most), anything else by its JSON type."""
+    text = json.dumps(value) if isinstance(value, int | float | str) else ""
+    return text if 0 < len(text) <= 42 else type_name(type(value))
 
 
 def _invalid(param: str, wanted: str, value: Any, code: str = "invalid_type") -> Refusal:
