@@ -229,42 +229,29 @@ class Tracker:
         if self.enabled:
             self.mlflow.log_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)), "config.yaml")
 
-    def input_file(self) -> tuple[Path, str] | None:
-        """The run's own input file (``dataset.path``: ``face evaluate``'s conversations) and its sha256, else None."""
-        path = OmegaConf.select(self.cfg, "dataset.path", default=None, throw_on_resolution_failure=False)
-        if not isinstance(path, str) or not Path(path).is_file():
-            return None
-        return Path(path), hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-    def log_checksums(self, checksums: Mapping[str, str]) -> None:
-        """The data files' sha256 as one artifact, and one tag: the sha256 of that listing; a run on its own input
-        file lists it too, and tags it with its sha256 (``input_sha256``) and its stem (``SHORT_NAME_TAG``: what
-        ``face compare`` calls the run)."""
-        if not self.enabled:
-            return
-        own = self.input_file()
-        if own is not None:
-            checksums = {**checksums, own[0].name: own[1]}
-            self.set_tags({"input_sha256": own[1], SHORT_NAME_TAG: own[0].stem})
-        if checksums:
-            listing = json.dumps(dict(sorted(checksums.items())), indent=1)
-            self.mlflow.log_text(listing, "data_sha256.json")
-            self.set_tags({"data_sha256": hashlib.sha256(listing.encode()).hexdigest()})
-
-    def log_dataset(self, name: str, rows: Sequence[Mapping[str, Any]], files: Mapping[str, str],
-                    source: str) -> None:
-        """The data the run read, as MLflow's dataset input (the runs table's *Dataset* column, shown by default):
-        one row per conversation used (id, system, split, evaluated turns), its name, a digest of the data files'
-        sha256 (the same files give the same digest) and where it comes from; a run on its own input file: that
-        file's sha256 is the digest, the file's name the source."""
+    def log_data(self, name: str, rows: Sequence[Mapping[str, Any]], checksums: Mapping[str, str],
+                 source: str) -> None:
+        """The data the run read: the data files' sha256 as one artifact, and one tag, the sha256 of that listing;
+        and MLflow's dataset input (the runs table's *Dataset* column, shown by default): one row per conversation
+        used (id, system, split, evaluated turns), its name, a digest of the files' sha256 (the same files give the
+        same digest) and where it comes from. A run on its own input file (``dataset.path``: ``face evaluate``'s
+        conversations) lists it too and tags it with its sha256 (``input_sha256``) and its stem
+        (``SHORT_NAME_TAG``: what ``face compare`` calls the run); that sha256 is the digest, the file's name the
+        source."""
         if not self.enabled:
             return
         import pandas as pd
 
-        digest = hashlib.sha256(json.dumps(dict(sorted(files.items()))).encode()).hexdigest()[:12]
-        own = self.input_file()
-        if own is not None:
-            digest, source = own[1][:12], own[0].name
+        digest = hashlib.sha256(json.dumps(dict(sorted(checksums.items()))).encode()).hexdigest()[:12]
+        path = OmegaConf.select(self.cfg, "dataset.path", default=None, throw_on_resolution_failure=False)
+        if isinstance(path, str) and Path(path).is_file():
+            own, source = hashlib.sha256(Path(path).read_bytes()).hexdigest(), Path(path).name
+            checksums, digest = {**checksums, source: own}, own[:12]
+            self.set_tags({"input_sha256": own, SHORT_NAME_TAG: Path(path).stem})
+        if checksums:
+            listing = json.dumps(dict(sorted(checksums.items())), indent=1)
+            self.mlflow.log_text(listing, "data_sha256.json")
+            self.set_tags({"data_sha256": hashlib.sha256(listing.encode()).hexdigest()})
         try:
             with warnings.catch_warnings():  # MLflow's hints on integer columns and local sources: not ours to act on
                 warnings.simplefilter("ignore")
