@@ -66,9 +66,8 @@ def check_tracking_store(cfg: DictConfig) -> None:
         if not os.access(db, os.R_OK | os.W_OK):
             raise ValueError(f"tracking.tracking_uri: {db} is not readable and writable (permission denied)")
         try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
                 conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
-            conn.close()
         except sqlite3.DatabaseError as e:
             raise ValueError(f"tracking.tracking_uri: {db} is not an SQLite database ({e})") from None
     root = artifact_root(t)

@@ -218,11 +218,9 @@ class Tracker:
         for p in map(Path, paths):
             if p.is_dir():
                 self.mlflow.log_artifacts(str(p), artifact_path=subdir)
+            elif p.exists() and limit is not None and p.stat().st_size > limit * 1e6:
+                self.mlflow.set_tag(f"not_logged.{p.name}", redact(f"{p.stat().st_size / 1e6:.0f} MB, in {p.parent}"))
             elif p.exists():
-                size = p.stat().st_size
-                if limit is not None and size > limit * 1e6:
-                    self.mlflow.set_tag(f"not_logged.{p.name}", redact(f"{size / 1e6:.0f} MB, in {p.parent}"))
-                    continue
                 self.mlflow.log_artifact(str(p), artifact_path=subdir)
 
     def log_config(self) -> None:

@@ -55,8 +55,6 @@ class InProcessServer(ScriptedServer):
         if request.method == "GET" and path.endswith("/models"):
             return httpx2.Response(200, json={"object": "list", "data": [
                 {"id": self.model, "object": "model", "owned_by": "scripted"}]})
-        if request.method == "GET" and path.endswith("/health"):
-            return httpx2.Response(200, json={"status": "ok"})
         read_timeout = (request.extensions.get("timeout") or {}).get("read")
 
         async def wait(seconds: float) -> None:
