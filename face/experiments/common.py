@@ -209,7 +209,6 @@ def experiment(plan: Plan) -> Iterator[Plan]:
     # in a log: a line every 30 s while the run lasts
     name = run_name(cfg.task_name, plan.label, plan.llm.model if plan.llm is not None and plan.uses_llm else None)
     with console.alive(cfg.task_name), Tracker(cfg, name, plan.uses_llm) as tracker:
-        tracker.log_config()
         all_convs, convs = plan.load()
         tracker.log_data(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
                                           "evaluated_turns": len(c.evaluated_turns())} for c in convs],

@@ -150,6 +150,7 @@ class Tracker:
         self.set_tags({**process_tags(), **judge_tag(params), "git_commit": git_commit(self.cfg.paths.root_dir),
                        "task_name": self.cfg.task_name, **tags})
         self.mlflow.log_params(params)
+        self.mlflow.log_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)), "config.yaml")
         if sweep:
             job = {k: redact(sweep[k]) for k in ("sweep_job", "sweep_overrides")}
             sweeps.replace_earlier_attempts(client, exp_id, self.run_id, {"mlflow.parentRunId": self.sweep_parent_id,
@@ -222,10 +223,6 @@ class Tracker:
                 self.mlflow.set_tag(f"not_logged.{p.name}", redact(f"{p.stat().st_size / 1e6:.0f} MB, in {p.parent}"))
             elif p.exists():
                 self.mlflow.log_artifact(str(p), artifact_path=subdir)
-
-    def log_config(self) -> None:
-        if self.enabled:
-            self.mlflow.log_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)), "config.yaml")
 
     def log_data(self, name: str, rows: Sequence[Mapping[str, Any]], checksums: Mapping[str, str],
                  source: str) -> None:
