@@ -37,6 +37,7 @@ class ScriptedServer(Served):
                  logprobs_missing: float = 0.0):
         super().__init__("scripted-llm-server", host, port, log_file)
         self.faults = FaultInjector(fault_rate, fault_kinds, faults_per_request, mark=_h)
+        self.force = self.faults.force  # force(*kinds): fault the next len(kinds) chat requests with these kinds
         self.latency_s = latency_s
         self.retry_after_s = retry_after_s
         self.hang_s = hang_s  # how long a "timeout" fault keeps the request unanswered
@@ -51,10 +52,6 @@ class ScriptedServer(Served):
         self.max_active = 0
 
     # ---- control ------------------------------------------------------
-    def force(self, *kinds: str) -> None:
-        """Fault the next len(kinds) chat requests with these kinds, in order."""
-        self.faults.force(*kinds)
-
     def reset_log(self) -> None:
         """Forget the request log and the per-request attempt counters."""
         with self._lock:
