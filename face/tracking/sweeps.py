@@ -32,12 +32,9 @@ _NOT_NAMED = ("paths.", "tracking.", "hydra.", "report.", "experiment")
 
 def hydra_job():
     """Hydra's config of the running job, or None outside a Hydra app."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
+    from hydra.core.hydra_config import HydraConfig
 
-        return HydraConfig.get()
-    except (ImportError, ValueError):
-        return None
+    return HydraConfig.get() if HydraConfig.initialized() else None
 
 
 def is_multirun() -> bool:
