@@ -29,7 +29,10 @@ _TOKEN = re.compile(r"\s*\d|\s*[A-Za-z_]+|\s*[^\sA-Za-z_\d]|\s+")
 _FILLERS = ("\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588", "\u2589", "\u258a")
 
 
-def _logprobs(toks: list[str], score_at: int | None, value: float | None, k: int) -> dict:
+def _logprobs(toks: list[str], value: float | None, k: int) -> dict:
+    """The top-k log-probabilities of each token: the last digit (the score) carries the distribution whose
+    expectation is ``value``, every other token is certain."""
+    score_at = max((i for i, t in enumerate(toks) if t.strip().isdigit()), default=None)
     content = []
     for i, tok in enumerate(toks):
         if i == score_at and value is not None:
@@ -100,7 +103,7 @@ class Judge:
             self.stats["samples"] += body.n
             self.stats["scoring" if v.kind == "score" else "decomposition"] += 1
             self.stats["logprobs_requests"] += body.logprobs
-        return _completion(body, texts, [value] * body.n, positions, self.model)
+        return _completion(body, texts, value, positions, self.model)
 
     def _note_ambiguous(self, messages: list, v: View, j: Judged, instr: str) -> None:
         digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
@@ -124,20 +127,17 @@ class Judge:
                     "ambiguous": groups}
 
 
-def _completion(body: ChatBody, texts: list[str], values: list[float | None], positions: list[int], model: str
-                ) -> dict:
-    """The chat completion of these answers: ``max_tokens`` cuts an answer; logprobs where asked for."""
+def _completion(body: ChatBody, texts: list[str], value: float | None, positions: list[int], model: str) -> dict:
+    """The chat completion of these answers (of the released ``value``; None: a decomposition): ``max_tokens`` cuts
+    an answer; logprobs where asked for."""
     choices, out_tokens = [], 0
-    for c, (text, value) in enumerate(zip(texts, values, strict=True)):
+    for c, text in enumerate(texts):
         toks = _TOKEN.findall(text)
         finish = "stop"
         if body.max_tokens is not None and len(toks) > body.max_tokens:
             toks, finish = toks[: body.max_tokens], "length"
         out_tokens += len(toks)
-        lp = None
-        if body.logprobs:
-            at = max((i for i, t in enumerate(toks) if t.strip().isdigit()), default=None)
-            lp = _logprobs(toks, at, value, body.top_logprobs)
+        lp = _logprobs(toks, value, body.top_logprobs) if body.logprobs else None
         choices.append({"index": c, "message": {"role": "assistant", "content": "".join(toks)},
                         "finish_reason": finish, "logprobs": lp})
     prompt_tokens = sum(len(str(m.get("content", ""))) // 4 + 4 for m in body.messages)
