@@ -256,13 +256,11 @@ class Tracker:
         except Exception as e:  # an MLflow without the dataset API: the data_sha256 tag still names the data
             log.warning("could not log the dataset to MLflow: %s", e)
 
-    def register_instructions(self, aspect: str, instructions: Sequence[Any], source: str,
-                              wording: str = "") -> str | None:
+    def register_instructions(self, aspect: str, instructions: Sequence[Any], source: str, wording: str = "") -> None:
         """Register the instruction set an aspect was sent with and link it to the run (``prompts.register_set``)."""
         if not (self.enabled and self.cfg.tracking.get("register_prompts", True)):
-            return None
+            return
         uri, version = prompts.register_instructions(aspect, instructions, source, wording,
                                                      str(self.cfg.tracking.tracking_uri))
         self.set_tags({f"prompt.{aspect}": uri})
         prompts.link_prompt(self.run_id, version)
-        return uri
