@@ -93,4 +93,4 @@ def main(argv: list[str] | None = None) -> None:
                    "CRSArena-Eval (an OpenAI-compatible server)", MODEL)
     ap.add_argument("--data-dir", default="data/raw", help="directory laid out as the project fetches the data")
     a = ap.parse_args(argv)
-    serve(ReplayServer(a.data_dir, a.model, a.host, a.port, a.latency, process=False), a.until_stdin_closes)
+    serve(ReplayServer(a.data_dir, a.model, a.host, a.port, a.latency_s, process=False), a.until_stdin_closes)

@@ -169,15 +169,13 @@ def read_log(path: str) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     ap = service.arguments("Scripted OpenAI-compatible test server", "scripted-model")
     ap.add_argument("--fault-rate", type=float, default=0.0)
-    ap.add_argument("--fault-kinds", default=",".join(TRANSPORT_FAULTS), help=f"of {','.join(KINDS)}")
+    ap.add_argument("--fault-kinds", default=",".join(TRANSPORT_FAULTS), help=f"of {','.join(KINDS)}",
+                    type=lambda kinds: tuple(k for k in kinds.split(",") if k))
     ap.add_argument("--faults-per-request", type=int, default=1)
-    ap.add_argument("--retry-after", type=float, default=0.05)
-    ap.add_argument("--hang", type=float, default=5.0)
+    ap.add_argument("--retry-after", dest="retry_after_s", type=float, default=0.05)
+    ap.add_argument("--hang", dest="hang_s", type=float, default=5.0)
     ap.add_argument("--max-concurrent", type=int, default=None, help="429 beyond this many requests in flight")
-    ap.add_argument("--log", default=None, help="append a JSON line per request to this file")
-    a = ap.parse_args(argv)
-    service.serve(ScriptedServer(host=a.host, port=a.port, latency_s=a.latency, fault_rate=a.fault_rate,
-                                 fault_kinds=tuple(k for k in a.fault_kinds.split(",") if k),
-                                 faults_per_request=a.faults_per_request, retry_after_s=a.retry_after, hang_s=a.hang,
-                                 log_file=a.log, model=a.model, max_concurrent=a.max_concurrent),
-                  a.until_stdin_closes)
+    ap.add_argument("--log", dest="log_file", default=None, help="append a JSON line per request to this file")
+    settings = vars(ap.parse_args(argv))  # each named as the ScriptedServer argument it sets
+    until_stdin_closes = settings.pop("until_stdin_closes")
+    service.serve(ScriptedServer(**settings), until_stdin_closes)
