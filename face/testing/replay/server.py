@@ -66,10 +66,9 @@ class ReplayServer(Served):
                                           "--port", str(self.port), "--latency", str(self.latency_s), "--model",
                                           self.model)
         return self
+
     def report(self) -> dict | None:
-        """What the judge answered so far (None when it cannot be asked)."""
-        if self._judge is not None:
-            return self._judge.report()
+        """What the judge answered so far, asked at ``/v1/replay/stats`` (None when it cannot be asked)."""
         try:
             with urllib.request.urlopen(f"{self.base_url}/replay/stats", timeout=30) as r:
                 return json.loads(r.read())
