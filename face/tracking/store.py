@@ -123,12 +123,11 @@ def mark_stale_runs(client) -> None:
     except Exception as e:  # the store is checked before; a search failure must not stop the run
         log.warning("could not look for stale MLflow runs: %s", e)
         return
-    killed = []
-    for r in runs:
-        if run_is_gone(r.data.tags):
-            pid = r.data.tags["face.pid"]
-            client.set_tag(r.info.run_id, "stop_reason", f"process {pid} is gone (killed); marked by a later run")
-            client.set_terminated(r.info.run_id, status="KILLED")
-            killed.append(r.info.run_id)
+    killed = [r for r in runs if run_is_gone(r.data.tags)]
+    for r in killed:
+        pid = r.data.tags["face.pid"]
+        client.set_tag(r.info.run_id, "stop_reason", f"process {pid} is gone (killed); marked by a later run")
+        client.set_terminated(r.info.run_id, status="KILLED")
     if killed:
-        log.warning("marked %d stale RUNNING MLflow run(s) as KILLED: %s", len(killed), ", ".join(killed))
+        log.warning("marked %d stale RUNNING MLflow run(s) as KILLED: %s", len(killed),
+                    ", ".join(r.info.run_id for r in killed))

@@ -174,14 +174,11 @@ def replace_earlier_attempts(client, experiment_id: str, run_id: str, same: dict
     rerun ``run_id`` counts instead."""
     quoted = [f"tags.`{k}` = '{v}'" for k, v in same.items() if "'" not in v and "\\" not in v]
     earlier = client.search_runs([experiment_id], max_results=1000, filter_string=" and ".join(quoted))
-    replaced = []
-    for r in earlier:
-        if r.info.run_id == run_id or any(r.data.tags.get(k) != v for k, v in same.items()):
-            continue
-        if r.info.status == "RUNNING" and not run_is_gone(r.data.tags):
-            continue
-        client.set_tag(r.info.run_id, REPLACED_TAG, run_id)
-        client.delete_run(r.info.run_id)
-        replaced.append(r.info.run_id)
+    replaced = [r.info.run_id for r in earlier if r.info.run_id != run_id
+                and all(r.data.tags.get(k) == v for k, v in same.items())
+                and (r.info.status != "RUNNING" or run_is_gone(r.data.tags))]
+    for old in replaced:
+        client.set_tag(old, REPLACED_TAG, run_id)
+        client.delete_run(old)
     if replaced:
         log.warning("%s: replaced its earlier MLflow run(s) %s", what, ", ".join(replaced))
