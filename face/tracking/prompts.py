@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import re
 from pathlib import Path
@@ -26,8 +25,6 @@ from face.data.schema import Instruction
 from face.errors import DataError
 from face.secrets import redact
 from face.tracking.store import store_lock
-
-log = logging.getLogger(__name__)
 
 SET_ARTIFACT = "results/instructions.json"  # an optimize_instructions run's final sets
 _BLOCK = re.compile(r"^### (\S+)\s*$", re.MULTILINE)
@@ -91,16 +88,6 @@ def register_prompt(name: str, text: str, message: str, tags: Mapping[str, Any],
             if key not in PROMPT_TAGS:
                 mlflow.genai.set_prompt_version_tag(name, version.version, key, value)
     return mlflow.MlflowClient().get_prompt_version(name, version.version)
-
-
-def link_prompt(run_id: str | None, version) -> None:
-    """MLflow's own prompt-run link: the run page lists the prompt versions it sent, and only those."""
-    try:
-        from mlflow.tracking import MlflowClient
-
-        MlflowClient().link_prompt_version_to_run(run_id, version)
-    except Exception as e:  # an older store without prompt links: the run's prompt.* tag still names it
-        log.warning("could not link prompt %s v%s to the run: %s", version.name, version.version, e)
 
 
 def register_instructions(aspect: str, instructions: Sequence[Any], source: str, wording: str,

@@ -263,4 +263,7 @@ class Tracker:
         uri, version = prompts.register_instructions(aspect, instructions, source, wording,
                                                      str(self.cfg.tracking.tracking_uri))
         self.set_tags({f"prompt.{aspect}": uri})
-        prompts.link_prompt(self.run_id, version)
+        try:  # MLflow's own prompt-run link: the run page lists the prompt versions it sent, and only those
+            self.mlflow.MlflowClient().link_prompt_version_to_run(self.run_id, version)
+        except Exception as e:  # an older store without prompt links: the run's prompt.* tag still names it
+            log.warning("could not link prompt %s v%s to the run: %s", version.name, version.version, e)
