@@ -143,7 +143,7 @@ class Tracker:
                 run = self.mlflow.start_run(run_name=name)
             out = OmegaConf.select(self.cfg, "paths.output_dir", default=None, throw_on_resolution_failure=False)
             self.output_dir = redact(str(Path(out).resolve())) if out else None
-            tags = {OUTPUT_DIR_TAG: self.output_dir} if out else {}
+            tags = {OUTPUT_DIR_TAG: self.output_dir} if self.output_dir else {}
         self.run_name, self.run_id, self.experiment_id = name, run.info.run_id, run.info.experiment_id
         params = run_params(self.cfg, self.uses_llm)
         # process tags first (before the params): a run left RUNNING is found stale
@@ -152,9 +152,9 @@ class Tracker:
         self.mlflow.log_params(params)
         self.mlflow.log_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)), "config.yaml")
         if sweep:
-            job = {k: redact(sweep[k]) for k in ("sweep_job", "sweep_overrides")}
-            sweeps.replace_earlier_attempts(client, exp_id, self.run_id, {"mlflow.parentRunId": self.sweep_parent_id,
-                                                                          **job}, f"sweep job {sweep['sweep_job']}")
+            job = {"mlflow.parentRunId": str(self.sweep_parent_id),
+                   **{k: redact(sweep[k]) for k in ("sweep_job", "sweep_overrides")}}
+            sweeps.replace_earlier_attempts(client, exp_id, self.run_id, job, f"sweep job {sweep['sweep_job']}")
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
