@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from live_run import run_live
 
-from face.testing.faultproxy import TRANSPORT_KINDS, FaultProxy
+from face.testing.faults import TRANSPORT_KINDS, FaultProxy
 from face.testing.scripted import ScriptedServer
 
 LIVE = ["experiment=crsarena_main", "llm=openai_compatible", "llm.model=scripted-model", "llm.progress=false",

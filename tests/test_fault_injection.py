@@ -18,7 +18,7 @@ import pytest
 from live_run import run_live
 
 import face.runner
-from face.testing.faultproxy import TRANSPORT_KINDS, FaultProxy
+from face.testing.faults import TRANSPORT_KINDS, FaultProxy
 from face.testing.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -345,7 +345,7 @@ def test_a_malformed_request_gets_a_400_json_error_naming_the_field(judge_url, d
 
 @pytest.mark.parametrize("n", [1, 128])
 def test_n_up_to_the_documented_maximum_is_answered_with_n_choices(judge_url, data_dir, n):
-    from face.testing.replay.request import MAX_N
+    from face.testing.replay.answers import MAX_N
 
     assert MAX_N == 128
     status, raw = _http(judge_url + "/v1/chat/completions", json.dumps(_valid_body(data_dir, n=n)).encode())

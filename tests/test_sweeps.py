@@ -194,7 +194,7 @@ def test_the_data_a_run_read_is_its_mlflow_dataset_input_with_a_digest_of_the_fi
     rows = [{"conv_id": "a", "system": "s1", "split": "redial", "evaluated_turns": 3},
             {"conv_id": "b", "system": "s2", "split": "opendialkg", "evaluated_turns": 2}]
     with Tracker(cfg, "data") as t:
-        t.log_dataset("CRSArena-Eval", rows, {"x.json": "00ff", "a.json": "11aa"}, "data/raw/a.json")
+        t.log_data("CRSArena-Eval", rows, {"x.json": "00ff", "a.json": "11aa"}, "data/raw/a.json")
         run_id = t.run_id
     [inp] = MlflowClient(cfg.tracking.tracking_uri).get_run(run_id).inputs.dataset_inputs
     assert inp.dataset.name == "CRSArena-Eval"

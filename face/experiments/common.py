@@ -209,14 +209,12 @@ def experiment(plan: Plan) -> Iterator[Plan]:
     # in a log: a line every 30 s while the run lasts
     name = run_name(cfg.task_name, plan.label, plan.llm.model if plan.llm is not None and plan.uses_llm else None)
     with console.alive(cfg.task_name), Tracker(cfg, name, plan.uses_llm) as tracker:
-        tracker.log_config()
         all_convs, convs = plan.load()
-        tracker.log_checksums(data_checksums(plan.files))
+        tracker.log_data(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
+                                          "evaluated_turns": len(c.evaluated_turns())} for c in convs],
+                         data_checksums(plan.files),  # by name: a machine's data directory is not part of it
+                         "data/raw/" + ",".join(sorted(Path(f).name for f in dataset.files()))[:400])
         check_utterances(convs, plan.settings.checks.max_utterance_chars)
-        tracker.log_dataset(dataset.title, [{"conv_id": c.conv_id, "system": c.system, "split": c.split,
-                                             "evaluated_turns": len(c.evaluated_turns())} for c in convs],
-                            data_checksums(plan.files),  # by name: a machine's data directory is not part of it
-                            "data/raw/" + ",".join(sorted(Path(f).name for f in dataset.files()))[:400])
         n_turns = sum(len(c.evaluated_turns()) for c in convs)
         plan.subset = (f"{dataset.title}, {len(convs)} of {len(all_convs)} conversations, {n_turns} assistant turns"
                        + (" (subset)" if dataset.is_subset else "")

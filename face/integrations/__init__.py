@@ -10,8 +10,6 @@ __all__ = ["mlflow", "traces"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        module = importlib.import_module(f"face.integrations.{name}")
-        globals()[name] = module
-        return module
+    if name in __all__:  # (the import binds the submodule here: asked once)
+        return importlib.import_module(f"face.integrations.{name}")
     raise AttributeError(f"module 'face.integrations' has no attribute {name!r}")

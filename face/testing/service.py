@@ -137,7 +137,7 @@ def arguments(description: str, model: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0: a free port (printed)")
-    ap.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    ap.add_argument("--latency", dest="latency_s", type=float, default=0.0, help="seconds before each answer")
     ap.add_argument("--model", default=model)
     ap.add_argument("--until-stdin-closes", action="store_true",
                     help="stop when standard input reaches its end (a parent that started it has gone)")

@@ -82,13 +82,9 @@ def is_comparison(name: str) -> bool:
 def summary_metrics(results, prefix: str = "") -> dict[str, float]:
     """A few numbers for the runs table: mean Spearman over aspects at turn and dialogue level (pooled split)
     and at system level, as ``summary.[prefix]{level}_spearman_mean`` (a prefix names one of several methods)."""
-    out = {}
     r = results[(results["coefficient"] == "spearman") & (results["split"] == "all")]
-    for level in ("turn", "dialogue", "system"):
-        v = r[r["level"] == level]["value"].dropna()
-        if len(v):
-            out[f"{HEADLINE_PREFIX}{prefix}{level}_spearman_mean"] = float(v.mean())
-    return out
+    values = {level: r[r["level"] == level]["value"].dropna() for level in ("turn", "dialogue", "system")}
+    return {f"{HEADLINE_PREFIX}{prefix}{level}_spearman_mean": float(v.mean()) for level, v in values.items() if len(v)}
 
 
 def headline(metrics: Iterable[str]) -> str | None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import re
 from pathlib import Path
@@ -26,8 +25,6 @@ from face.data.schema import Instruction
 from face.errors import DataError
 from face.secrets import redact
 from face.tracking.store import store_lock
-
-log = logging.getLogger(__name__)
 
 SET_ARTIFACT = "results/instructions.json"  # an optimize_instructions run's final sets
 _BLOCK = re.compile(r"^### (\S+)\s*$", re.MULTILINE)
@@ -84,23 +81,13 @@ def register_prompt(name: str, text: str, message: str, tags: Mapping[str, Any],
                      and text_sha256(v.template) == digest), None)
         if same is not None:
             return same
-        clean = {**{k: redact_tag(v) for k, v in tags.items()}, "sha256": text_sha256(text)}
+        clean = {**{k: redact_tag(v) for k, v in tags.items()}, "sha256": digest}
         version = mlflow.genai.register_prompt(name=name, template=text, commit_message=redact(message),
                                                tags={k: v for k, v in clean.items() if k in PROMPT_TAGS})
         for key, value in clean.items():
             if key not in PROMPT_TAGS:
                 mlflow.genai.set_prompt_version_tag(name, version.version, key, value)
     return mlflow.MlflowClient().get_prompt_version(name, version.version)
-
-
-def link_prompt(run_id: str | None, version) -> None:
-    """MLflow's own prompt-run link: the run page lists the prompt versions it sent, and only those."""
-    try:
-        from mlflow.tracking import MlflowClient
-
-        MlflowClient().link_prompt_version_to_run(run_id, version)
-    except Exception as e:  # an older store without prompt links: the run's prompt.* tag still names it
-        log.warning("could not link prompt %s v%s to the run: %s", version.name, version.version, e)
 
 
 def register_instructions(aspect: str, instructions: Sequence[Any], source: str, wording: str,
@@ -169,12 +156,9 @@ def _from_run(ref: str, aspect: str) -> list[Instruction]:
     run_id = ref[len("runs:/"):].strip("/").split("/")[0]
     try:
         local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=SET_ARTIFACT)
-    except Exception:
-        try:  # a run logged before the set was one of its results
-            local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="optimized/instructions.json")
-        except Exception as e:
-            raise DataError(Path(ref), f"no {SET_ARTIFACT} in MLflow run {run_id} "
-                                       f"(tracking URI {mlflow.get_tracking_uri()}): {e}") from None
+    except Exception as e:
+        raise DataError(Path(ref), f"no {SET_ARTIFACT} in MLflow run {run_id} "
+                                   f"(tracking URI {mlflow.get_tracking_uri()}): {e}") from None
     raw = json.loads(Path(local).read_text(encoding="utf-8"))
     items = raw.get(aspect) or []
     if not items:

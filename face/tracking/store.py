@@ -66,9 +66,8 @@ def check_tracking_store(cfg: DictConfig) -> None:
         if not os.access(db, os.R_OK | os.W_OK):
             raise ValueError(f"tracking.tracking_uri: {db} is not readable and writable (permission denied)")
         try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
                 conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
-            conn.close()
         except sqlite3.DatabaseError as e:
             raise ValueError(f"tracking.tracking_uri: {db} is not an SQLite database ({e})") from None
     root = artifact_root(t)
@@ -115,7 +114,7 @@ def run_is_gone(tags: dict[str, str]) -> bool:
     return not process_alive(int(pid), tags.get("face.pid_start") or None)
 
 
-def mark_stale_runs(client) -> list[str]:
+def mark_stale_runs(client) -> None:
     """Runs of the store of ``client`` (an MlflowClient) left RUNNING by a process of this host that is gone (kill -9,
     power loss): KILLED."""
     try:
@@ -123,14 +122,12 @@ def mark_stale_runs(client) -> list[str]:
         runs = client.search_runs(exps, filter_string="attributes.status = 'RUNNING'", max_results=1000) if exps else []
     except Exception as e:  # the store is checked before; a search failure must not stop the run
         log.warning("could not look for stale MLflow runs: %s", e)
-        return []
-    killed = []
-    for r in runs:
-        if run_is_gone(r.data.tags):
-            pid = r.data.tags["face.pid"]
-            client.set_tag(r.info.run_id, "stop_reason", f"process {pid} is gone (killed); marked by a later run")
-            client.set_terminated(r.info.run_id, status="KILLED")
-            killed.append(r.info.run_id)
+        return
+    killed = [r for r in runs if run_is_gone(r.data.tags)]
+    for r in killed:
+        pid = r.data.tags["face.pid"]
+        client.set_tag(r.info.run_id, "stop_reason", f"process {pid} is gone (killed); marked by a later run")
+        client.set_terminated(r.info.run_id, status="KILLED")
     if killed:
-        log.warning("marked %d stale RUNNING MLflow run(s) as KILLED: %s", len(killed), ", ".join(killed))
-    return killed
+        log.warning("marked %d stale RUNNING MLflow run(s) as KILLED: %s", len(killed),
+                    ", ".join(r.info.run_id for r in killed))

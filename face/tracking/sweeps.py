@@ -9,7 +9,6 @@ each job's earlier child run, so every job is counted once and the parent ends F
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Sequence
 
@@ -33,12 +32,9 @@ _NOT_NAMED = ("paths.", "tracking.", "hydra.", "report.", "experiment")
 
 def hydra_job():
     """Hydra's config of the running job, or None outside a Hydra app."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
+    from hydra.core.hydra_config import HydraConfig
 
-        return HydraConfig.get()
-    except (ImportError, ValueError):
-        return None
+    return HydraConfig.get() if HydraConfig.initialized() else None
 
 
 def is_multirun() -> bool:
@@ -129,12 +125,6 @@ def parent_name(task: str, keys: Sequence[str]) -> str:
     return f"{'×'.join(tails(keys)) or 'one job'}{SEP}{task} sweep"[:250]
 
 
-@dataclasses.dataclass
-class SweepParent:
-    run_id: str
-    swept: list[str]
-
-
 def find_sweep_parent(client, experiment_id: str, sweep_dir: str):
     """The parent run of the multirun writing to ``sweep_dir`` (tag ``sweep_dir``), or None."""
     runs = client.search_runs([experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'", max_results=1000)
@@ -143,11 +133,11 @@ def find_sweep_parent(client, experiment_id: str, sweep_dir: str):
 
 
 def sweep_parent(experiment_id: str, sweep_dir: str, task: str, overrides: Sequence[str],
-                 swept: Sequence[str] | None = None, description: str | None = None) -> SweepParent:
+                 swept: Sequence[str] | None = None, description: str | None = None) -> tuple[str, list[str]]:
     """Find or create (under the store lock: jobs of a launcher run in parallel processes) the parent run of a
-    sweep. The Hydra callback (``swept`` given) creates it before the first job, or reopens the parent of an
-    earlier run of the same sweep directory; a job that finds none (a sweep over experiments, or no callback)
-    creates one named after its own settings, ended at once (no callback ends it)."""
+    sweep: (its run id, its swept keys). The Hydra callback (``swept`` given) creates it before the first job, or
+    reopens the parent of an earlier run of the same sweep directory; a job that finds none (a sweep over
+    experiments, or no callback) creates one named after its own settings, ended at once (no callback ends it)."""
     import mlflow
     from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
@@ -161,7 +151,7 @@ def sweep_parent(experiment_id: str, sweep_dir: str, task: str, overrides: Seque
                 client.update_run(found.info.run_id, status="RUNNING")
                 for k, v in {**process_tags(), "stop_reason": ""}.items():
                     client.set_tag(found.info.run_id, k, v)
-            return SweepParent(found.info.run_id, [k for k in found.data.tags.get(SWEPT_TAG, "").split(",") if k])
+            return found.info.run_id, [k for k in found.data.tags.get(SWEPT_TAG, "").split(",") if k]
         keys = list(swept) if swept is not None else [k for k, _ in named_settings(overrides)]
         tags = {"sweep_dir": sweep_dir, SWEEP_ROLE: "parent", SWEPT_TAG: ",".join(keys),
                 "sweep_overrides": " ".join(overrides), "task_name": task, **process_tags()}
@@ -175,24 +165,20 @@ def sweep_parent(experiment_id: str, sweep_dir: str, task: str, overrides: Seque
             client.log_batch(run.info.run_id, params=params[i:i + 100])
         if swept is None:
             client.set_terminated(run.info.run_id, status="FINISHED")
-        return SweepParent(run.info.run_id, keys)
+        return run.info.run_id, keys
 
 
-def replace_earlier_attempts(client, experiment_id: str, run_id: str, same: dict[str, str], what: str) -> list:
+def replace_earlier_attempts(client, experiment_id: str, run_id: str, same: dict[str, str], what: str) -> None:
     """Delete (MLflow's soft delete, tagged ``face.replaced_by``) the earlier runs of the experiment whose tags are
     ``same`` (a sweep job: its parent, number and overrides; a run: its output directory), unless one still runs: the
-    rerun ``run_id`` counts instead. Returns the replaced run ids."""
+    rerun ``run_id`` counts instead."""
     quoted = [f"tags.`{k}` = '{v}'" for k, v in same.items() if "'" not in v and "\\" not in v]
     earlier = client.search_runs([experiment_id], max_results=1000, filter_string=" and ".join(quoted))
-    replaced = []
-    for r in earlier:
-        if r.info.run_id == run_id or any(r.data.tags.get(k) != v for k, v in same.items()):
-            continue
-        if r.info.status == "RUNNING" and not run_is_gone(r.data.tags):
-            continue
-        client.set_tag(r.info.run_id, REPLACED_TAG, run_id)
-        client.delete_run(r.info.run_id)
-        replaced.append(r.info.run_id)
+    replaced = [r.info.run_id for r in earlier if r.info.run_id != run_id
+                and all(r.data.tags.get(k) == v for k, v in same.items())
+                and (r.info.status != "RUNNING" or run_is_gone(r.data.tags))]
+    for old in replaced:
+        client.set_tag(old, REPLACED_TAG, run_id)
+        client.delete_run(old)
     if replaced:
         log.warning("%s: replaced its earlier MLflow run(s) %s", what, ", ".join(replaced))
-    return replaced

@@ -113,8 +113,7 @@ class Tracker:
         self.sweep_parent_id: str | None = None
         self.output_dir: str | None = None  # the run's own directory (OUTPUT_DIR_TAG), outside a sweep
         self._numbers: dict[str, float] = {}
-        self._compared: dict[str, float] = {}
-        self._primary_set = False
+        self._compared: dict[str, float] = {}  # logged as MLflow metrics when the run ends
         if self.enabled:
             import mlflow
 
@@ -130,32 +129,32 @@ class Tracker:
         sweep = sweeps.sweep_tags()
         if sweep:  # a sweep job: its swept values first in its name, unless tracking.run_name is set
             overrides = list(sweeps.hydra_job().overrides.task)
-            found = sweeps.sweep_parent(exp_id, sweep["sweep_dir"], self.cfg.task_name, overrides)
-            name, parent, self.sweep_parent_id = self.run_name, found.run_id, found.run_id
-            self.job_label = redact(sweeps.job_label(overrides, found.swept))
+            self.sweep_parent_id, swept = sweeps.sweep_parent(exp_id, sweep["sweep_dir"], self.cfg.task_name, overrides)
+            self.job_label, name = redact(sweeps.job_label(overrides, swept)), self.run_name
             if not self.cfg.tracking.get("run_name"):
-                name = redact(sweeps.job_name(self.cfg.task_name, overrides, found.swept, sweep["sweep_job"]))
-            run = self.mlflow.start_run(run_name=name, parent_run_id=parent)
+                name = redact(sweeps.job_name(self.cfg.task_name, overrides, swept, sweep["sweep_job"]))
+            run = self.mlflow.start_run(run_name=name, parent_run_id=self.sweep_parent_id)
+            tags = {**sweep, sweeps.SWEEP_ROLE: "job", sweeps.LABEL_TAG: self.job_label}
         else:
             with store_lock(str(self.cfg.tracking.tracking_uri)):  # two reruns starting at once: #2 and #3
-                name, parent = self.run_name, None
+                name = self.run_name
                 if name and not self.cfg.tracking.get("run_name"):
                     name = rerun_name(client, exp_id, name)
                 run = self.mlflow.start_run(run_name=name)
+            out = OmegaConf.select(self.cfg, "paths.output_dir", default=None, throw_on_resolution_failure=False)
+            self.output_dir = redact(str(Path(out).resolve())) if out else None
+            tags = {OUTPUT_DIR_TAG: self.output_dir} if self.output_dir else {}
         self.run_name, self.run_id, self.experiment_id = name, run.info.run_id, run.info.experiment_id
         params = run_params(self.cfg, self.uses_llm)
+        # process tags first (before the params): a run left RUNNING is found stale
         self.set_tags({**process_tags(), **judge_tag(params), "git_commit": git_commit(self.cfg.paths.root_dir),
-                       "task_name": self.cfg.task_name})  # process tags first: a run left RUNNING is found stale
+                       "task_name": self.cfg.task_name, **tags})
         self.mlflow.log_params(params)
-        out = OmegaConf.select(self.cfg, "paths.output_dir", default=None, throw_on_resolution_failure=False)
-        if out and not sweep:
-            self.output_dir = redact(str(Path(out).resolve()))
-            self.set_tags({OUTPUT_DIR_TAG: self.output_dir})
+        self.mlflow.log_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)), "config.yaml")
         if sweep:
-            self.set_tags({**sweep, sweeps.SWEEP_ROLE: "job", sweeps.LABEL_TAG: self.job_label})
-            job = {k: redact(sweep[k]) for k in ("sweep_job", "sweep_overrides")}
-            sweeps.replace_earlier_attempts(client, exp_id, self.run_id, {"mlflow.parentRunId": str(parent), **job},
-                                            f"sweep job {sweep['sweep_job']}")
+            job = {"mlflow.parentRunId": str(self.sweep_parent_id),
+                   **{k: redact(sweep[k]) for k in ("sweep_job", "sweep_overrides")}}
+            sweeps.replace_earlier_attempts(client, exp_id, self.run_id, job, f"sweep job {sweep['sweep_job']}")
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -203,15 +202,13 @@ class Tracker:
         head = headline(self._compared)
         order = sorted(self._compared, key=lambda k: (k != head, not k.startswith(HEADLINE_PREFIX), k))
         self.mlflow.log_metrics({k: shown(self._compared[k]) for k in order})
-        self._compared = {}
-        if head is None or self._primary_set:
+        if head is None:
             return
         client = self.mlflow.MlflowClient()
         exp = client.get_experiment(str(self.experiment_id))
         current = exp.tags.get(PRIMARY_METRIC_TAG)
         if current is None or (current not in HEADLINES and head in HEADLINES):
             client.set_experiment_tag(exp.experiment_id, PRIMARY_METRIC_TAG, head)
-        self._primary_set = True
 
     def log_artifacts(self, paths: Iterable[str | Path], subdir: str | None = None) -> None:
         """Copy files (or directories) into the run's artifacts; a file over ``tracking.max_artifact_mb`` stays
@@ -222,53 +219,34 @@ class Tracker:
         for p in map(Path, paths):
             if p.is_dir():
                 self.mlflow.log_artifacts(str(p), artifact_path=subdir)
+            elif p.exists() and limit is not None and p.stat().st_size > limit * 1e6:
+                self.mlflow.set_tag(f"not_logged.{p.name}", redact(f"{p.stat().st_size / 1e6:.0f} MB, in {p.parent}"))
             elif p.exists():
-                size = p.stat().st_size
-                if limit is not None and size > limit * 1e6:
-                    self.mlflow.set_tag(f"not_logged.{p.name}", redact(f"{size / 1e6:.0f} MB, in {p.parent}"))
-                    continue
                 self.mlflow.log_artifact(str(p), artifact_path=subdir)
 
-    def log_config(self) -> None:
-        if self.enabled:
-            self.mlflow.log_text(redact(OmegaConf.to_yaml(self.cfg, resolve=True)), "config.yaml")
-
-    def input_file(self) -> tuple[Path, str] | None:
-        """The run's own input file (``dataset.path``: ``face evaluate``'s conversations) and its sha256, else None."""
-        path = OmegaConf.select(self.cfg, "dataset.path", default=None, throw_on_resolution_failure=False)
-        if not isinstance(path, str) or not Path(path).is_file():
-            return None
-        return Path(path), hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-    def log_checksums(self, checksums: Mapping[str, str]) -> None:
-        """The data files' sha256 as one artifact, and one tag: the sha256 of that listing; a run on its own input
-        file lists it too, and tags it with its sha256 (``input_sha256``) and its stem (``SHORT_NAME_TAG``: what
-        ``face compare`` calls the run)."""
-        if not self.enabled:
-            return
-        own = self.input_file()
-        if own is not None:
-            checksums = {**checksums, own[0].name: own[1]}
-            self.set_tags({"input_sha256": own[1], SHORT_NAME_TAG: own[0].stem})
-        if checksums:
-            listing = json.dumps(dict(sorted(checksums.items())), indent=1)
-            self.mlflow.log_text(listing, "data_sha256.json")
-            self.set_tags({"data_sha256": hashlib.sha256(listing.encode()).hexdigest()})
-
-    def log_dataset(self, name: str, rows: Sequence[Mapping[str, Any]], files: Mapping[str, str],
-                    source: str) -> None:
-        """The data the run read, as MLflow's dataset input (the runs table's *Dataset* column, shown by default):
-        one row per conversation used (id, system, split, evaluated turns), its name, a digest of the data files'
-        sha256 (the same files give the same digest) and where it comes from; a run on its own input file: that
-        file's sha256 is the digest, the file's name the source."""
+    def log_data(self, name: str, rows: Sequence[Mapping[str, Any]], checksums: Mapping[str, str],
+                 source: str) -> None:
+        """The data the run read: the data files' sha256 as one artifact, and one tag, the sha256 of that listing;
+        and MLflow's dataset input (the runs table's *Dataset* column, shown by default): one row per conversation
+        used (id, system, split, evaluated turns), its name, a digest of the files' sha256 (the same files give the
+        same digest) and where it comes from. A run on its own input file (``dataset.path``: ``face evaluate``'s
+        conversations) lists it too and tags it with its sha256 (``input_sha256``) and its stem
+        (``SHORT_NAME_TAG``: what ``face compare`` calls the run); that sha256 is the digest, the file's name the
+        source."""
         if not self.enabled:
             return
         import pandas as pd
 
-        digest = hashlib.sha256(json.dumps(dict(sorted(files.items()))).encode()).hexdigest()[:12]
-        own = self.input_file()
-        if own is not None:
-            digest, source = own[1][:12], own[0].name
+        digest = hashlib.sha256(json.dumps(dict(sorted(checksums.items()))).encode()).hexdigest()[:12]
+        path = OmegaConf.select(self.cfg, "dataset.path", default=None, throw_on_resolution_failure=False)
+        if isinstance(path, str) and Path(path).is_file():
+            own, source = hashlib.sha256(Path(path).read_bytes()).hexdigest(), Path(path).name
+            checksums, digest = {**checksums, source: own}, own[:12]
+            self.set_tags({"input_sha256": own, SHORT_NAME_TAG: Path(path).stem})
+        if checksums:
+            listing = json.dumps(dict(sorted(checksums.items())), indent=1)
+            self.mlflow.log_text(listing, "data_sha256.json")
+            self.set_tags({"data_sha256": hashlib.sha256(listing.encode()).hexdigest()})
         try:
             with warnings.catch_warnings():  # MLflow's hints on integer columns and local sources: not ours to act on
                 warnings.simplefilter("ignore")
@@ -278,13 +256,14 @@ class Tracker:
         except Exception as e:  # an MLflow without the dataset API: the data_sha256 tag still names the data
             log.warning("could not log the dataset to MLflow: %s", e)
 
-    def register_instructions(self, aspect: str, instructions: Sequence[Any], source: str,
-                              wording: str = "") -> str | None:
+    def register_instructions(self, aspect: str, instructions: Sequence[Any], source: str, wording: str = "") -> None:
         """Register the instruction set an aspect was sent with and link it to the run (``prompts.register_set``)."""
         if not (self.enabled and self.cfg.tracking.get("register_prompts", True)):
-            return None
+            return
         uri, version = prompts.register_instructions(aspect, instructions, source, wording,
                                                      str(self.cfg.tracking.tracking_uri))
         self.set_tags({f"prompt.{aspect}": uri})
-        prompts.link_prompt(self.run_id, version)
-        return uri
+        try:  # MLflow's own prompt-run link: the run page lists the prompt versions it sent, and only those
+            self.mlflow.MlflowClient().link_prompt_version_to_run(self.run_id, version)
+        except Exception as e:  # an older store without prompt links: the run's prompt.* tag still names it
+            log.warning("could not link prompt %s v%s to the run: %s", version.name, version.version, e)

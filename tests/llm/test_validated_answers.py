@@ -9,7 +9,7 @@ import pytest
 from face.llm import ChatRequest, Draws, SampleCache, make_client
 from face.llm.adapters import score_adapter
 from face.llm.cache import CACHE_FILE, CachingLM
-from face.testing.faultproxy import ANSWER_KINDS, TRANSPORT_KINDS, FaultProxy
+from face.testing.faults import ANSWER_KINDS, TRANSPORT_KINDS, FaultProxy
 from face.testing.scripted import InProcessServer, ScriptedServer
 
 SCORES = score_adapter([1, 2, 3])

@@ -12,13 +12,12 @@ from .reader import NO_TURNS, Refusal, View, norm
 # the files read, relative to the data directory (the project's manifest layout)
 CONVERSATIONS = "crsarena_eval/crs_arena_eval.json"
 PARTICLES = "face_released/particles.jsonl"
-ASPECTS = ("relevance", "interestingness", "understanding", "task_completion", "interest_arousal", "efficiency",
-           "dialogue_overall")
-DATA_FILES = (CONVERSATIONS, PARTICLES, *(f"face_released/run_files/{a}.jsonl" for a in ASPECTS),
-              *(f"face_released/top16_instructions/{a}.json" for a in ASPECTS))
-# CRSArena-Eval's annotation scales (the dataset's README) and levels
+# CRSArena-Eval's aspects, their annotation scales (the dataset's README) and levels
 SCALES = {"relevance": (0, 2), "interestingness": (0, 2), "understanding": (0, 2), "task_completion": (0, 2),
           "interest_arousal": (0, 2), "efficiency": (0, 1), "dialogue_overall": (0, 4)}
+ASPECTS = tuple(SCALES)
+DATA_FILES = (CONVERSATIONS, PARTICLES, *(f"face_released/run_files/{a}.jsonl" for a in ASPECTS),
+              *(f"face_released/top16_instructions/{a}.json" for a in ASPECTS))
 TURN_LEVEL = ("relevance", "interestingness")
 SAMPLES = 5  # the authors' samples per particle × instruction
 

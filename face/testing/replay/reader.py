@@ -49,34 +49,31 @@ class View:
 
 
 _LAST = "\x00last:"  # marker prefix: the last occurrence after the previous marker (targets follow instructions)
-_FAMILIES: dict[str, tuple[str, str, str, int | None, dict[str, str]]] = {
-    # name: (kind, level, style, history window, {section: the heading it follows, in order})
-    "score_turn_reasoning": ("score", "turn", "numbered", 2, {
+_FAMILIES: dict[str, tuple[str, str, str, str, int | None, dict[str, str]]] = {
+    # name: (what only its prompt shows, in the order tried; kind, level, style, history window,
+    #        {section: the heading it follows, in order})
+    "score_turn_reasoning": ("Current assistant turn:\n", "score", "turn", "numbered", 2, {
         "history": "\n\nDialogue history (the two turns before the current one):\n",
         "target": "\n\nCurrent assistant turn:\n", "next": "\n\nUser's response:\n", "aspect": "\n\nAspect: ",
         "instruction": "\n\nInstruction:\n", "particle": _LAST + "\n\nTarget",
         "tail": _LAST + "\n\nFollow the instruction"}),
-    "score_dialogue_reasoning": ("score", "dialogue", "numbered", None, {
+    "score_dialogue_reasoning": ("Full dialogue:\n", "score", "dialogue", "numbered", None, {
         "dialogue": "\n\nFull dialogue:\n", "aspect": "\n\nAspect: ", "instruction": "\n\nInstruction:\n",
         "particle": _LAST + "\n\nTarget", "tail": _LAST + "\n\nFollow the instruction"}),
-    "score_turn_compact": ("score", "turn", "speaker", 2, {
+    "score_turn_compact": ("Context (the two turns before the assistant turn):\n", "score", "turn", "speaker", 2, {
         "aspect": "\n\nAspect: ", "history": "\n\nContext (the two turns before the assistant turn):\n",
         "target": "\n\nAssistant turn:\n", "next": "\n\nUser's next turn:\n", "instruction": "\n\nInstruction:\n",
         "particle": _LAST + "\n\nParticle to rate:\n", "tail": _LAST + "\n\nAnswer with JSON"}),
-    "score_dialogue_compact": ("score", "dialogue", "speaker", None, {
-        "aspect": "\n\nAspect: ", "dialogue": "\n\nDialogue:\n", "instruction": "\n\nInstruction:\n",
-        "particle": _LAST + "\n\nParticle to rate", "tail": _LAST + "\n\nAnswer with JSON"}),
-    "decompose_reasoning": ("decompose", "turn", "numbered", None, {
-        "history": "\n\nDialogue history:\n", "target": "\n\nTarget assistant turn:\n",
-        "next": "\n\nUser's response:\n", "task": "\n\nYour task:"}),
-    "decompose_compact": ("decompose", "turn", "speaker", None, {
+    "decompose_compact": ("Assistant turn to split:\n", "decompose", "turn", "speaker", None, {
         "history": "\n\nConversation so far:\n", "target": "\n\nAssistant turn to split:\n",
         "next": "\n\nThe user's next turn (their reaction):\n", "task": "\n\nSplit the assistant turn"}),
+    "decompose_reasoning": ("Target assistant turn:\n", "decompose", "turn", "numbered", None, {
+        "history": "\n\nDialogue history:\n", "target": "\n\nTarget assistant turn:\n",
+        "next": "\n\nUser's response:\n", "task": "\n\nYour task:"}),
+    "score_dialogue_compact": ("\nDialogue:\n", "score", "dialogue", "speaker", None, {
+        "aspect": "\n\nAspect: ", "dialogue": "\n\nDialogue:\n", "instruction": "\n\nInstruction:\n",
+        "particle": _LAST + "\n\nParticle to rate", "tail": _LAST + "\n\nAnswer with JSON"}),
 }
-_SIGNATURES = (("Current assistant turn:\n", "score_turn_reasoning"), ("Full dialogue:\n", "score_dialogue_reasoning"),
-               ("Context (the two turns before the assistant turn):\n", "score_turn_compact"),
-               ("Assistant turn to split:\n", "decompose_compact"), ("Target assistant turn:\n", "decompose_reasoning"),
-               ("\nDialogue:\n", "score_dialogue_compact"))
 _SCORE_FORMAT = re.compile(r'\{"score": <integer from (-?\d+) to (-?\d+)>\}')
 _NUMBERED = re.compile(r"^Turn (\d+) - (USER|ASST):(.*)$", re.DOTALL)
 _PARTICLE = re.compile(r"- dialogue act:[ ]?(.*?)\n- mention:[ ]?(.*?)\n- user feedback:[ ]?(.*)", re.DOTALL)
@@ -110,12 +107,12 @@ def _unquote(s: str) -> str:
 def read_prompt(messages: list[dict], response_format: dict | None = None) -> View:
     """What the last user message of a chat request shows (Refusal if it is not a FACE prompt this replay reads)."""
     text = _user_text(messages)
-    family = next((f for sig, f in _SIGNATURES if sig in text), None)
+    family = next((f for f, spec in _FAMILIES.items() if spec[0] in text), None)
     if family is None:
         raise Refusal("unknown_prompt", "not a FACE particle-scoring or decomposition prompt (none of the sections "
                                         "'Current assistant turn:', 'Full dialogue:', 'Target assistant turn:', … "
                                         "is shown): another method's prompt cannot be replayed")
-    kind, level, style, window, headings = _FAMILIES[family]
+    _, kind, level, style, window, headings = _FAMILIES[family]
     sec = _sections(text, headings)
     if sec is None:
         wanted = ", ".join(repr(h.replace(_LAST, "").strip().rstrip(":")) for h in headings.values())

@@ -66,10 +66,9 @@ class ReplayServer(Served):
                                           "--port", str(self.port), "--latency", str(self.latency_s), "--model",
                                           self.model)
         return self
+
     def report(self) -> dict | None:
-        """What the judge answered so far (None when it cannot be asked)."""
-        if self._judge is not None:
-            return self._judge.report()
+        """What the judge answered so far, asked at ``/v1/replay/stats`` (None when it cannot be asked)."""
         try:
             with urllib.request.urlopen(f"{self.base_url}/replay/stats", timeout=30) as r:
                 return json.loads(r.read())
@@ -93,4 +92,4 @@ def main(argv: list[str] | None = None) -> None:
                    "CRSArena-Eval (an OpenAI-compatible server)", MODEL)
     ap.add_argument("--data-dir", default="data/raw", help="directory laid out as the project fetches the data")
     a = ap.parse_args(argv)
-    serve(ReplayServer(a.data_dir, a.model, a.host, a.port, a.latency, process=False), a.until_stdin_closes)
+    serve(ReplayServer(a.data_dir, a.model, a.host, a.port, a.latency_s, process=False), a.until_stdin_closes)

@@ -18,8 +18,8 @@
   log (in memory, optionally JSON lines appended to a file; the Authorization header is never logged). Every
   error answer is JSON: ``{"error": {"message", "type", "code", "param"}}``.
 * ``batches`` — the Batch API (``server.batch``): files, batches answered as the same chat requests would be.
-* ``wire`` — ``InProcessServer``: the same answers, faults and log without a socket (the client's HTTP transport of
-  this process answers; the fast tests use it wherever HTTP itself is not what they test).
+* ``InProcessServer`` (in ``server`` too): the same answers, faults and log without a socket (the client's HTTP
+  transport of this process answers; the fast tests use it wherever HTTP itself is not what they test).
 * ``python -m face.testing.scripted --port P --log FILE [--latency 0.1 --fault-rate 0.2]`` (``server.main``), ``spawn``.
 
 In-process:  with ScriptedServer(latency_s=0.1) as srv: srv.base_url
@@ -28,7 +28,6 @@ As the configured server of a client: llm.server = {_target_: face.testing.scrip
 from __future__ import annotations
 
 from .answers import _h, default_responder, schema_instance
-from .server import ScriptedServer, read_log, spawn
-from .wire import InProcessServer
+from .server import InProcessServer, ScriptedServer, read_log, spawn
 
 __all__ = ["InProcessServer", "ScriptedServer", "_h", "default_responder", "read_log", "schema_instance", "spawn"]

@@ -108,9 +108,7 @@ def default_responder(body: dict) -> str:
     messages = body.get("messages", [])
     seed = body.get("seed")
     rng = random.Random(_h(messages, seed))
-    answer = _formatted_answer(body.get("response_format") or {}, rng)
-    if answer is None:
-        answer = _reasoned_answer(messages, rng)
+    answer = _formatted_answer(body.get("response_format") or {}, rng) or _reasoned_answer(messages, rng)
     if answer is not None:
         return answer
     schema = _schema_in_prompt(messages)

@@ -7,6 +7,7 @@ threading.Event) holds every batch in progress while clear; custom_ids in ``fail
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -29,7 +30,7 @@ class BatchAPI:
         self.files: dict[str, tuple[str, bytes]] = {}  # id -> (purpose, content)
         self.jobs: dict[str, dict] = {}  # id -> the batch object
         self.polls = 0
-        self._last_id = 0
+        self._ids = itertools.count(1)  # the numbers of files and batches, one sequence
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/files", self._upload)
@@ -38,17 +39,13 @@ class BatchAPI:
         app.router.add_get("/v1/batches/{id}", self._get)
         app.router.add_post("/v1/batches/{id}/cancel", self._cancel)
 
-    def _new_id(self, prefix: str) -> str:  # (called on the serving loop only)
-        self._last_id += 1
-        return f"{prefix}-{self._last_id:06d}"
-
     async def _upload(self, request: web.Request) -> web.Response:
         form = await request.post()
         upload, purpose = form.get("file"), str(form.get("purpose", ""))
         if not isinstance(upload, web.FileField):
             raise RequestError("no_file", "no file")
         data = upload.file.read()
-        fid = self._new_id("file")
+        fid = f"file-{next(self._ids):06d}"
         self.files[fid] = (purpose, data)
         return web.json_response({"id": fid, "object": "file", "bytes": len(data), "created_at": int(time.time()),
                                   "filename": upload.filename, "purpose": purpose, "status": "processed"})
@@ -65,7 +62,7 @@ class BatchAPI:
         if f is None or f[0] != "batch":
             raise RequestError("invalid_value", "input_file_id: no such batch file", param="input_file_id")
         lines = [json.loads(x) for x in f[1].decode("utf-8").splitlines() if x.strip()]
-        batch = {"id": self._new_id("batch"), "object": "batch", "endpoint": req.get("endpoint"),
+        batch = {"id": f"batch-{next(self._ids):06d}", "object": "batch", "endpoint": req.get("endpoint"),
                  "errors": _line_errors(req.get("endpoint"), lines), "input_file_id": req["input_file_id"],
                  "completion_window": req.get("completion_window"), "status": "validating",
                  "output_file_id": None, "error_file_id": None, "created_at": int(time.time()),
@@ -92,7 +89,7 @@ class BatchAPI:
                                              "response": {"status_code": 500 if failed else 200, "body": body}})
         for name, rows in (("output_file_id", out), ("error_file_id", err)):
             if rows:
-                fid = self._new_id("file")
+                fid = f"file-{next(self._ids):06d}"
                 self.files[fid] = ("batch_output", "".join(json.dumps(r) + "\n" for r in rows).encode())
                 batch[name] = fid
         batch["request_counts"].update(completed=len(out), failed=len(err))

@@ -1,23 +1,42 @@
 """``ScriptedServer``: the scripted chat endpoint (``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``)
 and the Batch API (``batches.BatchAPI``), with latency, faults (``face.testing.faults``), a rate limit and a request
 log, served in a thread of this process; or in a process of its own: ``python -m face.testing.scripted`` (``main``),
-started from a benchmark (``spawn``), its request log read back (``read_log``)."""
+started from a benchmark (``spawn``), its request log read back (``read_log``).
+
+``InProcessServer``: the scripted server without a socket, for tests that do not test HTTP itself.
+
+It answers exactly as ``ScriptedServer`` does -- the same responder, completion, usage, request log, forced and
+drawn faults, rate limit, latency -- but through an HTTP client transport of this process instead of a port: the
+client's ``OpenAITransport`` gets the SDK's httpx client with this transport (``http_client``), so everything
+above the wire runs as in production (the openai SDK, its status errors, the retry policy, the reply decoding,
+the layers of the stack). A transport fault is what the client would see over a socket: 429 / 500 / an HTML page /
+a cut JSON body as replies, "timeout" as the read timeout of the client's own setting (a 504 after ``hang_s`` when
+that is shorter), "reset" / "disconnect" as a connection closed without a reply. The chat endpoint and the model
+list are served (a batch run needs an endpoint at ``llm.base_url``: ``ScriptedServer`` serves the Batch API).
+
+    llm.server._target_=face.testing.scripted.InProcessServer     (the client starts and stops its own)
+    with InProcessServer() as srv: ... llm.server = srv.spec() ...  (a test's own: its log, force(), responder)
+"""
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import random
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Self
 
+import httpx2
 from aiohttp import web
 
 from .. import service
 from ..faults import KINDS, STATUS, FaultInjector, fault_reply, half, spoil, unit
-from ..service import Reply, RequestError, Served, abort, make_app, parse_json, response
+from ..service import Reply, RequestError, Served, abort, error_body, make_app, parse_json, response
 from .answers import _h, default_responder, token_logprobs, tokenize
 from .batches import BatchAPI
 
@@ -37,6 +56,7 @@ class ScriptedServer(Served):
                  logprobs_missing: float = 0.0):
         super().__init__("scripted-llm-server", host, port, log_file)
         self.faults = FaultInjector(fault_rate, fault_kinds, faults_per_request, mark=_h)
+        self.force = self.faults.force  # force(*kinds): fault the next len(kinds) chat requests with these kinds
         self.latency_s = latency_s
         self.retry_after_s = retry_after_s
         self.hang_s = hang_s  # how long a "timeout" fault keeps the request unanswered
@@ -51,10 +71,6 @@ class ScriptedServer(Served):
         self.max_active = 0
 
     # ---- control ------------------------------------------------------
-    def force(self, *kinds: str) -> None:
-        """Fault the next len(kinds) chat requests with these kinds, in order."""
-        self.faults.force(*kinds)
-
     def reset_log(self) -> None:
         """Forget the request log and the per-request attempt counters."""
         with self._lock:
@@ -159,6 +175,68 @@ class ScriptedServer(Served):
         return response(reply)
 
 
+# ---------------------------------------------------------------- in process, without a socket
+_NUMBER = itertools.count(1)  # each server its own URL (never resolved: no request leaves the process), so that
+# what is remembered per endpoint (the probe's answer) is remembered per server, as per port over HTTP
+_LIVE: weakref.WeakValueDictionary[str, InProcessServer] = weakref.WeakValueDictionary()
+
+
+class InProcessServer(ScriptedServer):
+    """``ScriptedServer``'s answers, served to this process's LLM client without a socket (``http_client``)."""
+
+    def spec(self) -> dict[str, str]:
+        """``llm.server`` naming this very server (started by its owner): a client built from it talks to this
+        server, whose log, forced faults and responder the owner keeps."""
+        _LIVE[str(id(self))] = self
+        return {"_target_": f"{__name__}.attached", "key": str(id(self))}
+
+    def start(self) -> Self:
+        self.base_url = self.base_url or f"http://scripted-{next(_NUMBER)}.in-process/v1"
+        return self
+
+    def http_client(self, cfg: Any) -> Any:
+        """The openai SDK's httpx client whose transport is this server (face.llm.transport.OpenAITransport)."""
+        import openai
+
+        return openai.DefaultAsyncHttpxClient(transport=httpx2.MockTransport(self.handle),
+                                              timeout=getattr(cfg, "timeout_s", 60.0))
+
+    async def handle(self, request: httpx2.Request) -> httpx2.Response:
+        """One HTTP request, as the aiohttp app would answer it."""
+        path = request.url.path
+        if request.method == "GET" and path.endswith("/models"):
+            return httpx2.Response(200, json={"object": "list", "data": [
+                {"id": self.model, "object": "model", "owned_by": "scripted"}]})
+        read_timeout = (request.extensions.get("timeout") or {}).get("read")
+
+        async def wait(seconds: float) -> None:
+            """Sleep ``seconds``, or until the client's read timeout, which then fires as it would over a socket."""
+            if read_timeout is not None and seconds >= read_timeout:
+                await asyncio.sleep(read_timeout)
+                raise httpx2.ReadTimeout("timed out (in-process scripted server)", request=request)
+            await asyncio.sleep(seconds)
+
+        def disconnect() -> None:
+            raise httpx2.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+
+        try:
+            if request.method != "POST" or not path.endswith("/chat/completions"):
+                raise RequestError("not_found", f"no such endpoint: {request.method} {path}", status=404)
+            status, content, ctype, headers = await self._reply(
+                request.content, request.headers.get("Authorization", ""), wait, disconnect)
+        except RequestError as e:
+            return httpx2.Response(e.status, json=error_body("scripted server: " + str(e), e.code, status=e.status))
+        return httpx2.Response(status, content=content, headers={"Content-Type": ctype, **headers})
+
+
+def attached(key: str) -> InProcessServer:
+    """The live server a ``spec()`` names (the client's stop leaves it as it is: it has no socket, no thread)."""
+    try:
+        return _LIVE[key]
+    except KeyError:
+        raise ValueError(f"no live in-process scripted server {key!r} (its owner has let it go)") from None
+
+
 def spawn(latency_s: float = 0.0, *args: str) -> tuple[subprocess.Popen, str]:
     """The server in a process of its own (benchmarks: its CPU is not the client's): (the Popen, its base URL)."""
     return service.spawn("face.testing.scripted", "--latency", str(latency_s), *args)
@@ -172,15 +250,13 @@ def read_log(path: str) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     ap = service.arguments("Scripted OpenAI-compatible test server", "scripted-model")
     ap.add_argument("--fault-rate", type=float, default=0.0)
-    ap.add_argument("--fault-kinds", default=",".join(TRANSPORT_FAULTS), help=f"of {','.join(KINDS)}")
+    ap.add_argument("--fault-kinds", default=",".join(TRANSPORT_FAULTS), help=f"of {','.join(KINDS)}",
+                    type=lambda kinds: tuple(k for k in kinds.split(",") if k))
     ap.add_argument("--faults-per-request", type=int, default=1)
-    ap.add_argument("--retry-after", type=float, default=0.05)
-    ap.add_argument("--hang", type=float, default=5.0)
+    ap.add_argument("--retry-after", dest="retry_after_s", type=float, default=0.05)
+    ap.add_argument("--hang", dest="hang_s", type=float, default=5.0)
     ap.add_argument("--max-concurrent", type=int, default=None, help="429 beyond this many requests in flight")
-    ap.add_argument("--log", default=None, help="append a JSON line per request to this file")
-    a = ap.parse_args(argv)
-    service.serve(ScriptedServer(host=a.host, port=a.port, latency_s=a.latency, fault_rate=a.fault_rate,
-                                 fault_kinds=tuple(k for k in a.fault_kinds.split(",") if k),
-                                 faults_per_request=a.faults_per_request, retry_after_s=a.retry_after, hang_s=a.hang,
-                                 log_file=a.log, model=a.model, max_concurrent=a.max_concurrent),
-                  a.until_stdin_closes)
+    ap.add_argument("--log", dest="log_file", default=None, help="append a JSON line per request to this file")
+    settings = vars(ap.parse_args(argv))  # each named as the ScriptedServer argument it sets
+    until_stdin_closes = settings.pop("until_stdin_closes")
+    service.serve(ScriptedServer(**settings), until_stdin_closes)
