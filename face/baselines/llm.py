@@ -220,9 +220,8 @@ class LLMCoTICL(_LLMBaseline):
             for u in (u for u in units if u.aspect is a):
                 msgs = render("baselines/cot_icl.txt", **aspect_fields(a, inputs.dataset.judged), **unit_fields(u),
                               examples=self.examples(a, pool, u, rng), schema=schema)
-                req = ChatRequest(msgs, n=self.n, temperature=self.temperature, max_tokens=self.max_tokens or 768,
-                                  tag=f"{self.name}:{a.name}")
-                out.append(replace(req, adapter=_ReasonedScore(a.scale), draws=self.draws))
+                out.append(ChatRequest(msgs, n=self.n, temperature=self.temperature, max_tokens=self.max_tokens or 768,
+                                       tag=f"{self.name}:{a.name}", adapter=_ReasonedScore(a.scale), draws=self.draws))
         return out
 
 

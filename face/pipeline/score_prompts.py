@@ -55,10 +55,8 @@ def units_for(aspect: Aspect, convs: Sequence[Conversation], decomps: dict[tuple
             if unit == "whole":
                 out.append(Unit(aspect, c.conv_id, t.turn_ind, -1, None))
                 continue
-            d = decomps.get((c.conv_id, t.turn_ind))
-            if d is None:
-                raise KeyError(f"no particles for conversation {c.conv_id!r}, turn {t.turn_ind}")
-            out += [Unit(aspect, c.conv_id, t.turn_ind, i, p) for i, p in enumerate(d.particles)]
+            particles = decomps[(c.conv_id, t.turn_ind)].particles  # every unit source decomposes every turn
+            out += [Unit(aspect, c.conv_id, t.turn_ind, i, p) for i, p in enumerate(particles)]
     return out
 
 
