@@ -29,13 +29,6 @@ DETAIL_COLUMNS = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_
 NUMBERS = ("turn_ind", "particle_ind", "score", "n_valid", "n_retried", "n_defaulted")  # copied as they are
 
 
-class _Codes(dict):
-    """Strings as small integers (categorical codes): each string's code is the number of strings before it."""
-
-    def __call__(self, s: str) -> int:
-        return self.setdefault(s, len(self))
-
-
 class ScoreSink(contextlib.ExitStack):
     """``add(record)``: one JSON line in ``path`` and one row of compact columns; ``frame()``: those columns.
 
@@ -52,8 +45,8 @@ class ScoreSink(contextlib.ExitStack):
 
     def add(self, r: ScoreRecord) -> None:
         c = self._cols
-        for k, codes in self._codes.items():
-            c[k].append(codes(getattr(r, k)))
+        for k, codes in self._codes.items():  # a string's categorical code: the number of strings before it
+            c[k].append(codes.setdefault(getattr(r, k), len(codes)))
         for k in NUMBERS:
             c[k].append(getattr(r, k))
         c["valid_mass"].append(math.nan if r.valid_mass is None else r.valid_mass)
@@ -81,7 +74,7 @@ class ScoreSink(contextlib.ExitStack):
         return df
 
     def _empty(self) -> None:
-        self._codes = {k: _Codes() for k in ("aspect", "conv_id", "instruction_id")}
+        self._codes: dict[str, dict[str, int]] = {k: {} for k in ("aspect", "conv_id", "instruction_id")}
         self._cols: dict[str, array] = {k: array("d" if k in ("score", "valid_mass") else "i")
                                         for k in DETAIL_COLUMNS[:-1]}  # the fallbacks apart
         self._fallbacks: dict[int, str] = {}  # row -> fallback (most rows have none)
