@@ -30,7 +30,7 @@ NUMBERS = ("turn_ind", "particle_ind", "score", "n_valid", "n_retried", "n_defau
 
 
 class ScoreSink(contextlib.ExitStack):
-    """``add(record)``: one JSON line in ``path`` and one row of compact columns; ``frame()``: those columns.
+    """``add(record)``: one JSON line in ``path`` and one row of compact columns; ``take()``: those columns.
 
     The lines are streamed (never held in memory) to a temporary name next to ``path``, renamed onto it when the
     sink closes normally (``os.replace``): ``path`` is always a complete file -- the previous run's, or this one's.
