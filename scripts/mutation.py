@@ -69,7 +69,7 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "llm/stream": (None, ("tests/test_streaming.py",)),
     "llm/validating": (None, ("tests/llm/test_money_draws.py",)),
     "llm/base": (("Draws.room",), ("tests/llm/test_money_draws.py",)),
-    "pipeline/records": (("ScoreSink.add", "ScoreSink.frame", "ScoreTally", "AspectScores", "per_conversation",
+    "pipeline/records": (("ScoreSink.add", "ScoreSink.take", "ScoreTally", "AspectScores", "per_conversation",
                           "read_score_file"), ("tests/test_money_records.py", "tests/test_records_stream.py")),
     # face compare's decision layer (issue 43): what it tests, its verdict, its sizing, its checks on real data
     "comparison/engine": (("_mode", "_Engine", "verdicts"), ("tests/test_compare_verdict.py",

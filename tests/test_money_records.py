@@ -37,7 +37,7 @@ def test_the_sink_keeps_scores_unrounded_and_files_each_particle_under_its_own_t
         for r in (_rec(1, 0, 2.345), _rec(1, 1, 1.0 / 3), _rec(3, 1, math.nan, n_valid=0, fallback="none"),
                   _rec(3, 0, 0.6)):
             sink.add(r)
-        df = sink.frame()
+        df = sink.take()
     assert list(df["turn_ind"]) == [1, 1, 3, 3] and list(df["particle_ind"]) == [0, 1, 1, 0]
     assert df["score"].iloc[0] == 2.345 and df["score"].iloc[1] == 1.0 / 3 and math.isnan(df["score"].iloc[2])
     assert list(df["fallback"].notna()) == [False, False, True, False] and df["fallback"].iloc[2] == "none"
@@ -119,10 +119,10 @@ def test_the_sink_keeps_valid_masses_and_files_no_particle_for_a_whole_turn(tmp_
     with ScoreSink(path, DECOMPS) as sink:
         sink.add(_rec(1, 0, 1.0, valid_mass=0.25))
         sink.add(_rec(5, -1, 2.0))  # a whole turn (no decomposition of turn 5 exists)
-        df = sink.frame()
+        df = sink.take()
     assert df["valid_mass"].iloc[0] == 0.25 and math.isnan(df["valid_mass"].iloc[1])
     assert [json.loads(x)["particle"] for x in path.read_text().splitlines()][1] is None
-    empty = ScoreSink(None).frame()
+    empty = ScoreSink(None).take()
     assert len(empty) == 0 and list(empty.columns) == ["aspect", "conv_id", "turn_ind", "particle_ind",
                                                        "instruction_id", "score", "n_valid", "n_retried",
                                                        "n_defaulted", "valid_mass", "fallback"]

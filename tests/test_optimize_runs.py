@@ -88,13 +88,14 @@ def test_two_rounds_register_every_instruction_with_lineage(run_experiment, tmp_
     assert "estimate.this_run.total.samples" in numbers and numbers["estimate.http_requests"] > 0
 
     # use the result: by file, by registry name@version, by run id
+    from face.datasets.crsarena import ASPECTS
     from face.pipeline.method import Face
 
     ref = run.data.tags["prompt.relevance"]
     for spec in ({"source": "file", "file": str(out.files["instructions"])}, {"source": "mlflow", "ref": ref},
                  {"source": "mlflow", "ref": "face-opt-{aspect}-set@latest"},
                  {"source": "mlflow", "ref": f"runs:/{run.info.run_id}"}):
-        got = Face(instructions=spec)._instructions(tmp_path, "relevance")
+        got = Face(instructions=spec).instruction_set(tmp_path, ASPECTS["relevance"])
         assert [i.text for i in got] == [x["text"] for x in sets["relevance"]], spec
     with pytest.raises(ValueError, match="needs"):
         Face(instructions={"source": "mlflow"})

@@ -118,7 +118,7 @@ def test_score_sink_writes_each_record_and_keeps_compact_columns(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert [x["score"] for x in lines] == [1.2, None, 0.4]  # valid JSON: no NaN
     assert lines[2]["particle"] == {"dialogue_act": "recommendation", "mention": "film 0-2", "user_feedback": "Thanks"}
-    df = sink.frame()
+    df = sink.take()
     assert list(df["conv_id"]) == ["c0"] * 3 and list(df["instruction_id"]) == ["i0", "i1", "i0"]
     assert list(df["particle_ind"]) == [0, 1, 2] and df["score"].isna().tolist() == [False, True, False]
     assert df["fallback"].isna().tolist() == [True, False, True] and df["fallback"][1] == "no_valid_sample"

@@ -220,9 +220,8 @@ class LLMCoTICL(_LLMBaseline):
             for u in (u for u in units if u.aspect is a):
                 msgs = render("baselines/cot_icl.txt", **aspect_fields(a, inputs.dataset.judged), **unit_fields(u),
                               examples=self.examples(a, pool, u, rng), schema=schema)
-                req = ChatRequest(msgs, n=self.n, temperature=self.temperature, max_tokens=self.max_tokens or 768,
-                                  tag=f"{self.name}:{a.name}")
-                out.append(replace(req, adapter=_ReasonedScore(a.scale), draws=self.draws))
+                out.append(ChatRequest(msgs, n=self.n, temperature=self.temperature, max_tokens=self.max_tokens or 768,
+                                       tag=f"{self.name}:{a.name}", adapter=_ReasonedScore(a.scale), draws=self.draws))
         return out
 
 
@@ -252,12 +251,10 @@ class GEval(_LLMBaseline):
         self._logprobs = True
 
     def prepare(self, inputs, client, native):
-        reqs = []
-        for a in inputs.aspects:
-            f = aspect_fields(a, inputs.dataset.judged)
-            unit = "dialogue" if a.level == "dialogue" else "assistant turn in a conversation"
-            reqs.append(ChatRequest(render("baselines/geval_steps.txt", **f, unit=unit), temperature=0.0,
-                                    max_tokens=self.steps_max_tokens, tag=f"{self.name}:steps:{a.name}"))
+        reqs = [ChatRequest(render("baselines/geval_steps.txt", **aspect_fields(a, inputs.dataset.judged),
+                                   unit="dialogue" if a.level == "dialogue" else "assistant turn in a conversation"),
+                            temperature=0.0, max_tokens=self.steps_max_tokens, tag=f"{self.name}:steps:{a.name}")
+                for a in inputs.aspects]
         for a, r in zip(inputs.aspects, client.run_batch(reqs, desc="g_eval steps")):
             self._steps[a.name] = r.text.strip() or "1. Read the conversation.\n2. Rate the quality."
         inputs.register_instructions("g_eval_steps", lambda a: [Instruction("g_eval-steps", self._steps[a.name])])

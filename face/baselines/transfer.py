@@ -20,11 +20,9 @@ mapping it used; this one is ours.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 from face.aspects import Aspect
-from face.data.schema import Instruction
 from face.datasets.crsarena import ASPECTS as CRS_ASPECTS
 from face.pipeline.method import Face
 from face.settings import settings
@@ -44,6 +42,7 @@ class FaceTransfer(Face):
                              "file (an optimized set for CRSArena's aspects): the transfer uses CRSArena instructions")
 
     def source_aspect(self, target: str) -> str:
+        """The CRSArena-Eval aspect whose instructions score the target quality."""
         if target not in self.mapping:
             raise ValueError(f"quality {target!r} has no CRSArena aspect in method.mapping "
                              f"({', '.join(f'{k} <- {v}' for k, v in self.mapping.items())}); "
@@ -54,9 +53,6 @@ class FaceTransfer(Face):
         """The instruction files of the mapped CRSArena-Eval aspects (the target's own particles are decomposed)."""
         sources = [CRS_ASPECTS[s] for s in dict.fromkeys(self.source_aspect(a.name) for a in aspects)]
         return self.units.files(dataset) + self.source.files(dataset, sources)
-
-    def _instructions(self, data_dir: Path, aspect: str) -> list[Instruction]:
-        return super()._instructions(data_dir, self.source_aspect(aspect))
 
     def describe(self, llm, instructions) -> str:
         mapped = ", ".join(f"{k} <- {self.mapping[k]}" for k in instructions)

@@ -107,6 +107,3 @@ class Dataset:
         if dup:  # relevance twice, or dialogue_overall and its alias: one set of scores under one name
             raise ValueError(f"aspects: {', '.join(dup)} named twice")
         return out
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r})"

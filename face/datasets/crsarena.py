@@ -239,10 +239,7 @@ class CRSArenaEval(Dataset):
         super().__init__(own)
         self.file = Path(own.file) if own.file else None
         self.repeat = own.repeat
-        if self.file is not None:
-            self.title = self.file.name
-        if own.repeat > 1:
-            self.title = f"{self.title} ×{own.repeat}"
+        self.title = (self.file.name if self.file else self.title) + (f" ×{own.repeat}" if own.repeat > 1 else "")
         self.released_artifacts = self.file is None  # the authors' particles and scores: not of the user's file
         self.is_subset = self.is_subset or self.file is not None or self.repeat > 1
 
@@ -277,7 +274,6 @@ def write_conversations(convs: list[Conversation], path: Path) -> Path:
 
     from face.files import atomic_write_text
 
-    atomic_write_text(path, json.dumps([{"conv_id": c.conv_id, "system": c.system, "dialogue": [
+    return atomic_write_text(path, json.dumps([{"conv_id": c.conv_id, "system": c.system, "dialogue": [
         {"turn_ind": t.turn_ind, "role": t.role, "utterance": t.utterance} for t in c.turns]} for c in convs],
         indent=1))
-    return path

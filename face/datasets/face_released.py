@@ -24,7 +24,7 @@ def load_particle_scores(path: str | Path, aspect: str) -> pd.DataFrame:
     path = Path(path)
     if aspect not in ASPECTS:
         raise DataError(path, f"unknown aspect {aspect!r}; known: {', '.join(ASPECTS)}")
-    cols: dict[str, list] = {c: [] for c in SCORE_COLUMNS[1:]}
+    rows: list[tuple] = []
     for lineno, obj in read_jsonl(path):
         rec = f"line {lineno}"
         conv_id = field(obj, "conv_id", str, path, rec)
@@ -36,19 +36,14 @@ def load_particle_scores(path: str | Path, aspect: str) -> pd.DataFrame:
                 p_rec = f"{t_rec}, particle {p_key}"
                 particle_ind = as_int(p_key, path, p_rec)
                 check_type(scores, dict, path, p_rec)
-                values = list(scores.values())
-                if not _NUMBER_TYPES.issuperset(map(type, values)):  # slow path only to name the culprit
+                if not _NUMBER_TYPES.issuperset(map(type, scores.values())):  # slow path only to name the culprit
                     for instr, score in scores.items():
                         check_type(score, float, path, f"{p_rec}, instruction {instr!r}")
-                k = len(values)
-                cols["conv_id"] += [conv_id] * k
-                cols["turn_ind"] += [turn_ind] * k
-                cols["particle_ind"] += [particle_ind] * k
-                cols["instruction_id"] += list(scores)
-                cols["score"] += values
-    if not cols["score"]:
+                rows += [(conv_id, turn_ind, particle_ind, i, s) for i, s in scores.items()]
+    if not rows:
         raise DataError(path, "no scores found")
-    df = pd.DataFrame(cols).astype({"score": float, "conv_id": "category", "instruction_id": "category"})
+    df = pd.DataFrame(rows, columns=SCORE_COLUMNS[1:]).astype({"score": float, "conv_id": "category",
+                                                               "instruction_id": "category"})
     df.insert(0, "aspect", aspect)
     return df
 

@@ -19,7 +19,7 @@ import pandas as pd
 from face.aspects import Aspect
 from face.console import RunSummary
 from face.data.schema import Conversation
-from face.errors import ConfigError
+from face.errors import ConfigError, import_class
 from face.llm.config import LLMConfig
 from face.predictions import Predictions
 
@@ -78,42 +78,23 @@ def escape_interpolation(value: str) -> str:
     return re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
 
 
-def _literal_values(node: Any) -> Any:
-    """The node to instantiate: itself, unless a value reads as a literal ``${`` (a path given with ``${`` in it,
-    escaped). Hydra's instantiate resolves its copy in place (``OmegaConf.resolve``) and reads it again, so such a
-    value would be taken for an interpolation the second time: it gets a resolved copy, escaped twice."""
+def build(node: Any) -> Any:
+    """The object a config node names with ``_target_`` (methods, datasets), called with the node's other keys,
+    resolved (a value read as a literal ``${`` stays one: nothing is resolved twice). The class is imported as every
+    ``_target_``-like setting is (``face.errors.import_class``); a bad parameter raises the class's own ValueError,
+    prefixed with the node's name, a typed setting's ConfigError as it is (its message names the dotted key)."""
     from omegaconf import OmegaConf
 
-    if not OmegaConf.is_config(node):
-        return node
-    data = OmegaConf.to_container(node, resolve=True)
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        return escape_interpolation(escape_interpolation(v)) if isinstance(v, str) and "${" in v else v
-
-    if "${" not in repr(data):
-        return node
-    return OmegaConf.create(walk(data))
-
-
-def build(node: Any) -> Any:
-    """The object a config node names with ``_target_`` (methods, datasets); a bad parameter raises the
-    class's own ValueError (not Hydra's wrapper), so the message names what is wrong."""
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
-
-    if node is None or "_target_" not in node:
+    if OmegaConf.is_config(node):
+        node = OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
+    kwargs = dict(node or {})
+    if "_target_" not in kwargs:
         raise ValueError("the config node has no _target_ naming the class to build")
+    target = kwargs.pop("_target_")
+    cls = import_class(target, "_target_")
     try:
-        return instantiate(_literal_values(node), _convert_="all")
-    except InstantiationException as e:
-        cause = e.__cause__
-        if isinstance(cause, ConfigError):  # a typed setting refused: its message names the dotted key
-            raise cause from None
-        if isinstance(cause, (ValueError, TypeError)):
-            raise ValueError(f"{node.get('name', node['_target_'])}: {cause}") from cause
+        return cls(**kwargs)
+    except ConfigError:
         raise
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{kwargs.get('name', target)}: {e}") from e

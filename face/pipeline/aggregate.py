@@ -40,7 +40,6 @@ def particle_scores(scores: pd.DataFrame, instruction_agg: str = "mean",
     """One score per particle: ``instruction_agg`` over its instructions (optionally a subset of them)."""
     _check_agg(instruction_agg)
     if instructions is not None:
-        instructions = list(instructions)
         known = set(scores["instruction_id"].unique())
         unknown = [i for i in instructions if i not in known]
         if unknown:

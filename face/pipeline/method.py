@@ -110,12 +110,13 @@ class Face:
 
     def instruction_set(self, data_dir: Path, aspect: Aspect) -> list[Instruction]:
         """The instructions an aspect is scored under, as the unit source words them (``unit=whole``: of turns or
-        dialogues instead of particles)."""
-        return [self.units.reword(i, aspect) for i in self._instructions(data_dir, aspect.name)]
+        dialogues instead of particles): the first ``method.instructions.max`` of ``source_aspect``'s."""
+        ins = self.source.load(data_dir, self.source_aspect(aspect.name))[: self.instructions.max]
+        return [self.units.reword(i, aspect) for i in ins]
 
-    def _instructions(self, data_dir: Path, aspect: str) -> list[Instruction]:
-        out = self.source.load(data_dir, aspect)
-        return out[: self.instructions.max] if self.instructions.max else out
+    def source_aspect(self, target: str) -> str:
+        """The aspect whose instructions score ``target`` (itself; FaceTransfer maps it)."""
+        return target
 
     def describe(self, llm: LLMConfig, instructions: dict[str, list[Instruction]]) -> str:
         n_instr, sc = sorted({len(v) for v in instructions.values()}), self.scoring
@@ -229,13 +230,12 @@ def fill_empty(preds: Predictions, aspects: Sequence[Aspect], convs: Sequence[Co
 
 
 def write_particles(decomps: dict[tuple[str, int], Decomposition], convs: Sequence[Conversation], path: Path) -> Path:
-    """Particles in the authors' JSON Lines format (+ our provenance fields)."""
+    """Particles in the authors' JSON Lines format (+ our provenance fields): every evaluated turn's (each unit source
+    decomposes every turn)."""
     with atomic_open(path) as f:
         for c in convs:
             for t in c.evaluated_turns():
-                d = decomps.get((c.conv_id, t.turn_ind))
-                if d is None:
-                    continue
+                d = decomps[(c.conv_id, t.turn_ind)]
                 f.write(json.dumps({
                     "conv_id": c.conv_id, "turn_ind": t.turn_ind, "assistant_utterance": t.utterance,
                     "particles": [{"particle_ind": i, "dialogue_act": p.dialogue_act, "particle": p.mention,

@@ -104,9 +104,7 @@ def decompose_messages(conv: Conversation, turn: Turn, assistant: str = "movie-r
 
 
 def plurality_vote(samples: Sequence[tuple[Particle, ...]]) -> tuple[tuple[Particle, ...], int]:
-    """The chosen sample and the number of samples that share its particle count."""
-    if not samples:
-        raise ValueError("no valid samples to vote on")
+    """The chosen sample and the number of samples that share its particle count (a ValueError for none)."""
     counts = Counter(len(s) for s in samples)
     top = max(counts.values())
     best_len = next(len(s) for s in samples if counts[len(s)] == top)  # earliest among tied counts

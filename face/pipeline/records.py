@@ -29,18 +29,8 @@ DETAIL_COLUMNS = ["aspect", "conv_id", "turn_ind", "particle_ind", "instruction_
 NUMBERS = ("turn_ind", "particle_ind", "score", "n_valid", "n_retried", "n_defaulted")  # copied as they are
 
 
-class _Codes(dict):
-    """Strings as small integers (categorical codes): each string's code is the number of strings before it."""
-
-    def __call__(self, s: str) -> int:
-        return self.setdefault(s, len(self))
-
-    def column(self, codes: array) -> pd.Categorical:
-        return pd.Categorical.from_codes(np.array(codes, dtype=np.intc), categories=list(self))
-
-
 class ScoreSink(contextlib.ExitStack):
-    """``add(record)``: one JSON line in ``path`` and one row of compact columns; ``frame()``: those columns.
+    """``add(record)``: one JSON line in ``path`` and one row of compact columns; ``take()``: those columns.
 
     The lines are streamed (never held in memory) to a temporary name next to ``path``, renamed onto it when the
     sink closes normally (``os.replace``): ``path`` is always a complete file -- the previous run's, or this one's.
@@ -55,8 +45,8 @@ class ScoreSink(contextlib.ExitStack):
 
     def add(self, r: ScoreRecord) -> None:
         c = self._cols
-        for k, codes in self._codes.items():
-            c[k].append(codes(getattr(r, k)))
+        for k, codes in self._codes.items():  # a string's categorical code: the number of strings before it
+            c[k].append(codes.setdefault(getattr(r, k), len(codes)))
         for k in NUMBERS:
             c[k].append(getattr(r, k))
         c["valid_mass"].append(math.nan if r.valid_mass is None else r.valid_mass)
@@ -71,23 +61,20 @@ class ScoreSink(contextlib.ExitStack):
                                    "user_feedback": p.user_feedback}
             self._f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
-    def frame(self) -> pd.DataFrame:
-        """Every record so far: ``DETAIL_COLUMNS`` (aspect, conversation and instruction as categoricals)."""
+    def take(self) -> pd.DataFrame:
+        """The records since the last ``take``: ``DETAIL_COLUMNS`` (aspect, conversation and instruction as
+        categoricals); their columns are then let go (the file stays)."""
         codes = self._codes
-        df = pd.DataFrame({k: codes[k].column(col) if k in codes  # the others as int64 / float64 columns
+        df = pd.DataFrame({k: pd.Categorical.from_codes(np.array(col, dtype=np.intc), categories=list(codes[k]))
+                           if k in codes  # the others as int64 / float64 columns
                            else np.array(col, dtype=np.float64 if col.typecode == "d" else np.int64)
                            for k, col in self._cols.items()})
         df["fallback"] = np.array([self._fallbacks.get(row) for row in range(len(df))], dtype=object)
-        return df
-
-    def take(self) -> pd.DataFrame:
-        """``frame()`` of the records since the last ``take``; their columns are then let go (the file stays)."""
-        df = self.frame()
         self._empty()
         return df
 
     def _empty(self) -> None:
-        self._codes = {k: _Codes() for k in ("aspect", "conv_id", "instruction_id")}
+        self._codes: dict[str, dict[str, int]] = {k: {} for k in ("aspect", "conv_id", "instruction_id")}
         self._cols: dict[str, array] = {k: array("d" if k in ("score", "valid_mass") else "i")
                                         for k in DETAIL_COLUMNS[:-1]}  # the fallbacks apart
         self._fallbacks: dict[int, str] = {}  # row -> fallback (most rows have none)
@@ -149,12 +136,10 @@ class AspectScores:
         self.left = dict(planned)  # conversation -> records still to come
         self.open = 0  # conversations with some of their records received, not all
         self.convs: dict[str, None] = {}  # every conversation seen, in order (the categories of one aggregation)
-        self.aspects: dict[str, None] = {}
         self.parts: list[Predictions] = []
 
     def add(self, r: ScoreRecord) -> None:
         self.sink.add(r)
-        self.aspects.setdefault(r.aspect)
         conv = r.conv_id
         if conv not in self.convs:
             self.convs[conv] = None
@@ -177,11 +162,11 @@ class AspectScores:
         self.tally.end_aspect()
         if len(self.parts) == 1:
             return self.parts[0]
-        kinds = {"aspect": pd.CategoricalDtype(list(self.aspects)), "conv_id": pd.CategoricalDtype(list(self.convs))}
+        # the parts share their one aspect's category; the conversations' categories are joined in order of arrival
+        convs = pd.CategoricalDtype(list(self.convs))
 
         def joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
-            out = pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True)
-            return out.astype({k: v for k, v in kinds.items() if k in out.columns})
+            return pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True).astype({"conv_id": convs})
 
         return Predictions(joined([p.turn for p in self.parts]), joined([p.dialogue for p in self.parts]))
 

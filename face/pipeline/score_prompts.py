@@ -46,20 +46,13 @@ def units_for(aspect: Aspect, convs: Sequence[Conversation], decomps: dict[tuple
     ``unlabelled="skip"`` (the authors): in a conversation whose turns carry human labels, a turn-level aspect
     is not scored on the turns without a label for it (the released relevance judgements leave out the 5
     such turns of CRSArena-Eval); conversations without turn labels (your own logs) are scored in full."""
-    out = []
-    for c in convs:
-        if unit == "whole" and aspect.level == "dialogue":
-            out.append(Unit(aspect, c.conv_id, -1, -1, None))
-            continue
-        for t in turns_for(aspect, c, unlabelled):
-            if unit == "whole":
-                out.append(Unit(aspect, c.conv_id, t.turn_ind, -1, None))
-                continue
-            d = decomps.get((c.conv_id, t.turn_ind))
-            if d is None:
-                raise KeyError(f"no particles for conversation {c.conv_id!r}, turn {t.turn_ind}")
-            out += [Unit(aspect, c.conv_id, t.turn_ind, i, p) for i, p in enumerate(d.particles)]
-    return out
+    if unit == "whole" and aspect.level == "dialogue":
+        return [Unit(aspect, c.conv_id, -1, -1, None) for c in convs]
+    if unit == "whole":
+        return [Unit(aspect, c.conv_id, t.turn_ind, -1, None) for c in convs for t in turns_for(aspect, c, unlabelled)]
+    # every unit source decomposes every turn
+    return [Unit(aspect, c.conv_id, t.turn_ind, i, p) for c in convs for t in turns_for(aspect, c, unlabelled)
+            for i, p in enumerate(decomps[(c.conv_id, t.turn_ind)].particles)]
 
 
 def turns_for(aspect: Aspect, conv: Conversation, unlabelled: str = "skip") -> list:
