@@ -13,7 +13,6 @@ from face.data import (
     PUBLISHED_TABLE,
     RELEASED_PARTICLES,
     USR_FILES,
-    DataError,
     released_instructions_file,
     released_scores_file,
 )
@@ -26,6 +25,7 @@ from face.datasets.face_released import (
     load_released_particles,
 )
 from face.datasets.usr import USR_ASPECTS, load_usr
+from face.errors import DataError
 
 
 def test_crsarena_eval_has_467_conversations_9_crss_and_4473_utterances(data_dir):
