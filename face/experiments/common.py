@@ -172,7 +172,7 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
     written or sent."""
     try:
         run = RunSettings.of(cfg)
-        llm = check_settings(cfg)
+        llm = LLMConfig.from_dict(cfg.llm) if "llm" in cfg else None  # None: a configuration without llm
         dataset = build(cfg.dataset)
         methods = {name: build(node) for name, node in (parts.method_cfgs or {cfg.method.name: cfg.method}).items()}
         aspects = dataset.resolve_aspects(run.aspects)
@@ -240,13 +240,6 @@ def mlflow_ui_command(cfg: DictConfig) -> str:
 
 
 # ---------------------------------------------------------------- checks before anything runs
-def check_settings(cfg: DictConfig) -> LLMConfig | None:
-    """The LLM's settings (``LLMConfig``) typed before anything runs (``ConfigError``: one line naming the key), or
-    None for a configuration without ``llm``; the run's own are ``RunSettings``, the dataset and the methods check
-    their own when built."""
-    return LLMConfig.from_dict(cfg.llm) if "llm" in cfg else None
-
-
 def llm_server_files(cfg: DictConfig) -> list[str]:
     """Data files the configured LLM server reads (its class's ``data_files``; the replay judge's released
     judgements), fetched with the experiment's own before anything runs. Its options are checked first: one its class

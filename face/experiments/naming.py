@@ -9,7 +9,7 @@ import os
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Sequence, cast
+from typing import cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -76,18 +76,14 @@ def _default_config(overrides: list[str]) -> dict:
         dirs = [s.path for s in hydra.hydra.config_loader.get_sources() if s.scheme() == "file"]
     else:
         dirs = [str(Path(__file__).resolve().parents[1] / "conf")]
-    key = (tuple(dirs), _state(dirs), tuple(overrides))
+    files = sorted(str(f) for d in dirs for f in Path(d).rglob("*") if f.is_file())
+    state = tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files)  # (path, size, mtime) of each file
+    key = (tuple(dirs), state, tuple(overrides))
     if key not in _DEFAULTS:
         with nullcontext() if hydra.is_initialized() else initialize_config_dir(config_dir=dirs[0], version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
         _DEFAULTS[key] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
     return _DEFAULTS[key]
-
-
-def _state(dirs: Sequence[str]) -> tuple:
-    """(path, size, mtime) of every file under the config directories."""
-    files = sorted(str(f) for d in dirs for f in Path(d).rglob("*") if f.is_file())
-    return tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files)
 
 
 def run_owner(cfg: DictConfig) -> dict[str, str]:

@@ -66,10 +66,9 @@ def _with_ci(d: pd.DataFrame, keys) -> tuple[np.ndarray, np.ndarray]:
     return v, np.clip(np.nan_to_num(np.array([v - lo, hi - v])), 0, None)
 
 
-def _save(fig: plt.Figure, path: str | Path, note: str | None = None) -> Path:
+def _save(fig: plt.Figure, path: str | Path, note: str) -> Path:
     """The figure (with ``note`` as its caption) as a PNG with no version stamp (the same bytes on every run)."""
-    if note is not None:
-        _caption(fig, note)
+    _caption(fig, note)
     path = Path(path)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", metadata={"Software": None})
