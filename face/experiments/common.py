@@ -28,7 +28,7 @@ from face.data import ARENA_VOTES, ensure_data
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
 from face.errors import ConfigError, DataError, closest_first, import_class, require_writable_dir
-from face.experiments.naming import non_default_settings, run_name, without_llm_settings
+from face.experiments.naming import non_default_settings, run_name
 from face.experiments.result import ExperimentResult, write
 from face.experiments.settings import RunSettings
 from face.llm import LLMConfig
@@ -191,7 +191,9 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
         if [a.name for a in aspects] == [a.name for a in dataset.resolve_aspects(None)]:
             settings.pop("aspects", None)  # the dataset's own aspects named in full (face evaluate's): the default
         out_dir, run_dir = out_dir_for(cfg, run, dataset, settings), Path(cfg.paths.output_dir)
-        label = settings if uses_llm else without_llm_settings(settings)  # run name and captions
+        # run name and captions; a run that calls no LLM (re-aggregating released scores) is the same under any LLM
+        label = settings if uses_llm else {k: v for k, v in settings.items()
+                                           if k not in ("llm", "run_size") and not k.startswith(("llm.", "run_size."))}
         check_paths(cfg, out_dir, run_dir, uses_llm, "report.out_dir" if run.report.out_dir else "paths.results_dir")
     except (ConfigError, DataError):
         raise

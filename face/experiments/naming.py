@@ -102,13 +102,6 @@ def run_owner(cfg: DictConfig) -> dict[str, str]:
     return owner
 
 
-def without_llm_settings(settings: dict[str, str]) -> dict[str, str]:
-    """The settings that matter to a run that calls no LLM: without ``llm=...`` and the ``llm.*`` / ``run_size.*``
-    keys (an experiment that re-aggregates released scores is the same run under any LLM)."""
-    return {k: v for k, v in settings.items()
-            if k not in ("llm", "run_size") and not k.startswith(("llm.", "run_size."))}
-
-
 def run_name(task: str, settings: dict[str, str], judge: str | None = None) -> str:
     """What differs from the experiment's default first, then the experiment (the page the run is on says it too):
     ``particle_agg=median · reproduce_table2``, the last part of each key where that is unambiguous; the
@@ -125,4 +118,4 @@ def run_name(task: str, settings: dict[str, str], judge: str | None = None) -> s
     return (f"{label}{SEP}{task}" if label else task)[:250]
 
 
-__all__ = ["non_default_settings", "run_name", "run_owner", "without_llm_settings"]
+__all__ = ["non_default_settings", "run_name", "run_owner"]

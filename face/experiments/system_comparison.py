@@ -179,7 +179,6 @@ def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:
     separated = float(total["face_separated"])
     out["summary.confirmed_by_humans"] = float(total["confirmed_by_humans"]) / separated if separated else float("nan")
     out["summary.separated_pairs"] = separated
-    unpaired = cal[(cal["aspect"] == "all aspects") & (cal["mode"] == "unpaired")]
-    if len(unpaired):
-        out["summary.false_positive_rate"] = float(unpaired["fpr"].iloc[0])
+    if "calibration.unpaired.fpr" in out:
+        out["summary.false_positive_rate"] = float(out["calibration.unpaired.fpr"])
     return out
