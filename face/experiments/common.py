@@ -34,7 +34,7 @@ from face.experiments.settings import RunSettings
 from face.llm import LLMConfig
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
-from face.tracking import Tracker, check_tracking_store
+from face.tracking import Tracker, check_tracking_store, is_multirun
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,6 @@ def own_settings(cls: Any, cfg: DictConfig, key: str) -> Any:
 def out_dir_for(cfg: DictConfig, run: RunSettings, dataset, settings: dict[str, str] | None = None) -> Path:
     """``results/<task_name>`` for the experiment's default configuration on the full data only, outside a
     multirun; anything else writes into its own run directory (``report.out_dir`` overrides both)."""
-    from face.tracking import is_multirun
-
     if run.report.out_dir:
         return Path(run.report.out_dir)
     if dataset.is_subset or settings or is_multirun():  # a sweep job (even the default one) keeps to its job dir
