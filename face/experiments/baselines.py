@@ -99,8 +99,7 @@ def long_table(results: pd.DataFrame, published: pd.DataFrame, labels: dict, spl
     ours = ours[["method", "source", "aspect", "level", "split", "coefficient", "value", "ci_low", "ci_high", "n"]]
     pub = published[published["split"].isin(splits) & published["coefficient"].isin(["pearson", "spearman"])]
     pub = pub.dropna(subset=["value"])
-    src = pub["source"] if "source" in pub else pd.Series("FACE paper Table 2 (authors' baselines.json)",
-                                                              index=pub.index)
+    src = pub.get("source", "FACE paper Table 2 (authors' baselines.json)")
     why = pub["method"].map(lambda m: f"; not recomputed: {NOT_RECOMPUTED[m]}" if m in NOT_RECOMPUTED else "")
     pub = pub.assign(source="published: " + src + why, level="", ci_low=float("nan"), ci_high=float("nan"), n=None)
     return order_aspects(pd.concat([ours, pub[ours.columns]], ignore_index=True))

@@ -28,13 +28,13 @@ from face.data import ARENA_VOTES, ensure_data
 from face.data.fetch import data_checksums
 from face.data.schema import Conversation
 from face.errors import ConfigError, DataError, closest_first, import_class, require_writable_dir
-from face.experiments.naming import non_default_settings, run_name, without_llm_settings
+from face.experiments.naming import non_default_settings, run_name
 from face.experiments.result import ExperimentResult, write
 from face.experiments.settings import RunSettings
 from face.llm import LLMConfig
 from face.metaeval import LEVELS, meta_evaluate
 from face.methods import Inputs, Method, MethodOutput, build
-from face.tracking import Tracker, check_tracking_store
+from face.tracking import Tracker, check_tracking_store, is_multirun
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,6 @@ def own_settings(cls: Any, cfg: DictConfig, key: str) -> Any:
 def out_dir_for(cfg: DictConfig, run: RunSettings, dataset, settings: dict[str, str] | None = None) -> Path:
     """``results/<task_name>`` for the experiment's default configuration on the full data only, outside a
     multirun; anything else writes into its own run directory (``report.out_dir`` overrides both)."""
-    from face.tracking import is_multirun
-
     if run.report.out_dir:
         return Path(run.report.out_dir)
     if dataset.is_subset or settings or is_multirun():  # a sweep job (even the default one) keeps to its job dir
@@ -172,7 +170,7 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
     written or sent."""
     try:
         run = RunSettings.of(cfg)
-        llm = check_settings(cfg)
+        llm = LLMConfig.from_dict(cfg.llm) if "llm" in cfg else None  # None: a configuration without llm
         dataset = build(cfg.dataset)
         methods = {name: build(node) for name, node in (parts.method_cfgs or {cfg.method.name: cfg.method}).items()}
         aspects = dataset.resolve_aspects(run.aspects)
@@ -191,7 +189,9 @@ def prepare(cfg: DictConfig, parts: Parts = Parts()) -> Plan:
         if [a.name for a in aspects] == [a.name for a in dataset.resolve_aspects(None)]:
             settings.pop("aspects", None)  # the dataset's own aspects named in full (face evaluate's): the default
         out_dir, run_dir = out_dir_for(cfg, run, dataset, settings), Path(cfg.paths.output_dir)
-        label = settings if uses_llm else without_llm_settings(settings)  # run name and captions
+        # run name and captions; a run that calls no LLM (re-aggregating released scores) is the same under any LLM
+        label = settings if uses_llm else {k: v for k, v in settings.items()
+                                           if k not in ("llm", "run_size") and not k.startswith(("llm.", "run_size."))}
         check_paths(cfg, out_dir, run_dir, uses_llm, "report.out_dir" if run.report.out_dir else "paths.results_dir")
     except (ConfigError, DataError):
         raise
@@ -238,13 +238,6 @@ def mlflow_ui_command(cfg: DictConfig) -> str:
 
 
 # ---------------------------------------------------------------- checks before anything runs
-def check_settings(cfg: DictConfig) -> LLMConfig | None:
-    """The LLM's settings (``LLMConfig``) typed before anything runs (``ConfigError``: one line naming the key), or
-    None for a configuration without ``llm``; the run's own are ``RunSettings``, the dataset and the methods check
-    their own when built."""
-    return LLMConfig.from_dict(cfg.llm) if "llm" in cfg else None
-
-
 def llm_server_files(cfg: DictConfig) -> list[str]:
     """Data files the configured LLM server reads (its class's ``data_files``; the replay judge's released
     judgements), fetched with the experiment's own before anything runs. Its options are checked first: one its class

@@ -9,7 +9,7 @@ import os
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Sequence, cast
+from typing import cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -76,18 +76,14 @@ def _default_config(overrides: list[str]) -> dict:
         dirs = [s.path for s in hydra.hydra.config_loader.get_sources() if s.scheme() == "file"]
     else:
         dirs = [str(Path(__file__).resolve().parents[1] / "conf")]
-    key = (tuple(dirs), _state(dirs), tuple(overrides))
+    files = sorted(str(f) for d in dirs for f in Path(d).rglob("*") if f.is_file())
+    state = tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files)  # (path, size, mtime) of each file
+    key = (tuple(dirs), state, tuple(overrides))
     if key not in _DEFAULTS:
         with nullcontext() if hydra.is_initialized() else initialize_config_dir(config_dir=dirs[0], version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
         _DEFAULTS[key] = OmegaConf.to_container(cfg, resolve=False)  # type: ignore[assignment]
     return _DEFAULTS[key]
-
-
-def _state(dirs: Sequence[str]) -> tuple:
-    """(path, size, mtime) of every file under the config directories."""
-    files = sorted(str(f) for d in dirs for f in Path(d).rglob("*") if f.is_file())
-    return tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files)
 
 
 def run_owner(cfg: DictConfig) -> dict[str, str]:
@@ -106,13 +102,6 @@ def run_owner(cfg: DictConfig) -> dict[str, str]:
     return owner
 
 
-def without_llm_settings(settings: dict[str, str]) -> dict[str, str]:
-    """The settings that matter to a run that calls no LLM: without ``llm=...`` and the ``llm.*`` / ``run_size.*``
-    keys (an experiment that re-aggregates released scores is the same run under any LLM)."""
-    return {k: v for k, v in settings.items()
-            if k not in ("llm", "run_size") and not k.startswith(("llm.", "run_size."))}
-
-
 def run_name(task: str, settings: dict[str, str], judge: str | None = None) -> str:
     """What differs from the experiment's default first, then the experiment (the page the run is on says it too):
     ``particle_agg=median · reproduce_table2``, the last part of each key where that is unambiguous; the
@@ -129,4 +118,4 @@ def run_name(task: str, settings: dict[str, str], judge: str | None = None) -> s
     return (f"{label}{SEP}{task}" if label else task)[:250]
 
 
-__all__ = ["non_default_settings", "run_name", "run_owner", "without_llm_settings"]
+__all__ = ["non_default_settings", "run_name", "run_owner"]

@@ -101,18 +101,14 @@ def _power(face_units, human_units, aspects: list[str], table: pd.DataFrame, s: 
     sizes = [n for n in s.power_sizes if n is None or n < largest]  # n ≥ every system's count: that is "all"
     n_boot = s.power_boot or stats.boot_size(len(aspects), s.alpha)
     raw = validation.power(face_units, direction, aspects, sizes, s.power_reps, n_boot, s.alpha, seed)
-    separated = table.loc[table["human_separates"], ["baseline", "candidate", "aspect"]].rename(
-        columns={"baseline": "system_a", "candidate": "system_b"}).assign(human_separated=True)
-    raw = raw.merge(separated, on=["system_a", "system_b", "aspect"], how="left")
-    raw["human_separated"] = raw["human_separated"].astype("boolean").fillna(False).astype(bool)
-    rows = []
-    for (n, a), g in raw.groupby(["n", "aspect"], sort=False):
-        h = g[g["human_separated"]]
-        rows.append((n, a, g["recovered"].mean(), g["wrong_direction"].mean(),
-                     h["recovered"].mean() if len(h) else np.nan, len(h) // s.power_reps))
-    cols = ["n", "aspect", "recovered_all_pairs", "wrong_direction", "recovered_human_separated",
-            "human_separated_pairs"]
-    return pd.DataFrame(rows, columns=cols), n_boot, [n for n in s.power_sizes if n not in sizes]
+    separated = set(table.loc[table["human_separates"], ["baseline", "candidate", "aspect"]].itertuples(False, None))
+    human = [cell in separated for cell in zip(raw["system_a"], raw["system_b"], raw["aspect"])]
+    raw = raw.assign(human_separated=human, human_recovered=raw["recovered"].astype(float).where(human))
+    out = raw.groupby(["n", "aspect"], sort=False).agg(
+        recovered_all_pairs=("recovered", "mean"), wrong_direction=("wrong_direction", "mean"),
+        recovered_human_separated=("human_recovered", "mean"), human_separated_pairs=("human_separated", "sum"))
+    out["human_separated_pairs"] //= s.power_reps
+    return out.reset_index(), n_boot, [n for n in s.power_sizes if n not in sizes]
 
 
 def run(plan: Plan) -> ExperimentResult:
@@ -183,7 +179,6 @@ def _metrics(summary: pd.DataFrame, cal: pd.DataFrame) -> dict[str, float]:
     separated = float(total["face_separated"])
     out["summary.confirmed_by_humans"] = float(total["confirmed_by_humans"]) / separated if separated else float("nan")
     out["summary.separated_pairs"] = separated
-    unpaired = cal[(cal["aspect"] == "all aspects") & (cal["mode"] == "unpaired")]
-    if len(unpaired):
-        out["summary.false_positive_rate"] = float(unpaired["fpr"].iloc[0])
+    if "calibration.unpaired.fpr" in out:
+        out["summary.false_positive_rate"] = float(out["calibration.unpaired.fpr"])
     return out

@@ -66,10 +66,9 @@ def _with_ci(d: pd.DataFrame, keys) -> tuple[np.ndarray, np.ndarray]:
     return v, np.clip(np.nan_to_num(np.array([v - lo, hi - v])), 0, None)
 
 
-def _save(fig: plt.Figure, path: str | Path, note: str | None = None) -> Path:
+def _save(fig: plt.Figure, path: str | Path, note: str) -> Path:
     """The figure (with ``note`` as its caption) as a PNG with no version stamp (the same bytes on every run)."""
-    if note is not None:
-        _caption(fig, note)
+    _caption(fig, note)
     path = Path(path)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", metadata={"Software": None})
@@ -157,19 +156,13 @@ def k_curve(summary: pd.DataFrame, coefficient: str, note: str, path: str | Path
 
 @drawn("white")
 def aggregation_heatmap(df: pd.DataFrame, aspect_col: str, note: str, path: str | Path, title: str) -> Path:
-    """Heatmap: rows = aggregator setting, columns = aspect, cells = correlation."""
+    """Heatmap: rows = aggregator setting, columns = aspect, cells = correlation (no interval: the ablation's
+    settings are compared with their paired CIs in aggregation_differences)."""
     pivot = df.pivot(index="setting", columns=aspect_col, values="value")
     pivot = pivot[ordered(pivot.columns)]
-    annot = pivot.map(lambda v: f"{v:.3f}")
-    has_ci = {"ci_low", "ci_high"} <= set(df.columns) and df[["ci_low", "ci_high"]].notna().all().all()
-    if has_ci:  # each cell: the value and its 95 % CI beneath
-        lo = df.pivot(index="setting", columns=aspect_col, values="ci_low")[pivot.columns]
-        hi = df.pivot(index="setting", columns=aspect_col, values="ci_high")[pivot.columns]
-        annot = annot + "\n[" + lo.map(lambda v: f"{v:.2f}") + ", " + hi.map(lambda v: f"{v:.2f}") + "]"
-        title = f"{title} (95 % CIs)"
     coefficient = df["coefficient"].iloc[0] if "coefficient" in df.columns and len(df) else ""
-    fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, (0.7 if has_ci else 0.45) * pivot.shape[0] + 1.8))
-    sns.heatmap(pivot, annot=annot, fmt="", cmap="viridis", ax=ax, annot_kws={"fontsize": 7},
+    fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.45 * pivot.shape[0] + 1.8))
+    sns.heatmap(pivot, annot=pivot.map(lambda v: f"{v:.3f}"), fmt="", cmap="viridis", ax=ax, annot_kws={"fontsize": 7},
                 cbar_kws={"shrink": 0.7, "label": COEF_LABELS.get(coefficient, "correlation")})
     ax.set(title=title, xlabel="", ylabel="instruction agg / particle agg")
     _rotated_ticks(ax, pivot.columns)

@@ -195,7 +195,7 @@ def _say(locs: list[Location], states: list[str], request: RunRequest) -> None:
 def _execute(request: RunRequest, plan) -> tuple[Any, bool]:
     """The estimate (and its confirmation), then the run: (the experiment's result, whether anything was sent)."""
     from face.console import RunSummary
-    from face.experiments.common import check_settings
+    from face.llm import LLMConfig
     from face.methods.job import estimated_cost
 
     if request.estimate_only or request.confirm is not None:
@@ -203,7 +203,7 @@ def _execute(request: RunRequest, plan) -> tuple[Any, bool]:
         # without a banner
         task = OmegaConf.merge(plan.cfg, {"llm": {"dry_run": True}, "tracking": {"enabled": False}})
         assert isinstance(task, DictConfig)
-        dry = dataclasses.replace(plan, cfg=task, llm=check_settings(task),
+        dry = dataclasses.replace(plan, cfg=task, llm=LLMConfig.from_dict(task.llm),
                                   summary=RunSummary(held=True, estimate="dry"))
         estimate = importlib.import_module(task.runner).run(dry)
         cost = estimated_cost(estimate.estimate) if estimate.estimate is not None else 0.0
