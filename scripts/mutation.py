@@ -62,7 +62,7 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
                   ("tests/llm/test_money_usage.py", "tests/llm/test_budget.py")),
     "llm/budget": (("BudgetLM.chat", "BudgetLM._send", "BudgetLM._placeholders", "AccountingLM"),
                    ("tests/llm/test_money_usage.py", "tests/llm/test_budget.py")),
-    "llm/cache": (("sample_keys", "CachingLM.keys_for", "CachingLM._cached", "CachingLM._sample", "CachingLM.results",
+    "llm/cache": (("request_keys", "CachingLM.keys_for", "CachingLM._cached", "CachingLM._sample", "CachingLM.results",
                    "CachingLM.chat", "CachingLM._fetch", "_payload"),
                   ("tests/llm/test_money_draws.py", "tests/llm/test_cache_compat.py")),
     "llm/claims": (None, ("tests/test_shared_cache.py", "tests/llm/test_money_draws.py")),

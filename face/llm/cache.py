@@ -30,27 +30,19 @@ from typing import Any
 from .base import ChatRequest, ChatResult, Completion, TokenLogprob, merge, raise_first, request_params, runs, validate
 from .store import CACHE_FILE, SampleCache, check_cache_dir  # noqa: F401 - the cache's store, named from here too
 
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def sample_key(fields: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of the fields that determine one sample."""
-    return hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()
-
-
 _INDEX_MARK = -7_319_046_251  # an integer no request uses: marks where sample_index goes in the canonical JSON
 
 
-def sample_keys(fields: dict[str, Any], indices: Iterable[int]) -> dict[int, str]:
-    """`sample_key({**fields, "sample_index": i})` for every i, serialising the fields once (same bytes:
-    the canonical JSON of an int is its decimal string)."""
-    text = canonical_json({**fields, "sample_index": _INDEX_MARK})
-    mark = f'"sample_index":{_INDEX_MARK}'
-    if text.count(mark) != 1:  # cannot happen with JSON-escaped strings; stay exact anyway
-        return {i: sample_key({**fields, "sample_index": i}) for i in indices}
-    head, tail = (part.encode("utf-8") for part in text.split(mark))
+def request_keys(cfg: Any, model: str, req: ChatRequest, indices: Iterable[int]) -> dict[int, str]:
+    """The cache key of each sample ``i`` in ``indices`` of ``req`` sent to ``model`` with the settings ``cfg``: the
+    sha256 of the canonical JSON of everything that determines it (unchanged since the first cache was written:
+    fixtures test it). The fields are serialised and hashed once, then the index added (the canonical JSON of an int
+    is its decimal string)."""
+    fields = {"model": model, "messages": [list(m) for m in req.messages], **request_params(cfg, req),
+              "seed": cfg.seed, "sample_index": _INDEX_MARK}
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # the last mark is the index's own: the keys sorted after "sample_index" hold numbers, not text or objects
+    head, tail = (part.encode("utf-8") for part in text.rsplit(f'"sample_index":{_INDEX_MARK}', 1))
     start = hashlib.sha256(head + b'"sample_index":')  # the long part hashed once, then copied per index
     out = {}
     for i in indices:
@@ -61,18 +53,17 @@ def sample_keys(fields: dict[str, Any], indices: Iterable[int]) -> dict[int, str
     return out
 
 
+def request_key(cfg: Any, model: str, req: ChatRequest, sample_index: int) -> str:
+    """The cache key of sample ``sample_index`` of ``req`` (``request_keys``)."""
+    return request_keys(cfg, model, req, [sample_index])[sample_index]
+
+
 def _lp_to_json(lps: list[TokenLogprob] | None) -> list | None:
     return None if lps is None else [[t.token, t.logprob, [list(x) for x in t.top]] for t in lps]
 
 
 def _lp_from_json(data: list | None) -> list[TokenLogprob] | None:
     return None if data is None else [TokenLogprob(t, lp, [(a, b) for a, b in top]) for t, lp, top in data]
-
-
-def request_key(cfg: Any, model: str, req: ChatRequest, sample_index: int) -> str:
-    """The cache key of sample ``sample_index`` of ``req`` sent to ``model`` with the settings ``cfg``."""
-    return sample_key({"model": model, "messages": [list(m) for m in req.messages],
-                       **request_params(cfg, req), "seed": cfg.seed, "sample_index": sample_index})
 
 
 class CachingLM:
@@ -86,14 +77,9 @@ class CachingLM:
         # requests the read-ahead found not wholly cached: their keys and the payloads it did find (chat uses them)
         self.known: dict[ChatRequest, tuple[dict[int, str], dict[str, str]]] = {}
 
-    def key_for(self, req: ChatRequest, sample_index: int) -> str:
-        """The cache key of one sample (unchanged since the first cache was written: fixtures test it)."""
-        return request_key(self.cfg, self.model, req, sample_index)
-
     def keys_for(self, req: ChatRequest) -> dict[int, str]:
-        """`key_for(req, i)` for every sample of `req` (the request serialised once)."""
-        return sample_keys({"model": self.model, "messages": [list(m) for m in req.messages],
-                            **request_params(self.cfg, req), "seed": self.cfg.seed}, req.indices)
+        """The cache key of every sample of `req`."""
+        return request_keys(self.cfg, self.model, req, req.indices)
 
     def _cached(self, req: ChatRequest) -> tuple[dict[int, str], dict[int, Completion]]:
         known = self.known.pop(req, None)
