@@ -29,7 +29,8 @@ class BudgetLM:
         self.limiter: Limiter | None = None  # the one of the loop that ran last
         self._events: dict[int, asyncio.Event] = {}  # per event loop: a reservation was given back
         if hasattr(inner, "on_throttle"):
-            inner.on_throttle = self._throttle  # the transport reports 429 / 503 (+ Retry-After)
+            # the transport reports 429 / 503 (+ Retry-After) while one of this loop's requests is retried
+            inner.on_throttle = lambda retry_after_s: self._limiter().throttle(retry_after_s)
         usage.concurrency = lambda: {} if self.limiter is None else self.limiter.summary()
 
     def _limiter(self) -> Limiter:
@@ -39,10 +40,6 @@ class BudgetLM:
                                            cfg.latency_tolerance)
         self.limiter = self._limiters[loop]
         return self.limiter
-
-    def _throttle(self, retry_after_s: float | None) -> None:
-        if self.limiter is not None:
-            self.limiter.throttle(retry_after_s)
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         if req.n <= self.cfg.n_per_request:  # one piece: the request itself

@@ -21,6 +21,7 @@ Cached samples are re-validated on read, so answers cached before validation exi
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ from typing import Any
 from .base import ChatRequest, ChatResult, Completion, TokenLogprob, merge, raise_first, request_params, runs, validate
 from .store import CACHE_FILE, SampleCache, check_cache_dir  # noqa: F401 - the cache's store, named from here too
 
+_decode = functools.lru_cache(maxsize=10_000)(json.loads)  # a payload's JSON (read only): answers repeat
 _INDEX_MARK = -7_319_046_251  # an integer no request uses: marks where sample_index goes in the canonical JSON
 
 
@@ -72,7 +74,6 @@ class CachingLM:
 
     def __init__(self, inner: Any, store: SampleCache, cfg: Any, model: str):
         self.inner, self.store, self.cfg, self.model = inner, store, cfg, model
-        self._decoded: dict[str, dict] = {}  # payload text -> its JSON (read only): answers repeat
         self.claiming = not getattr(cfg, "dry_run", False)  # a dry run sends nothing: nothing to claim
         # requests the read-ahead found not wholly cached: their keys and the payloads it did find (chat uses them)
         self.known: dict[ChatRequest, tuple[dict[int, str], dict[str, str]]] = {}
@@ -91,7 +92,7 @@ class CachingLM:
         return keys, {i: self._sample(p, i, req) for i, k in keys.items() if (p := hit.get(k)) is not None}
 
     def _sample(self, payload: dict | str, i: int, req: ChatRequest) -> Completion:
-        p = json.loads(payload) if isinstance(payload, str) else payload
+        p = _decode(payload) if isinstance(payload, str) else payload
         return validate(Completion(p["text"], p["finish_reason"], _lp_from_json(p.get("logprobs")), cached=True,
                                    sample_index=i, error=p.get("invalid")), req.adapter)
 
@@ -99,7 +100,6 @@ class CachingLM:
         """The results of `reqs` from looked-up payloads (dicts, or their JSON text); None where one is missing
         (its keys and what was found are kept for ``chat``)."""
         out: list[ChatResult | None] = []
-        memo = self._decoded
         if len(self.known) > 10_000:  # requests never asked (identical ones share a result): let them go
             self.known.clear()
         for req, ks in zip(reqs, keys):
@@ -108,11 +108,7 @@ class CachingLM:
                 self.known[req] = (ks, {k: p for k in ks.values() if (p := hit.get(k)) is not None})
                 out.append(None)
                 continue
-            if len(memo) > 10_000:
-                memo.clear()
-            decoded: list[dict] = [(memo.get(p) or memo.setdefault(p, json.loads(p))) if isinstance(p, str) else p
-                                   for p in payloads if p is not None]  # (none is None here)
-            samples = [self._sample(p, i, req) for i, p in zip(req.indices, decoded)]
+            samples = [self._sample(p, i, req) for i, p in zip(req.indices, payloads)]
             out.append(ChatResult(request=req, samples=samples, cached_samples=req.n))
         return out
 

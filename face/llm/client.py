@@ -310,20 +310,15 @@ def run_off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     try:
         return future.result()
     except KeyboardInterrupt:
-        if worker and not interrupt(worker[0]):
-            _raise_in(worker[0], KeyboardInterrupt)  # not in an LLM client's loop right now
+        if worker and not interrupt(worker[0]):  # not in an LLM client's loop right now: raised at its next instruction
+            import ctypes
+
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker[0]), ctypes.py_object(KeyboardInterrupt))
         with contextlib.suppress(BaseException):  # let it wind down (a second Ctrl-C stops waiting)
             future.exception()
         raise
     finally:
         pool.shutdown(wait=False)
-
-
-def _raise_in(thread: int, exc: type[BaseException]) -> None:
-    """Raise ``exc`` in another thread at its next Python instruction (as a signal does in the main thread)."""
-    import ctypes
-
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(exc))
 
 
 def _loop_running() -> bool:
