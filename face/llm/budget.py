@@ -12,7 +12,6 @@ one record per request (tag, cache hits, samples, HTTP requests, tokens, cost, l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import replace
 from typing import Any
@@ -91,10 +90,8 @@ class BudgetLM:
                           cost_usd=self.usage.cost(tin, tout))
 
     def _notify(self) -> None:
-        with contextlib.suppress(RuntimeError):  # no running loop: nobody waits
-            ev = self._events.pop(id(asyncio.get_running_loop()), None)
-            if ev is not None:
-                ev.set()
+        """Wake this loop's requests waiting for a reservation to be given back (a throwaway event when none waits)."""
+        self._events.pop(id(asyncio.get_running_loop()), asyncio.Event()).set()
 
 
 class AccountingLM:

@@ -137,7 +137,7 @@ class CachingLM:
             theirs = {keys[i] for i in missing if keys[i] in claimed.theirs}
         subs = [req if r == list(req.indices) else replace(req, n=len(r), first_sample=r[0])
                 for r in runs(mine, self.cfg.n_per_request)]
-        jobs = [self._fetch(s, keys) for s in subs] + ([self.store.wait(theirs)] if theirs else [])
+        jobs = [self._fetch(s, keys) for s in subs] + ([self.store.claims.wait(theirs)] if theirs else [])
         done: list[Any]  # the sub-requests' results, then the wait's (found, free) when another process sends
         if len(jobs) == 1:  # the common case: no task per sub-request
             done = [await jobs[0]]

@@ -52,7 +52,7 @@ class SampleCache:
         self._reader: sqlite3.Connection | None = None  # read_committed's (one other thread)
         self._flush_scheduled = False
         self.commits = 0
-        self.claims = Claims(lambda: self.flush(force=True))  # samples in flight, across processes
+        self.claims = Claims(self._conn, lambda: self.flush(force=True))  # samples in flight, across processes
 
     @staticmethod
     def _retry_locked(fn, attempts: int = 50):
@@ -113,10 +113,6 @@ class SampleCache:
         else:
             self._schedule(loop)
 
-    async def wait(self, keys: set[str]) -> tuple[dict[str, str], set[str]]:
-        """Wait for keys other processes are sending: (payloads answered, keys they let go of)."""
-        return await self.claims.wait(self._conn, keys)
-
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -130,12 +126,12 @@ class SampleCache:
             return
         data, self._pending = list(self._pending.values()), {}
 
-        def transaction() -> list:
+        def transaction() -> tuple:
             self._conn.execute("BEGIN IMMEDIATE")  # takes the write lock (waits busy_timeout for it)
             try:
                 self._conn.executemany("INSERT OR REPLACE INTO samples (key, model, tag, sample_index, created, "
                                        "payload) VALUES (?,?,?,?,?,?)", data)
-                outcome = self.claims.run(self._conn)
+                outcome = self.claims.run()
                 self._conn.execute("COMMIT")
                 return outcome
             except BaseException:
@@ -177,7 +173,7 @@ class SampleCache:
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error, RuntimeError):
             self.flush()
-        self.claims.close(self._conn)
+        self.claims.close()
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
         if self._reader is not None:
