@@ -165,7 +165,7 @@ SEMANTIC: tuple[Semantic, ...] = (
              "another host's pid looked up on this host"),
     Semantic("llm/claims", "conn.execute(\"UPDATE claims SET beat = ? WHERE owner = ?\", (now, self.owner))", "pass",
              "the heartbeat never refreshed"),
-    Semantic("llm/claims", "loop.call_later(BEAT_S, tick)", "pass",
+    Semantic("llm/claims", "asyncio.get_running_loop().call_later(BEAT_S, tick)", "pass",
              "no heartbeat while nothing else commits"),
     Semantic("llm/claims", "conn.executemany(\"DELETE FROM claims WHERE key = ? AND owner = ?\", dead)", "pass",
              "a gone owner's claim reported free but never deleted (the waiter waits for it again, for ever)"),

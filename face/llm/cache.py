@@ -138,12 +138,10 @@ class CachingLM:
         subs = [req if r == list(req.indices) else replace(req, n=len(r), first_sample=r[0])
                 for r in runs(mine, self.cfg.n_per_request)]
         jobs = [self._fetch(s, keys) for s in subs] + ([self.store.claims.wait(theirs)] if theirs else [])
-        done: list[Any]  # the sub-requests' results, then the wait's (found, free) when another process sends
-        if len(jobs) == 1:  # the common case: no task per sub-request
-            done = [await jobs[0]]
-        else:
-            done = await asyncio.gather(*jobs, return_exceptions=True)
-            raise_first([p for p in done if isinstance(p, BaseException)])
+        # the sub-requests' results, then the wait's (found, free) when another process sends; one job (the common
+        # case) awaited without a task
+        done = [await jobs[0]] if len(jobs) == 1 else await asyncio.gather(*jobs, return_exceptions=True)
+        raise_first([p for p in done if isinstance(p, BaseException)])
         parts += done[:len(subs)]
         if not theirs:
             return []

@@ -162,18 +162,15 @@ class Claims:
         """While claims are held, make sure the cache commits at least every ``BEAT_S`` (the beat rides on it)."""
         if self._ticking:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (the cache closing): nothing is in flight to keep alive
-            return
-        self._ticking = True
 
         def tick() -> None:
             self._ticking = False
             if self.held:
                 self._flush()
 
-        loop.call_later(BEAT_S, tick)
+        with contextlib.suppress(RuntimeError):  # no loop (the cache closing): nothing is in flight to keep alive
+            asyncio.get_running_loop().call_later(BEAT_S, tick)
+            self._ticking = True
 
     # ---- waiting for other owners -----------------------------------------------------------------------------
     async def wait(self, keys: set[str]) -> tuple[dict[str, str], set[str]]:

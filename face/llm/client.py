@@ -285,12 +285,11 @@ def _interrupted() -> None:
 def interrupt(thread: int) -> int:
     """Stop the LLM clients running in ``thread`` as Ctrl-C stops one in the main thread: their loop raises
     KeyboardInterrupt, cancels its tasks and lets the run end. Returns how many."""
-    stopped = 0
-    for loop, owner in list(_LOOPS.items()):
-        if loop.is_running() and not loop.is_closed() and owner == thread:
-            loop.call_soon_threadsafe(_interrupted)
-            stopped += 1
-    return stopped
+    loops = [loop for loop, owner in list(_LOOPS.items())
+             if loop.is_running() and not loop.is_closed() and owner == thread]
+    for loop in loops:
+        loop.call_soon_threadsafe(_interrupted)
+    return len(loops)
 
 
 def run_off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -174,12 +174,10 @@ class SampleCache:
         with contextlib.suppress(sqlite3.Error, RuntimeError):
             self.flush()
         self.claims.close()
-        with contextlib.suppress(sqlite3.Error):
-            self._conn.close()
-        if self._reader is not None:
+        for conn in filter(None, (self._conn, self._reader)):
             with contextlib.suppress(sqlite3.Error):
-                self._reader.close()
-            self._reader = None
+                conn.close()
+        self._reader = None
 
 
 def check_cache_dir(cache_dir: str | os.PathLike) -> None:
