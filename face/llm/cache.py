@@ -103,7 +103,7 @@ class CachingLM:
         if len(self.known) > 10_000:  # requests never asked (identical ones share a result): let them go
             self.known.clear()
         for req, ks in zip(reqs, keys):
-            payloads = [hit.get(ks[i]) for i in req.indices]
+            payloads: list[Any] = [hit.get(ks[i]) for i in req.indices]
             if any(p is None for p in payloads):
                 self.known[req] = (ks, {k: p for k in ks.values() if (p := hit.get(k)) is not None})
                 out.append(None)
@@ -140,7 +140,7 @@ class CachingLM:
         jobs = [self._fetch(s, keys) for s in subs] + ([self.store.claims.wait(theirs)] if theirs else [])
         # the sub-requests' results, then the wait's (found, free) when another process sends; one job (the common
         # case) awaited without a task
-        done = [await jobs[0]] if len(jobs) == 1 else await asyncio.gather(*jobs, return_exceptions=True)
+        done: list[Any] = [await jobs[0]] if len(jobs) == 1 else await asyncio.gather(*jobs, return_exceptions=True)
         raise_first([p for p in done if isinstance(p, BaseException)])
         parts += done[:len(subs)]
         if not theirs:
