@@ -60,7 +60,7 @@ TARGETS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...]]] = {
     "llm/usage": (("Piece", "Usage.worst_case", "Usage.must_wait", "Usage.reserve", "Usage.settle", "Usage.release",
                    "Usage.add", "Usage.summary"),
                   ("tests/llm/test_money_usage.py", "tests/llm/test_budget.py")),
-    "llm/budget": (("BudgetLM.chat", "BudgetLM._send", "BudgetLM._placeholders", "AccountingLM"),
+    "llm/budget": (("BudgetLM.chat", "BudgetLM._send", "AccountingLM"),
                    ("tests/llm/test_money_usage.py", "tests/llm/test_budget.py")),
     "llm/cache": (("request_keys", "CachingLM.keys_for", "CachingLM._cached", "CachingLM._sample", "CachingLM.results",
                    "CachingLM.chat", "CachingLM._fetch", "_payload"),

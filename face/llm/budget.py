@@ -58,8 +58,12 @@ class BudgetLM:
             while self.usage.must_wait(piece):  # only requests in flight stand in the way: wait until one settles
                 await self._events.setdefault(id(asyncio.get_running_loop()), asyncio.Event()).wait()
             reserved = self.usage.reserve(piece)  # raises BudgetExceeded; no await between it and sending
-            if self.cfg.dry_run:
-                return self._placeholders(req, piece)
+            if self.cfg.dry_run:  # placeholders carrying no content, priced at the estimate
+                tin, tout = piece.est_input_tokens, piece.bound.output_tokens
+                return ChatResult(request=req, samples=[Completion("", "dry_run", sample_index=i, dry_run=True)
+                                                        for i in req.indices],
+                                  input_tokens=tin, output_tokens=tout,
+                                  cost_usd=self.usage.cost(tin, tout))
             t0 = time.perf_counter()
             try:
                 res = await self.inner.chat(req)
@@ -80,14 +84,6 @@ class BudgetLM:
         finally:
             self._notify()
         return res
-
-    def _placeholders(self, req: ChatRequest, piece: Piece) -> ChatResult:
-        """A dry run's answer: placeholders carrying no content, priced at the estimate."""
-        tin, tout = piece.est_input_tokens, piece.bound.output_tokens
-        return ChatResult(request=req, samples=[Completion("", "dry_run", sample_index=i, dry_run=True)
-                                                for i in req.indices],
-                          input_tokens=tin, output_tokens=tout,
-                          cost_usd=self.usage.cost(tin, tout))
 
     def _notify(self) -> None:
         """Wake this loop's requests waiting for a reservation to be given back (a throwaway event when none waits)."""

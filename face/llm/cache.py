@@ -74,7 +74,6 @@ class CachingLM:
 
     def __init__(self, inner: Any, store: SampleCache, cfg: Any, model: str):
         self.inner, self.store, self.cfg, self.model = inner, store, cfg, model
-        self.claiming = not getattr(cfg, "dry_run", False)  # a dry run sends nothing: nothing to claim
         # requests the read-ahead found not wholly cached: their keys and the payloads it did find (chat uses them)
         self.known: dict[ChatRequest, tuple[dict[int, str], dict[str, str]]] = {}
 
@@ -130,7 +129,7 @@ class CachingLM:
         found go to ``got``, the results sent to ``parts``. Returns the samples still missing (let go by their
         sender: to claim again)."""
         mine, theirs = missing, set()
-        if self.claiming:
+        if not self.cfg.dry_run:  # (a dry run sends nothing: nothing to claim)
             claimed = await self.store.claim([keys[i] for i in missing])
             got.update((i, self._sample(claimed.found[keys[i]], i, req)) for i in missing if keys[i] in claimed.found)
             mine = [i for i in missing if keys[i] in claimed.mine]

@@ -63,9 +63,7 @@ log = logging.getLogger("face.llm")
 class LLMClient:
     def __init__(self, cfg: LLMConfig):
         self.cfg = cfg
-        price_in, price_out = cfg.prices
-        self.usage = Usage(price_input_per_mtok=price_in, price_output_per_mtok=price_out,
-                           max_calls=cfg.max_calls, max_cost_usd=cfg.max_cost_usd,
+        self.usage = Usage(*cfg.prices, max_calls=cfg.max_calls, max_cost_usd=cfg.max_cost_usd,  # (input, output)
                            dry_run=cfg.dry_run, cache_dir=cfg.cache_dir if cfg.cache else None)
         # the server started beside the client (``llm.server``): start(), stop(), base_url (set by start), model,
         # and for one that answers in this process without a socket http_client(cfg), the SDK's HTTP client to it

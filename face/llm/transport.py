@@ -164,12 +164,11 @@ class OpenAITransport:
         """POST one chat-completion body with the retry policy (every request goes through here, the endpoint
         probe's too): (the decoded completion, retries spent); LLMRequestRefused for a 4xx no retry can fix,
         LLMCallError once the retries are spent."""
-        retrying = AsyncRetrying(retry=retry_if_exception(retryable), wait=self._wait,
-                                 stop=stop_after_attempt(self.cfg.max_retries + 1), reraise=True)
         attempts = 0
         url = None
         try:
-            async for attempt in retrying:
+            async for attempt in AsyncRetrying(retry=retry_if_exception(retryable), wait=self._wait,
+                                               stop=stop_after_attempt(self.cfg.max_retries + 1), reraise=True):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
                     url = self._pick(avoid=url)  # a retry prefers another replica
