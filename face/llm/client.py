@@ -37,7 +37,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -172,19 +172,19 @@ class LLMClient:
             yield from ((x, request(x), None) for x in items)
             return
         cache = self.cache
-        ahead: deque = deque()
         with ThreadPoolExecutor(1, thread_name_prefix="cache-read") as pool:
-            while True:
-                batch = list(itertools.islice(items, READ_AHEAD))
-                if batch:
-                    reqs = [request(x) for x in batch]
-                    keys = [cache.keys_for(r) for r in reqs]
-                    ahead.append((batch, reqs, keys, pool.submit(
-                        cache.store.read_committed, [k for ks in keys for k in ks.values()])))
-                if not ahead:
-                    return
-                if batch and len(ahead) < 2:
-                    continue
+
+            def look(batch: list[T]) -> tuple[list[T], list[ChatRequest], list[dict[int, str]], Future]:
+                """A chunk's requests and keys, its cached samples read in the thread."""
+                reqs = [request(x) for x in batch]
+                keys = [cache.keys_for(r) for r in reqs]
+                found = pool.submit(cache.store.read_committed, [k for ks in keys for k in ks.values()])
+                return batch, reqs, keys, found
+
+            chunks = map(look, iter(lambda: list(itertools.islice(items, READ_AHEAD)), []))
+            ahead = deque(itertools.islice(chunks, 1))
+            while ahead:
+                ahead.extend(itertools.islice(chunks, 1))  # the next chunk read while this one is handed out
                 batch, reqs, keys, found = ahead.popleft()
                 for x, req, res in zip(batch, reqs, cache.results(reqs, keys, found.result())):
                     if res is not None and req.adapter is not None and any(s.error is not None for s in res.samples):
