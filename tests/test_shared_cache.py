@@ -42,7 +42,7 @@ def test_a_claimed_key_is_waited_for_and_read_when_its_owner_answers(tmp_path):
         mine = await a.claim(["k1", "k2"])
         theirs = await b.claim(["k1", "k2", "k3"])
         assert mine.mine == {"k1", "k2"} and theirs.theirs == {"k1", "k2"} and theirs.mine == {"k3"}
-        waiting = asyncio.ensure_future(b.wait({"k1", "k2"}))
+        waiting = asyncio.ensure_future(b.claims.wait({"k1", "k2"}))
         await asyncio.sleep(0.1)
         assert not waiting.done()  # the owner is alive and has not answered
         a.put_many([("k1", "m", "t", 0, {"text": "one", "finish_reason": "stop"})], release=["k1", "k2"])
@@ -65,7 +65,7 @@ def test_a_gone_owners_claims_are_taken_over_and_deleted(tmp_path, monkeypatch):
     async def go():
         await a.claim(["k1"])
         assert (await b.claim(["k1"])).theirs == {"k1"}
-        return await asyncio.wait_for(b.wait({"k1"}), 5), await b.claim(["k1"])
+        return await asyncio.wait_for(b.claims.wait({"k1"}), 5), await b.claim(["k1"])
 
     (found, free), again = asyncio.run(go())
     assert found == {} and free == {"k1"} and b.claims.taken_over == 1
@@ -122,7 +122,7 @@ def test_a_claim_whose_beat_lies_in_the_future_is_taken_over_once_the_waiter_saw
     async def go():
         assert (await b.claim(["k1", "k2"])).theirs == {"k1", "k2"}
         first = len(clock.readings)
-        got = await asyncio.wait_for(b.wait({"k1", "k2"}), 5)
+        got = await asyncio.wait_for(b.claims.wait({"k1", "k2"}), 5)
         waited = clock.readings[-1] - clock.readings[first]  # from the first look to the one that took them over
         return got, waited, await b.claim(["k1", "k2"])
 
@@ -145,7 +145,7 @@ def test_an_owner_that_keeps_beating_keeps_its_claims_however_long_it_is_waited_
     async def go():
         await a.claim(["k1"])
         start = clock.readings[-1]
-        waiting = asyncio.ensure_future(b.wait({"k1"}))
+        waiting = asyncio.ensure_future(b.claims.wait({"k1"}))
         await asyncio.sleep(0.3)  # nothing else happens: the heartbeat alone commits
         assert not waiting.done() and clock.readings[-1] - start > 60
         a.put_many([("k1", "m", "t", 0, {"text": "one", "finish_reason": "stop"})], release=["k1"])

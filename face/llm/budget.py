@@ -12,7 +12,6 @@ one record per request (tag, cache hits, samples, HTTP requests, tokens, cost, l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import replace
 from typing import Any
@@ -29,7 +28,8 @@ class BudgetLM:
         self.limiter: Limiter | None = None  # the one of the loop that ran last
         self._events: dict[int, asyncio.Event] = {}  # per event loop: a reservation was given back
         if hasattr(inner, "on_throttle"):
-            inner.on_throttle = self._throttle  # the transport reports 429 / 503 (+ Retry-After)
+            # the transport reports 429 / 503 (+ Retry-After) while one of this loop's requests is retried
+            inner.on_throttle = lambda retry_after_s: self._limiter().throttle(retry_after_s)
         usage.concurrency = lambda: {} if self.limiter is None else self.limiter.summary()
 
     def _limiter(self) -> Limiter:
@@ -39,10 +39,6 @@ class BudgetLM:
                                            cfg.latency_tolerance)
         self.limiter = self._limiters[loop]
         return self.limiter
-
-    def _throttle(self, retry_after_s: float | None) -> None:
-        if self.limiter is not None:
-            self.limiter.throttle(retry_after_s)
 
     async def chat(self, req: ChatRequest) -> ChatResult:
         if req.n <= self.cfg.n_per_request:  # one piece: the request itself
@@ -62,8 +58,12 @@ class BudgetLM:
             while self.usage.must_wait(piece):  # only requests in flight stand in the way: wait until one settles
                 await self._events.setdefault(id(asyncio.get_running_loop()), asyncio.Event()).wait()
             reserved = self.usage.reserve(piece)  # raises BudgetExceeded; no await between it and sending
-            if self.cfg.dry_run:
-                return self._placeholders(req, piece)
+            if self.cfg.dry_run:  # placeholders carrying no content, priced at the estimate
+                tin, tout = piece.est_input_tokens, piece.bound.output_tokens
+                return ChatResult(request=req, samples=[Completion("", "dry_run", sample_index=i, dry_run=True)
+                                                        for i in req.indices],
+                                  input_tokens=tin, output_tokens=tout,
+                                  cost_usd=self.usage.cost(tin, tout))
             t0 = time.perf_counter()
             try:
                 res = await self.inner.chat(req)
@@ -85,19 +85,9 @@ class BudgetLM:
             self._notify()
         return res
 
-    def _placeholders(self, req: ChatRequest, piece: Piece) -> ChatResult:
-        """A dry run's answer: placeholders carrying no content, priced at the estimate."""
-        tin, tout = piece.est_input_tokens, piece.bound.output_tokens
-        return ChatResult(request=req, samples=[Completion("", "dry_run", sample_index=i, dry_run=True)
-                                                for i in req.indices],
-                          input_tokens=tin, output_tokens=tout,
-                          cost_usd=self.usage.cost(tin, tout))
-
     def _notify(self) -> None:
-        with contextlib.suppress(RuntimeError):  # no running loop: nobody waits
-            ev = self._events.pop(id(asyncio.get_running_loop()), None)
-            if ev is not None:
-                ev.set()
+        """Wake this loop's requests waiting for a reservation to be given back (a throwaway event when none waits)."""
+        self._events.pop(id(asyncio.get_running_loop()), asyncio.Event()).set()
 
 
 class AccountingLM:

@@ -21,6 +21,7 @@ Cached samples are re-validated on read, so answers cached before validation exi
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 from collections.abc import Iterable
@@ -30,27 +31,20 @@ from typing import Any
 from .base import ChatRequest, ChatResult, Completion, TokenLogprob, merge, raise_first, request_params, runs, validate
 from .store import CACHE_FILE, SampleCache, check_cache_dir  # noqa: F401 - the cache's store, named from here too
 
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def sample_key(fields: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of the fields that determine one sample."""
-    return hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()
-
-
+_decode = functools.lru_cache(maxsize=10_000)(json.loads)  # a payload's JSON (read only): answers repeat
 _INDEX_MARK = -7_319_046_251  # an integer no request uses: marks where sample_index goes in the canonical JSON
 
 
-def sample_keys(fields: dict[str, Any], indices: Iterable[int]) -> dict[int, str]:
-    """`sample_key({**fields, "sample_index": i})` for every i, serialising the fields once (same bytes:
-    the canonical JSON of an int is its decimal string)."""
-    text = canonical_json({**fields, "sample_index": _INDEX_MARK})
-    mark = f'"sample_index":{_INDEX_MARK}'
-    if text.count(mark) != 1:  # cannot happen with JSON-escaped strings; stay exact anyway
-        return {i: sample_key({**fields, "sample_index": i}) for i in indices}
-    head, tail = (part.encode("utf-8") for part in text.split(mark))
+def request_keys(cfg: Any, model: str, req: ChatRequest, indices: Iterable[int]) -> dict[int, str]:
+    """The cache key of each sample ``i`` in ``indices`` of ``req`` sent to ``model`` with the settings ``cfg``: the
+    sha256 of the canonical JSON of everything that determines it (unchanged since the first cache was written:
+    fixtures test it). The fields are serialised and hashed once, then the index added (the canonical JSON of an int
+    is its decimal string)."""
+    fields = {"model": model, "messages": [list(m) for m in req.messages], **request_params(cfg, req),
+              "seed": cfg.seed, "sample_index": _INDEX_MARK}
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # the last mark is the index's own: the keys sorted after "sample_index" hold numbers, not text or objects
+    head, tail = (part.encode("utf-8") for part in text.rsplit(f'"sample_index":{_INDEX_MARK}', 1))
     start = hashlib.sha256(head + b'"sample_index":')  # the long part hashed once, then copied per index
     out = {}
     for i in indices:
@@ -61,6 +55,11 @@ def sample_keys(fields: dict[str, Any], indices: Iterable[int]) -> dict[int, str
     return out
 
 
+def request_key(cfg: Any, model: str, req: ChatRequest, sample_index: int) -> str:
+    """The cache key of sample ``sample_index`` of ``req`` (``request_keys``)."""
+    return request_keys(cfg, model, req, [sample_index])[sample_index]
+
+
 def _lp_to_json(lps: list[TokenLogprob] | None) -> list | None:
     return None if lps is None else [[t.token, t.logprob, [list(x) for x in t.top]] for t in lps]
 
@@ -69,31 +68,18 @@ def _lp_from_json(data: list | None) -> list[TokenLogprob] | None:
     return None if data is None else [TokenLogprob(t, lp, [(a, b) for a, b in top]) for t, lp, top in data]
 
 
-def request_key(cfg: Any, model: str, req: ChatRequest, sample_index: int) -> str:
-    """The cache key of sample ``sample_index`` of ``req`` sent to ``model`` with the settings ``cfg``."""
-    return sample_key({"model": model, "messages": [list(m) for m in req.messages],
-                       **request_params(cfg, req), "seed": cfg.seed, "sample_index": sample_index})
-
-
 class CachingLM:
     """Serves samples from the store, sends only the missing ones and stores them (see the module doc); with other
     processes on the same cache, only the ones nobody else is sending (face/llm/claims.py)."""
 
     def __init__(self, inner: Any, store: SampleCache, cfg: Any, model: str):
         self.inner, self.store, self.cfg, self.model = inner, store, cfg, model
-        self._decoded: dict[str, dict] = {}  # payload text -> its JSON (read only): answers repeat
-        self.claiming = not getattr(cfg, "dry_run", False)  # a dry run sends nothing: nothing to claim
         # requests the read-ahead found not wholly cached: their keys and the payloads it did find (chat uses them)
         self.known: dict[ChatRequest, tuple[dict[int, str], dict[str, str]]] = {}
 
-    def key_for(self, req: ChatRequest, sample_index: int) -> str:
-        """The cache key of one sample (unchanged since the first cache was written: fixtures test it)."""
-        return request_key(self.cfg, self.model, req, sample_index)
-
     def keys_for(self, req: ChatRequest) -> dict[int, str]:
-        """`key_for(req, i)` for every sample of `req` (the request serialised once)."""
-        return sample_keys({"model": self.model, "messages": [list(m) for m in req.messages],
-                            **request_params(self.cfg, req), "seed": self.cfg.seed}, req.indices)
+        """The cache key of every sample of `req`."""
+        return request_keys(self.cfg, self.model, req, req.indices)
 
     def _cached(self, req: ChatRequest) -> tuple[dict[int, str], dict[int, Completion]]:
         known = self.known.pop(req, None)
@@ -105,7 +91,7 @@ class CachingLM:
         return keys, {i: self._sample(p, i, req) for i, k in keys.items() if (p := hit.get(k)) is not None}
 
     def _sample(self, payload: dict | str, i: int, req: ChatRequest) -> Completion:
-        p = json.loads(payload) if isinstance(payload, str) else payload
+        p = _decode(payload) if isinstance(payload, str) else payload
         return validate(Completion(p["text"], p["finish_reason"], _lp_from_json(p.get("logprobs")), cached=True,
                                    sample_index=i, error=p.get("invalid")), req.adapter)
 
@@ -113,20 +99,15 @@ class CachingLM:
         """The results of `reqs` from looked-up payloads (dicts, or their JSON text); None where one is missing
         (its keys and what was found are kept for ``chat``)."""
         out: list[ChatResult | None] = []
-        memo = self._decoded
         if len(self.known) > 10_000:  # requests never asked (identical ones share a result): let them go
             self.known.clear()
         for req, ks in zip(reqs, keys):
-            payloads = [hit.get(ks[i]) for i in req.indices]
+            payloads: list[Any] = [hit.get(ks[i]) for i in req.indices]
             if any(p is None for p in payloads):
                 self.known[req] = (ks, {k: p for k in ks.values() if (p := hit.get(k)) is not None})
                 out.append(None)
                 continue
-            if len(memo) > 10_000:
-                memo.clear()
-            decoded: list[dict] = [(memo.get(p) or memo.setdefault(p, json.loads(p))) if isinstance(p, str) else p
-                                   for p in payloads if p is not None]  # (none is None here)
-            samples = [self._sample(p, i, req) for i, p in zip(req.indices, decoded)]
+            samples = [self._sample(p, i, req) for i, p in zip(req.indices, payloads)]
             out.append(ChatResult(request=req, samples=samples, cached_samples=req.n))
         return out
 
@@ -148,20 +129,18 @@ class CachingLM:
         found go to ``got``, the results sent to ``parts``. Returns the samples still missing (let go by their
         sender: to claim again)."""
         mine, theirs = missing, set()
-        if self.claiming:
+        if not self.cfg.dry_run:  # (a dry run sends nothing: nothing to claim)
             claimed = await self.store.claim([keys[i] for i in missing])
             got.update((i, self._sample(claimed.found[keys[i]], i, req)) for i in missing if keys[i] in claimed.found)
             mine = [i for i in missing if keys[i] in claimed.mine]
             theirs = {keys[i] for i in missing if keys[i] in claimed.theirs}
         subs = [req if r == list(req.indices) else replace(req, n=len(r), first_sample=r[0])
                 for r in runs(mine, self.cfg.n_per_request)]
-        jobs = [self._fetch(s, keys) for s in subs] + ([self.store.wait(theirs)] if theirs else [])
-        done: list[Any]  # the sub-requests' results, then the wait's (found, free) when another process sends
-        if len(jobs) == 1:  # the common case: no task per sub-request
-            done = [await jobs[0]]
-        else:
-            done = await asyncio.gather(*jobs, return_exceptions=True)
-            raise_first([p for p in done if isinstance(p, BaseException)])
+        jobs = [self._fetch(s, keys) for s in subs] + ([self.store.claims.wait(theirs)] if theirs else [])
+        # the sub-requests' results, then the wait's (found, free) when another process sends; one job (the common
+        # case) awaited without a task
+        done: list[Any] = [await jobs[0]] if len(jobs) == 1 else await asyncio.gather(*jobs, return_exceptions=True)
+        raise_first([p for p in done if isinstance(p, BaseException)])
         parts += done[:len(subs)]
         if not theirs:
             return []

@@ -46,17 +46,12 @@ _CHUNK = 500  # keys per SQL statement
 
 @dataclass
 class Claimed:
-    """What a claim gave: keys now ours (send them), keys answered meanwhile (their payloads), keys another live
-    process holds (wait for them)."""
+    """What the claims of one transaction gave (each request that asked reads its own keys): keys now ours (send
+    them), keys answered meanwhile (their payloads), keys another live process holds (wait for them)."""
 
     mine: set[str] = field(default_factory=set)
     found: dict[str, str] = field(default_factory=dict)
     theirs: set[str] = field(default_factory=set)
-
-    def part(self, keys: list[str]) -> Claimed:
-        """The share of ``keys`` (one request's) in a claim of many."""
-        return Claimed({k for k in keys if k in self.mine}, {k: self.found[k] for k in keys if k in self.found},
-                       {k for k in keys if k in self.theirs})
 
 
 def alive(pid: int, host: str, beat: float, now: float) -> bool:
@@ -81,7 +76,8 @@ class Claims:
     """The claims of one cache connection (one owner). ``ask`` / ``release`` queue work for the cache's next
     transaction (``run``, inside it; ``done``, after the commit); ``wait`` polls for keys other owners hold."""
 
-    def __init__(self, flush: Callable[[], None]) -> None:
+    def __init__(self, conn: sqlite3.Connection, flush: Callable[[], None]) -> None:
+        self.conn = conn  # the cache's connection
         self._flush = flush  # the cache's: one transaction now, even with nothing else queued
         self.pid, self.host = os.getpid(), socket.gethostname()
         self.owner = f"{self.host}:{self.pid}:{secrets.token_hex(4)}"
@@ -108,29 +104,29 @@ class Claims:
     def pending(self) -> bool:
         return bool(self._asked or self._released)
 
-    def run(self, conn: sqlite3.Connection) -> list[tuple[asyncio.Future, Claimed]]:
+    def run(self) -> tuple[list[asyncio.Future], Claimed]:
         """Inside the open transaction: the releases, the heartbeat, the claims asked for. Nothing is changed in
         memory here (the transaction may be retried); ``done`` applies it after the commit."""
-        released = list(self._released)
-        for part in _chunks(released):
+        conn = self.conn
+        for part in _chunks(list(self._released)):
             conn.execute(f"DELETE FROM claims WHERE owner = ? AND {_where(part)}", [self.owner, *part])
         now = time.time()
         self._beat_ran = bool(self.held) and now - self._beat_at >= BEAT_S
         if self._beat_ran:
             conn.execute("UPDATE claims SET beat = ? WHERE owner = ?", (now, self.owner))
         asked = [(keys, fut) for keys, fut in self._asked if not fut.done()]
-        every = self._claim(conn, list(dict.fromkeys(k for keys, _ in asked for k in keys)), now)
-        return [(fut, every.part(keys)) for keys, fut in asked]
+        return [fut for _, fut in asked], self._claim(list(dict.fromkeys(k for keys, _ in asked for k in keys)), now)
 
-    def done(self, outcome: list[tuple[asyncio.Future, Claimed]]) -> None:
+    def done(self, outcome: tuple[list[asyncio.Future], Claimed]) -> None:
         """After the commit: the claims held, the futures settled."""
+        asked, claimed = outcome
         self.held.difference_update(self._released)
         self._released.clear()
         self._asked.clear()
         if self._beat_ran or not self.held:  # refreshed now, or every claim about to be held is fresh
             self._beat_at = time.time()
-        for fut, claimed in outcome:  # (none is done: run() left out the cancelled, and nothing ran since)
-            self.held.update(claimed.mine)
+        self.held.update(claimed.mine)
+        for fut in asked:  # (none is done: run() left out the cancelled, and nothing ran since)
             fut.set_result(claimed)
         if self.held:
             self._tick()
@@ -142,9 +138,9 @@ class Claims:
                 fut.set_exception(exc)
         self._asked.clear()
 
-    def _claim(self, conn: sqlite3.Connection, keys: list[str], now: float) -> Claimed:
+    def _claim(self, keys: list[str], now: float) -> Claimed:
         """Every key asked for this turn, at once (a few statements per 500 keys, not per request)."""
-        out = Claimed()
+        conn, out = self.conn, Claimed()
         for part in _chunks(keys):
             out.found.update(conn.execute(f"SELECT key, payload FROM samples WHERE {_where(part)}", part).fetchall())
             rest = [k for k in part if k not in out.found]
@@ -166,21 +162,18 @@ class Claims:
         """While claims are held, make sure the cache commits at least every ``BEAT_S`` (the beat rides on it)."""
         if self._ticking:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (the cache closing): nothing is in flight to keep alive
-            return
-        self._ticking = True
 
         def tick() -> None:
             self._ticking = False
             if self.held:
                 self._flush()
 
-        loop.call_later(BEAT_S, tick)
+        with contextlib.suppress(RuntimeError):  # no loop (the cache closing): nothing is in flight to keep alive
+            asyncio.get_running_loop().call_later(BEAT_S, tick)
+            self._ticking = True
 
     # ---- waiting for other owners -----------------------------------------------------------------------------
-    async def wait(self, conn: sqlite3.Connection, keys: set[str]) -> tuple[dict[str, str], set[str]]:
+    async def wait(self, keys: set[str]) -> tuple[dict[str, str], set[str]]:
         """Wait until other owners answered ``keys`` or let them go: (payloads answered, keys now free to claim --
         their owner gave them back or is gone)."""
         self.waited += len(keys)
@@ -192,16 +185,16 @@ class Claims:
         while left:
             await asyncio.sleep(pause)
             pause = min(1.0, pause * 1.5)
-            self._look(conn, sorted(left), seen, found, free)
+            self._look(sorted(left), seen, found, free)
             left -= found.keys() | free
         return found, free
 
-    def _look(self, conn: sqlite3.Connection, keys: list[str], seen: dict[str, tuple[tuple[str, float], float]],
-              found: dict[str, str], free: set[str]) -> None:
+    def _look(self, keys: list[str], seen: dict[str, tuple[tuple[str, float], float]], found: dict[str, str],
+              free: set[str]) -> None:
         """One look at waited keys: the answered ones' payloads go to ``found``, the free ones (no claim left or its
         owner gone -- taken over) to ``free``. ``seen``: when this waiter first saw each claim's owner and beat (a
         beat unchanged for ``STALE_S``: gone)."""
-        now = time.time()
+        conn, now = self.conn, time.time()
         for part in _chunks(keys):
             found.update(conn.execute(f"SELECT key, payload FROM samples WHERE {_where(part)}", part).fetchall())
             rest = [k for k in part if k not in found]
@@ -221,10 +214,10 @@ class Claims:
                 free.update(k for k, _ in dead)
                 self.taken_over += len(dead)
 
-    def close(self, conn: sqlite3.Connection) -> None:
+    def close(self) -> None:
         """Give back whatever is still held (a run stopped half-way): others need not wait for it."""
         if not self.held:
             return
-        with contextlib.suppress(sqlite3.Error), conn:
-            conn.execute("DELETE FROM claims WHERE owner = ?", (self.owner,))
+        with contextlib.suppress(sqlite3.Error), self.conn:
+            self.conn.execute("DELETE FROM claims WHERE owner = ?", (self.owner,))
         self.held.clear()

@@ -37,7 +37,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -63,9 +63,7 @@ log = logging.getLogger("face.llm")
 class LLMClient:
     def __init__(self, cfg: LLMConfig):
         self.cfg = cfg
-        price_in, price_out = cfg.prices
-        self.usage = Usage(price_input_per_mtok=price_in, price_output_per_mtok=price_out,
-                           max_calls=cfg.max_calls, max_cost_usd=cfg.max_cost_usd,
+        self.usage = Usage(*cfg.prices, max_calls=cfg.max_calls, max_cost_usd=cfg.max_cost_usd,  # (input, output)
                            dry_run=cfg.dry_run, cache_dir=cfg.cache_dir if cfg.cache else None)
         # the server started beside the client (``llm.server``): start(), stop(), base_url (set by start), model,
         # and for one that answers in this process without a socket http_client(cfg), the SDK's HTTP client to it
@@ -174,19 +172,19 @@ class LLMClient:
             yield from ((x, request(x), None) for x in items)
             return
         cache = self.cache
-        ahead: deque = deque()
         with ThreadPoolExecutor(1, thread_name_prefix="cache-read") as pool:
-            while True:
-                batch = list(itertools.islice(items, READ_AHEAD))
-                if batch:
-                    reqs = [request(x) for x in batch]
-                    keys = [cache.keys_for(r) for r in reqs]
-                    ahead.append((batch, reqs, keys, pool.submit(
-                        cache.store.read_committed, [k for ks in keys for k in ks.values()])))
-                if not ahead:
-                    return
-                if batch and len(ahead) < 2:
-                    continue
+
+            def look(batch: list[T]) -> tuple[list[T], list[ChatRequest], list[dict[int, str]], Future]:
+                """A chunk's requests and keys, its cached samples read in the thread."""
+                reqs = [request(x) for x in batch]
+                keys = [cache.keys_for(r) for r in reqs]
+                found = pool.submit(cache.store.read_committed, [k for ks in keys for k in ks.values()])
+                return batch, reqs, keys, found
+
+            chunks = map(look, iter(lambda: list(itertools.islice(items, READ_AHEAD)), []))
+            ahead = deque(itertools.islice(chunks, 1))
+            while ahead:
+                ahead.extend(itertools.islice(chunks, 1))  # the next chunk read while this one is handed out
                 batch, reqs, keys, found = ahead.popleft()
                 for x, req, res in zip(batch, reqs, cache.results(reqs, keys, found.result())):
                     if res is not None and req.adapter is not None and any(s.error is not None for s in res.samples):
@@ -285,12 +283,11 @@ def _interrupted() -> None:
 def interrupt(thread: int) -> int:
     """Stop the LLM clients running in ``thread`` as Ctrl-C stops one in the main thread: their loop raises
     KeyboardInterrupt, cancels its tasks and lets the run end. Returns how many."""
-    stopped = 0
-    for loop, owner in list(_LOOPS.items()):
-        if loop.is_running() and not loop.is_closed() and owner == thread:
-            loop.call_soon_threadsafe(_interrupted)
-            stopped += 1
-    return stopped
+    loops = [loop for loop, owner in list(_LOOPS.items())
+             if loop.is_running() and not loop.is_closed() and owner == thread]
+    for loop in loops:
+        loop.call_soon_threadsafe(_interrupted)
+    return len(loops)
 
 
 def run_off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -310,20 +307,15 @@ def run_off_loop(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     try:
         return future.result()
     except KeyboardInterrupt:
-        if worker and not interrupt(worker[0]):
-            _raise_in(worker[0], KeyboardInterrupt)  # not in an LLM client's loop right now
+        if worker and not interrupt(worker[0]):  # not in an LLM client's loop right now: raised at its next instruction
+            import ctypes
+
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker[0]), ctypes.py_object(KeyboardInterrupt))
         with contextlib.suppress(BaseException):  # let it wind down (a second Ctrl-C stops waiting)
             future.exception()
         raise
     finally:
         pool.shutdown(wait=False)
-
-
-def _raise_in(thread: int, exc: type[BaseException]) -> None:
-    """Raise ``exc`` in another thread at its next Python instruction (as a signal does in the main thread)."""
-    import ctypes
-
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(exc))
 
 
 def _loop_running() -> bool:

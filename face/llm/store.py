@@ -9,7 +9,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ class SampleCache:
         self._reader: sqlite3.Connection | None = None  # read_committed's (one other thread)
         self._flush_scheduled = False
         self.commits = 0
-        self.claims = Claims(lambda: self.flush(force=True))  # samples in flight, across processes
+        self.claims = Claims(self._conn, lambda: self.flush(force=True))  # samples in flight, across processes
 
     @staticmethod
     def _retry_locked(fn, attempts: int = 50):
@@ -89,18 +89,11 @@ class SampleCache:
         return out
 
     def put_many(self, rows: Iterable[tuple[str, str, str, int, dict]], release: Iterable[str] = ()) -> None:
-        """rows: (key, model, tag, sample_index, payload); one short transaction, which also gives back the claims
-        of ``release`` (face/llm/claims.py): a key is answered and let go at once."""
+        """rows: (key, model, tag, sample_index, payload), stored by the next transaction, which also gives back the
+        claims of ``release`` (face/llm/claims.py): a key is answered and let go at once."""
         now = time.time()
-        data = [(k, m, t, i, now, json.dumps(p, ensure_ascii=False)) for k, m, t, i, p in rows]
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # no event loop: written at once
-            if data:
-                self._write(data)
-            return
-        self._pending.update((row[0], row) for row in data)
-        self.release(release)  # (schedules the next flush)
+        self._pending.update((k, (k, m, t, i, now, json.dumps(p, ensure_ascii=False))) for k, m, t, i, p in rows)
+        self.release(release)
 
     def claim(self, keys: list[str]) -> asyncio.Future:
         """A future of ``Claimed`` (face/llm/claims.py) for ``keys``: which to send, which were answered meanwhile,
@@ -110,14 +103,15 @@ class SampleCache:
         return fut
 
     def release(self, keys: Iterable[str]) -> None:
-        """Give back claims in the next transaction: answered (put_many) or not (a request failed or was cancelled)."""
+        """Give back claims in the next transaction: answered (put_many) or not (a request failed or was cancelled).
+        The transaction runs after this turn of the event loop, or at once outside one."""
         self.claims.release(keys)
-        with contextlib.suppress(RuntimeError):  # no running loop: the next flush (or close) does it
-            self._schedule(asyncio.get_running_loop())
-
-    async def wait(self, keys: set[str]) -> tuple[dict[str, str], set[str]]:
-        """Wait for keys other processes are sending: (payloads answered, keys they let go of)."""
-        return await self.claims.wait(self._conn, keys)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+        else:
+            self._schedule(loop)
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._flush_scheduled:
@@ -131,31 +125,27 @@ class SampleCache:
         if not (self._pending or self.claims.pending() or force):
             return
         data, self._pending = list(self._pending.values()), {}
-        try:
-            outcome = self._write(data, self.claims.run)
-        except BaseException as e:
-            self.claims.failed(e)
-            raise
-        self.claims.done(outcome)
 
-    def _write(self, data: list[tuple], also: Callable[[sqlite3.Connection], Any] | None = None) -> Any:
-        def transaction() -> Any:
+        def transaction() -> tuple:
             self._conn.execute("BEGIN IMMEDIATE")  # takes the write lock (waits busy_timeout for it)
             try:
-                if data:
-                    self._conn.executemany("INSERT OR REPLACE INTO samples (key, model, tag, sample_index, created, "
-                                           "payload) VALUES (?,?,?,?,?,?)", data)
-                out = also(self._conn) if also is not None else None
+                self._conn.executemany("INSERT OR REPLACE INTO samples (key, model, tag, sample_index, created, "
+                                       "payload) VALUES (?,?,?,?,?,?)", data)
+                outcome = self.claims.run()
                 self._conn.execute("COMMIT")
-                return out
+                return outcome
             except BaseException:
                 if self._conn.in_transaction:
                     self._conn.rollback()
                 raise
 
-        out = self._retry_locked(transaction)
+        try:
+            outcome = self._retry_locked(transaction)
+        except BaseException as e:
+            self.claims.failed(e)
+            raise
         self.commits += 1
-        return out
+        self.claims.done(outcome)
 
     def __len__(self) -> int:
         self.flush()
@@ -176,21 +166,18 @@ class SampleCache:
 
     def clear(self, model: str | None = None) -> int:
         where, args = ("", ()) if model is None else (" WHERE model = ?", (model,))
-        cur = self._retry_locked(lambda: self._conn.execute("DELETE FROM samples" + where, args))
-        n = cur.rowcount
+        n = self._retry_locked(lambda: self._conn.execute("DELETE FROM samples" + where, args)).rowcount
         self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return n
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error, RuntimeError):
             self.flush()
-        self.claims.close(self._conn)
-        with contextlib.suppress(sqlite3.Error):
-            self._conn.close()
-        if self._reader is not None:
+        self.claims.close()
+        for conn in filter(None, (self._conn, self._reader)):
             with contextlib.suppress(sqlite3.Error):
-                self._reader.close()
-            self._reader = None
+                conn.close()
+        self._reader = None
 
 
 def check_cache_dir(cache_dir: str | os.PathLike) -> None:

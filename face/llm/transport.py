@@ -69,13 +69,6 @@ def retryable(exc: BaseException) -> bool:
     return isinstance(exc, openai.APIStatusError) and (exc.status_code in RETRY_STATUS or exc.status_code >= 500)
 
 
-def wire_response_format(rf: dict, style: str) -> dict:
-    """The canonical json_schema response_format as the endpoint expects it (llm.json_schema_format)."""
-    if style == "json_object_schema" and rf.get("type") == "json_schema":
-        return {"type": "json_object", "schema": (rf.get("json_schema") or {}).get("schema", {})}
-    return rf
-
-
 def parse_logprobs(lp: Any) -> list[TokenLogprob] | None:
     if not lp or not lp.get("content"):
         return None
@@ -90,9 +83,8 @@ def _http_client(cfg: Any) -> Any:
     SDK's httpx default."""
     import openai
 
-    if getattr(cfg, "http_client", "httpx") == "aiohttp":
-        return openai.DefaultAioHttpClient(timeout=cfg.timeout_s)
-    return openai.DefaultAsyncHttpxClient(timeout=cfg.timeout_s)
+    aiohttp = cfg.http_client == "aiohttp"
+    return (openai.DefaultAioHttpClient if aiohttp else openai.DefaultAsyncHttpxClient)(timeout=cfg.timeout_s)
 
 
 class OpenAITransport:
@@ -139,20 +131,16 @@ class OpenAITransport:
             await self._apis.pop(key).close()
 
     def body(self, req: ChatRequest) -> dict[str, Any]:
+        """The request's chat-completion body: its sampling parameters, without the ones left unset."""
         p = request_params(self.cfg, req)
-        body: dict[str, Any] = {"model": self.model, "messages": req.message_dicts(), "n": req.n,
-                                "temperature": p["temperature"], "max_tokens": p["max_tokens"]}
-        if p["top_p"] is not None:
-            body["top_p"] = p["top_p"]
-        if self.cfg.seed is not None:
-            body["seed"] = self.cfg.seed + req.first_sample
-        if p["response_format"] is not None:
-            body["response_format"] = wire_response_format(p["response_format"], self.cfg.json_schema_format)
-        if p["logprobs"]:
-            body["logprobs"] = True
-            if p["top_logprobs"]:
-                body["top_logprobs"] = p["top_logprobs"]
-        return body
+        rf = p["response_format"]  # the canonical json_schema one, as the endpoint expects it (llm.json_schema_format)
+        if self.cfg.json_schema_format == "json_object_schema" and rf is not None and rf.get("type") == "json_schema":
+            rf = {"type": "json_object", "schema": (rf.get("json_schema") or {}).get("schema", {})}
+        body = {"model": self.model, "messages": req.message_dicts(), "n": req.n, "temperature": p["temperature"],
+                "max_tokens": p["max_tokens"], "top_p": p["top_p"],
+                "seed": None if self.cfg.seed is None else self.cfg.seed + req.first_sample, "response_format": rf,
+                "logprobs": p["logprobs"] or None, "top_logprobs": p["top_logprobs"] or None}
+        return {k: v for k, v in body.items() if v is not None}
 
     def _wait(self, state: RetryCallState) -> float:
         cfg = self.cfg
@@ -176,12 +164,11 @@ class OpenAITransport:
         """POST one chat-completion body with the retry policy (every request goes through here, the endpoint
         probe's too): (the decoded completion, retries spent); LLMRequestRefused for a 4xx no retry can fix,
         LLMCallError once the retries are spent."""
-        retrying = AsyncRetrying(retry=retry_if_exception(retryable), wait=self._wait,
-                                 stop=stop_after_attempt(self.cfg.max_retries + 1), reraise=True)
         attempts = 0
         url = None
         try:
-            async for attempt in retrying:
+            async for attempt in AsyncRetrying(retry=retry_if_exception(retryable), wait=self._wait,
+                                               stop=stop_after_attempt(self.cfg.max_retries + 1), reraise=True):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
                     url = self._pick(avoid=url)  # a retry prefers another replica

@@ -4,11 +4,13 @@ and serves (face/llm/cache.py), in process and without a server, against counts 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 
 import pytest
 from money_lm import MSGS, Answer, Scripted, cfg, run, usage
 
-from face.llm.base import ChatRequest, Completion, Draws, LLMCallError
+from face.llm.base import ChatRequest, Completion, Draws, LLMCallError, request_params
 from face.llm.cache import CachingLM, SampleCache
 from face.llm.validating import ValidatingLM
 
@@ -73,12 +75,25 @@ def _caching(tmp_path, inner, **settings) -> CachingLM:
     return CachingLM(inner, SampleCache(tmp_path), cfg(**settings), "m")
 
 
+def _key(req: ChatRequest, c, i: int) -> str:
+    """A sample's key by its definition: the sha256 of the canonical JSON of everything that determines it."""
+    fields = {"model": "m", "messages": [list(m) for m in req.messages], **request_params(c, req), "seed": c.seed,
+              "sample_index": i}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+                          ).hexdigest()
+
+
 def test_the_read_ahead_keys_are_the_samples_own_keys(tmp_path):
     lm = _caching(tmp_path, Scripted())
     req = ChatRequest(MSGS, n=3, first_sample=4)
-    assert lm.keys_for(req) == {i: lm.key_for(req, i) for i in (4, 5, 6)}
+    assert lm.keys_for(req) == {i: _key(req, lm.cfg, i) for i in (4, 5, 6)}
     other = _caching(tmp_path, Scripted(), seed=1)
-    assert other.key_for(req, 4) != lm.key_for(req, 4)  # the seed is part of the key
+    assert other.keys_for(req)[4] == _key(req, other.cfg, 4) != lm.keys_for(req)[4]  # the seed is part of the key
+    # a response format that quotes the index's own mark (a property "sample_index" of that very value): still exact
+    schema = {"type": "json_schema", "json_schema": {"schema": {"sample_index": -7_319_046_251}}}
+    quoted = _caching(tmp_path, Scripted(), supports_json_schema=True)
+    req = ChatRequest(MSGS, n=2, response_format=schema)
+    assert quoted.keys_for(req) == {i: _key(req, quoted.cfg, i) for i in (0, 1)}
 
 
 def test_dry_run_placeholders_are_never_stored(tmp_path):

@@ -97,10 +97,10 @@ def test_sigkill_halfway_then_rerun_sends_only_missing(tmp_path):
         with make_client(batch_worker.config(info.base_url, cache_dir, conc)) as c:
             rs = batch_worker.requests(n)
             assert c.cache is not None
-            cached = c.cache.store.get_many([c.cache.key_for(r, 0) for r in rs])
+            cached = c.cache.store.get_many([c.cache.keys_for(r)[0] for r in rs])
             # everything the server finished, minus at most the requests in flight, was kept
             assert first_run - conc - 1 <= len(cached) <= first_run
-            missing = [r for r in rs if c.cache.key_for(r, 0) not in cached]
+            missing = [r for r in rs if c.cache.keys_for(r)[0] not in cached]
             srv.reset_log()
             out = c.run_batch(rs)
         sent = [e["messages_hash"] for e in srv.log]

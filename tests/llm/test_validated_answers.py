@@ -34,7 +34,7 @@ def test_adapter_is_not_part_of_the_cache_key_or_equality(make_cfg):
     plain = SCORES.request(ChatRequest(messages="rate this", n=3), native=True)
     lm = CachingLM(None, None, cfg, cfg.model)
     assert scored("rate this", 3).adapter is SCORES and plain.adapter is None
-    assert [lm.key_for(scored("rate this", 3), i) for i in range(3)] == [lm.key_for(plain, i) for i in range(3)]
+    assert lm.keys_for(scored("rate this", 3)) == lm.keys_for(plain)
     assert scored("rate this", 3) == replace(plain, tag="score") and hash(scored("x")) == hash(scored("x"))
 
 
@@ -91,7 +91,7 @@ def test_answers_cached_as_valid_before_validation_are_caught_on_read(server, ma
     req = scored("rate this")
     lm = CachingLM(None, None, cfg, cfg.model)
     store = SampleCache(cfg.cache_dir)  # an old cache: a cut answer stored as a valid sample
-    store.put_many([(lm.key_for(req, 0), cfg.model, "score", 0, {"text": '{"sco', "finish_reason": "length"})])
+    store.put_many([(lm.keys_for(req)[0], cfg.model, "score", 0, {"text": '{"sco', "finish_reason": "length"})])
     store.close()
     with make_client(cfg) as c:
         [res] = c.run_batch([req])
