@@ -25,7 +25,9 @@ from hydra.experimental.callback import Callback
 
 from face.files import atomic_path, atomic_write_text
 from face.report.look import drawn
+from face.secrets import redact
 from face.tracking.names import HEADLINE_PREFIX, RELEASED_JUDGE, fixed_width, headline, shown
+from face.tracking.store import check_tracking_store, use_experiment
 from face.tracking.sweeps import LABEL_TAG, SEP, SWEEP_ROLE, SWEPT_TAG, find_sweep_parent, swept_keys, tails
 
 log = logging.getLogger(__name__)
@@ -133,13 +135,11 @@ def report_markdown(title: str, jobs: pd.DataFrame, spread: pd.DataFrame, swept:
     by its swept values), 3 decimals, mean ± sd in one cell, fixed-width tables that fit MLflow's description."""
     keys = [k for k in swept if k in spread]
     short, common = _short_names(metrics)
-    means = []
-    for i in range(len(spread)):
-        cells = [_cell(spread[k].iloc[i]) for k in keys] + [str(int(spread["jobs"].iloc[i]))]
-        if metrics:
-            sd = spread[f"{metrics[0]} sd"].iloc[i]
-            cells.append(_cell(spread[f"{metrics[0]} mean"].iloc[i]) + ("" if math.isnan(sd) else f" ± {sd:.3f}"))
-        means.append(cells)
+    columns = [spread[k].map(_cell) for k in keys] + [spread["jobs"].astype(int).astype(str)]
+    if metrics:
+        sd = spread[f"{metrics[0]} sd"].map(lambda v: "" if math.isnan(v) else f" ± {v:.3f}")
+        columns.append(spread[f"{metrics[0]} mean"].map(_cell) + sd)
+    means = [list(row) for row in zip(*columns)]
     every = [[str(jobs["job"].iloc[i]).split(SEP)[0], str(jobs["status"].iloc[i]).lower(),
               *(_cell(jobs[m].iloc[i]) for m in metrics)] for i in range(len(jobs))]
     head = [f"{metrics[0][len(HEADLINE_PREFIX):]} (mean ± sd)"] if metrics else []
@@ -163,8 +163,6 @@ def write_report(tracking_uri: str, parent, out: Path | None = None) -> None:
     """The sweep's report from its children in MLflow, into ``out`` (default: the sweep directory); logged on the
     parent run with its headline metric (best over the finished jobs) and the report as its description."""
     from mlflow.tracking import MlflowClient
-
-    from face.secrets import redact
 
     client = MlflowClient(tracking_uri=tracking_uri)
     swept = [k for k in parent.data.tags.get(SWEPT_TAG, "").split(",") if k]
@@ -221,7 +219,6 @@ class SweepRuns(Callback):
     jobs check the store themselves and refuse a bad one."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        from face.tracking.store import check_tracking_store, use_experiment
         from face.tracking.sweeps import sweep_parent
 
         try:
@@ -252,8 +249,6 @@ class SweepRuns(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         import mlflow
         from mlflow.tracking import MlflowClient
-
-        from face.tracking.store import use_experiment
 
         try:
             if not config.tracking.get("enabled") or "experiment" in swept_keys(list(config.hydra.overrides.task)):

@@ -15,6 +15,7 @@ from face.pipeline.estimate import COUNTS, Pricing
 from face.settings import conf_defaults
 
 PAPER = ("alpha", "beta", "beam", "ucb_c", "expand_minibatch", "pull_minibatch")  # the loop's sizes the paper states
+GRADIENT_TOKENS, REWRITE_TOKENS = (1800, 250), (500, 150)  # (input, output) tokens of one request
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,6 @@ class CostInputs:
     score_samples: int  # samples per particle × instruction
     score_in_tokens: float  # input tokens of one scoring request
     score_out_tokens: int
-    gradient_in_tokens: int = 1800
-    gradient_out_tokens: int = 250
-    rewrite_in_tokens: int = 500
-    rewrite_out_tokens: int = 150
 
 
 def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.DataFrame:
@@ -46,8 +43,8 @@ def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.Data
         size = planned(samples_each, pricing.n_per_request, requests * tin_each, tout_each, requests)  # type: ignore[arg-type]
         rows.append({"stage": stage, **asdict(size), "cost_usd": pricing.cost(size.input_tokens, size.output_tokens)})
 
-    row("gradients / round", b, a, ci.gradient_in_tokens, ci.gradient_out_tokens)
-    row("rewrites / round", b * a, be, ci.rewrite_in_tokens, ci.rewrite_out_tokens)
+    row("gradients / round", b, a, *GRADIENT_TOKENS)
+    row("rewrites / round", b * a, be, *REWRITE_TOKENS)
     expand = b * min(ocfg.expand_minibatch, ci.train_items) * units
     row("expand scoring / round", expand, ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
     pulled = min(ocfg.pulls * min(ocfg.pull_minibatch, ci.train_items), pool * ci.train_items) * units
