@@ -187,13 +187,12 @@ def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sel: SelectionSettings) -> tuple
 
 
 def _metrics(headline: pd.DataFrame, timing: dict[str, float]) -> dict[str, Any]:
-    metrics = {f"selection.{r.aspect}.{col}": getattr(r, col) for r in headline.itertuples()
-               for col in ("ucb", "uniform", "random", "full", "best", "ucb_regret")}
-    metrics.update({f"selection.{k}.seconds": v for k, v in timing.items()})
-    # the headline: held-out correlation of the bandit's set at the default budget, and its regret (means)
-    metrics["summary.ucb_heldout_mean"] = float(headline["ucb"].mean())
-    metrics["summary.ucb_regret_mean"] = float(headline["ucb_regret"].mean())
-    return metrics
+    return {**{f"selection.{r.aspect}.{col}": getattr(r, col) for r in headline.itertuples()
+               for col in ("ucb", "uniform", "random", "full", "best", "ucb_regret")},
+            **{f"selection.{k}.seconds": v for k, v in timing.items()},
+            # the headline: held-out correlation of the bandit's set at the default budget, and its regret (means)
+            "summary.ucb_heldout_mean": float(headline["ucb"].mean()),
+            "summary.ucb_regret_mean": float(headline["ucb_regret"].mean())}
 
 
 def _headline(grid: pd.DataFrame, ocfg) -> pd.DataFrame:

@@ -179,6 +179,7 @@ def write_report(tracking_uri: str, parent, out: Path | None = None) -> None:
              atomic_write_text(out / "sweep_report.md", text)]
     if metrics:
         paths.append(plot(jobs, swept, metrics[0], out / "sweep_report.png", title))
+        client.set_tag(parent.info.run_id, "headline_metric", metrics[0])
     for p in paths:
         client.log_artifact(parent.info.run_id, str(p), "sweep_report")
     for m in metrics:  # the parent's row: sweep_best.<metric> (sorts after summary.*), its job in a tag
@@ -187,28 +188,8 @@ def write_report(tracking_uri: str, parent, out: Path | None = None) -> None:
             client.log_metric(parent.info.run_id, f"sweep_best.{short}", shown(best[m]))
             client.set_tag(parent.info.run_id, f"sweep_best.{short}.job", str(best["run"]))
     client.set_tag(parent.info.run_id, "mlflow.note.content", redact(text[:60_000]))
-    if metrics:
-        client.set_tag(parent.info.run_id, "headline_metric", metrics[0])
     print(f"\n== {title}\n{text.split(chr(10) * 2, 2)[2].split('Every job:')[0]}Sweep report: "
           f"{out / 'sweep_report.md'}\n", flush=True)
-
-
-def report(tracking_uri: str, out: Path | None = None, experiment: str = "optimize_instructions",
-           sweep: str = "latest") -> None:
-    """The report of a sweep of MLflow experiment ``experiment`` (``sweep``: its sweep directory, or ``latest``);
-    ValueError when there is none."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        raise ValueError(f"no MLflow experiment {experiment!r} in {tracking_uri}")
-    parents = [r for r in client.search_runs([exp.experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'",
-                                             order_by=["attributes.start_time DESC"], max_results=1000)
-               if sweep == "latest" or r.data.tags.get("sweep_dir") == str(sweep)]
-    if not parents:
-        raise ValueError(f"no sweep{'' if sweep == 'latest' else f' {sweep!r}'} in MLflow experiment {experiment!r}")
-    write_report(tracking_uri, parents[0], out)
 
 
 # ---------------------------------------------------------------- the Hydra callback
@@ -268,6 +249,10 @@ class SweepRuns(Callback):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The report of a sweep of MLflow experiment ``--experiment`` (``--sweep``: its sweep directory, or the latest);
+    an error (exit 2) when there is none."""
+    from mlflow.tracking import MlflowClient
+
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
     ap.add_argument("--experiment", default="optimize_instructions")
@@ -275,7 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, type=Path, help="where to write it (default: the sweep directory)")
     a = ap.parse_args(argv)
     try:
-        report(a.tracking_uri, a.out, a.experiment, a.sweep)
+        client = MlflowClient(tracking_uri=a.tracking_uri)
+        exp = client.get_experiment_by_name(a.experiment)
+        if exp is None:
+            raise ValueError(f"no MLflow experiment {a.experiment!r} in {a.tracking_uri}")
+        runs = client.search_runs([exp.experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'",
+                                  order_by=["attributes.start_time DESC"], max_results=1000)
+        parents = [r for r in runs if a.sweep == "latest" or r.data.tags.get("sweep_dir") == a.sweep]
+        if not parents:
+            raise ValueError(f"no sweep{'' if a.sweep == 'latest' else f' {a.sweep!r}'} in MLflow experiment "
+                             f"{a.experiment!r}")
+        write_report(a.tracking_uri, parents[0], a.out)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
