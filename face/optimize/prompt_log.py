@@ -59,9 +59,8 @@ class PromptLog:
         self.set_alias = alias_of(job) if job else f"run-{str(self.run_id)[:8]}"
 
     def _register(self, name: str, text: str, what: str, tags: dict[str, Any]):
-        uri = str(self.tracker.cfg.tracking.tracking_uri)
         v = register_prompt(name, text, f"{self.label}: {what}", {**tags, "run_id": self.run_id, "jobs": self.label},
-                            uri)
+                            str(self.tracker.cfg.tracking.tracking_uri))
         jobs = [j for j in (v.tags or {}).get("jobs", "").split("; ") if j]
         if redact_tag(self.label) not in jobs:  # a text an earlier job of the sweep wrote too
             from mlflow import genai
