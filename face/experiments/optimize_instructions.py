@@ -53,8 +53,7 @@ def start_text(ocfg: OptimizerConfig, aspect: str) -> str:
 
 def run_config(ocfg: OptimizerConfig, aspect: str, ctx) -> dict:
     """What the optimization of one aspect depends on (compared when resuming)."""
-    skip = ("resume", "stop_after_round", "name")  # where to resume from, when to stop: not what the result is
-    return {"optimizer": {k: v for k, v in asdict(ocfg).items() if k not in skip}, "aspect": aspect,
+    return {"optimizer": ocfg.fingerprint_fields(), "aspect": aspect,
             "conversations": sorted(c.conv_id for c in ctx.convs),
             "llm": {"model": ctx.llm.model, "backend": ctx.llm.backend},
             "scoring": json.loads(json.dumps(asdict(ctx.method.scoring))), "particles": ctx.method.particles.source}

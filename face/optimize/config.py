@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from dataclasses import asdict
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -60,3 +61,7 @@ class OptimizerConfig:
     writer: Annotated[WriterConfig, nested(WriterConfig)]
     resume: str | None  # a checkpoint directory of an earlier run to continue
     stop_after_round: int | None = Field(ge=1)  # stop cleanly after this round (checkpoint intact)
+
+    def fingerprint_fields(self) -> dict[str, Any]:
+        """What determines the result (not where to resume from, nor when to stop)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("resume", "stop_after_round", "name")}
