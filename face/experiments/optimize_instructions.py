@@ -15,14 +15,13 @@ import sys
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from face.data.split import Split, split_conversations
-from face.experiments.common import ConfigError, Parts, Plan, experiment
+from face.experiments.common import ConfigError, Parts, Plan, experiment, own_settings
 from face.experiments.result import ExperimentResult, Table
 from face.llm.usage import estimate_input_tokens
 from face.methods.job import LLMJob, estimated_cost, estimated_size
@@ -36,6 +35,7 @@ from face.optimize.prompt_log import MIN_BEST_ITEMS, PromptLog
 from face.optimize.scorers import LiveScorer
 from face.optimize.writer import Writer
 from face.pipeline.estimate import COUNTS, Pricing
+from face.pipeline.method import Face
 from face.pipeline.scoring import score_messages, units_for
 from face.prompts import generic_instruction, initial_instruction
 from face.tracking.names import metric_name
@@ -44,7 +44,7 @@ from face.tracking.names import metric_name
 def optimizer_config(cfg: DictConfig) -> OptimizerConfig:
     if "optimizer" not in cfg:
         raise ConfigError("no optimizer config: add `- /optimizer: paper` to the experiment's defaults")
-    return OptimizerConfig(**cast(dict, OmegaConf.to_container(cfg.optimizer, resolve=True)))  # ConfigError if bad
+    return own_settings(OptimizerConfig, cfg, "optimizer")  # ConfigError if bad
 
 
 def start_text(ocfg: OptimizerConfig, aspect: str) -> str:
@@ -81,7 +81,9 @@ def parts(cfg: DictConfig) -> Parts:
 def run(run_plan: Plan) -> ExperimentResult:
     ocfg = optimizer_config(run_plan.cfg)
     with experiment(run_plan) as ctx:
-        method, inputs = _face_method(ctx)
+        method, inputs = ctx.method, ctx.inputs()  # its LLM: checked by the runner
+        if not isinstance(method, Face) or method.units.unit != "particle":
+            raise ConfigError("optimize_instructions needs method=face with method.unit=particle")
         split = dev_split(ctx.convs, ocfg)
         ctx.tracker.set_tags({f"split.{side}": len(getattr(split, side)) for side in ("train", "dev", "test")})
         plans = plan_aspects(ctx, split)
@@ -97,7 +99,7 @@ def run(run_plan: Plan) -> ExperimentResult:
         try:
             with job.client() as client:
                 decomps = method.units.decompositions(client, ctx.convs, ctx.dataset, method.proxy(inputs),
-                                                      inputs.llm.supports_json_schema)
+                                                      job.lcfg.supports_json_schema)
                 done = [_optimize(ctx, ocfg, plan, client, decomps, ckpt_dir, heldout) for plan in plans.values()]
                 job.finish(client)
         except StopOptimization as stop:
@@ -111,16 +113,6 @@ def run(run_plan: Plan) -> ExperimentResult:
                   f"continue with optimizer.resume={ckpt_dir}", file=sys.stderr, flush=True)
             raise
         return _report(ctx, ocfg, done, job.metrics)
-
-
-def _face_method(ctx) -> tuple[Any, Any]:
-    """(the live FACE method, its inputs), refused unless the method scores particles (its LLM: checked by the
-    runner)."""
-    from face.pipeline.method import Face
-
-    if not isinstance(ctx.method, Face) or ctx.method.units.unit != "particle":
-        raise ConfigError("optimize_instructions needs method=face with method.unit=particle")
-    return ctx.method, ctx.inputs()
 
 
 def dev_split(convs, ocfg: OptimizerConfig) -> Split:
@@ -217,9 +209,8 @@ def _evaluate(a, idx: dict, state, final: list, scorer, gold) -> dict:
     test, dev = idx["test"], idx["dev"]
     row = {"aspect": a.name, "level": a.level, "train_items": len(idx["train"]), "dev_items": len(dev),
            "test_items": len(test), "candidates": len(state.candidates), "final_size": len(final)}
-    initial = state.candidates["initial"]
     for coef in ("spearman", "pearson"):
-        for label, cands in (("final", final), ("best", final[:1]), ("initial", [initial])):
+        for label, cands in (("final", final), ("best", final[:1]), ("initial", [state.candidates["initial"]])):
             row[f"test_{label}_{coef}"] = correlation(scorer.predict_set(cands, test), gold[test], coef)
         row[f"dev_final_{coef}"] = correlation(scorer.predict_set(final, dev), gold[dev], coef)
     row["pulls"] = sum(len(v) for v in state.rewards.values())

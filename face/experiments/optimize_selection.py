@@ -73,15 +73,13 @@ def best_set(matrix: np.ndarray, test: np.ndarray, gold: np.ndarray, b: int, kin
     return float(r[k]), combos[k]
 
 
-def _set_score(matrix, chosen, test, gold, kind) -> float:
-    return correlation(matrix[list(chosen)][:, test].mean(0), gold[test], kind)
-
-
 def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.ndarray, sel: SelectionSettings,
-             ocfg: OptimizerConfig, seed: list[int]) -> list[dict]:
-    """Every policy × budget × c (the optimizer's own among them) × repetition for one aspect and fold."""
+             ocfg: OptimizerConfig, seed: list[int], full: list[int]) -> list[dict]:
+    """The set ``full`` (the top b by full-train correlation), then every policy × budget × c (the optimizer's own
+    among them) × repetition for one aspect and fold."""
     n, b, minibatch, kind = matrix.shape[0], ocfg.beam, ocfg.pull_minibatch, ocfg.reward
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = [{"policy": "full", "budget": 0, "ucb_c": np.nan, "repeat": 0, "set": full,
+                                   "pulls": 0}]
 
     def policy_run(policy: str, budget: int, c: float, rep: int, rng: np.random.Generator) -> dict[str, Any]:
         def pull(a: int) -> float:
@@ -101,8 +99,9 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
                      for c in with_own(sel.ucb_cs, ocfg.ucb_c)]
             rows.append(policy_run("uniform", budget, 0.0, rep, np.random.default_rng([*seed, rep, budget, 7])))
     for r in rows:
-        r["heldout"] = _set_score(matrix, r["set"], test, gold, kind)
+        r["heldout"] = correlation(matrix[list(r["set"])][:, test].mean(0), gold[test], kind)
         r["item_evaluations"] = r["pulls"] * min(minibatch, len(train))
+    rows[0]["item_evaluations"] = n * len(train)  # full: every candidate on every training item
     return rows
 
 
@@ -182,22 +181,18 @@ def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sel: SelectionSettings) -> tuple
         base = {"aspect": a.name, "level": a.level, "fold": fold, "train_items": len(train),
                 "test_items": len(test), "candidates": matrix.shape[0], "beam": b, "minibatch": m,
                 "best": best, "best_set": ",".join(scorer.ids[i] for i in best_combo)}
-        runs.append({**base, "policy": "full", "budget": 0, "ucb_c": np.nan, "repeat": 0, "set": full, "pulls": 0,
-                     "heldout": _set_score(matrix, full, test, gold, kind),
-                     "item_evaluations": matrix.shape[0] * len(train)})
         seed = [ocfg.seed, fold, int.from_bytes(a.name.encode()[:4], "little")]
-        runs += [{**base, **r} for r in simulate(matrix, gold, train, test, sel, ocfg, seed)]
+        runs += [{**base, **r} for r in simulate(matrix, gold, train, test, sel, ocfg, seed, full)]
     return runs, inst_rows
 
 
 def _metrics(headline: pd.DataFrame, timing: dict[str, float]) -> dict[str, Any]:
-    metrics = {f"selection.{r.aspect}.{col}": getattr(r, col) for r in headline.itertuples()
-               for col in ("ucb", "uniform", "random", "full", "best", "ucb_regret")}
-    metrics.update({f"selection.{k}.seconds": v for k, v in timing.items()})
-    # the headline: held-out correlation of the bandit's set at the default budget, and its regret (means)
-    metrics["summary.ucb_heldout_mean"] = float(headline["ucb"].mean())
-    metrics["summary.ucb_regret_mean"] = float(headline["ucb_regret"].mean())
-    return metrics
+    return {**{f"selection.{r.aspect}.{col}": getattr(r, col) for r in headline.itertuples()
+               for col in ("ucb", "uniform", "random", "full", "best", "ucb_regret")},
+            **{f"selection.{k}.seconds": v for k, v in timing.items()},
+            # the headline: held-out correlation of the bandit's set at the default budget, and its regret (means)
+            "summary.ucb_heldout_mean": float(headline["ucb"].mean()),
+            "summary.ucb_regret_mean": float(headline["ucb_regret"].mean())}
 
 
 def _headline(grid: pd.DataFrame, ocfg) -> pd.DataFrame:

@@ -19,8 +19,10 @@ from omegaconf import DictConfig
 
 from face.data import RELEASED_PARTICLES, released_scores_file
 from face.datasets.crsarena import ASPECTS as RELEASED_ASPECTS
+from face.datasets.face_released import load_released_particles
 from face.experiments.common import Parts, Plan, experiment
 from face.experiments.result import ExperimentResult, Table
+from face.pipeline.released import FaceReleased, load_scores
 from face.predictions import PRED_DECIMALS, Predictions
 from face.report.tables import comparison_table, order_aspects
 
@@ -34,8 +36,6 @@ def parts(cfg: DictConfig) -> Parts:
 
 def run(plan: Plan) -> ExperimentResult:
     with experiment(plan) as ctx:
-        from face.pipeline.released import FaceReleased
-
         out = ctx.predict()
         if out.dry_run:
             return ctx.result(dry_run=True, output=out)
@@ -45,8 +45,11 @@ def run(plan: Plan) -> ExperimentResult:
         server = ctx.run_dir / "llm_server.json"
         report = json.loads(server.read_text(encoding="utf-8")) if server.exists() else {}
         groups = identical_groups(ctx.data_dir)
-        explained = {k for conv_id, turn_ind, _ in groups for a in ctx.aspects
-                     for k in ((a.name, conv_id, turn_ind), (a.name, conv_id))} | explained_by(report)
+        # (aspect, conv_id, turn_ind) of the identical-prompt groups in the data and of those the replay judge met
+        met = [(a.name, conv_id, turn_ind) for conv_id, turn_ind, _ in groups for a in ctx.aspects]
+        met += [(g["aspect"], g["conv_id"], c["turn_ind"]) for g in report.get("ambiguous", [])
+                for c in g["candidates"]]
+        explained = {k for a, conv_id, turn_ind in met for k in ((a, conv_id, turn_ind), (a, conv_id))}
         diff = compare_runs(out.predictions, direct, explained)
         unexplained = diff[diff["reason"] == "UNEXPLAINED"]
         published = ctx.published()
@@ -119,12 +122,6 @@ def with_copies(p: Predictions, convs) -> Predictions:
     return Predictions(spread(p.turn), spread(p.dialogue))
 
 
-def explained_by(report: dict) -> set[tuple]:
-    """(aspect, conv_id, turn_ind) and (aspect, conv_id) of every identical-prompt group the replay judge met."""
-    return {k for g in report.get("ambiguous", []) for c in g["candidates"]
-            for k in ((g["aspect"], g["conv_id"], c["turn_ind"]), (g["aspect"], g["conv_id"]))}
-
-
 def compare_runs(live: Predictions, direct: Predictions, explained: set[tuple]) -> pd.DataFrame:
     """Every turn / dialogue prediction that differs by more than 1e-10 or exists on one side only."""
     rows = []
@@ -156,8 +153,6 @@ def _counts(live: Predictions, direct: Predictions, diff: pd.DataFrame) -> str:
 def identical_groups(data_dir: Path) -> list[tuple[str, int, tuple[int, ...]]]:
     """(conversation, turn, particle indices) of every group of released particles that read the same in their
     turn's prompt (dialogue act, mention and feedback, whitespace normalised): one prompt, one judgement."""
-    from face.datasets.face_released import load_released_particles
-
     groups = []
     for r in load_released_particles(Path(data_dir) / RELEASED_PARTICLES):
         seen: dict[tuple, list[int]] = {}
@@ -170,9 +165,6 @@ def identical_groups(data_dir: Path) -> list[tuple[str, int, tuple[int, ...]]]:
 
 def findings(groups: list, ctx, out, diff: pd.DataFrame) -> pd.DataFrame:
     """What the data and the run show, the same on every rerun (no count of requests: a warm rerun sends none)."""
-    from face.datasets.face_released import load_released_particles
-    from face.pipeline.released import load_scores
-
     ids = {original(c.conv_id) for c in ctx.convs}
     mine = [g for g in groups if g[0] in ids]
     group_of = {(conv_id, turn_ind, m): i for i, (conv_id, turn_ind, ms) in enumerate(mine) for m in ms}

@@ -60,13 +60,9 @@ def parts(cfg: DictConfig) -> Parts:
 def _systems(ctx, preds) -> dict[str, dict[str, np.ndarray]]:
     """Per system: conversation ids, FACE's and the humans' per-conversation means (C × K, NaN: no score), and
     FACE's sums and counts (face compare's units)."""
-    frames = []
-    for a in ctx.aspects:
-        df = items(preds, ctx.convs, a).dropna(subset=["pred"])
-        g = df.groupby(["system", "conv_id"]).agg(pred=("pred", "mean"), human=("human", "mean"),
-                                                  pred_sum=("pred", "sum"), n=("pred", "count"))
-        frames.append(g.assign(aspect=a.name))
-    long = pd.concat(frames).reset_index()
+    scored = pd.concat([items(preds, ctx.convs, a).dropna(subset=["pred"]).assign(aspect=a.name) for a in ctx.aspects])
+    long = scored.groupby(["system", "conv_id", "aspect"]).agg(
+        pred=("pred", "mean"), human=("human", "mean"), pred_sum=("pred", "sum"), n=("pred", "count")).reset_index()
     names = [a.name for a in ctx.aspects]
     out = {}
     for system, g in long.groupby("system", sort=True):
@@ -88,11 +84,9 @@ def _fixed(systems: dict, s: Settings, seed: int, side: str) -> dict[tuple[str, 
                 np.nan_to_num(x["human"]), (~np.isnan(x["human"])).astype(float))
             units = stats.Units(x["ids"], sums, counts)
             mom[name] = stats.moments(units, draw_counts(len(units), s.fixed_boot, rng))
-    out = {}
-    for a, b in itertools.combinations(systems, 2):
-        test = stats.unpaired(mom[a], mom[b], 1 - s.alpha)
-        out[(a, b)] = engine.verdicts(pd.Series(test.diff), pd.Series(stats.holm(test.p_value)), s.alpha)
-    return out
+    tests = {(a, b): stats.unpaired(mom[a], mom[b], 1 - s.alpha) for a, b in itertools.combinations(systems, 2)}
+    return {pair: engine.verdicts(pd.Series(test.diff), pd.Series(stats.holm(test.p_value)), s.alpha)
+            for pair, test in tests.items()}
 
 
 def _rule(systems: dict, orders: dict, scales, s: Settings, method: str, by_order: bool):

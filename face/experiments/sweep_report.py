@@ -25,7 +25,9 @@ from hydra.experimental.callback import Callback
 
 from face.files import atomic_path, atomic_write_text
 from face.report.look import drawn
+from face.secrets import redact
 from face.tracking.names import HEADLINE_PREFIX, RELEASED_JUDGE, fixed_width, headline, shown
+from face.tracking.store import check_tracking_store, use_experiment
 from face.tracking.sweeps import LABEL_TAG, SEP, SWEEP_ROLE, SWEPT_TAG, find_sweep_parent, swept_keys, tails
 
 log = logging.getLogger(__name__)
@@ -133,13 +135,11 @@ def report_markdown(title: str, jobs: pd.DataFrame, spread: pd.DataFrame, swept:
     by its swept values), 3 decimals, mean ± sd in one cell, fixed-width tables that fit MLflow's description."""
     keys = [k for k in swept if k in spread]
     short, common = _short_names(metrics)
-    means = []
-    for i in range(len(spread)):
-        cells = [_cell(spread[k].iloc[i]) for k in keys] + [str(int(spread["jobs"].iloc[i]))]
-        if metrics:
-            sd = spread[f"{metrics[0]} sd"].iloc[i]
-            cells.append(_cell(spread[f"{metrics[0]} mean"].iloc[i]) + ("" if math.isnan(sd) else f" ± {sd:.3f}"))
-        means.append(cells)
+    columns = [spread[k].map(_cell) for k in keys] + [spread["jobs"].astype(int).astype(str)]
+    if metrics:
+        sd = spread[f"{metrics[0]} sd"].map(lambda v: "" if math.isnan(v) else f" ± {v:.3f}")
+        columns.append(spread[f"{metrics[0]} mean"].map(_cell) + sd)
+    means = [list(row) for row in zip(*columns)]
     every = [[str(jobs["job"].iloc[i]).split(SEP)[0], str(jobs["status"].iloc[i]).lower(),
               *(_cell(jobs[m].iloc[i]) for m in metrics)] for i in range(len(jobs))]
     head = [f"{metrics[0][len(HEADLINE_PREFIX):]} (mean ± sd)"] if metrics else []
@@ -164,8 +164,6 @@ def write_report(tracking_uri: str, parent, out: Path | None = None) -> None:
     parent run with its headline metric (best over the finished jobs) and the report as its description."""
     from mlflow.tracking import MlflowClient
 
-    from face.secrets import redact
-
     client = MlflowClient(tracking_uri=tracking_uri)
     swept = [k for k in parent.data.tags.get(SWEPT_TAG, "").split(",") if k]
     runs = child_runs(tracking_uri, parent.info.experiment_id, parent.info.run_id)
@@ -181,6 +179,7 @@ def write_report(tracking_uri: str, parent, out: Path | None = None) -> None:
              atomic_write_text(out / "sweep_report.md", text)]
     if metrics:
         paths.append(plot(jobs, swept, metrics[0], out / "sweep_report.png", title))
+        client.set_tag(parent.info.run_id, "headline_metric", metrics[0])
     for p in paths:
         client.log_artifact(parent.info.run_id, str(p), "sweep_report")
     for m in metrics:  # the parent's row: sweep_best.<metric> (sorts after summary.*), its job in a tag
@@ -189,28 +188,8 @@ def write_report(tracking_uri: str, parent, out: Path | None = None) -> None:
             client.log_metric(parent.info.run_id, f"sweep_best.{short}", shown(best[m]))
             client.set_tag(parent.info.run_id, f"sweep_best.{short}.job", str(best["run"]))
     client.set_tag(parent.info.run_id, "mlflow.note.content", redact(text[:60_000]))
-    if metrics:
-        client.set_tag(parent.info.run_id, "headline_metric", metrics[0])
     print(f"\n== {title}\n{text.split(chr(10) * 2, 2)[2].split('Every job:')[0]}Sweep report: "
           f"{out / 'sweep_report.md'}\n", flush=True)
-
-
-def report(tracking_uri: str, out: Path | None = None, experiment: str = "optimize_instructions",
-           sweep: str = "latest") -> None:
-    """The report of a sweep of MLflow experiment ``experiment`` (``sweep``: its sweep directory, or ``latest``);
-    ValueError when there is none."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        raise ValueError(f"no MLflow experiment {experiment!r} in {tracking_uri}")
-    parents = [r for r in client.search_runs([exp.experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'",
-                                             order_by=["attributes.start_time DESC"], max_results=1000)
-               if sweep == "latest" or r.data.tags.get("sweep_dir") == str(sweep)]
-    if not parents:
-        raise ValueError(f"no sweep{'' if sweep == 'latest' else f' {sweep!r}'} in MLflow experiment {experiment!r}")
-    write_report(tracking_uri, parents[0], out)
 
 
 # ---------------------------------------------------------------- the Hydra callback
@@ -221,7 +200,6 @@ class SweepRuns(Callback):
     jobs check the store themselves and refuse a bad one."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        from face.tracking.store import check_tracking_store, use_experiment
         from face.tracking.sweeps import sweep_parent
 
         try:
@@ -253,8 +231,6 @@ class SweepRuns(Callback):
         import mlflow
         from mlflow.tracking import MlflowClient
 
-        from face.tracking.store import use_experiment
-
         try:
             if not config.tracking.get("enabled") or "experiment" in swept_keys(list(config.hydra.overrides.task)):
                 return
@@ -273,6 +249,10 @@ class SweepRuns(Callback):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The report of a sweep of MLflow experiment ``--experiment`` (``--sweep``: its sweep directory, or the latest);
+    an error (exit 2) when there is none."""
+    from mlflow.tracking import MlflowClient
+
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
     ap.add_argument("--experiment", default="optimize_instructions")
@@ -280,7 +260,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, type=Path, help="where to write it (default: the sweep directory)")
     a = ap.parse_args(argv)
     try:
-        report(a.tracking_uri, a.out, a.experiment, a.sweep)
+        client = MlflowClient(tracking_uri=a.tracking_uri)
+        exp = client.get_experiment_by_name(a.experiment)
+        if exp is None:
+            raise ValueError(f"no MLflow experiment {a.experiment!r} in {a.tracking_uri}")
+        runs = client.search_runs([exp.experiment_id], filter_string=f"tags.{SWEEP_ROLE} = 'parent'",
+                                  order_by=["attributes.start_time DESC"], max_results=1000)
+        parents = [r for r in runs if a.sweep == "latest" or r.data.tags.get("sweep_dir") == a.sweep]
+        if not parents:
+            raise ValueError(f"no sweep{'' if a.sweep == 'latest' else f' {a.sweep!r}'} in MLflow experiment "
+                             f"{a.experiment!r}")
+        write_report(a.tracking_uri, parents[0], a.out)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -26,11 +26,8 @@ class Bandit:
 
     def bounds(self) -> np.ndarray:
         """Upper confidence bound of every arm (+inf for an arm not pulled yet)."""
-        out = np.full(len(self.n), math.inf)
-        pulled = self.n > 0
-        bonus = self.c * np.sqrt(math.log(max(self.t, 1)) / self.n[pulled])
-        out[pulled] = self.total[pulled] / self.n[pulled] + bonus
-        return out
+        bonus = self.c * np.sqrt(math.log(max(self.t, 1)) / np.maximum(self.n, 1))
+        return np.where(self.n > 0, self.means() + bonus, math.inf)
 
     def choose_ucb(self) -> int:
         return int(np.argmax(self.bounds()))  # first maximum on ties

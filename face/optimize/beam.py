@@ -11,7 +11,7 @@ the released instructions. The state is checkpointed after every round.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -49,7 +49,6 @@ class BeamSearch:
     prompts: PromptLog | None = None  # None: nothing registered (tracking off)
     checkpoint_dir: str | None = None
     usage: Callable[[], tuple[int, float]] | None = None  # () -> (LLM calls so far, cost so far)
-    gold: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
         self.gold = np.array([it.gold for it in self.scorer.items], float)

@@ -15,6 +15,7 @@ from face.pipeline.estimate import COUNTS, Pricing
 from face.settings import conf_defaults
 
 PAPER = ("alpha", "beta", "beam", "ucb_c", "expand_minibatch", "pull_minibatch")  # the loop's sizes the paper states
+GRADIENT_TOKENS, REWRITE_TOKENS = (1800, 250), (500, 150)  # (input, output) tokens of one request
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,6 @@ class CostInputs:
     score_samples: int  # samples per particle × instruction
     score_in_tokens: float  # input tokens of one scoring request
     score_out_tokens: int
-    gradient_in_tokens: int = 1800
-    gradient_out_tokens: int = 250
-    rewrite_in_tokens: int = 500
-    rewrite_out_tokens: int = 150
 
 
 def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.DataFrame:
@@ -41,22 +38,21 @@ def estimate(ocfg: OptimizerConfig, ci: CostInputs, pricing: Pricing) -> pd.Data
     units = ci.particles_per_item
     rows = []
 
-    def row(stage: str, requests: float, samples_each: int, tin_each: float, tout_each: int) -> None:
+    def row(stage: str, requests: float, samples_each: int = ci.score_samples, tin_each: float = ci.score_in_tokens,
+            tout_each: int = ci.score_out_tokens) -> None:  # by default a scoring stage
         # expected counts (averages over rounds and pulls): fractional here, rounded once in the table below
         size = planned(samples_each, pricing.n_per_request, requests * tin_each, tout_each, requests)  # type: ignore[arg-type]
         rows.append({"stage": stage, **asdict(size), "cost_usd": pricing.cost(size.input_tokens, size.output_tokens)})
 
-    row("gradients / round", b, a, ci.gradient_in_tokens, ci.gradient_out_tokens)
-    row("rewrites / round", b * a, be, ci.rewrite_in_tokens, ci.rewrite_out_tokens)
-    expand = b * min(ocfg.expand_minibatch, ci.train_items) * units
-    row("expand scoring / round", expand, ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
-    pulled = min(ocfg.pulls * min(ocfg.pull_minibatch, ci.train_items), pool * ci.train_items) * units
-    row("bandit pulls / round (upper bound)", pulled, ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
+    row("gradients / round", b, a, *GRADIENT_TOKENS)
+    row("rewrites / round", b * a, be, *REWRITE_TOKENS)
+    row("expand scoring / round", b * min(ocfg.expand_minibatch, ci.train_items) * units)
+    row("bandit pulls / round (upper bound)",
+        min(ocfg.pulls * min(ocfg.pull_minibatch, ci.train_items), pool * ci.train_items) * units)
     total_round = pd.DataFrame(rows).drop(columns="stage").sum()
     rows.append({"stage": "per round", **total_round.to_dict()})
     rows.append({"stage": f"all {ocfg.rounds} rounds", **(total_round * ocfg.rounds).to_dict()})
-    final = (min(ocfg.top_k, ocfg.rounds * pool) + 1) * ci.eval_items * units
-    row("final evaluation (dev + test)", final, ci.score_samples, ci.score_in_tokens, ci.score_out_tokens)
+    row("final evaluation (dev + test)", (min(ocfg.top_k, ocfg.rounds * pool) + 1) * ci.eval_items * units)
     total = pd.DataFrame(rows[-2:]).drop(columns="stage").sum()  # all rounds and the final evaluation
     rows.append({"stage": "total", **total.to_dict()})
     out = pd.DataFrame(rows)

@@ -38,13 +38,12 @@ def indices_of(items: Sequence[Item], conv_ids: Sequence[str]) -> np.ndarray:
 def correlation(pred: np.ndarray, gold: np.ndarray, kind: str = "spearman") -> float:
     """The correlation ``kind`` (face.coefficients) of predictions (rounded like the project's, so equal predictions
     tie) with the gold labels; NaN where undefined (fewer than 3 items, a constant side)."""
-    value = coefficient(kind).value
     pred, gold = round_preds(pred), np.asarray(gold, float)
     ok = ~(np.isnan(pred) | np.isnan(gold))
     pred, gold = pred[ok], gold[ok]
     if len(pred) < 3 or np.ptp(pred) == 0 or np.ptp(gold) == 0:
         return float("nan")
-    return value(pred, gold)
+    return coefficient(kind).value(pred, gold)
 
 
 def reward(pred: np.ndarray, gold: np.ndarray, kind: str = "spearman") -> float:

@@ -59,9 +59,8 @@ class PromptLog:
         self.set_alias = alias_of(job) if job else f"run-{str(self.run_id)[:8]}"
 
     def _register(self, name: str, text: str, what: str, tags: dict[str, Any]):
-        uri = str(self.tracker.cfg.tracking.tracking_uri)
         v = register_prompt(name, text, f"{self.label}: {what}", {**tags, "run_id": self.run_id, "jobs": self.label},
-                            uri)
+                            str(self.tracker.cfg.tracking.tracking_uri))
         jobs = [j for j in (v.tags or {}).get("jobs", "").split("; ") if j]
         if redact_tag(self.label) not in jobs:  # a text an earlier job of the sweep wrote too
             from mlflow import genai
@@ -69,9 +68,10 @@ class PromptLog:
             genai.set_prompt_version_tag(name, v.version, "jobs", redact_tag("; ".join([*jobs, self.label])))
         return v
 
-    def register(self, cand: Any, parent: Any | None) -> int | None:
+    def register(self, cand: Any, parent: Any | None) -> None:
+        """Registers ``cand`` (a rewrite of ``parent``, or a start) and sets its ``version``."""
         if not self.enabled:
-            return None
+            return
         from mlflow import genai
 
         parent_v = "none" if parent is None or parent.version is None else str(parent.version)
@@ -87,7 +87,6 @@ class PromptLog:
             where = ("sweep", self.tracker.sweep_parent_id) if self.tracker.sweep_parent_id else ("run", self.run_id)
             for k, val in {"aspect": self.aspect, where[0]: where[1]}.items():
                 genai.set_prompt_tag(str(self.name), k, redact_tag(val))
-        return cand.version
 
     def register_set(self, ranked: list[Any], extra: dict[str, str]) -> str | None:
         """The final ranked set (see the module docstring). Returns ``face-opt-<aspect>-set@<version>``."""

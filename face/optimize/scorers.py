@@ -109,15 +109,12 @@ class LiveScorer:
         return np.where([bool(self.units[i]) for i in idx], _item_preds(preds, items), self.empty)
 
     def explain(self, cand: Candidate, idx: np.ndarray) -> list[dict]:
-        preds = self.predict(cand, idx)
-        out = []
-        for i, pred in zip(idx, preds):
+        out, cut = [], self.example_chars
+        for i, pred in zip(idx, self.predict(cand, idx)):
             it = self.items[i]
             conv = self.convs[it.conv_id]
-            cut = self.example_chars
-            if it.turn_ind >= 0:
-                before = [t for t in conv.turns if t.turn_ind < it.turn_ind][-1:]
-                shown = [*before, conv.turn(it.turn_ind)]
+            if it.turn_ind >= 0:  # the turn and the one before it
+                shown = [t for t in conv.turns if t.turn_ind < it.turn_ind][-1:] + [conv.turn(it.turn_ind)]
                 context = "\n".join(f"{t.role}: {one_line(t.utterance)[:cut]}" for t in shown)
             else:
                 context = "\n".join(f"Turn {t.turn_ind} {t.role}: {one_line(t.utterance)[:cut // 4]}"
