@@ -111,6 +111,19 @@ def test_ranks_and_p_beats_come_from_the_joint_draws_of_systems_on_the_same_conv
         [1, 1, 1], [2, 2, 2], [3, 3, 3]]
 
 
+def test_the_ranking_lists_each_aspect_best_first_in_the_aspects_order_not_by_mean_or_input_order():
+    rng = np.random.default_rng(16)
+    ids = [f"c{i}" for i in range(30)]
+    x = rng.normal(2, 0.8, 30)
+    # efficiency reverses dialogue_overall's order; the systems are given neither best-first nor worst-first
+    shifts = {"mid": 0.0, "top": 0.5, "low": -0.5}
+    runs = [_run(n, {c: [v + d, v - d] for c, v in zip(ids, x)}) for n, d in shifts.items()]
+    ranking = _compare(*runs, aspects=("efficiency", "dialogue_overall"), n_boot=500).ranking
+    assert ranking[["aspect", "system", "rank"]].values.tolist() == [
+        ["efficiency", "low", 1], ["efficiency", "mid", 2], ["efficiency", "top", 3],
+        ["dialogue_overall", "top", 1], ["dialogue_overall", "mid", 2], ["dialogue_overall", "low", 3]]
+
+
 def test_the_rank_interval_of_three_exchangeable_systems_spans_every_rank_at_60_percent():
     values = np.random.default_rng(14).normal(2, 0.8, 30)  # the same scores, other conversations: drawn apart
     runs = [_run(n, {f"{n}{i}": float(v) for i, v in enumerate(values)}) for n in "abc"]
