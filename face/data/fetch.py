@@ -84,10 +84,11 @@ def fetch_file(entry: DataFile, data_dir: Path, mirror: Path | None = None, down
 def ensure_data(data_dir: str | Path, files: Iterable[str] | None = None, mirror: str | Path | None = None,
                 download: bool = True) -> None:
     """Fetch and verify ``files`` (local paths from the manifest; default: all) into ``data_dir``."""
+    data_dir, mirror_path = Path(data_dir), mirror_dir(mirror)
     for name in (files if files is not None else MANIFEST):
         if name not in MANIFEST:
-            raise DataError(Path(data_dir) / name, f"not a known data file; known: {', '.join(sorted(MANIFEST))}")
-        fetch_file(MANIFEST[name], Path(data_dir), mirror_dir(mirror), download)
+            raise DataError(data_dir / name, f"not a known data file; known: {', '.join(sorted(MANIFEST))}")
+        fetch_file(MANIFEST[name], data_dir, mirror_path, download)
 
 
 def data_checksums(files: Iterable[str] | None = None) -> dict[str, str]:
