@@ -127,17 +127,17 @@ class Tracker:
         mark_stale_runs(client)
         exp_id = str(self.experiment_id)
         sweep = sweeps.sweep_tags()
+        name = self.run_name
         if sweep:  # a sweep job: its swept values first in its name, unless tracking.run_name is set
             overrides = list(sweeps.hydra_job().overrides.task)
             self.sweep_parent_id, swept = sweeps.sweep_parent(exp_id, sweep["sweep_dir"], self.cfg.task_name, overrides)
-            self.job_label, name = redact(sweeps.job_label(overrides, swept)), self.run_name
+            self.job_label = redact(sweeps.job_label(overrides, swept))
             if not self.cfg.tracking.get("run_name"):
                 name = redact(sweeps.job_name(self.cfg.task_name, overrides, swept, sweep["sweep_job"]))
             run = self.mlflow.start_run(run_name=name, parent_run_id=self.sweep_parent_id)
             tags = {**sweep, sweeps.SWEEP_ROLE: "job", sweeps.LABEL_TAG: self.job_label}
         else:
             with store_lock(str(self.cfg.tracking.tracking_uri)):  # two reruns starting at once: #2 and #3
-                name = self.run_name
                 if name and not self.cfg.tracking.get("run_name"):
                     name = rerun_name(client, exp_id, name)
                 run = self.mlflow.start_run(run_name=name)
@@ -219,10 +219,12 @@ class Tracker:
         for p in map(Path, paths):
             if p.is_dir():
                 self.mlflow.log_artifacts(str(p), artifact_path=subdir)
-            elif p.exists() and limit is not None and p.stat().st_size > limit * 1e6:
-                self.mlflow.set_tag(f"not_logged.{p.name}", redact(f"{p.stat().st_size / 1e6:.0f} MB, in {p.parent}"))
             elif p.exists():
-                self.mlflow.log_artifact(str(p), artifact_path=subdir)
+                size = p.stat().st_size
+                if limit is not None and size > limit * 1e6:
+                    self.mlflow.set_tag(f"not_logged.{p.name}", redact(f"{size / 1e6:.0f} MB, in {p.parent}"))
+                else:
+                    self.mlflow.log_artifact(str(p), artifact_path=subdir)
 
     def log_data(self, name: str, rows: Sequence[Mapping[str, Any]], checksums: Mapping[str, str],
                  source: str) -> None:
@@ -239,10 +241,10 @@ class Tracker:
 
         digest = hashlib.sha256(json.dumps(dict(sorted(checksums.items()))).encode()).hexdigest()[:12]
         path = OmegaConf.select(self.cfg, "dataset.path", default=None, throw_on_resolution_failure=False)
-        if isinstance(path, str) and Path(path).is_file():
-            own, source = hashlib.sha256(Path(path).read_bytes()).hexdigest(), Path(path).name
+        if isinstance(path, str) and (own_file := Path(path)).is_file():
+            own, source = hashlib.sha256(own_file.read_bytes()).hexdigest(), own_file.name
             checksums, digest = {**checksums, source: own}, own[:12]
-            self.set_tags({"input_sha256": own, SHORT_NAME_TAG: Path(path).stem})
+            self.set_tags({"input_sha256": own, SHORT_NAME_TAG: own_file.stem})
         if checksums:
             listing = json.dumps(dict(sorted(checksums.items())), indent=1)
             self.mlflow.log_text(listing, "data_sha256.json")

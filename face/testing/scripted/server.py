@@ -130,9 +130,12 @@ class ScriptedServer(Served):
         self.batch.add_routes(app)
         return app
 
+    def model_list(self) -> dict:
+        """The body of GET /v1/models: the one scripted model."""
+        return {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "scripted"}]}
+
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",
-                                                               "owned_by": "scripted"}]})
+        return web.json_response(self.model_list())
 
     async def _reply(self, raw: bytes, authorization: str, wait: Callable[[float], Awaitable[None]],
                      disconnect: Callable[[], None]) -> Reply:
@@ -205,8 +208,7 @@ class InProcessServer(ScriptedServer):
         """One HTTP request, as the aiohttp app would answer it."""
         path = request.url.path
         if request.method == "GET" and path.endswith("/models"):
-            return httpx2.Response(200, json={"object": "list", "data": [
-                {"id": self.model, "object": "model", "owned_by": "scripted"}]})
+            return httpx2.Response(200, json=self.model_list())
         read_timeout = (request.extensions.get("timeout") or {}).get("read")
 
         async def wait(seconds: float) -> None:
