@@ -86,8 +86,10 @@ class BudgetLM:
         return res
 
     def _notify(self) -> None:
-        """Wake this loop's requests waiting for a reservation to be given back (a throwaway event when none waits)."""
-        self._events.pop(id(asyncio.get_running_loop()), asyncio.Event()).set()
+        """Wake this loop's requests waiting for a reservation to be given back."""
+        waiting = self._events.pop(id(asyncio.get_running_loop()), None)
+        if waiting is not None:
+            waiting.set()
 
 
 class AccountingLM:

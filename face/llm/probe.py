@@ -105,8 +105,13 @@ async def probe(cfg: LLMConfig, usage: Usage, base_url: str, model: str, cache_d
     return caps
 
 
+def endpoint_key(base_url: str, model: str) -> str:
+    """What the saved capabilities are filed under: the endpoint and the model (load and save alike)."""
+    return f"{base_url.rstrip('/')} {model}"
+
+
 def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capabilities | None:
-    key = f"{base_url.rstrip('/')} {model}"  # (the endpoint)
+    key = endpoint_key(base_url, model)
     if key in _MEMORY or cache_dir is None:
         return _MEMORY.get(key)
     with contextlib.suppress(OSError, ValueError, TypeError):
@@ -117,7 +122,7 @@ def load(cache_dir: str | os.PathLike | None, base_url: str, model: str) -> Capa
 
 
 def save(cache_dir: str | os.PathLike | None, caps: Capabilities) -> None:
-    key = f"{caps.base_url.rstrip('/')} {caps.model}"
+    key = endpoint_key(caps.base_url, caps.model)
     _MEMORY[key] = caps
     if cache_dir is None:
         return

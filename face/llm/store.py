@@ -97,7 +97,8 @@ class SampleCache:
 
     def claim(self, keys: list[str]) -> asyncio.Future:
         """A future of ``Claimed`` (face/llm/claims.py) for ``keys``: which to send, which were answered meanwhile,
-        which another process is sending -- settled by the next transaction, with everything else of this turn."""
+        which another process is sending -- settled by the next transaction, with everything else of this turn (the
+        whole transaction's claims: a caller reads only its own keys)."""
         fut = self.claims.ask(keys)
         self._schedule(asyncio.get_running_loop())
         return fut

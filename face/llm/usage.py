@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from face.files import atomic_write_text
 from face.secrets import redact
 
@@ -284,6 +282,8 @@ class Usage:
 
     # ---- reports ------------------------------------------------------
     def summary(self) -> dict[str, Any]:
+        import numpy as np  # here, not at the top: face.llm alone (its cache CLI, the local install) stays without it
+
         lat = self.http_latencies
         p50, p95 = np.quantile(lat.sample, [0.5, 0.95]).tolist() if lat.sample else (0.0, 0.0)
         tags = self.by_tag.values()
@@ -296,9 +296,11 @@ class Usage:
                                                      "defaulted_answers", "logprob_fallbacks")},
             "unreported_usage_requests": self.unreported_usage,
             "misreported_requests": self.misreports,
-            **{k: getattr(self, k) for k in ("input_tokens", "output_tokens")},
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
             "cost_usd": self.spent_usd,
-            **{k: getattr(self, k) for k in ("dry_run", "dry_run_requests")},
+            "dry_run": self.dry_run,
+            "dry_run_requests": self.dry_run_requests,
             **{f"estimated_{k}": getattr(self, f"est_{k}") for k in ("input_tokens", "output_tokens", "cost_usd")},
             "latency_mean_s": lat.total / lat.n if lat.n else 0.0,
             "latency_p50_s": p50,
