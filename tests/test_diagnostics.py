@@ -63,3 +63,27 @@ def test_mean_particle_score_by_act_equals_the_raw_files(data_dir):
     assert len(got) == len(want)
     for key, value in want.items():
         assert got[key] == pytest.approx(value)
+
+
+@pytest.mark.parametrize("record, message", [
+    ({"label": 3}, "run settings without a 'label' string"),
+    ([], "run settings without a 'label' string"),
+    ({"label": "x", "aspects": [{"name": "a", "level": "turn"}]}, "a malformed aspect in 'aspects'"),
+])
+def test_a_malformed_run_settings_file_is_one_clear_data_error(tmp_path, record, message):
+    from face.errors import DataError
+    from face.report.diagnostic_report import read_run_settings
+
+    path = tmp_path / "run_settings.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(DataError, match=message):
+        read_run_settings(path)
+
+
+def test_run_settings_keep_only_instruction_sets_that_are_mappings_of_text(tmp_path):
+    from face.report.diagnostic_report import read_run_settings
+
+    path = tmp_path / "run_settings.json"
+    path.write_text(json.dumps({"label": "x", "instructions": {"relevance": {"i1": "Rate it", "i2": 7},
+                                                                "novelty": ["not", "a", "set"]}}))
+    assert read_run_settings(path)["instructions"] == {"relevance": {"i1": "Rate it", "i2": "7"}}

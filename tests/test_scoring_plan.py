@@ -74,3 +74,30 @@ def test_cost_estimate_matches_paper_call_counts(data_dir):
     assert 215 <= samp.samples_per_turn <= 230
     assert lp.samples_per_turn == pytest.approx(samp.samples_per_turn / 5)
     assert samp.cost_usd > lp.cost_usd > 0
+
+
+def test_a_turn_a_unit_source_left_out_is_named_when_its_particles_are_planned(convs, data_dir):
+    decomps = _released(data_dir, convs)
+    c = convs[0]
+    t = c.evaluated_turns()[0]
+    del decomps[(c.conv_id, t.turn_ind)]
+    with pytest.raises(KeyError, match=f"no particles for conversation '{c.conv_id}', turn {t.turn_ind}"):
+        units_for(ASPECTS["dialogue_overall"], convs, decomps)
+    # whole turns need no particles: the same decompositions plan every turn
+    whole = units_for(ASPECTS["relevance"], convs, decomps, unit="whole")
+    assert (c.conv_id, t.turn_ind) in {(u.conv_id, u.turn_ind) for u in whole}
+
+
+def test_the_particles_file_lists_every_decomposed_turn_and_skips_the_ones_left_out(convs, data_dir, tmp_path):
+    import json
+
+    from face.pipeline.method import write_particles
+
+    decomps = _released(data_dir, convs[:2])
+    c = convs[0]
+    left_out = (c.conv_id, c.evaluated_turns()[0].turn_ind)
+    del decomps[left_out]
+    rows = [json.loads(line) for line in write_particles(decomps, convs[:2], tmp_path / "p.jsonl").read_text()
+            .splitlines()]
+    assert [(r["conv_id"], r["turn_ind"]) for r in rows] == [
+        (x.conv_id, t.turn_ind) for x in convs[:2] for t in x.evaluated_turns() if (x.conv_id, t.turn_ind) != left_out]

@@ -230,12 +230,14 @@ def fill_empty(preds: Predictions, aspects: Sequence[Aspect], convs: Sequence[Co
 
 
 def write_particles(decomps: dict[tuple[str, int], Decomposition], convs: Sequence[Conversation], path: Path) -> Path:
-    """Particles in the authors' JSON Lines format (+ our provenance fields): every evaluated turn's (each unit source
-    decomposes every turn)."""
+    """Particles in the authors' JSON Lines format (+ our provenance fields): every decomposed evaluated turn's (a unit
+    source of your own may leave out the turns no aspect scores)."""
     with atomic_open(path) as f:
         for c in convs:
             for t in c.evaluated_turns():
-                d = decomps[(c.conv_id, t.turn_ind)]
+                d = decomps.get((c.conv_id, t.turn_ind))
+                if d is None:
+                    continue
                 f.write(json.dumps({
                     "conv_id": c.conv_id, "turn_ind": t.turn_ind, "assistant_utterance": t.utterance,
                     "particles": [{"particle_ind": i, "dialogue_act": p.dialogue_act, "particle": p.mention,

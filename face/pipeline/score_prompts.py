@@ -50,9 +50,16 @@ def units_for(aspect: Aspect, convs: Sequence[Conversation], decomps: dict[tuple
         return [Unit(aspect, c.conv_id, -1, -1, None) for c in convs]
     if unit == "whole":
         return [Unit(aspect, c.conv_id, t.turn_ind, -1, None) for c in convs for t in turns_for(aspect, c, unlabelled)]
-    # every unit source decomposes every turn
     return [Unit(aspect, c.conv_id, t.turn_ind, i, p) for c in convs for t in turns_for(aspect, c, unlabelled)
-            for i, p in enumerate(decomps[(c.conv_id, t.turn_ind)].particles)]
+            for i, p in enumerate(_decomposition(decomps, c.conv_id, t.turn_ind).particles)]
+
+
+def _decomposition(decomps: dict[tuple[str, int], Decomposition], conv_id: str, turn_ind: int) -> Decomposition:
+    """A scored turn's particles; a unit source of your own that left the turn out is named with it."""
+    d = decomps.get((conv_id, turn_ind))
+    if d is None:
+        raise KeyError(f"no particles for conversation {conv_id!r}, turn {turn_ind}")
+    return d
 
 
 def turns_for(aspect: Aspect, conv: Conversation, unlabelled: str = "skip") -> list:

@@ -170,13 +170,20 @@ def read_run_settings(path: Path) -> dict:
         return {"label": NOT_RECORDED, "llm": {}, "instructions": {}, "aspects": {}}
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
-        # an aspect of your own (dataset.aspects_file): its level and scale
-        aspects = {a["name"]: Aspect(a["name"], a["level"], tuple(a["scale"]), a.get("definition", ""))
-                   for a in rec.get("aspects") or []}
-        return {"label": rec["label"], "llm": rec.get("llm") or {}, "aspects": aspects,
-                "instructions": rec.get("instructions") or {}}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DataError(path, f"unreadable run settings: {e}") from None
+    if not isinstance(rec, dict) or not isinstance(rec.get("label"), str):
+        raise DataError(path, "run settings without a 'label' string")
+    inst: dict = rec["instructions"] if isinstance(rec.get("instructions"), dict) else {}
+    aspects = {}
+    for a in rec.get("aspects") or []:  # an aspect of your own (dataset.aspects_file): its level and scale
+        try:
+            aspects[a["name"]] = Aspect(a["name"], a["level"], tuple(a["scale"]), a.get("definition", ""))
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(path, f"a malformed aspect in 'aspects': {e}") from None
+    return {"label": rec["label"], "llm": rec.get("llm") or {}, "aspects": aspects,
+            "instructions": {str(a): {str(k): str(v) for k, v in d.items()} for a, d in inst.items()
+                             if isinstance(d, dict)}}
 
 
 def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataFrame, dial_preds: pd.DataFrame,
