@@ -38,9 +38,7 @@ import pandas as pd
 from face.api.evaluate import evaluation
 from face.api.inputs import source_of
 from face.api.overrides import conversations
-from face.comparison import figures
 from face.comparison.engine import compare
-from face.comparison.report import write_all
 from face.comparison.runs import from_dir
 from face.datasets.crsarena import ASPECTS, write_conversations
 from face.errors import ConfigError, require_writable_dir
@@ -285,6 +283,9 @@ def _saved(n_scored: int, n_avail: int, scored: pd.Series, avail: pd.Series, use
 
 
 def _write(comp, steps, decisions, saved, stop, out) -> None:
+    from face.comparison import figures  # matplotlib and seaborn: loaded only when there is something to draw
+    from face.comparison.report import write_all
+
     write_all(comp, out, overwrite=True, setting="--out")
     note = f"Sequential comparison (stopped: {stop}). Scored by: {comp.judge}."
     write_table(steps, out, "sequential_steps", f"{note} Per step: each aspect's confidence sequence.")
