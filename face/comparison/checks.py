@@ -75,8 +75,11 @@ def check(runs: Sequence[Run], aspects: Sequence[str], allow: bool, wanted: Sequ
     if found and not allow:
         raise IncomparableRuns(f"not comparable: {found[0]} (scores from different judges or scales are not on "
                                f"one scale; {OVERRIDE} compares them anyway)")
-    unrecorded = [(r, [w for w, v in (("judge LLM", r.judge), ("estimator", r.estimator),
-                                      ("instruction sets", r.instructions)) if v is None]) for r in runs]
-    return [f"WARNING: compared although not comparable ({OVERRIDE}): {r}" for r in found] + \
-        [f"note: {r.name} ({r.source}) does not record its {', '.join(missing)}: not checked for comparability"
-         for r, missing in unrecorded if missing]
+    notes = [f"WARNING: compared although not comparable ({OVERRIDE}): {line}" for line in found]
+    for r in runs:
+        missing = [what for what, v in (("judge LLM", r.judge), ("estimator", r.estimator),
+                                        ("instruction sets", r.instructions)) if v is None]
+        if missing:
+            notes.append(f"note: {r.name} ({r.source}) does not record its {', '.join(missing)}: not checked for "
+                         "comparability")
+    return notes

@@ -239,7 +239,10 @@ class CRSArenaEval(Dataset):
         super().__init__(own)
         self.file = Path(own.file) if own.file else None
         self.repeat = own.repeat
-        self.title = (self.file.name if self.file else self.title) + (f" ×{own.repeat}" if own.repeat > 1 else "")
+        if self.file:
+            self.title = self.file.name
+        if own.repeat > 1:
+            self.title += f" ×{own.repeat}"
         self.released_artifacts = self.file is None  # the authors' particles and scores: not of the user's file
         self.is_subset = self.is_subset or self.file is not None or self.repeat > 1
 

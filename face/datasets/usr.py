@@ -70,10 +70,10 @@ def load_usr(path: str | Path, exclude_ground_truth: bool = True) -> list[Conver
         context = [t.strip() for t in field(obj, "context", str, path, rec).strip().split("\n") if t.strip()]
         meta = {"fact": field(obj, "fact", str, path, rec),
                 "reference": next((text for model, text, _ in responses if model == GROUND_TRUTH), None)}
+        n = len(context) + 1  # the context's turns and the response
         for model, text, labels in responses:
             if exclude_ground_truth and model == GROUND_TRUTH:
                 continue
-            n = len(context) + 1
             turns = tuple(Turn(k, ASSISTANT if (n - 1 - k) % 2 == 0 else USER, t, labels if k == n - 1 else {})
                           for k, t in enumerate([*context, text]))
             slug = re.sub(r"[^a-z0-9.]+", "-", model.lower()).strip("-")

@@ -149,6 +149,6 @@ class BeamSearch:
     def final_set(self, state: OptState) -> list[Candidate]:
         """The ``top_k`` candidates that were evaluated, best mean reward first (ties: more pulls, then creation
         order: the sort is stable)."""
-        pulled = {cid: state.rewards[cid] for cid in state.candidates if state.rewards.get(cid)}
-        best = sorted(pulled, key=lambda cid: (-sum(pulled[cid]) / len(pulled[cid]), -len(pulled[cid])))
+        pulled = [cid for cid in state.candidates if state.rewards.get(cid)]
+        best = sorted(pulled, key=lambda cid: (-(state.mean_reward(cid) or 0.0), -len(state.rewards[cid])))
         return [state.candidates[cid] for cid in best[: self.cfg.top_k]]

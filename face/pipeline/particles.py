@@ -129,7 +129,7 @@ class ParticlesAnswer:
     """The answer type of a decomposition request: its format (a JSON schema where the endpoint takes one and the
     prompt asks for the list alone) and its reading (``parse``), within the spec's draws."""
 
-    def __init__(self, reasoning: bool = False):
+    def __init__(self, reasoning: bool):
         self.reasoning = reasoning
         self.json = particles_adapter(DIALOGUE_ACTS, MAX_MENTION_WORDS)
 
