@@ -66,9 +66,11 @@ def assistant_text(outputs: Any) -> str | None:
     if not isinstance(outputs, dict):
         return None
     choices = outputs.get("choices")
-    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    return (_text((first.get("message") or {}).get("content")) or _by_keys(outputs, ASSISTANT_KEYS)
-            or _last(outputs.get("messages"), "assistant") or _only_string(outputs))
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):  # an OpenAI chat completion
+        text = _text((choices[0].get("message") or {}).get("content"))
+        if text:
+            return text
+    return _by_keys(outputs, ASSISTANT_KEYS) or _last(outputs.get("messages"), "assistant") or _only_string(outputs)
 
 
 def _root(trace: Any):
