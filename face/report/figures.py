@@ -43,17 +43,15 @@ def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
              va="top")
 
 
-def _bar_axes(ax: plt.Axes, ticks, aspects, coefficient: str, title: str, mine: pd.DataFrame, pub: pd.DataFrame,
-              pad: float = 0.05) -> None:
+def _bar_axes(ax: plt.Axes, ticks, aspects, coefficient: str, title: str, mine, pub) -> None:
     """The axes of bars grouped by aspect (``ticks``: the groups' middles): the aspects' names, the coefficient, the
-    title, and y from below the lowest bar, whisker (``mine``) or published value (``pub``) — never cut at 0: a
+    title, and y from 0.05 below the lowest bar, whisker (``mine``) or published value (``pub``) — never cut at 0: a
     negative correlation is drawn below the zero line — up to a correlation's 1 or above, with a zero line."""
     ax.set_xticks(ticks, [a.replace("_", "\n") for a in aspects])
     ax.set(ylabel=COEF_LABELS[coefficient], title=title)
-    values = (mine["value"], mine["ci_low"], mine["ci_high"], pub["value"].dropna())
-    flat = np.concatenate([np.asarray(v, float).ravel() for v in values] + [np.array([0.0, 1.0])])
+    flat = np.concatenate([mine["value"], mine["ci_low"], mine["ci_high"], pub["value"].dropna(), [0, 1]]).astype(float)
     flat = flat[np.isfinite(flat)]
-    ax.set_ylim(flat.min() - pad if flat.min() < 0 else 0.0, flat.max())
+    ax.set_ylim(flat.min() - 0.05 if flat.min() < 0 else 0.0, flat.max())
     ax.axhline(0, color="black", lw=0.6)
 
 
