@@ -116,6 +116,3 @@ def run_name(task: str, settings: dict[str, str], judge: str | None = None) -> s
     if path:
         return SEP.join(x for x in (Path(path).stem, judge, label) if x)[:250]
     return (f"{label}{SEP}{task}" if label else task)[:250]
-
-
-__all__ = ["non_default_settings", "run_name", "run_owner"]

@@ -132,6 +132,3 @@ def write_files(result: ExperimentResult) -> list[Path]:
         else:
             print(shown, flush=True)
     return paths + named
-
-
-__all__ = ["ExperimentResult", "Table", "write", "write_files"]

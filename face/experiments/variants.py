@@ -34,14 +34,13 @@ def run(plan: Plan) -> ExperimentResult:
     cfg = plan.cfg
     with experiment(plan) as ctx:
         outs = {name: ctx.predict(method) for name, method in ctx.methods.items()}
-        labels = {name: out.label for name, out in outs.items()}
         if any(out.dry_run for out in outs.values()):
             return ctx.result(dry_run=True, outputs=outs)
         corr = {name: ctx.evaluate(out.predictions) for name, out in outs.items()}
         results = order_aspects(pd.concat([res.assign(variant=name) for name, res in corr.items()], ignore_index=True))
         usage = pd.DataFrame([{"variant": name, **{k: out.metrics.get(k, 0.0) for k in USAGE_KEYS}}
                               for name, out in outs.items()])
-        note = f"{ctx.subset}. Variants: " + " | ".join(f"{k}: {lab}" for k, lab in labels.items())
+        note = f"{ctx.subset}. Variants: " + " | ".join(f"{k}: {out.label}" for k, out in outs.items())
         wide = results[results["split"] == "all"].pivot_table(index=["level", "aspect", "coefficient"],
                                                                 columns="variant", values="value").reset_index()
         return ctx.result(

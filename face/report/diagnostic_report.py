@@ -202,8 +202,6 @@ def _conversation_view(c: Conversation, parts: pd.DataFrame, per_instr: pd.DataF
             for pi, g in tp.groupby("particle_ind"):
                 first = g.iloc[0]
                 instr = per_instr[(per_instr["turn_ind"] == t.turn_ind) & (per_instr["particle_ind"] == pi)]
-                instr = instr.assign(aspect=instr["aspect"].astype(str),
-                                     instruction_id=instr["instruction_id"].astype(str))
                 view["particles"].append({
                     "act": first["dialogue_act"], "mention": first["mention"],
                     "feedback": feedback_text(first["user_feedback"]),
@@ -248,8 +246,8 @@ def _compact(view: dict, aspects: Sequence[str]) -> list:
 
 def _views(rel: pd.DataFrame, scores: pd.DataFrame, preds: Predictions, convs: Sequence[Conversation]) -> list[dict]:
     """Every conversation → its turns → their particles; ``rel``: the particles with ``relative_scores``."""
-    frames = (rel.sort_values(["conv_id", "turn_ind", "particle_ind", "aspect"], kind="stable"), scores,
-              preds.dialogue, preds.turn)
+    frames = (rel.sort_values(["conv_id", "turn_ind", "particle_ind", "aspect"], kind="stable"),
+              scores.astype({"aspect": str, "instruction_id": str}), preds.dialogue, preds.turn)
     by_conv = [{str(k): g for k, g in x.groupby(x["conv_id"].astype(str), sort=False)} for x in frames]
     return [_conversation_view(c, *(g.get(c.conv_id, x.iloc[:0]) for g, x in zip(by_conv, frames))) for c in convs]
 

@@ -43,12 +43,15 @@ def _caption(fig: plt.Figure, note: str, fontsize: float = 7) -> None:
              va="top")
 
 
-def _ylim_from_zero(ax: plt.Axes, *values, pad: float = 0.05) -> None:
-    """Y from below the lowest bar, whisker or published value (never cut at 0: a negative correlation is drawn
-    below the zero line) up to a correlation's 1 or above, with a zero line."""
-    flat = np.concatenate([np.asarray(v, float).ravel() for v in values] + [np.array([0.0, 1.0])])
+def _bar_axes(ax: plt.Axes, ticks, aspects, coefficient: str, title: str, mine, pub) -> None:
+    """The axes of bars grouped by aspect (``ticks``: the groups' middles): the aspects' names, the coefficient, the
+    title, and y from 0.05 below the lowest bar, whisker (``mine``) or published value (``pub``) — never cut at 0: a
+    negative correlation is drawn below the zero line — up to a correlation's 1 or above, with a zero line."""
+    ax.set_xticks(ticks, [a.replace("_", "\n") for a in aspects])
+    ax.set(ylabel=COEF_LABELS[coefficient], title=title)
+    flat = np.concatenate([mine["value"], mine["ci_low"], mine["ci_high"], pub["value"].dropna(), [0, 1]]).astype(float)
     flat = flat[np.isfinite(flat)]
-    ax.set_ylim(flat.min() - pad if flat.min() < 0 else 0.0, flat.max())
+    ax.set_ylim(flat.min() - 0.05 if flat.min() < 0 else 0.0, flat.max())
     ax.axhline(0, color="black", lw=0.6)
 
 
@@ -98,10 +101,8 @@ def bars_vs_published(ours: pd.DataFrame, published: pd.DataFrame, split: str, c
     value, err = _with_ci(mine, aspects)
     ax.bar(x + len(methods) * width, value, width, label=ours_label, color=colors[-1], edgecolor="black",
            linewidth=0.8, yerr=err, capsize=2)
-    ax.set_xticks(x + width * (len(series) - 1) / 2, [a.replace("_", "\n") for a in aspects])
-    ax.set_ylabel(COEF_LABELS[coefficient])
-    _ylim_from_zero(ax, mine["value"], mine["ci_low"], mine["ci_high"], pub["value"].dropna())
-    ax.set_title(f"{dataset_title} {SPLIT_LABELS.get(split, split)} — {COEF_LABELS[coefficient]}")
+    _bar_axes(ax, x + width * (len(series) - 1) / 2, aspects, coefficient,
+              f"{dataset_title} {SPLIT_LABELS.get(split, split)} — {COEF_LABELS[coefficient]}", mine, pub)
     ax.legend(ncol=4, fontsize=7, loc="upper left")
     return _save(fig, path, note)
 
@@ -160,10 +161,9 @@ def aggregation_heatmap(df: pd.DataFrame, aspect_col: str, note: str, path: str 
     settings are compared with their paired CIs in aggregation_differences)."""
     pivot = df.pivot(index="setting", columns=aspect_col, values="value")
     pivot = pivot[ordered(pivot.columns)]
-    coefficient = df["coefficient"].iloc[0] if "coefficient" in df.columns and len(df) else ""
     fig, ax = plt.subplots(figsize=(1.3 * pivot.shape[1] + 2.5, 0.45 * pivot.shape[0] + 1.8))
     sns.heatmap(pivot, annot=pivot.map(lambda v: f"{v:.3f}"), fmt="", cmap="viridis", ax=ax, annot_kws={"fontsize": 7},
-                cbar_kws={"shrink": 0.7, "label": COEF_LABELS.get(coefficient, "correlation")})
+                cbar_kws={"shrink": 0.7, "label": COEF_LABELS[df["coefficient"].iloc[0]]})
     ax.set(title=title, xlabel="", ylabel="instruction agg / particle agg")
     _rotated_ticks(ax, pivot.columns)
     return _save(fig, path, note)
@@ -204,9 +204,8 @@ def act_share_bars(act_share: pd.DataFrame, note: str, path: str | Path) -> Path
     pivot = act_share.pivot(index="system", columns="dialogue_act", values="share").fillna(0.0)
     fig, ax = plt.subplots(figsize=(7, 0.4 * len(pivot) + 1.5))
     pivot.plot(kind="barh", stacked=True, ax=ax, colormap="tab10", width=0.8)
-    ax.set(xlabel="share of the system's particles", ylabel="", xlim=(0, 1))
+    ax.set(xlabel="share of the system's particles", ylabel="", xlim=(0, 1), title="Dialogue acts per system")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title("Dialogue acts per system")
     return _save(fig, path, note)
 
 
@@ -224,9 +223,9 @@ def position_curve(by_position: pd.DataFrame, note: str, path: str | Path) -> Pa
         ax.plot(g["position"], g["low_share"], marker="o", label=f"{aspect}{ties}")
     ax.axhline(0.1, color="grey", lw=0.8, ls="--", label="10 % (no ties)")
     _integer_ticks(ax, by_position["position"])
-    ax.set(xlabel="assistant turn (8 = 8th or later)", ylabel="share of particles in the lowest 10 %")
+    ax.set(xlabel="assistant turn (8 = 8th or later)", ylabel="share of particles in the lowest 10 %",
+           title="Where low-scoring particles fall")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="aspect", title_fontsize=7)
-    ax.set_title("Where low-scoring particles fall")
     return _save(fig, path, note + " Lowest 10 %: at or below the aspect's 10th percentile; scores tied there all "
                  "count, so an aspect with many equal low scores has more than 10 % of its particles in the set.")
 
@@ -268,10 +267,7 @@ def bars_by_quality(ours: pd.DataFrame, published: pd.DataFrame, coefficient: st
             px, py = zip(*at)
             ax.scatter(px, py, marker="D", s=22, color="black", zorder=4,
                        label="published value" if "published value" not in ax.get_legend_handles_labels()[1] else None)
-    ax.set_xticks(x + width * (len(methods) - 1) / 2, [a.replace("_", "\n") for a in aspects])
-    ax.set_ylabel(COEF_LABELS[coefficient])
-    _ylim_from_zero(ax, mine["value"], mine["ci_low"], mine["ci_high"], pub["value"].dropna())
-    ax.set_title(title)
+    _bar_axes(ax, x + width * (len(methods) - 1) / 2, aspects, coefficient, title, mine, pub)
     handles, labels = ax.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda k: labels[k] == "published value")  # the marker's entry last
     ax.legend([handles[k] for k in order], [labels[k] for k in order], fontsize=7, loc="upper left",
@@ -289,9 +285,8 @@ def transfer_figure(rows: pd.DataFrame, coefficient: str, title: str, note: str,
         v, err = _with_ci(d.set_index("dataset"), datasets)
         ax.errorbar(np.arange(len(datasets)), v, yerr=err, marker="o", capsize=3, label=aspect)
     ax.set_xticks(np.arange(len(datasets)), datasets)
-    ax.set_ylabel(COEF_LABELS[coefficient])
+    ax.set(ylabel=COEF_LABELS[coefficient], title=title)
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_title(title)
     ax.legend(fontsize=7)
     return _save(fig, path, note)
 
