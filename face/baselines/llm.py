@@ -203,8 +203,7 @@ class LLMCoTICL(_LLMBaseline):
             return "(none)"
         pick = rng.choice(len(cands), size=min(self.k_examples, len(cands)), replace=False)
         parts = []
-        for j, i in enumerate(sorted(pick), 1):
-            p = cands[i]
+        for j, p in enumerate((cands[i] for i in sorted(pick)), 1):
             f = unit_fields(p)
             conv = f["conversation"][-self.example_chars:]
             parts.append(f"Example {j} ({f['unit']}):\n{conv}\n{f['focus']}\nHuman score: {label_of(p):g}")

@@ -30,10 +30,10 @@ from typing import Any
 from pydantic import model_validator
 
 from face.aspects import Aspect, aspect_table
-from face.data.io import as_id, check_text, check_type, field, json_kind, parse_all, parse_json, read_text
+from face.data.io import check_text, check_type, field, json_kind, parse_all, parse_json, read_text
 from face.data.schema import ASSISTANT, USER, Conversation, Turn
 from face.datasets import Dataset, Selection
-from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS, check_unique_ids, parse_conversation
+from face.datasets.crsarena import ASPECT_ALIASES, ASPECTS, check_unique_ids, optional_id, parse_conversation
 from face.errors import DataError
 from face.settings import settings
 
@@ -71,14 +71,6 @@ def _conversation(raw: object, path: Path, record: str, index: int, line: bool) 
     return _chat(raw, path, record, index)
 
 
-def _optional_id(raw: dict, keys: tuple[str, ...], path: Path, where: str, what: str) -> str | None:
-    """The first of ``keys`` present and not null, checked as an id (``face.data.io.as_id``); None if none is."""
-    for key in keys:
-        if raw.get(key) is not None:
-            return as_id(raw[key], path, f"{where}, key {key!r}", what)
-    return None
-
-
 def _content(content: object, path: Path, at: str) -> str:
     """A message's text: a string, or OpenAI's multi-part content (a list of ``{"type": "text", "text": ...}``
     parts), whose text parts are joined with a newline. A part of another type (``image_url``,
@@ -108,9 +100,9 @@ def _chat(raw: object, path: Path, record: str, index: int) -> Conversation:
     """A conversation in the chat format; ``index``: its position from 1 (an id-less conversation is
     ``conv<index>``)."""
     if isinstance(raw, dict):
-        conv_id = _optional_id(raw, ("id", "conv_id"), path, record, "conversation id") or f"conv{index}"
+        conv_id = optional_id(raw, ("id", "conv_id"), path, record, "conversation id") or f"conv{index}"
         where = f"{record} ({conv_id})"
-        system = _optional_id(raw, ("system",), path, where, "system name") or "unknown"
+        system = optional_id(raw, ("system",), path, where, "system name") or "unknown"
         if "messages" not in raw:
             raise DataError(path, "missing key 'messages' (a list of {role, content})", where)
         messages = raw["messages"]

@@ -93,6 +93,14 @@ def system_and_split(conv_id: str) -> tuple[str, str]:
     return parts[0], "all"
 
 
+def optional_id(raw: dict, keys: tuple[str, ...], path: Path, where: str, what: str) -> str | None:
+    """The first of ``keys`` present and not null, checked as an id (``face.data.io.as_id``); None if none is."""
+    for key in keys:
+        if raw.get(key) is not None:
+            return as_id(raw[key], path, f"{where}, key {key!r}", what)
+    return None
+
+
 def _labels(raw: dict, known: set[str], path: Path, record: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, value in raw.items():
@@ -127,9 +135,8 @@ def parse_conversation(raw: object, path: Path, record: str, require_labels: boo
     _check_roles(turns, path, record)
     dial_labels = (field(raw, "dial_level_aggregated", dict, path, record) if require_labels
                    else check_type(raw.get("dial_level_aggregated") or {}, dict, path, record))
-    system, split = system_and_split(conv_id)
-    if raw.get("system") is not None:  # optional: the CRS's name when the id does not say it
-        system = as_id(raw["system"], path, f"{record}, key 'system'", "system name")
+    name, split = system_and_split(conv_id)
+    system = optional_id(raw, ("system",), path, record, "system name") or name  # the CRS's name, if the id lacks it
     return Conversation(conv_id, tuple(turns), _labels(dial_labels, _KNOWN_DIALOGUE_LABELS, path, record),
                         system=system, split=split)
 
@@ -199,9 +206,8 @@ _COEF_KEYS = {"pearson_r": "pearson", "spearman_rho": "spearman"}
 def load_published_table(path: str | Path) -> pd.DataFrame:
     """Published Table 2 as a long table: method, split, aspect, coefficient, value (None = not reported)."""
     path = Path(path)
-    raw = check_type(read_json(path), dict, path, "top level")
     rows = []
-    for split_key, methods in raw.items():
+    for split_key, methods in check_type(read_json(path), dict, path, "top level").items():
         if split_key not in _SPLIT_KEYS:
             raise DataError(path, f"unknown split {split_key!r}; expected {', '.join(_SPLIT_KEYS)}")
         for method, aspects in check_type(methods, dict, path, split_key).items():

@@ -74,9 +74,8 @@ def load_released_particles(path: str | Path) -> list[TurnParticles]:
 def load_instructions(path: str | Path, source: str = "released_top16") -> list[Instruction]:
     """Released optimized instructions of one aspect, ordered by rank; ids match the score files (``itr54``)."""
     path = Path(path)
-    raw = check_type(read_json(path), list, path, "top level")
     out = []
-    for i, obj in enumerate(raw):
+    for i, obj in enumerate(check_type(read_json(path), list, path, "top level")):
         rec = f"index {i}"
         iteration = field(obj, "iteration", int, path, rec)
         out.append(Instruction(f"itr{iteration}", field(obj, "text", str, path, rec),

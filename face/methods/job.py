@@ -41,10 +41,8 @@ COUNTS = ("requests", "samples", "http_requests", "input_tokens", "output_tokens
 
 def _total(costs: pd.DataFrame, column: str) -> float:
     """A cost table's ``column``: its ``total`` row, else the sum of its stages."""
-    if column not in costs.columns:
-        return 0.0
-    total = costs[costs["stage"] == "total"] if "stage" in costs.columns else costs.iloc[0:0]
-    return float(total[column].iloc[-1]) if len(total) else float(costs[column].sum())
+    total = costs.loc[costs["stage"] == "total", column]
+    return float(total.iloc[-1]) if len(total) else float(costs[column].sum())
 
 
 def estimated_cost(costs: pd.DataFrame) -> float:

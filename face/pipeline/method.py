@@ -143,7 +143,6 @@ class Face:
         stages = self.units.cost_stages(convs, ds, pricing, self.cost.decompose_tokens(self.particles.reasoning))
         decomps = decomps or {}
         proxy = [d for d in decomps.values() if d.source in ("proxy", "released")]
-        assumed = self.units.decomposes and bool(proxy)
         whole_turn_proxy = any(d.source == "proxy" for d in proxy)
         for a in inputs.aspects:
             units = units_for(a, convs, decomps, self.units.unit, self.unlabelled_turns)
@@ -151,7 +150,7 @@ class Face:
                                  self.cost.score_tokens(self.scoring.reasoning), pricing, ds.judged)
             if whole_turn_proxy:  # one unit per turn stands in for the particles that will exist
                 stage = scale_stage(stage, RELEASED_PARTICLES_PER_TURN, RELEASED_PARTICLES_PER_TURN)
-            elif assumed:
+            elif self.units.decomposes and proxy:
                 stage.particles_per_turn = particles_per_turn(decomps)
             stages.append(stage)
         return cost_table(stages)

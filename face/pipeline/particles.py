@@ -106,8 +106,7 @@ def decompose_messages(conv: Conversation, turn: Turn, assistant: str = "movie-r
 def plurality_vote(samples: Sequence[tuple[Particle, ...]]) -> tuple[tuple[Particle, ...], int]:
     """The chosen sample and the number of samples that share its particle count (a ValueError for none)."""
     counts = Counter(len(s) for s in samples)
-    top = max(counts.values())
-    best_len = next(len(s) for s in samples if counts[len(s)] == top)  # earliest among tied counts
+    best_len = max(counts, key=counts.__getitem__)  # the earliest among tied counts (a Counter keeps first-seen order)
     key = lambda p: (p.dialogue_act, one_line(p.mention.lower()), one_line(p.user_feedback.lower()))  # noqa: E731
     freq = Counter(key(p) for s in samples for p in s)
     candidates = [s for s in samples if len(s) == best_len]
