@@ -189,10 +189,9 @@ def _report(ctx, s: Settings, cost: pd.DataFrame, table: pd.DataFrame) -> dict:
     note = (f"{sample}; y: {interval.split('; sd_subsets')[0]}; filled: Pareto; x ticks: each k's $ per "
             f"conversation ({s.measured}); dotted: the other estimators' cost, correlation not measurable here.")
     means = head.groupby(["level", "k"])["value"].mean()
+    pareto = table[table["pareto"]].drop(columns=["samples", "http_requests", "correlation", "pareto"])
     return {"tables": {"frontier": Table(table, caption, 4),
-                       "pareto": Table(table[table["pareto"]].drop(columns=["samples", "http_requests", "correlation",
-                                                                            "pareto"]),
-                                       f"The Pareto set: the rows of frontier.md marked pareto. {caption}", 4),
+                       "pareto": Table(pareto, f"The Pareto set: the rows of frontier.md marked pareto. {caption}", 4),
                        "cost": Table(cost, f"Cost per conversation by score estimator and k. {priced}", 4)},
             "figures": {f"figures/cost_frontier_{c}.png": partial(figures.cost_frontier, table, c, note)
                         for c in s.coefficients},

@@ -51,26 +51,6 @@ def start_text(ocfg: OptimizerConfig, aspect: str) -> str:
     return generic_instruction(aspect) if ocfg.start == "initial" else initial_instruction(aspect)
 
 
-def run_config(ocfg: OptimizerConfig, aspect: str, ctx) -> dict:
-    """What the optimization of one aspect depends on (compared when resuming)."""
-    return {"optimizer": ocfg.fingerprint_fields(), "aspect": aspect,
-            "conversations": sorted(c.conv_id for c in ctx.convs),
-            "llm": {"model": ctx.llm.model, "backend": ctx.llm.backend},
-            "scoring": json.loads(json.dumps(asdict(ctx.method.scoring))), "particles": ctx.method.particles.source}
-
-
-def cost_inputs(ctx, aspect, items, idx, decomps, method, text: str) -> CostInputs:
-    convs = {c.conv_id: c for c in ctx.convs}
-    units = units_for(aspect, ctx.convs, decomps, "particle")
-    sample = units[:: max(1, len(units) // 40)][:40]
-    reasoning = method.scoring.reasoning
-    tin = (np.mean([estimate_input_tokens(score_messages(u, convs[u.conv_id], text, ctx.dataset.judged, reasoning))
-                    for u in sample]) if sample else 0.0)
-    ppi = len(units) / max(len(items) if aspect.level == "turn" else len(ctx.convs), 1)
-    return CostInputs(len(idx["train"]), len(idx["dev"]) + len(idx["test"]), ppi, method.scoring.samples, float(tin),
-                      method.cost.score_tokens(reasoning))
-
-
 def parts(cfg: DictConfig) -> Parts:
     """Nothing beside the skeleton's parts; the optimizer's settings are checked with the others, before anything is
     written."""
@@ -153,8 +133,16 @@ def plan_aspects(ctx, split: Split) -> dict[str, tuple]:
 def _gate(ctx, ocfg: OptimizerConfig, plans: dict, method, inputs) -> tuple[LLMJob, pd.DataFrame]:
     """The cost estimate (this run and the paper's setting) and the spending gate; the estimate is logged."""
     pricing, proxy, estimates = Pricing.of(inputs.llm), method.proxy(inputs), []
+    convs, reasoning = {c.conv_id: c for c in ctx.convs}, method.scoring.reasoning
     for a, items, idx in plans.values():
-        ci = cost_inputs(ctx, a, items, idx, proxy, method, start_text(ocfg, a.name))
+        # the sizes of the aspect's data and prompts: input tokens measured on up to 40 of its scoring prompts
+        units = units_for(a, ctx.convs, proxy, "particle")
+        sample = [score_messages(u, convs[u.conv_id], start_text(ocfg, a.name), ctx.dataset.judged, reasoning)
+                  for u in units[:: max(1, len(units) // 40)][:40]]
+        per_item = len(units) / max(len(items) if a.level == "turn" else len(ctx.convs), 1)
+        ci = CostInputs(len(idx["train"]), len(idx["dev"]) + len(idx["test"]), per_item, method.scoring.samples,
+                        float(np.mean([estimate_input_tokens(m) for m in sample])) if sample else 0.0,
+                        method.cost.score_tokens(reasoning))
         for label, oc in (("this run", ocfg), ("paper setting", paper_setting(ocfg))):
             estimates.append(estimate(oc, ci, pricing).assign(aspect=a.name, setting=label))
     costs = pd.concat(estimates, ignore_index=True)
@@ -186,7 +174,11 @@ def _optimize(ctx, ocfg: OptimizerConfig, plan: tuple, client, decomps, ckpt_dir
     prompts = PromptLog(ctx.tracker, a.name, state.prompt_name if state is not None else None)
     loop = BeamSearch(ocfg, a, scorer, idx["train"], idx["dev"], Writer(client, a, ocfg, json_schema, judged), prompts,
                       str(ckpt_dir), lambda: (client.usage.requests, client.usage.spent_usd))
-    config = run_config(ocfg, a.name, ctx)
+    # what the optimization of the aspect depends on (compared when resuming)
+    config = {"optimizer": ocfg.fingerprint_fields(), "aspect": a.name,
+              "conversations": sorted(c.conv_id for c in ctx.convs),
+              "llm": {"model": ctx.llm.model, "backend": ctx.llm.backend},
+              "scoring": json.loads(json.dumps(asdict(method.scoring))), "particles": method.particles.source}
     if state is not None:
         checkpoint.check_same(state, config, ckpt_dir)
         print(f"{a.name}: resuming after round {state.round} from {ckpt_dir}", flush=True)

@@ -77,31 +77,31 @@ def simulate(matrix: np.ndarray, gold: np.ndarray, train: np.ndarray, test: np.n
              ocfg: OptimizerConfig, seed: list[int], full: list[int]) -> list[dict]:
     """The set ``full`` (the top b by full-train correlation), then every policy × budget × c (the optimizer's own
     among them) × repetition for one aspect and fold."""
-    n, b, minibatch, kind = matrix.shape[0], ocfg.beam, ocfg.pull_minibatch, ocfg.reward
-    rows: list[dict[str, Any]] = [{"policy": "full", "budget": 0, "ucb_c": np.nan, "repeat": 0, "set": full,
-                                   "pulls": 0}]
+    n, b, kind, per_pull = matrix.shape[0], ocfg.beam, ocfg.reward, min(ocfg.pull_minibatch, len(train))
+    budgets, cs = with_own(sel.budgets, ocfg.pulls), with_own(sel.ucb_cs, ocfg.ucb_c)
+
+    def row(policy: str, budget: int, c: float, rep: int, chosen: list[int], pulls: int) -> dict[str, Any]:
+        return {"policy": policy, "budget": budget, "ucb_c": c, "repeat": rep, "set": chosen, "pulls": pulls,
+                "heldout": correlation(matrix[chosen][:, test].mean(0), gold[test], kind),
+                "item_evaluations": pulls * per_pull}
 
     def policy_run(policy: str, budget: int, c: float, rep: int, rng: np.random.Generator) -> dict[str, Any]:
         def pull(a: int) -> float:
-            idx = rng.choice(train, size=min(minibatch, len(train)), replace=False)
+            idx = rng.choice(train, size=per_pull, replace=False)
             return reward(matrix[a, idx], gold[idx], kind)
 
         bandit = Bandit(n, c).run(pull, budget, policy)
-        return {"policy": policy, "budget": budget, "ucb_c": c if policy == "ucb" else np.nan, "repeat": rep,
-                "set": bandit.top(b), "pulls": int(bandit.t)}
+        return row(policy, budget, c if policy == "ucb" else np.nan, rep, bandit.top(b), int(bandit.t))
 
+    # full: every candidate on every training item
+    rows = [{**row("full", 0, np.nan, 0, full, 0), "item_evaluations": n * len(train)}]
     for rep in range(sel.repeats):
         rng = np.random.default_rng([*seed, rep])
-        rows.append({"policy": "random", "budget": 0, "ucb_c": np.nan, "repeat": rep, "set": random_choice(n, b, rng),
-                     "pulls": 0})
-        for budget in with_own(sel.budgets, ocfg.pulls):
+        rows.append(row("random", 0, np.nan, rep, random_choice(n, b, rng), 0))
+        for budget in budgets:
             rows += [policy_run("ucb", budget, c, rep, np.random.default_rng([*seed, rep, budget, int(c * 1000)]))
-                     for c in with_own(sel.ucb_cs, ocfg.ucb_c)]
+                     for c in cs]
             rows.append(policy_run("uniform", budget, 0.0, rep, np.random.default_rng([*seed, rep, budget, 7])))
-    for r in rows:
-        r["heldout"] = correlation(matrix[list(r["set"])][:, test].mean(0), gold[test], kind)
-        r["item_evaluations"] = r["pulls"] * min(minibatch, len(train))
-    rows[0]["item_evaluations"] = n * len(train)  # full: every candidate on every training item
     return rows
 
 
@@ -117,11 +117,12 @@ def run(plan: Plan) -> ExperimentResult:
     ocfg = optimizer_config(plan.cfg)
     sel = own_settings(SelectionSettings, plan.cfg, "selection")
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
+    folds = range(ocfg.split.folds) if sel.all_folds else [ocfg.split.fold]
     with experiment(plan) as ctx:
         done, timing = [], {}  # per aspect: (its runs, its instructions' values)
         for a in ctx.aspects:
             t0 = time.perf_counter()
-            done.append(_aspect_runs(ctx, a, ocfg, sel))
+            done.append(_aspect_runs(ctx, a, ocfg, sel, folds))
             timing[a.name] = time.perf_counter() - t0
         df = pd.DataFrame([r for runs, _ in done for r in runs])
         df["regret"] = df["best"] - df["heldout"]
@@ -134,7 +135,7 @@ def run(plan: Plan) -> ExperimentResult:
         by_inst = pd.DataFrame([r for _, rows in done for r in rows]).groupby(["aspect", "instruction_id"])
         inst = order_aspects(by_inst[["train", "heldout"]].mean().reset_index())
         note = (f"Replay of the authors' released judgements (no LLM; 16 released instructions per aspect as the "
-                f"candidate pool); {ctx.subset}; {ocfg.split.folds if sel.all_folds else 1} held-out folds × "
+                f"candidate pool); {ctx.subset}; {len(folds)} held-out folds × "
                 f"{sel.repeats} repetitions (conversation level, stratified by CRS); set size b={b}, minibatch {m} "
                 f"items per pull, reward = {kind} (also the held-out metric). 'best' is an oracle chosen on the "
                 f"held-out fold. The released instructions were themselves selected by the authors on all 467 "
@@ -161,7 +162,7 @@ def run(plan: Plan) -> ExperimentResult:
                           metrics=_metrics(headline, timing))
 
 
-def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sel: SelectionSettings) -> tuple[list[dict], list[dict]]:
+def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sel: SelectionSettings, folds) -> tuple[list[dict], list[dict]]:
     """Every policy's runs on one aspect, fold by fold, and each released instruction's train / held-out value."""
     kind, b, m = ocfg.reward, ocfg.beam, ocfg.pull_minibatch
     items = items_for(a, ctx.convs)
@@ -170,7 +171,7 @@ def _aspect_runs(ctx, a, ocfg: OptimizerConfig, sel: SelectionSettings) -> tuple
     if b > matrix.shape[0]:
         raise ConfigError(f"optimizer.beam={b} is more than the {matrix.shape[0]} released instructions")
     runs, inst_rows = [], []
-    for fold in range(ocfg.split.folds) if sel.all_folds else [ocfg.split.fold]:
+    for fold in folds:
         split = split_conversations(ctx.convs, ocfg.split.folds, fold, 0.0, ocfg.split.seed)
         train, test = (np.intersect1d(indices_of(items, ids), covered) for ids in (split.train, split.test))
         train_corr, test_corr = (row_correlations(matrix[:, ix], gold[ix], kind) for ix in (train, test))

@@ -124,7 +124,7 @@ def _short_names(metrics: list[str]) -> tuple[list[str], str]:
     short = [m[len(HEADLINE_PREFIX):] for m in metrics]
     end = os.path.commonprefix([m[::-1] for m in short])[::-1] if len(short) > 1 else ""
     end = end[end.find("_"):] if "_" in end else ""
-    if not end or any(m == end for m in short):
+    if not end or end in short:
         return short, ""
     return [m[: -len(end)] for m in short], f" (metrics: summary.…{end})"
 
