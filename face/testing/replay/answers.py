@@ -141,19 +141,10 @@ def _logprobs(toks: list[str], value: float | None, k: int) -> dict:
     return {"content": content}
 
 
-def score_text(x: int, position: int, reasoning: bool) -> str:
-    answer = json.dumps({"score": x})
-    if not reasoning:
-        return answer
-    return f"Replayed judgement of the FACE authors' LLM (sample {position % SAMPLES + 1} of {SAMPLES}).\n{answer}"
-
-
-def decompose_text(particles: list[dict], reasoning: bool) -> str:
-    answer = json.dumps({"particles": [{"dialogue_act": p["dialogue_act"], "mention": p["particle"],
-                                        "user_feedback": p["user_feedback"]} for p in particles]}, ensure_ascii=False)
-    if not reasoning:
-        return answer
-    return f"Replayed decomposition of the FACE authors ({len(particles)} particles).\n{answer}"
+def answer_text(answer: dict, reasoning: bool, preamble: str) -> str:
+    """An answer's JSON, after a line of text (``preamble``) for the reasoned prompt."""
+    text = json.dumps(answer, ensure_ascii=False)
+    return f"{preamble}\n{text}" if reasoning else text
 
 
 class Judge:
@@ -182,14 +173,19 @@ class Judge:
         positions = [body["seed"] + c for c in range(n)]
         reasoning = v.style == "numbered" and (rf is None or rf["type"] == "text")  # (no JSON answer format asked for)
         if value is None:
-            texts = [decompose_text(self.data.particles.get((j.conv.conv_id, j.turn_ind), []), reasoning)] * n
+            ps = self.data.particles.get((j.conv.conv_id, j.turn_ind), [])
+            shown = [{"dialogue_act": p["dialogue_act"], "mention": p["particle"], "user_feedback": p["user_feedback"]}
+                     for p in ps]
+            texts = [answer_text({"particles": shown}, reasoning,
+                                 f"Replayed decomposition of the FACE authors ({len(ps)} particles).")] * n
         else:
             xs = sample_values(value, positions)
             if body["logprobs"]:  # the reply's score token carries the distribution; its text shows the likelier value
                 xs = [math.floor(value) + (value - math.floor(value) >= 0.5)] * n
             if j.candidates > 1:
                 self._note_ambiguous(body["messages"], v, j, instr)
-            texts = [score_text(x, p, reasoning) for x, p in zip(xs, positions, strict=True)]
+            texts = [answer_text({"score": x}, reasoning, "Replayed judgement of the FACE authors' LLM (sample "
+                                 f"{p % SAMPLES + 1} of {SAMPLES}).") for x, p in zip(xs, positions, strict=True)]
         with self._lock:
             self.stats["requests"] += 1
             self.stats["samples"] += n
