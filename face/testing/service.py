@@ -1,14 +1,14 @@
 """What the three test servers (scripted, fault proxy, replay judge) share over HTTP.
 
 * One error answer: every refusal, whatever its status (400, 404, 405, 413, 429, 500, 504), is JSON in the OpenAI
-  shape ``{"error": {"message", "type", "code", "param"}}`` (``error_response``; the middleware of ``make_app``
+  shape ``{"error": {"message", "type", "code", "param"}}`` (``error_body``; the middleware of ``make_app``
   makes it so for what aiohttp itself refuses — an unknown path, a wrong method, a body over the size limit — and
   for an exception a handler did not expect, which is logged by the server, never sent).
 * The request body as one JSON value (``parse_json``): a body that is not JSON, or nests deeper than the parser
   follows, is a 400 ``bad_json``; a reply whatever serves it (``Reply``), as an aiohttp response (``response``).
 * A server (``Served``): its aiohttp app served by an event loop in a daemon thread of this process, and its request
   log: in memory and, if asked, appended to a JSON-lines file as requests come; a process that serves until
-  SIGTERM / SIGINT or the end of its standard input (``wait_for_stop``), started by ``spawn``.
+  SIGTERM / SIGINT or the end of its standard input (``serve``), started by ``spawn``.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large
 class RequestError(Exception):
     """A request refused with ``status`` and the JSON error answer (``code``; ``param``: the field at fault)."""
 
-    def __init__(self, code: str, message: str, *, status: int = 400, param: str | None = None):
+    def __init__(self, code: str | None, message: str, *, status: int = 400, param: str | None = None):
         super().__init__(message)
         self.code, self.status, self.param = code, status, param
 
@@ -48,11 +48,6 @@ class RequestError(Exception):
 def error_body(message: str, code: str | None, *, status: int = 400, param: str | None = None) -> dict:
     return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"), "code": code,
                       "param": param}}
-
-
-def error_response(status: int, message: str, code: str | None, *, param: str | None = None,
-                   headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response(error_body(message, code, status=status, param=param), status=status, headers=headers)
 
 
 def _http_message(e: web.HTTPException, request: web.Request) -> str:
@@ -97,39 +92,25 @@ def make_app(max_body_bytes: int, prefix: str) -> web.Application:
     @web.middleware
     async def json_errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                           ) -> web.StreamResponse:
+        allow = None
         try:
             return await handler(request)
         except RequestError as e:
-            return error_response(e.status, prefix + str(e), e.code, param=e.param)
+            err = e
         except web.HTTPException as e:
             if e.status < 400:
                 raise
             allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
-            return error_response(e.status, prefix + _http_message(e, request), _HTTP_CODES.get(e.status),
-                                  headers=allow)
+            err = RequestError(_HTTP_CODES.get(e.status), _http_message(e, request), status=e.status)
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
-            return error_response(500, prefix + "internal error (the server logged it)", "internal_error")
+            err = RequestError("internal_error", "internal error (the server logged it)", status=500)
+        return web.json_response(error_body(prefix + str(err), err.code, status=err.status, param=err.param),
+                                 status=err.status, headers=allow)
 
     app = web.Application(client_max_size=max_body_bytes, middlewares=[json_errors])
     app.router.add_get("/health", _health)
     return app
-
-
-def wait_for_stop(until_stdin_closes: bool = False) -> None:
-    """Block until SIGTERM or SIGINT — or, with ``until_stdin_closes``, until standard input ends (the parent that
-    started this process with a pipe to it has gone, however it ended)."""
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    if until_stdin_closes:
-        def watch() -> None:
-            sys.stdin.read()
-            stop.set()
-
-        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-    while not stop.wait(0.2):
-        pass
 
 
 def arguments(description: str, model: str) -> argparse.ArgumentParser:
@@ -146,15 +127,21 @@ def arguments(description: str, model: str) -> argparse.ArgumentParser:
 
 def serve(server: Served, until_stdin_closes: bool) -> None:
     """Start ``server`` (a failure: its message on stderr, exit status 2), print ``READY <base_url>``, serve until
-    told to stop (``wait_for_stop``)."""
+    SIGTERM or SIGINT — or, with ``until_stdin_closes``, until standard input ends (the parent that started this
+    process with a pipe to it has gone, however it ended)."""
     try:
         server.start()
     except (OSError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
+    for stop in (signal.SIGTERM, signal.SIGINT):  # exit status 0, raised where the main thread waits below
+        signal.signal(stop, lambda *_: sys.exit(0))
     try:
         print(f"READY {server.base_url}", flush=True)
-        wait_for_stop(until_stdin_closes)
+        if until_stdin_closes:
+            sys.stdin.read()
+        else:
+            signal.pause()
     finally:
         server.stop()
 

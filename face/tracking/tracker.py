@@ -41,15 +41,14 @@ log = logging.getLogger(__name__)
 
 
 def git_commit(root: str | Path) -> str:
+    """The commit checked out at ``root`` (its full sha, ``-dirty`` when a tracked file differs from it), or
+    "unknown"."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5)
-        if sha.returncode != 0:
-            return "unknown"
-        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+        out = subprocess.run(["git", "describe", "--always", "--abbrev=40", "--exclude=*", "--dirty"], cwd=root,
+                             capture_output=True, text=True, timeout=5)  # (--exclude=*: the sha, never a tag name)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
 def rerun_name(client, experiment_id: str, name: str) -> str:

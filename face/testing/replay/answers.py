@@ -1,5 +1,5 @@
 """Answers: a chat-completion request body checked field by field before anything is read from it
-(``ChatBody.of``: a wrong JSON type or a value out of range is a ``Refusal``, HTTP 400, naming the field in
+(``checked``: a wrong JSON type or a value out of range is a ``Refusal``, HTTP 400, naming the field in
 ``param``, never a server error; fields the replay does not use, temperature, stop, …, are ignored); integer samples
 whose every 5 average the released value, a log-probability distribution with the released value as its
 expectation, the released particles; and ``Judge``, which answers one request body (or refuses it) and keeps the
@@ -12,7 +12,6 @@ import math
 import re
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from face.errors import type_name
@@ -89,36 +88,22 @@ def _response_format(body: dict) -> dict | None:
     return rf
 
 
-@dataclass(frozen=True)
-class ChatBody:
-    """What the replay reads of a request body, checked."""
-
-    messages: list[dict]
-    n: int
-    seed: int
-    max_tokens: int | None
-    logprobs: bool
-    top_logprobs: int
-    response_format: dict | None
-    model: str | None
-
-    @classmethod
-    def of(cls, body: Any) -> ChatBody:
-        """The checked body, or Refusal (``invalid_type``, ``invalid_value``, ``no_prompt``, ``unsupported``)."""
-        if not isinstance(body, dict):
-            raise Refusal("invalid_type", f"the request body must be a JSON object, got {type_name(type(body))}")
-        if _flag(body, "stream"):
-            raise Refusal("unsupported", "stream=true is not served: the replay answers whole completions",
-                          param="stream")
-        model = body.get("model")
-        if model is not None and not isinstance(model, str):
-            raise _invalid("model", "a string", model)
-        return cls(messages=_messages(body), n=_integer(body, "n", 1, 1, MAX_N) or 1,
-                   seed=_integer(body, "seed", 0, -MAX_SEED, MAX_SEED - 1, "a 64-bit integer") or 0,
-                   max_tokens=_integer(body, "max_tokens", None, 1, MAX_SEED - 1, "a positive integer"),
-                   logprobs=_flag(body, "logprobs"),
-                   top_logprobs=_integer(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS) or 0,
-                   response_format=_response_format(body), model=model)
+def checked(body: Any) -> dict[str, Any]:
+    """What the replay reads of a request body (messages, n, seed, max_tokens, logprobs, top_logprobs,
+    response_format, model), checked, or Refusal (``invalid_type``, ``invalid_value``, ``no_prompt``,
+    ``unsupported``)."""
+    if not isinstance(body, dict):
+        raise Refusal("invalid_type", f"the request body must be a JSON object, got {type_name(type(body))}")
+    if _flag(body, "stream"):
+        raise Refusal("unsupported", "stream=true is not served: the replay answers whole completions", param="stream")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise _invalid("model", "a string", model)
+    return {"messages": _messages(body), "n": _integer(body, "n", 1, 1, MAX_N),
+            "seed": _integer(body, "seed", 0, -MAX_SEED, MAX_SEED - 1, "a 64-bit integer"),
+            "max_tokens": _integer(body, "max_tokens", None, 1, MAX_SEED - 1, "a positive integer"),
+            "logprobs": _flag(body, "logprobs"), "top_logprobs": _integer(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS),
+            "response_format": _response_format(body), "model": model}
 
 
 # ------------------------------------------------------------------ answers
@@ -156,19 +141,10 @@ def _logprobs(toks: list[str], value: float | None, k: int) -> dict:
     return {"content": content}
 
 
-def score_text(x: int, position: int, reasoning: bool) -> str:
-    answer = json.dumps({"score": x})
-    if not reasoning:
-        return answer
-    return f"Replayed judgement of the FACE authors' LLM (sample {position % SAMPLES + 1} of {SAMPLES}).\n{answer}"
-
-
-def decompose_text(particles: list[dict], reasoning: bool) -> str:
-    answer = json.dumps({"particles": [{"dialogue_act": p["dialogue_act"], "mention": p["particle"],
-                                        "user_feedback": p["user_feedback"]} for p in particles]}, ensure_ascii=False)
-    if not reasoning:
-        return answer
-    return f"Replayed decomposition of the FACE authors ({len(particles)} particles).\n{answer}"
+def answer_text(answer: dict, reasoning: bool, preamble: str) -> str:
+    """An answer's JSON, after a line of text (``preamble``) for the reasoned prompt."""
+    text = json.dumps(answer, ensure_ascii=False)
+    return f"{preamble}\n{text}" if reasoning else text
 
 
 class Judge:
@@ -184,8 +160,8 @@ class Judge:
 
     def answer(self, raw: Any) -> dict:
         try:
-            body = ChatBody.of(raw)
-            v = read_prompt(body.messages, body.response_format)
+            body = checked(raw)
+            v = read_prompt(body["messages"], body["response_format"])
             j = self.data.resolve(v)
             value, instr = (None, "") if v.kind == "decompose" else self.data.judgement(v, j)
         except Refusal as e:
@@ -193,23 +169,28 @@ class Judge:
                 self.stats["refused"] += 1
                 self.stats["refused_by_code"][e.code] = self.stats["refused_by_code"].get(e.code, 0) + 1
             raise
-        positions = [body.seed + c for c in range(body.n)]
-        schema = body.response_format is not None and body.response_format["type"] in ("json_schema", "json_object")
-        reasoning = not schema and v.style == "numbered"
+        n, rf = body["n"], body["response_format"]
+        positions = [body["seed"] + c for c in range(n)]
+        reasoning = v.style == "numbered" and (rf is None or rf["type"] == "text")  # (no JSON answer format asked for)
         if value is None:
-            texts = [decompose_text(self.data.particles.get((j.conv.conv_id, j.turn_ind), []), reasoning)] * body.n
+            ps = self.data.particles.get((j.conv.conv_id, j.turn_ind), [])
+            shown = [{"dialogue_act": p["dialogue_act"], "mention": p["particle"], "user_feedback": p["user_feedback"]}
+                     for p in ps]
+            texts = [answer_text({"particles": shown}, reasoning,
+                                 f"Replayed decomposition of the FACE authors ({len(ps)} particles).")] * n
         else:
             xs = sample_values(value, positions)
-            if body.logprobs:  # the reply's score token carries the distribution; its text shows the likelier value
-                xs = [math.floor(value) + (value - math.floor(value) >= 0.5)] * body.n
+            if body["logprobs"]:  # the reply's score token carries the distribution; its text shows the likelier value
+                xs = [math.floor(value) + (value - math.floor(value) >= 0.5)] * n
             if j.candidates > 1:
-                self._note_ambiguous(body.messages, v, j, instr)
-            texts = [score_text(x, p, reasoning) for x, p in zip(xs, positions, strict=True)]
+                self._note_ambiguous(body["messages"], v, j, instr)
+            texts = [answer_text({"score": x}, reasoning, "Replayed judgement of the FACE authors' LLM (sample "
+                                 f"{p % SAMPLES + 1} of {SAMPLES}).") for x, p in zip(xs, positions, strict=True)]
         with self._lock:
             self.stats["requests"] += 1
-            self.stats["samples"] += body.n
+            self.stats["samples"] += n
             self.stats["scoring" if v.kind == "score" else "decomposition"] += 1
-            self.stats["logprobs_requests"] += body.logprobs
+            self.stats["logprobs_requests"] += body["logprobs"]
         return _completion(body, texts, value, positions, self.model)
 
     def _note_ambiguous(self, messages: list, v: View, j: Judged, instr: str) -> None:
@@ -234,21 +215,21 @@ class Judge:
                     "ambiguous": groups}
 
 
-def _completion(body: ChatBody, texts: list[str], value: float | None, positions: list[int], model: str) -> dict:
+def _completion(body: dict[str, Any], texts: list[str], value: float | None, positions: list[int], model: str) -> dict:
     """The chat completion of these answers (of the released ``value``; None: a decomposition): ``max_tokens`` cuts
     an answer; logprobs where asked for."""
     choices, out_tokens = [], 0
     for c, text in enumerate(texts):
         toks = _TOKEN.findall(text)
         finish = "stop"
-        if body.max_tokens is not None and len(toks) > body.max_tokens:
-            toks, finish = toks[: body.max_tokens], "length"
+        if body["max_tokens"] is not None and len(toks) > body["max_tokens"]:
+            toks, finish = toks[: body["max_tokens"]], "length"
         out_tokens += len(toks)
-        lp = _logprobs(toks, value, body.top_logprobs) if body.logprobs else None
+        lp = _logprobs(toks, value, body["top_logprobs"]) if body["logprobs"] else None
         choices.append({"index": c, "message": {"role": "assistant", "content": "".join(toks)},
                         "finish_reason": finish, "logprobs": lp})
-    prompt_tokens = sum(len(str(m.get("content", ""))) // 4 + 4 for m in body.messages)
+    prompt_tokens = sum(len(str(m.get("content", ""))) // 4 + 4 for m in body["messages"])
     return {"id": "replay-" + hashlib.sha1(json.dumps(positions).encode()).hexdigest()[:12],
-            "object": "chat.completion", "created": int(time.time()), "model": body.model or model,
+            "object": "chat.completion", "created": int(time.time()), "model": body["model"] or model,
             "choices": choices, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens,
                                           "total_tokens": prompt_tokens + out_tokens}}

@@ -24,7 +24,6 @@ SAMPLES = 5  # the authors' samples per particle × instruction
 
 @dataclass
 class Conv:
-    index: int  # position in the data file (the order identical prompts are resolved in)
     conv_id: str
     turns: list[tuple[int, str, str]]  # (turn_ind, "USER" | "ASST", normalised utterance)
 
@@ -65,9 +64,10 @@ class ReplayData:
                                     f"missing: {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''} (any "
                                     "experiment with llm=replay fetches them; or set FACE_DATA_MIRROR)")
         raw = json.loads((self.data_dir / CONVERSATIONS).read_text(encoding="utf-8"))
-        self.convs = [Conv(i, c["conv_id"], [(t["turn_ind"], t["role"], norm(t["utterance"])) for t in c["dialogue"]])
-                      for i, c in enumerate(raw)]
-        self.by_text: dict[str, list[tuple[Conv, int]]] = {}  # assistant utterance -> (conversation, position)
+        self.convs = [Conv(c["conv_id"], [(t["turn_ind"], t["role"], norm(t["utterance"])) for t in c["dialogue"]])
+                      for c in raw]
+        self.by_text: dict[str, list[tuple[Conv, int]]] = {}  # assistant utterance -> (conversation, position),
+        # in file order: the order identical prompts are resolved in
         self.by_dialogue: dict[tuple[str, str], Conv] = {}  # (style, full dialogue) -> conversation
         for c in self.convs:
             for pos, (_, role, text) in enumerate(c.turns):
@@ -145,7 +145,7 @@ class ReplayData:
             raise Refusal("response_mismatch", f"the user's response shown after {c.conv_id} turn {c.turns[p][0]} is "
                                                f"not the conversation's (expected {_user_after(c, p)[:100]!r}, shown "
                                                f"{(v.next_user or '')[:100]!r})")
-        c, p = min(nxt, key=lambda x: (x[0].index, x[1]))
+        c, p = nxt[0]  # the first in file order
         return c, p, len(nxt)
 
     @staticmethod
