@@ -128,17 +128,11 @@ class SampleCache:
         data, self._pending = list(self._pending.values()), {}
 
         def transaction() -> tuple:
-            self._conn.execute("BEGIN IMMEDIATE")  # takes the write lock (waits busy_timeout for it)
-            try:
+            with self._conn:  # commits at the end, or rolls back on any error (a failed commit too)
+                self._conn.execute("BEGIN IMMEDIATE")  # takes the write lock (waits busy_timeout for it)
                 self._conn.executemany("INSERT OR REPLACE INTO samples (key, model, tag, sample_index, created, "
                                        "payload) VALUES (?,?,?,?,?,?)", data)
-                outcome = self.claims.run()
-                self._conn.execute("COMMIT")
-                return outcome
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.rollback()
-                raise
+                return self.claims.run()
 
         try:
             outcome = self._retry_locked(transaction)
