@@ -35,7 +35,6 @@ import itertools
 import logging
 import threading
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -180,10 +179,9 @@ class LLMClient:
                 return batch, reqs, keys, found
 
             chunks = map(look, iter(lambda: list(itertools.islice(items, READ_AHEAD)), []))
-            ahead = deque(itertools.islice(chunks, 1))
-            while ahead:
-                ahead.extend(itertools.islice(chunks, 1))  # the next chunk read while this one is handed out
-                batch, reqs, keys, found = ahead.popleft()
+            ahead = next(chunks, None)
+            while ahead is not None:
+                (batch, reqs, keys, found), ahead = ahead, next(chunks, None)  # the next read while this is handed out
                 for x, req, res in zip(batch, reqs, cache.results(reqs, keys, found.result())):
                     if res is not None and req.adapter is not None and any(s.error is not None for s in res.samples):
                         res = None
