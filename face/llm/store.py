@@ -42,8 +42,7 @@ class SampleCache:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / CACHE_FILE
         self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000, isolation_level=None,
-                                     check_same_thread=False)
-        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+                                     check_same_thread=False)  # (the timeout is SQLite's busy_timeout)
         self._retry_locked(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
         self._conn.execute("PRAGMA synchronous=NORMAL")  # durable against process death, fast
         self._conn.execute("PRAGMA cache_size=-65536")  # 64 MB of pages: a warm paper-size rerun reads ~1 GB
