@@ -148,7 +148,7 @@ SEMANTIC: tuple[Semantic, ...] = (
     Semantic("llm/cache", "out.append(ChatResult(request=req, samples=samples, cached_samples=req.n))",
              "out.append(ChatResult(request=req, samples=samples, cached_samples=0))",
              "samples served by the read-ahead not counted as cache hits"),
-    Semantic("llm/cache", "h.update(str(int(i)).encode())", "h.update(str(int(i) + 1).encode())",
+    Semantic("llm/cache", "h.update(str(int(i)).encode() + tail)", "h.update(str(int(i) + 1).encode() + tail)",
              "the read-ahead's keys shifted by one sample from the request's own"),
     Semantic("llm/cache", "\"seed\": cfg.seed, \"sample_index\": _INDEX_MARK}", "\"sample_index\": _INDEX_MARK}",
              "the seed left out of the cache key"),

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic.functional_validators import AfterValidator
 
 from .base import ChatRequest, Completion
@@ -135,18 +135,14 @@ def score_adapter(scale: Sequence[int]) -> JsonAdapter:
 
 @functools.lru_cache(maxsize=64)
 def _score_adapter(values: tuple[int, ...]) -> JsonAdapter:
-    model = create_model(
-        "ScoreAnswer",
-        __config__=ConfigDict(extra="ignore"),
-        # pydantic's stubs type __validators__ as plain callables and fields as static types: a model built at run
-        # time (a Literal of this scale's values, pydantic's decorated validators) is what create_model is for
-        __validators__={"_value": field_validator("score", mode="before")(_score_value),
-                        "_bare": model_validator(mode="before")(_bare_score)},  # type: ignore[dict-item]
-        score=(Literal[values], ...),  # type: ignore[arg-type]
-    )
+    class ScoreAnswer(BaseModel):  # other keys ignored (pydantic's default)
+        score: Literal[values]  # type: ignore[valid-type]
+        _value = field_validator("score", mode="before")(_score_value)
+        _bare = model_validator(mode="before")(_bare_score)
+
     schema = {"type": "object", "properties": {"score": {"type": "integer", "enum": list(values)}},
               "required": ["score"], "additionalProperties": False}
-    return JsonAdapter(model, name="score", schema=schema)
+    return JsonAdapter(ScoreAnswer, name="score", schema=schema)
 
 
 # ---------------------------------------------------------------- conversation particles
@@ -164,14 +160,12 @@ def particles_adapter(dialogue_acts: Sequence[str], max_mention_words: int = 12)
             raise ValueError(f"mention must have 1-{max_mention_words} words")
         return v.strip()
 
-    class Particle(BaseModel):
-        model_config = ConfigDict(extra="ignore")
+    class Particle(BaseModel):  # other keys ignored (pydantic's default), here and in the answer
         dialogue_act: Literal[acts]  # type: ignore[valid-type]
         mention: Annotated[str, Field(strict=True), AfterValidator(words)]
         user_feedback: Annotated[Any, AfterValidator(lambda v: v.strip() if isinstance(v, str) else None)] = None
 
     class ParticlesAnswer(BaseModel):
-        model_config = ConfigDict(extra="ignore")
         particles: list[Particle]
 
     particle = {"type": "object",

@@ -95,13 +95,6 @@ class Completion:
         return not self.dry_run and self.error is None
 
 
-def _normalise_messages(messages: Any) -> Messages:
-    if isinstance(messages, str):
-        return (("user", messages),)
-    pairs = ((m["role"], m["content"]) if isinstance(m, dict) else m for m in messages)
-    return tuple((str(role), str(content)) for role, content in pairs)
-
-
 @dataclass(frozen=True)
 class ChatRequest:
     messages: Messages
@@ -125,7 +118,10 @@ class ChatRequest:
     format_key: str = field(default="", init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "messages", _normalise_messages(self.messages))
+        # messages as (role, content) pairs, from a string (one user message), pairs or {"role", "content"} dicts
+        messages = [("user", self.messages)] if isinstance(self.messages, str) else self.messages
+        pairs = ((m["role"], m["content"]) if isinstance(m, dict) else m for m in messages)
+        object.__setattr__(self, "messages", tuple((str(role), str(content)) for role, content in pairs))
         if self.n < 1:
             raise ValueError("ChatRequest.n must be >= 1")
         if self.top_logprobs and not self.logprobs:

@@ -49,8 +49,7 @@ def request_keys(cfg: Any, model: str, req: ChatRequest, indices: Iterable[int])
     out = {}
     for i in indices:
         h = start.copy()
-        h.update(str(int(i)).encode())
-        h.update(tail)
+        h.update(str(int(i)).encode() + tail)
         out[i] = h.hexdigest()
     return out
 

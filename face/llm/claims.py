@@ -143,9 +143,7 @@ class Claims:
         conn, out = self.conn, Claimed()
         for part in _chunks(keys):
             out.found.update(conn.execute(f"SELECT key, payload FROM samples WHERE {_where(part)}", part).fetchall())
-            rest = [k for k in part if k not in out.found]
-            if not rest:
-                continue
+            rest = [k for k in part if k not in out.found]  # (none: the statements below change nothing)
             before = conn.total_changes
             conn.executemany("INSERT OR IGNORE INTO claims (key, owner, pid, host, beat) VALUES (?,?,?,?,?)",
                              [(k, self.owner, self.pid, self.host, now) for k in rest])
@@ -179,14 +177,12 @@ class Claims:
         self.waited += len(keys)
         found: dict[str, str] = {}
         free: set[str] = set()
-        left = set(keys)
         seen: dict[str, tuple[tuple[str, float], float]] = {}  # key -> (its owner and beat, first seen then)
         pause = POLL_S
-        while left:
+        while left := sorted(keys - found.keys() - free):
             await asyncio.sleep(pause)
             pause = min(1.0, pause * 1.5)
-            self._look(sorted(left), seen, found, free)
-            left -= found.keys() | free
+            self._look(left, seen, found, free)
         return found, free
 
     def _look(self, keys: list[str], seen: dict[str, tuple[tuple[str, float], float]], found: dict[str, str],
@@ -197,9 +193,7 @@ class Claims:
         conn, now = self.conn, time.time()
         for part in _chunks(keys):
             found.update(conn.execute(f"SELECT key, payload FROM samples WHERE {_where(part)}", part).fetchall())
-            rest = [k for k in part if k not in found]
-            if not rest:
-                continue
+            rest = [k for k in part if k not in found]  # (none: the statements below find nothing)
             owners = {k: (o, pid, host, beat) for k, o, pid, host, beat in conn.execute(
                 f"SELECT key, owner, pid, host, beat FROM claims WHERE {_where(rest)}", rest)}
             free.update(k for k in rest if k not in owners)

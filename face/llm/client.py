@@ -16,7 +16,7 @@ valid answers (or fewer, when the draws ran out), every draw parsed, nothing inv
     res.invalid_samples          # answers still missing; res.samples holds every draw, s.error says why
 
 Batches go through one driver (face/llm/stream.py: window, identical-request dedup, cache read-ahead):
-`stream`, `chat_many` and `run_batch` are the same thing collected differently.
+`run_stream`, `chat_many` and `run_batch` are the same thing collected differently.
 
 The stack, outermost first (each layer has `async chat(request) -> ChatResult`):
 AccountingLM (per-request records) -> ValidatingLM (the one draw-until-valid loop) ->
@@ -35,8 +35,7 @@ import itertools
 import logging
 import threading
 import weakref
-from collections import deque
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -71,7 +70,6 @@ class LLMClient:
         self.base_url: str | None = None
         self.model: str = cfg.model
         self.transport: OpenAITransport | BatchTransport | None = None
-        self.budget: BudgetLM | None = None
         self.cache: CachingLM | None = None
         self._lm: AccountingLM | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # private loop of run_batch
@@ -102,11 +100,10 @@ class LLMClient:
         else:
             self.transport = OpenAITransport(cfg, urls, self.model, wire)
         # a batch takes every piece at once: the concurrency cap is for HTTP requests, not batch lines
-        self.budget = BudgetLM(self.transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
-                               if cfg.batch else cfg, self.usage)
-        inner: Any = self.budget
+        inner: Any = BudgetLM(self.transport, cfg.replace(concurrency=10**9, adaptive_concurrency=False)
+                              if cfg.batch else cfg, self.usage)
         if cfg.cache and cfg.cache_dir:
-            inner = self.cache = CachingLM(self.budget, SampleCache(cfg.cache_dir), cfg, self.model)
+            inner = self.cache = CachingLM(inner, SampleCache(cfg.cache_dir), cfg, self.model)
             # the usage summary's entries on what sharing the cache with other processes gave: samples this process
             # waited for while another sent them, claims it took over from a process that was gone
             concurrency, claims = self.usage.concurrency, self.cache.store.claims
@@ -137,7 +134,7 @@ class LLMClient:
         self._loop = None
         if self.cache is not None:
             self.cache.store.close()
-        self.transport = self.budget = self.cache = self._lm = None
+        self.transport = self.cache = self._lm = None
         if self.server is not None:
             server, self.server = self.server, None
             server.stop()
@@ -182,10 +179,9 @@ class LLMClient:
                 return batch, reqs, keys, found
 
             chunks = map(look, iter(lambda: list(itertools.islice(items, READ_AHEAD)), []))
-            ahead = deque(itertools.islice(chunks, 1))
-            while ahead:
-                ahead.extend(itertools.islice(chunks, 1))  # the next chunk read while this one is handed out
-                batch, reqs, keys, found = ahead.popleft()
+            ahead = next(chunks, None)
+            while ahead is not None:
+                (batch, reqs, keys, found), ahead = ahead, next(chunks, None)  # the next read while this is handed out
                 for x, req, res in zip(batch, reqs, cache.results(reqs, keys, found.result())):
                     if res is not None and req.adapter is not None and any(s.error is not None for s in res.samples):
                         res = None
@@ -193,19 +189,13 @@ class LLMClient:
                         self.usage.add(res)
                     yield x, req, res
 
-    def stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], desc: str = "LLM",
-               total: int | None = None, on_error: str = "raise") -> AsyncGenerator[tuple[T, ChatResult], None]:
-        """``(item, result)`` for every item, in order, as soon as it and every earlier one are done: the one batch
-        driver (face/llm/stream.py)."""
-        self.start()
-        return drive(self, items, request, desc, total, on_error)
-
     def run_stream(self, items: Iterable[T], request: Callable[[T], ChatRequest], emit: Callable[[T, ChatResult], Any],
                    desc: str = "LLM", total: int | None = None) -> None:
-        """``stream`` on the client's private loop, each ``(item, result)`` handed to ``emit`` as it comes."""
+        """The batch driver (face/llm/stream.py: ``(item, result)`` for every item, in order, as soon as it and every
+        earlier one are done) on the client's private loop, each ``(item, result)`` handed to ``emit`` as it comes."""
 
         async def run() -> None:
-            async with contextlib.aclosing(self.stream(items, request, desc, total)) as got:
+            async with contextlib.aclosing(drive(self, items, request, desc, total)) as got:
                 async for item, res in got:
                     emit(item, res)
 
@@ -217,7 +207,8 @@ class LLMClient:
         BudgetExceeded or LLMCallError once the requests in flight have finished, which are cached either way;
         on_error="return": a failed request gives a ChatResult with `error` set and no samples)."""
         requests = list(requests)
-        gen = self.stream(requests, lambda r: r, desc, len(requests), on_error)
+        self.start()
+        gen = drive(self, requests, lambda r: r, desc, len(requests), on_error)
         async with contextlib.aclosing(gen):
             return [res async for _, res in gen]
 

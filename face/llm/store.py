@@ -42,8 +42,7 @@ class SampleCache:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / CACHE_FILE
         self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000, isolation_level=None,
-                                     check_same_thread=False)
-        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+                                     check_same_thread=False)  # (the timeout is SQLite's busy_timeout)
         self._retry_locked(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
         self._conn.execute("PRAGMA synchronous=NORMAL")  # durable against process death, fast
         self._conn.execute("PRAGMA cache_size=-65536")  # 64 MB of pages: a warm paper-size rerun reads ~1 GB
@@ -128,17 +127,11 @@ class SampleCache:
         data, self._pending = list(self._pending.values()), {}
 
         def transaction() -> tuple:
-            self._conn.execute("BEGIN IMMEDIATE")  # takes the write lock (waits busy_timeout for it)
-            try:
+            with self._conn:  # commits at the end, or rolls back on any error (a failed commit too)
+                self._conn.execute("BEGIN IMMEDIATE")  # takes the write lock (waits busy_timeout for it)
                 self._conn.executemany("INSERT OR REPLACE INTO samples (key, model, tag, sample_index, created, "
                                        "payload) VALUES (?,?,?,?,?,?)", data)
-                outcome = self.claims.run()
-                self._conn.execute("COMMIT")
-                return outcome
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.rollback()
-                raise
+                return self.claims.run()
 
         try:
             outcome = self._retry_locked(transaction)

@@ -1,4 +1,4 @@
-"""The one batch driver: every batch of requests the project sends goes through `drive` (the client's `stream`,
+"""The one batch driver: every batch of requests the project sends goes through `drive` (the client's `run_stream`,
 `chat_many` and `run_batch`; scoring's plan -> stream -> record; decomposition; the baselines; the optimizer).
 
     async for item, result in drive(client, items, request_of, desc="scoring", total=n):

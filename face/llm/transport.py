@@ -83,8 +83,8 @@ def _http_client(cfg: Any) -> Any:
     SDK's httpx default."""
     import openai
 
-    aiohttp = cfg.http_client == "aiohttp"
-    return (openai.DefaultAioHttpClient if aiohttp else openai.DefaultAsyncHttpxClient)(timeout=cfg.timeout_s)
+    sdk_client = openai.DefaultAioHttpClient if cfg.http_client == "aiohttp" else openai.DefaultAsyncHttpxClient
+    return sdk_client(timeout=cfg.timeout_s)
 
 
 class OpenAITransport:

@@ -109,7 +109,7 @@ def test_concurrency_limit_respected(make_cfg):
             t0 = time.perf_counter()
             c.run_batch(reqs(24))
             dt = time.perf_counter() - t0
-            assert c.budget.limiter.max_in_flight == 3
+            assert c.usage.concurrency()["max_in_flight"] == 3  # (llm_usage.json)
         assert srv.max_active == 3
         assert dt >= 24 / 3 * 0.05 * 0.9
 
