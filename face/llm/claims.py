@@ -143,7 +143,7 @@ class Claims:
         conn, out = self.conn, Claimed()
         for part in _chunks(keys):
             out.found.update(conn.execute(f"SELECT key, payload FROM samples WHERE {_where(part)}", part).fetchall())
-            rest = [k for k in part if k not in out.found]  # (none: the statements below change nothing)
+            rest = [k for k in part if k not in out.found]  # may be empty: the statements below then change nothing
             before = conn.total_changes
             conn.executemany("INSERT OR IGNORE INTO claims (key, owner, pid, host, beat) VALUES (?,?,?,?,?)",
                              [(k, self.owner, self.pid, self.host, now) for k in rest])
@@ -193,7 +193,7 @@ class Claims:
         conn, now = self.conn, time.time()
         for part in _chunks(keys):
             found.update(conn.execute(f"SELECT key, payload FROM samples WHERE {_where(part)}", part).fetchall())
-            rest = [k for k in part if k not in found]  # (none: the statements below find nothing)
+            rest = [k for k in part if k not in found]  # may be empty: the statements below then find nothing
             owners = {k: (o, pid, host, beat) for k, o, pid, host, beat in conn.execute(
                 f"SELECT key, owner, pid, host, beat FROM claims WHERE {_where(rest)}", rest)}
             free.update(k for k in rest if k not in owners)
