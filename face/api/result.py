@@ -173,9 +173,8 @@ def _settings(cfg: Any, exp: ExperimentResult, label: str) -> dict:
 
 def result_of(run: RunResult, keep: bool) -> Result:
     """The Result of a finished run (``keep``: its files stay in its output directory)."""
-    exp = run.experiment  # a run that sent its requests has the experiment's result and its method's output
-    if exp is None or exp.output is None or not run.sent:
-        raise ConfigError(f"{run.cfg.get('task_name')}: the run sent nothing (an estimate only): no Result")
+    exp = run.experiment
+    assert exp is not None and exp.output is not None  # the runner finishes only a run that sent its requests
     output = exp.output
     convs, aspects = exp.conversations, exp.aspects
     preds = output.predictions
