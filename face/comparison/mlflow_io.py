@@ -96,8 +96,7 @@ def log_comparison(comp: Comparison, out_dir: Path, tracking_uri: str) -> str:
     """One MLflow run recording the comparison; returns its id."""
     metrics = comparison_metrics(comp)
     use_experiment(tracking(tracking_uri))
-    names = " vs ".join(comp.systems["system"])
-    with mlflow.start_run(run_name=redact(f"compare {names}")[:250]) as run:
+    with mlflow.start_run(run_name=redact(f"compare {' vs '.join(comp.systems['system'])}")[:250]) as run:
         for i, r in enumerate(comp.systems.itertuples(index=False)):
             mlflow.log_param(f"run_{i}", redact(f"{r.system}: {r.source}")[:500])
             if str(r.source).startswith("mlflow:"):
