@@ -32,10 +32,6 @@ class Source:
     dataset: str | None = None
 
 
-def datasets() -> list[str]:
-    return sorted(p.stem for p in (CONF / "dataset").glob("*.yaml") if p.stem != "chat_logs")
-
-
 def _frame_records(df: pd.DataFrame) -> list[dict]:
     """A DataFrame of messages, one row each in order: ``conv_id`` (or ``id``), ``role`` (user / assistant /
     system), ``content`` (or ``utterance``), optionally ``system`` (the CRS's name)."""
@@ -102,17 +98,15 @@ def source_of(conversations: Conversations, tmp: Path) -> tuple[Source, list]:
 
 
 def _file_or_dataset(conversations: str | os.PathLike) -> Source:
-    try:
-        name = os.fspath(conversations)
-    except TypeError as e:
-        raise ConfigError(f"conversations: {e}") from None
+    name = os.fspath(conversations)
     if isinstance(name, bytes) or not name.strip():
         raise ConfigError("conversations: the path is empty" if not isinstance(name, bytes) else
                           "conversations: give the path as a string, not bytes")
     path = Path(name).expanduser()
-    if not path.exists() and name in datasets():  # a file of that name would win
-        return Source(None, dataset=name)
-    if not path.exists():
+    if path.exists():  # a file wins over a dataset of its name
+        return Source(path.resolve())
+    datasets = sorted(p.stem for p in (CONF / "dataset").glob("*.yaml") if p.stem != "chat_logs")
+    if name not in datasets:
         raise DataError(path, f"file not found (nor is it the name of a dataset; datasets, closest first: "
-                              f"{', '.join(closest_first(path.name, datasets()))})")
-    return Source(path.resolve())
+                              f"{', '.join(closest_first(path.name, datasets))})")
+    return Source(None, dataset=name)

@@ -12,11 +12,11 @@ from typing import Any
 
 import pandas as pd
 
+from face import metaeval
 from face.api.result import Result
 from face.datasets.crsarena import ASPECT_ALIASES, load_conversations
 from face.errors import ConfigError, DataError
 from face.experiments.settings import RunSettings
-from face.metaeval import LEVELS
 
 
 def _label_frame(labels: Any) -> pd.DataFrame:
@@ -88,7 +88,7 @@ def _with_labels(result: Result, labels: Any, from_file: bool) -> list:
 
 
 def meta_evaluate(result: Result, labels: pd.DataFrame | str | os.PathLike | None = None, *,
-                  levels: Sequence[str] = LEVELS, n_boot: int = 1000, seed: int = 0,
+                  levels: Sequence[str] = metaeval.LEVELS, n_boot: int = 1000, seed: int = 0,
                   confidence: float = 0.95) -> pd.DataFrame:
     """Correlations of ``result``'s scores with human labels: Pearson, Spearman and Kendall with bootstrap CIs
     (resampling conversations), at turn and dialogue level (each aspect at its own) and system level (one mean per
@@ -99,16 +99,14 @@ def meta_evaluate(result: Result, labels: pd.DataFrame | str | os.PathLike | Non
     ``label`` (a number) and ``turn_ind`` (absent or NaN: a dialogue label). Returns one row per level × aspect ×
     split × coefficient: ``value``, ``p_value``, ``ci_low``, ``ci_high``, ``n`` (items with a prediction),
     ``n_missing`` (labelled items without one)."""
-    from face.metaeval import meta_evaluate as correlate
-
     if not isinstance(result, Result):
         raise ConfigError(f"meta_evaluate takes the Result of face.evaluate, got {type(result).__name__}")
     levels = [levels] if isinstance(levels, str) else levels
     if not isinstance(levels, Sequence) or not all(isinstance(v, str) for v in levels):
-        raise ConfigError(f"levels: a list of {', '.join(LEVELS)}, got {levels!r:.60}")
-    bad = sorted(set(levels) - set(LEVELS))
+        raise ConfigError(f"levels: a list of {', '.join(metaeval.LEVELS)}, got {levels!r:.60}")
+    bad = sorted(set(levels) - set(metaeval.LEVELS))
     if bad or not levels:
-        raise ConfigError(f"levels: {bad or 'none'} (choose from {', '.join(LEVELS)})")
+        raise ConfigError(f"levels: {bad or 'none'} (choose from {', '.join(metaeval.LEVELS)})")
     given: dict[str, Any] = {"seed": seed, "metaeval": {"n_boot": n_boot, "confidence": confidence}}
     RunSettings(**given)  # typed as a run's: one line naming the bad one (the rest: conf/config.yaml's)
     convs = (result.conversations if labels is None else
@@ -119,5 +117,5 @@ def meta_evaluate(result: Result, labels: pd.DataFrame | str | os.PathLike | Non
                                   "labels= (a DataFrame or a CRSArena-Eval file)")
     splits = sorted({c.split for c in convs} - {"all"})
     splits = [*splits, "all"] if len(splits) != 1 else splits
-    return correlate(result.predictions, convs, result.aspects, splits or ["all"], list(levels), n_boot, seed,
-                     confidence)
+    return metaeval.meta_evaluate(result.predictions, convs, result.aspects, splits, list(levels), n_boot, seed,
+                                  confidence)

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pandas as pd
 
 from face.data.schema import Particle
+from face.datasets.face_released import load_released_particles
 from face.errors import ConfigError, DataError, require_writable_dir
+from face.runfile import read_run_file, write_run_file
 
 if TYPE_CHECKING:
     from face.experiments.result import ExperimentResult
@@ -54,8 +56,6 @@ class Result:
 
     def to_run_file(self, path: str | os.PathLike) -> Path:
         """The predictions in the FACE authors' run-file format (their evaluation script reads it)."""
-        from face.runfile import write_run_file
-
         return write_run_file(self.predictions, _file(path, "to_run_file", "the run file (JSON)"))
 
     def report(self, path: str | os.PathLike, tables: bool = False) -> Path:
@@ -129,7 +129,6 @@ def _wide(long: pd.DataFrame, keys: list[str], aspects: Sequence[Any]) -> pd.Dat
 def _with_released_particles(particles: pd.DataFrame, data_dir: Path) -> pd.DataFrame:
     """The authors' scores (method face_released) with the particles they scored: act, mention, feedback."""
     from face.data import RELEASED_PARTICLES
-    from face.datasets.face_released import load_released_particles
 
     if particles.empty or not (Path(data_dir) / RELEASED_PARTICLES).exists():
         return particles
@@ -173,9 +172,8 @@ def _settings(cfg: Any, exp: ExperimentResult, label: str) -> dict:
 
 def result_of(run: RunResult, keep: bool) -> Result:
     """The Result of a finished run (``keep``: its files stay in its output directory)."""
-    exp = run.experiment  # a run that sent its requests has the experiment's result and its method's output
-    if exp is None or exp.output is None or not run.sent:
-        raise ConfigError(f"{run.cfg.get('task_name')}: the run sent nothing (an estimate only): no Result")
+    exp = run.experiment
+    assert exp is not None and exp.output is not None  # the runner finishes only a run that sent its requests
     output = exp.output
     convs, aspects = exp.conversations, exp.aspects
     preds = output.predictions
@@ -200,10 +198,8 @@ def build_report(run_dir: Path) -> Path:
     """report.html + tables from a finished run directory (no LLM). Every input is read through the checking
     readers: a missing, empty, truncated or hand-broken file is one DataError naming it (and its line)."""
     from face.datasets.crsarena import load_conversations
-    from face.datasets.face_released import load_released_particles
     from face.pipeline.records import read_score_file
     from face.report import diagnostic_report as diagnostics
-    from face.runfile import read_run_file
 
     if not run_dir.is_dir():
         raise DataError(run_dir, "not a directory (the --out directory of a finished `face evaluate`)")

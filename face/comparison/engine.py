@@ -236,8 +236,7 @@ def build(systems: Sequence[Run], aspects: Sequence[str], opts: Options, warning
         eng = _Engine(systems, aspects, opts)
         means, differences = eng.means(), eng.differences()
         ranking, beats = eng.ranking() if len(systems) >= 3 else (None, None)
-    specs = {a: aspect_of(systems[0], a) for a in aspects}
-    scales = {a: None if s is None else (s.low, s.high) for a, s in specs.items()}
+    scales = {a: None if (s := aspect_of(systems[0], a)) is None else (s.low, s.high) for a in aspects}
     table = pd.DataFrame([(r.name, r.source, len(r.conv_ids()), r.judge or "not recorded", r.label) for r in systems],
                          columns=["system", "source", "conversations", "judge", "label"])
     settings = {**{k: getattr(opts, k) for k in ("pairing", "seed", "confidence", "alpha", "power", "target_diff")},

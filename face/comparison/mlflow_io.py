@@ -9,7 +9,6 @@ difference as metrics and the report directory as artifacts.
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,21 +28,17 @@ EXPERIMENT = "face_compare"
 
 
 def download_run(run_id: str, uri: str, into: Path) -> str:
-    """The MLflow run's run files and configuration downloaded into ``into``, laid out as a run directory; returns
-    the run's short name, else its name."""
+    """The MLflow run's run files and configuration downloaded into ``into / "run"``, laid out as a run directory;
+    returns the run's short name, else its name."""
     client = mlflow.MlflowClient(tracking_uri=uri)
     try:
         info = client.get_run(run_id)
     except MlflowException as e:
         raise DataError(f"mlflow:{run_id}", f"no such MLflow run in {uri} ({str(e).splitlines()[0]})") from None
     names = {a.path for a in client.list_artifacts(run_id)}
-    if "run" in names:
-        shutil.copytree(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="run", tracking_uri=uri),
-                        into, dirs_exist_ok=True)
-    if "config.yaml" in names:
-        (into / ".hydra").mkdir(exist_ok=True)
-        shutil.copy(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="config.yaml",
-                                                        tracking_uri=uri), into / ".hydra" / "config.yaml")
+    for name, dst in (("run", into), ("config.yaml", into / "run" / ".hydra")):
+        if name in names:
+            mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=name, dst_path=str(dst), tracking_uri=uri)
     return info.data.tags.get(SHORT_NAME_TAG) or info.info.run_name or run_id[:8]  # face evaluate's: its input's stem
 
 
@@ -101,8 +96,7 @@ def log_comparison(comp: Comparison, out_dir: Path, tracking_uri: str) -> str:
     """One MLflow run recording the comparison; returns its id."""
     metrics = comparison_metrics(comp)
     use_experiment(tracking(tracking_uri))
-    names = " vs ".join(comp.systems["system"])
-    with mlflow.start_run(run_name=redact(f"compare {names}")[:250]) as run:
+    with mlflow.start_run(run_name=redact(f"compare {' vs '.join(comp.systems['system'])}")[:250]) as run:
         for i, r in enumerate(comp.systems.itertuples(index=False)):
             mlflow.log_param(f"run_{i}", redact(f"{r.system}: {r.source}")[:500])
             if str(r.source).startswith("mlflow:"):

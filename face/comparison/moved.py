@@ -37,6 +37,7 @@ def _top_changes(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], top: int) ->
 
 
 def _kind(p: pd.DataFrame) -> pd.DataFrame:
+    """The particles with their mention as its kind: case and spacing ignored (an act's mean does not read it)."""
     return p.assign(mention=p["mention"].astype(str).map(lambda m: " ".join(m.lower().split())))
 
 
@@ -70,11 +71,9 @@ def what_moved(base: Run, candidates: Sequence[Run], aspects: Sequence[str], top
         found["conversations"].append(worse_conversations(base, cand, aspects, top))
         if base.particles is None or cand.particles is None:
             continue
-        pa = base.particles[base.particles["aspect"].isin(aspects)]
-        pb = cand.particles[cand.particles["aspect"].isin(aspects)]
-        for name, keys, frame_a, frame_b in (("acts", ["dialogue_act"], pa, pb),
-                                             ("particles", ["dialogue_act", "mention"], _kind(pa), _kind(pb))):
-            t = _top_changes(frame_a, frame_b, keys, top)
+        pa, pb = (_kind(p[p["aspect"].isin(aspects)]) for p in (base.particles, cand.particles))
+        for name, keys in (("acts", ["dialogue_act"]), ("particles", ["dialogue_act", "mention"])):
+            t = _top_changes(pa, pb, keys, top)
             if len(t):
                 found[name].append(t.assign(baseline=base.name, candidate=cand.name))
     return {name: pd.concat(items, ignore_index=True)[COLUMNS[name]] if items else pd.DataFrame(columns=COLUMNS[name])

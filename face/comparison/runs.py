@@ -15,6 +15,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -131,15 +132,9 @@ def _from_settings(run: Run, settings: dict) -> Run:
     return run
 
 
-def _hydra(cfg_path: Path) -> Any:
-    """``get(key, default=None)``: a value of an experiment's Hydra config (the default where it has none or cannot
-    resolve it)."""
-    cfg = OmegaConf.load(cfg_path)
-    return lambda key, default=None: OmegaConf.select(cfg, key, default=default, throw_on_resolution_failure=False)
-
-
 def _from_hydra(run: Run, get: Any) -> Run:
-    """An experiment run directory without run settings: what its Hydra config (``_hydra``) says about the method."""
+    """An experiment run directory without run settings: what its Hydra config (``get(key)``: a value, None where it
+    has none or cannot resolve it) says about the method."""
     if get("method.name") == "face_released":
         from face.pipeline.released import LABEL
 
@@ -157,7 +152,7 @@ def _from_hydra(run: Run, get: Any) -> Run:
 
 def _systems_from_dataset(get: Any) -> dict[str, str]:
     """conversation → system for an experiment run on CRSArena-Eval (its data directory, fetched if needed)."""
-    if not str(get("dataset._target_", "")).endswith("CRSArenaEval") or get("dataset.file"):
+    if not str(get("dataset._target_")).endswith("CRSArenaEval") or get("dataset.file"):
         return {}
     data_dir = Path(os.environ.get("FACE_DATA_DIR", project_root() / "data" / "raw"))
     ensure_data(data_dir, [CRSARENA_EVAL], os.environ.get("FACE_DATA_MIRROR"))
@@ -169,7 +164,8 @@ def from_dir(path: Path, name: str | None = None) -> Run:
     if not (path / "run_file.json").exists():
         raise DataError(path, "no run_file.json: not a `face evaluate` output or experiment run directory")
     run = Run(name or path.name, str(path), read_run_file(path / "run_file.json"))
-    hydra = _hydra(path / ".hydra" / "config.yaml") if (path / ".hydra" / "config.yaml").exists() else None
+    cfg = path / ".hydra" / "config.yaml"  # an experiment's: a value of it read, None where it cannot be resolved
+    hydra = partial(OmegaConf.select, OmegaConf.load(cfg), throw_on_resolution_failure=False) if cfg.exists() else None
     if (path / "run_settings.json").exists():
         run = _from_settings(run, read_run_settings(path / "run_settings.json"))
     elif hydra is not None:
@@ -220,7 +216,7 @@ def load(source: Any, name: str | None = None, tracking_uri: str | None = None) 
         with tempfile.TemporaryDirectory(prefix="face-compare-") as tmp:
             run_name = download_run(run_id, tracking_uri or default_tracking_uri(), Path(tmp))
             try:
-                run = from_dir(Path(tmp), name or run_name)
+                run = from_dir(Path(tmp) / "run", name or run_name)
             except DataError as e:
                 raise DataError(f"mlflow:{run_id}", f"not a FACE run with a run file ({e.problem})") from None
         run.source, run.report = f"mlflow:{run_id}", None
