@@ -98,10 +98,8 @@ class BatchTransport:
         key = self.key_for(req, req.first_sample)
         cid = key if req.n == 1 else f"{key}+{req.n}"  # the line's custom_id (the module doc)
         owner = self.owner.get(cid)
-        if owner is not None and owner.status == "downloaded":
-            line = self._answers(owner).get(cid)
-            if line is not None:
-                return line_result(req, line, owner.id)
+        if owner is not None and (line := self._answers(owner).get(cid)) is not None:  # (a downloaded job's)
+            return line_result(req, line, owner.id)
         fut = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(cid, []).append((req, fut))
         if owner is not None and owner.status not in ("downloaded", "lost"):
@@ -238,7 +236,6 @@ class BatchTransport:
 
     # ---- the journal ------------------------------------------------------
     def _save(self, job: Job) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
         record = {k: v for k, v in vars(job).items() if k != "answers"}
         atomic_write_text(self.folder / f"{job.id}.json", json.dumps(record))
 
@@ -251,6 +248,7 @@ class BatchTransport:
         self._save(job)
 
     def _answers(self, job: Job) -> dict[str, dict]:
+        """A downloaded job's answered lines (read from its kept output once); none for any other job."""
         if not job.answers and job.status == "downloaded":
             try:
                 with open(self.folder / f"{job.id}.output.jsonl", encoding="utf-8") as f:
