@@ -84,10 +84,9 @@ class BatchTransport:
         for path in sorted(self.folder.glob("*.json"), key=lambda p: p.stat().st_mtime):
             try:
                 job = Job(**json.loads(path.read_text(encoding="utf-8")))
+                self.owner.update(dict.fromkeys(job.custom_ids, job))
             except (OSError, ValueError, TypeError) as e:
                 log.warning("ignoring unreadable batch journal %s: %s", path, e)
-                continue
-            self.owner.update(dict.fromkeys(job.custom_ids, job))
         self._pending: dict[str, dict] = {}  # custom_id -> request body of the next job
         self._waiting: dict[str, list[tuple[ChatRequest, asyncio.Future]]] = {}
         self._timer: asyncio.TimerHandle | None = None
