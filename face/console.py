@@ -40,8 +40,7 @@ def progress_mode(enabled: bool = True, stream=None) -> str | None:
         return "bar"
     if env == "log":
         return "log"
-    stream = sys.stderr if stream is None else stream
-    isatty = getattr(stream, "isatty", None)
+    isatty = getattr(stream or sys.stderr, "isatty", None)  # (sys.stderr read now: pytest swaps it)
     try:
         return "bar" if isatty and isatty() else "log"
     except ValueError:  # a closed stream
