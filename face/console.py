@@ -40,8 +40,7 @@ def progress_mode(enabled: bool = True, stream=None) -> str | None:
         return "bar"
     if env == "log":
         return "log"
-    stream = sys.stderr if stream is None else stream
-    isatty = getattr(stream, "isatty", None)
+    isatty = getattr(stream or sys.stderr, "isatty", None)  # (sys.stderr read now: pytest swaps it)
     try:
         return "bar" if isatty and isatty() else "log"
     except ValueError:  # a closed stream
@@ -49,13 +48,12 @@ def progress_mode(enabled: bool = True, stream=None) -> str | None:
 
 
 def progress(iterable, desc: str, total: int | None = None, unit: str = "it", leave: bool = True):
-    """``iterable`` reported by a ``Progress`` (a bar, or lines in a log; nothing when progress is off). While it is
-    iterated, the bars of the batches inside are transient (``nested()``): an optimizer round of hundreds of small
-    scoring batches leaves one line, not hundreds. ``leave=False``: cleared when done (a stage met many times)."""
+    """``iterable`` (a sized one: a list, a range) reported by a ``Progress`` (a bar, or lines in a log; nothing
+    when progress is off). While it is iterated, the bars of the batches inside are transient (``nested()``): an
+    optimizer round of hundreds of small scoring batches leaves one line, not hundreds. ``leave=False``: cleared when
+    done (a stage met many times)."""
     global _outer
-    if total is None:
-        total = len(iterable) if hasattr(iterable, "__len__") else None
-    with Progress(total, desc, unit=unit, leave=leave) as reporter:
+    with Progress(len(iterable) if total is None else total, desc, unit=unit, leave=leave) as reporter:
         reported = reporter.mode is not None
         _outer += reported
         try:

@@ -52,8 +52,7 @@ def parse_json(text: str, path: str | Path, record: str | None = None) -> Any:
 
 
 def read_json(path: str | Path) -> Any:
-    path = Path(path)
-    return parse_json(read_text(path), path)
+    return parse_json(read_text(path), Path(path))
 
 
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:

@@ -84,10 +84,9 @@ class BatchTransport:
         for path in sorted(self.folder.glob("*.json"), key=lambda p: p.stat().st_mtime):
             try:
                 job = Job(**json.loads(path.read_text(encoding="utf-8")))
+                self.owner.update(dict.fromkeys(job.custom_ids, job))
             except (OSError, ValueError, TypeError) as e:
                 log.warning("ignoring unreadable batch journal %s: %s", path, e)
-                continue
-            self.owner.update(dict.fromkeys(job.custom_ids, job))
         self._pending: dict[str, dict] = {}  # custom_id -> request body of the next job
         self._waiting: dict[str, list[tuple[ChatRequest, asyncio.Future]]] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -98,10 +97,8 @@ class BatchTransport:
         key = self.key_for(req, req.first_sample)
         cid = key if req.n == 1 else f"{key}+{req.n}"  # the line's custom_id (the module doc)
         owner = self.owner.get(cid)
-        if owner is not None and owner.status == "downloaded":
-            line = self._answers(owner).get(cid)
-            if line is not None:
-                return line_result(req, line, owner.id)
+        if owner is not None and (line := self._answers(owner).get(cid)) is not None:  # (a downloaded job's)
+            return line_result(req, line, owner.id)
         fut = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(cid, []).append((req, fut))
         if owner is not None and owner.status not in ("downloaded", "lost"):
@@ -238,7 +235,6 @@ class BatchTransport:
 
     # ---- the journal ------------------------------------------------------
     def _save(self, job: Job) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
         record = {k: v for k, v in vars(job).items() if k != "answers"}
         atomic_write_text(self.folder / f"{job.id}.json", json.dumps(record))
 
@@ -251,6 +247,7 @@ class BatchTransport:
         self._save(job)
 
     def _answers(self, job: Job) -> dict[str, dict]:
+        """A downloaded job's answered lines (read from its kept output once); none for any other job."""
         if not job.answers and job.status == "downloaded":
             try:
                 with open(self.folder / f"{job.id}.output.jsonl", encoding="utf-8") as f:

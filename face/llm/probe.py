@@ -71,7 +71,6 @@ async def probe(cfg: LLMConfig, usage: Usage, base_url: str, model: str, cache_d
             raise full
         if isinstance(js, BaseException):
             raise js
-        logprobs: bool | None
         if full is None:  # n or logprobs rejected: ask for n alone
             nreply = await send(usage, transport, {**base, "n": 3})
             logprobs = None if nreply is None else False

@@ -317,7 +317,6 @@ class Usage:
 
     def write_artifact(self, path: str | os.PathLike) -> Path:
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
         # one line per request record (json's C encoder; `indent` would switch to its pure-Python one)
         state = (str(p.resolve()), self.requests, len(self.records), self.misreports)
         if state == self._written and p.exists():
@@ -329,6 +328,6 @@ class Usage:
         stop = f' "misreport": {json.dumps(self.misreport)},\n' if self.misreport else ""
         text = (f'{{"totals": {json.dumps(self.summary(), indent=1)},\n{kept}{stop} "requests": [\n  {records}\n ],\n'
                 f' "invalid_answers": {json.dumps(self.invalid_events)}\n}}\n')
-        atomic_write_text(p, text)  # a stop while writing never leaves half a file
+        atomic_write_text(p, text)  # its folder made; a stop while writing never leaves half a file
         self._written = state
         return p
