@@ -64,6 +64,12 @@ def _running(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     return seen, x0, t, mu, (0.25 + np.cumsum(seen * (x0 - mu) ** 2, axis=-1)) / (t + 1)
 
 
+def _bet(seen: np.ndarray, t: np.ndarray, var: np.ndarray, alpha: float) -> np.ndarray:
+    """The predictable bet before its cap, ``λ̇_t = √(2 log(2/α) / (σ̂²_{t−1} t log(1 + t)))`` (0 where not seen)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(seen, np.sqrt(2 * np.log(2 / alpha) / (_shift(var, 0.25) * t * np.log1p(t))), 0.0)
+
+
 def _intersected(known: np.ndarray | bool, lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The bounds clipped to [0, 1] (all of it where nothing is ``known`` yet), running-intersected."""
     lower = np.where(known, np.clip(lower, 0, 1), 0.0)
@@ -75,17 +81,13 @@ def eb_sequence(x: np.ndarray, alpha: float, cap: float = BET_CAP) -> tuple[np.n
     """The PrPl-EB CS at level 1 − α for the mean of ``x ∈ [0, 1]`` along the last axis: (lower, upper) after each
     observation, running-intersected. NaN is an observation not made (the bounds stay where they were)."""
     seen, x0, t, mu, var = _running(x)
-    mu_prev, var_prev = _shift(mu, 0.5), _shift(var, 0.25)
-    log_term = np.log(2 / alpha)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lam = np.minimum(np.sqrt(2 * log_term / (var_prev * t * np.log1p(t))), cap)
-    lam = np.where(seen, lam, 0.0)
+    lam = np.minimum(_bet(seen, t, var, alpha), cap)
     psi = (-np.log1p(-lam) - lam) / 4
-    v = 4 * (x0 - mu_prev) ** 2
+    v = 4 * (x0 - _shift(mu, 0.5)) ** 2
     s_lam = np.cumsum(lam, axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         centre = np.cumsum(lam * x0, axis=-1) / s_lam
-        half = (log_term + np.cumsum(seen * v * psi, axis=-1)) / s_lam
+        half = (np.log(2 / alpha) + np.cumsum(seen * v * psi, axis=-1)) / s_lam
     return _intersected(s_lam > 0, centre - half, centre + half)
 
 
@@ -100,9 +102,7 @@ def betting_sequence(x: np.ndarray, alpha: float, grid: int = GRID, cap: float =
     if x.size == 0:
         return x.copy(), x.copy()
     seen, x0, t, _, var = _running(x)
-    var_prev = _shift(var, 0.25)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rate = np.where(seen, np.sqrt(2 * np.log(2 / alpha) / (var_prev * t * np.log1p(t))), 0.0)
+    rate = _bet(seen, t, var, alpha)
     m = np.linspace(0, 1, grid + 1)
     rows = x0.reshape(-1, x0.shape[-1])
     inside = np.concatenate([_inside(rows[i:i + CHUNK], seen.reshape(rows.shape)[i:i + CHUNK],
@@ -211,7 +211,6 @@ class SequentialComparison:
     target_diff: float | None = None
     paired: bool = False
     method: str = "betting"
-    by_order: bool = False  # unpaired: pair the sides by scoring order (one CS at α) instead of two CSs at α/2
     a: list[np.ndarray] = field(default_factory=list, repr=False)
     b: list[np.ndarray] = field(default_factory=list, repr=False)
 
@@ -231,19 +230,13 @@ class SequentialComparison:
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) of the difference per aspect, now."""
         a, b = self.scores()
+        lo, hi = np.array(self.scales, float).T[..., None]  # a row per aspect
         level = self.alpha / len(self.aspects)
-        lows, ups = [], []
-        for k, (lo, hi) in enumerate(self.scales):
-            if self.paired or self.by_order:
-                n, w = min(len(a), len(b)), hi - lo
-                low, up = _last(mean_sequence(b[:n, k] - a[:n, k], level, -w, w, self.method), -w, w)
-            else:
-                la, ua = _last(mean_sequence(a[:, k], level / 2, lo, hi, self.method), lo, hi)
-                lb, ub = _last(mean_sequence(b[:, k], level / 2, lo, hi, self.method), lo, hi)
-                low, up = lb - ua, ub - la
-            lows.append(low)
-            ups.append(up)
-        return np.array(lows), np.array(ups)
+        if self.paired:
+            return _last(mean_sequence((b - a).T, level, lo - hi, hi - lo, self.method), lo - hi, hi - lo)
+        la, ua = _last(mean_sequence(a.T, level / 2, lo, hi, self.method), lo, hi)
+        lb, ub = _last(mean_sequence(b.T, level / 2, lo, hi, self.method), lo, hi)
+        return lb - ua, ub - la
 
     def scores(self) -> tuple[np.ndarray, np.ndarray]:
         """Every score seen of each side (rows: conversations, columns: aspects)."""
@@ -261,10 +254,10 @@ class SequentialComparison:
         return bool((decide(*self.bounds(), self.target_diff) < 3).all())
 
 
-def _last(bounds: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> tuple[float, float]:
-    """The bounds after the last observation (before any: the whole range)."""
+def _last(bounds: tuple[np.ndarray, np.ndarray], lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's bounds after its last observation (before any: the whole range ``[lo, hi]`` of the row)."""
     lower, upper = bounds
-    return (float(lower[-1]), float(upper[-1])) if len(lower) else (lo, hi)
+    return (lower[:, -1], upper[:, -1]) if lower.shape[-1] else (lo[:, 0], hi[:, 0])
 
 
 def conversations_needed(low: float, high: float, n: int, target: float | None = None, most: int = 10**9) -> float:
