@@ -120,13 +120,13 @@ def paired_difference(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray,
 
 def paired_replicates(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray, clusters: np.ndarray,
                       coefficient: str, n_boot: int, seed: int, confidence: float
-                      ) -> tuple[float, float, float, np.ndarray | None]:
-    """``paired_difference`` and the difference in each resample it drew (NaN where a side does not vary; None
+                      ) -> tuple[float, float, float, np.ndarray]:
+    """``paired_difference`` and the difference in each resample it drew (NaN where a side does not vary; none
     when there are too few items or clusters to resample), for a p-value read from the same resamples."""
     a, b, y = (np.asarray(v, float) for v in (pred_a, pred_b, human))
     diff = correlate(a, y, [coefficient])[coefficient][0] - correlate(b, y, [coefficient])[coefficient][0]
     if n_boot <= 0 or len(y) < 3 or len(np.unique(clusters)) < MIN_CLUSTERS:
-        return diff, float("nan"), float("nan"), None
+        return diff, float("nan"), float("nan"), np.empty(0)
     w = cluster_weights(np.asarray(clusters), n_boot, np.random.default_rng(seed))
     weighted = REGISTRY[coefficient].weighted
     vals = weighted(a, y, w) - weighted(b, y, w)

@@ -176,10 +176,8 @@ def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any, Any]:
     path: list[str] = []
     field = None
     owner: Any = cls
-    for i, part in enumerate(loc):
+    for part in loc:
         fields = getattr(owner, "__pydantic_fields__", None)
-        if i == 0 and isinstance(part, int) and fields is not None:  # a positional argument
-            part = list(fields)[part]
         if not isinstance(part, str) or fields is None:
             continue
         path.append(part)
