@@ -34,6 +34,7 @@ target`` when it lies inside ``±target_diff``, else ``undecided``.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -279,8 +280,4 @@ def conversations_needed(low: float, high: float, n: int, target: float | None =
         return n
     if most < n or not decides(most):
         return math.inf
-    lo, hi = n, most  # the width shrinks as m grows: the first m in (lo, hi] that decides, by bisection
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if decides(mid) else (mid, hi)
-    return hi
+    return n + bisect.bisect_left(range(n, most + 1), True, key=decides)  # the width shrinks as m grows
