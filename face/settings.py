@@ -32,6 +32,7 @@ import copy
 import dataclasses
 import functools
 import os
+import re
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -238,11 +239,8 @@ def _kind(t: Any, meta: list[Any]) -> str:
 
 
 def _plural(text: str) -> str:
-    for one, many in (("an integer", "integers"), ("a finite number", "finite numbers"), ("a string", "strings"),
-                      ("a non-empty string", "non-empty strings")):
-        if text.startswith(one):
-            return many + text[len(one):]
-    return text
+    """``an integer >= 1`` -> ``integers >= 1`` (numbers and strings; any other kind as it is)."""
+    return re.sub(r"^an? (non-empty )?(integer|finite number|string)", r"\1\2s", text)
 
 
 def _bounds(metadata: list[Any]) -> str:
