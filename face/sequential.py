@@ -78,11 +78,11 @@ def _intersected(known: np.ndarray | bool, lower: np.ndarray, upper: np.ndarray)
     return np.maximum.accumulate(lower, axis=-1), np.minimum.accumulate(upper, axis=-1)
 
 
-def eb_sequence(x: np.ndarray, alpha: float, cap: float = BET_CAP) -> tuple[np.ndarray, np.ndarray]:
+def eb_sequence(x: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """The PrPl-EB CS at level 1 − α for the mean of ``x ∈ [0, 1]`` along the last axis: (lower, upper) after each
     observation, running-intersected. NaN is an observation not made (the bounds stay where they were)."""
     seen, x0, t, mu, var = _running(x)
-    lam = np.minimum(_bet(seen, t, var, alpha), cap)
+    lam = np.minimum(_bet(seen, t, var, alpha), BET_CAP)
     psi = (-np.log1p(-lam) - lam) / 4
     v = 4 * (x0 - _shift(mu, 0.5)) ** 2
     s_lam = np.cumsum(lam, axis=-1)
@@ -92,10 +92,9 @@ def eb_sequence(x: np.ndarray, alpha: float, cap: float = BET_CAP) -> tuple[np.n
     return _intersected(s_lam > 0, centre - half, centre + half)
 
 
-def betting_sequence(x: np.ndarray, alpha: float, grid: int = GRID, cap: float = BET_CAP
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def betting_sequence(x: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """The hedged-capital CS (Waudby-Smith & Ramdas 2024, Theorem 3, θ = 1/2) at level 1 − α for the mean of
-    ``x ∈ [0, 1]`` along the last axis, on ``grid`` + 1 candidate means ``m``: ``K^±_t(m) = max(½ Π (1 + λ⁺_i(m)
+    ``x ∈ [0, 1]`` along the last axis, on ``GRID`` + 1 candidate means ``m``: ``K^±_t(m) = max(½ Π (1 + λ⁺_i(m)
     (X_i − m)), ½ Π (1 − λ⁻_i(m)(X_i − m)))`` with the predictable bets ``λ⁺_i(m) = min(λ̇_i, c/m)``, ``λ⁻_i(m) =
     min(λ̇_i, c/(1 − m))``, ``λ̇_i = √(2 log(2/α) / (σ̂²_{i−1} i log(1 + i)))``; ``C_t = {m: K^±_t(m) < 1/α}``, its
     ends moved out by one grid step (the grid's resolution), running-intersected. NaN: not observed."""
@@ -104,24 +103,23 @@ def betting_sequence(x: np.ndarray, alpha: float, grid: int = GRID, cap: float =
         return x.copy(), x.copy()
     seen, x0, t, _, var = _running(x)
     rate = _bet(seen, t, var, alpha)
-    m = np.linspace(0, 1, grid + 1)
+    m = np.linspace(0, 1, GRID + 1)
     rows = x0.reshape(-1, x0.shape[-1])
     inside = np.concatenate([_inside(rows[i:i + CHUNK], seen.reshape(rows.shape)[i:i + CHUNK],
-                                     rate.reshape(rows.shape)[i:i + CHUNK], m, alpha, cap)
+                                     rate.reshape(rows.shape)[i:i + CHUNK], m, alpha)
                              for i in range(0, len(rows), CHUNK)])
-    inside = inside.reshape(x.shape + (grid + 1,))
-    step = 1 / grid
+    inside = inside.reshape(x.shape + (GRID + 1,))
+    step = 1 / GRID
     any_in = inside.any(axis=-1)
     lower = np.where(any_in, m[inside.argmax(axis=-1)] - step, 1.0)  # empty (never at the truth, w.p. ≥ 1 − α)
-    upper = np.where(any_in, m[grid - inside[..., ::-1].argmax(axis=-1)] + step, 0.0)
+    upper = np.where(any_in, m[GRID - inside[..., ::-1].argmax(axis=-1)] + step, 0.0)
     return _intersected(True, lower, upper)
 
 
-def _inside(x0: np.ndarray, seen: np.ndarray, rate: np.ndarray, m: np.ndarray, alpha: float, cap: float
-            ) -> np.ndarray:
+def _inside(x0: np.ndarray, seen: np.ndarray, rate: np.ndarray, m: np.ndarray, alpha: float) -> np.ndarray:
     """rows × T × G: whether ``max(½ K⁺_t(m), ½ K⁻_t(m)) < 1/α`` (in place, a chunk of rows at a time: memory)."""
     with np.errstate(divide="ignore"):
-        caps = cap / m, cap / (1 - m)
+        caps = BET_CAP / m, BET_CAP / (1 - m)
     dev = (x0[..., None] - m) * seen[..., None]
     logs = []
     for bet_cap in caps:  # log K⁺_t(m), then log K⁻_t(m): the deviations negated in place
