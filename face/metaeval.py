@@ -44,12 +44,11 @@ RESULT_COLUMNS = ["level", "aspect", "split", "coefficient", "value", "p_value",
 
 # ---------------------------------------------------------------- point estimates (scipy)
 
-def correlate(pred: np.ndarray, human: np.ndarray, names: Sequence[str] | None = None
+def correlate(pred: np.ndarray, human: np.ndarray, names: Sequence[str] = COEFFICIENTS
               ) -> dict[str, tuple[float, float]]:
     """coefficient -> (value, p-value) for every coefficient (or only ``names``); NaN where undefined (fewer than 3
     items or a constant side)."""
     pred, human = np.asarray(pred, float), np.asarray(human, float)
-    names = COEFFICIENTS if names is None else names
     if len(pred) < 3 or np.ptp(pred) == 0 or np.ptp(human) == 0:
         return {c: (float("nan"), float("nan")) for c in names}
     return {name: REGISTRY[name].test(pred, human) for name in names}
