@@ -210,6 +210,7 @@ class SequentialComparison:
     target_diff: float | None = None
     paired: bool = False
     method: str = "betting"
+    by_order: bool = False  # unpaired: pair the sides by scoring order (one CS at α) instead of two CSs at α/2
     a: list[np.ndarray] = field(default_factory=list, repr=False)
     b: list[np.ndarray] = field(default_factory=list, repr=False)
 
@@ -231,8 +232,9 @@ class SequentialComparison:
         a, b = self.scores()
         lo, hi = np.array(self.scales, float).T[..., None]  # a row per aspect
         level = self.alpha / len(self.aspects)
-        if self.paired:
-            return _last(mean_sequence((b - a).T, level, lo - hi, hi - lo, self.method), lo - hi, hi - lo)
+        if self.paired or self.by_order:
+            n = min(len(a), len(b))
+            return _last(mean_sequence((b[:n] - a[:n]).T, level, lo - hi, hi - lo, self.method), lo - hi, hi - lo)
         la, ua = _last(mean_sequence(a.T, level / 2, lo, hi, self.method), lo, hi)
         lb, ub = _last(mean_sequence(b.T, level / 2, lo, hi, self.method), lo, hi)
         return lb - ua, ub - la

@@ -245,3 +245,18 @@ def test_pairs_by_scoring_order_are_one_sequence_of_the_differences():
     ref_low, ref_up = eb_sequence((b[:, :25] - a[:, :25] + 2) / 4, 0.05)
     np.testing.assert_allclose(low, 4 * ref_low[:, seen - 1] - 2, atol=1e-12)
     np.testing.assert_allclose(up, 4 * ref_up[:, seen - 1] - 2, atol=1e-12)
+
+
+def test_batch_by_batch_by_order_pairs_the_sides_in_arrival_order():
+    # the state object, fed 3 + 2 scores of a and 2 + 3 of b, pairs the first 4 of each in arrival order: its interval
+    # is the PrPl-EB of those 4 differences at α (mapped from [−2, 2]), by hand through eb_sequence
+    a1, a2 = np.array([[0.2], [1.0], [0.6]]), np.array([[1.4], [0.0]])
+    b1, b2 = np.array([[1.2], [1.8]]), np.array([[2.0], [1.6], [0.4]])
+    cmp = SequentialComparison(["x"], [(0, 2)], alpha=0.05, method="eb", by_order=True)
+    cmp.update(a1, b1)
+    status = cmp.update(a2, b2)
+    d = np.array([1.2 - 0.2, 1.8 - 1.0, 2.0 - 0.6, 1.6 - 1.4])
+    low, up = eb_sequence((d + 2) / 4, 0.05)
+    assert status["ci_low"].iloc[0] == pytest.approx(4 * low[-1] - 2, abs=1e-12)
+    assert status["ci_high"].iloc[0] == pytest.approx(4 * up[-1] - 2, abs=1e-12)
+    assert status[["n_baseline", "n_candidate"]].iloc[0].tolist() == [5, 5]
