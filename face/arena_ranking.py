@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 
 from face.data.schema import ArenaVote
-from face.resample import draw_counts
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,9 @@ def ranking_table(votes: Sequence[ArenaVote], prior: float = 0.5) -> pd.DataFram
 def bootstrap_ratings(votes: Sequence[ArenaVote], names: Sequence[str], n_boot: int, seed: int,
                       prior: float = 0.5) -> np.ndarray:
     """B × k Bradley–Terry ratings, resampling votes with replacement."""
+    rng = np.random.default_rng(seed)
     out = np.empty((n_boot, len(names)))
-    for b, w in enumerate(draw_counts(len(votes), n_boot, np.random.default_rng(seed))):
+    for b in range(n_boot):
+        w = np.bincount(rng.integers(0, len(votes), len(votes)), minlength=len(votes)).astype(float)
         out[b] = bradley_terry(pair_counts(votes, names, w), prior)
     return out
