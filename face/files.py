@@ -125,12 +125,10 @@ def _lock(key: str, path: str | os.PathLike, setting: str) -> int:
 
 
 def digest_files(paths: Iterable[str | os.PathLike]) -> str:
-    """sha256 over the files' bytes, in order (what the run read)."""
+    """sha256 over the files' bytes, in order (what the run read; each as a whole, as its loader reads it)."""
     h = hashlib.sha256()
     for p in paths:
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
+        h.update(Path(p).read_bytes())
         h.update(b"\0")
     return h.hexdigest()
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Iterable, Sequence
 
@@ -26,16 +27,15 @@ from face.predictions import Predictions, round_preds
 from face.resample import draw_counts, percentile_interval
 
 log = logging.getLogger(__name__)
-_warned: set[str] = set()
 
 
-def warn_once(msg: str, *args) -> None:
+@functools.cache
+def warn_once(text: str) -> None:
     """A warning printed once per process: the same missing interval is met for every aspect, split and level (nine
     identical lines on a 3-conversation run), and saying it once says it all."""
-    text = msg % args
-    if text not in _warned:
-        _warned.add(text)
-        log.warning("%s", text)
+    log.warning("%s", text)
+
+
 COEFFICIENTS = NAMES  # Pearson, Spearman, Kendall: face.coefficients
 LEVELS = ("turn", "dialogue", "system")
 RESULT_COLUMNS = ["level", "aspect", "split", "coefficient", "value", "p_value", "ci_low", "ci_high", "n",
@@ -44,12 +44,11 @@ RESULT_COLUMNS = ["level", "aspect", "split", "coefficient", "value", "p_value",
 
 # ---------------------------------------------------------------- point estimates (scipy)
 
-def correlate(pred: np.ndarray, human: np.ndarray, names: Sequence[str] | None = None
+def correlate(pred: np.ndarray, human: np.ndarray, names: Sequence[str] = COEFFICIENTS
               ) -> dict[str, tuple[float, float]]:
     """coefficient -> (value, p-value) for every coefficient (or only ``names``); NaN where undefined (fewer than 3
     items or a constant side)."""
     pred, human = np.asarray(pred, float), np.asarray(human, float)
-    names = COEFFICIENTS if names is None else names
     if len(pred) < 3 or np.ptp(pred) == 0 or np.ptp(human) == 0:
         return {c: (float("nan"), float("nan")) for c in names}
     return {name: REGISTRY[name].test(pred, human) for name in names}
@@ -95,8 +94,8 @@ def bootstrap_ci(pred: np.ndarray, human: np.ndarray, clusters: np.ndarray, n_bo
     than 3 items or fewer than ``MIN_CLUSTERS`` conversations: resampling one conversation only repeats it."""
     if n_boot <= 0 or len(pred) < 3 or len(np.unique(clusters)) < MIN_CLUSTERS:
         if n_boot > 0 and len(pred) >= 3:
-            warn_once("no bootstrap interval: the items come from %d conversation(s), need >= %d",
-                      len(np.unique(clusters)), MIN_CLUSTERS)
+            warn_once(f"no bootstrap interval: the items come from {len(np.unique(clusters))} conversation(s), "
+                      f"need >= {MIN_CLUSTERS}")
         return {c: (float("nan"), float("nan")) for c in coefficients}
     rng = np.random.default_rng(seed)
     counts, inv = cluster_counts(np.asarray(clusters), n_boot, rng)
@@ -120,13 +119,13 @@ def paired_difference(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray,
 
 def paired_replicates(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray, clusters: np.ndarray,
                       coefficient: str, n_boot: int, seed: int, confidence: float
-                      ) -> tuple[float, float, float, np.ndarray | None]:
-    """``paired_difference`` and the difference in each resample it drew (NaN where a side does not vary; None
+                      ) -> tuple[float, float, float, np.ndarray]:
+    """``paired_difference`` and the difference in each resample it drew (NaN where a side does not vary; none
     when there are too few items or clusters to resample), for a p-value read from the same resamples."""
     a, b, y = (np.asarray(v, float) for v in (pred_a, pred_b, human))
     diff = correlate(a, y, [coefficient])[coefficient][0] - correlate(b, y, [coefficient])[coefficient][0]
     if n_boot <= 0 or len(y) < 3 or len(np.unique(clusters)) < MIN_CLUSTERS:
-        return diff, float("nan"), float("nan"), None
+        return diff, float("nan"), float("nan"), np.empty(0)
     w = cluster_weights(np.asarray(clusters), n_boot, np.random.default_rng(seed))
     weighted = REGISTRY[coefficient].weighted
     vals = weighted(a, y, w) - weighted(b, y, w)
@@ -209,8 +208,8 @@ def system_correlations(items_df: pd.DataFrame, n_boot: int = 1000, seed: int = 
     ci = {c: (float("nan"), float("nan")) for c in COEFFICIENTS}
     per_system = pd.Series(convs).groupby(systems).nunique()
     if n_boot > 0 and len(names) >= 3 and per_system.min() < MIN_CLUSTERS:
-        warn_once("no system-level interval: a system has %d conversation(s), need >= %d per system",
-                  per_system.min(), MIN_CLUSTERS)
+        warn_once(f"no system-level interval: a system has {per_system.min()} conversation(s), need >= "
+                  f"{MIN_CLUSTERS} per system")
     elif n_boot > 0 and len(names) >= 3:
         w = cluster_weights(convs, n_boot, np.random.default_rng(seed), strata=systems)
         _, bp = system_means(pred, systems, w)

@@ -34,6 +34,7 @@ target`` when it lies inside ``±target_diff``, else ``undecided``.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -64,6 +65,12 @@ def _running(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     return seen, x0, t, mu, (0.25 + np.cumsum(seen * (x0 - mu) ** 2, axis=-1)) / (t + 1)
 
 
+def _bet(seen: np.ndarray, t: np.ndarray, var: np.ndarray, alpha: float) -> np.ndarray:
+    """The predictable bet before its cap, ``λ̇_t = √(2 log(2/α) / (σ̂²_{t−1} t log(1 + t)))`` (0 where not seen)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(seen, np.sqrt(2 * np.log(2 / alpha) / (_shift(var, 0.25) * t * np.log1p(t))), 0.0)
+
+
 def _intersected(known: np.ndarray | bool, lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The bounds clipped to [0, 1] (all of it where nothing is ``known`` yet), running-intersected."""
     lower = np.where(known, np.clip(lower, 0, 1), 0.0)
@@ -71,28 +78,23 @@ def _intersected(known: np.ndarray | bool, lower: np.ndarray, upper: np.ndarray)
     return np.maximum.accumulate(lower, axis=-1), np.minimum.accumulate(upper, axis=-1)
 
 
-def eb_sequence(x: np.ndarray, alpha: float, cap: float = BET_CAP) -> tuple[np.ndarray, np.ndarray]:
+def eb_sequence(x: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """The PrPl-EB CS at level 1 − α for the mean of ``x ∈ [0, 1]`` along the last axis: (lower, upper) after each
     observation, running-intersected. NaN is an observation not made (the bounds stay where they were)."""
     seen, x0, t, mu, var = _running(x)
-    mu_prev, var_prev = _shift(mu, 0.5), _shift(var, 0.25)
-    log_term = np.log(2 / alpha)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lam = np.minimum(np.sqrt(2 * log_term / (var_prev * t * np.log1p(t))), cap)
-    lam = np.where(seen, lam, 0.0)
+    lam = np.minimum(_bet(seen, t, var, alpha), BET_CAP)
     psi = (-np.log1p(-lam) - lam) / 4
-    v = 4 * (x0 - mu_prev) ** 2
+    v = 4 * (x0 - _shift(mu, 0.5)) ** 2
     s_lam = np.cumsum(lam, axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         centre = np.cumsum(lam * x0, axis=-1) / s_lam
-        half = (log_term + np.cumsum(seen * v * psi, axis=-1)) / s_lam
+        half = (np.log(2 / alpha) + np.cumsum(seen * v * psi, axis=-1)) / s_lam
     return _intersected(s_lam > 0, centre - half, centre + half)
 
 
-def betting_sequence(x: np.ndarray, alpha: float, grid: int = GRID, cap: float = BET_CAP
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def betting_sequence(x: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """The hedged-capital CS (Waudby-Smith & Ramdas 2024, Theorem 3, θ = 1/2) at level 1 − α for the mean of
-    ``x ∈ [0, 1]`` along the last axis, on ``grid`` + 1 candidate means ``m``: ``K^±_t(m) = max(½ Π (1 + λ⁺_i(m)
+    ``x ∈ [0, 1]`` along the last axis, on ``GRID`` + 1 candidate means ``m``: ``K^±_t(m) = max(½ Π (1 + λ⁺_i(m)
     (X_i − m)), ½ Π (1 − λ⁻_i(m)(X_i − m)))`` with the predictable bets ``λ⁺_i(m) = min(λ̇_i, c/m)``, ``λ⁻_i(m) =
     min(λ̇_i, c/(1 − m))``, ``λ̇_i = √(2 log(2/α) / (σ̂²_{i−1} i log(1 + i)))``; ``C_t = {m: K^±_t(m) < 1/α}``, its
     ends moved out by one grid step (the grid's resolution), running-intersected. NaN: not observed."""
@@ -100,27 +102,24 @@ def betting_sequence(x: np.ndarray, alpha: float, grid: int = GRID, cap: float =
     if x.size == 0:
         return x.copy(), x.copy()
     seen, x0, t, _, var = _running(x)
-    var_prev = _shift(var, 0.25)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rate = np.where(seen, np.sqrt(2 * np.log(2 / alpha) / (var_prev * t * np.log1p(t))), 0.0)
-    m = np.linspace(0, 1, grid + 1)
+    rate = _bet(seen, t, var, alpha)
+    m = np.linspace(0, 1, GRID + 1)
     rows = x0.reshape(-1, x0.shape[-1])
     inside = np.concatenate([_inside(rows[i:i + CHUNK], seen.reshape(rows.shape)[i:i + CHUNK],
-                                     rate.reshape(rows.shape)[i:i + CHUNK], m, alpha, cap)
+                                     rate.reshape(rows.shape)[i:i + CHUNK], m, alpha)
                              for i in range(0, len(rows), CHUNK)])
-    inside = inside.reshape(x.shape + (grid + 1,))
-    step = 1 / grid
+    inside = inside.reshape(x.shape + (GRID + 1,))
+    step = 1 / GRID
     any_in = inside.any(axis=-1)
     lower = np.where(any_in, m[inside.argmax(axis=-1)] - step, 1.0)  # empty (never at the truth, w.p. ≥ 1 − α)
-    upper = np.where(any_in, m[grid - inside[..., ::-1].argmax(axis=-1)] + step, 0.0)
+    upper = np.where(any_in, m[GRID - inside[..., ::-1].argmax(axis=-1)] + step, 0.0)
     return _intersected(True, lower, upper)
 
 
-def _inside(x0: np.ndarray, seen: np.ndarray, rate: np.ndarray, m: np.ndarray, alpha: float, cap: float
-            ) -> np.ndarray:
+def _inside(x0: np.ndarray, seen: np.ndarray, rate: np.ndarray, m: np.ndarray, alpha: float) -> np.ndarray:
     """rows × T × G: whether ``max(½ K⁺_t(m), ½ K⁻_t(m)) < 1/α`` (in place, a chunk of rows at a time: memory)."""
     with np.errstate(divide="ignore"):
-        caps = cap / m, cap / (1 - m)
+        caps = BET_CAP / m, BET_CAP / (1 - m)
     dev = (x0[..., None] - m) * seen[..., None]
     logs = []
     for bet_cap in caps:  # log K⁺_t(m), then log K⁻_t(m): the deviations negated in place
@@ -231,19 +230,14 @@ class SequentialComparison:
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) of the difference per aspect, now."""
         a, b = self.scores()
+        lo, hi = np.array(self.scales, float).T[..., None]  # a row per aspect
         level = self.alpha / len(self.aspects)
-        lows, ups = [], []
-        for k, (lo, hi) in enumerate(self.scales):
-            if self.paired or self.by_order:
-                n, w = min(len(a), len(b)), hi - lo
-                low, up = _last(mean_sequence(b[:n, k] - a[:n, k], level, -w, w, self.method), -w, w)
-            else:
-                la, ua = _last(mean_sequence(a[:, k], level / 2, lo, hi, self.method), lo, hi)
-                lb, ub = _last(mean_sequence(b[:, k], level / 2, lo, hi, self.method), lo, hi)
-                low, up = lb - ua, ub - la
-            lows.append(low)
-            ups.append(up)
-        return np.array(lows), np.array(ups)
+        if self.paired or self.by_order:
+            n = min(len(a), len(b))
+            return _last(mean_sequence((b[:n] - a[:n]).T, level, lo - hi, hi - lo, self.method), lo - hi, hi - lo)
+        la, ua = _last(mean_sequence(a.T, level / 2, lo, hi, self.method), lo, hi)
+        lb, ub = _last(mean_sequence(b.T, level / 2, lo, hi, self.method), lo, hi)
+        return lb - ua, ub - la
 
     def scores(self) -> tuple[np.ndarray, np.ndarray]:
         """Every score seen of each side (rows: conversations, columns: aspects)."""
@@ -261,10 +255,10 @@ class SequentialComparison:
         return bool((decide(*self.bounds(), self.target_diff) < 3).all())
 
 
-def _last(bounds: tuple[np.ndarray, np.ndarray], lo: float, hi: float) -> tuple[float, float]:
-    """The bounds after the last observation (before any: the whole range)."""
+def _last(bounds: tuple[np.ndarray, np.ndarray], lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's bounds after its last observation (before any: the whole range ``[lo, hi]`` of the row)."""
     lower, upper = bounds
-    return (float(lower[-1]), float(upper[-1])) if len(lower) else (lo, hi)
+    return (lower[:, -1], upper[:, -1]) if lower.shape[-1] else (lo[:, 0], hi[:, 0])
 
 
 def conversations_needed(low: float, high: float, n: int, target: float | None = None, most: int = 10**9) -> float:
@@ -286,8 +280,4 @@ def conversations_needed(low: float, high: float, n: int, target: float | None =
         return n
     if most < n or not decides(most):
         return math.inf
-    lo, hi = n, most  # the width shrinks as m grows: the first m in (lo, hi] that decides, by bisection
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if decides(mid) else (mid, hi)
-    return hi
+    return n + bisect.bisect_left(range(n, most + 1), True, key=decides)  # the width shrinks as m grows

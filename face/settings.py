@@ -32,6 +32,7 @@ import copy
 import dataclasses
 import functools
 import os
+import re
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -176,10 +177,8 @@ def _field_path(cls: type, loc: tuple) -> tuple[list[str], Any, Any]:
     path: list[str] = []
     field = None
     owner: Any = cls
-    for i, part in enumerate(loc):
+    for part in loc:
         fields = getattr(owner, "__pydantic_fields__", None)
-        if i == 0 and isinstance(part, int) and fields is not None:  # a positional argument
-            part = list(fields)[part]
         if not isinstance(part, str) or fields is None:
             continue
         path.append(part)
@@ -240,11 +239,8 @@ def _kind(t: Any, meta: list[Any]) -> str:
 
 
 def _plural(text: str) -> str:
-    for one, many in (("an integer", "integers"), ("a finite number", "finite numbers"), ("a string", "strings"),
-                      ("a non-empty string", "non-empty strings")):
-        if text.startswith(one):
-            return many + text[len(one):]
-    return text
+    """``an integer >= 1`` -> ``integers >= 1`` (numbers and strings; any other kind as it is)."""
+    return re.sub(r"^an? (non-empty )?(integer|finite number|string)", r"\1\2s", text)
 
 
 def _bounds(metadata: list[Any]) -> str:

@@ -65,11 +65,8 @@ def paired_bootstrap(pred_a: np.ndarray, pred_b: np.ndarray, human: np.ndarray, 
 
     diff and CI are ``metaeval.paired_difference``'s; the p-value is read from the same resamples."""
     diff, lo, hi, d = paired_replicates(pred_a, pred_b, human, clusters, coefficient, n_boot, seed, confidence)
-    p = float("nan")
-    if d is not None:
-        d = d[~np.isnan(d)]
-        if len(d):
-            p = float(min(1.0, 2 * min(np.mean(d <= 0), np.mean(d >= 0))))
+    d = d[~np.isnan(d)]
+    p = float(min(1.0, 2 * min(np.mean(d <= 0), np.mean(d >= 0)))) if len(d) else float("nan")
     return {"diff": float(diff), "ci_low": lo, "ci_high": hi, "p_value": p}
 
 

@@ -10,7 +10,7 @@ from helpers import evaluate
 
 from face.data.schema import Conversation, Turn
 from face.datasets.crsarena import ASPECTS
-from face.metaeval import meta_evaluate
+from face.metaeval import meta_evaluate, warn_once
 from face.predictions import Predictions
 
 THREE = [{"id": f"c{i}", "system": f"crs-{i}", "messages": [
@@ -39,10 +39,10 @@ def test_evaluate_dry_run_prints_the_estimate_once_and_says_where_it_is(tmp_path
     assert not (tmp_path / "out" / "run_file.json").exists()
 
 
-def test_a_missing_interval_met_for_every_aspect_split_and_level_is_warned_once(caplog, monkeypatch):
+def test_a_missing_interval_met_for_every_aspect_split_and_level_is_warned_once(caplog):
     """Three conversations of three systems (ReDial 1, OpenDialKG 2): the ReDial split has no turn-level interval
     for either turn aspect and no system has two conversations -- met again in a second meta-evaluation."""
-    monkeypatch.setattr("face.metaeval._warned", set())
+    warn_once.cache_clear()
     convs, rows = [], []
     for i, split in enumerate(["redial", "opendialkg", "opendialkg"]):
         turns = []

@@ -19,6 +19,7 @@ from face.metaeval import (
     correlate,
     meta_evaluate,
     system_correlations,
+    warn_once,
 )
 from face.predictions import Predictions
 
@@ -367,8 +368,8 @@ def test_paired_difference_is_the_brute_force_difference_on_resampled_conversati
     assert np.isfinite(paired_difference(a, b, y, groups, "pearson", 1)[1])  # one resample is an interval too
 
 
-def test_bootstrap_ci_defaults_guards_and_warning(caplog, monkeypatch):
-    monkeypatch.setattr("face.metaeval._warned", set())  # identical warnings are said once per process
+def test_bootstrap_ci_defaults_guards_and_warning(caplog):
+    warn_once.cache_clear()  # identical warnings are said once per process
     x, y, groups = _clustered(5, 6, 2)
     assert bootstrap_ci(x, y, groups) == bootstrap_ci(x, y, groups, 1000, 0, 0.95)
     assert all(np.isnan(v) for ci in bootstrap_ci(x, y, groups, 0).values() for v in ci)
@@ -381,7 +382,7 @@ def test_bootstrap_ci_defaults_guards_and_warning(caplog, monkeypatch):
         bootstrap_ci(x[:3], y[:3], np.zeros(3), 50)
         bootstrap_ci(x[:3], y[:3], np.zeros(3), 50)
     assert caplog.text.count("from 1 conversation(s), need >= 2") == 1  # twice met, said once
-    monkeypatch.setattr("face.metaeval._warned", set())
+    warn_once.cache_clear()
     caplog.clear()
     with caplog.at_level("WARNING", logger="face.metaeval"):
         bootstrap_ci(x[:3], y[:3], np.zeros(3), 1)  # one resample asked for is an interval asked for
@@ -401,8 +402,8 @@ def test_meta_evaluate_and_system_correlations_default_to_a_thousand_resamples_s
     assert system_correlations(df) != system_correlations(df, 1000, 1, 0.95)
 
 
-def test_system_level_interval_needs_three_systems_of_two_conversations(caplog, monkeypatch):
-    monkeypatch.setattr("face.metaeval._warned", set())  # identical warnings are said once per process
+def test_system_level_interval_needs_three_systems_of_two_conversations(caplog):
+    warn_once.cache_clear()  # identical warnings are said once per process
     df = pd.DataFrame({"conv_id": list("abcdefgh"), "system": ["s1", "s1", "s2", "s2", "s3", "s3", "s4", "s4"],
                        "pred": [1, 3, 2, 2.5, 5, 7, 4, 6], "human": [0, 2, 1, 1, 3, 2, 2, 3]})
     assert all(np.isfinite(v) for c in system_correlations(df, 50).values() for v in c[2:4])

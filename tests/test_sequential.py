@@ -93,7 +93,7 @@ def _capital(x: list[float], m: float, alpha: float) -> float:
 def test_betting_sequence_is_the_set_of_means_whose_capital_stays_below_one_over_alpha():
     rng = np.random.default_rng(11)
     x = rng.beta(6, 4, 80)
-    low, up = betting_sequence(x, 0.05, grid=200)
+    low, up = betting_sequence(x, 0.05)
     grid = np.linspace(0, 1, 201)
     inside = [m for m in grid if _capital(list(x), m, 0.05) < 1 / 0.05]
     # the last interval holds every grid mean whose capital is below 1/α, widened by one grid step (and the running
