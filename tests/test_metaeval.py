@@ -368,6 +368,17 @@ def test_paired_difference_is_the_brute_force_difference_on_resampled_conversati
     assert np.isfinite(paired_difference(a, b, y, groups, "pearson", 1)[1])  # one resample is an interval too
 
 
+def test_paired_replicates_are_one_difference_per_resample_and_none_without_resamples():
+    from face.metaeval import paired_replicates
+
+    rng = np.random.default_rng(5)
+    y = rng.normal(size=12)
+    a, b, groups = y + rng.normal(0, 0.5, 12), y + rng.normal(0, 1.0, 12), np.repeat(np.arange(4), 3)
+    assert paired_replicates(a, b, y, groups, "pearson", 30, 0, 0.95)[3].shape == (30,)
+    for args in ((a, b, y, groups, "pearson", 0), (a, b, y, np.zeros(12), "pearson", 30)):  # no resamples; one conv
+        assert paired_replicates(*args, 0, 0.95)[3].shape == (0,)
+
+
 def test_bootstrap_ci_defaults_guards_and_warning(caplog):
     warn_once.cache_clear()  # identical warnings are said once per process
     x, y, groups = _clustered(5, 6, 2)
