@@ -141,11 +141,50 @@ def test_the_rank_interval_leaves_out_a_rank_held_in_fewer_than_its_tail_of_the_
     assert cmp.ranking.set_index("system").loc["a", ["rank_low", "rank_high"]].tolist() == [2, 2]
 
 
+def _rank_one_resamples(x: np.ndarray, y: np.ndarray, n_boot: int, seed: int) -> int:
+    """In how many of the joint resamples of the conversations (face.resample's draws from ``seed``, the engine's
+    first) the mean of ``x`` is above the mean of ``y``: by hand."""
+    from face.resample import draw_counts
+
+    counts = draw_counts(len(x), n_boot, np.random.default_rng(seed))
+    return int(((counts @ x) > (counts @ y)).sum())
+
+
+def test_the_rank_interval_is_read_at_exactly_the_lower_and_upper_tail_of_the_resampled_ranks():
+    # a is first in k of N resamples, b in the others: a's ranks sorted are k ones, then twos. numpy's "lower"
+    # percentile q picks the element at floor(q / 100 (N − 1)); a confidence putting the lower tail at k − 0.5 keeps
+    # rank 1 in a's interval, one reading the tail 1 % further (101 for 100) would not. Likewise b's upper tail at
+    # N − k − 1.5 ("higher": the ceiling) ends b's interval at rank 1.
+    rng = np.random.default_rng(21)
+    x, ids, n = rng.normal(2, 0.8, 40), [f"c{i:02d}" for i in range(40)], 4000  # the engine's order: sorted ids
+    y = x + 0.1 + rng.normal(0, 0.5, 40)
+    k = _rank_one_resamples(x, y, n, 0)
+    assert 200 < k < n / 5  # the premise: far from the ends, and both confidences above 0.5 (581 here)
+    runs = _run("a", dict(zip(ids, x))), _run("b", dict(zip(ids, y))), _run("z", dict.fromkeys(ids, 0.0))  # z: 3rd
+    low = _compare(*runs, n_boot=n, seed=0, confidence=1 - 2 * (k - 0.5) / (n - 1)).ranking.set_index("system")
+    assert low.loc["a", "rank_low"] == 1
+    high = _compare(*runs, n_boot=n, seed=0, confidence=2 * (n - k - 1.5) / (n - 1) - 1).ranking.set_index("system")
+    assert high.loc["b", "rank_high"] == 1
+
+
+def test_conversations_without_a_score_on_an_aspect_count_for_neither_its_means_nor_its_sizing():
+    # efficiency scored on one conversation of one side: its mean counts 1 conversation, and a difference over 1
+    # conversation has no spread to size a detectable difference with (NaN); dialogue_overall, on all six, does
+    full = {f"c{i}": [float(i % 3), float(i % 2)] for i in range(6)}
+    part = {c: ([v[0] + 0.5, v[1]] if c == "c0" else [v[0] + 0.5]) for c, v in full.items()}
+    for runs in ((_run("a", part), _run("b", full)), (_run("a", full), _run("b", part))):
+        cmp = _compare(*runs, aspects=("dialogue_overall", "efficiency"), n_boot=500)
+        means = cmp.means.set_index(["aspect", "system"])["conversations"]
+        assert means["efficiency"].tolist() in ([1, 6], [6, 1]) and means["dialogue_overall"].tolist() == [6, 6]
+        sized = cmp.differences.set_index("aspect")["detectable_diff"]
+        assert np.isnan(sized["efficiency"]) and np.isfinite(sized["dialogue_overall"])
+
+
 def test_a_verdict_needs_holms_p_below_alpha_and_a_difference_of_that_sign():
-    diff, p = [0.5, -0.5, 0.5, -0.5, 0.0, 0.5], [0.01, 0.01, 0.5, 0.5, 0.001, 0.05]
+    diff, p = [0.5, -0.5, 0.5, -0.5, 0.0, 0.5, -0.5], [0.01, 0.01, 0.5, 0.5, 0.001, 0.05, 0.05]
     assert engine.verdicts(pd.Series(diff), pd.Series(p), 0.05) == [
         "better", "worse", "no detectable difference", "no detectable difference", "no detectable difference",
-        "no detectable difference"]
+        "no detectable difference", "no detectable difference"]  # p = α rejects nothing, on either side
 
 
 def test_holm_adjusts_over_every_pair_and_aspect_of_the_comparison():
