@@ -96,6 +96,32 @@ def test_the_sizing_quantiles_are_students_t_at_alpha_over_the_family_by_the_pri
     assert got == pytest.approx([0.1 * (3.169273 + 0.879058), 0.1 * (4.0 + 0.879058)], abs=1e-6)
 
 
+def test_the_variance_and_sizing_at_the_smallest_sizes_they_are_defined_for():
+    # two conversations: the variance of their mean is s² / 2 (s² = 2 for 1 and 3); one: undefined
+    assert stats.moments(_dialogue([1.0, 3.0]), np.ones((1, 2))).var[0] == pytest.approx(1.0)
+    assert np.isnan(stats.moments(_dialogue([1.0]), np.ones((1, 1))).var[0])
+    # one degree of freedom: t_{.975,1} = 12.706205, t_{.8,1} = 1.376382 (printed tables); below one, no size
+    assert stats.detectable(1.0, 1, 0.05, 0.8, 1, 0.0) == pytest.approx(12.706205 + 1.376382, abs=1e-5)
+    assert np.isnan(stats.detectable(1.0, 0, 0.05, 0.8, 1, 0.0))
+    # resamples for Holm over m tests: 10 m / α, and at least 10,000 unless another minimum is given
+    assert (stats.boot_size(1, 0.05), stats.boot_size(100, 0.05), stats.boot_size(3, 0.05, 0)) == (10_000, 20_000, 600)
+
+
+def test_the_paired_variance_by_hand_on_conversations_of_unequal_turns_and_none_for_one_conversation():
+    a = [[1.0, 2.0], [1.0], [1.5, 2.5], [0.0, 0.0, 3.0]]
+    b = [[2.0, 2.0], [0.0, 1.0, 1.0], [1.0], [1.0, 4.0]]  # 12 over 8 turns; a: 11 over 8
+
+    def z(convs):  # the linearised ratio estimator per conversation, as in the unpaired case above
+        mean, nbar = sum(map(sum, convs)) / sum(map(len, convs)), sum(map(len, convs)) / len(convs)
+        return np.array([(sum(c) - mean * len(c)) / nbar for c in convs])
+
+    test = stats.paired(_units(a), _units(b), draw_counts(4, 200, np.random.default_rng(0)), 0.95)
+    assert test.diff[0] == pytest.approx(12 / 8 - 11 / 8)
+    assert test.se[0] ** 2 == pytest.approx(((z(b) - z(a)) ** 2).sum() / (4 * 3))
+    one = stats.paired(_dialogue([1.0]), _dialogue([3.0]), np.ones((50, 1)), 0.95)
+    assert one.diff[0] == 2.0 and np.isnan(one.se[0])
+
+
 def test_conversations_needed_by_hand():
     # σ² = 1, target 1, one test: n ≥ (t_{.975,n-1} + t_{.8,n-1})². n = 10: (2.262157 + 0.883034)² = 9.89 ≤ 10;
     # n = 9: (2.306004 + 0.888890)² = 10.21 > 9 -> 10 (the normal approximation's 7.85 would say 8)
@@ -103,6 +129,7 @@ def test_conversations_needed_by_hand():
     # σ² = 4 (twice the sd): n ≥ 4 (t + t)²: n = 34: 4 (2.034515 + 0.852649)² = 33.34 ≤ 34; n = 33: 4 (2.036933 +
     # 0.852998)² = 33.41 > 33
     assert stats.needed(np.array([4.0]), 1.0, 0.05, 0.8, 1)[0] == 34
+    assert stats.needed(np.array([4.0]), 2.0, 0.05, 0.8, 1)[0] == 10  # σ / target as for σ² = 1, target 1
     assert stats.needed(np.array([0.0, np.nan]), 1.0, 0.05, 0.8, 1) == pytest.approx([2, np.nan], nan_ok=True)
 
 
