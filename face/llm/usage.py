@@ -328,6 +328,6 @@ class Usage:
         stop = f' "misreport": {json.dumps(self.misreport)},\n' if self.misreport else ""
         text = (f'{{"totals": {json.dumps(self.summary(), indent=1)},\n{kept}{stop} "requests": [\n  {records}\n ],\n'
                 f' "invalid_answers": {json.dumps(self.invalid_events)}\n}}\n')
-        atomic_write_text(p, text)  # its folder made; a stop while writing never leaves half a file
+        atomic_write_text(p, text)  # makes the folder; a stop while writing never leaves half a file
         self._written = state
         return p
